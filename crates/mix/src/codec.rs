@@ -1,0 +1,117 @@
+//! Opus at 48 kHz mono with 20 ms frames: a decoder per talking participant
+//! and an encoder per distinct output stream.
+
+use bytes::Bytes;
+use opus::{Application, Bitrate, Channels};
+
+use crate::MixError;
+use crate::config::EncoderConfig;
+use crate::dsp::{FRAME_SAMPLES, Pcm};
+
+/// Sample rate of every stream in tutti.
+pub const SAMPLE_RATE: u32 = 48_000;
+
+/// Room for one encoded frame (libopus never writes more than 1275 bytes per frame).
+const MAX_PACKET_BYTES: usize = 1500;
+
+/// Why a received frame produced no audio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeFailure {
+    /// The payload is not a valid Opus packet.
+    Corrupt,
+    /// A valid packet of another duration than 20 ms (tutti mixes 20 ms frames).
+    WrongDuration,
+}
+
+/// An Opus decoder for one participant.
+pub struct Decoder {
+    inner: opus::Decoder,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Decoder")
+    }
+}
+
+impl Decoder {
+    /// A fresh decoder.
+    pub fn new() -> Result<Self, MixError> {
+        Ok(Self { inner: opus::Decoder::new(SAMPLE_RATE, Channels::Mono)? })
+    }
+
+    /// Forgets all history, as if newly created (used when a participant is
+    /// decoded again after a long pause, so stale state is not continued).
+    pub fn reset(&mut self) {
+        // Resetting a valid decoder cannot fail; if it did, the next decode reports it.
+        let _ = self.inner.reset_state();
+    }
+
+    /// Decodes one 20 ms packet into `out`.
+    pub fn decode(&mut self, payload: &[u8], out: &mut Pcm) -> Result<(), DecodeFailure> {
+        match opus::packet::get_nb_samples(payload, SAMPLE_RATE) {
+            Ok(FRAME_SAMPLES) => {}
+            Ok(_) => return Err(DecodeFailure::WrongDuration),
+            Err(_) => return Err(DecodeFailure::Corrupt),
+        }
+        match self.inner.decode_float(payload, out, false) {
+            Ok(FRAME_SAMPLES) => Ok(()),
+            Ok(_) => Err(DecodeFailure::WrongDuration),
+            Err(_) => Err(DecodeFailure::Corrupt),
+        }
+    }
+
+    /// Conceals one lost frame: from the in-band FEC of `next` when given and
+    /// usable, otherwise with packet-loss concealment.
+    pub fn conceal(&mut self, next: Option<&[u8]>, out: &mut Pcm) {
+        if let Some(next) = next {
+            if matches!(opus::packet::get_nb_samples(next, SAMPLE_RATE), Ok(FRAME_SAMPLES))
+                && matches!(self.inner.decode_float(next, out, true), Ok(FRAME_SAMPLES))
+            {
+                return;
+            }
+        }
+        if !matches!(self.inner.decode_float(&[], out, false), Ok(FRAME_SAMPLES)) {
+            out.fill(0.0);
+        }
+    }
+}
+
+/// An Opus encoder for one output stream.
+pub struct Encoder {
+    inner: opus::Encoder,
+    buf: Box<[u8; MAX_PACKET_BYTES]>,
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Encoder")
+    }
+}
+
+impl Encoder {
+    /// An encoder configured for voice with `cfg`.
+    pub fn new(cfg: &EncoderConfig) -> Result<Self, MixError> {
+        let mut inner = opus::Encoder::new(SAMPLE_RATE, Channels::Mono, Application::Voip)?;
+        inner.set_complexity(cfg.complexity)?;
+        inner.set_bitrate(Bitrate::Bits(cfg.bitrate_bps))?;
+        inner.set_inband_fec(cfg.inband_fec)?;
+        inner.set_packet_loss_perc(if cfg.inband_fec { cfg.expected_loss_percent } else { 0 })?;
+        Ok(Self { inner, buf: Box::new([0; MAX_PACKET_BYTES]) })
+    }
+
+    /// Forgets all history (an encoder taken from the spare list for a new stream).
+    pub fn reset(&mut self) {
+        // Resetting a valid encoder cannot fail; if it did, the next encode reports it.
+        let _ = self.inner.reset_state();
+    }
+
+    /// Encodes one 20 ms frame. On the (unexpected) event of a libopus
+    /// failure the result is an empty payload, which the transport skips.
+    pub fn encode(&mut self, pcm: &Pcm) -> Bytes {
+        match self.inner.encode_float(pcm, &mut self.buf[..]) {
+            Ok(n) => Bytes::copy_from_slice(&self.buf[..n]),
+            Err(_) => Bytes::new(),
+        }
+    }
+}

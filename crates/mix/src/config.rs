@@ -1,0 +1,157 @@
+//! Room configuration: defaults in code, validated before use.
+
+use crate::MixError;
+
+/// How many speakers are mixed each tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpeakerLimit {
+    /// At most this many (the K loudest). Must be at least 1.
+    Top(usize),
+    /// Every active, unmuted participant (decode and encode cost grow with N).
+    All,
+}
+
+/// Opus encoder settings for the mixed streams (48 kHz mono, 20 ms frames).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EncoderConfig {
+    /// libopus complexity, 0 (fastest) to 10 (best). Default 10: only K+1
+    /// encodes run per tick, so the best quality costs nothing that grows with N.
+    pub complexity: i32,
+    /// Target bitrate in bits per second, 6 000 to 510 000. Default 32 000.
+    pub bitrate_bps: i32,
+    /// In-band forward error correction in the mixed streams. Default on.
+    pub inband_fec: bool,
+    /// Expected packet loss (percent, 0 to 100) the encoder plans FEC for. Default 10.
+    pub expected_loss_percent: i32,
+}
+
+impl Default for EncoderConfig {
+    fn default() -> Self {
+        Self { complexity: 10, bitrate_bps: 32_000, inband_fec: true, expected_loss_percent: 10 }
+    }
+}
+
+/// Jitter buffer settings, in 20 ms frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JitterConfig {
+    /// Frames buffered before playout starts (and restarts after an underrun). Default 2.
+    pub depth: usize,
+    /// Most frames held; beyond it the oldest are dropped so delay stays bounded. Default 16 (320 ms).
+    pub max_frames: usize,
+    /// Largest RTP timestamp step, in samples, accepted as a pause rather than garbage.
+    /// Default 28 800 000 (10 minutes at 48 kHz).
+    pub max_timestamp_jump: u32,
+}
+
+impl Default for JitterConfig {
+    fn default() -> Self {
+        Self { depth: 2, max_frames: 16, max_timestamp_jump: 48_000 * 600 }
+    }
+}
+
+/// Everything a room's mixer can be told. `RoomConfig::default()` is what a
+/// production room should run with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoomConfig {
+    /// Speakers mixed per tick. Default `Top(5)`.
+    pub max_speakers: SpeakerLimit,
+    /// Most participants the room accepts. Default 100 000.
+    pub max_participants: usize,
+    /// RFC 6464 level (−dBov, 0 loudest, 127 silent) at or above which a
+    /// frame counts as silence. Default 70 (quieter than −70 dBov).
+    pub silence_level: u8,
+    /// A participant stays "talking" (and selected) this many ticks after
+    /// their last active frame, so pauses between words do not flap. Default 25 (500 ms).
+    pub hold_ticks: u32,
+    /// A challenger replaces the weakest selected speaker only when louder by
+    /// this many dB. Default 6.
+    pub hysteresis_db: f32,
+    /// How fast a participant's smoothed loudness decays, in dB per tick. Default 1.
+    pub release_db_per_tick: f32,
+    /// Participants per shard: the unit of parallel work. Default 256.
+    pub shard_size: usize,
+    /// Jitter buffer settings.
+    pub jitter: JitterConfig,
+    /// Encoder settings of the mixed streams.
+    pub encoder: EncoderConfig,
+}
+
+impl Default for RoomConfig {
+    fn default() -> Self {
+        Self {
+            max_speakers: SpeakerLimit::Top(5),
+            max_participants: 100_000,
+            silence_level: 70,
+            hold_ticks: 25,
+            hysteresis_db: 6.0,
+            release_db_per_tick: 1.0,
+            shard_size: 256,
+            jitter: JitterConfig::default(),
+            encoder: EncoderConfig::default(),
+        }
+    }
+}
+
+impl RoomConfig {
+    /// Checks every value against its documented range.
+    pub fn validate(&self) -> Result<(), MixError> {
+        let bad = |what: &str| Err(MixError::InvalidConfig(what.to_owned()));
+        if self.max_speakers == SpeakerLimit::Top(0) {
+            return bad("max_speakers must be at least 1");
+        }
+        if self.max_participants == 0 {
+            return bad("max_participants must be at least 1");
+        }
+        if self.silence_level == 0 || self.silence_level > 127 {
+            return bad("silence_level must be within 1..=127");
+        }
+        if !(self.hysteresis_db.is_finite() && self.hysteresis_db >= 0.0) {
+            return bad("hysteresis_db must be a finite number >= 0");
+        }
+        if !(self.release_db_per_tick.is_finite() && self.release_db_per_tick > 0.0) {
+            return bad("release_db_per_tick must be a finite number > 0");
+        }
+        if self.shard_size == 0 {
+            return bad("shard_size must be at least 1");
+        }
+        let j = &self.jitter;
+        if j.depth == 0 || j.max_frames < j.depth {
+            return bad("jitter.depth must be at least 1 and jitter.max_frames at least depth");
+        }
+        if j.max_timestamp_jump == 0 || j.max_timestamp_jump > i32::MAX as u32 {
+            return bad("jitter.max_timestamp_jump must be within 1..=2^31-1");
+        }
+        let e = &self.encoder;
+        if !(0..=10).contains(&e.complexity) {
+            return bad("encoder.complexity must be within 0..=10");
+        }
+        if !(6_000..=510_000).contains(&e.bitrate_bps) {
+            return bad("encoder.bitrate_bps must be within 6000..=510000");
+        }
+        if !(0..=100).contains(&e.expected_loss_percent) {
+            return bad("encoder.expected_loss_percent must be within 0..=100");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_are_named() {
+        RoomConfig::default().validate().expect("defaults valid");
+        let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(0), ..Default::default() };
+        let err = cfg.validate().expect_err("K=0 rejected").to_string();
+        assert!(err.contains("max_speakers"), "{err}");
+        let mut cfg = RoomConfig::default();
+        cfg.encoder.complexity = 11;
+        assert!(cfg.validate().expect_err("complexity").to_string().contains("complexity"));
+        let mut cfg = RoomConfig::default();
+        cfg.jitter.max_frames = 1;
+        assert!(cfg.validate().is_err());
+        let cfg = RoomConfig { hysteresis_db: f32::NAN, ..Default::default() };
+        assert!(cfg.validate().is_err());
+    }
+}

@@ -1,0 +1,666 @@
+//! A room: its participants in shards, its speaker selection and its streams.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+
+use crate::codec::{Decoder, Encoder};
+use crate::config::{RoomConfig, SpeakerLimit};
+use crate::dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, level_of, mix_minus};
+use crate::jitter::{JitterBuffer, JitterStats, Packet, Playout, PushOutcome};
+use crate::{MixError, MixPool, ParticipantId};
+
+/// A participant not decoded for this many ticks starts from a fresh decoder
+/// state rather than continuing a stale one (100 ms).
+const DECODER_RESET_GAP_TICKS: u64 = 5;
+
+/// A decoder unused for this many ticks is freed (60 s); it is made again on demand.
+const DECODER_IDLE_TICKS: u64 = 3_000;
+
+/// Largest per-participant gain accepted (+12 dB).
+pub const MAX_GAIN: f32 = 4.0;
+
+/// A selected speaker and their level this tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveSpeaker {
+    /// Who.
+    pub id: ParticipantId,
+    /// RFC 6464 level of their frame this tick (127 when they sent none).
+    pub level: u8,
+}
+
+/// A change in a participant's talking state (for talking indicators).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TalkEvent {
+    /// The participant started talking.
+    Started(ParticipantId),
+    /// The participant has been silent (or muted) for the hold time.
+    Stopped(ParticipantId),
+}
+
+/// What one participant is sent this tick.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The receiving participant.
+    pub id: ParticipantId,
+    /// The Opus payload: shared with every other listener, or the
+    /// participant's own N-minus-self stream when they are a selected speaker.
+    pub payload: Bytes,
+}
+
+/// Summary of one tick.
+#[derive(Debug, Clone)]
+pub struct TickReport {
+    /// The tick number passed in.
+    pub tick: u64,
+    /// The selected speakers, loudest first, shared by every participant's
+    /// RFC 6465 levels and talking indicators. A participant's CSRC list is
+    /// this list without themselves.
+    pub speakers: Arc<[ActiveSpeaker]>,
+    /// Talking state changes this tick.
+    pub events: Vec<TalkEvent>,
+    /// Opus decodes run (including concealment).
+    pub decodes: usize,
+    /// Opus encodes run: one for the listeners plus one per selected speaker.
+    pub encodes: usize,
+    /// Participants in the room.
+    pub participants: usize,
+}
+
+/// Counters of one participant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParticipantStats {
+    /// The jitter buffer's counters.
+    pub jitter: JitterStats,
+    /// Frames decoded (including concealed ones).
+    pub decoded: u64,
+    /// Frames concealed (PLC or FEC).
+    pub concealed: u64,
+    /// Payloads libopus could not decode, or not of 20 ms; skipped.
+    pub decode_errors: u64,
+}
+
+#[derive(Debug)]
+struct DecodeState {
+    decoder: Decoder,
+    /// Post-gain samples of tick `decoded_at`.
+    pcm: Box<Pcm>,
+    decoded_at: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Participant {
+    id: ParticipantId,
+    jitter: JitterBuffer,
+    muted: bool,
+    gain: f32,
+    gain_db: f32,
+    /// This tick's frame, kept from phase A for decoding in phase C.
+    pending: Playout,
+    dec: Option<Box<DecodeState>>,
+    /// Smoothed loudness in dB above the silence floor (127 − level + gain).
+    loudness: f32,
+    /// This tick's level (127 when none).
+    level: u8,
+    last_active: Option<u64>,
+    talking: bool,
+    /// Index in `Room::selected` when a selected speaker.
+    slot: Option<usize>,
+    decoded: u64,
+    concealed: u64,
+    decode_errors: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    id: ParticipantId,
+    loudness: f32,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    members: Vec<Participant>,
+    candidates: Vec<Candidate>,
+    events: Vec<TalkEvent>,
+    deliveries: Vec<Delivery>,
+}
+
+#[derive(Debug)]
+struct Stream {
+    encoder: Encoder,
+    limiter: Limiter,
+    payload: Bytes,
+}
+
+#[derive(Debug)]
+struct Selected {
+    id: ParticipantId,
+    stream: Stream,
+}
+
+/// One room's mixer. Drive it with [`Room::push_packet`] as packets arrive
+/// and [`Room::tick`] every 20 ms; read what to send from [`Room::deliveries`].
+#[derive(Debug)]
+pub struct Room {
+    cfg: RoomConfig,
+    shards: Vec<Shard>,
+    index: HashMap<ParticipantId, (usize, usize)>,
+    selected: Vec<Selected>,
+    listener: Stream,
+    spare_encoders: Vec<Encoder>,
+    /// Tick of the last `tick` call, so a tick number is never run twice.
+    last_tick: Option<u64>,
+}
+
+impl Room {
+    /// An empty room. Fails on an invalid configuration.
+    pub fn new(cfg: RoomConfig) -> Result<Self, MixError> {
+        cfg.validate()?;
+        let listener =
+            Stream { encoder: Encoder::new(&cfg.encoder)?, limiter: Limiter::default(), payload: Bytes::new() };
+        Ok(Self {
+            cfg,
+            shards: Vec::new(),
+            index: HashMap::new(),
+            selected: Vec::new(),
+            listener,
+            spare_encoders: Vec::new(),
+            last_tick: None,
+        })
+    }
+
+    /// The room's configuration.
+    pub fn config(&self) -> &RoomConfig {
+        &self.cfg
+    }
+
+    /// Participants in the room.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether the room has no participants.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Whether this participant is in the room.
+    pub fn contains(&self, id: ParticipantId) -> bool {
+        self.index.contains_key(&id)
+    }
+
+    /// Adds a participant (unmuted, gain 1).
+    pub fn add_participant(&mut self, id: ParticipantId) -> Result<(), MixError> {
+        if self.index.contains_key(&id) {
+            return Err(MixError::DuplicateParticipant(id));
+        }
+        if self.index.len() >= self.cfg.max_participants {
+            return Err(MixError::RoomFull(self.cfg.max_participants));
+        }
+        let shard_size = self.cfg.shard_size;
+        let s = match self.shards.iter().rposition(|s| s.members.len() < shard_size) {
+            Some(s) => s,
+            None => {
+                self.shards.push(Shard::default());
+                self.shards.len() - 1
+            }
+        };
+        let shard = &mut self.shards[s];
+        shard.members.push(Participant {
+            id,
+            jitter: JitterBuffer::new(self.cfg.jitter),
+            muted: false,
+            gain: 1.0,
+            gain_db: 0.0,
+            pending: Playout::Empty,
+            dec: None,
+            loudness: 0.0,
+            level: 127,
+            last_active: None,
+            talking: false,
+            slot: None,
+            decoded: 0,
+            concealed: 0,
+            decode_errors: 0,
+        });
+        self.index.insert(id, (s, shard.members.len() - 1));
+        Ok(())
+    }
+
+    /// Removes a participant and frees everything they held.
+    pub fn remove_participant(&mut self, id: ParticipantId) -> Result<(), MixError> {
+        let (s, i) = self.index.remove(&id).ok_or(MixError::UnknownParticipant(id))?;
+        let members = &mut self.shards[s].members;
+        let gone = members.swap_remove(i);
+        if let Some(moved) = members.get(i) {
+            self.index.insert(moved.id, (s, i));
+        }
+        if gone.slot.is_some() {
+            self.drop_speakers(|sel| sel.id == id);
+        }
+        Ok(())
+    }
+
+    /// Mutes or unmutes a participant. A muted participant is never selected
+    /// and never decoded; they still hear the room.
+    pub fn set_muted(&mut self, id: ParticipantId, muted: bool) -> Result<(), MixError> {
+        self.participant_mut(id)?.muted = muted;
+        Ok(())
+    }
+
+    /// Sets a participant's gain (linear, 0 to [`MAX_GAIN`]) applied to their
+    /// voice in everyone else's mix.
+    pub fn set_gain(&mut self, id: ParticipantId, gain: f32) -> Result<(), MixError> {
+        if !(gain.is_finite() && (0.0..=MAX_GAIN).contains(&gain)) {
+            return Err(MixError::InvalidConfig(format!("gain must be within 0..={MAX_GAIN}")));
+        }
+        let p = self.participant_mut(id)?;
+        p.gain = gain;
+        p.gain_db = if gain > 0.0 { 20.0 * gain.log10() } else { -127.0 };
+        Ok(())
+    }
+
+    /// Hands a received packet to the participant's jitter buffer.
+    pub fn push_packet(&mut self, id: ParticipantId, packet: Packet) -> Result<PushOutcome, MixError> {
+        Ok(self.participant_mut(id)?.jitter.push(packet))
+    }
+
+    /// A participant's counters.
+    pub fn participant_stats(&self, id: ParticipantId) -> Result<ParticipantStats, MixError> {
+        let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
+        let p = &self.shards[s].members[i];
+        Ok(ParticipantStats {
+            jitter: p.jitter.stats(),
+            decoded: p.decoded,
+            concealed: p.concealed,
+            decode_errors: p.decode_errors,
+        })
+    }
+
+    /// The currently selected speakers, in selection order.
+    pub fn speakers(&self) -> impl Iterator<Item = ParticipantId> + '_ {
+        self.selected.iter().map(|s| s.id)
+    }
+
+    /// Whether a participant is talking (active within the hold time).
+    pub fn is_talking(&self, id: ParticipantId) -> Result<bool, MixError> {
+        let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
+        Ok(self.shards[s].members[i].talking)
+    }
+
+    /// What to send each participant after the last tick, shard by shard
+    /// (shards can be sent from different threads).
+    pub fn delivery_shards(&self) -> impl Iterator<Item = &[Delivery]> + '_ {
+        self.shards.iter().map(|s| s.deliveries.as_slice())
+    }
+
+    /// What to send each participant after the last tick.
+    pub fn deliveries(&self) -> impl Iterator<Item = &Delivery> + '_ {
+        self.delivery_shards().flatten()
+    }
+
+    /// The payload a participant is sent after the last tick.
+    pub fn payload_for(&self, id: ParticipantId) -> Option<&Bytes> {
+        let (s, i) = *self.index.get(&id)?;
+        self.shards[s].deliveries.get(i).filter(|d| d.id == id).map(|d| &d.payload)
+    }
+
+    /// Runs one 20 ms tick on `pool`. `tick` counts 20 ms periods and must
+    /// grow by one each call (a skipped number is a tick that overran and was
+    /// not run; a repeated or older one is ignored and reported empty).
+    pub fn tick(&mut self, pool: &MixPool, tick: u64) -> TickReport {
+        pool.install(|| self.run_tick(tick))
+    }
+
+    /// The tick itself, on whatever rayon pool the caller is in.
+    pub(crate) fn run_tick(&mut self, tick: u64) -> TickReport {
+        if self.last_tick.is_some_and(|last| tick <= last) {
+            return TickReport {
+                tick,
+                speakers: Arc::from([]),
+                events: Vec::new(),
+                decodes: 0,
+                encodes: 0,
+                participants: self.len(),
+            };
+        }
+        self.last_tick = Some(tick);
+        let k = match self.cfg.max_speakers {
+            SpeakerLimit::Top(k) => k,
+            SpeakerLimit::All => usize::MAX,
+        };
+
+        // A: per participant — pop, level, activity; per shard — top-K candidates.
+        let cfg = &self.cfg;
+        let phase_a_decodes: usize = self.shards.par_iter_mut().map(|shard| shard.observe(cfg, tick, k)).sum();
+
+        // B: merge the shards' candidates with the current speakers (O(shards·K)).
+        self.select(k);
+
+        // C: decode the selected speakers' frames, in parallel.
+        let mut jobs: Vec<(ParticipantId, Box<DecodeState>, Playout, f32)> = Vec::with_capacity(self.selected.len());
+        for sel in &self.selected {
+            let (s, i) = self.index[&sel.id];
+            let p = &mut self.shards[s].members[i];
+            let dec = match p.dec.take() {
+                Some(dec) => dec,
+                None => match Decoder::new() {
+                    Ok(decoder) => {
+                        Box::new(DecodeState { decoder, pcm: Box::new([0.0; FRAME_SAMPLES]), decoded_at: None })
+                    }
+                    // Out of memory in libopus: this speaker is silent this tick.
+                    Err(_) => continue,
+                },
+            };
+            jobs.push((sel.id, dec, std::mem::replace(&mut p.pending, Playout::Empty), p.gain));
+        }
+        let outcomes: Vec<DecodeOutcome> =
+            jobs.par_iter_mut().map(|(_, dec, frame, gain)| decode_for_mix(dec, frame, *gain, tick)).collect();
+
+        // D: total = Σ speakers; K+1 limited, encoded streams, in parallel.
+        let mut total = [0.0f32; FRAME_SAMPLES];
+        for (_, dec, _, _) in &jobs {
+            accumulate(&mut total, &dec.pcm[..]);
+        }
+        let own: HashMap<ParticipantId, &Pcm> = jobs.iter().map(|(id, dec, _, _)| (*id, &*dec.pcm)).collect();
+        let listener = &mut self.listener;
+        let selected = &mut self.selected;
+        rayon::join(
+            || listener.encode(&total, None),
+            || selected.par_iter_mut().for_each(|sel| sel.stream.encode(&total, own.get(&sel.id).copied())),
+        );
+        drop(own);
+        let encodes = 1 + self.selected.len();
+
+        // Return the decoder states; count outcomes.
+        let mut decodes = phase_a_decodes;
+        for ((id, dec, _, _), outcome) in jobs.into_iter().zip(outcomes) {
+            let (s, i) = self.index[&id];
+            let p = &mut self.shards[s].members[i];
+            p.dec = Some(dec);
+            match outcome {
+                DecodeOutcome::Decoded => {
+                    p.decoded += 1;
+                    decodes += 1;
+                }
+                DecodeOutcome::Concealed => {
+                    p.decoded += 1;
+                    p.concealed += 1;
+                    decodes += 1;
+                }
+                DecodeOutcome::Failed => p.decode_errors += 1,
+                DecodeOutcome::Reused | DecodeOutcome::Silent => {}
+            }
+        }
+
+        let speakers: Arc<[ActiveSpeaker]> = self
+            .selected
+            .iter()
+            .map(|sel| {
+                let (s, i) = self.index[&sel.id];
+                ActiveSpeaker { id: sel.id, level: self.shards[s].members[i].level }
+            })
+            .collect();
+
+        // E: per participant — their payload, in parallel by shard.
+        let listener_payload = &self.listener.payload;
+        let speaker_payloads: Vec<&Bytes> = self.selected.iter().map(|sel| &sel.stream.payload).collect();
+        self.shards.par_iter_mut().for_each(|shard| {
+            shard.deliveries.clear();
+            for p in &shard.members {
+                let payload = match p.slot {
+                    Some(slot) => speaker_payloads[slot].clone(),
+                    None => listener_payload.clone(),
+                };
+                shard.deliveries.push(Delivery { id: p.id, payload });
+            }
+        });
+        let events = self.shards.iter_mut().flat_map(|s| s.events.drain(..)).collect();
+        TickReport { tick, speakers, events, decodes, encodes, participants: self.len() }
+    }
+
+    fn participant_mut(&mut self, id: ParticipantId) -> Result<&mut Participant, MixError> {
+        let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
+        Ok(&mut self.shards[s].members[i])
+    }
+
+    fn participant(&self, id: ParticipantId) -> Option<&Participant> {
+        let (s, i) = *self.index.get(&id)?;
+        Some(&self.shards[s].members[i])
+    }
+
+    /// Speaker selection with hold and hysteresis.
+    fn select(&mut self, k: usize) {
+        // Speakers who stopped talking (hold expired) or were muted leave.
+        let index = &self.index;
+        let shards = &self.shards;
+        let still = |id: ParticipantId| {
+            let (s, i) = index[&id];
+            let p = &shards[s].members[i];
+            p.talking && !p.muted
+        };
+        let leaving: Vec<ParticipantId> = self.selected.iter().map(|s| s.id).filter(|&id| !still(id)).collect();
+        if !leaving.is_empty() {
+            self.drop_speakers(|sel| leaving.contains(&sel.id));
+        }
+
+        let mut challengers: Vec<Candidate> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.candidates.iter().copied())
+            .filter(|c| self.participant(c.id).is_some_and(|p| p.slot.is_none()))
+            .collect();
+        challengers.sort_unstable_by(|a, b| b.loudness.total_cmp(&a.loudness));
+        let mut challengers = challengers.into_iter().peekable();
+
+        // Free slots go to the loudest challengers.
+        while self.selected.len() < k {
+            let Some(c) = challengers.next() else { break };
+            self.add_speaker(c.id);
+        }
+        // A full set changes only for a challenger louder than the weakest
+        // speaker by the hysteresis margin.
+        while let Some(c) = challengers.peek().copied() {
+            let weakest = self
+                .selected
+                .iter()
+                .enumerate()
+                .map(|(n, sel)| (n, self.participant(sel.id).map_or(0.0, |p| p.loudness)))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let Some((n, weakest_loudness)) = weakest else { break };
+            if c.loudness <= weakest_loudness + self.cfg.hysteresis_db {
+                break;
+            }
+            challengers.next();
+            let out = self.selected[n].id;
+            self.drop_speakers(|sel| sel.id == out);
+            self.add_speaker(c.id);
+        }
+    }
+
+    fn add_speaker(&mut self, id: ParticipantId) {
+        let encoder = match self.spare_encoders.pop() {
+            Some(mut e) => {
+                e.reset();
+                e
+            }
+            None => match Encoder::new(&self.cfg.encoder) {
+                Ok(e) => e,
+                // libopus out of memory: this challenger is not selected this tick.
+                Err(_) => return,
+            },
+        };
+        // Start at the listener stream's limiter gain so the level is continuous.
+        let limiter = self.listener.limiter.clone();
+        self.selected.push(Selected { id, stream: Stream { encoder, limiter, payload: Bytes::new() } });
+        let slot = self.selected.len() - 1;
+        if let Ok(p) = self.participant_mut(id) {
+            p.slot = Some(slot);
+        }
+    }
+
+    fn drop_speakers(&mut self, mut leaves: impl FnMut(&Selected) -> bool) {
+        let mut kept = Vec::with_capacity(self.selected.len());
+        for sel in self.selected.drain(..) {
+            if leaves(&sel) {
+                if let Some(&(s, i)) = self.index.get(&sel.id) {
+                    self.shards[s].members[i].slot = None;
+                }
+                self.spare_encoders.push(sel.stream.encoder);
+            } else {
+                kept.push(sel);
+            }
+        }
+        self.selected = kept;
+        for (n, sel) in self.selected.iter().enumerate() {
+            if let Some(&(s, i)) = self.index.get(&sel.id) {
+                self.shards[s].members[i].slot = Some(n);
+            }
+        }
+        // Keep a few spares, free the rest.
+        let keep = match self.cfg.max_speakers {
+            SpeakerLimit::Top(k) => k,
+            SpeakerLimit::All => 8,
+        };
+        self.spare_encoders.truncate(keep);
+    }
+}
+
+enum DecodeOutcome {
+    Decoded,
+    Concealed,
+    /// Decoded in phase A already (no audio level in the packet).
+    Reused,
+    /// No frame this tick (a pause within the hold time).
+    Silent,
+    Failed,
+}
+
+fn decode_for_mix(dec: &mut DecodeState, frame: &Playout, gain: f32, tick: u64) -> DecodeOutcome {
+    if dec.decoded_at == Some(tick) {
+        return DecodeOutcome::Reused;
+    }
+    if dec.decoded_at.is_none_or(|t| tick - t > DECODER_RESET_GAP_TICKS) {
+        dec.decoder.reset();
+    }
+    let outcome = match frame {
+        Playout::Frame(f) => match dec.decoder.decode(&f.payload, &mut dec.pcm) {
+            Ok(()) => DecodeOutcome::Decoded,
+            Err(_) => DecodeOutcome::Failed,
+        },
+        Playout::Lost { fec } => {
+            dec.decoder.conceal(fec.as_deref(), &mut dec.pcm);
+            DecodeOutcome::Concealed
+        }
+        Playout::Empty => DecodeOutcome::Silent,
+    };
+    match outcome {
+        DecodeOutcome::Decoded | DecodeOutcome::Concealed => {
+            apply_gain(&mut dec.pcm, gain);
+            dec.decoded_at = Some(tick);
+        }
+        _ => dec.pcm.fill(0.0),
+    }
+    outcome
+}
+
+fn apply_gain(pcm: &mut Pcm, gain: f32) {
+    if gain != 1.0 {
+        pcm.iter_mut().for_each(|x| *x *= gain);
+    }
+}
+
+impl Stream {
+    fn encode(&mut self, total: &Pcm, own: Option<&Pcm>) {
+        let mut mix = *total;
+        if let Some(own) = own {
+            mix_minus(total, own, &mut mix);
+        }
+        self.limiter.process(&mut mix);
+        self.payload = self.encoder.encode(&mix);
+    }
+}
+
+impl Shard {
+    /// Phase A for one shard. Returns the decodes it ran (participants whose
+    /// packets carry no audio level are decoded to measure it).
+    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize) -> usize {
+        let mut decodes = 0;
+        self.candidates.clear();
+        for p in &mut self.members {
+            p.pending = p.jitter.pop();
+            p.level = 127;
+            if let Playout::Frame(f) = &p.pending {
+                match f.level {
+                    Some(level) => p.level = level,
+                    None if !p.muted => {
+                        decodes += 1;
+                        p.level = measure_level(p, tick);
+                    }
+                    None => {}
+                }
+            }
+            if p.dec.as_ref().is_some_and(|d| d.decoded_at.is_none_or(|t| tick - t > DECODER_IDLE_TICKS))
+                && p.slot.is_none()
+            {
+                p.dec = None;
+            }
+            let active = !p.muted && p.level < cfg.silence_level;
+            let instant = if active { f32::from(127 - p.level) + p.gain_db } else { 0.0 };
+            p.loudness = instant.max(p.loudness - cfg.release_db_per_tick).max(0.0);
+            if active {
+                p.last_active = Some(tick);
+                if !p.talking {
+                    p.talking = true;
+                    self.events.push(TalkEvent::Started(p.id));
+                }
+            } else if p.talking && (p.muted || p.last_active.is_none_or(|t| tick - t > u64::from(cfg.hold_ticks))) {
+                p.talking = false;
+                self.events.push(TalkEvent::Stopped(p.id));
+            }
+            if p.talking && !p.muted && p.slot.is_none() {
+                self.candidates.push(Candidate { id: p.id, loudness: p.loudness });
+            }
+        }
+        if self.candidates.len() > k {
+            self.candidates.select_nth_unstable_by(k - 1, |a, b| b.loudness.total_cmp(&a.loudness));
+            self.candidates.truncate(k);
+        }
+        decodes
+    }
+}
+
+/// Decodes a frame that carries no audio level to measure its level; the
+/// samples are kept for mixing in case the participant is selected.
+fn measure_level(p: &mut Participant, tick: u64) -> u8 {
+    let Playout::Frame(f) = &p.pending else { return 127 };
+    let dec = match &mut p.dec {
+        Some(dec) => dec,
+        None => match Decoder::new() {
+            Ok(decoder) => {
+                p.dec.insert(Box::new(DecodeState { decoder, pcm: Box::new([0.0; FRAME_SAMPLES]), decoded_at: None }))
+            }
+            Err(_) => return 127,
+        },
+    };
+    if dec.decoded_at.is_none_or(|t| tick - t > DECODER_RESET_GAP_TICKS) {
+        dec.decoder.reset();
+    }
+    match dec.decoder.decode(&f.payload, &mut dec.pcm) {
+        Ok(()) => {
+            let level = level_of(&dec.pcm[..]);
+            apply_gain(&mut dec.pcm, p.gain);
+            dec.decoded_at = Some(tick);
+            p.decoded += 1;
+            level
+        }
+        Err(_) => {
+            p.decode_errors += 1;
+            // Nothing usable this tick: the frame is not mixed either.
+            p.pending = Playout::Empty;
+            127
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! placeholder
+pub use tutti_mix as mix;
