@@ -1,1 +1,417 @@
-fn main() {}
+//! Scaling curves of the mixer: the cost of one 20 ms tick against room size,
+//! talk pattern and pool size, next to a naive baseline shaped like Janus
+//! AudioBridge / FreeSWITCH mod_conference (decode everyone, one encode per
+//! participant, one thread).
+//!
+//! `cargo bench --bench mixer` runs criterion, then prints a table and writes
+//! `target/tutti-bench/mixer.md` and `target/tutti-bench/mixer.svg`.
+//! Only `tick()` is timed: pushing each participant's packet for the next
+//! tick belongs to the I/O path and runs between timed ticks.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion};
+use tutti_mix::{
+    Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, Limiter, MixPool, Packet, ParticipantId, Pcm, Room, RoomConfig,
+    accumulate, level_of, mix_minus, tone,
+};
+
+/// The allocator a tutti server runs with: packets are allocated on I/O
+/// threads and freed on mixer threads, which glibc malloc serialises.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const SIZES: [usize; 5] = [10, 100, 1_000, 10_000, 50_000];
+const NAIVE_SIZES: [usize; 3] = [10, 100, 1_000];
+const TICK_BUDGET_MS: f64 = 20.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Pattern {
+    /// 5 % talk (distinct levels); the rest send level-127 silence every tick.
+    Talk5,
+    /// Everyone talks loud; levels wander by up to 9 dB per tick, so the
+    /// selection keeps being challenged.
+    Talk100,
+}
+
+impl Pattern {
+    fn name(self) -> &'static str {
+        match self {
+            Pattern::Talk5 => "5% talking",
+            Pattern::Talk100 => "100% talking",
+        }
+    }
+
+    /// RFC 6464 level participant `i` sends at tick `t` (127 = silent).
+    fn level(self, i: usize, t: u64) -> u8 {
+        match self {
+            Pattern::Talk5 if i % 20 == 0 => 20 + ((i / 20) % 30) as u8,
+            Pattern::Talk5 => 127,
+            Pattern::Talk100 => 5 + ((i as u64 * 7 + t) % 10) as u8,
+        }
+    }
+}
+
+/// Pre-encoded Opus frames: a continuous tone for talkers, silence for the rest.
+struct Frames {
+    talk: Vec<Bytes>,
+    silence: Bytes,
+}
+
+impl Frames {
+    fn new() -> Self {
+        let mut enc = Encoder::new(&EncoderConfig::default()).expect("encoder");
+        let talk = (0..50).map(|n| enc.encode(&tone(330.0, 0.3, n * FRAME_SAMPLES as u64))).collect();
+        let mut enc = Encoder::new(&EncoderConfig::default()).expect("encoder");
+        let silence = enc.encode(&[0.0; FRAME_SAMPLES]);
+        Self { talk, silence }
+    }
+
+    /// A fresh copy per packet, as a transport hands over each received
+    /// packet in its own buffer (sharing one buffer would make every push and
+    /// drop hit one refcount from all threads, which no real load does).
+    fn payload(&self, level: u8, t: u64) -> Bytes {
+        let frame = if level == 127 { &self.silence } else { &self.talk[(t % 50) as usize] };
+        Bytes::copy_from_slice(frame)
+    }
+}
+
+/// One measured case.
+#[derive(Debug, Default)]
+struct Case {
+    per_tick_ns: Vec<f64>,
+    decodes: usize,
+    encodes: usize,
+}
+
+type Key = (&'static str, Pattern, usize, usize); // (engine, pattern, threads, n)
+static RESULTS: Mutex<BTreeMap<Key, Case>> = Mutex::new(BTreeMap::new());
+
+fn record(key: Key, total: Duration, iters: u64, decodes: usize, encodes: usize) {
+    let mut results = RESULTS.lock().expect("not poisoned");
+    let case = results.entry(key).or_default();
+    case.per_tick_ns.push(total.as_nanos() as f64 / iters.max(1) as f64);
+    case.decodes = decodes;
+    case.encodes = encodes;
+}
+
+fn push_tick(room: &mut Room, frames: &Frames, pattern: Pattern, n: usize, t: u64) {
+    for i in 0..n {
+        let level = pattern.level(i, t);
+        let packet = Packet {
+            seq: t as u16,
+            timestamp: (t as u32).wrapping_mul(960),
+            payload: frames.payload(level, t),
+            level: Some(level),
+        };
+        room.push_packet(ParticipantId(i as u64), packet).expect("in room");
+    }
+}
+
+fn bench_tutti(c: &mut Criterion, frames: &Frames) {
+    for pattern in [Pattern::Talk5, Pattern::Talk100] {
+        for threads in [1, 2] {
+            let pool = MixPool::new(threads).expect("pool");
+            let mut group = c.benchmark_group(format!("tutti/{}/{threads}-thread", pattern.name().replace(' ', "-")));
+            group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+            for n in SIZES {
+                let mut room = Room::new(RoomConfig::default()).expect("room");
+                for i in 0..n {
+                    room.add_participant(ParticipantId(i as u64)).expect("join");
+                }
+                let mut t = 0u64;
+                // Warm up: fill jitter buffers and the speaker selection.
+                for _ in 0..10 {
+                    push_tick(&mut room, frames, pattern, n, t);
+                    room.tick(&pool, t);
+                    t += 1;
+                }
+                group.bench_function(BenchmarkId::from_parameter(n), |b| {
+                    b.iter_custom(|iters| {
+                        let mut total = Duration::ZERO;
+                        let (mut decodes, mut encodes) = (0, 0);
+                        for _ in 0..iters {
+                            push_tick(&mut room, frames, pattern, n, t);
+                            let start = Instant::now();
+                            let report = room.tick(&pool, t);
+                            total += start.elapsed();
+                            (decodes, encodes) = (report.decodes, report.encodes);
+                            t += 1;
+                        }
+                        record(("tutti", pattern, threads, n), total, iters, decodes, encodes);
+                        total
+                    })
+                });
+            }
+            group.finish();
+        }
+    }
+}
+
+/// The shape of Janus AudioBridge / FreeSWITCH mod_conference: every
+/// participant decoded, every participant's N-minus-self mix encoded by its
+/// own encoder, all on one thread. Same codec settings as tutti.
+struct Naive {
+    decoders: Vec<Decoder>,
+    encoders: Vec<Encoder>,
+    limiters: Vec<Limiter>,
+    pcm: Vec<Pcm>,
+}
+
+impl Naive {
+    fn new(n: usize) -> Self {
+        let cfg = EncoderConfig::default();
+        Self {
+            decoders: (0..n).map(|_| Decoder::new().expect("decoder")).collect(),
+            encoders: (0..n).map(|_| Encoder::new(&cfg).expect("encoder")).collect(),
+            limiters: vec![Limiter::default(); n],
+            pcm: vec![[0.0; FRAME_SAMPLES]; n],
+        }
+    }
+
+    fn tick(&mut self, payloads: &[Bytes]) -> Vec<Bytes> {
+        let mut total = [0.0f32; FRAME_SAMPLES];
+        for ((dec, pcm), payload) in self.decoders.iter_mut().zip(&mut self.pcm).zip(payloads) {
+            if dec.decode(payload, pcm).is_err() {
+                pcm.fill(0.0);
+            }
+            accumulate(&mut total, pcm);
+        }
+        let mut mix = [0.0f32; FRAME_SAMPLES];
+        let mut out = Vec::with_capacity(payloads.len());
+        for ((enc, lim), own) in self.encoders.iter_mut().zip(&mut self.limiters).zip(&self.pcm) {
+            mix_minus(&total, own, &mut mix);
+            lim.process(&mut mix);
+            out.push(enc.encode(&mix));
+        }
+        out
+    }
+}
+
+fn bench_naive(c: &mut Criterion, frames: &Frames) {
+    for pattern in [Pattern::Talk5, Pattern::Talk100] {
+        let mut group = c.benchmark_group(format!("naive/{}/1-thread", pattern.name().replace(' ', "-")));
+        group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+        for n in NAIVE_SIZES {
+            let mut naive = Naive::new(n);
+            let mut t = 0u64;
+            group.bench_function(BenchmarkId::from_parameter(n), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let payloads: Vec<Bytes> = (0..n).map(|i| frames.payload(pattern.level(i, t), t)).collect();
+                        let start = Instant::now();
+                        std::hint::black_box(naive.tick(&payloads));
+                        total += start.elapsed();
+                        t += 1;
+                    }
+                    record(("naive", pattern, 1, n), total, iters, n, n);
+                    total
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+/// The machine's own ceiling for parallel codec work: six independent Opus
+/// encodes (the K+1 of a default room), on 1 and on 2 pool threads, with no
+/// tutti code around them. tutti's 1 → 2 thread speed-up can't beat this.
+fn bench_ceiling(c: &mut Criterion) {
+    let pcm: Vec<Pcm> = (0..6).map(|k| tone(300.0 + 50.0 * k as f32, 0.3, 0)).collect();
+    let mut group = c.benchmark_group("ceiling/6-encodes");
+    group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
+    for threads in [1, 2] {
+        let pool = MixPool::new(threads).expect("pool");
+        let mut encoders: Vec<Encoder> =
+            (0..6).map(|_| Encoder::new(&EncoderConfig::default()).expect("encoder")).collect();
+        group.bench_function(BenchmarkId::from_parameter(format!("{threads}-thread")), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    pool.install(|| {
+                        use rayon::prelude::*;
+                        encoders.par_iter_mut().zip(&pcm).for_each(|(e, p)| {
+                            std::hint::black_box(e.encode(p));
+                        });
+                    });
+                }
+                let total = start.elapsed();
+                record(("ceiling", Pattern::Talk100, threads, 6), total, iters, 0, 6);
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+/// Prints the table and writes it with the plot under target/tutti-bench/.
+fn report() {
+    let results = RESULTS.lock().expect("not poisoned");
+    if results.is_empty() {
+        return;
+    }
+    let ms = |k: &Key| results.get(k).map(|c| median(&c.per_tick_ns) / 1e6);
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| engine | pattern | threads | N | tick (ms, median) | µs/participant | decodes | encodes | participants per core at 50 % of 20 ms |"
+    );
+    let _ = writeln!(table, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for ((engine, pattern, threads, n), case) in results.iter().filter(|(k, _)| k.0 != "ceiling") {
+        let tick_ms = median(&case.per_tick_ns) / 1e6;
+        // CPU per participant if every pool thread were busy the whole tick
+        // (an upper bound), extrapolated linearly to half the budget per core.
+        let cpu_ms_per_participant = tick_ms * *threads as f64 / *n as f64;
+        let per_core = (TICK_BUDGET_MS / 2.0 / cpu_ms_per_participant).floor();
+        let _ = writeln!(
+            table,
+            "| {engine} | {} | {threads} | {n} | {tick_ms:.3} | {:.2} | {} | {} | {per_core:.0} |",
+            pattern.name(),
+            tick_ms * 1000.0 / *n as f64,
+            case.decodes,
+            case.encodes,
+        );
+    }
+    let mut ratios = String::new();
+    if let (Some(c1), Some(c2)) = (ms(&("ceiling", Pattern::Talk100, 1, 6)), ms(&("ceiling", Pattern::Talk100, 2, 6))) {
+        let _ = writeln!(
+            ratios,
+            "- machine ceiling: 6 independent Opus encodes, 1 → 2 threads speed-up {:.2}x ({c1:.3} ms → {c2:.3} ms)",
+            c1 / c2
+        );
+    }
+    for pattern in [Pattern::Talk5, Pattern::Talk100] {
+        if let (Some(naive), Some(t1), Some(t2)) =
+            (ms(&("naive", pattern, 1, 1_000)), ms(&("tutti", pattern, 1, 1_000)), ms(&("tutti", pattern, 2, 1_000)))
+        {
+            let _ = writeln!(
+                ratios,
+                "- {}, N = 1 000: tutti is {:.0}x faster than the naive baseline on 1 thread ({:.0}x on 2)",
+                pattern.name(),
+                naive / t1,
+                naive / t2
+            );
+        }
+        if let (Some(t1), Some(t2)) = (ms(&("tutti", pattern, 1, 10_000)), ms(&("tutti", pattern, 2, 10_000))) {
+            let _ = writeln!(
+                ratios,
+                "- {}, N = 10 000: 1 → 2 pool threads speed-up {:.2}x ({t1:.2} ms → {t2:.2} ms)",
+                pattern.name(),
+                t1 / t2
+            );
+        }
+    }
+    println!("\n{table}\n{ratios}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tutti-bench");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join("mixer.md"), format!("{table}\n{ratios}"));
+        let _ = std::fs::write(dir.join("mixer.svg"), plot(&results));
+        println!("wrote {0}/mixer.md and {0}/mixer.svg", dir.display());
+    }
+}
+
+/// A log-log SVG of tick time against N, one line per engine, pattern and pool size.
+fn plot(results: &BTreeMap<Key, Case>) -> String {
+    let (w, h, left, right, top, bottom) = (900.0, 560.0, 80.0, 260.0, 30.0, 60.0);
+    let (x0, x1) = (10f64.log10(), 50_000f64.log10());
+    let (y0, y1) = (0.01f64.log10(), 1_000f64.log10());
+    let px = |n: f64| left + (n.log10() - x0) / (x1 - x0) * (w - left - right);
+    let py = |ms: f64| top + (1.0 - (ms.max(0.01).log10() - y0) / (y1 - y0)) * (h - top - bottom);
+    let mut svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    );
+    for n in SIZES {
+        let x = px(n as f64);
+        let _ = writeln!(
+            svg,
+            "<line x1='{x}' y1='{top}' x2='{x}' y2='{}' stroke='#ddd'/><text x='{x}' y='{}' text-anchor='middle'>{n}</text>",
+            h - bottom,
+            h - bottom + 18.0
+        );
+    }
+    for ms in [0.01, 0.1, 1.0, 10.0, 100.0, 1000.0] {
+        let y = py(ms);
+        let _ = writeln!(
+            svg,
+            "<line x1='{left}' y1='{y}' x2='{}' y2='{y}' stroke='#ddd'/><text x='{}' y='{}' text-anchor='end'>{ms} ms</text>",
+            w - right,
+            left - 6.0,
+            y + 4.0
+        );
+    }
+    for (ms, label) in [(TICK_BUDGET_MS, "20 ms budget"), (TICK_BUDGET_MS / 2.0, "50 % of budget")] {
+        let y = py(ms);
+        let _ = writeln!(
+            svg,
+            "<line x1='{left}' y1='{y}' x2='{}' y2='{y}' stroke='#c00' stroke-dasharray='6 4'/><text x='{}' y='{}' fill='#c00'>{label}</text>",
+            w - right,
+            w - right + 6.0,
+            y + 4.0
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x='{}' y='{}' text-anchor='middle'>participants in the room (N)</text>",
+        (left + w - right) / 2.0,
+        h - 15.0
+    );
+    let _ = writeln!(
+        svg,
+        "<text x='18' y='{}' transform='rotate(-90 18 {})' text-anchor='middle'>tick time (median)</text>",
+        h / 2.0,
+        h / 2.0
+    );
+    let colors = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#d62728", "#8c564b"];
+    type Series = (&'static str, Pattern, usize); // (engine, pattern, threads)
+    let mut series: BTreeMap<Series, Vec<(usize, f64)>> = BTreeMap::new();
+    for ((engine, pattern, threads, n), case) in results.iter().filter(|(k, _)| k.0 != "ceiling") {
+        series.entry((engine, *pattern, *threads)).or_default().push((*n, median(&case.per_tick_ns) / 1e6));
+    }
+    for (i, ((engine, pattern, threads), points)) in series.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        let dash = if *engine == "naive" { " stroke-dasharray='3 3'" } else { "" };
+        let path: Vec<String> = points.iter().map(|(n, ms)| format!("{:.1},{:.1}", px(*n as f64), py(*ms))).collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill='none' stroke='{color}' stroke-width='2'{dash} points='{}'/>",
+            path.join(" ")
+        );
+        for (n, ms) in points {
+            let _ = writeln!(svg, "<circle cx='{:.1}' cy='{:.1}' r='3' fill='{color}'/>", px(*n as f64), py(*ms));
+        }
+        let y = top + 20.0 + i as f64 * 20.0;
+        let _ = writeln!(
+            svg,
+            "<line x1='{}' y1='{y}' x2='{}' y2='{y}' stroke='{color}' stroke-width='2'{dash}/><text x='{}' y='{}'>{engine}, {}, {threads} thr</text>",
+            w - right + 10.0,
+            w - right + 40.0,
+            w - right + 46.0,
+            y + 4.0,
+            pattern.name()
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn main() {
+    let frames = Frames::new();
+    assert!(level_of(&tone(330.0, 0.3, 0)) < 20, "talk frames are loud");
+    let mut c = Criterion::default().configure_from_args();
+    bench_ceiling(&mut c);
+    bench_tutti(&mut c, &frames);
+    bench_naive(&mut c, &frames);
+    c.final_summary();
+    report();
+}

@@ -281,12 +281,9 @@ impl JitterBuffer {
             // Too far ahead for the window: drop the oldest so delay stays bounded.
             let excess = offset + 1 - self.cfg.max_frames;
             for _ in 0..excess {
-                match self.slots.pop_front() {
-                    Some(Some(_)) => {
-                        self.buffered -= 1;
-                        self.stats.overflow += 1;
-                    }
-                    Some(None) | None => {}
+                if let Some(Some(_)) = self.slots.pop_front() {
+                    self.buffered -= 1;
+                    self.stats.overflow += 1;
                 }
             }
             next += excess as i64;

@@ -19,10 +19,12 @@
 //!  D  once + per stream          total = Σ speakers; listeners get
 //!                                encode(total), shared; each speaker k
 //!                                gets encode(total − own_k): K+1 encodes
-//!  E  per participant (sharded)  delivery = shared payload (Bytes clone)
 //! ```
 //!
-//! Work that grows with N (A and E) is split in shards of
+//! Then [`Room::deliveries`] yields each participant's payload by reference:
+//! the listeners' one shared encode, or a speaker's own stream.
+//!
+//! Work that grows with N (phase A) is split in shards of
 //! [`RoomConfig::shard_size`] participants that run on a rayon pool
 //! ([`MixPool`], threads `mix-0`, `mix-1`, …); codec work is O(K).
 //!
@@ -72,7 +74,7 @@ pub use dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, goertzel, level_of, mix_m
 pub use error::MixError;
 pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, PushOutcome};
 pub use pool::MixPool;
-pub use room::{ActiveSpeaker, Delivery, MAX_GAIN, ParticipantStats, Room, TalkEvent, TickReport};
+pub use room::{ActiveSpeaker, MAX_GAIN, ParticipantStats, Room, TalkEvent, TickReport};
 
 /// Identifies a participant within a room (assigned by the caller).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

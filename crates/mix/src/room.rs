@@ -1,6 +1,7 @@
 //! A room: its participants in shards, its speaker selection and its streams.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +19,30 @@ const DECODER_RESET_GAP_TICKS: u64 = 5;
 
 /// A decoder unused for this many ticks is freed (60 s); it is made again on demand.
 const DECODER_IDLE_TICKS: u64 = 3_000;
+
+/// Hashes a [`ParticipantId`] with one multiplication. Ids are assigned by
+/// the server, not chosen by clients, so the flooding resistance of the
+/// default SipHash buys nothing on this per-packet lookup.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IdMap<V> = HashMap<ParticipantId, V, BuildHasherDefault<IdHasher>>;
 
 /// Largest per-participant gain accepted (+12 dB).
 pub const MAX_GAIN: f32 = 4.0;
@@ -38,16 +63,6 @@ pub enum TalkEvent {
     Started(ParticipantId),
     /// The participant has been silent (or muted) for the hold time.
     Stopped(ParticipantId),
-}
-
-/// What one participant is sent this tick.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    /// The receiving participant.
-    pub id: ParticipantId,
-    /// The Opus payload: shared with every other listener, or the
-    /// participant's own N-minus-self stream when they are a selected speaker.
-    pub payload: Bytes,
 }
 
 /// Summary of one tick.
@@ -119,12 +134,14 @@ struct Candidate {
     loudness: f32,
 }
 
+/// Aligned to two cache lines so threads working on neighbouring shards do
+/// not write to the same line (false sharing).
 #[derive(Debug, Default)]
+#[repr(align(128))]
 struct Shard {
     members: Vec<Participant>,
     candidates: Vec<Candidate>,
     events: Vec<TalkEvent>,
-    deliveries: Vec<Delivery>,
 }
 
 #[derive(Debug)]
@@ -146,7 +163,7 @@ struct Selected {
 pub struct Room {
     cfg: RoomConfig,
     shards: Vec<Shard>,
-    index: HashMap<ParticipantId, (usize, usize)>,
+    index: IdMap<(usize, usize)>,
     selected: Vec<Selected>,
     listener: Stream,
     spare_encoders: Vec<Encoder>,
@@ -163,7 +180,7 @@ impl Room {
         Ok(Self {
             cfg,
             shards: Vec::new(),
-            index: HashMap::new(),
+            index: IdMap::default(),
             selected: Vec::new(),
             listener,
             spare_encoders: Vec::new(),
@@ -291,20 +308,28 @@ impl Room {
     }
 
     /// What to send each participant after the last tick, shard by shard
-    /// (shards can be sent from different threads).
-    pub fn delivery_shards(&self) -> impl Iterator<Item = &[Delivery]> + '_ {
-        self.shards.iter().map(|s| s.deliveries.as_slice())
+    /// (shards can be sent from different threads). The payload is the one
+    /// shared by all listeners, or the participant's own N-minus-self stream
+    /// when they are a selected speaker: references, never copies.
+    pub fn delivery_shards(&self) -> impl Iterator<Item = impl Iterator<Item = (ParticipantId, &Bytes)>> {
+        self.shards.iter().map(|shard| shard.members.iter().map(|p| (p.id, self.stream_of(p))))
     }
 
-    /// What to send each participant after the last tick.
-    pub fn deliveries(&self) -> impl Iterator<Item = &Delivery> + '_ {
+    /// What to send each participant after the last tick (see [`Room::delivery_shards`]).
+    pub fn deliveries(&self) -> impl Iterator<Item = (ParticipantId, &Bytes)> {
         self.delivery_shards().flatten()
     }
 
     /// The payload a participant is sent after the last tick.
     pub fn payload_for(&self, id: ParticipantId) -> Option<&Bytes> {
-        let (s, i) = *self.index.get(&id)?;
-        self.shards[s].deliveries.get(i).filter(|d| d.id == id).map(|d| &d.payload)
+        self.participant(id).map(|p| self.stream_of(p))
+    }
+
+    fn stream_of(&self, p: &Participant) -> &Bytes {
+        match p.slot.and_then(|slot| self.selected.get(slot)) {
+            Some(sel) => &sel.stream.payload,
+            None => &self.listener.payload,
+        }
     }
 
     /// Runs one 20 ms tick on `pool`. `tick` counts 20 ms periods and must
@@ -404,19 +429,6 @@ impl Room {
             })
             .collect();
 
-        // E: per participant — their payload, in parallel by shard.
-        let listener_payload = &self.listener.payload;
-        let speaker_payloads: Vec<&Bytes> = self.selected.iter().map(|sel| &sel.stream.payload).collect();
-        self.shards.par_iter_mut().for_each(|shard| {
-            shard.deliveries.clear();
-            for p in &shard.members {
-                let payload = match p.slot {
-                    Some(slot) => speaker_payloads[slot].clone(),
-                    None => listener_payload.clone(),
-                };
-                shard.deliveries.push(Delivery { id: p.id, payload });
-            }
-        });
         let events = self.shards.iter_mut().flat_map(|s| s.events.drain(..)).collect();
         TickReport { tick, speakers, events, decodes, encodes, participants: self.len() }
     }
