@@ -249,6 +249,74 @@ fn bench_ceiling(c: &mut Criterion) {
     group.finish();
 }
 
+/// Runs `a` and `b` alternately `rounds` times (each after its untimed
+/// `prepare`) and returns the median time of each in ms: a ratio measured
+/// this way is not skewed by the machine drifting between two benchmark groups.
+fn paired(rounds: usize, mut prepare: impl FnMut(usize), mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+    let (mut ta, mut tb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for r in 0..rounds {
+        prepare(r);
+        let start = Instant::now();
+        a();
+        ta.push(start.elapsed().as_secs_f64() * 1e3);
+        let start = Instant::now();
+        b();
+        tb.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    (median(&ta), median(&tb))
+}
+
+/// Paired 1-thread vs 2-thread figures, printed with the report.
+static PAIRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn bench_paired(frames: &Frames) {
+    let (pool1, pool2) = (MixPool::new(1).expect("pool"), MixPool::new(2).expect("pool"));
+    let mut lines = Vec::new();
+    // The machine's ceiling: six independent encodes.
+    let pcm: Vec<Pcm> = (0..6).map(|k| tone(300.0 + 50.0 * k as f32, 0.3, 0)).collect();
+    let make =
+        || -> Vec<Encoder> { (0..6).map(|_| Encoder::new(&EncoderConfig::default()).expect("encoder")).collect() };
+    let (mut e1, mut e2) = (make(), make());
+    let encode_all = |pool: &MixPool, encoders: &mut Vec<Encoder>| {
+        use rayon::prelude::*;
+        pool.install(|| encoders.par_iter_mut().zip(&pcm).for_each(|(e, p)| drop(std::hint::black_box(e.encode(p)))));
+    };
+    let (c1, c2) = paired(2_000, |_| {}, || encode_all(&pool1, &mut e1), || encode_all(&pool2, &mut e2));
+    lines.push(format!(
+        "- paired, machine ceiling (6 independent Opus encodes): 1 → 2 threads {:.2}x ({c1:.3} ms → {c2:.3} ms)",
+        c1 / c2
+    ));
+    for (pattern, n, rounds) in
+        [(Pattern::Talk5, 10_000, 600), (Pattern::Talk100, 10_000, 600), (Pattern::Talk5, 50_000, 200)]
+    {
+        let make_room = || {
+            let mut room = Room::new(RoomConfig::default()).expect("room");
+            for i in 0..n {
+                room.add_participant(ParticipantId(i as u64)).expect("join");
+            }
+            room
+        };
+        let (r1, r2) = (std::cell::RefCell::new(make_room()), std::cell::RefCell::new(make_room()));
+        let t = std::cell::Cell::new(0u64);
+        let (m1, m2) = paired(
+            rounds,
+            |_| {
+                t.set(t.get() + 1);
+                push_tick(&mut r1.borrow_mut(), frames, pattern, n, t.get());
+                push_tick(&mut r2.borrow_mut(), frames, pattern, n, t.get());
+            },
+            || drop(r1.borrow_mut().tick(&pool1, t.get())),
+            || drop(r2.borrow_mut().tick(&pool2, t.get())),
+        );
+        lines.push(format!(
+            "- paired, {}, N = {n}: 1 → 2 pool threads {:.2}x ({m1:.2} ms → {m2:.2} ms, medians of {rounds} alternating ticks)",
+            pattern.name(),
+            m1 / m2
+        ));
+    }
+    *PAIRED.lock().expect("not poisoned") = lines;
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -258,7 +326,7 @@ fn median(v: &[f64]) -> f64 {
 /// Prints the table and writes it with the plot under target/tutti-bench/.
 fn report() {
     let results = RESULTS.lock().expect("not poisoned");
-    if results.is_empty() {
+    if results.is_empty() && PAIRED.lock().expect("not poisoned").is_empty() {
         return;
     }
     let ms = |k: &Key| results.get(k).map(|c| median(&c.per_tick_ns) / 1e6);
@@ -284,6 +352,9 @@ fn report() {
         );
     }
     let mut ratios = String::new();
+    for line in PAIRED.lock().expect("not poisoned").iter() {
+        let _ = writeln!(ratios, "{line}");
+    }
     if let (Some(c1), Some(c2)) = (ms(&("ceiling", Pattern::Talk100, 1, 6)), ms(&("ceiling", Pattern::Talk100, 2, 6))) {
         let _ = writeln!(
             ratios,
@@ -413,5 +484,10 @@ fn main() {
     bench_tutti(&mut c, &frames);
     bench_naive(&mut c, &frames);
     c.final_summary();
+    // The paired figures run unless a filter that excludes them was given.
+    let filtered = std::env::args().skip(1).any(|a| !a.starts_with('-'));
+    if !filtered || std::env::args().any(|a| a.contains("paired")) {
+        bench_paired(&frames);
+    }
     report();
 }

@@ -128,6 +128,55 @@ struct Participant {
     decode_errors: u64,
 }
 
+impl DecodeState {
+    fn new() -> Option<Box<Self>> {
+        // Fails only when libopus cannot allocate: the participant is then
+        // not decoded this tick.
+        let decoder = Decoder::new().ok()?;
+        Some(Box::new(Self { decoder, pcm: Box::new([0.0; FRAME_SAMPLES]), decoded_at: None }))
+    }
+}
+
+impl Participant {
+    /// Decodes this tick's frame once: the samples, with the participant's
+    /// gain applied, stay in `dec.pcm` for tick `decoded_at`. Lost frames are
+    /// concealed (PLC, or FEC from the next packet). Returns the RFC 6464
+    /// level of the decoded audio before gain, or `None` when nothing was
+    /// decoded (no frame, a corrupt one, or already decoded this tick).
+    fn decode_pending(&mut self, tick: u64) -> Option<u8> {
+        if self.dec.as_ref().is_some_and(|d| d.decoded_at == Some(tick)) {
+            return None;
+        }
+        let dec = match &mut self.dec {
+            Some(dec) => dec,
+            None => self.dec.insert(DecodeState::new()?),
+        };
+        if dec.decoded_at.is_none_or(|t| tick - t > DECODER_RESET_GAP_TICKS) {
+            dec.decoder.reset();
+        }
+        let decoded = match &self.pending {
+            Playout::Frame(f) => dec.decoder.decode(&f.payload, &mut dec.pcm).is_ok(),
+            Playout::Lost { fec } => {
+                dec.decoder.conceal(fec.as_deref(), &mut dec.pcm);
+                self.concealed += 1;
+                true
+            }
+            Playout::Empty => return None,
+        };
+        if !decoded {
+            // Corrupt, or not 20 ms: counted, and not mixed.
+            self.decode_errors += 1;
+            self.pending = Playout::Empty;
+            return None;
+        }
+        let level = level_of(&dec.pcm[..]);
+        apply_gain(&mut dec.pcm, self.gain);
+        dec.decoded_at = Some(tick);
+        self.decoded += 1;
+        Some(level)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Candidate {
     id: ParticipantId,
@@ -364,61 +413,33 @@ impl Room {
         // B: merge the shards' candidates with the current speakers (O(shards·K)).
         self.select(k);
 
-        // C: decode the selected speakers' frames, in parallel.
-        let mut jobs: Vec<(ParticipantId, Box<DecodeState>, Playout, f32)> = Vec::with_capacity(self.selected.len());
+        // C: newly selected speakers' frames (current speakers were decoded
+        // in phase A, in parallel; a new speaker is rare).
+        let mut decodes = phase_a_decodes;
         for sel in &self.selected {
             let (s, i) = self.index[&sel.id];
-            let p = &mut self.shards[s].members[i];
-            let dec = match p.dec.take() {
-                Some(dec) => dec,
-                None => match Decoder::new() {
-                    Ok(decoder) => {
-                        Box::new(DecodeState { decoder, pcm: Box::new([0.0; FRAME_SAMPLES]), decoded_at: None })
-                    }
-                    // Out of memory in libopus: this speaker is silent this tick.
-                    Err(_) => continue,
-                },
-            };
-            jobs.push((sel.id, dec, std::mem::replace(&mut p.pending, Playout::Empty), p.gain));
+            decodes += usize::from(self.shards[s].members[i].decode_pending(tick).is_some());
         }
-        let outcomes: Vec<DecodeOutcome> =
-            jobs.par_iter_mut().map(|(_, dec, frame, gain)| decode_for_mix(dec, frame, *gain, tick)).collect();
 
         // D: total = Σ speakers; K+1 limited, encoded streams, in parallel.
         let mut total = [0.0f32; FRAME_SAMPLES];
-        for (_, dec, _, _) in &jobs {
-            accumulate(&mut total, &dec.pcm[..]);
+        let mut own: Vec<Option<&Pcm>> = Vec::with_capacity(self.selected.len());
+        for sel in &self.selected {
+            let (s, i) = self.index[&sel.id];
+            let pcm = self.shards[s].members[i].dec.as_ref().filter(|d| d.decoded_at == Some(tick)).map(|d| &*d.pcm);
+            if let Some(pcm) = pcm {
+                accumulate(&mut total, pcm);
+            }
+            own.push(pcm);
         }
-        let own: HashMap<ParticipantId, &Pcm> = jobs.iter().map(|(id, dec, _, _)| (*id, &*dec.pcm)).collect();
         let listener = &mut self.listener;
         let selected = &mut self.selected;
         rayon::join(
             || listener.encode(&total, None),
-            || selected.par_iter_mut().for_each(|sel| sel.stream.encode(&total, own.get(&sel.id).copied())),
+            || selected.par_iter_mut().zip(own.par_iter()).for_each(|(sel, own)| sel.stream.encode(&total, *own)),
         );
         drop(own);
         let encodes = 1 + self.selected.len();
-
-        // Return the decoder states; count outcomes.
-        let mut decodes = phase_a_decodes;
-        for ((id, dec, _, _), outcome) in jobs.into_iter().zip(outcomes) {
-            let (s, i) = self.index[&id];
-            let p = &mut self.shards[s].members[i];
-            p.dec = Some(dec);
-            match outcome {
-                DecodeOutcome::Decoded => {
-                    p.decoded += 1;
-                    decodes += 1;
-                }
-                DecodeOutcome::Concealed => {
-                    p.decoded += 1;
-                    p.concealed += 1;
-                    decodes += 1;
-                }
-                DecodeOutcome::Failed => p.decode_errors += 1,
-                DecodeOutcome::Reused | DecodeOutcome::Silent => {}
-            }
-        }
 
         let speakers: Arc<[ActiveSpeaker]> = self
             .selected
@@ -540,44 +561,6 @@ impl Room {
     }
 }
 
-enum DecodeOutcome {
-    Decoded,
-    Concealed,
-    /// Decoded in phase A already (no audio level in the packet).
-    Reused,
-    /// No frame this tick (a pause within the hold time).
-    Silent,
-    Failed,
-}
-
-fn decode_for_mix(dec: &mut DecodeState, frame: &Playout, gain: f32, tick: u64) -> DecodeOutcome {
-    if dec.decoded_at == Some(tick) {
-        return DecodeOutcome::Reused;
-    }
-    if dec.decoded_at.is_none_or(|t| tick - t > DECODER_RESET_GAP_TICKS) {
-        dec.decoder.reset();
-    }
-    let outcome = match frame {
-        Playout::Frame(f) => match dec.decoder.decode(&f.payload, &mut dec.pcm) {
-            Ok(()) => DecodeOutcome::Decoded,
-            Err(_) => DecodeOutcome::Failed,
-        },
-        Playout::Lost { fec } => {
-            dec.decoder.conceal(fec.as_deref(), &mut dec.pcm);
-            DecodeOutcome::Concealed
-        }
-        Playout::Empty => DecodeOutcome::Silent,
-    };
-    match outcome {
-        DecodeOutcome::Decoded | DecodeOutcome::Concealed => {
-            apply_gain(&mut dec.pcm, gain);
-            dec.decoded_at = Some(tick);
-        }
-        _ => dec.pcm.fill(0.0),
-    }
-    outcome
-}
-
 fn apply_gain(pcm: &mut Pcm, gain: f32) {
     if gain != 1.0 {
         pcm.iter_mut().for_each(|x| *x *= gain);
@@ -603,17 +586,16 @@ impl Shard {
         self.candidates.clear();
         for p in &mut self.members {
             p.pending = p.jitter.pop();
-            p.level = 127;
-            if let Playout::Frame(f) = &p.pending {
-                match f.level {
-                    Some(level) => p.level = level,
-                    None if !p.muted => {
-                        decodes += 1;
-                        p.level = measure_level(p, tick);
-                    }
-                    None => {}
-                }
-            }
+            // Current speakers are decoded here, in parallel (they are
+            // almost always selected again); so are frames without an audio
+            // level, to measure it.
+            let unlevelled = matches!(&p.pending, Playout::Frame(f) if f.level.is_none());
+            let measured = if !p.muted && (p.slot.is_some() || unlevelled) { p.decode_pending(tick) } else { None };
+            decodes += usize::from(measured.is_some());
+            p.level = match &p.pending {
+                Playout::Frame(f) => f.level.or(measured).unwrap_or(127),
+                Playout::Lost { .. } | Playout::Empty => 127,
+            };
             if p.dec.as_ref().is_some_and(|d| d.decoded_at.is_none_or(|t| tick - t > DECODER_IDLE_TICKS))
                 && p.slot.is_none()
             {
@@ -641,38 +623,5 @@ impl Shard {
             self.candidates.truncate(k);
         }
         decodes
-    }
-}
-
-/// Decodes a frame that carries no audio level to measure its level; the
-/// samples are kept for mixing in case the participant is selected.
-fn measure_level(p: &mut Participant, tick: u64) -> u8 {
-    let Playout::Frame(f) = &p.pending else { return 127 };
-    let dec = match &mut p.dec {
-        Some(dec) => dec,
-        None => match Decoder::new() {
-            Ok(decoder) => {
-                p.dec.insert(Box::new(DecodeState { decoder, pcm: Box::new([0.0; FRAME_SAMPLES]), decoded_at: None }))
-            }
-            Err(_) => return 127,
-        },
-    };
-    if dec.decoded_at.is_none_or(|t| tick - t > DECODER_RESET_GAP_TICKS) {
-        dec.decoder.reset();
-    }
-    match dec.decoder.decode(&f.payload, &mut dec.pcm) {
-        Ok(()) => {
-            let level = level_of(&dec.pcm[..]);
-            apply_gain(&mut dec.pcm, p.gain);
-            dec.decoded_at = Some(tick);
-            p.decoded += 1;
-            level
-        }
-        Err(_) => {
-            p.decode_errors += 1;
-            // Nothing usable this tick: the frame is not mixed either.
-            p.pending = Playout::Empty;
-            127
-        }
     }
 }
