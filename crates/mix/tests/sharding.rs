@@ -45,3 +45,43 @@ fn pool_threads_are_named_by_role() {
     names.sort();
     assert_eq!(names, vec!["mix-0", "mix-1"]);
 }
+
+#[test]
+fn rooms_share_one_pool_and_never_hear_each_other() {
+    use tutti_mix::goertzel;
+    let pool = MixPool::new(2).expect("pool");
+    let mut rooms =
+        vec![Room::new(RoomConfig::default()).expect("room"), Room::new(RoomConfig::default()).expect("room")];
+    // Room 0: 440 and 550 Hz. Room 1: 880 and 990 Hz.
+    let mut clients = [
+        vec![ToneClient::new(1, 440.0), ToneClient::new(2, 550.0)],
+        vec![ToneClient::new(1, 880.0), ToneClient::new(2, 990.0)],
+    ];
+    for (room, members) in rooms.iter_mut().zip(&clients) {
+        for c in members {
+            room.add_participant(c.id).expect("join"); // same ids in both rooms: rooms are separate
+        }
+    }
+    for t in 0..60 {
+        for (room, members) in rooms.iter_mut().zip(clients.iter_mut()) {
+            for c in members.iter_mut() {
+                let packet = c.next_packet(0.2);
+                room.push_packet(c.id, packet).expect("in room");
+            }
+        }
+        let reports = pool.tick_rooms(&mut rooms, t);
+        assert_eq!(reports.len(), 2);
+        for (room, members) in rooms.iter().zip(clients.iter_mut()) {
+            for c in members.iter_mut() {
+                c.receive(room);
+            }
+        }
+    }
+    let heard = common::tail(&clients[0][0].heard, 0.6);
+    assert!(goertzel(heard, 550.0) > 0.1, "hears its room-mate");
+    for foreign in [880.0, 990.0] {
+        assert!(goertzel(heard, foreign) < 0.005, "hears room 1's {foreign} Hz");
+    }
+    let heard = common::tail(&clients[1][1].heard, 0.6);
+    assert!(goertzel(heard, 880.0) > 0.1 && goertzel(heard, 440.0) < 0.005 && goertzel(heard, 550.0) < 0.005);
+}
