@@ -433,7 +433,10 @@ fn plot(results: &BTreeMap<Key, Case>) -> String {
     }
     let _ = writeln!(
         svg,
-    let _ = writeln!(svg, "<text x='{left}' y='18' font-size='14'>tutti mixer: time of one 20 ms tick (cargo bench --bench mixer)</text>");
+        "<text x='{left}' y='18' font-size='14'>tutti mixer: time of one 20 ms tick (cargo bench --bench mixer)</text>"
+    );
+    let _ = writeln!(
+        svg,
         "<text x='{}' y='{}' text-anchor='middle'>participants in the room (N)</text>",
         (left + w - right) / 2.0,
         h - 15.0
