@@ -4,16 +4,8 @@
 mod common;
 
 use bytes::Bytes;
-use common::{ToneClient, run, tail};
+use common::{ToneClient, room_with, run, tail};
 use tutti_mix::{MixError, MixPool, Packet, ParticipantId, PushOutcome, Room, RoomConfig, goertzel};
-
-fn room_with(clients: &[ToneClient], extra: &[ParticipantId]) -> Room {
-    let mut room = Room::new(RoomConfig::default()).expect("room");
-    for id in clients.iter().map(|c| c.id).chain(extra.iter().copied()) {
-        room.add_participant(id).expect("join");
-    }
-    room
-}
 
 #[test]
 fn garbage_from_one_participant_does_not_disturb_the_others() {

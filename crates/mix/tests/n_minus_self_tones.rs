@@ -3,17 +3,14 @@
 
 mod common;
 
-use common::{ToneClient, run, tail};
+use common::{ToneClient, room_with, run, tail, three_tones};
 use tutti_mix::{MixPool, Room, RoomConfig, goertzel};
 
 #[test]
 fn each_participant_hears_the_others_and_not_themselves() {
     let pool = MixPool::new(2).expect("pool");
-    let mut room = Room::new(RoomConfig::default()).expect("room");
-    let mut clients = vec![ToneClient::new(1, 440.0), ToneClient::new(2, 660.0), ToneClient::new(3, 880.0)];
-    for c in &clients {
-        room.add_participant(c.id).expect("join");
-    }
+    let mut clients = three_tones();
+    let mut room = room_with(&clients, &[]);
     let reports = run(&mut room, &pool, &mut clients, 0, 100, |_, _| 0.2);
 
     let last = reports.last().expect("ticks ran");
@@ -37,11 +34,8 @@ fn each_participant_hears_the_others_and_not_themselves() {
 #[test]
 fn a_silent_listener_hears_everyone_through_the_shared_stream() {
     let pool = MixPool::new(1).expect("pool");
-    let mut room = Room::new(RoomConfig::default()).expect("room");
-    let mut clients = vec![ToneClient::new(1, 440.0), ToneClient::new(2, 660.0), ToneClient::new(3, 880.0)];
-    for c in &clients {
-        room.add_participant(c.id).expect("join");
-    }
+    let mut clients = three_tones();
+    let mut room = room_with(&clients, &[]);
     // Client 3 listens only (sends silence, level 127).
     run(&mut room, &pool, &mut clients, 0, 100, |i, _| if i == 2 { 0.0 } else { 0.2 });
     let listener = &clients[2];

@@ -48,6 +48,20 @@ impl ToneClient {
     }
 }
 
+/// A default room holding these clients and any `extra` participants.
+pub fn room_with(clients: &[ToneClient], extra: &[ParticipantId]) -> Room {
+    let mut room = Room::new(tutti_mix::RoomConfig::default()).expect("room");
+    for id in clients.iter().map(|c| c.id).chain(extra.iter().copied()) {
+        room.add_participant(id).expect("join");
+    }
+    room
+}
+
+/// Three clients sending 440, 660 and 880 Hz.
+pub fn three_tones() -> Vec<ToneClient> {
+    vec![ToneClient::new(1, 440.0), ToneClient::new(2, 660.0), ToneClient::new(3, 880.0)]
+}
+
 /// Runs `ticks` ticks in which every client sends a frame of its tone at
 /// `amplitude(client index, tick)` and decodes its mix.
 pub fn run(
