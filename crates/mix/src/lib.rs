@@ -13,9 +13,11 @@
 //! tick:
 //!  A  per participant (sharded)  pop a frame, read its RFC 6464 level
 //!                                (decode to measure it when absent),
-//!                                update talking state; shard's top-K
+//!                                update talking state; shard's top-K;
+//!                                decode current speakers (PLC, or
+//!                                in-band FEC on loss)
 //!  B  once (O(shards·K))         select K speakers: hold + hysteresis
-//!  C  per speaker (parallel)     decode (PLC or in-band FEC on loss)
+//!  C  per new speaker            decode (a fresh decoder at the onset)
 //!  D  once + per stream          total = Σ speakers; listeners get
 //!                                encode(total), shared; each speaker k
 //!                                gets encode(total − own_k): K+1 encodes

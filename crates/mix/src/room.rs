@@ -335,8 +335,7 @@ impl Room {
 
     /// A participant's counters.
     pub fn participant_stats(&self, id: ParticipantId) -> Result<ParticipantStats, MixError> {
-        let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
-        let p = &self.shards[s].members[i];
+        let p = self.participant(id)?;
         Ok(ParticipantStats {
             jitter: p.jitter.stats(),
             decoded: p.decoded,
@@ -352,8 +351,7 @@ impl Room {
 
     /// Whether a participant is talking (active within the hold time).
     pub fn is_talking(&self, id: ParticipantId) -> Result<bool, MixError> {
-        let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
-        Ok(self.shards[s].members[i].talking)
+        Ok(self.participant(id)?.talking)
     }
 
     /// What to send each participant after the last tick, shard by shard
@@ -371,7 +369,7 @@ impl Room {
 
     /// The payload a participant is sent after the last tick.
     pub fn payload_for(&self, id: ParticipantId) -> Option<&Bytes> {
-        self.participant(id).map(|p| self.stream_of(p))
+        self.participant(id).ok().map(|p| self.stream_of(p))
     }
 
     fn stream_of(&self, p: &Participant) -> &Bytes {
@@ -459,9 +457,9 @@ impl Room {
         Ok(&mut self.shards[s].members[i])
     }
 
-    fn participant(&self, id: ParticipantId) -> Option<&Participant> {
-        let (s, i) = *self.index.get(&id)?;
-        Some(&self.shards[s].members[i])
+    fn participant(&self, id: ParticipantId) -> Result<&Participant, MixError> {
+        let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
+        Ok(&self.shards[s].members[i])
     }
 
     /// Speaker selection with hold and hysteresis.
@@ -483,7 +481,7 @@ impl Room {
             .shards
             .iter()
             .flat_map(|s| s.candidates.iter().copied())
-            .filter(|c| self.participant(c.id).is_some_and(|p| p.slot.is_none()))
+            .filter(|c| self.participant(c.id).is_ok_and(|p| p.slot.is_none()))
             .collect();
         challengers.sort_unstable_by(|a, b| b.loudness.total_cmp(&a.loudness));
         let mut challengers = challengers.into_iter().peekable();
