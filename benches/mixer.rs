@@ -49,7 +49,7 @@ impl Pattern {
     /// RFC 6464 level participant `i` sends at tick `t` (127 = silent).
     fn level(self, i: usize, t: u64) -> u8 {
         match self {
-            Pattern::Talk5 if i % 20 == 0 => 20 + ((i / 20) % 30) as u8,
+            Pattern::Talk5 if i.is_multiple_of(20) => 20 + ((i / 20) % 30) as u8,
             Pattern::Talk5 => 127,
             Pattern::Talk100 => 5 + ((i as u64 * 7 + t) % 10) as u8,
         }

@@ -6,7 +6,9 @@
 //!
 //! This package is the workspace's root: it holds the benchmarks
 //! (`benches/mixer.rs`) and examples (`examples/mix_wavs.rs`) and re-exports
-//! the crates that make up tutti. Today that is the mixing core,
-//! [`mix`] (`tutti-mix`); the WebRTC transport and the server follow.
+//! the crates that make up tutti: the mixing core, [`mix`] (`tutti-mix`),
+//! and the WebRTC media transport, [`rtc`] (`tutti-rtc`). The server that
+//! joins them follows.
 
 pub use tutti_mix as mix;
+pub use tutti_rtc as rtc;

@@ -64,12 +64,11 @@ impl Decoder {
     /// Conceals one lost frame: from the in-band FEC of `next` when given and
     /// usable, otherwise with packet-loss concealment.
     pub fn conceal(&mut self, next: Option<&[u8]>, out: &mut Pcm) {
-        if let Some(next) = next {
-            if matches!(opus::packet::get_nb_samples(next, SAMPLE_RATE), Ok(FRAME_SAMPLES))
-                && matches!(self.inner.decode_float(next, out, true), Ok(FRAME_SAMPLES))
-            {
-                return;
-            }
+        if let Some(next) = next
+            && matches!(opus::packet::get_nb_samples(next, SAMPLE_RATE), Ok(FRAME_SAMPLES))
+            && matches!(self.inner.decode_float(next, out, true), Ok(FRAME_SAMPLES))
+        {
+            return;
         }
         if !matches!(self.inner.decode_float(&[], out, false), Ok(FRAME_SAMPLES)) {
             out.fill(0.0);

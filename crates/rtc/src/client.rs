@@ -1,0 +1,146 @@
+//! The other end of a call: an offering WebRTC peer on its own UDP socket,
+//! as tutti's tests and load tester use it. Sans-IO, like [`crate::Mux`].
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use rtc::ice::mdns::MulticastDnsMode;
+use rtc::peer_connection::configuration::setting_engine::SettingEngineBuilder;
+use rtc::peer_connection::sdp::RTCSessionDescription;
+use rtc::sansio::Protocol;
+use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
+
+use crate::media::{
+    AudioPacket, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection,
+    local_sdp,
+};
+
+/// What a [`ClientPeer`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// ICE and DTLS are up.
+    Connected,
+    /// The server sent an audio packet.
+    Audio(AudioPacket),
+    /// The connection failed or was closed.
+    Closed,
+}
+
+/// An offering peer (full ICE, controlling) bound to `local`.
+pub struct ClientPeer {
+    local: SocketAddr,
+    /// Set once the answer is in.
+    media: Option<Media>,
+    /// Until then, the connection being negotiated.
+    pending: Option<(rtc::peer_connection::RTCPeerConnection, rtc::rtp_transceiver::RTCRtpSenderId, u32)>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<ClientEvent>,
+}
+
+impl std::fmt::Debug for ClientPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientPeer").field("local", &self.local).finish()
+    }
+}
+
+impl ClientPeer {
+    /// A peer that will send one Opus track from `local`; returns it and its SDP offer.
+    pub fn new(local: SocketAddr, now: Instant) -> Result<(Self, String), RtcError> {
+        let settings = SettingEngineBuilder::new().with_multicast_dns_mode(MulticastDnsMode::Disabled).build();
+        let mut pc = build_connection(settings, Vec::new(), now)?;
+        let (sender, ssrc) = add_audio_track(&mut pc)?;
+        add_host_candidate(&mut pc, local)?;
+        let offer = pc.create_offer(None).map_err(bad_sdp)?;
+        pc.set_local_description(now, offer).map_err(bad_sdp)?;
+        let sdp = local_sdp(&pc)?;
+        let peer = Self {
+            local,
+            media: None,
+            pending: Some((pc, sender, ssrc)),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        Ok((peer, sdp))
+    }
+
+    /// Takes the server's SDP answer; connecting starts.
+    pub fn accept_answer(&mut self, answer: &str, now: Instant) -> Result<(), RtcError> {
+        let (mut pc, sender, ssrc) = self.pending.take().ok_or_else(|| bad_sdp("an answer was already applied"))?;
+        let answer = RTCSessionDescription::answer(answer.to_owned()).map_err(bad_sdp)?;
+        pc.set_remote_description(now, answer).map_err(bad_sdp)?;
+        self.media = Some(Media::new(pc, sender, ssrc)?);
+        self.drain();
+        Ok(())
+    }
+
+    /// Whether ICE and DTLS are up.
+    pub fn is_connected(&self) -> bool {
+        self.media.as_ref().is_some_and(Media::is_connected)
+    }
+
+    /// Takes one datagram received on `local`.
+    pub fn handle_datagram(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
+        if let Some(media) = &mut self.media {
+            let transport = TransportContext {
+                local_addr: self.local,
+                peer_addr: from,
+                transport_protocol: TransportProtocol::UDP,
+                ecn: None,
+            };
+            let _ = media.pc.handle_read(TaggedBytesMut { now, transport, message: BytesMut::from(data) });
+            self.drain();
+        }
+    }
+
+    /// Sends one 20 ms Opus frame with its RFC 6464 level.
+    pub fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
+        let media = self.media.as_mut().ok_or(RtcError::NotConnected(crate::PeerId(0)))?;
+        media.send_audio(payload, level, now)?;
+        self.drain();
+        Ok(())
+    }
+
+    /// Runs due timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(media) = &mut self.media {
+            let _ = media.pc.handle_timeout(now);
+            self.drain();
+        }
+    }
+
+    /// When [`ClientPeer::handle_timeout`] has work next.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.media.as_mut().and_then(|m| m.pc.poll_timeout())
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    /// Hangs up.
+    pub fn close(&mut self) {
+        if let Some(media) = &mut self.media {
+            media.close(&mut self.transmits);
+        }
+    }
+
+    fn drain(&mut self) {
+        let Some(media) = &mut self.media else { return };
+        let events = &mut self.events;
+        media.drain(&mut self.transmits, |event| {
+            events.push_back(match event {
+                PeerEvent::Connected => ClientEvent::Connected,
+                PeerEvent::Closed => ClientEvent::Closed,
+                PeerEvent::Audio(packet) => ClientEvent::Audio(packet),
+            })
+        });
+    }
+}

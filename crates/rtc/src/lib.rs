@@ -1,0 +1,27 @@
+//! # tutti-rtc: many WebRTC peers behind one UDP port
+//!
+//! A tutti server talks to thousands of participants. One async peer
+//! connection per participant, each with its own sockets and tasks, does not
+//! scale; so this crate drives webrtc-rs's sans-IO `rtc` peers itself:
+//!
+//! ```text
+//! UDP datagram ─► Mux::handle_datagram ─► route: remote address → peer,
+//!                                          or STUN USERNAME (server ufrag) → peer
+//!             ─► peer (ICE-lite, DTLS, SRTP) ─► MuxEvent::Audio { Opus, RFC 6464 level }
+//! Mux::send_audio(peer, Opus) ─► RTP (own SSRC/seq/ts, level ext) ─► SRTP ─► poll_transmit
+//! ```
+//!
+//! Like the mixing core it holds no socket and reads no clock: the caller's
+//! I/O loop passes datagrams and `Instant`s in and sends what comes out.
+//! Every peer answers with ICE-lite and our one host candidate, mDNS off, one
+//! shared DTLS certificate, and RTCP reports as the only interceptor (no NACK
+//! or TWCC for audio). Each peer's timers sit in one heap: no scan of all peers.
+
+mod client;
+mod media;
+mod mux;
+pub mod stun;
+
+pub use client::{ClientEvent, ClientPeer};
+pub use media::{AudioPacket, CSRC_AUDIO_LEVEL_URI, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit};
+pub use mux::{Mux, MuxEvent, MuxStats, PeerId};

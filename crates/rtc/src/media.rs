@@ -1,0 +1,279 @@
+//! What both ends of a call share: the Opus codec and header extensions we
+//! negotiate, sending RTP, and draining a peer connection's output.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use rtc::media_stream::MediaStreamTrack;
+use rtc::peer_connection::certificate::RTCCertificate;
+use rtc::peer_connection::configuration::RTCConfigurationBuilder;
+use rtc::peer_connection::configuration::interceptor_registry::{Registry, configure_rtcp_reports};
+use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEngine};
+use rtc::peer_connection::configuration::setting_engine::SettingEngine;
+use rtc::peer_connection::event::RTCPeerConnectionEvent;
+use rtc::peer_connection::message::RTCMessage;
+use rtc::peer_connection::state::RTCPeerConnectionState;
+use rtc::peer_connection::transport::RTCIceCandidateInit;
+use rtc::peer_connection::{RTCPeerConnection, RTCPeerConnectionBuilder};
+use rtc::rtp_transceiver::RTCRtpSenderId;
+use rtc::rtp_transceiver::rtp_sender::{
+    RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
+    RTCRtpHeaderExtensionCapability, RtpCodecKind,
+};
+use rtc::sansio::Protocol;
+
+/// RFC 6464: the level of the audio in the packet, set by its sender.
+pub const SSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
+/// RFC 6465: the levels of the sources a mixer mixed, one byte per CSRC.
+pub const CSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:csrc-audio-level";
+
+/// RTP timestamp units per 20 ms frame at 48 kHz.
+const SAMPLES_PER_FRAME: u32 = 960;
+
+/// One received Opus packet, decrypted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AudioPacket {
+    /// RTP sequence number.
+    pub seq: u16,
+    /// RTP timestamp.
+    pub timestamp: u32,
+    /// The Opus payload.
+    pub payload: Bytes,
+    /// RFC 6464 level (0 loudest, 127 silence), when the sender set it.
+    pub level: Option<u8>,
+}
+
+/// A datagram to send.
+#[derive(Debug)]
+pub struct Transmit {
+    /// Where to.
+    pub to: SocketAddr,
+    /// What.
+    pub data: BytesMut,
+}
+
+/// Why an offer or answer could not be negotiated, or a call could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RtcError {
+    /// The SDP is not something this side can negotiate with.
+    #[error("the SDP could not be negotiated: {0}")]
+    BadSdp(String),
+    /// The SDP has no audio section, or none with Opus.
+    #[error("the SDP has no Opus audio to exchange")]
+    NoAudio,
+    /// No peer with this id.
+    #[error("no peer {0}")]
+    UnknownPeer(crate::PeerId),
+    /// The peer is not connected yet (or any more).
+    #[error("peer {0} is not connected")]
+    NotConnected(crate::PeerId),
+    /// webrtc-rs failed in a way no input explains.
+    #[error("webrtc: {0}")]
+    Internal(String),
+}
+
+pub(crate) fn internal(e: impl std::fmt::Display) -> RtcError {
+    RtcError::Internal(e.to_string())
+}
+
+pub(crate) fn bad_sdp(e: impl std::fmt::Display) -> RtcError {
+    RtcError::BadSdp(e.to_string())
+}
+
+/// Opus as tutti offers and answers it: 48 kHz, in-band FEC.
+fn opus_codec() -> RTCRtpCodec {
+    RTCRtpCodec {
+        mime_type: MIME_TYPE_OPUS.to_owned(),
+        clock_rate: 48_000,
+        channels: 2,
+        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
+        rtcp_feedback: vec![],
+    }
+}
+
+/// Opus (payload type 111 when we offer) and both audio-level extensions.
+fn media_engine() -> Result<MediaEngine, RtcError> {
+    let mut m = MediaEngine::default();
+    m.register_codec(RTCRtpCodecParameters { rtp_codec: opus_codec(), payload_type: 111 }, RtpCodecKind::Audio)
+        .map_err(internal)?;
+    for uri in [SSRC_AUDIO_LEVEL_URI, CSRC_AUDIO_LEVEL_URI] {
+        m.register_header_extension(RTCRtpHeaderExtensionCapability { uri: uri.to_owned() }, RtpCodecKind::Audio, None)
+            .map_err(internal)?;
+    }
+    Ok(m)
+}
+
+/// A random value, e.g. an SSRC.
+pub(crate) fn random_u32() -> Result<u32, RtcError> {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).map_err(internal)?;
+    Ok(u32::from_be_bytes(b))
+}
+
+/// A peer connection as both ends of a tutti call use it: Opus with the
+/// audio-level extensions, and RTCP reports as the only interceptor (no NACK
+/// or TWCC for audio).
+pub(crate) fn build_connection(
+    settings: SettingEngine,
+    certificates: Vec<RTCCertificate>,
+    now: Instant,
+) -> Result<RTCPeerConnection, RtcError> {
+    let mut config = RTCConfigurationBuilder::new();
+    if !certificates.is_empty() {
+        config = config.with_certificates(certificates);
+    }
+    RTCPeerConnectionBuilder::new()
+        .with_configuration(config.build())
+        .with_setting_engine(settings)
+        .with_media_engine(media_engine()?)
+        .with_interceptor_registry(configure_rtcp_reports(Registry::new()))
+        .build(now)
+        .map_err(internal)
+}
+
+/// Adds our one outgoing Opus track (on the offered audio transceiver when
+/// answering) and returns its sender and SSRC.
+pub(crate) fn add_audio_track(pc: &mut RTCPeerConnection) -> Result<(RTCRtpSenderId, u32), RtcError> {
+    let ssrc = random_u32()?;
+    let track = MediaStreamTrack::new(
+        "tutti".to_owned(),
+        "audio".to_owned(),
+        "audio".to_owned(),
+        RtpCodecKind::Audio,
+        vec![RTCRtpEncodingParameters {
+            rtp_coding_parameters: RTCRtpCodingParameters { ssrc: Some(ssrc), ..Default::default() },
+            codec: opus_codec(),
+            ..Default::default()
+        }],
+    );
+    Ok((pc.add_track(track).map_err(bad_sdp)?, ssrc))
+}
+
+/// Adds our one host candidate and ends gathering (non-trickle).
+pub(crate) fn add_host_candidate(pc: &mut RTCPeerConnection, addr: SocketAddr) -> Result<(), RtcError> {
+    let candidate = format!("candidate:1 1 udp 2130706431 {} {} typ host", addr.ip(), addr.port());
+    pc.add_local_candidate(RTCIceCandidateInit { candidate, ..Default::default() }).map_err(internal)?;
+    pc.add_local_candidate(RTCIceCandidateInit::default()).map_err(internal)
+}
+
+/// The SDP of the local description just set.
+pub(crate) fn local_sdp(pc: &RTCPeerConnection) -> Result<String, RtcError> {
+    pc.local_description().map(|d| d.sdp).ok_or_else(|| internal("no local description"))
+}
+
+/// What a peer connection reports, stripped to what audio needs.
+pub(crate) enum PeerEvent {
+    Connected,
+    Closed,
+    Audio(AudioPacket),
+}
+
+/// One negotiated audio peer connection: the connection and our sending state.
+pub(crate) struct Media {
+    pub(crate) pc: RTCPeerConnection,
+    sender: RTCRtpSenderId,
+    ssrc: u32,
+    payload_type: u8,
+    /// Negotiated id of ssrc-audio-level (extmap ids hold for both directions).
+    level_ext: Option<u8>,
+    seq: u16,
+    timestamp: u32,
+    connected: bool,
+    closed: bool,
+}
+
+impl Media {
+    /// Wraps a connection whose offer/answer is done, reading the payload
+    /// type and extension ids it negotiated.
+    pub(crate) fn new(mut pc: RTCPeerConnection, sender: RTCRtpSenderId, ssrc: u32) -> Result<Self, RtcError> {
+        let (payload_type, level_ext) = {
+            let mut s = pc.rtp_sender(sender).ok_or_else(|| internal("sender vanished"))?;
+            let params = s.get_parameters().rtp_parameters.clone();
+            let opus = params.codecs.iter().find(|c| c.rtp_codec.mime_type.eq_ignore_ascii_case(MIME_TYPE_OPUS));
+            let level = params.header_extensions.iter().find(|h| h.uri == SSRC_AUDIO_LEVEL_URI);
+            (opus.map(|c| c.payload_type).ok_or(RtcError::NoAudio)?, level.and_then(|h| u8::try_from(h.id).ok()))
+        };
+        Ok(Self { pc, sender, ssrc, payload_type, level_ext, seq: 0, timestamp: 0, connected: false, closed: false })
+    }
+
+    /// Whether ICE and DTLS are up.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected && !self.closed
+    }
+
+    /// Writes one 20 ms Opus frame (own SSRC, sequence and timestamp; the
+    /// RFC 6464 level when negotiated).
+    pub(crate) fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
+        if !self.is_connected() {
+            return Err(RtcError::NotConnected(crate::PeerId(0)));
+        }
+        let mut header = rtc::rtp::Header {
+            version: 2,
+            payload_type: self.payload_type,
+            sequence_number: self.seq,
+            timestamp: self.timestamp,
+            ssrc: self.ssrc,
+            ..Default::default()
+        };
+        if let (Some(ext), Some(level)) = (self.level_ext, level) {
+            header.set_extension(ext, Bytes::copy_from_slice(&[level.min(127)])).map_err(internal)?;
+        }
+        self.seq = self.seq.wrapping_add(1);
+        self.timestamp = self.timestamp.wrapping_add(SAMPLES_PER_FRAME);
+        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        sender.write_rtp(now, rtc::rtp::Packet { header, payload }).map_err(internal)
+    }
+
+    /// Moves what the connection has to send into `transmits`, reports its
+    /// events, and returns its next deadline.
+    pub(crate) fn drain(
+        &mut self,
+        transmits: &mut VecDeque<Transmit>,
+        mut on: impl FnMut(PeerEvent),
+    ) -> Option<Instant> {
+        while let Some(msg) = self.pc.poll_write() {
+            transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
+        }
+        while let Some(event) = self.pc.poll_event() {
+            if let RTCPeerConnectionEvent::OnConnectionStateChangeEvent(state) = event {
+                match state {
+                    RTCPeerConnectionState::Connected if !self.connected => {
+                        self.connected = true;
+                        on(PeerEvent::Connected);
+                    }
+                    RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed if !self.closed => {
+                        self.closed = true;
+                        on(PeerEvent::Closed);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        while let Some(msg) = self.pc.poll_read() {
+            if let RTCMessage::RtpPacket(_, packet) = msg.message {
+                let level = self
+                    .level_ext
+                    .and_then(|ext| packet.header.get_extension(ext))
+                    .and_then(|b| b.first().map(|v| v & 0x7F));
+                on(PeerEvent::Audio(AudioPacket {
+                    seq: packet.header.sequence_number,
+                    timestamp: packet.header.timestamp,
+                    payload: packet.payload,
+                    level,
+                }));
+            }
+        }
+        self.pc.poll_timeout()
+    }
+
+    /// Closes the connection; its goodbye (DTLS close_notify) goes to `transmits`.
+    pub(crate) fn close(&mut self, transmits: &mut VecDeque<Transmit>) {
+        let _ = self.pc.close();
+        self.closed = true;
+        while let Some(msg) = self.pc.poll_write() {
+            transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
+        }
+    }
+}
