@@ -14,6 +14,7 @@
 //! I/O threads with batched syscalls is the next step for thousands.
 
 mod api;
+pub mod client;
 mod engine;
 
 use std::net::SocketAddr;

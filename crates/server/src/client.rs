@@ -1,0 +1,63 @@
+//! A minimal blocking HTTP/1.1 client for tutti's own tools and tests (the
+//! load generator, the end-to-end tests): no TLS, no redirects, one request
+//! per connection.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// An HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code (0 if the server answered nothing parseable).
+    pub status: u16,
+    /// Headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// Body, as text.
+    pub body: String,
+}
+
+impl Response {
+    /// A header's value (case-insensitive name).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The `code` of a JSON error body (empty when there is none).
+    pub fn code(&self) -> String {
+        serde_json::from_str::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| v["code"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
+/// Sends one request and reads the whole response (10 s timeout).
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if let Some(ct) = content_type {
+        head.push_str(&format!("Content-Type: {ct}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    // The server may answer (413) and close before reading a large body.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
+    Ok(Response { status, headers, body: body.to_owned() })
+}
