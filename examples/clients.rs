@@ -11,7 +11,6 @@
 //! client has its own UDP socket on 127.0.0.1.
 
 use std::error::Error;
-use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -91,19 +90,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     while Instant::now() < end {
         let now = Instant::now();
         for c in &mut clients {
-            while let Some(t) = c.peer.poll_transmit() {
-                let _ = c.socket.send_to(&t.data, t.to);
-            }
-            loop {
-                match c.socket.recv_from(&mut buf) {
-                    Ok((len, from)) => c.peer.handle_datagram(from, &buf[..len], now),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if c.peer.poll_timeout().is_some_and(|t| t <= now) {
-                c.peer.handle_timeout(now);
-            }
+            c.peer.pump_udp(&c.socket, &mut buf, now)?;
             while let Some(event) = c.peer.poll_event() {
                 match event {
                     ClientEvent::Connected => c.next_send = Some(now),

@@ -2,7 +2,7 @@
 //! as tutti's tests and load tester use it. Sans-IO, like [`crate::Mux`].
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -123,6 +123,28 @@ impl ClientPeer {
     /// The next event.
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
         self.events.pop_front()
+    }
+
+    /// One turn of a plain UDP driver: sends what is queued on `socket`,
+    /// takes every datagram waiting on it (the socket must be non-blocking),
+    /// and runs due timers. For tools and tests that give each client its
+    /// own socket.
+    pub fn pump_udp(&mut self, socket: &UdpSocket, buf: &mut [u8], now: Instant) -> std::io::Result<()> {
+        while let Some(t) = self.poll_transmit() {
+            // A send that fails is a lost datagram; ICE and SRTP cope with loss.
+            let _ = socket.send_to(&t.data, t.to);
+        }
+        loop {
+            match socket.recv_from(buf) {
+                Ok((n, from)) => self.handle_datagram(from, &buf[..n], now),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.poll_timeout().is_some_and(|t| t <= now) {
+            self.handle_timeout(now);
+        }
+        Ok(())
     }
 
     /// Hangs up.

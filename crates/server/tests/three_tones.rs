@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
@@ -64,19 +63,7 @@ fn each_participant_hears_the_other_two_and_not_themselves() {
     while Instant::now() < limit && clients.iter().any(|c| c.sent < 200 || c.heard.len() < 190) {
         let now = Instant::now();
         for c in &mut clients {
-            while let Some(t) = c.peer.poll_transmit() {
-                let _ = c.socket.send_to(&t.data, t.to);
-            }
-            loop {
-                match c.socket.recv_from(&mut buf) {
-                    Ok((n, from)) => c.peer.handle_datagram(from, &buf[..n], now),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) => panic!("client socket: {e}"),
-                }
-            }
-            if c.peer.poll_timeout().is_some_and(|t| t <= now) {
-                c.peer.handle_timeout(now);
-            }
+            c.peer.pump_udp(&c.socket, &mut buf, now).expect("client socket");
             while let Some(event) = c.peer.poll_event() {
                 match event {
                     ClientEvent::Connected => c.next_send = Some(now),
