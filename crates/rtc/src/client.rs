@@ -96,7 +96,7 @@ impl ClientPeer {
 
     /// Sends one 20 ms Opus frame with its RFC 6464 level.
     pub fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
-        let media = self.media.as_mut().ok_or(RtcError::NotConnected(crate::PeerId(0)))?;
+        let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
         media.send_audio(payload, level, now)?;
         self.drain();
         Ok(())

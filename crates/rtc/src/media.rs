@@ -67,8 +67,8 @@ pub enum RtcError {
     #[error("no peer {0}")]
     UnknownPeer(crate::PeerId),
     /// The peer is not connected yet (or any more).
-    #[error("peer {0} is not connected")]
-    NotConnected(crate::PeerId),
+    #[error("the peer is not connected")]
+    NotConnected,
     /// webrtc-rs failed in a way no input explains.
     #[error("webrtc: {0}")]
     Internal(String),
@@ -207,7 +207,7 @@ impl Media {
     /// RFC 6464 level when negotiated).
     pub(crate) fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
         if !self.is_connected() {
-            return Err(RtcError::NotConnected(crate::PeerId(0)));
+            return Err(RtcError::NotConnected);
         }
         let mut header = rtc::rtp::Header {
             version: 2,

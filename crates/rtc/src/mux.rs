@@ -54,6 +54,8 @@ pub struct MuxStats {
 struct Peer {
     media: Media,
     ufrag: String,
+    /// Remote addresses routed to this peer (forgotten with it).
+    addrs: Vec<SocketAddr>,
     deadline: Option<Instant>,
 }
 
@@ -161,7 +163,7 @@ impl Mux {
         let sdp = local_sdp(&pc)?;
         let media = Media::new(pc, sender, ssrc)?;
         self.by_ufrag.insert(ufrag.clone(), id);
-        self.peers.insert(id, Peer { media, ufrag, deadline: None });
+        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None });
         self.drain(id);
         Ok((id, sdp))
     }
@@ -183,6 +185,9 @@ impl Mux {
                 // agent answer, so a forged USERNAME gains nothing but a
                 // routing entry, replaced by the real peer's next check.
                 self.by_addr.insert(from, id);
+                if let Some(peer) = self.peers.get_mut(&id) {
+                    peer.addrs.push(from);
+                }
                 id
             }
         };
@@ -207,10 +212,7 @@ impl Mux {
     /// level when the peer negotiated the extension.
     pub fn send_audio(&mut self, id: PeerId, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
         let peer = self.peers.get_mut(&id).ok_or(RtcError::UnknownPeer(id))?;
-        peer.media.send_audio(payload, level, now).map_err(|e| match e {
-            RtcError::NotConnected(_) => RtcError::NotConnected(id),
-            e => e,
-        })?;
+        peer.media.send_audio(payload, level, now)?;
         self.stats.audio_out += 1;
         self.drain(id);
         Ok(())
@@ -253,7 +255,12 @@ impl Mux {
         let mut peer = self.peers.remove(&id).ok_or(RtcError::UnknownPeer(id))?;
         peer.media.close(&mut self.transmits);
         self.by_ufrag.remove(&peer.ufrag);
-        self.by_addr.retain(|_, p| *p != id);
+        for addr in &peer.addrs {
+            // Only if still ours: a later check may have moved it to another peer.
+            if self.by_addr.get(addr) == Some(&id) {
+                self.by_addr.remove(addr);
+            }
+        }
         Ok(())
     }
 

@@ -138,6 +138,13 @@ fn a_call_over_loopback_carries_audio_and_levels_both_ways() {
 
     mux.remove(peer).expect("remove");
     assert!(mux.is_empty());
+    let unrouted = mux.stats().unrouted;
+    assert_eq!(
+        mux.handle_datagram(client_addr, &[0x80; 20], Instant::now()),
+        None,
+        "a removed peer's address is forgotten"
+    );
+    assert_eq!(mux.stats().unrouted, unrouted + 1);
     assert!(matches!(
         mux.send_audio(peer, Bytes::from_static(&[0xF8]), None, Instant::now()),
         Err(RtcError::UnknownPeer(_))
