@@ -1,13 +1,13 @@
 //! `tutti`: the MCU audio-conference server.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tutti_server::{Config, Server};
 
-/// Packets are allocated on the I/O thread and freed on mixer threads;
+/// Packets are allocated on the I/O threads and freed on mixer threads;
 /// mimalloc does that without the lock glibc takes (see the mixer bench).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -25,36 +25,79 @@ enum Command {
     Serve(ServeArgs),
 }
 
+/// Settings come from the defaults, then `--config`, then `TUTTI_*`
+/// environment variables (`room.max_speakers` is `TUTTI_ROOM_MAX_SPEAKERS`),
+/// then these flags. `deploy/tutti.toml` lists every key.
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// HTTP API address.
-    #[arg(long, env = "TUTTI_HTTP", default_value = "127.0.0.1:8080")]
-    http: SocketAddr,
-    /// UDP media address (one port for all participants).
-    #[arg(long, env = "TUTTI_MEDIA", default_value = "127.0.0.1:4000")]
-    media: SocketAddr,
-    /// Address to advertise in ICE candidates (default: the media address).
-    #[arg(long, env = "TUTTI_ADVERTISE")]
+    /// A TOML configuration file (unknown keys are refused).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// HTTP API address (key `http`).
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// UDP media address, one port for all participants (key `media`).
+    #[arg(long)]
+    media: Option<SocketAddr>,
+    /// Address to advertise in ICE candidates (key `advertise`; default: the media address).
+    #[arg(long)]
     advertise: Option<SocketAddr>,
-    /// Mixer threads; 0 = one per core.
-    #[arg(long, env = "TUTTI_MIX_THREADS", default_value_t = 0)]
-    mix_threads: usize,
-    /// Log as JSON lines instead of text.
-    #[arg(long, env = "TUTTI_LOG_JSON")]
+    /// Prometheus /metrics address, or `off` (key `metrics`).
+    #[arg(long)]
+    metrics: Option<String>,
+    /// I/O threads; 0 = one per core (key `io_threads`).
+    #[arg(long)]
+    io_threads: Option<usize>,
+    /// Mixer threads; 0 = one per core (key `mix_threads`).
+    #[arg(long)]
+    mix_threads: Option<usize>,
+    /// Log as JSON lines (key `log.format = "json"`).
+    #[arg(long)]
     log_json: bool,
+    /// Any key: `--set room.max_speakers=3` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+impl ServeArgs {
+    /// The flags as `key=value` overrides, in the config's key paths.
+    fn overrides(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        let mut put = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                out.push((k.to_owned(), v));
+            }
+        };
+        put("http", self.http.map(|a| a.to_string()));
+        put("media", self.media.map(|a| a.to_string()));
+        put("advertise", self.advertise.map(|a| a.to_string()));
+        put("metrics", self.metrics.clone().map(|m| if m == "off" { String::new() } else { m }));
+        put("io_threads", self.io_threads.map(|n| n.to_string()));
+        put("mix_threads", self.mix_threads.map(|n| n.to_string()));
+        put("log.format", self.log_json.then(|| "json".to_owned()));
+        for kv in &self.set {
+            let (k, v) = kv.split_once('=').with_context(|| format!("--set {kv}: expected KEY=VALUE"))?;
+            out.push((k.trim().to_owned(), v.to_owned()));
+        }
+        Ok(out)
+    }
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let Command::Serve(args) = cli.command;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TUTTI_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,rtc=warn,rtc_ice=warn,rtc_dtls=warn,rtc_srtp=warn")
-    });
+    let cfg = Config::load(args.config.as_deref(), std::env::vars(), &args.overrides()?)
+        .context("reading the configuration")?;
+    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log.filter)
+        .with_context(|| format!("log.filter '{}' is not a valid filter", cfg.log.filter))?;
     let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_thread_names(true);
-    if args.log_json {
+    if cfg.log.format == "json" {
         subscriber.json().init();
     } else {
         subscriber.init();
+    }
+    for name in Config::unknown_env(std::env::vars()) {
+        tracing::warn!(variable = %name, "unknown TUTTI_* environment variable ignored");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -66,20 +109,17 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async {
-        let cfg = Config {
-            http: args.http,
-            media: args.media,
-            advertise: args.advertise,
-            mix_threads: args.mix_threads,
-            ..Config::default()
-        };
+        let shutdown_timeout = cfg.shutdown_timeout();
         let server = Server::start(cfg).await.context("starting tutti")?;
         println!("tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
-        println!("create a room:  curl -X POST http://{}/v1/rooms -H 'content-type: application/json' -d '{{\"id\":\"demo\"}}'", server.http_addr());
+        println!(
+            "create a room:  curl -X POST http://{}/v1/rooms -H 'content-type: application/json' -d '{{\"id\":\"demo\"}}'",
+            server.http_addr()
+        );
         wait_for_signal().await;
         tracing::info!("shutting down");
-        if tokio::time::timeout(Duration::from_secs(5), server.shutdown()).await.is_err() {
-            tracing::warn!("shutdown took longer than 5 s; exiting anyway");
+        if tokio::time::timeout(shutdown_timeout, server.shutdown()).await.is_err() {
+            tracing::warn!(?shutdown_timeout, "shutdown took too long; exiting anyway");
         }
         Ok(())
     })

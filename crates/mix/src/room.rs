@@ -367,6 +367,19 @@ impl Room {
         self.delivery_shards().flatten()
     }
 
+    /// The payload every participant who is not a selected speaker is sent
+    /// after the last tick (the mix of all speakers; empty before the first tick).
+    pub fn listener_payload(&self) -> &Bytes {
+        &self.listener.payload
+    }
+
+    /// Each selected speaker's own payload after the last tick (the mix
+    /// without them), in selection order. With [`Room::listener_payload`],
+    /// everything a tick produced: K+1 payloads, whatever the room size.
+    pub fn speaker_payloads(&self) -> impl Iterator<Item = (ParticipantId, &Bytes)> {
+        self.selected.iter().map(|sel| (sel.id, &sel.stream.payload))
+    }
+
     /// The payload a participant is sent after the last tick.
     pub fn payload_for(&self, id: ParticipantId) -> Option<&Bytes> {
         self.participant(id).ok().map(|p| self.stream_of(p))

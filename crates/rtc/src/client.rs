@@ -97,7 +97,7 @@ impl ClientPeer {
     /// Sends one 20 ms Opus frame with its RFC 6464 level.
     pub fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
         let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
-        media.send_audio(payload, level, now)?;
+        media.send_audio(payload, level, &[], now)?;
         self.drain();
         Ok(())
     }
@@ -160,7 +160,7 @@ impl ClientPeer {
         media.drain(&mut self.transmits, |event| {
             events.push_back(match event {
                 PeerEvent::Connected => ClientEvent::Connected,
-                PeerEvent::Closed => ClientEvent::Closed,
+                PeerEvent::Closed | PeerEvent::Failed => ClientEvent::Closed,
                 PeerEvent::Audio(packet) => ClientEvent::Audio(packet),
             })
         });

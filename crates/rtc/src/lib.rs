@@ -23,5 +23,7 @@ mod mux;
 pub mod stun;
 
 pub use client::{ClientEvent, ClientPeer};
-pub use media::{AudioPacket, CSRC_AUDIO_LEVEL_URI, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit};
-pub use mux::{Mux, MuxEvent, MuxStats, PeerId};
+pub use media::{
+    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit,
+};
+pub use mux::{Acceptor, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};

@@ -35,6 +35,8 @@ const SAMPLES_PER_FRAME: u32 = 960;
 /// One received Opus packet, decrypted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AudioPacket {
+    /// RTP SSRC of the stream.
+    pub ssrc: u32,
     /// RTP sequence number.
     pub seq: u16,
     /// RTP timestamp.
@@ -43,7 +45,23 @@ pub struct AudioPacket {
     pub payload: Bytes,
     /// RFC 6464 level (0 loudest, 127 silence), when the sender set it.
     pub level: Option<u8>,
+    /// The sources a mixer mixed into this packet (its CSRCs), with their
+    /// RFC 6465 levels when the sender set them (127 otherwise).
+    pub contributors: Vec<Contributor>,
 }
+
+/// A source mixed into a packet: its SSRC (an RTP CSRC) and its level
+/// (RFC 6465: 0 loudest, 127 silence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contributor {
+    /// The source's SSRC, as the mixer received it.
+    pub ssrc: u32,
+    /// Its level in this packet.
+    pub level: u8,
+}
+
+/// At most this many CSRCs in an RTP header (its CC field has 4 bits).
+pub const MAX_CONTRIBUTORS: usize = 15;
 
 /// A datagram to send.
 #[derive(Debug)]
@@ -166,6 +184,9 @@ pub(crate) fn local_sdp(pc: &RTCPeerConnection) -> Result<String, RtcError> {
 /// What a peer connection reports, stripped to what audio needs.
 pub(crate) enum PeerEvent {
     Connected,
+    /// ICE or DTLS failed.
+    Failed,
+    /// Closed by the remote side.
     Closed,
     Audio(AudioPacket),
 }
@@ -178,6 +199,8 @@ pub(crate) struct Media {
     payload_type: u8,
     /// Negotiated id of ssrc-audio-level (extmap ids hold for both directions).
     level_ext: Option<u8>,
+    /// Negotiated id of csrc-audio-level.
+    csrc_level_ext: Option<u8>,
     seq: u16,
     timestamp: u32,
     connected: bool,
@@ -188,14 +211,47 @@ impl Media {
     /// Wraps a connection whose offer/answer is done, reading the payload
     /// type and extension ids it negotiated.
     pub(crate) fn new(mut pc: RTCPeerConnection, sender: RTCRtpSenderId, ssrc: u32) -> Result<Self, RtcError> {
-        let (payload_type, level_ext) = {
+        let (payload_type, level_ext, csrc_level_ext) = {
             let mut s = pc.rtp_sender(sender).ok_or_else(|| internal("sender vanished"))?;
-            let params = s.get_parameters().rtp_parameters.clone();
+            let params = &s.get_parameters().rtp_parameters;
             let opus = params.codecs.iter().find(|c| c.rtp_codec.mime_type.eq_ignore_ascii_case(MIME_TYPE_OPUS));
-            let level = params.header_extensions.iter().find(|h| h.uri == SSRC_AUDIO_LEVEL_URI);
-            (opus.map(|c| c.payload_type).ok_or(RtcError::NoAudio)?, level.and_then(|h| u8::try_from(h.id).ok()))
+            let ext = |uri: &str| {
+                params.header_extensions.iter().find(|h| h.uri == uri).and_then(|h| u8::try_from(h.id).ok())
+            };
+            (
+                opus.map(|c| c.payload_type).ok_or(RtcError::NoAudio)?,
+                ext(SSRC_AUDIO_LEVEL_URI),
+                ext(CSRC_AUDIO_LEVEL_URI),
+            )
         };
-        Ok(Self { pc, sender, ssrc, payload_type, level_ext, seq: 0, timestamp: 0, connected: false, closed: false })
+        Ok(Self {
+            pc,
+            sender,
+            ssrc,
+            payload_type,
+            level_ext,
+            csrc_level_ext,
+            seq: 0,
+            timestamp: 0,
+            connected: false,
+            closed: false,
+        })
+    }
+
+    /// The SSRC we send with.
+    pub(crate) fn ssrc(&self) -> u32 {
+        self.ssrc
+    }
+
+    /// Whether RFC 6465 levels were negotiated.
+    pub(crate) fn has_csrc_levels(&self) -> bool {
+        self.csrc_level_ext.is_some()
+    }
+
+    /// Marks the connection closed without a goodbye (the peer vanished).
+    /// Returns whether it was open.
+    pub(crate) fn mark_closed(&mut self) -> bool {
+        !std::mem::replace(&mut self.closed, true)
     }
 
     /// Whether ICE and DTLS are up.
@@ -204,8 +260,15 @@ impl Media {
     }
 
     /// Writes one 20 ms Opus frame (own SSRC, sequence and timestamp; the
-    /// RFC 6464 level when negotiated).
-    pub(crate) fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
+    /// RFC 6464 level when negotiated; the contributors as CSRCs, with their
+    /// RFC 6465 levels when negotiated; at most [`MAX_CONTRIBUTORS`]).
+    pub(crate) fn send_audio(
+        &mut self,
+        payload: Bytes,
+        level: Option<u8>,
+        contributors: &[Contributor],
+        now: Instant,
+    ) -> Result<(), RtcError> {
         if !self.is_connected() {
             return Err(RtcError::NotConnected);
         }
@@ -219,6 +282,14 @@ impl Media {
         };
         if let (Some(ext), Some(level)) = (self.level_ext, level) {
             header.set_extension(ext, Bytes::copy_from_slice(&[level.min(127)])).map_err(internal)?;
+        }
+        let contributors = &contributors[..contributors.len().min(MAX_CONTRIBUTORS)];
+        if !contributors.is_empty() {
+            header.csrc = contributors.iter().map(|c| c.ssrc).collect();
+            if let Some(ext) = self.csrc_level_ext {
+                let levels: Vec<u8> = contributors.iter().map(|c| c.level.min(127)).collect();
+                header.set_extension(ext, Bytes::from(levels)).map_err(internal)?;
+            }
         }
         self.seq = self.seq.wrapping_add(1);
         self.timestamp = self.timestamp.wrapping_add(SAMPLES_PER_FRAME);
@@ -243,7 +314,11 @@ impl Media {
                         self.connected = true;
                         on(PeerEvent::Connected);
                     }
-                    RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed if !self.closed => {
+                    RTCPeerConnectionState::Failed if !self.closed => {
+                        self.closed = true;
+                        on(PeerEvent::Failed);
+                    }
+                    RTCPeerConnectionState::Closed if !self.closed => {
                         self.closed = true;
                         on(PeerEvent::Closed);
                     }
@@ -253,15 +328,23 @@ impl Media {
         }
         while let Some(msg) = self.pc.poll_read() {
             if let RTCMessage::RtpPacket(_, packet) = msg.message {
-                let level = self
-                    .level_ext
-                    .and_then(|ext| packet.header.get_extension(ext))
-                    .and_then(|b| b.first().map(|v| v & 0x7F));
+                let header = &packet.header;
+                let level =
+                    self.level_ext.and_then(|ext| header.get_extension(ext)).and_then(|b| b.first().map(|v| v & 0x7F));
+                let contributors = if header.csrc.is_empty() {
+                    Vec::new()
+                } else {
+                    let levels = self.csrc_level_ext.and_then(|ext| header.get_extension(ext));
+                    let level_of = |i: usize| levels.as_ref().and_then(|l| l.get(i)).map_or(127, |v| v & 0x7F);
+                    header.csrc.iter().enumerate().map(|(i, &ssrc)| Contributor { ssrc, level: level_of(i) }).collect()
+                };
                 on(PeerEvent::Audio(AudioPacket {
-                    seq: packet.header.sequence_number,
-                    timestamp: packet.header.timestamp,
+                    ssrc: header.ssrc,
+                    seq: header.sequence_number,
+                    timestamp: header.timestamp,
                     payload: packet.payload,
                     level,
+                    contributors,
                 }));
             }
         }

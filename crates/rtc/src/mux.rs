@@ -3,7 +3,9 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rtc::ice::mdns::MulticastDnsMode;
@@ -14,12 +16,12 @@ use rtc::sansio::Protocol;
 use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
 use crate::media::{
-    AudioPacket, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection,
-    internal, local_sdp,
+    AudioPacket, Contributor, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp,
+    build_connection, internal, local_sdp,
 };
 use crate::stun;
 
-/// Identifies a peer within a [`Mux`].
+/// Identifies a peer; unique among the peers of one [`Acceptor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u64);
 
@@ -29,6 +31,17 @@ impl std::fmt::Display for PeerId {
     }
 }
 
+/// Why a peer is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// ICE or DTLS failed (webrtc-rs reported the connection failed).
+    Failed,
+    /// The remote side closed the connection (DTLS close_notify).
+    Closed,
+    /// Nothing arrived from the peer for the idle timeout (it vanished).
+    TimedOut,
+}
+
 /// What a [`Mux`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MuxEvent {
@@ -36,27 +49,160 @@ pub enum MuxEvent {
     Connected(PeerId),
     /// A peer sent an audio packet.
     Audio(PeerId, AudioPacket),
-    /// The peer's connection failed or was closed; remove it.
-    Closed(PeerId),
+    /// The peer is gone; remove it with [`Mux::remove`].
+    Closed(PeerId, CloseReason),
+}
+
+/// Where [`Mux::handle_datagram`] sent a datagram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// To this peer.
+    Peer(PeerId),
+    /// Nowhere: a STUN request for a server ufrag this mux does not hold (a
+    /// peer accepted elsewhere and not yet adopted; see [`Mux::adopt`]).
+    UnknownUfrag(String),
+    /// Nowhere: not from a known address and no ICE check (counted in
+    /// [`MuxStats::unrouted`]).
+    Unrouted,
 }
 
 /// Counters of a [`Mux`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MuxStats {
+    /// Datagrams taken.
+    pub datagrams_in: u64,
+    /// Bytes of the datagrams taken.
+    pub bytes_in: u64,
+    /// Datagrams handed out to send.
+    pub datagrams_out: u64,
+    /// Bytes of the datagrams handed out.
+    pub bytes_out: u64,
     /// Datagrams from addresses that belong to no peer and carry no known ICE username.
     pub unrouted: u64,
     /// Audio packets handed out.
     pub audio_in: u64,
     /// Audio packets written.
     pub audio_out: u64,
+    /// Peers whose ICE or DTLS failed.
+    pub failed: u64,
+    /// Peers removed for silence (the idle timeout).
+    pub timed_out: u64,
+}
+
+/// How every peer is set up. Cheap to clone; share one among threads.
+#[derive(Clone)]
+pub struct Acceptor {
+    local: SocketAddr,
+    cert: RTCCertificate,
+    idle_timeout: Duration,
+    next_id: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Acceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acceptor").field("local", &self.local).field("idle_timeout", &self.idle_timeout).finish()
+    }
+}
+
+fn random_hex(bytes: usize) -> Result<String, RtcError> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(internal)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A peer that has answered an offer and waits for its [`Mux`].
+pub struct ServerPeer {
+    id: PeerId,
+    ufrag: String,
+    /// Boxed: a peer connection is kilobytes, and peers move between maps and threads.
+    media: Box<Media>,
+}
+
+impl std::fmt::Debug for ServerPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerPeer").field("id", &self.id).field("ufrag", &self.ufrag).finish()
+    }
+}
+
+impl ServerPeer {
+    /// Its id.
+    pub fn id(&self) -> PeerId {
+        self.id
+    }
+
+    /// The server ufrag its ICE checks carry (USERNAME "ufrag:remote").
+    pub fn ufrag(&self) -> &str {
+        &self.ufrag
+    }
+
+    /// The SSRC of the stream it sends.
+    pub fn ssrc(&self) -> u32 {
+        self.media.ssrc()
+    }
+
+    /// Whether the remote side negotiated RFC 6465 mixer-to-client levels.
+    pub fn has_csrc_levels(&self) -> bool {
+        self.media.has_csrc_levels()
+    }
+}
+
+impl Acceptor {
+    /// Peers reached at `local` (the address advertised in every answer's
+    /// ICE candidate, and the one datagrams arrive on), removed after
+    /// `idle_timeout` without a datagram from them.
+    pub fn new(local: SocketAddr, idle_timeout: Duration) -> Result<Self, RtcError> {
+        // One DTLS certificate for every peer: a key pair per peer would cost a
+        // signature-key generation per join.
+        let provider = rtc::crypto::default_provider().map_err(internal)?;
+        let params = CertificateParams::new(vec!["tutti".to_owned()]).map_err(internal)?;
+        let cert = RTCCertificate::generate(provider.crypto(), rtc::crypto::SignatureScheme::EcdsaP256Sha256, params)
+            .map_err(internal)?;
+        Ok(Self { local, cert, idle_timeout, next_id: Arc::new(AtomicU64::new(1)) })
+    }
+
+    /// The advertised address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Answers an SDP offer (non-trickle: the answer carries our one host
+    /// candidate). Hand the peer to a [`Mux`] before the answer goes out, so
+    /// ICE checks that race the answer find it.
+    pub fn accept(&self, offer: &str, now: Instant) -> Result<(ServerPeer, String), RtcError> {
+        if !offer.lines().any(|l| l.starts_with("m=audio")) {
+            return Err(RtcError::NoAudio);
+        }
+        let id = PeerId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let ufrag = format!("t{:x}{}", id.0, random_hex(3)?);
+        let pwd = random_hex(12)?;
+        // ICE-lite answers checks; consent is the client's job (RFC 7675), and
+        // a client that stops checking and sending is caught by our idle timeout.
+        let settings = SettingEngineBuilder::new()
+            .with_lite(true)
+            .with_multicast_dns_mode(MulticastDnsMode::Disabled)
+            .with_ice_credentials(ufrag.clone(), pwd)
+            .with_ice_timeouts(Some(self.idle_timeout), Some(self.idle_timeout), None)
+            .build();
+        let mut pc = build_connection(settings, vec![self.cert.clone()], now)?;
+        let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
+        pc.set_remote_description(now, offer).map_err(bad_sdp)?;
+        let (sender, ssrc) = add_audio_track(&mut pc)?;
+        add_host_candidate(&mut pc, self.local)?;
+        let answer = pc.create_answer(None).map_err(bad_sdp)?;
+        pc.set_local_description(now, answer).map_err(bad_sdp)?;
+        let sdp = local_sdp(&pc)?;
+        let media = Box::new(Media::new(pc, sender, ssrc)?);
+        Ok((ServerPeer { id, ufrag, media }, sdp))
+    }
 }
 
 struct Peer {
-    media: Media,
+    media: Box<Media>,
     ufrag: String,
     /// Remote addresses routed to this peer (forgotten with it).
     addrs: Vec<SocketAddr>,
     deadline: Option<Instant>,
+    last_seen: Instant,
 }
 
 /// Many ICE-lite WebRTC peers behind one UDP address. Feed it datagrams
@@ -68,14 +214,18 @@ struct Peer {
 /// peer; otherwise a STUN request is routed by the server ufrag in its
 /// USERNAME (each peer gets its own), and its address is learnt. Anything
 /// else is counted as unrouted and dropped.
+///
+/// Several muxes can share one [`Acceptor`] (one mux per I/O thread, each
+/// on its own socket bound to the same port): a peer is accepted anywhere
+/// and adopted by the mux whose socket its first ICE check reaches.
 pub struct Mux {
-    local: SocketAddr,
-    cert: RTCCertificate,
-    next_id: u64,
+    acceptor: Acceptor,
     peers: HashMap<PeerId, Peer>,
     by_ufrag: HashMap<String, PeerId>,
     by_addr: HashMap<SocketAddr, PeerId>,
     deadlines: BinaryHeap<Reverse<(Instant, PeerId)>>,
+    /// Idle checks: (when, peer); re-armed from `last_seen` when they fire.
+    idle: BinaryHeap<Reverse<(Instant, PeerId)>>,
     events: VecDeque<MuxEvent>,
     transmits: VecDeque<Transmit>,
     stats: MuxStats,
@@ -83,43 +233,39 @@ pub struct Mux {
 
 impl std::fmt::Debug for Mux {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mux").field("local", &self.local).field("peers", &self.peers.len()).finish()
+        f.debug_struct("Mux").field("local", &self.acceptor.local).field("peers", &self.peers.len()).finish()
     }
 }
 
-fn random_hex(bytes: usize) -> Result<String, RtcError> {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).map_err(internal)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 impl Mux {
-    /// A mux whose peers are reached at `local` (the address advertised in
-    /// every answer's ICE candidate, and the one datagrams arrive on).
+    /// A mux with its own [`Acceptor`] for `local` and a 10 s idle timeout.
     pub fn new(local: SocketAddr) -> Result<Self, RtcError> {
-        // One DTLS certificate for every peer: a key pair per peer would cost a
-        // signature-key generation per join.
-        let provider = rtc::crypto::default_provider().map_err(internal)?;
-        let params = CertificateParams::new(vec!["tutti".to_owned()]).map_err(internal)?;
-        let cert = RTCCertificate::generate(provider.crypto(), rtc::crypto::SignatureScheme::EcdsaP256Sha256, params)
-            .map_err(internal)?;
-        Ok(Self {
-            local,
-            cert,
-            next_id: 1,
+        Ok(Self::with_acceptor(Acceptor::new(local, Duration::from_secs(10))?))
+    }
+
+    /// A mux whose peers come from `acceptor` (shared with other muxes).
+    pub fn with_acceptor(acceptor: Acceptor) -> Self {
+        Self {
+            acceptor,
             peers: HashMap::new(),
             by_ufrag: HashMap::new(),
             by_addr: HashMap::new(),
             deadlines: BinaryHeap::new(),
+            idle: BinaryHeap::new(),
             events: VecDeque::new(),
             transmits: VecDeque::new(),
             stats: MuxStats::default(),
-        })
+        }
     }
 
     /// The advertised local address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local
+        self.acceptor.local
+    }
+
+    /// The acceptor this mux's peers come from.
+    pub fn acceptor(&self) -> &Acceptor {
+        &self.acceptor
     }
 
     /// Counters.
@@ -137,49 +283,46 @@ impl Mux {
         self.peers.is_empty()
     }
 
-    /// Answers an SDP offer (non-trickle: the answer carries our one host
-    /// candidate). The peer is routable as soon as this returns, so ICE
-    /// checks that race the HTTP answer are not lost.
+    /// Whether this peer is here.
+    pub fn contains(&self, id: PeerId) -> bool {
+        self.peers.contains_key(&id)
+    }
+
+    /// The ids of every peer here.
+    pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers.keys().copied()
+    }
+
+    /// Answers an offer and adopts the peer ([`Acceptor::accept`] + [`Mux::adopt`]).
     pub fn accept_offer(&mut self, offer: &str, now: Instant) -> Result<(PeerId, String), RtcError> {
-        if !offer.lines().any(|l| l.starts_with("m=audio")) {
-            return Err(RtcError::NoAudio);
-        }
-        let id = PeerId(self.next_id);
-        self.next_id += 1;
-        let ufrag = format!("t{:x}{}", id.0, random_hex(3)?);
-        let pwd = random_hex(12)?;
-        let settings = SettingEngineBuilder::new()
-            .with_lite(true)
-            .with_multicast_dns_mode(MulticastDnsMode::Disabled)
-            .with_ice_credentials(ufrag.clone(), pwd)
-            .build();
-        let mut pc = build_connection(settings, vec![self.cert.clone()], now)?;
-        let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
-        pc.set_remote_description(now, offer).map_err(bad_sdp)?;
-        let (sender, ssrc) = add_audio_track(&mut pc)?;
-        add_host_candidate(&mut pc, self.local)?;
-        let answer = pc.create_answer(None).map_err(bad_sdp)?;
-        pc.set_local_description(now, answer).map_err(bad_sdp)?;
-        let sdp = local_sdp(&pc)?;
-        let media = Media::new(pc, sender, ssrc)?;
-        self.by_ufrag.insert(ufrag.clone(), id);
-        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None });
-        self.drain(id);
+        let (peer, sdp) = self.acceptor.accept(offer, now)?;
+        let id = peer.id;
+        self.adopt(peer, now);
         Ok((id, sdp))
     }
 
-    /// Takes one received datagram. Returns the peer it was routed to, or
-    /// `None` when it belongs to no peer (counted in [`MuxStats::unrouted`]).
-    pub fn handle_datagram(&mut self, from: SocketAddr, data: &[u8], now: Instant) -> Option<PeerId> {
+    /// Takes charge of an accepted peer: it becomes routable by its ufrag.
+    pub fn adopt(&mut self, peer: ServerPeer, now: Instant) {
+        let ServerPeer { id, ufrag, media } = peer;
+        self.by_ufrag.insert(ufrag.clone(), id);
+        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None, last_seen: now });
+        self.idle.push(Reverse((now + self.acceptor.idle_timeout, id)));
+        self.drain(id);
+    }
+
+    /// Takes one received datagram and says where it went.
+    pub fn handle_datagram(&mut self, from: SocketAddr, data: &[u8], now: Instant) -> Route {
+        self.stats.datagrams_in += 1;
+        self.stats.bytes_in += data.len() as u64;
         let id = match self.by_addr.get(&from) {
             Some(&id) => id,
             None => {
-                let routed = stun::username(data)
-                    .and_then(stun::local_ufrag)
-                    .and_then(|ufrag| self.by_ufrag.get(ufrag).copied());
-                let Some(id) = routed else {
+                let Some(ufrag) = stun::username(data).and_then(stun::local_ufrag) else {
                     self.stats.unrouted += 1;
-                    return None;
+                    return Route::Unrouted;
+                };
+                let Some(&id) = self.by_ufrag.get(ufrag) else {
+                    return Route::UnknownUfrag(ufrag.to_owned());
                 };
                 // ICE checks this request's integrity; only then does the
                 // agent answer, so a forged USERNAME gains nothing but a
@@ -191,11 +334,15 @@ impl Mux {
                 id
             }
         };
-        let peer = self.peers.get_mut(&id)?;
+        let Some(peer) = self.peers.get_mut(&id) else {
+            self.stats.unrouted += 1;
+            return Route::Unrouted;
+        };
+        peer.last_seen = now;
         let msg = TaggedBytesMut {
             now,
             transport: TransportContext {
-                local_addr: self.local,
+                local_addr: self.acceptor.local,
                 peer_addr: from,
                 transport_protocol: TransportProtocol::UDP,
                 ecn: None,
@@ -205,20 +352,28 @@ impl Mux {
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);
         self.drain(id);
-        Some(id)
+        Route::Peer(id)
     }
 
     /// Sends one 20 ms Opus frame to a connected peer, with its RFC 6464
-    /// level when the peer negotiated the extension.
-    pub fn send_audio(&mut self, id: PeerId, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
+    /// level, and the mixed sources (CSRCs with RFC 6465 levels) when the
+    /// peer negotiated them.
+    pub fn send_audio(
+        &mut self,
+        id: PeerId,
+        payload: Bytes,
+        level: Option<u8>,
+        contributors: &[Contributor],
+        now: Instant,
+    ) -> Result<(), RtcError> {
         let peer = self.peers.get_mut(&id).ok_or(RtcError::UnknownPeer(id))?;
-        peer.media.send_audio(payload, level, now)?;
+        peer.media.send_audio(payload, level, contributors, now)?;
         self.stats.audio_out += 1;
         self.drain(id);
         Ok(())
     }
 
-    /// Runs the timers that are due.
+    /// Runs the timers that are due, and reports peers idle for too long.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(&Reverse((at, id))) = self.deadlines.peek() {
             if at > now {
@@ -233,16 +388,37 @@ impl Mux {
             let _ = peer.media.pc.handle_timeout(now);
             self.drain(id);
         }
+        while let Some(&Reverse((at, id))) = self.idle.peek() {
+            if at > now {
+                break;
+            }
+            self.idle.pop();
+            let Some(peer) = self.peers.get_mut(&id) else { continue };
+            let expires = peer.last_seen + self.acceptor.idle_timeout;
+            if expires > now {
+                self.idle.push(Reverse((expires, id)));
+            } else if peer.media.mark_closed() {
+                self.stats.timed_out += 1;
+                self.events.push_back(MuxEvent::Closed(id, CloseReason::TimedOut));
+            }
+        }
     }
 
     /// The earliest instant [`Mux::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadlines.peek().map(|Reverse((at, _))| *at)
+        let peek = |h: &BinaryHeap<Reverse<(Instant, PeerId)>>| h.peek().map(|Reverse((at, _))| *at);
+        match (peek(&self.deadlines), peek(&self.idle)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        let t = self.transmits.pop_front()?;
+        self.stats.datagrams_out += 1;
+        self.stats.bytes_out += t.data.len() as u64;
+        Some(t)
     }
 
     /// The next event.
@@ -271,7 +447,11 @@ impl Mux {
         let next = peer.media.drain(&mut self.transmits, |event| {
             events.push_back(match event {
                 PeerEvent::Connected => MuxEvent::Connected(id),
-                PeerEvent::Closed => MuxEvent::Closed(id),
+                PeerEvent::Failed => {
+                    stats.failed += 1;
+                    MuxEvent::Closed(id, CloseReason::Failed)
+                }
+                PeerEvent::Closed => MuxEvent::Closed(id, CloseReason::Closed),
                 PeerEvent::Audio(packet) => {
                     stats.audio_in += 1;
                     MuxEvent::Audio(id, packet)

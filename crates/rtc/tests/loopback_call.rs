@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tutti_mix::{FRAME_SAMPLES, goertzel, tone};
-use tutti_rtc::{ClientEvent, ClientPeer, Mux, MuxEvent, RtcError};
+use tutti_rtc::{ClientEvent, ClientPeer, Contributor, Mux, MuxEvent, Route, RtcError};
 
 fn socket() -> UdpSocket {
     let s = UdpSocket::bind("127.0.0.1:0").expect("bind loopback");
@@ -83,7 +83,7 @@ fn a_call_over_loopback_carries_audio_and_levels_both_ways() {
                     assert_eq!(id, peer);
                     at_server.push(packet);
                 }
-                MuxEvent::Closed(id) => panic!("peer {id} closed"),
+                MuxEvent::Closed(id, why) => panic!("peer {id} closed: {why:?}"),
             }
         }
         while let Some(event) = client.poll_event() {
@@ -103,7 +103,8 @@ fn a_call_over_loopback_carries_audio_and_levels_both_ways() {
             sent_levels.insert(seq_before, level);
             client.send_audio(payload, Some(level), now).expect("client sends");
             let payload = Bytes::from(server_enc.encode_vec_float(&tone(440.0, 0.3, at), 1500).expect("encode"));
-            mux.send_audio(peer, payload, Some(20), now).expect("server sends");
+            let mixed = [Contributor { ssrc: 0xA11CE, level: 30 }, Contributor { ssrc: 0xB0B, level: 40 }];
+            mux.send_audio(peer, payload, Some(20), &mixed, now).expect("server sends");
             frames_sent += 1;
             // Mid-call, someone sprays the media port with garbage.
             if frames_sent == 30 {
@@ -135,18 +136,26 @@ fn a_call_over_loopback_carries_audio_and_levels_both_ways() {
     let heard = decode_all(&at_client.iter().map(|p| p.payload.clone()).collect::<Vec<_>>());
     assert!(goertzel(&heard[heard.len() / 2..], 440.0) > 0.15, "client hears the server's 440 Hz");
     assert_eq!(at_client.last().and_then(|p| p.level), Some(20), "the server's level reaches the client");
+    assert!(offer.contains("csrc-audio-level") && answer.contains("csrc-audio-level"), "RFC 6465 negotiated");
+    let contributors = at_client.last().map(|p| p.contributors.clone()).unwrap_or_default();
+    assert_eq!(
+        contributors,
+        [Contributor { ssrc: 0xA11CE, level: 30 }, Contributor { ssrc: 0xB0B, level: 40 }],
+        "CSRCs with their RFC 6465 levels reach the client"
+    );
+    assert!(at_server.iter().all(|p| p.contributors.is_empty()), "a client's own stream has no CSRCs");
 
     mux.remove(peer).expect("remove");
     assert!(mux.is_empty());
     let unrouted = mux.stats().unrouted;
     assert_eq!(
         mux.handle_datagram(client_addr, &[0x80; 20], Instant::now()),
-        None,
+        Route::Unrouted,
         "a removed peer's address is forgotten"
     );
     assert_eq!(mux.stats().unrouted, unrouted + 1);
     assert!(matches!(
-        mux.send_audio(peer, Bytes::from_static(&[0xF8]), None, Instant::now()),
+        mux.send_audio(peer, Bytes::from_static(&[0xF8]), None, &[], Instant::now()),
         Err(RtcError::UnknownPeer(_))
     ));
 }

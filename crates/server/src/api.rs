@@ -1,7 +1,6 @@
 //! The REST API: rooms, joining with an SDP offer (WHIP-style or JSON),
 //! leaving, muting; errors as JSON with a stable code.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -14,25 +13,25 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use tutti_mix::{ParticipantId, Room, RoomConfig, SpeakerLimit};
-use tutti_rtc::{PeerId, RtcError};
+use tutti_mix::{MAX_GAIN, ParticipantId, Room, RoomConfig, SpeakerLimit};
+use tutti_rtc::RtcError;
 
-use crate::engine::{RoomEntry, Shared};
+use crate::state::{LeaveReason, RoomEvent, RoomState, Shared, lock};
 
 /// An API error: a status, a stable machine-readable code and a sentence.
 #[derive(Debug)]
 pub(crate) struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into() }
     }
 
-    fn no_room(room: &str) -> Self {
+    pub(crate) fn no_room(room: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, "room_not_found", format!("there is no room '{room}'"))
     }
 
@@ -100,16 +99,16 @@ struct RoomSummary {
     id: String,
     participants: usize,
     max_participants: usize,
-    max_speakers: Option<usize>,
+    max_speakers: usize,
 }
 
-fn summary(id: &str, room: &Room) -> RoomSummary {
-    let cfg = room.config();
-    let max_speakers = match cfg.max_speakers {
-        SpeakerLimit::Top(k) => Some(k),
-        SpeakerLimit::All => None,
-    };
-    RoomSummary { id: id.to_owned(), participants: room.len(), max_participants: cfg.max_participants, max_speakers }
+fn summary(room: &RoomState) -> RoomSummary {
+    RoomSummary {
+        id: room.id.clone(),
+        participants: lock(&room.members).len(),
+        max_participants: room.max_participants,
+        max_speakers: room.max_speakers,
+    }
 }
 
 async fn create_room(
@@ -136,58 +135,54 @@ async fn create_room(
     if let Some(k) = req.max_speakers {
         cfg.max_speakers = SpeakerLimit::Top(k);
     }
+    let max_speakers = match cfg.max_speakers {
+        SpeakerLimit::Top(k) => k,
+        SpeakerLimit::All => usize::MAX,
+    };
     let room = Room::new(cfg).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_room_config", e.to_string()))?;
-    let mut engine = shared.engine();
-    if engine.rooms.contains_key(&id) {
-        return Err(ApiError::new(StatusCode::CONFLICT, "room_exists", format!("room '{id}' already exists")));
+    let state = Arc::new(RoomState::new(id.clone(), room, max_speakers));
+    {
+        let mut rooms = shared.rooms.write().unwrap_or_else(|p| p.into_inner());
+        if rooms.contains_key(&id) {
+            return Err(ApiError::new(StatusCode::CONFLICT, "room_exists", format!("room '{id}' already exists")));
+        }
+        if rooms.len() >= shared.cfg.max_rooms {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_full",
+                format!("the server holds its maximum of {} rooms", shared.cfg.max_rooms),
+            ));
+        }
+        rooms.insert(id.clone(), state.clone());
     }
-    let s = summary(&id, &room);
-    engine.rooms.insert(id.clone(), RoomEntry { room, names: BTreeMap::new() });
     tracing::info!(room = %id, "room created");
-    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/rooms/{id}"))], axum::Json(s)).into_response())
+    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/rooms/{id}"))], axum::Json(summary(&state)))
+        .into_response())
 }
 
 async fn list_rooms(State(shared): State<Arc<Shared>>) -> axum::Json<Vec<RoomSummary>> {
-    let engine = shared.engine();
-    axum::Json(engine.rooms.iter().map(|(id, e)| summary(id, &e.room)).collect())
-}
-
-#[derive(Debug, Serialize)]
-struct ParticipantView {
-    id: u64,
-    name: String,
-    talking: bool,
+    axum::Json(shared.all_rooms().iter().map(|r| summary(r)).collect())
 }
 
 async fn get_room(State(shared): State<Arc<Shared>>, Path(room): Path<String>) -> ApiResult<Response> {
-    let engine = shared.engine();
-    let entry = engine.rooms.get(&room).ok_or_else(|| ApiError::no_room(&room))?;
-    let participants: Vec<ParticipantView> = entry
-        .names
-        .iter()
-        .map(|(id, name)| ParticipantView {
-            id: id.0,
-            name: name.clone(),
-            talking: entry.room.is_talking(*id).unwrap_or(false),
-        })
-        .collect();
-    let speakers: Vec<u64> = entry.room.speakers().map(|id| id.0).collect();
-    let body =
-        serde_json::json!({ "room": summary(&room, &entry.room), "participants": participants, "speakers": speakers });
+    let state = shared.room(&room).ok_or_else(|| ApiError::no_room(&room))?;
+    let speakers: Vec<u64> = lock(&state.speakers).iter().map(|s| s.id.0).collect();
+    let body = serde_json::json!({
+        "room": summary(&state),
+        "participants": state.member_list(),
+        "speakers": speakers,
+    });
     Ok(axum::Json(body).into_response())
 }
 
 async fn delete_room(State(shared): State<Arc<Shared>>, Path(room): Path<String>) -> ApiResult<StatusCode> {
-    let out = {
-        let mut engine = shared.engine();
-        let entry = engine.rooms.remove(&room).ok_or_else(|| ApiError::no_room(&room))?;
-        for id in entry.names.keys() {
-            engine.peer_room.remove(&PeerId(id.0));
-            let _ = engine.mux.remove(PeerId(id.0));
-        }
-        engine.take_transmits()
-    };
-    shared.send(out);
+    let state = shared
+        .rooms
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&room)
+        .ok_or_else(|| ApiError::no_room(&room))?;
+    shared.close_room(&state, LeaveReason::RoomClosed);
     tracing::info!(%room, "room deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -204,6 +199,51 @@ struct JoinRequest {
 struct JoinResponse {
     id: u64,
     sdp: String,
+}
+
+/// Longest participant name kept, in bytes.
+const MAX_NAME_BYTES: usize = 64;
+
+/// Joins `room` with an SDP offer: checks, answers, admits. Shared by the
+/// REST join and the WebSocket `join` message.
+pub(crate) fn join_room(
+    shared: &Shared,
+    room: &str,
+    sdp: &str,
+    name: &str,
+) -> ApiResult<(Arc<RoomState>, u64, String)> {
+    if shared.stopping.load(Ordering::Relaxed) {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down"));
+    }
+    let state = shared.room(room).ok_or_else(|| ApiError::no_room(room))?;
+    let room_full = || {
+        ApiError::new(StatusCode::CONFLICT, "room_full", format!("room '{room}' is full ({})", state.max_participants))
+    };
+    if lock(&state.members).len() >= state.max_participants {
+        return Err(room_full());
+    }
+    if shared.participants.load(Ordering::Relaxed) >= shared.cfg.max_participants {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_full",
+            format!("the server holds its maximum of {} participants", shared.cfg.max_participants),
+        ));
+    }
+    let now = Instant::now();
+    let (peer, answer) = shared.acceptor.accept(sdp, now).map_err(|e| match e {
+        RtcError::BadSdp(_) | RtcError::NoAudio => ApiError::new(StatusCode::BAD_REQUEST, "bad_sdp", e.to_string()),
+        e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    })?;
+    let mut name: String = name.chars().filter(|c| !c.is_control()).collect();
+    while name.len() > MAX_NAME_BYTES {
+        name.pop();
+    }
+    if name.is_empty() {
+        name = format!("participant-{}", peer.id());
+    }
+    let id = shared.admit(&state, peer, name, now).map_err(|_| room_full())?;
+    tracing::info!(room = %state.id, participant = id, "participant joined");
+    Ok((state, id, answer))
 }
 
 async fn join(
@@ -227,33 +267,8 @@ async fn join(
             }
         })?
     };
-    if shared.stopping.load(Ordering::Relaxed) {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down"));
-    }
-    let (peer, answer) = {
-        let mut engine = shared.engine();
-        let entry = engine.rooms.get(&room).ok_or_else(|| ApiError::no_room(&room))?;
-        let max = entry.room.config().max_participants;
-        if entry.room.len() >= max {
-            return Err(ApiError::new(StatusCode::CONFLICT, "room_full", format!("room '{room}' is full ({max})")));
-        }
-        let (peer, answer) = engine.mux.accept_offer(&req.sdp, Instant::now()).map_err(|e| match e {
-            RtcError::BadSdp(_) | RtcError::NoAudio => ApiError::new(StatusCode::BAD_REQUEST, "bad_sdp", e.to_string()),
-            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
-        })?;
-        let id = ParticipantId(peer.0);
-        let name = if req.name.is_empty() { format!("participant-{}", peer.0) } else { req.name };
-        let entry = engine.rooms.get_mut(&room).ok_or_else(|| ApiError::no_room(&room))?;
-        if let Err(e) = entry.room.add_participant(id) {
-            let _ = engine.mux.remove(peer);
-            return Err(ApiError::new(StatusCode::CONFLICT, "room_full", e.to_string()));
-        }
-        entry.names.insert(id, name);
-        engine.peer_room.insert(peer, room.clone());
-        (peer, answer)
-    };
-    tracing::info!(%room, %peer, "participant joined");
-    let location = format!("/v1/rooms/{room}/participants/{}", peer.0);
+    let (_, id, answer) = join_room(&shared, &room, &req.sdp, &req.name)?;
+    let location = format!("/v1/rooms/{room}/participants/{id}");
     if whip {
         let mut response = (StatusCode::CREATED, answer).into_response();
         let headers = response.headers_mut();
@@ -263,29 +278,25 @@ async fn join(
         }
         Ok(response)
     } else {
-        let body = axum::Json(JoinResponse { id: peer.0, sdp: answer });
+        let body = axum::Json(JoinResponse { id, sdp: answer });
         Ok((StatusCode::CREATED, [(header::LOCATION, location)], body).into_response())
     }
 }
 
-/// Looks up a participant of a room, as the peer that carries it.
-fn peer_in(engine: &crate::engine::Engine, room: &str, id: u64) -> ApiResult<PeerId> {
-    let entry = engine.rooms.get(room).ok_or_else(|| ApiError::no_room(room))?;
-    if !entry.names.contains_key(&ParticipantId(id)) {
+/// A room and one of its participants, or the 404 for whichever is missing.
+fn member_of(shared: &Shared, room: &str, id: u64) -> ApiResult<Arc<RoomState>> {
+    let state = shared.room(room).ok_or_else(|| ApiError::no_room(room))?;
+    if !lock(&state.members).contains_key(&id) {
         return Err(ApiError::no_participant(id));
     }
-    Ok(PeerId(id))
+    Ok(state)
 }
 
 async fn leave(State(shared): State<Arc<Shared>>, Path((room, id)): Path<(String, u64)>) -> ApiResult<StatusCode> {
-    let out = {
-        let mut engine = shared.engine();
-        let peer = peer_in(&engine, &room, id)?;
-        engine.remove_peer(peer);
-        engine.take_transmits()
-    };
-    shared.send(out);
-    tracing::info!(%room, participant = id, "participant left");
+    let state = member_of(&shared, &room, id)?;
+    if !shared.remove_participant(&state, id, LeaveReason::Left) {
+        return Err(ApiError::no_participant(id));
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -296,6 +307,19 @@ struct UpdateParticipant {
     gain: Option<f32>,
 }
 
+/// Mutes or unmutes a participant (and tells the room).
+pub(crate) fn set_muted(state: &RoomState, id: u64, muted: bool) -> ApiResult<()> {
+    lock(&state.core).room.set_muted(ParticipantId(id), muted).map_err(|_| ApiError::no_participant(id))?;
+    let changed = match lock(&state.members).get_mut(&id) {
+        Some(m) => std::mem::replace(&mut m.muted, muted) != muted,
+        None => return Err(ApiError::no_participant(id)),
+    };
+    if changed {
+        state.publish(RoomEvent::Muted { id, muted });
+    }
+    Ok(())
+}
+
 async fn update_participant(
     State(shared): State<Arc<Shared>>,
     Path((room, id)): Path<(String, u64)>,
@@ -303,18 +327,22 @@ async fn update_participant(
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let req: UpdateParticipant = json(&headers, &body(raw)?, None)?;
-    let mut engine = shared.engine();
-    peer_in(&engine, &room, id)?;
-    let entry = engine.rooms.get_mut(&room).ok_or_else(|| ApiError::no_room(&room))?;
-    let pid = ParticipantId(id);
-    let bad = |e: tutti_mix::MixError| ApiError::new(StatusCode::BAD_REQUEST, "bad_value", e.to_string());
+    let state = member_of(&shared, &room, id)?;
     if let Some(gain) = req.gain {
-        entry.room.set_gain(pid, gain).map_err(bad)?;
+        if !(gain.is_finite() && (0.0..=MAX_GAIN).contains(&gain)) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_value",
+                format!("gain must be within 0 to {MAX_GAIN}"),
+            ));
+        }
+        lock(&state.core).room.set_gain(ParticipantId(id), gain).map_err(|_| ApiError::no_participant(id))?;
     }
     if let Some(muted) = req.muted {
-        entry.room.set_muted(pid, muted).map_err(bad)?;
+        set_muted(&state, id, muted)?;
     }
-    Ok(axum::Json(serde_json::json!({ "id": id, "muted": req.muted, "gain": req.gain })).into_response())
+    let member = lock(&state.members).get(&id).cloned().ok_or_else(|| ApiError::no_participant(id))?;
+    Ok(axum::Json(serde_json::json!({ "id": id, "muted": member.muted, "gain": req.gain })).into_response())
 }
 
 async fn healthz() -> &'static str {
@@ -341,6 +369,7 @@ pub(crate) fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .route("/v1/rooms/{room}", get(get_room).delete(delete_room))
         .route("/v1/rooms/{room}/participants", post(join))
         .route("/v1/rooms/{room}/participants/{id}", axum::routing::delete(leave).patch(update_participant))
+        .route("/v1/rooms/{room}/ws", get(crate::ws::upgrade))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(shared)

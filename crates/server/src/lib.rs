@@ -4,61 +4,51 @@
 //! ([`tutti_rtc`]) into a server:
 //!
 //! ```text
-//! HTTP (axum, tokio)   POST /v1/rooms/{room}/participants  SDP offer ─► Mux::accept_offer ─► answer
-//! io-0 thread          UDP socket ─► Mux (ICE/DTLS/SRTP) ─► Room::push_packet
-//! mix-clock thread     every 20 ms: Room::tick on the mix-N pool ─► Mux::send_audio per participant
+//! api-N (tokio, axum)  POST /v1/rooms/{room}/participants, or a WebSocket `join`:
+//!                      SDP offer ─► Acceptor::accept ─► peer parked until its first ICE check ─► answer
+//! io-N threads         one socket each on the media port (SO_REUSEPORT), recvmmsg
+//!                      ─► Mux (ICE/DTLS/SRTP; adopts the parked peers its checks reach)
+//!                      ─► packets batched into each room's inbox
+//! mix-clock thread     every 20 ms: each room's inbox ─► jitter buffers ─► Room::tick on the
+//!                      mix-N pool ─► one O(K) result per room to every io thread
+//! io-N threads         each sends its own peers their mix (SRTP) ─► sendmmsg
 //! ```
 //!
-//! One lock guards the mux and the rooms; the threads hold it briefly. That
-//! is simple and correct for rooms of hundreds; sharding peers over several
-//! I/O threads with batched syscalls is the next step for thousands.
+//! No lock is taken per packet: an I/O thread owns its peers outright and
+//! appends to a room's inbox once per loop turn; the clock owns the mixing.
+//! The API touches a room (join, mute, leave) under that room's lock.
+//! Room events (joined, left, talking, muted) are pushed to WebSocket
+//! subscribers.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), tutti_server::ServerError> {
+//! let server = tutti_server::Server::start(tutti_server::Config::default()).await?;
+//! println!("API on http://{}", server.http_addr());
+//! server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
 
 mod api;
 pub mod client;
-mod engine;
+mod clock;
+mod config;
+mod io;
+mod state;
+mod ws;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+pub use config::{Config, ConfigError, LogConfig, RoomDefaults};
 use tutti_mix::MixPool;
-use tutti_rtc::Mux;
+use tutti_rtc::Acceptor;
 
-use crate::engine::{Engine, Shared};
-
-/// Server settings. `Config::default()` is what `tutti serve` runs with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// HTTP API address. Default 127.0.0.1:8080.
-    pub http: SocketAddr,
-    /// UDP media address, one port for every peer. Default 127.0.0.1:4000.
-    pub media: SocketAddr,
-    /// Address advertised in ICE candidates. Default: the media address.
-    pub advertise: Option<SocketAddr>,
-    /// Mixer threads (`mix-0`, …); 0 = one per core. Default 0.
-    pub mix_threads: usize,
-    /// Largest request body accepted, in bytes. Default 64 KiB.
-    pub max_body_bytes: usize,
-    /// Participants per room unless the room says otherwise. Default 10 000.
-    pub max_participants: usize,
-    /// Speakers mixed per tick unless the room says otherwise. Default 5.
-    pub max_speakers: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            media: SocketAddr::from(([127, 0, 0, 1], 4000)),
-            advertise: None,
-            mix_threads: 0,
-            max_body_bytes: 64 * 1024,
-            max_participants: 10_000,
-            max_speakers: 5,
-        }
-    }
-}
+use crate::state::{RoomEvent, Shared};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +61,9 @@ pub enum ServerError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// The media transport or the mixer could not be set up.
     #[error("{0}")]
     Setup(String),
@@ -79,6 +72,29 @@ pub enum ServerError {
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
     let what = what.into();
     move |source| ServerError::Io { what, source }
+}
+
+/// Media counters of a running server (see [`Server::media_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MediaStats {
+    /// UDP datagrams received.
+    pub datagrams_in: u64,
+    /// Bytes of them.
+    pub bytes_in: u64,
+    /// UDP datagrams sent.
+    pub datagrams_out: u64,
+    /// Bytes of them.
+    pub bytes_out: u64,
+    /// Datagrams that belonged to no peer (garbage, strays), dropped.
+    pub unrouted: u64,
+    /// Datagrams the OS refused to send.
+    pub send_errors: u64,
+    /// Peers whose ICE or DTLS failed.
+    pub peers_failed: u64,
+    /// Peers removed because nothing arrived from them for the peer timeout.
+    pub peers_timed_out: u64,
+    /// Peers held by the I/O threads now.
+    pub peers: u64,
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its
@@ -93,26 +109,44 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds the sockets and starts the API, the I/O thread and the mixer clock.
-    /// Must be called within a tokio runtime.
+    /// Binds the sockets and starts the API, the I/O threads and the mixer
+    /// clock. Must be called within a tokio runtime.
     pub async fn start(cfg: Config) -> Result<Self, ServerError> {
-        let socket = engine::bind_media(cfg.media).map_err(io_err(format!("binding UDP {}", cfg.media)))?;
-        let media = socket.local_addr().map_err(io_err("reading the UDP address"))?;
-        let advertise = cfg.advertise.unwrap_or(media);
-        let mux = Mux::new(advertise).map_err(|e| ServerError::Setup(e.to_string()))?;
+        cfg.validate()?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let io_threads = if cfg.io_threads == 0 { cores } else { cfg.io_threads };
+        let sockets = io::bind_sockets(cfg.media, io_threads, cfg.socket_buffer_bytes)
+            .map_err(io_err(format!("binding UDP {}", cfg.media)))?;
+        let media = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
+        let advertise = cfg.advertise_addr(media);
+        if advertise.ip().is_unspecified() {
+            tracing::warn!(%advertise, "the media address is unspecified: set `advertise` to an address clients can reach");
+        }
+        let acceptor = Acceptor::new(advertise, cfg.peer_timeout()).map_err(|e| ServerError::Setup(e.to_string()))?;
         let pool = MixPool::new(cfg.mix_threads).map_err(|e| ServerError::Setup(e.to_string()))?;
-        let room_defaults = api::default_room_config(cfg.max_participants, cfg.max_speakers);
+        let room_defaults = api::default_room_config(cfg.room.max_participants, cfg.room.max_speakers);
         room_defaults.validate().map_err(|e| ServerError::Setup(e.to_string()))?;
-        let engine = Engine { mux, rooms: Default::default(), peer_room: Default::default() };
-        let shared = Arc::new(Shared::new(engine, socket, pool, room_defaults));
+        let shared = Arc::new(Shared {
+            cfg: cfg.clone(),
+            acceptor,
+            pool,
+            room_defaults,
+            rooms: RwLock::new(BTreeMap::new()),
+            registry: Mutex::new(Default::default()),
+            io: OnceLock::new(),
+            participants: AtomicUsize::new(0),
+            ws_sessions: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+            overruns: AtomicU64::new(0),
+            next_room: AtomicU64::new(1),
+        });
 
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;
         let http = listener.local_addr().map_err(io_err("reading the HTTP address"))?;
-        let threads = vec![
-            engine::spawn_io(shared.clone()).map_err(io_err("starting io-0"))?,
-            engine::spawn_clock(shared.clone()).map_err(io_err("starting mix-clock"))?,
-        ];
+        let (handles, mut threads) = io::spawn(&shared, sockets).map_err(io_err("starting the io threads"))?;
+        let _ = shared.io.set(handles);
+        threads.push(clock::spawn(shared.clone()).map_err(io_err("starting mix-clock"))?);
         let (stop_http, mut stopped) = tokio::sync::watch::channel(false);
         let app = api::router(shared.clone(), cfg.max_body_bytes);
         let http_task = tokio::spawn(async move {
@@ -123,7 +157,7 @@ impl Server {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
-        tracing::info!(%http, %media, %advertise, mix_threads = shared.pool.threads(), "tutti is serving");
+        tracing::info!(%http, %media, %advertise, io_threads, mix_threads = shared.pool.threads(), "tutti is serving");
         Ok(Self { http, media, shared, threads, http_task, stop_http })
     }
 
@@ -142,19 +176,45 @@ impl Server {
         self.shared.overruns.load(Ordering::Relaxed)
     }
 
-    /// Stops taking joins, closes every peer (they get DTLS close_notify),
-    /// stops the threads and the API.
+    /// The media counters, summed over the I/O threads.
+    pub fn media_stats(&self) -> MediaStats {
+        let mut m = MediaStats::default();
+        for io in self.shared.io() {
+            let c = &io.counters;
+            let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            m.datagrams_in += get(&c.datagrams_in);
+            m.bytes_in += get(&c.bytes_in);
+            m.datagrams_out += get(&c.datagrams_out);
+            m.bytes_out += get(&c.bytes_out);
+            m.unrouted += get(&c.unrouted);
+            m.send_errors += get(&c.send_errors);
+            m.peers_failed += get(&c.peers_failed);
+            m.peers_timed_out += get(&c.peers_timed_out);
+            m.peers += get(&c.peers);
+        }
+        m
+    }
+
+    /// Participants in all rooms.
+    pub fn participants(&self) -> usize {
+        self.shared.participants.load(Ordering::Relaxed)
+    }
+
+    /// Stops taking joins, tells every WebSocket subscriber, closes every
+    /// peer (they get DTLS close_notify), stops the threads and the API.
     pub async fn shutdown(self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
-        let out = {
-            let mut engine = self.shared.engine();
-            let peers: Vec<_> = engine.peer_room.keys().copied().collect();
-            for peer in peers {
-                engine.remove_peer(peer);
-            }
-            engine.take_transmits()
-        };
-        self.shared.send(out);
+        for room in self.shared.all_rooms() {
+            room.publish(RoomEvent::Shutdown { message: "the server is shutting down".to_owned() });
+        }
+        // Give the WebSocket sessions a moment to pass the word on.
+        let told = Instant::now() + Duration::from_secs(1);
+        while self.shared.ws_sessions.load(Ordering::Relaxed) > 0 && Instant::now() < told {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for io in self.shared.io() {
+            io.send(io::IoCommand::Shutdown);
+        }
         let _ = self.stop_http.send(true);
         let _ = self.http_task.await;
         for t in self.threads {

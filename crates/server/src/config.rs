@@ -1,0 +1,365 @@
+//! The server's settings, in layers: defaults in code, a TOML file over
+//! them (unknown keys rejected), `TUTTI_*` environment variables derived
+//! from the key path (`room.max_speakers` → `TUTTI_ROOM_MAX_SPEAKERS`),
+//! then `key=value` overrides (the command line's flags), then validation.
+//! `deploy/tutti.toml` is the commented sample; a test keeps it equal to
+//! the defaults.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Server settings. `Config::default()` is what `tutti serve` runs with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP API address (REST and WebSocket).
+    pub http: SocketAddr,
+    /// UDP media address: one port for every peer.
+    pub media: SocketAddr,
+    /// Address put in ICE candidates; empty = the media address. Behind
+    /// NAT or in a container, the address clients can reach.
+    pub advertise: String,
+    /// Prometheus `/metrics` address; empty = no metrics endpoint.
+    pub metrics: String,
+    /// I/O threads (`io-0`, …), each with its own socket on the media port;
+    /// 0 = one per core.
+    pub io_threads: usize,
+    /// Mixer threads (`mix-0`, …); 0 = one per core.
+    pub mix_threads: usize,
+    /// Receive and send buffer asked for each media socket, in bytes (the
+    /// kernel may grant less; the granted size is logged).
+    pub socket_buffer_bytes: usize,
+    /// A peer from which nothing (no ICE check, no packet) arrives for this
+    /// long is removed, and so is a joined peer whose ICE never starts.
+    pub peer_timeout_seconds: f64,
+    /// How long SIGTERM waits for peers to be told and closed.
+    pub shutdown_timeout_seconds: f64,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Rooms the server holds at most.
+    pub max_rooms: usize,
+    /// Participants the server holds at most, over all rooms (beyond: 503).
+    pub max_participants: usize,
+    /// Defaults for new rooms.
+    pub room: RoomDefaults,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// Defaults for new rooms (a room's creator may choose others).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoomDefaults {
+    /// Participants per room (beyond: 409 `room_full`).
+    pub max_participants: usize,
+    /// Speakers mixed per tick (the loudest K).
+    pub max_speakers: usize,
+}
+
+/// Logging settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json` (one JSON object per line).
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `debug,rtc=warn`.
+    pub filter: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            media: SocketAddr::from(([127, 0, 0, 1], 4000)),
+            advertise: String::new(),
+            metrics: "127.0.0.1:9464".to_owned(),
+            io_threads: 0,
+            mix_threads: 0,
+            socket_buffer_bytes: 4 << 20,
+            peer_timeout_seconds: 10.0,
+            shutdown_timeout_seconds: 5.0,
+            max_body_bytes: 64 * 1024,
+            max_rooms: 1_000,
+            max_participants: 20_000,
+            room: RoomDefaults::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for RoomDefaults {
+    fn default() -> Self {
+        Self { max_participants: 10_000, max_speakers: 5 }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: "text".to_owned(), filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=warn,rtc_srtp=warn".to_owned() }
+    }
+}
+
+/// Why a configuration was refused. Each names the key and the source.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or a value has the wrong type.
+    #[error("{origin}: {message}")]
+    Parse {
+        /// Where the text came from (a file, an environment variable, a flag).
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A key that tutti does not know.
+    #[error("{origin}: unknown key '{key}' (see deploy/tutti.toml for every key)")]
+    UnknownKey {
+        /// Where it came from.
+        origin: String,
+        /// The key path.
+        key: String,
+    },
+    /// A value out of range.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// The key path.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn parse_err(origin: &str, e: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Parse { origin: origin.to_owned(), message: e.to_string() }
+}
+
+impl Config {
+    /// Builds the configuration: defaults, then `file` (if any), then the
+    /// `TUTTI_*` variables among `env`, then `overrides` (`key.path=value`),
+    /// then validation.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &[(String, String)],
+    ) -> Result<Self, ConfigError> {
+        let mut table = toml::Table::try_from(Config::default()).map_err(|e| parse_err("defaults", e))?;
+        if let Some(path) = file {
+            let origin = path.display().to_string();
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: origin.clone(), source })?;
+            let over: toml::Table = text.parse().map_err(|e| parse_err(&origin, e))?;
+            merge(&mut table, over, "", &origin)?;
+        }
+        let mut leaves = Vec::new();
+        collect_leaves(&table, "", &mut leaves);
+        let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k.starts_with("TUTTI_")).collect();
+        for path in &leaves {
+            let name = env_name(path);
+            if let Some((_, value)) = env.iter().find(|(k, _)| *k == name) {
+                set(&mut table, path, value, &format!("environment variable {name}"))?;
+            }
+        }
+        for (path, value) in overrides {
+            if !leaves.contains(path) {
+                return Err(ConfigError::UnknownKey { origin: "command line".to_owned(), key: path.clone() });
+            }
+            set(&mut table, path, value, &format!("--{}", path.replace(['.', '_'], "-")))?;
+        }
+        let cfg: Config = table.try_into().map_err(|e| parse_err("configuration", e))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The `TUTTI_*` variables in `env` that name no key (likely typos).
+    pub fn unknown_env(env: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+        let mut leaves = Vec::new();
+        if let Ok(table) = toml::Table::try_from(Config::default()) {
+            collect_leaves(&table, "", &mut leaves);
+        }
+        let known: Vec<String> = leaves.iter().map(|p| env_name(p)).collect();
+        env.into_iter().map(|(k, _)| k).filter(|k| k.starts_with("TUTTI_") && !known.contains(k)).collect()
+    }
+
+    /// Checks every value's range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: &str| Err(ConfigError::Invalid { key, message: message.to_owned() });
+        if !self.advertise.is_empty() && self.advertise.parse::<SocketAddr>().is_err() {
+            return invalid("advertise", "must be empty or an address like 203.0.113.7:4000");
+        }
+        if !self.metrics.is_empty() && self.metrics.parse::<SocketAddr>().is_err() {
+            return invalid("metrics", "must be empty (off) or an address like 127.0.0.1:9464");
+        }
+        if !(self.peer_timeout_seconds.is_finite() && (1.0..=3600.0).contains(&self.peer_timeout_seconds)) {
+            return invalid("peer_timeout_seconds", "must be within 1 to 3600");
+        }
+        if !(self.shutdown_timeout_seconds.is_finite() && (0.1..=600.0).contains(&self.shutdown_timeout_seconds)) {
+            return invalid("shutdown_timeout_seconds", "must be within 0.1 to 600");
+        }
+        if self.io_threads > 256 || self.mix_threads > 256 {
+            return invalid("io_threads", "io_threads and mix_threads must be at most 256");
+        }
+        if !(1024..=1 << 30).contains(&self.max_body_bytes) {
+            return invalid("max_body_bytes", "must be within 1 KiB to 1 GiB");
+        }
+        if self.max_rooms == 0 || self.max_participants == 0 || self.room.max_participants == 0 {
+            return invalid("max_participants", "max_rooms and the participant limits must be at least 1");
+        }
+        if self.room.max_speakers == 0 {
+            return invalid("room.max_speakers", "must be at least 1");
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return invalid("log.format", "must be 'text' or 'json'");
+        }
+        Ok(())
+    }
+
+    /// The address advertised in ICE candidates (`media` when `advertise` is empty).
+    pub fn advertise_addr(&self, media: SocketAddr) -> SocketAddr {
+        self.advertise.parse().unwrap_or(media)
+    }
+
+    /// The metrics address, if metrics are on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.parse().ok()
+    }
+
+    /// [`Config::peer_timeout_seconds`] as a duration.
+    pub fn peer_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.peer_timeout_seconds)
+    }
+
+    /// [`Config::shutdown_timeout_seconds`] as a duration.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.shutdown_timeout_seconds)
+    }
+}
+
+/// `room.max_speakers` → `TUTTI_ROOM_MAX_SPEAKERS`.
+fn env_name(path: &str) -> String {
+    format!("TUTTI_{}", path.replace('.', "_").to_ascii_uppercase())
+}
+
+fn collect_leaves(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+    for (k, v) in table {
+        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            toml::Value::Table(t) => collect_leaves(t, &path, out),
+            _ => out.push(path),
+        }
+    }
+}
+
+/// Lays `over` on `base`, refusing keys `base` does not have.
+fn merge(base: &mut toml::Table, over: toml::Table, prefix: &str, origin: &str) -> Result<(), ConfigError> {
+    for (k, v) in over {
+        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match (base.get_mut(&k), v) {
+            (None, _) => return Err(ConfigError::UnknownKey { origin: origin.to_owned(), key: path }),
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o, &path, origin)?,
+            (Some(toml::Value::Table(_)), _) => {
+                return Err(parse_err(origin, format!("'{path}' is a section ([{path}]), not a value")));
+            }
+            (Some(toml::Value::Float(slot)), toml::Value::Integer(i)) => *slot = i as f64,
+            (Some(slot), v) => {
+                if std::mem::discriminant(slot) != std::mem::discriminant(&v) {
+                    let want = slot.type_str();
+                    return Err(parse_err(origin, format!("'{path}' must be {} {want}", article(want))));
+                }
+                *slot = v;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" }
+}
+
+/// Sets the leaf at `path` from text, typed like the default it replaces.
+fn set(table: &mut toml::Table, path: &str, text: &str, origin: &str) -> Result<(), ConfigError> {
+    let mut keys = path.split('.').peekable();
+    let mut t = table;
+    while let Some(k) = keys.next() {
+        if keys.peek().is_none() {
+            let slot = t
+                .get_mut(k)
+                .ok_or_else(|| ConfigError::UnknownKey { origin: origin.to_owned(), key: path.to_owned() })?;
+            let bad = |what: &str| parse_err(origin, format!("'{text}' is not {what}"));
+            *slot = match slot {
+                toml::Value::String(_) => toml::Value::String(text.to_owned()),
+                toml::Value::Integer(_) => toml::Value::Integer(text.trim().parse().map_err(|_| bad("an integer"))?),
+                toml::Value::Float(_) => toml::Value::Float(text.trim().parse().map_err(|_| bad("a number"))?),
+                toml::Value::Boolean(_) => toml::Value::Boolean(text.trim().parse().map_err(|_| bad("true or false"))?),
+                _ => return Err(bad("a supported value")),
+            };
+            return Ok(());
+        }
+        t = match t.get_mut(k) {
+            Some(toml::Value::Table(inner)) => inner,
+            _ => return Err(ConfigError::UnknownKey { origin: origin.to_owned(), key: path.to_owned() }),
+        };
+    }
+    Err(ConfigError::UnknownKey { origin: origin.to_owned(), key: path.to_owned() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str, env: &[(&str, &str)], sets: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("tutti-config-{}-{}", std::process::id(), text.len()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("tutti.toml");
+        std::fs::write(&path, text).expect("write");
+        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+        let sets: Vec<(String, String)> = sets.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let r = Config::load(Some(&path), env, &sets);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    #[test]
+    fn the_sample_config_is_the_defaults() {
+        let sample = include_str!("../../../deploy/tutti.toml");
+        assert_eq!(load_text(sample, &[], &[]).expect("the sample loads"), Config::default());
+    }
+
+    #[test]
+    fn layers_apply_in_order_file_env_flags() {
+        let cfg = load_text(
+            "http = \"127.0.0.1:9000\"\nmix_threads = 3\n[room]\nmax_speakers = 4\n",
+            &[("TUTTI_MIX_THREADS", "2"), ("TUTTI_ROOM_MAX_PARTICIPANTS", "50"), ("HOME", "/root")],
+            &[("mix_threads", "1")],
+        )
+        .expect("loads");
+        assert_eq!(cfg.http, SocketAddr::from(([127, 0, 0, 1], 9000)));
+        assert_eq!(cfg.room.max_speakers, 4);
+        assert_eq!(cfg.room.max_participants, 50, "environment over the file");
+        assert_eq!(cfg.mix_threads, 1, "flags over the environment");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_by_name() {
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        assert!(err(load_text("colour = \"red\"\n", &[], &[])).contains("unknown key 'colour'"));
+        assert!(err(load_text("[room]\nmax_speakerz = 3\n", &[], &[])).contains("unknown key 'room.max_speakerz'"));
+        assert!(err(load_text("", &[("TUTTI_MIX_THREADS", "many")], &[])).contains("TUTTI_MIX_THREADS"));
+        assert!(err(load_text("", &[], &[("room.nope", "1")])).contains("unknown key 'room.nope'"));
+        assert!(err(load_text("mix_threads = \"two\"\n", &[], &[])).contains("tutti.toml"));
+        assert!(err(load_text("[room]\nmax_speakers = 0\n", &[], &[])).contains("room.max_speakers"));
+        assert!(err(load_text("advertise = \"somewhere\"\n", &[], &[])).contains("advertise"));
+        assert!(err(load_text("room = 3\n", &[], &[])).contains("section"));
+        assert_eq!(Config::unknown_env([("TUTTI_HTTPS".to_owned(), String::new())]), ["TUTTI_HTTPS"]);
+    }
+}

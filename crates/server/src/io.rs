@@ -1,0 +1,461 @@
+//! The I/O threads `io-0`, `io-1`, …: each owns a UDP socket bound to the
+//! one media port (SO_REUSEPORT: the kernel sends a given client address to
+//! the same socket every time) and a [`Mux`] with the peers whose first ICE
+//! check reached that socket.
+//!
+//! One loop turn, bounded: wait (poll on the socket and a wake-up eventfd)
+//! → commands (the clock's mixes to send, removals) → up to
+//! [`RECV_BATCHES`] × [`BATCH`] datagrams by `recvmmsg` → timers → events
+//! (packets batched into each room's inbox, one lock per room per turn) →
+//! everything to send by `sendmmsg`, [`BATCH`] datagrams per syscall.
+
+use std::collections::HashMap;
+use std::io::IoSliceMut;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage};
+use nix::sys::socket::{recvmmsg, sendmmsg};
+use tutti_mix::{Packet, ParticipantId};
+use tutti_rtc::{CloseReason, Mux, MuxEvent, PeerId, Route, Transmit};
+
+use crate::state::{Inbox, LeaveReason, MixOut, RoomState, Shared, lock};
+
+/// Datagrams per `recvmmsg` / `sendmmsg` call.
+pub(crate) const BATCH: usize = 64;
+/// Receive batches per loop turn, so commands and timers are never starved.
+pub(crate) const RECV_BATCHES: usize = 8;
+/// Largest datagram read; longer ones are truncated (and fail SRTP/DTLS).
+const MAX_DATAGRAM: usize = 2048;
+/// Longest wait for work when no timer is due.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// What the rest of the server asks an I/O thread to do.
+pub(crate) enum IoCommand {
+    /// Send one tick's mixes to this thread's peers in those rooms.
+    Deliver(Arc<Vec<MixOut>>),
+    /// Close and forget a peer.
+    Remove(PeerId),
+    /// A datagram for one of this thread's peers that reached another socket.
+    Forward { from: SocketAddr, data: Vec<u8> },
+    /// Close every peer and stop.
+    Shutdown,
+}
+
+/// Counters of one I/O thread (read by the metrics).
+#[derive(Debug, Default)]
+pub(crate) struct IoCounters {
+    pub(crate) datagrams_in: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) datagrams_out: AtomicU64,
+    pub(crate) bytes_out: AtomicU64,
+    pub(crate) unrouted: AtomicU64,
+    pub(crate) send_errors: AtomicU64,
+    pub(crate) peers_failed: AtomicU64,
+    pub(crate) peers_timed_out: AtomicU64,
+    pub(crate) peers: AtomicU64,
+}
+
+/// How to reach an I/O thread.
+pub(crate) struct IoHandle {
+    tx: Sender<IoCommand>,
+    wake: Arc<EventFd>,
+    pub(crate) counters: Arc<IoCounters>,
+}
+
+impl IoHandle {
+    pub(crate) fn send(&self, cmd: IoCommand) {
+        if self.tx.send(cmd).is_ok() {
+            // A full eventfd counter (2^64 − 2 wake-ups pending) is as awake as it gets.
+            let _ = self.wake.write(1);
+        }
+    }
+}
+
+/// Binds `n` sockets on `addr` (the first fixes the port if `addr` has port
+/// 0), each with SO_REUSEPORT and the buffers asked for.
+pub(crate) fn bind_sockets(addr: SocketAddr, n: usize, buffer: usize) -> std::io::Result<Vec<UdpSocket>> {
+    let mut sockets = Vec::with_capacity(n);
+    let mut addr = addr;
+    for i in 0..n {
+        let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::DGRAM, None)?;
+        s.set_reuse_port(true)?;
+        // Root may exceed net.core.{r,w}mem_max; others get what the cap allows.
+        let size = buffer.min(i32::MAX as usize);
+        let forced = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &size).is_ok()
+            && nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBufForce, &size).is_ok();
+        if !forced {
+            s.set_recv_buffer_size(size)?;
+            s.set_send_buffer_size(size)?;
+        }
+        s.bind(&addr.into())?;
+        let socket: UdpSocket = s.into();
+        if i == 0 {
+            addr = socket.local_addr()?;
+            // Linux reports twice the size set (the kernel's bookkeeping share).
+            let sock = socket2::SockRef::from(&socket);
+            tracing::info!(
+                asked = buffer,
+                recv_granted = sock.recv_buffer_size().unwrap_or(0) / 2,
+                send_granted = sock.send_buffer_size().unwrap_or(0) / 2,
+                forced,
+                "media socket buffers (bytes)"
+            );
+        }
+        sockets.push(socket);
+    }
+    Ok(sockets)
+}
+
+/// A peer as its I/O thread knows it.
+struct Local {
+    room: Arc<RoomState>,
+    connected: bool,
+}
+
+struct IoThread {
+    index: usize,
+    shared: Arc<Shared>,
+    socket: UdpSocket,
+    mux: Mux,
+    rx: Receiver<IoCommand>,
+    wake: Arc<EventFd>,
+    counters: Arc<IoCounters>,
+    peers: HashMap<PeerId, Local>,
+    /// Connected peers by room id: who gets each room's mix.
+    rooms: HashMap<String, Vec<PeerId>>,
+    /// Packets received this turn, by room id, for the rooms' inboxes.
+    inbox: HashMap<String, (Arc<RoomState>, Inbox)>,
+    transmits: Vec<Transmit>,
+    bufs: Vec<[u8; MAX_DATAGRAM]>,
+    last_stats: tutti_rtc::MuxStats,
+}
+
+/// Starts the I/O threads, one per socket.
+pub(crate) fn spawn(
+    shared: &Arc<Shared>,
+    sockets: Vec<UdpSocket>,
+) -> std::io::Result<(Vec<IoHandle>, Vec<JoinHandle<()>>)> {
+    let mut handles = Vec::new();
+    let mut threads = Vec::new();
+    for (index, socket) in sockets.into_iter().enumerate() {
+        let (tx, rx) = mpsc::channel();
+        let wake = Arc::new(
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(std::io::Error::from)?,
+        );
+        let counters = Arc::new(IoCounters::default());
+        handles.push(IoHandle { tx, wake: wake.clone(), counters: counters.clone() });
+        let mut io = IoThread {
+            index,
+            shared: shared.clone(),
+            socket,
+            mux: Mux::with_acceptor(shared.acceptor.clone()),
+            rx,
+            wake,
+            counters,
+            peers: HashMap::new(),
+            rooms: HashMap::new(),
+            inbox: HashMap::new(),
+            transmits: Vec::new(),
+            bufs: vec![[0u8; MAX_DATAGRAM]; BATCH],
+            last_stats: Default::default(),
+        };
+        threads.push(std::thread::Builder::new().name(format!("io-{index}")).spawn(move || io.run())?);
+    }
+    Ok((handles, threads))
+}
+
+impl IoThread {
+    fn run(&mut self) {
+        let mut busy = false;
+        loop {
+            if !busy {
+                self.wait();
+            }
+            let now = Instant::now();
+            if !self.commands(now) {
+                break;
+            }
+            busy = self.receive(now);
+            self.mux.handle_timeout(Instant::now());
+            self.events();
+            self.flush_inbox();
+            self.flush_transmits();
+            self.count();
+        }
+        // Shutdown: every peer gets its DTLS close_notify.
+        let ids: Vec<PeerId> = self.mux.peer_ids().collect();
+        for id in ids {
+            let _ = self.mux.remove(id);
+        }
+        self.flush_transmits();
+        self.count();
+    }
+
+    /// Sleeps until a datagram, a command or the next timer.
+    fn wait(&mut self) {
+        let now = Instant::now();
+        let until = self.mux.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now)).min(IDLE_WAIT);
+        // Round up: waking a little late beats spinning on a sub-millisecond remainder.
+        let ms = u16::try_from(until.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
+        let mut fds =
+            [PollFd::new(self.socket.as_fd(), PollFlags::POLLIN), PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::from(ms));
+        // Reset the eventfd (EAGAIN when nothing was written).
+        let _ = self.wake.read();
+    }
+
+    /// Runs queued commands. Returns false on shutdown.
+    fn commands(&mut self, now: Instant) -> bool {
+        while let Ok(cmd) = self.rx.try_recv() {
+            match cmd {
+                IoCommand::Deliver(outs) => self.deliver(&outs, now),
+                IoCommand::Remove(id) => {
+                    if self.mux.remove(id).is_ok() {
+                        self.forget(id);
+                    }
+                }
+                IoCommand::Forward { from, data } => self.route(from, &data, now),
+                IoCommand::Shutdown => return false,
+            }
+        }
+        true
+    }
+
+    /// Sends each of this thread's connected peers its mix.
+    fn deliver(&mut self, outs: &[MixOut], now: Instant) {
+        for out in outs {
+            let Some(peers) = self.rooms.get(&out.room.id) else { continue };
+            for &peer in peers {
+                let stream = out.stream_for(ParticipantId(peer.0));
+                if stream.payload.is_empty() {
+                    continue;
+                }
+                // A peer closed since its last event is reported by the mux; nothing to do here.
+                let _ = self.mux.send_audio(peer, stream.payload.clone(), stream.level, &stream.contributors, now);
+            }
+            self.drain_transmits();
+            if self.transmits.len() >= BATCH * 4 {
+                self.flush_transmits();
+            }
+        }
+    }
+
+    /// Reads what is waiting, at most `RECV_BATCHES` batches. Returns
+    /// whether it stopped at the bound (more may be waiting).
+    fn receive(&mut self, now: Instant) -> bool {
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+        for _ in 0..RECV_BATCHES {
+            let mut got: Vec<(usize, Option<SocketAddr>)> = Vec::with_capacity(BATCH);
+            {
+                let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
+                    self.bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
+                match recvmmsg(self.socket.as_raw_fd(), &mut headers, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None) {
+                    Ok(msgs) => got.extend(msgs.map(|m| (m.bytes, m.address.and_then(|a| to_socket_addr(&a))))),
+                    Err(_) => return false, // EAGAIN: nothing more; other errors: try next turn
+                }
+            }
+            let n = got.len();
+            let bufs = std::mem::take(&mut self.bufs);
+            for (buf, (len, from)) in bufs.iter().zip(got) {
+                if let Some(from) = from {
+                    self.route(from, &buf[..len.min(MAX_DATAGRAM)], now);
+                }
+            }
+            self.bufs = bufs;
+            if n < BATCH {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Hands a datagram to its peer: here, adopted from the API's pending
+    /// peers, or forwarded to the I/O thread that owns it.
+    fn route(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
+        match self.mux.handle_datagram(from, data, now) {
+            Route::Peer(_) => {}
+            Route::UnknownUfrag(ufrag) => {
+                enum Found {
+                    Adopt(tutti_rtc::ServerPeer, Arc<RoomState>),
+                    Forward(usize),
+                    Nothing,
+                }
+                let found = {
+                    let mut reg = lock(&self.shared.registry);
+                    if let Some(p) = reg.pending.remove(&ufrag) {
+                        let id = p.peer.id();
+                        match reg.homes.get_mut(&id) {
+                            Some(home) => {
+                                home.io = Some(self.index);
+                                let room = home.room.clone();
+                                reg.ufrags.insert(ufrag, id);
+                                Found::Adopt(p.peer, room)
+                            }
+                            None => Found::Nothing,
+                        }
+                    } else if let Some(owner) = reg.ufrags.get(&ufrag).and_then(|id| reg.homes.get(id)?.io) {
+                        if owner == self.index {
+                            Found::Nothing
+                        } else {
+                            reg.foreign.insert(from, owner);
+                            Found::Forward(owner)
+                        }
+                    } else {
+                        Found::Nothing
+                    }
+                };
+                match found {
+                    Found::Adopt(peer, room) => {
+                        let id = peer.id();
+                        self.mux.adopt(peer, now);
+                        self.peers.insert(id, Local { room, connected: false });
+                        self.mux.handle_datagram(from, data, now);
+                    }
+                    Found::Forward(owner) => self.forward(owner, from, data),
+                    Found::Nothing => {
+                        self.counters.unrouted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Route::Unrouted => {
+                let owner = {
+                    let reg = lock(&self.shared.registry);
+                    if reg.foreign.is_empty() { None } else { reg.foreign.get(&from).copied() }
+                };
+                match owner {
+                    Some(owner) if owner != self.index => self.forward(owner, from, data),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn forward(&self, owner: usize, from: SocketAddr, data: &[u8]) {
+        if let Some(io) = self.shared.io().get(owner) {
+            io.send(IoCommand::Forward { from, data: data.to_vec() });
+        }
+    }
+
+    /// Acts on the mux's events.
+    fn events(&mut self) {
+        while let Some(event) = self.mux.poll_event() {
+            match event {
+                MuxEvent::Audio(peer, a) => {
+                    let Some(local) = self.peers.get(&peer) else { continue };
+                    let packet = Packet { seq: a.seq, timestamp: a.timestamp, payload: a.payload, level: a.level };
+                    let (_, batch) =
+                        self.inbox.entry(local.room.id.clone()).or_insert_with(|| (local.room.clone(), Vec::new()));
+                    batch.push((ParticipantId(peer.0), a.ssrc, packet));
+                }
+                MuxEvent::Connected(peer) => {
+                    let Some(local) = self.peers.get_mut(&peer) else { continue };
+                    if !local.connected {
+                        local.connected = true;
+                        self.rooms.entry(local.room.id.clone()).or_default().push(peer);
+                        if let Some(m) = lock(&local.room.members).get_mut(&peer.0) {
+                            m.connected = true;
+                        }
+                        tracing::debug!(room = %local.room.id, %peer, io = self.index, "peer connected");
+                    }
+                }
+                MuxEvent::Closed(peer, why) => {
+                    let _ = self.mux.remove(peer);
+                    if let Some(local) = self.forget(peer) {
+                        let reason = match why {
+                            CloseReason::Failed => {
+                                self.counters.peers_failed.fetch_add(1, Ordering::Relaxed);
+                                LeaveReason::Failed
+                            }
+                            CloseReason::TimedOut => {
+                                self.counters.peers_timed_out.fetch_add(1, Ordering::Relaxed);
+                                LeaveReason::TimedOut
+                            }
+                            CloseReason::Closed => LeaveReason::Left,
+                        };
+                        self.shared.remove_participant(&local.room, peer.0, reason);
+                    }
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, id: PeerId) -> Option<Local> {
+        let local = self.peers.remove(&id)?;
+        if let Some(list) = self.rooms.get_mut(&local.room.id) {
+            list.retain(|p| *p != id);
+            if list.is_empty() {
+                self.rooms.remove(&local.room.id);
+            }
+        }
+        Some(local)
+    }
+
+    /// Appends this turn's packets to their rooms' inboxes: one lock per room.
+    fn flush_inbox(&mut self) {
+        for (_, (room, batch)) in self.inbox.iter_mut() {
+            if !batch.is_empty() {
+                lock(&room.inbox).append(batch);
+            }
+        }
+        // Forget rooms idle this turn so the map does not keep closed rooms alive.
+        self.inbox.retain(|_, (room, _)| !room.closed.load(Ordering::Relaxed));
+    }
+
+    fn drain_transmits(&mut self) {
+        while let Some(t) = self.mux.poll_transmit() {
+            self.transmits.push(t);
+        }
+    }
+
+    /// Sends everything queued, `BATCH` datagrams per `sendmmsg`.
+    fn flush_transmits(&mut self) {
+        self.drain_transmits();
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+        let mut start = 0;
+        while start < self.transmits.len() {
+            let chunk = &self.transmits[start..(start + BATCH).min(self.transmits.len())];
+            let iovs: Vec<[std::io::IoSlice<'_>; 1]> = chunk.iter().map(|t| [std::io::IoSlice::new(&t.data)]).collect();
+            let addrs: Vec<Option<SockaddrStorage>> = chunk.iter().map(|t| Some(SockaddrStorage::from(t.to))).collect();
+            let sent = sendmmsg(self.socket.as_raw_fd(), &mut headers, iovs.iter(), &addrs, [], MsgFlags::empty())
+                .map(Iterator::count);
+            match sent {
+                Ok(n) if n > 0 => start += n,
+                // The first datagram of the chunk failed: drop it (UDP loses datagrams; peers cope).
+                _ => {
+                    self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                    start += 1;
+                }
+            }
+        }
+        self.transmits.clear();
+    }
+
+    /// Publishes the mux's counters.
+    fn count(&mut self) {
+        let s = self.mux.stats();
+        let last = std::mem::replace(&mut self.last_stats, s);
+        let c = &self.counters;
+        c.datagrams_in.fetch_add(s.datagrams_in - last.datagrams_in, Ordering::Relaxed);
+        c.bytes_in.fetch_add(s.bytes_in - last.bytes_in, Ordering::Relaxed);
+        c.datagrams_out.fetch_add(s.datagrams_out - last.datagrams_out, Ordering::Relaxed);
+        c.bytes_out.fetch_add(s.bytes_out - last.bytes_out, Ordering::Relaxed);
+        c.unrouted.fetch_add(s.unrouted - last.unrouted, Ordering::Relaxed);
+        c.peers.store(self.mux.len() as u64, Ordering::Relaxed);
+    }
+}
+
+fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::from(std::net::SocketAddrV4::from(*v4)));
+    }
+    a.as_sockaddr_in6().map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
+}
