@@ -1,5 +1,6 @@
 //! `tutti`: the MCU audio-conference server.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -90,7 +91,12 @@ fn main() -> anyhow::Result<()> {
         .context("reading the configuration")?;
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log.filter)
         .with_context(|| format!("log.filter '{}' is not a valid filter", cfg.log.filter))?;
-    let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_thread_names(true);
+    // Logs go to stderr (stdout carries the banner), coloured only on a terminal.
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_thread_names(true)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if cfg.log.format == "json" {
         subscriber.json().init();
     } else {
@@ -111,11 +117,15 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         let shutdown_timeout = cfg.shutdown_timeout();
         let server = Server::start(cfg).await.context("starting tutti")?;
-        println!("tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
-        println!(
+        // A closed stdout (a supervisor that stopped reading) must not stop the server.
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
+        let _ = writeln!(
+            out,
             "create a room:  curl -X POST http://{}/v1/rooms -H 'content-type: application/json' -d '{{\"id\":\"demo\"}}'",
             server.http_addr()
         );
+        let _ = out.flush();
         wait_for_signal().await;
         tracing::info!("shutting down");
         if tokio::time::timeout(shutdown_timeout, server.shutdown()).await.is_err() {

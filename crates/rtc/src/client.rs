@@ -45,6 +45,11 @@ impl std::fmt::Debug for ClientPeer {
     }
 }
 
+/// A DTLS record of content type alert (21), DTLS 1.0 or 1.2 (RFC 6347 §4.1).
+fn is_dtls_alert(data: &[u8]) -> bool {
+    data.len() >= 13 && data[0] == 21 && data[1] == 0xFE && matches!(data[2], 0xFD | 0xFF)
+}
+
 impl ClientPeer {
     /// A peer that will send one Opus track from `local`; returns it and its SDP offer.
     pub fn new(local: SocketAddr, now: Instant) -> Result<(Self, String), RtcError> {
@@ -90,7 +95,18 @@ impl ClientPeer {
                 ecn: None,
             };
             let _ = media.pc.handle_read(TaggedBytesMut { now, transport, message: BytesMut::from(data) });
+            // webrtc-rs does not surface a close_notify as a state change (an
+            // ICE-connected transport whose DTLS closed still reads "connected"),
+            // so the record header tells: once up, any DTLS alert from the
+            // server (close_notify or fatal) ends the call.
+            let hung_up = media.is_connected() && is_dtls_alert(data);
             self.drain();
+            if hung_up
+                && let Some(media) = &mut self.media
+                && media.mark_closed()
+            {
+                self.events.push_back(ClientEvent::Closed);
+            }
         }
     }
 

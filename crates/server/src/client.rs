@@ -1,10 +1,14 @@
-//! A minimal blocking HTTP/1.1 client for tutti's own tools and tests (the
-//! load generator, the end-to-end tests): no TLS, no redirects, one request
-//! per connection.
+//! Clients for tutti's own tools and tests: a minimal blocking HTTP/1.1
+//! client (no TLS, no redirects, one request per connection), and
+//! [`ToneClient`], a real WebRTC participant that sends a tone.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tutti_mix::{Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, goertzel, level_of, tone};
+use tutti_rtc::{AudioPacket, ClientEvent, ClientPeer};
 
 /// An HTTP response.
 #[derive(Debug, Clone)]
@@ -60,4 +64,214 @@ pub fn request(
     let headers =
         lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
     Ok(Response { status, headers, body: body.to_owned() })
+}
+
+/// How a [`ToneClient`] joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinAs {
+    /// `POST …/participants` with `application/sdp` (WHIP-style).
+    Whip,
+    /// `POST …/participants` with JSON `{sdp, name}`.
+    Json,
+}
+
+/// A real WebRTC participant for tests and tools: its own UDP socket on
+/// 127.0.0.1, a [`ClientPeer`], and a sine tone it sends every 20 ms on an
+/// absolute schedule (or Opus silence marked level 127 while not talking).
+/// It keeps what it hears, with arrival times.
+pub struct ToneClient {
+    /// The WebRTC peer.
+    pub peer: ClientPeer,
+    socket: UdpSocket,
+    /// Its tone, in Hz.
+    pub freq: f32,
+    /// Whether it sends its tone (true) or silence (false).
+    pub talking: bool,
+    encoder: Encoder,
+    silence: Bytes,
+    /// Frames sent.
+    pub sent: u64,
+    next_send: Option<Instant>,
+    /// Everything received, with when it arrived.
+    pub heard: Vec<(Instant, AudioPacket)>,
+    /// ICE and DTLS are up.
+    pub connected: bool,
+    /// The server closed the call (or it failed).
+    pub closed: bool,
+    /// Its participant URL (`/v1/rooms/{room}/participants/{id}`).
+    pub location: String,
+    /// Its participant id.
+    pub id: u64,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for ToneClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToneClient").field("freq", &self.freq).field("id", &self.id).finish()
+    }
+}
+
+/// Why a [`ToneClient`] could not join.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// A socket or HTTP failure.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server refused the join.
+    #[error("the server answered {status}: {body}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The body (a JSON error).
+        body: String,
+    },
+    /// The WebRTC side failed.
+    #[error("webrtc: {0}")]
+    Rtc(#[from] tutti_rtc::RtcError),
+    /// The codec could not be set up.
+    #[error("opus: {0}")]
+    Codec(#[from] tutti_mix::MixError),
+}
+
+impl ToneClient {
+    /// A client that has made its offer but not joined yet (see
+    /// [`ToneClient::accept_answer`]); for joins through other channels, such
+    /// as the WebSocket.
+    pub fn offer(freq: f32) -> Result<(Self, String), JoinError> {
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        socket.set_nonblocking(true)?;
+        let (peer, offer) = ClientPeer::new(socket.local_addr()?, Instant::now())?;
+        let mut encoder = Encoder::new(&EncoderConfig::default())?;
+        let silence = encoder.encode(&[0.0; FRAME_SAMPLES]);
+        let client = Self {
+            peer,
+            socket,
+            freq,
+            talking: true,
+            encoder,
+            silence,
+            sent: 0,
+            next_send: None,
+            heard: Vec::new(),
+            connected: false,
+            closed: false,
+            location: String::new(),
+            id: 0,
+            buf: vec![0; 2048],
+        };
+        Ok((client, offer))
+    }
+
+    /// Joins `room` on the server at `api` over HTTP.
+    pub fn join(api: SocketAddr, room: &str, freq: f32, how: JoinAs) -> Result<Self, JoinError> {
+        let (mut client, offer) = Self::offer(freq)?;
+        let path = format!("/v1/rooms/{room}/participants");
+        let r = match how {
+            JoinAs::Whip => request(api, "POST", &path, Some("application/sdp"), offer.as_bytes())?,
+            JoinAs::Json => {
+                let body = serde_json::json!({ "sdp": offer, "name": format!("{freq} Hz") }).to_string();
+                request(api, "POST", &path, Some("application/json"), body.as_bytes())?
+            }
+        };
+        if r.status != 201 {
+            return Err(JoinError::Refused { status: r.status, body: r.body });
+        }
+        let answer = match how {
+            JoinAs::Whip => r.body.clone(),
+            JoinAs::Json => serde_json::from_str::<serde_json::Value>(&r.body)
+                .ok()
+                .and_then(|v| v["sdp"].as_str().map(str::to_owned))
+                .unwrap_or_default(),
+        };
+        client.location = r.header("location").unwrap_or_default().to_owned();
+        let id = client.location.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        client.accept_answer(&answer, id)?;
+        Ok(client)
+    }
+
+    /// Takes the server's answer; connecting starts.
+    pub fn accept_answer(&mut self, answer: &str, id: u64) -> Result<(), JoinError> {
+        self.id = id;
+        self.peer.accept_answer(answer, Instant::now())?;
+        Ok(())
+    }
+
+    /// One turn: network in and out, events, and the next frame when due.
+    pub fn pump(&mut self, now: Instant) {
+        let _ = self.peer.pump_udp(&self.socket, &mut self.buf, now);
+        while let Some(event) = self.peer.poll_event() {
+            match event {
+                ClientEvent::Connected => {
+                    self.connected = true;
+                    self.next_send = Some(now);
+                }
+                ClientEvent::Audio(p) => self.heard.push((now, p)),
+                ClientEvent::Closed => self.closed = true,
+            }
+        }
+        if let Some(due) = self.next_send
+            && now >= due
+            && !self.closed
+        {
+            let (payload, level) = if self.talking {
+                let pcm = tone(self.freq, 0.2, self.sent * FRAME_SAMPLES as u64);
+                (self.encoder.encode(&pcm), level_of(&pcm))
+            } else {
+                (self.silence.clone(), 127)
+            };
+            let _ = self.peer.send_audio(payload, Some(level), now);
+            self.sent += 1;
+            self.next_send = Some(due + Duration::from_millis(20));
+        }
+    }
+
+    /// Decodes what arrived after `since` (mono f32 at 48 kHz).
+    pub fn heard_since(&self, since: Instant) -> Vec<f32> {
+        let Ok(mut dec) = Decoder::new() else { return Vec::new() };
+        let mut pcm = Vec::new();
+        let mut frame = [0.0f32; FRAME_SAMPLES];
+        for (at, p) in &self.heard {
+            if *at >= since && dec.decode(&p.payload, &mut frame).is_ok() {
+                pcm.extend_from_slice(&frame);
+            }
+        }
+        pcm
+    }
+
+    /// How loud `freq` is in what arrived after `since` (Goertzel amplitude).
+    pub fn hears(&self, freq: f32, since: Instant) -> f32 {
+        goertzel(&self.heard_since(since), freq)
+    }
+
+    /// Hangs up.
+    pub fn close(&mut self) {
+        self.peer.close();
+        let _ = self.peer.pump_udp(&self.socket, &mut self.buf, Instant::now());
+    }
+}
+
+/// Pumps `clients` every millisecond for `duration`.
+pub fn run_for(clients: &mut [&mut ToneClient], duration: Duration) {
+    run_until(clients, Instant::now() + duration, |_| false);
+}
+
+/// Pumps `clients` every millisecond until `done` or `deadline`. Returns whether `done` held.
+pub fn run_until(
+    clients: &mut [&mut ToneClient],
+    deadline: Instant,
+    mut done: impl FnMut(&[&mut ToneClient]) -> bool,
+) -> bool {
+    loop {
+        let now = Instant::now();
+        for c in clients.iter_mut() {
+            c.pump(now);
+        }
+        if done(clients) {
+            return true;
+        }
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -42,9 +43,16 @@ enum ClientMessage {
 pub(crate) async fn upgrade(
     State(shared): State<Arc<Shared>>,
     Path(room): Path<String>,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let Some(state) = shared.room(&room) else { return ApiError::no_room(&room).into_response() };
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => {
+            let message = format!("this endpoint speaks WebSocket only: {}", rejection.body_text());
+            return ApiError::new(rejection.status(), "websocket_required", message).into_response();
+        }
+    };
     ws.max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_MESSAGE_BYTES)
         .on_upgrade(move |socket| session(shared, state, socket))

@@ -1,114 +1,70 @@
-//! Three real WebRTC clients join one room over the HTTP API; each hears the
-//! other two tones and not its own. Garbage on the media port changes nothing.
+//! Three real WebRTC clients join one room over the HTTP API (two
+//! WHIP-style, one with JSON); each hears the other two tones and not its
+//! own. Garbage sprayed on the media port mid-call changes nothing.
 
 mod common;
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use common::{http, start};
-use tutti_mix::{FRAME_SAMPLES, goertzel, level_of, tone};
-use tutti_rtc::{AudioPacket, ClientEvent, ClientPeer};
-
-struct Client {
-    peer: ClientPeer,
-    socket: UdpSocket,
-    freq: f32,
-    encoder: opus::Encoder,
-    sent: u64,
-    next_send: Option<Instant>,
-    heard: Vec<AudioPacket>,
-}
+use common::{create_room, room, start};
+use tutti_server::client::{JoinAs, ToneClient, run_until};
 
 #[test]
 fn each_participant_hears_the_other_two_and_not_themselves() {
     let (rt, server) = start();
     let api = server.http_addr();
-    let r = http(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"trio"}"#);
-    assert_eq!(r.status, 201, "{}", r.body);
-
-    let mut clients = Vec::new();
-    for (i, freq) in [440.0f32, 660.0, 880.0].into_iter().enumerate() {
-        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        socket.set_nonblocking(true).expect("nonblocking");
-        let (mut peer, offer) = ClientPeer::new(socket.local_addr().expect("addr"), Instant::now()).expect("client");
-        let answer = if i == 2 {
-            // One joins with JSON, the others WHIP-style.
-            let body = serde_json::json!({ "sdp": offer, "name": "carol" }).to_string();
-            let r = http(api, "POST", "/v1/rooms/trio/participants", Some("application/json"), body.as_bytes());
-            assert_eq!(r.status, 201, "{}", r.body);
-            let v: serde_json::Value = serde_json::from_str(&r.body).expect("JSON answer");
-            v["sdp"].as_str().expect("sdp").to_owned()
-        } else {
-            let r = http(api, "POST", "/v1/rooms/trio/participants", Some("application/sdp"), offer.as_bytes());
-            assert_eq!(r.status, 201, "{}", r.body);
-            assert_eq!(r.header("content-type"), Some("application/sdp"));
-            assert!(r.header("location").is_some_and(|l| l.starts_with("/v1/rooms/trio/participants/")));
-            r.body
-        };
-        peer.accept_answer(&answer, Instant::now()).expect("answer");
-        let encoder = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip).expect("encoder");
-        clients.push(Client { peer, socket, freq, encoder, sent: 0, next_send: None, heard: Vec::new() });
-    }
-    let room: serde_json::Value =
-        serde_json::from_str(&http(api, "GET", "/v1/rooms/trio", None, b"").body).expect("JSON");
-    assert_eq!(room["participants"].as_array().map(Vec::len), Some(3));
+    create_room(api, "trio");
+    let mut clients: Vec<ToneClient> = [(440.0, JoinAs::Whip), (660.0, JoinAs::Whip), (880.0, JoinAs::Json)]
+        .into_iter()
+        .map(|(f, how)| ToneClient::join(api, "trio", f, how).expect("join"))
+        .collect();
+    assert!(clients.iter().all(|c| c.location.starts_with("/v1/rooms/trio/participants/")));
+    let names: Vec<String> = room(api, "trio")["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(names.len(), 3);
+    assert!(names.contains(&"880 Hz".to_owned()), "the JSON join's name is kept: {names:?}");
 
     let attacker = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let mut buf = vec![0u8; 2048];
-    let start = Instant::now();
-    let limit = start + Duration::from_secs(30);
-    // Each client sends 4 s of its tone once connected.
-    while Instant::now() < limit && clients.iter().any(|c| c.sent < 200 || c.heard.len() < 190) {
-        let now = Instant::now();
-        for c in &mut clients {
-            c.peer.pump_udp(&c.socket, &mut buf, now).expect("client socket");
-            while let Some(event) = c.peer.poll_event() {
-                match event {
-                    ClientEvent::Connected => c.next_send = Some(now),
-                    ClientEvent::Audio(p) => c.heard.push(p),
-                    ClientEvent::Closed => panic!("{} Hz client closed", c.freq),
-                }
+    let mut refs: Vec<&mut ToneClient> = clients.iter_mut().collect();
+    // Each sends 4 s of its tone once connected; garbage after 1 s.
+    let mut sprayed = false;
+    let done = run_until(&mut refs, Instant::now() + Duration::from_secs(30), |cs| {
+        if !sprayed && cs.iter().all(|c| c.sent >= 50) {
+            for i in 0..100u8 {
+                let _ = attacker.send_to(&[i; 64], server.media_addr());
             }
-            if let Some(due) = c.next_send
-                && now >= due
-                && c.sent < 200
-            {
-                let pcm = tone(c.freq, 0.2, c.sent * FRAME_SAMPLES as u64);
-                let payload = Bytes::from(c.encoder.encode_vec_float(&pcm, 1500).expect("encode"));
-                c.peer.send_audio(payload, Some(level_of(&pcm)), now).expect("send");
-                c.sent += 1;
-                c.next_send = Some(due + Duration::from_millis(20));
-                if c.sent == 50 && c.freq == 440.0 {
-                    for i in 0..100u8 {
-                        let _ = attacker.send_to(&[i; 64], server.media_addr());
-                    }
-                }
-            }
+            sprayed = true;
         }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        cs.iter().all(|c| c.sent >= 200 && c.heard.len() >= 190)
+    });
+    assert!(
+        done,
+        "every client sent 200 frames and heard 190: {:?}",
+        clients.iter().map(|c| c.heard.len()).collect::<Vec<_>>()
+    );
+    assert!(server.media_stats().unrouted >= 100, "garbage counted as unrouted: {:?}", server.media_stats());
 
     for c in &clients {
-        assert!(c.heard.len() >= 190, "{} Hz client heard {} packets", c.freq, c.heard.len());
-        let mut dec = opus::Decoder::new(48_000, opus::Channels::Mono).expect("decoder");
-        let mut pcm = Vec::new();
-        for p in &c.heard {
-            let mut frame = [0.0f32; FRAME_SAMPLES];
-            let n = dec.decode_float(&p.payload, &mut frame, false).expect("the mix is valid Opus");
-            pcm.extend_from_slice(&frame[..n]);
-        }
         // Judge the middle of the call, when all three were talking.
-        let mid = &pcm[pcm.len() / 4..pcm.len() * 3 / 4];
+        let (first, last) = (c.heard[0].0, c.heard[c.heard.len() - 1].0);
+        let since = first + (last - first) / 4;
         for other in &clients {
-            let amp = goertzel(mid, other.freq);
+            let amp = c.hears(other.freq, since);
             if other.freq == c.freq {
                 assert!(amp < 0.01, "{} Hz client hears itself at {amp}", c.freq);
             } else {
                 assert!(amp > 0.08, "{} Hz client hears {} Hz only at {amp}", c.freq, other.freq);
             }
         }
+        // RFC 6465: the mix names its sources, never the receiver itself.
+        let mixed = &c.heard[c.heard.len() - 1].1.contributors;
+        assert_eq!(mixed.len(), 2, "{} Hz client's mix has two contributors: {mixed:?}", c.freq);
+        assert!(mixed.iter().all(|m| m.level < 127), "contributors carry their levels: {mixed:?}");
     }
     assert_eq!(server.tick_overruns(), 0, "the mixer kept time");
     rt.block_on(server.shutdown());

@@ -1,7 +1,8 @@
-//! A server on ephemeral loopback ports, and requests to it.
+//! A server on ephemeral loopback ports, requests to it, and a WebSocket client.
 #![allow(dead_code, missing_docs)]
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 use tutti_server::client::{Response, request};
 use tutti_server::{Config, Server};
@@ -10,15 +11,81 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, content_type: Option<&st
     request(addr, method, path, content_type, body).expect("the API answers")
 }
 
-/// A server on ephemeral loopback ports, and the runtime it runs on.
-pub fn start() -> (tokio::runtime::Runtime, Server) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let cfg = Config {
+/// The settings tests run with: ephemeral loopback ports, 2 mix and 2 I/O threads, no metrics.
+pub fn test_config() -> Config {
+    Config {
         http: "127.0.0.1:0".parse().expect("addr"),
         media: "127.0.0.1:0".parse().expect("addr"),
+        metrics: String::new(),
         mix_threads: 2,
+        io_threads: 2,
         ..Config::default()
-    };
+    }
+}
+
+/// A server on ephemeral loopback ports, and the runtime it runs on.
+pub fn start() -> (tokio::runtime::Runtime, Server) {
+    start_with(test_config())
+}
+
+pub fn start_with(cfg: Config) -> (tokio::runtime::Runtime, Server) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let server = rt.block_on(Server::start(cfg)).expect("server starts");
     (rt, server)
+}
+
+pub fn create_room(api: SocketAddr, id: &str) {
+    let body = serde_json::json!({ "id": id }).to_string();
+    let r = http(api, "POST", "/v1/rooms", Some("application/json"), body.as_bytes());
+    assert_eq!(r.status, 201, "{}", r.body);
+}
+
+/// The room as `GET /v1/rooms/{room}` shows it.
+pub fn room(api: SocketAddr, id: &str) -> serde_json::Value {
+    serde_json::from_str(&http(api, "GET", &format!("/v1/rooms/{id}"), None, b"").body).expect("JSON")
+}
+
+/// A blocking WebSocket client on a room's event stream.
+pub struct Ws(tungstenite::WebSocket<TcpStream>);
+
+impl Ws {
+    pub fn connect(api: SocketAddr, room: &str) -> Self {
+        let stream = TcpStream::connect(api).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
+        let (ws, _) =
+            tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws"), stream).expect("WebSocket handshake");
+        Self(ws)
+    }
+
+    pub fn send(&mut self, value: serde_json::Value) {
+        self.0.send(tungstenite::Message::text(value.to_string())).expect("send");
+    }
+
+    /// The next message, if one arrives within 20 ms. `Some(Null)` once closed.
+    pub fn try_next(&mut self) -> Option<serde_json::Value> {
+        match self.0.read() {
+            Ok(tungstenite::Message::Text(t)) => serde_json::from_str(t.as_str()).ok(),
+            Ok(tungstenite::Message::Close(_)) => Some(serde_json::Value::Null),
+            Ok(_) => None,
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                None
+            }
+            Err(_) => Some(serde_json::Value::Null),
+        }
+    }
+
+    /// Reads until a message satisfies `want` or `timeout` passes.
+    pub fn wait_for(&mut self, timeout: Duration, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(v) = self.try_next()
+                && want(&v)
+            {
+                return v;
+            }
+        }
+        panic!("no such WebSocket message within {timeout:?}");
+    }
 }

@@ -1,0 +1,64 @@
+//! A participant that vanishes without hanging up (its process killed, its
+//! network gone) is removed after the peer timeout, and so is one that
+//! joined but never started ICE. Everything they held is freed.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Ws, create_room, http, room, start_with, test_config};
+use tutti_server::Config;
+use tutti_server::client::{JoinAs, ToneClient, run_until};
+
+#[test]
+fn vanished_participants_are_removed_after_the_timeout() {
+    let cfg = Config { peer_timeout_seconds: 2.0, ..test_config() };
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "t");
+    let mut observer = Ws::connect(api, "t");
+
+    let mut stays = ToneClient::join(api, "t", 440.0, JoinAs::Whip).expect("join");
+    let mut vanishes = ToneClient::join(api, "t", 660.0, JoinAs::Whip).expect("join");
+    // Joins, but never sends an ICE check.
+    let (_silent, offer) = ToneClient::offer(880.0).expect("offer");
+    let r = http(api, "POST", "/v1/rooms/t/participants", Some("application/sdp"), offer.as_bytes());
+    assert_eq!(r.status, 201);
+    let never: u64 = r.header("location").and_then(|l| l.rsplit('/').next()?.parse().ok()).expect("id");
+
+    let mut both = [&mut stays, &mut vanishes];
+    assert!(run_until(&mut both, Instant::now() + Duration::from_secs(10), |cs| cs.iter().all(|c| c.heard.len() > 10)));
+    assert_eq!(server.media_stats().peers, 2);
+    let gone_at = Instant::now();
+    // From now on only `stays` is driven: `vanishes` sends nothing, answers nothing.
+    let mut one = [&mut stays];
+    let mut left = Vec::new();
+    run_until(&mut one, Instant::now() + Duration::from_secs(8), |_| {
+        while let Some(v) = observer.try_next() {
+            if v["type"] == "left" {
+                left.push((
+                    v["id"].as_u64().unwrap_or(0),
+                    v["reason"].as_str().unwrap_or("").to_owned(),
+                    gone_at.elapsed(),
+                ));
+            }
+        }
+        left.len() >= 2
+    });
+    let ids: Vec<u64> = left.iter().map(|l| l.0).collect();
+    assert!(ids.contains(&vanishes.id) && ids.contains(&never), "both removed: {left:?}");
+    for (_, reason, after) in &left {
+        assert_eq!(reason, "timed_out");
+        assert!(
+            *after < Duration::from_secs(5),
+            "removed within the 2 s timeout plus a tick of housekeeping: {after:?}"
+        );
+    }
+    let listed = room(api, "t")["participants"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["id"], stays.id);
+    assert_eq!(server.participants(), 1);
+    assert_eq!(server.media_stats().peers, 1, "the vanished peer's state is freed");
+    assert_eq!(server.media_stats().peers_timed_out, 1);
+    rt.block_on(server.shutdown());
+}

@@ -1,0 +1,85 @@
+//! `tutti serve` as a user runs it, stopped with SIGTERM in the middle of a
+//! call: WebSocket subscribers are told, every peer gets its DTLS
+//! close_notify, the process exits cleanly within the shutdown bound.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tutti_server::client::{JoinAs, ToneClient, request, run_until};
+
+#[test]
+fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["serve", "--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"])
+        .args(["--set", "shutdown_timeout_seconds=3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tutti starts");
+    // Read stderr as it comes, so a full pipe never blocks the server.
+    let mut stderr = child.stderr.take().expect("stderr");
+    let logs = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("banner");
+    // "tutti: API on http://127.0.0.1:PORT  media on udp://…"
+    let api: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no API address in {line:?}"));
+
+    let r = request(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#).expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let stream = TcpStream::connect(api).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
+    let (mut ws, _) = tungstenite::client(format!("ws://{api}/v1/rooms/call/ws"), stream).expect("WebSocket");
+    let mut a = ToneClient::join(api, "call", 440.0, JoinAs::Whip).expect("join");
+    let mut b = ToneClient::join(api, "call", 660.0, JoinAs::Json).expect("join");
+    let mut both = [&mut a, &mut b];
+    assert!(
+        run_until(&mut both, Instant::now() + Duration::from_secs(15), |cs| cs.iter().all(|c| c.heard.len() > 25)),
+        "the call is up"
+    );
+
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let signalled = Instant::now();
+
+    // Subscribers are told.
+    let mut told = false;
+    while !told && signalled.elapsed() < Duration::from_secs(5) {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => told = t.as_str().contains(r#""type":"shutdown""#),
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    assert!(told, "the WebSocket said the server is shutting down");
+    // Peers are closed with a DTLS alert, not left to time out.
+    let closed = run_until(&mut both, Instant::now() + Duration::from_secs(5), |cs| cs.iter().all(|c| c.closed));
+    assert!(closed, "both peers got their close_notify");
+    // The process exits, successfully, within the bound.
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(4), "tutti still running 4 s after SIGTERM (bound: 3 s)");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+    let stderr = logs.join().expect("logs");
+    drop(stdout);
+    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+    assert!(stderr.contains("tutti stopped"), "a clean stop is logged: {stderr}");
+}
