@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use rtc::dtls::extension::extension_use_srtp::SrtpProtectionProfile;
 use rtc::ice::mdns::MulticastDnsMode;
 use rtc::peer_connection::certificate::{CertificateParams, RTCCertificate};
 use rtc::peer_connection::configuration::setting_engine::SettingEngineBuilder;
@@ -182,6 +183,13 @@ impl Acceptor {
             .with_multicast_dns_mode(MulticastDnsMode::Disabled)
             .with_ice_credentials(ufrag.clone(), pwd)
             .with_ice_timeouts(Some(self.idle_timeout), Some(self.idle_timeout), None)
+            // AES-GCM first (authenticated encryption in one pass), then the
+            // mandatory AES-CM/HMAC-SHA1 for clients without GCM.
+            .with_srtp_protection_profiles(vec![
+                SrtpProtectionProfile::Srtp_Aead_Aes_128_Gcm,
+                SrtpProtectionProfile::Srtp_Aead_Aes_256_Gcm,
+                SrtpProtectionProfile::Srtp_Aes128_Cm_Hmac_Sha1_80,
+            ])
             .build();
         let mut pc = build_connection(settings, vec![self.cert.clone()], now)?;
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;

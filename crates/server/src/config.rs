@@ -29,6 +29,10 @@ pub struct Config {
     pub io_threads: usize,
     /// Mixer threads (`mix-0`, …); 0 = one per core.
     pub mix_threads: usize,
+    /// Under load, an I/O thread lets datagrams gather this long before
+    /// reading them in one batch (fewer wake-ups and syscalls, at most this
+    /// much added delay); 0 = wake on every datagram.
+    pub io_batch_window_seconds: f64,
     /// Receive and send buffer asked for each media socket, in bytes (the
     /// kernel may grant less; the granted size is logged).
     pub socket_buffer_bytes: usize,
@@ -78,6 +82,7 @@ impl Default for Config {
             metrics: "127.0.0.1:9464".to_owned(),
             io_threads: 0,
             mix_threads: 0,
+            io_batch_window_seconds: 0.002,
             socket_buffer_bytes: 4 << 20,
             peer_timeout_seconds: 10.0,
             shutdown_timeout_seconds: 5.0,
@@ -202,6 +207,9 @@ impl Config {
         if !(self.peer_timeout_seconds.is_finite() && (1.0..=3600.0).contains(&self.peer_timeout_seconds)) {
             return invalid("peer_timeout_seconds", "must be within 1 to 3600");
         }
+        if !(self.io_batch_window_seconds.is_finite() && (0.0..=0.01).contains(&self.io_batch_window_seconds)) {
+            return invalid("io_batch_window_seconds", "must be within 0 to 0.01 (10 ms)");
+        }
         if !(self.shutdown_timeout_seconds.is_finite() && (0.1..=600.0).contains(&self.shutdown_timeout_seconds)) {
             return invalid("shutdown_timeout_seconds", "must be within 0.1 to 600");
         }
@@ -236,6 +244,11 @@ impl Config {
     /// [`Config::peer_timeout_seconds`] as a duration.
     pub fn peer_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.peer_timeout_seconds)
+    }
+
+    /// [`Config::io_batch_window_seconds`] as a duration.
+    pub fn io_batch_window(&self) -> Duration {
+        Duration::from_secs_f64(self.io_batch_window_seconds)
     }
 
     /// [`Config::shutdown_timeout_seconds`] as a duration.

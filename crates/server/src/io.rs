@@ -19,7 +19,7 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage};
 use nix::sys::socket::{recvmmsg, sendmmsg};
@@ -175,16 +175,16 @@ pub(crate) fn spawn(
 
 impl IoThread {
     fn run(&mut self) {
-        let mut busy = false;
+        let (mut busy, mut received) = (false, 0);
         loop {
             if !busy {
-                self.wait();
+                self.wait(received > 0);
             }
             let now = Instant::now();
             if !self.commands(now) {
                 break;
             }
-            busy = self.receive(now);
+            (received, busy) = self.receive(now);
             self.mux.handle_timeout(Instant::now());
             self.events();
             self.flush_inbox();
@@ -200,15 +200,27 @@ impl IoThread {
         self.count();
     }
 
-    /// Sleeps until a datagram, a command or the next timer.
-    fn wait(&mut self) {
+    /// Sleeps until a datagram, a command or the next timer. Under load
+    /// (`batching`: the last turn received something) datagrams do not wake
+    /// the thread: it sleeps the batch window, so one `recvmmsg` takes what
+    /// arrived meanwhile instead of one wake-up and syscall per datagram.
+    /// Commands (the clock's mixes to send) still wake it at once.
+    fn wait(&mut self, batching: bool) {
         let now = Instant::now();
-        let until = self.mux.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now)).min(IDLE_WAIT);
-        // Round up: waking a little late beats spinning on a sub-millisecond remainder.
-        let ms = u16::try_from(until.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
-        let mut fds =
-            [PollFd::new(self.socket.as_fd(), PollFlags::POLLIN), PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(&mut fds, PollTimeout::from(ms));
+        let mut until = self.mux.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now)).min(IDLE_WAIT);
+        let window = self.shared.cfg.io_batch_window();
+        let batching = batching && !window.is_zero();
+        if batching {
+            until = until.min(window);
+        }
+        let timeout = nix::sys::time::TimeSpec::from_duration(until);
+        let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
+        let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
+        if batching {
+            let _ = ppoll(&mut [wake], Some(timeout), None);
+        } else {
+            let _ = ppoll(&mut [socket, wake], Some(timeout), None);
+        }
         // Reset the eventfd (EAGAIN when nothing was written).
         let _ = self.wake.read();
     }
@@ -249,9 +261,10 @@ impl IoThread {
         }
     }
 
-    /// Reads what is waiting, at most `RECV_BATCHES` batches. Returns
-    /// whether it stopped at the bound (more may be waiting).
-    fn receive(&mut self, now: Instant) -> bool {
+    /// Reads what is waiting, at most `RECV_BATCHES` batches. Returns how
+    /// many datagrams, and whether it stopped at the bound (more may be waiting).
+    fn receive(&mut self, now: Instant) -> (usize, bool) {
+        let mut total = 0;
         let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
         for _ in 0..RECV_BATCHES {
             let mut got: Vec<(usize, Option<SocketAddr>)> = Vec::with_capacity(BATCH);
@@ -260,7 +273,7 @@ impl IoThread {
                     self.bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
                 match recvmmsg(self.socket.as_raw_fd(), &mut headers, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None) {
                     Ok(msgs) => got.extend(msgs.map(|m| (m.bytes, m.address.and_then(|a| to_socket_addr(&a))))),
-                    Err(_) => return false, // EAGAIN: nothing more; other errors: try next turn
+                    Err(_) => return (total, false), // EAGAIN: nothing more; other errors: try next turn
                 }
             }
             let n = got.len();
@@ -271,11 +284,12 @@ impl IoThread {
                 }
             }
             self.bufs = bufs;
+            total += n;
             if n < BATCH {
-                return false;
+                return (total, false);
             }
         }
-        true
+        (total, true)
     }
 
     /// Hands a datagram to its peer: here, adopted from the API's pending
