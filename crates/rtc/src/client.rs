@@ -13,8 +13,8 @@ use rtc::sansio::Protocol;
 use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
 use crate::media::{
-    AudioPacket, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection,
-    local_sdp,
+    AudioPacket, CLIENT_OPUS_FMTP, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp,
+    build_connection, local_sdp,
 };
 
 /// What a [`ClientPeer`] reports.
@@ -54,8 +54,8 @@ impl ClientPeer {
     /// A peer that will send one Opus track from `local`; returns it and its SDP offer.
     pub fn new(local: SocketAddr, now: Instant) -> Result<(Self, String), RtcError> {
         let settings = SettingEngineBuilder::new().with_multicast_dns_mode(MulticastDnsMode::Disabled).build();
-        let mut pc = build_connection(settings, Vec::new(), now)?;
-        let (sender, ssrc) = add_audio_track(&mut pc)?;
+        let mut pc = build_connection(settings, Vec::new(), CLIENT_OPUS_FMTP, now)?;
+        let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
         add_host_candidate(&mut pc, local)?;
         let offer = pc.create_offer(None).map_err(bad_sdp)?;
         pc.set_local_description(now, offer).map_err(bad_sdp)?;
@@ -116,6 +116,14 @@ impl ClientPeer {
         media.send_audio(payload, level, &[], now)?;
         self.drain();
         Ok(())
+    }
+
+    /// Lets `frames` 20 ms frames pass unsent, as an Opus encoder in DTX
+    /// does during silence: the next packet's timestamp shows the gap.
+    pub fn skip_frames(&mut self, frames: u32) {
+        if let Some(media) = &mut self.media {
+            media.skip_frames(frames);
+        }
     }
 
     /// Runs due timers.

@@ -100,21 +100,29 @@ pub(crate) fn bad_sdp(e: impl std::fmt::Display) -> RtcError {
     RtcError::BadSdp(e.to_string())
 }
 
-/// Opus as tutti offers and answers it: 48 kHz, in-band FEC.
-fn opus_codec() -> RTCRtpCodec {
+/// Opus parameters registered on both ends: 48 kHz, in-band FEC.
+pub(crate) const CLIENT_OPUS_FMTP: &str = "minptime=10;useinbandfec=1";
+
+/// Added to the server's answer: DTX. A client's encoder then sends a
+/// packet only every 400 ms while its user is silent, which in a large
+/// room is most participants most of the time.
+pub(crate) const SERVER_OPUS_DTX: &str = "usedtx=1";
+
+/// Opus with the given SDP parameters.
+fn opus_codec(fmtp: &str) -> RTCRtpCodec {
     RTCRtpCodec {
         mime_type: MIME_TYPE_OPUS.to_owned(),
         clock_rate: 48_000,
         channels: 2,
-        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
+        sdp_fmtp_line: fmtp.to_owned(),
         rtcp_feedback: vec![],
     }
 }
 
 /// Opus (payload type 111 when we offer) and both audio-level extensions.
-fn media_engine() -> Result<MediaEngine, RtcError> {
+fn media_engine(fmtp: &str) -> Result<MediaEngine, RtcError> {
     let mut m = MediaEngine::default();
-    m.register_codec(RTCRtpCodecParameters { rtp_codec: opus_codec(), payload_type: 111 }, RtpCodecKind::Audio)
+    m.register_codec(RTCRtpCodecParameters { rtp_codec: opus_codec(fmtp), payload_type: 111 }, RtpCodecKind::Audio)
         .map_err(internal)?;
     for uri in [SSRC_AUDIO_LEVEL_URI, CSRC_AUDIO_LEVEL_URI] {
         m.register_header_extension(RTCRtpHeaderExtensionCapability { uri: uri.to_owned() }, RtpCodecKind::Audio, None)
@@ -136,6 +144,7 @@ pub(crate) fn random_u32() -> Result<u32, RtcError> {
 pub(crate) fn build_connection(
     settings: SettingEngine,
     certificates: Vec<RTCCertificate>,
+    fmtp: &str,
     now: Instant,
 ) -> Result<RTCPeerConnection, RtcError> {
     let mut config = RTCConfigurationBuilder::new();
@@ -145,7 +154,7 @@ pub(crate) fn build_connection(
     RTCPeerConnectionBuilder::new()
         .with_configuration(config.build())
         .with_setting_engine(settings)
-        .with_media_engine(media_engine()?)
+        .with_media_engine(media_engine(fmtp)?)
         .with_interceptor_registry(configure_rtcp_reports(Registry::new()))
         .build(now)
         .map_err(internal)
@@ -153,7 +162,7 @@ pub(crate) fn build_connection(
 
 /// Adds our one outgoing Opus track (on the offered audio transceiver when
 /// answering) and returns its sender and SSRC.
-pub(crate) fn add_audio_track(pc: &mut RTCPeerConnection) -> Result<(RTCRtpSenderId, u32), RtcError> {
+pub(crate) fn add_audio_track(pc: &mut RTCPeerConnection, fmtp: &str) -> Result<(RTCRtpSenderId, u32), RtcError> {
     let ssrc = random_u32()?;
     let track = MediaStreamTrack::new(
         "tutti".to_owned(),
@@ -162,7 +171,7 @@ pub(crate) fn add_audio_track(pc: &mut RTCPeerConnection) -> Result<(RTCRtpSende
         RtpCodecKind::Audio,
         vec![RTCRtpEncodingParameters {
             rtp_coding_parameters: RTCRtpCodingParameters { ssrc: Some(ssrc), ..Default::default() },
-            codec: opus_codec(),
+            codec: opus_codec(fmtp),
             ..Default::default()
         }],
     );
@@ -349,6 +358,12 @@ impl Media {
             }
         }
         self.pc.poll_timeout()
+    }
+
+    /// Lets `frames` 20 ms frames pass unsent (DTX): the next packet's
+    /// timestamp shows the time that went by.
+    pub(crate) fn skip_frames(&mut self, frames: u32) {
+        self.timestamp = self.timestamp.wrapping_add(SAMPLES_PER_FRAME.wrapping_mul(frames));
     }
 
     /// Closes the connection; its goodbye (DTLS close_notify) goes to `transmits`.

@@ -17,8 +17,8 @@ use rtc::sansio::Protocol;
 use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
 use crate::media::{
-    AudioPacket, Contributor, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp,
-    build_connection, internal, local_sdp,
+    AudioPacket, CLIENT_OPUS_FMTP, Contributor, Media, PeerEvent, RtcError, SERVER_OPUS_DTX, Transmit, add_audio_track,
+    add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
 };
 use crate::stun;
 
@@ -191,17 +191,48 @@ impl Acceptor {
                 SrtpProtectionProfile::Srtp_Aes128_Cm_Hmac_Sha1_80,
             ])
             .build();
-        let mut pc = build_connection(settings, vec![self.cert.clone()], now)?;
+        let mut pc = build_connection(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, now)?;
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, offer).map_err(bad_sdp)?;
-        let (sender, ssrc) = add_audio_track(&mut pc)?;
+        let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
         add_host_candidate(&mut pc, self.local)?;
         let answer = pc.create_answer(None).map_err(bad_sdp)?;
         pc.set_local_description(now, answer).map_err(bad_sdp)?;
-        let sdp = local_sdp(&pc)?;
+        // webrtc-rs answers with the offer's Opus parameters and refuses an
+        // edited local description; DTX only concerns the client's encoder,
+        // so the answer the client gets asks for it.
+        let sdp = with_opus_fmtp(&local_sdp(&pc)?, SERVER_OPUS_DTX);
         let media = Box::new(Media::new(pc, sender, ssrc)?);
         Ok((ServerPeer { id, ufrag, media }, sdp))
     }
+}
+
+/// Appends `param` to the `a=fmtp` line of every Opus payload type in `sdp`
+/// (adding the line if there is none), unless it is there already.
+fn with_opus_fmtp(sdp: &str, param: &str) -> String {
+    let opus: Vec<&str> = sdp
+        .lines()
+        .filter_map(|l| l.strip_prefix("a=rtpmap:"))
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, codec)| codec.to_ascii_lowercase().starts_with("opus/"))
+        .map(|(pt, _)| pt)
+        .collect();
+    let key = param.split('=').next().unwrap_or(param);
+    let mut out = String::with_capacity(sdp.len() + 32);
+    for line in sdp.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\r', '\n']);
+        let ending = &line[body.len()..];
+        match body.strip_prefix("a=fmtp:").and_then(|r| r.split_once(' ')) {
+            Some((pt, params)) if opus.contains(&pt) && !params.split(';').any(|p| p.trim().starts_with(key)) => {
+                out.push_str(body);
+                out.push(';');
+                out.push_str(param);
+                out.push_str(ending);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
 }
 
 struct Peer {
@@ -472,5 +503,19 @@ impl Mux {
                 self.deadlines.push(Reverse((at, id)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_opus_fmtp;
+
+    #[test]
+    fn dtx_is_added_to_the_opus_fmtp_line_only() {
+        let sdp = "v=0\r\na=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\na=rtpmap:0 PCMU/8000\r\na=fmtp:0 x=1\r\n";
+        let out = with_opus_fmtp(sdp, "usedtx=1");
+        assert!(out.contains("a=fmtp:111 minptime=10;useinbandfec=1;usedtx=1\r\n"), "{out}");
+        assert!(out.contains("a=fmtp:0 x=1\r\n"));
+        assert_eq!(with_opus_fmtp(&out, "usedtx=1"), out, "added once");
     }
 }

@@ -44,6 +44,7 @@ fn a_call_over_loopback_carries_audio_and_levels_both_ways() {
     assert!(offer.contains("ssrc-audio-level"), "the client offers RFC 6464");
     let (peer, answer) = mux.accept_offer(&offer, start).expect("answer");
     assert!(answer.contains("a=ice-lite"), "the server is ICE-lite");
+    assert!(answer.contains("usedtx=1"), "the server asks clients for DTX: {answer}");
     assert!(answer.contains(&format!("{} {} typ host", server_addr.ip(), server_addr.port())));
     client.accept_answer(&answer, start).expect("answer accepted");
 

@@ -87,6 +87,9 @@ pub struct ToneClient {
     pub freq: f32,
     /// Whether it sends its tone (true) or silence (false).
     pub talking: bool,
+    /// While silent, send one packet every 400 ms and skip the rest, as an
+    /// Opus encoder in DTX mode does (what tutti's answer asks for).
+    pub dtx: bool,
     encoder: Encoder,
     silence: Bytes,
     /// Frames sent.
@@ -148,6 +151,7 @@ impl ToneClient {
             socket,
             freq,
             talking: true,
+            dtx: false,
             encoder,
             silence,
             sent: 0,
@@ -219,7 +223,11 @@ impl ToneClient {
             } else {
                 (self.silence.clone(), 127)
             };
-            let _ = self.peer.send_audio(payload, Some(level), now);
+            if !self.talking && self.dtx && !self.sent.is_multiple_of(20) {
+                self.peer.skip_frames(1);
+            } else {
+                let _ = self.peer.send_audio(payload, Some(level), now);
+            }
             self.sent += 1;
             self.next_send = Some(due + Duration::from_millis(20));
         }

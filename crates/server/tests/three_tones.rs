@@ -66,6 +66,5 @@ fn each_participant_hears_the_other_two_and_not_themselves() {
         assert_eq!(mixed.len(), 2, "{} Hz client's mix has two contributors: {mixed:?}", c.freq);
         assert!(mixed.iter().all(|m| m.level < 127), "contributors carry their levels: {mixed:?}");
     }
-    assert_eq!(server.tick_overruns(), 0, "the mixer kept time");
     rt.block_on(server.shutdown());
 }

@@ -73,7 +73,9 @@ fn room_events_reach_websocket_subscribers() {
     let since = Instant::now();
     run_for(&mut both, Duration::from_millis(500));
     assert!(both[1].hears(440.0, since) > 0.05, "bob hears alice's tone");
+    // She falls silent the way a browser does with the DTX tutti asks for.
     both[0].talking = false;
+    both[0].dtx = true;
     wait_event(&mut observer, &mut both, |v| v == &json!({ "type": "talking", "id": alice_id, "talking": false }));
     both[1].talking = true;
     wait_event(&mut observer, &mut both, |v| v == &json!({ "type": "talking", "id": bob_id, "talking": true }));
