@@ -3,8 +3,9 @@
 //! one Rust WebRTC client join one room. Chromium's WebRTC stack talks to
 //! tutti's: each page, through a WebAudio analyser on its received track,
 //! hears the other two tones and not its own; the talking indicators light
-//! up from the WebSocket events; a third page finds the room full and says
-//! so in a sentence; mute silences a page for the others; leave leaves.
+//! up from the WebSocket events; a third page finds the room full and a
+//! fourth is refused the microphone, each told so in a sentence; mute
+//! silences a page for the others; leave leaves.
 //! A screenshot of the call is written to `target/browser-test/call.png`.
 //!
 //! Prerequisites are ensured here, never skipped: Debian's `chromium` (run
