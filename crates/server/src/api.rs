@@ -370,6 +370,7 @@ pub(crate) fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .route("/v1/rooms/{room}/participants", post(join))
         .route("/v1/rooms/{room}/participants/{id}", axum::routing::delete(leave).patch(update_participant))
         .route("/v1/rooms/{room}/ws", get(crate::ws::upgrade))
+        .merge(crate::web::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(shared)

@@ -18,7 +18,8 @@
 //! appends to a room's inbox once per loop turn; the clock owns the mixing.
 //! The API touches a room (join, mute, leave) under that room's lock.
 //! Room events (joined, left, talking, muted) are pushed to WebSocket
-//! subscribers.
+//! subscribers. The API also serves a browser client at `/` (`web`): a
+//! page that joins through that WebSocket.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), tutti_server::ServerError> {
@@ -35,6 +36,7 @@ mod clock;
 mod config;
 mod io;
 mod state;
+mod web;
 mod ws;
 
 use std::collections::BTreeMap;

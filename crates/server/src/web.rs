@@ -1,0 +1,68 @@
+//! The browser client: `GET /` (the page), `/app.js` and `/style.css`,
+//! compiled into the binary from `crates/server/web/`. Plain HTML, CSS and
+//! JavaScript: no build step, nothing loaded from another host, which the
+//! Content-Security-Policy enforces (scripts, styles and connections to
+//! this origin only).
+
+use axum::Router;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+const INDEX_HTML: &str = include_str!("../web/index.html");
+const APP_JS: &str = include_str!("../web/app.js");
+const STYLE_CSS: &str = include_str!("../web/style.css");
+
+/// Same origin only: `connect-src 'self'` covers the REST calls and the
+/// WebSocket (`ws:`/`wss:` to this host); `data:` only for the empty favicon.
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self' data:; media-src 'self'; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("permissions-policy"), "microphone=(self), camera=(), geolocation=()"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The page's routes; merged into the API's router.
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
+        .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_loads_nothing_from_other_hosts() {
+        for (name, text) in [("index.html", INDEX_HTML), ("app.js", APP_JS), ("style.css", STYLE_CSS)] {
+            // No absolute URL (a scheme or `//` followed by a host); prose may say "https://".
+            for (at, _) in text.match_indices("//") {
+                let host = text[at + 2..].chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '[');
+                let before = text[..at].chars().next_back();
+                let url = before == Some(':') || matches!(before, Some('"' | '\'' | '(' | '`'));
+                let context = text.get(at.saturating_sub(12)..(at + 20).min(text.len())).unwrap_or_default();
+                assert!(!(host && url), "{name} names another host: {context}");
+            }
+            assert!(!text.contains("@import"), "{name} imports");
+        }
+        assert!(INDEX_HTML.contains(r#"src="app.js""#) && INDEX_HTML.contains(r#"href="style.css""#));
+        assert!(
+            !INDEX_HTML.contains("<script>") && !INDEX_HTML.contains("style="),
+            "nothing inline (the CSP forbids it)"
+        );
+    }
+}

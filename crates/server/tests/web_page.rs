@@ -1,0 +1,35 @@
+//! The browser client is served by tutti itself: the page, its script and
+//! its style sheet, each with its content type and a same-origin-only
+//! Content-Security-Policy; the API's JSON 404 still answers everything else.
+
+mod common;
+
+use common::{http, start};
+
+#[test]
+fn the_page_its_script_and_style_are_served_with_a_strict_policy() {
+    let (rt, server) = start();
+    let api = server.http_addr();
+    for (path, content_type, contains) in [
+        ("/", "text/html; charset=utf-8", r#"<script src="app.js" defer></script>"#),
+        ("/app.js", "text/javascript; charset=utf-8", "window.tuttiState"),
+        ("/style.css", "text/css; charset=utf-8", ".participant.talking"),
+    ] {
+        let r = http(api, "GET", path, None, b"");
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.header("content-type"), Some(content_type), "{path}");
+        assert!(r.body.contains(contains), "{path} holds {contains:?}");
+        let csp = r.header("content-security-policy").unwrap_or_default();
+        assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
+        for directive in ["script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"] {
+            assert!(csp.contains(directive), "{path}: {csp} lacks {directive}");
+        }
+        assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval") && !csp.contains('*'), "{csp}");
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{path}");
+    }
+    // HEAD works as GET without a body; other paths are still the API's JSON 404.
+    assert_eq!(http(api, "HEAD", "/", None, b"").status, 200);
+    assert_eq!(http(api, "GET", "/index.html", None, b"").code(), "not_found");
+    assert_eq!(http(api, "POST", "/", None, b"").status, 405);
+    rt.block_on(server.shutdown());
+}

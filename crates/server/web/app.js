@@ -1,0 +1,672 @@
+// tutti's browser client: join a room through its WebSocket with one
+// audio track, hear the room's mix, see who is there and who is talking.
+//
+// Flow: check (or create) the room over REST → microphone → RTCPeerConnection
+// offer with every ICE candidate in it (the server is ICE-lite and does not
+// trickle) → WebSocket `join` → `answer` → audio. Room events arrive on the
+// same WebSocket; closing it leaves the room.
+//
+// For tests and debugging the page keeps its state in `window.tuttiState`
+// (plain data) and its WebRTC and WebAudio objects in `window.tuttiDebug`.
+'use strict';
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+
+  /** Everything the page shows, as plain data. */
+  const state = {
+    phase: 'idle', // idle | joining | in-call | left | error
+    room: '',
+    name: '',
+    me: null, // our participant id
+    muted: false,
+    participants: [], // [{id, name, talking, muted, you}]
+    connection: 'new', // RTCPeerConnection.connectionState
+    error: null, // {code, text}
+    notice: '',
+    micLevelDb: -Infinity,
+    roomLevelDb: -Infinity,
+    offerSdp: '',
+    answerSdp: '',
+  };
+  window.tuttiState = state;
+  const debug = { pc: null, audioContext: null, micAnalyser: null, remoteAnalyser: null, stream: null };
+  window.tuttiDebug = debug;
+
+  /** The current call's resources, or null. */
+  let call = null;
+
+  const JOIN_TIMEOUT_MS = 15000;
+  const GATHER_TIMEOUT_MS = 3000;
+  const CONNECT_TIMEOUT_MS = 15000;
+
+  class TuttiError extends Error {
+    constructor(code, message, status) {
+      super(message || code);
+      this.code = code;
+      this.status = status || 0;
+    }
+  }
+
+  // ---- What to tell a person -------------------------------------------
+
+  function explain(err) {
+    const code = (err && err.code) || '';
+    const status = (err && err.status) || 0;
+    if (status === 401 || status === 403 || /token|unauthori[sz]ed|forbidden/i.test(code)) {
+      return 'Your access token was refused. Check the token (or the link you were given) and try again.';
+    }
+    switch (code) {
+      case 'room_full':
+        return `The room “${state.room}” is full. Try again later, or pick another room.`;
+      case 'server_full':
+        return 'The server is at capacity right now. Please try again in a little while.';
+      case 'room_not_found':
+        return `There is no room called “${state.room}”.`;
+      case 'bad_room_id':
+        return 'A room name is 1 to 64 letters, digits, “-” or “_”.';
+      case 'shutting_down':
+        return 'The server is restarting. Please try again in a moment.';
+      case 'bad_sdp':
+        return 'The server could not use the audio your browser offered (it needs Opus). Try a current Chrome, Firefox or Safari.';
+      case 'mic_denied':
+        return 'Microphone access was denied. Allow the microphone for this site (the icon in the address bar), then join again.';
+      case 'mic_missing':
+        return 'No microphone was found. Plug one in, then join again.';
+      case 'mic_busy':
+        return 'Your microphone could not be started: another application may be using it.';
+      case 'insecure':
+        return 'The browser allows the microphone only on https:// pages or on localhost. Open this page over https.';
+      case 'no_webrtc':
+        return 'This browser cannot make audio calls (no WebRTC). Try a current Chrome, Firefox or Safari.';
+      case 'network':
+        return 'The server could not be reached. Check your connection and try again.';
+      case 'socket_refused':
+        return 'The server refused the room’s live connection. If you use an access token, it may have been refused.';
+      case 'socket_lost':
+        return 'The connection to the server was lost, so the call has ended.';
+      case 'ice_failed':
+        return 'The audio connection could not be set up: the network may block UDP traffic to the server.';
+      case 'timeout':
+        return 'The server did not answer in time. Please try again.';
+      case 'timed_out':
+        return 'You were disconnected: the server stopped receiving your audio.';
+      case 'failed':
+        return 'The audio connection failed, so the call has ended.';
+      case 'room_closed':
+        return 'The room was closed, so the call has ended.';
+      case 'removed':
+        return 'You were removed from the room.';
+      case 'shutdown':
+        return 'The server is shutting down, so the call has ended. Please try again in a moment.';
+      default:
+        return `Something went wrong: ${(err && err.message) || code || 'unknown error'}.`;
+    }
+  }
+
+  function showError(err) {
+    state.error = { code: (err && err.code) || 'error', text: explain(err) };
+    const el = $('error');
+    el.textContent = state.error.text;
+    el.hidden = false;
+  }
+
+  function clearMessages() {
+    state.error = null;
+    state.notice = '';
+    $('error').hidden = true;
+    $('notice').hidden = true;
+  }
+
+  function showNotice(text) {
+    state.notice = text;
+    $('notice').textContent = text;
+    $('notice').hidden = false;
+  }
+
+  function setStatus(text) {
+    $('status').textContent = text;
+  }
+
+  // ---- REST and WebSocket ------------------------------------------------
+
+  function apiUrl(path) {
+    return new URL(path, document.baseURI);
+  }
+
+  function authHeaders(token, extra) {
+    const h = Object.assign({}, extra || {});
+    if (token) h.Authorization = `Bearer ${token}`;
+    return h;
+  }
+
+  async function errorOf(response) {
+    let body = {};
+    try {
+      body = await response.json();
+    } catch (_) {
+      // not JSON: the status says enough
+    }
+    return new TuttiError(body.code || `http_${response.status}`, body.message || response.statusText, response.status);
+  }
+
+  async function send(url, options) {
+    try {
+      return await fetch(url, Object.assign({ cache: 'no-store' }, options));
+    } catch (_) {
+      throw new TuttiError('network');
+    }
+  }
+
+  /** Makes sure the room exists (creating it if needed) and has space. */
+  async function ensureRoom(room, token) {
+    const path = `v1/rooms/${encodeURIComponent(room)}`;
+    let r = await send(apiUrl(path), { headers: authHeaders(token) });
+    if (r.status === 404) {
+      const err = await errorOf(r);
+      if (err.code !== 'room_not_found') throw err;
+      r = await send(apiUrl('v1/rooms'), {
+        method: 'POST',
+        headers: authHeaders(token, { 'Content-Type': 'application/json' }),
+        body: JSON.stringify({ id: room }),
+      });
+      if (r.status !== 201 && r.status !== 409) throw await errorOf(r);
+      return;
+    }
+    if (!r.ok) throw await errorOf(r);
+    const info = await r.json();
+    const summary = info && info.room;
+    if (summary && summary.participants >= summary.max_participants) throw new TuttiError('room_full');
+  }
+
+  function socketUrl(room, token) {
+    const url = apiUrl(`v1/rooms/${encodeURIComponent(room)}/ws`);
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    if (token) url.searchParams.set('token', token);
+    return url;
+  }
+
+  /** Opens the room's WebSocket; resolves once its first snapshot arrived. */
+  function openSocket(room, token) {
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(socketUrl(room, token));
+      const timer = setTimeout(() => {
+        ws.close();
+        reject(new TuttiError('timeout'));
+      }, JOIN_TIMEOUT_MS);
+      const refused = () => {
+        clearTimeout(timer);
+        reject(new TuttiError('socket_refused'));
+      };
+      ws.onerror = refused;
+      ws.onclose = refused;
+      ws.onmessage = (ev) => {
+        const msg = parse(ev.data);
+        if (!msg || msg.type !== 'room') return;
+        clearTimeout(timer);
+        ws.onerror = null;
+        ws.onclose = null;
+        ws.onmessage = null;
+        resolve({ ws, snapshot: msg });
+      };
+    });
+  }
+
+  function parse(text) {
+    try {
+      return JSON.parse(text);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  // ---- Microphone and WebRTC -----------------------------------------------
+
+  async function microphone(processing) {
+    if (!window.isSecureContext || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+      throw new TuttiError('insecure');
+    }
+    if (typeof RTCPeerConnection === 'undefined') throw new TuttiError('no_webrtc');
+    const audio = {
+      echoCancellation: processing,
+      noiseSuppression: processing,
+      autoGainControl: processing,
+      channelCount: 1,
+    };
+    try {
+      return await navigator.mediaDevices.getUserMedia({ audio, video: false });
+    } catch (e) {
+      const name = e && e.name;
+      if (name === 'NotAllowedError' || name === 'SecurityError') throw new TuttiError('mic_denied');
+      if (name === 'NotFoundError' || name === 'OverconstrainedError') throw new TuttiError('mic_missing');
+      if (name === 'NotReadableError' || name === 'AbortError') throw new TuttiError('mic_busy');
+      throw new TuttiError('mic_denied', e && e.message);
+    }
+  }
+
+  /** Resolves when ICE gathering is complete (or after a bound: send what we have). */
+  function gathered(pc) {
+    if (pc.iceGatheringState === 'complete') return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        if (pc.iceGatheringState !== 'complete') return;
+        pc.removeEventListener('icegatheringstatechange', done);
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        pc.removeEventListener('icegatheringstatechange', done);
+        resolve();
+      }, GATHER_TIMEOUT_MS);
+      pc.addEventListener('icegatheringstatechange', done);
+    });
+  }
+
+  function analyser(ctx, stream) {
+    const node = ctx.createAnalyser();
+    node.fftSize = 8192;
+    node.smoothingTimeConstant = 0.5;
+    ctx.createMediaStreamSource(stream).connect(node);
+    return node;
+  }
+
+  function levelDb(node, buf) {
+    if (!node) return -Infinity;
+    node.getFloatTimeDomainData(buf);
+    let sum = 0;
+    for (let i = 0; i < buf.length; i++) sum += buf[i] * buf[i];
+    const rms = Math.sqrt(sum / buf.length);
+    return rms > 0 ? 20 * Math.log10(rms) : -Infinity;
+  }
+
+  function drawMeter(el, db) {
+    const pct = Number.isFinite(db) ? Math.max(0, Math.min(100, ((db + 60) / 60) * 100)) : 0;
+    // The level is the full colour scale, clipped at the current level.
+    el.firstElementChild.style.clipPath = `inset(0 ${(100 - pct).toFixed(0)}% 0 0)`;
+    el.setAttribute('aria-valuenow', pct.toFixed(0));
+  }
+
+  function startMeters() {
+    const buf = new Float32Array(2048);
+    const tick = () => {
+      if (!call) return;
+      state.micLevelDb = state.muted ? -Infinity : levelDb(debug.micAnalyser, buf);
+      state.roomLevelDb = levelDb(debug.remoteAnalyser, buf);
+      drawMeter($('mic-meter'), state.micLevelDb);
+      drawMeter($('room-meter'), state.roomLevelDb);
+    };
+    call.meterTimer = setInterval(tick, 50);
+  }
+
+  // ---- The call ------------------------------------------------------------
+
+  async function join(ev) {
+    ev.preventDefault();
+    if (call) return;
+    clearMessages();
+    const room = $('room').value.trim();
+    const name = $('name').value.trim();
+    const token = $('token').value.trim();
+    state.room = room;
+    state.name = name;
+    if (!/^[A-Za-z0-9_-]{1,64}$/.test(room)) {
+      showError(new TuttiError('bad_room_id'));
+      $('room').focus();
+      return;
+    }
+    remember(room, name, token);
+    call = { ws: null, pc: null, stream: null, ctx: null, meterTimer: 0, connectTimer: 0, ended: false };
+    const mine = call;
+    setPhase('joining');
+    $('join').disabled = true;
+    try {
+      $('join').textContent = 'Checking the room…';
+      await ensureRoom(room, token);
+      $('join').textContent = 'Waiting for the microphone…';
+      mine.stream = await microphone($('processing').checked);
+      if (mine.ended) return;
+      debug.stream = mine.stream;
+
+      mine.ctx = new AudioContext();
+      debug.audioContext = mine.ctx;
+      await mine.ctx.resume();
+      debug.micAnalyser = analyser(mine.ctx, mine.stream);
+
+      const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle', rtcpMuxPolicy: 'require' });
+      mine.pc = pc;
+      debug.pc = pc;
+      for (const track of mine.stream.getAudioTracks()) pc.addTrack(track, mine.stream);
+      pc.ontrack = (e) => onTrack(mine, e);
+      pc.onconnectionstatechange = () => onConnectionState(mine);
+
+      $('join').textContent = 'Connecting…';
+      await pc.setLocalDescription(await pc.createOffer());
+      await gathered(pc);
+      state.offerSdp = pc.localDescription.sdp;
+
+      const { ws, snapshot } = await openSocket(room, token);
+      mine.ws = ws;
+      if (mine.ended) {
+        ws.close();
+        return;
+      }
+      applySnapshot(snapshot);
+      const answer = await exchange(mine, { type: 'join', sdp: state.offerSdp, name });
+      state.me = answer.id;
+      state.answerSdp = answer.sdp;
+      await pc.setRemoteDescription({ type: 'answer', sdp: answer.sdp });
+      mine.connectTimer = setTimeout(() => {
+        if (call === mine && pc.connectionState !== 'connected') end(new TuttiError('ice_failed'));
+      }, CONNECT_TIMEOUT_MS);
+      enterCall();
+    } catch (e) {
+      if (call === mine) {
+        teardown();
+        setPhase('error');
+        showError(e);
+      }
+    } finally {
+      $('join').disabled = false;
+      $('join').textContent = 'Join with microphone';
+    }
+  }
+
+  /** Sends the join message and waits for its answer (or error); then the socket carries events. */
+  function exchange(mine, message) {
+    return new Promise((resolve, reject) => {
+      const ws = mine.ws;
+      const timer = setTimeout(() => reject(new TuttiError('timeout')), JOIN_TIMEOUT_MS);
+      mine.pending = {
+        resolve: (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      ws.onmessage = (ev) => onMessage(mine, parse(ev.data));
+      ws.onclose = () => {
+        if (mine.pending) mine.pending.reject(new TuttiError('socket_lost'));
+        else if (call === mine && !mine.ended) end(new TuttiError('socket_lost'));
+      };
+      ws.send(JSON.stringify(message));
+    });
+  }
+
+  function onMessage(mine, msg) {
+    if (!msg || call !== mine) return;
+    switch (msg.type) {
+      case 'room':
+        applySnapshot(msg);
+        break;
+      case 'answer':
+        if (mine.pending) {
+          const p = mine.pending;
+          mine.pending = null;
+          p.resolve(msg);
+        }
+        break;
+      case 'error':
+        if (mine.pending) {
+          const p = mine.pending;
+          mine.pending = null;
+          p.reject(new TuttiError(msg.code, msg.message));
+        } else {
+          showError(new TuttiError(msg.code, msg.message));
+        }
+        break;
+      case 'joined':
+        if (!state.participants.some((p) => p.id === msg.id)) {
+          state.participants.push(member({ id: msg.id, name: msg.name }));
+        }
+        break;
+      case 'left':
+        state.participants = state.participants.filter((p) => p.id !== msg.id);
+        // Our own leave tears the call down before its event arrives: a
+        // `left` about us means the server (or an operator) ended it.
+        if (msg.id === state.me) end(new TuttiError(msg.reason === 'left' ? 'removed' : msg.reason));
+        break;
+      case 'talking':
+        update(msg.id, { talking: !!msg.talking });
+        break;
+      case 'muted':
+        update(msg.id, { muted: !!msg.muted });
+        if (msg.id === state.me) applyMute(!!msg.muted);
+        break;
+      case 'room_closed':
+        end(new TuttiError('room_closed'));
+        return;
+      case 'shutdown':
+        end(new TuttiError('shutdown'));
+        return;
+      default:
+        return;
+    }
+    renderParticipants();
+  }
+
+  function member(p) {
+    return {
+      id: p.id,
+      name: p.name || `participant ${p.id}`,
+      talking: !!p.talking,
+      muted: !!p.muted,
+      you: p.id === state.me,
+    };
+  }
+
+  function applySnapshot(msg) {
+    state.participants = (msg.participants || []).map(member);
+    renderParticipants();
+  }
+
+  function update(id, fields) {
+    const p = state.participants.find((x) => x.id === id);
+    if (p) Object.assign(p, fields);
+  }
+
+  function onTrack(mine, e) {
+    if (call !== mine) return;
+    const stream = e.streams && e.streams[0] ? e.streams[0] : new MediaStream([e.track]);
+    // Chromium feeds a remote track into WebAudio only while a media
+    // element plays it; the element is also what the person hears.
+    const audio = $('remote');
+    audio.srcObject = stream;
+    audio.play().catch(() => {});
+    debug.remoteAnalyser = analyser(mine.ctx, stream);
+  }
+
+  function onConnectionState(mine) {
+    if (call !== mine) return;
+    const s = mine.pc.connectionState;
+    state.connection = s;
+    if (s === 'connected') {
+      clearTimeout(mine.connectTimer);
+      setStatus('Connected');
+    } else if (s === 'connecting') {
+      setStatus('Connecting…');
+    } else if (s === 'disconnected') {
+      setStatus('Connection interrupted, reconnecting…');
+    } else if (s === 'failed') {
+      end(new TuttiError('ice_failed'));
+    }
+  }
+
+  function enterCall() {
+    setPhase('in-call');
+    $('room-title').textContent = state.room;
+    const invite = new URL(document.baseURI);
+    invite.search = '';
+    invite.searchParams.set('room', state.room);
+    $('invite').href = invite.href;
+    $('invite').textContent = invite.href;
+    state.participants.forEach((p) => {
+      p.you = p.id === state.me;
+    });
+    applyMute(false);
+    setStatus(state.connection === 'connected' ? 'Connected' : 'Connecting…');
+    startMeters();
+    renderParticipants();
+  }
+
+  function applyMute(muted) {
+    state.muted = muted;
+    if (call && call.stream) {
+      for (const t of call.stream.getAudioTracks()) t.enabled = !muted;
+    }
+    const b = $('mute');
+    b.textContent = muted ? 'Unmute' : 'Mute';
+    b.setAttribute('aria-pressed', String(muted));
+    b.classList.toggle('active', muted);
+    $('mic-label').textContent = muted ? 'Your microphone (muted)' : 'Your microphone';
+    document.body.classList.toggle('muted', muted);
+  }
+
+  function toggleMute() {
+    if (!call || !call.ws || state.phase !== 'in-call') return;
+    const muted = !state.muted;
+    applyMute(muted);
+    update(state.me, { muted });
+    renderParticipants();
+    if (call.ws.readyState === WebSocket.OPEN) call.ws.send(JSON.stringify({ type: 'mute', muted }));
+  }
+
+  function leave() {
+    if (!call) return;
+    if (call.ws && call.ws.readyState === WebSocket.OPEN) call.ws.send(JSON.stringify({ type: 'leave' }));
+    teardown();
+    setPhase('left');
+    showNotice(`You left “${state.room}”.`);
+  }
+
+  /** Ends the call for a reason the server or the network gave. */
+  function end(err) {
+    if (!call) return;
+    teardown();
+    setPhase('error');
+    showError(err);
+  }
+
+  function teardown() {
+    const c = call;
+    call = null;
+    if (!c) return;
+    c.ended = true;
+    clearInterval(c.meterTimer);
+    clearTimeout(c.connectTimer);
+    if (c.pending) c.pending.reject(new TuttiError('socket_lost'));
+    if (c.ws) {
+      c.ws.onclose = null;
+      c.ws.onmessage = null;
+      c.ws.close(1000);
+    }
+    if (c.pc) c.pc.close();
+    if (c.stream) c.stream.getTracks().forEach((t) => t.stop());
+    if (c.ctx) c.ctx.close().catch(() => {});
+    $('remote').srcObject = null;
+    Object.assign(debug, { pc: null, audioContext: null, micAnalyser: null, remoteAnalyser: null, stream: null });
+    state.me = null;
+    state.muted = false;
+    state.participants = [];
+    state.connection = 'closed';
+    state.micLevelDb = -Infinity;
+    state.roomLevelDb = -Infinity;
+    document.body.classList.remove('muted');
+  }
+
+  function setPhase(phase) {
+    state.phase = phase;
+    const inCall = phase === 'in-call';
+    $('join-view').hidden = inCall;
+    $('call-view').hidden = !inCall;
+    document.body.dataset.phase = phase;
+  }
+
+  // ---- Rendering -----------------------------------------------------------
+
+  function renderParticipants() {
+    const list = $('participants');
+    const people = state.participants.slice().sort((a, b) => (b.you - a.you) || (a.id - b.id));
+    list.replaceChildren(
+      ...people.map((p) => {
+        const li = document.createElement('li');
+        li.className = 'participant';
+        li.dataset.id = String(p.id);
+        li.classList.toggle('you', p.you);
+        li.classList.toggle('talking', p.talking && !p.muted);
+        li.classList.toggle('muted', p.muted);
+        const avatar = document.createElement('span');
+        avatar.className = 'avatar';
+        avatar.textContent = (p.name.trim()[0] || '?').toUpperCase();
+        avatar.setAttribute('aria-hidden', 'true');
+        const name = document.createElement('span');
+        name.className = 'pname';
+        name.textContent = p.name;
+        li.append(avatar, name);
+        if (p.you) li.append(tag('you', 'you'));
+        if (p.muted) li.append(tag('muted', 'muted'));
+        else if (p.talking) li.append(tag('talking', 'talking'));
+        return li;
+      }),
+    );
+    const n = state.participants.length;
+    $('count').textContent = n === 1 ? 'In the room: just you' : `In the room: ${n} people`;
+  }
+
+  function tag(cls, text) {
+    const s = document.createElement('span');
+    s.className = `tag ${cls}`;
+    s.textContent = text;
+    return s;
+  }
+
+  // ---- Start ---------------------------------------------------------------
+
+  function remember(room, name, token) {
+    try {
+      localStorage.setItem('tutti.name', name);
+    } catch (_) {
+      // storage may be off; nothing to remember then
+    }
+    const url = new URL(location.href);
+    url.searchParams.set('room', room);
+    if (name) url.searchParams.set('name', name);
+    // A token typed in stays out of the address bar (and the history).
+    if (!token) url.searchParams.delete('token');
+    history.replaceState(null, '', url);
+  }
+
+  function init() {
+    const params = new URLSearchParams(location.search);
+    let savedName = '';
+    try {
+      savedName = localStorage.getItem('tutti.name') || '';
+    } catch (_) {
+      // storage may be off
+    }
+    $('room').value = params.get('room') || '';
+    $('name').value = params.get('name') || savedName;
+    const token = params.get('token');
+    if (token) {
+      $('token').value = token;
+      $('more').open = true;
+    }
+    if (params.get('processing') === '0') {
+      $('processing').checked = false;
+      $('more').open = true;
+    }
+    $('join-form').addEventListener('submit', join);
+    $('mute').addEventListener('click', toggleMute);
+    $('leave').addEventListener('click', leave);
+    window.addEventListener('pagehide', () => {
+      if (call) leave();
+    });
+    if ($('room').value) $('name').focus();
+    else $('room').focus();
+    setPhase('idle');
+  }
+
+  init();
+})();
