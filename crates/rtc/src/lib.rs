@@ -24,4 +24,4 @@ pub mod stun;
 
 pub use client::{ClientEvent, ClientPeer};
 pub use media::{AudioPacket, CSRC_AUDIO_LEVEL_URI, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit};
-pub use mux::{Mux, MuxEvent, MuxStats, PeerId};
+pub use mux::{CONNECT_TIMEOUT, Mux, MuxEvent, MuxStats, PeerId};

@@ -14,7 +14,7 @@ use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEng
 use rtc::peer_connection::configuration::setting_engine::SettingEngine;
 use rtc::peer_connection::event::RTCPeerConnectionEvent;
 use rtc::peer_connection::message::RTCMessage;
-use rtc::peer_connection::state::RTCPeerConnectionState;
+use rtc::peer_connection::state::{RTCIceConnectionState, RTCPeerConnectionState};
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use rtc::peer_connection::{RTCPeerConnection, RTCPeerConnectionBuilder};
 use rtc::rtp_transceiver::RTCRtpSenderId;
@@ -163,6 +163,28 @@ pub(crate) fn local_sdp(pc: &RTCPeerConnection) -> Result<String, RtcError> {
     pc.local_description().map(|d| d.sdp).ok_or_else(|| internal("no local description"))
 }
 
+/// Where a peer's connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerState {
+    /// Answered; ICE and DTLS under way.
+    Connecting,
+    /// ICE and DTLS are up.
+    Connected,
+    /// Failed or closed.
+    Closed,
+}
+
+/// Why a peer's connection failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerFailure {
+    /// ICE never connected.
+    Ice,
+    /// ICE connected, the DTLS handshake did not complete.
+    Dtls,
+    /// It was connected, then connectivity was lost (the client vanished).
+    Lost,
+}
+
 /// What a peer connection reports, stripped to what audio needs.
 pub(crate) enum PeerEvent {
     Connected,
@@ -182,6 +204,10 @@ pub(crate) struct Media {
     timestamp: u32,
     connected: bool,
     closed: bool,
+    /// ICE reached connected (or completed) at some point.
+    ice_up: bool,
+    /// Why the connection failed, when it did.
+    failure: Option<PeerFailure>,
 }
 
 impl Media {
@@ -195,7 +221,33 @@ impl Media {
             let level = params.header_extensions.iter().find(|h| h.uri == SSRC_AUDIO_LEVEL_URI);
             (opus.map(|c| c.payload_type).ok_or(RtcError::NoAudio)?, level.and_then(|h| u8::try_from(h.id).ok()))
         };
-        Ok(Self { pc, sender, ssrc, payload_type, level_ext, seq: 0, timestamp: 0, connected: false, closed: false })
+        Ok(Self {
+            pc,
+            sender,
+            ssrc,
+            payload_type,
+            level_ext,
+            seq: 0,
+            timestamp: 0,
+            connected: false,
+            closed: false,
+            ice_up: false,
+            failure: None,
+        })
+    }
+
+    /// Where the connection stands.
+    pub(crate) fn state(&self) -> PeerState {
+        match (self.closed, self.connected) {
+            (true, _) => PeerState::Closed,
+            (false, true) => PeerState::Connected,
+            (false, false) => PeerState::Connecting,
+        }
+    }
+
+    /// Why the connection failed, when it did (a close is not a failure).
+    pub(crate) fn failure(&self) -> Option<PeerFailure> {
+        self.failure
     }
 
     /// Whether ICE and DTLS are up.
@@ -237,18 +289,29 @@ impl Media {
             transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
         }
         while let Some(event) = self.pc.poll_event() {
-            if let RTCPeerConnectionEvent::OnConnectionStateChangeEvent(state) = event {
-                match state {
+            match event {
+                RTCPeerConnectionEvent::OnIceConnectionStateChangeEvent(
+                    RTCIceConnectionState::Connected | RTCIceConnectionState::Completed,
+                ) => self.ice_up = true,
+                RTCPeerConnectionEvent::OnConnectionStateChangeEvent(state) => match state {
                     RTCPeerConnectionState::Connected if !self.connected => {
                         self.connected = true;
                         on(PeerEvent::Connected);
                     }
                     RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed if !self.closed => {
+                        if state == RTCPeerConnectionState::Failed {
+                            self.failure = Some(match (self.connected, self.ice_up) {
+                                (true, _) => PeerFailure::Lost,
+                                (false, true) => PeerFailure::Dtls,
+                                (false, false) => PeerFailure::Ice,
+                            });
+                        }
                         self.closed = true;
                         on(PeerEvent::Closed);
                     }
                     _ => {}
-                }
+                },
+                _ => {}
             }
         }
         while let Some(msg) = self.pc.poll_read() {
@@ -266,6 +329,14 @@ impl Media {
             }
         }
         self.pc.poll_timeout()
+    }
+
+    /// Fails a connection that did not connect in time, and closes it.
+    pub(crate) fn give_up(&mut self, transmits: &mut VecDeque<Transmit>) -> PeerFailure {
+        let why = if self.ice_up { PeerFailure::Dtls } else { PeerFailure::Ice };
+        self.failure = Some(why);
+        self.close(transmits);
+        why
     }
 
     /// Closes the connection; its goodbye (DTLS close_notify) goes to `transmits`.

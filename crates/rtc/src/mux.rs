@@ -14,8 +14,8 @@ use rtc::sansio::Protocol;
 use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
 use crate::media::{
-    AudioPacket, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection,
-    internal, local_sdp,
+    AudioPacket, Media, PeerEvent, PeerFailure, PeerState, RtcError, Transmit, add_audio_track, add_host_candidate,
+    bad_sdp, build_connection, internal, local_sdp,
 };
 use crate::stun;
 
@@ -40,7 +40,7 @@ pub enum MuxEvent {
     Closed(PeerId),
 }
 
-/// Counters of a [`Mux`].
+/// Counters of a [`Mux`], and its peers by state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MuxStats {
     /// Datagrams from addresses that belong to no peer and carry no known ICE username.
@@ -49,6 +49,43 @@ pub struct MuxStats {
     pub audio_in: u64,
     /// Audio packets written.
     pub audio_out: u64,
+    /// Peers now answered but not connected yet (ICE and DTLS under way).
+    pub connecting: u64,
+    /// Peers now connected.
+    pub connected: u64,
+    /// Peers whose connection failed before ICE connected.
+    pub ice_failures: u64,
+    /// Peers whose ICE connected but whose DTLS handshake failed.
+    pub dtls_failures: u64,
+    /// Connected peers whose connection failed later (ICE consent lost:
+    /// the client vanished without saying goodbye).
+    pub lost: u64,
+}
+
+impl MuxStats {
+    fn enter(&mut self, state: PeerState) {
+        match state {
+            PeerState::Connecting => self.connecting += 1,
+            PeerState::Connected => self.connected += 1,
+            PeerState::Closed => {}
+        }
+    }
+
+    fn leave(&mut self, state: PeerState) {
+        match state {
+            PeerState::Connecting => self.connecting = self.connecting.saturating_sub(1),
+            PeerState::Connected => self.connected = self.connected.saturating_sub(1),
+            PeerState::Closed => {}
+        }
+    }
+
+    fn failed(&mut self, why: PeerFailure) {
+        match why {
+            PeerFailure::Ice => self.ice_failures += 1,
+            PeerFailure::Dtls => self.dtls_failures += 1,
+            PeerFailure::Lost => self.lost += 1,
+        }
+    }
 }
 
 struct Peer {
@@ -57,7 +94,14 @@ struct Peer {
     /// Remote addresses routed to this peer (forgotten with it).
     addrs: Vec<SocketAddr>,
     deadline: Option<Instant>,
+    /// Not connected by then: the peer is given up ([`CONNECT_TIMEOUT`]).
+    connect_by: Instant,
 }
+
+/// How long a peer may take to connect (ICE and DTLS) after its answer
+/// before it is given up and closed. webrtc-rs fails a peer whose ICE
+/// checks never come, but waits forever on a DTLS handshake that stalls.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Many ICE-lite WebRTC peers behind one UDP address. Feed it datagrams
 /// ([`Mux::handle_datagram`]) and timeouts ([`Mux::handle_timeout`]); drain
@@ -163,7 +207,10 @@ impl Mux {
         let sdp = local_sdp(&pc)?;
         let media = Media::new(pc, sender, ssrc)?;
         self.by_ufrag.insert(ufrag.clone(), id);
-        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None });
+        self.stats.enter(media.state());
+        let connect_by = now + CONNECT_TIMEOUT;
+        self.deadlines.push(Reverse((connect_by, id)));
+        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None, connect_by });
         self.drain(id);
         Ok((id, sdp))
     }
@@ -226,6 +273,13 @@ impl Mux {
             }
             self.deadlines.pop();
             let Some(peer) = self.peers.get_mut(&id) else { continue };
+            if now >= peer.connect_by && peer.media.state() == PeerState::Connecting {
+                let why = peer.media.give_up(&mut self.transmits);
+                self.stats.leave(PeerState::Connecting);
+                self.stats.failed(why);
+                self.events.push_back(MuxEvent::Closed(id));
+                continue;
+            }
             if peer.deadline != Some(at) {
                 continue; // superseded by a later entry
             }
@@ -253,6 +307,7 @@ impl Mux {
     /// Closes a peer (DTLS close_notify goes out through `poll_transmit`) and forgets it.
     pub fn remove(&mut self, id: PeerId) -> Result<(), RtcError> {
         let mut peer = self.peers.remove(&id).ok_or(RtcError::UnknownPeer(id))?;
+        self.stats.leave(peer.media.state());
         peer.media.close(&mut self.transmits);
         self.by_ufrag.remove(&peer.ufrag);
         for addr in &peer.addrs {
@@ -268,6 +323,7 @@ impl Mux {
     fn drain(&mut self, id: PeerId) {
         let Some(peer) = self.peers.get_mut(&id) else { return };
         let (events, stats) = (&mut self.events, &mut self.stats);
+        let before = peer.media.state();
         let next = peer.media.drain(&mut self.transmits, |event| {
             events.push_back(match event {
                 PeerEvent::Connected => MuxEvent::Connected(id),
@@ -278,6 +334,14 @@ impl Mux {
                 }
             })
         });
+        let after = peer.media.state();
+        if after != before {
+            stats.leave(before);
+            stats.enter(after);
+            if let Some(why) = peer.media.failure() {
+                stats.failed(why);
+            }
+        }
         if next != peer.deadline {
             peer.deadline = next;
             if let Some(at) = next {
