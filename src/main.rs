@@ -39,9 +39,30 @@ struct ServeArgs {
     /// Mixer threads; 0 = one per core.
     #[arg(long, env = "TUTTI_MIX_THREADS", default_value_t = 0)]
     mix_threads: usize,
+    /// Prometheus metrics address (`GET /metrics`), or `off` to record no metrics at all.
+    #[arg(long, env = "TUTTI_METRICS", default_value = "127.0.0.1:9464")]
+    metrics: MetricsAddr,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "TUTTI_LOG_JSON")]
     log_json: bool,
+}
+
+/// `--metrics`: an address, or `off`.
+#[derive(Debug, Clone, Copy)]
+struct MetricsAddr(Option<SocketAddr>);
+
+impl std::str::FromStr for MetricsAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "off" | "none" | "" => Ok(Self(None)),
+            addr => addr
+                .parse()
+                .map(|a| Self(Some(a)))
+                .map_err(|e| format!("{e}: give an address such as 0.0.0.0:9464, or off")),
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,25 +77,21 @@ fn main() -> anyhow::Result<()> {
     } else {
         subscriber.init();
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name_fn(|| {
-            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            format!("api-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-        })
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = tutti_server::api_runtime(2).context("starting the tokio runtime")?;
     runtime.block_on(async {
         let cfg = Config {
             http: args.http,
             media: args.media,
             advertise: args.advertise,
             mix_threads: args.mix_threads,
+            metrics: args.metrics.0,
             ..Config::default()
         };
         let server = Server::start(cfg).await.context("starting tutti")?;
         println!("tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
+        if let Some(addr) = server.metrics_addr() {
+            println!("metrics:        curl http://{addr}/metrics");
+        }
         println!("create a room:  curl -X POST http://{}/v1/rooms -H 'content-type: application/json' -d '{{\"id\":\"demo\"}}'", server.http_addr());
         wait_for_signal().await;
         tracing::info!("shutting down");
@@ -103,4 +120,16 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MetricsAddr;
+
+    #[test]
+    fn metrics_is_an_address_or_off() {
+        assert_eq!("0.0.0.0:9464".parse::<MetricsAddr>().map(|m| m.0), Ok(Some("0.0.0.0:9464".parse().expect("addr"))));
+        assert_eq!("off".parse::<MetricsAddr>().map(|m| m.0), Ok(None));
+        assert!("9464".parse::<MetricsAddr>().is_err());
+    }
 }

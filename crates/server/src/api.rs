@@ -343,6 +343,7 @@ pub(crate) fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .route("/v1/rooms/{room}/participants/{id}", axum::routing::delete(leave).patch(update_participant))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn(crate::metrics::track_api))
         .with_state(shared)
 }
 

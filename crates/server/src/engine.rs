@@ -9,7 +9,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tutti_mix::{MixPool, Packet, ParticipantId, Room, RoomConfig};
-use tutti_rtc::{Mux, MuxEvent, PeerId, Transmit};
+use tutti_rtc::{Mux, MuxEvent, MuxStats, PeerId, Transmit};
+
+use crate::metrics;
 
 /// One 20 ms tick.
 pub(crate) const TICK: Duration = Duration::from_millis(20);
@@ -97,11 +99,17 @@ impl Shared {
     }
 
     pub(crate) fn send(&self, transmits: Vec<Transmit>) {
+        let (mut sent, mut bytes, mut errors) = (0, 0, 0);
         for t in transmits {
-            if let Err(e) = self.socket.send_to(&t.data, t.to) {
-                tracing::debug!(to = %t.to, error = %e, "send failed");
+            match self.socket.send_to(&t.data, t.to) {
+                Ok(n) => (sent, bytes) = (sent + 1, bytes + n as u64),
+                Err(e) => {
+                    errors += 1;
+                    tracing::debug!(to = %t.to, error = %e, "send failed");
+                }
             }
         }
+        metrics::packets_out(sent, bytes, errors);
     }
 }
 
@@ -109,16 +117,19 @@ impl Shared {
 pub(crate) fn spawn_io(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name("io-0".into()).spawn(move || {
         let mut buf = vec![0u8; 2048];
+        let mut reported = MuxStats::default();
         while !shared.stopping.load(Ordering::Relaxed) {
             let received = shared.socket.recv_from(&mut buf);
             let now = Instant::now();
             let out = {
                 let mut engine = shared.engine();
                 if let Ok((n, from)) = received {
+                    metrics::packets_in(1, n as u64);
                     engine.mux.handle_datagram(from, &buf[..n], now);
                 }
                 engine.mux.handle_timeout(now);
                 engine.route_events();
+                metrics::media(&mut reported, engine.mux.stats());
                 engine.take_transmits()
             };
             shared.send(out);
@@ -141,14 +152,18 @@ pub(crate) fn spawn_clock(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>
                 // Behind by more than a tick: count it and skip to the present.
                 let behind = ((now - due).as_millis() / TICK.as_millis()) as u64;
                 shared.overruns.fetch_add(behind, Ordering::Relaxed);
+                metrics::tick_overruns(behind);
                 tick += behind;
             }
+            let started = Instant::now();
+            let mut totals = metrics::TickTotals::default();
             let out = {
                 let mut engine = shared.engine();
                 let now = Instant::now();
                 let Engine { mux, rooms, .. } = &mut *engine;
                 for entry in rooms.values_mut() {
                     let report = entry.room.tick(&shared.pool, tick);
+                    totals.add(&report);
                     for (id, payload) in entry.room.deliveries() {
                         if payload.is_empty() {
                             continue;
@@ -161,6 +176,7 @@ pub(crate) fn spawn_clock(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>
                 engine.take_transmits()
             };
             shared.send(out);
+            metrics::tick(started.elapsed(), &totals);
             tick += 1;
         }
     })

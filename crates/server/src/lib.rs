@@ -12,10 +12,14 @@
 //! One lock guards the mux and the rooms; the threads hold it briefly. That
 //! is simple and correct for rooms of hundreds; sharding peers over several
 //! I/O threads with batched syscalls is the next step for thousands.
+//!
+//! Prometheus metrics (per-thread CPU among them) are served on their own
+//! address, `GET /metrics`: see [`metrics`].
 
 mod api;
 pub mod client;
 mod engine;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,6 +48,9 @@ pub struct Config {
     pub max_participants: usize,
     /// Speakers mixed per tick unless the room says otherwise. Default 5.
     pub max_speakers: usize,
+    /// Where `GET /metrics` (Prometheus) is served; `None` turns metrics off
+    /// entirely (nothing recorded). Default 127.0.0.1:9464.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -56,6 +63,7 @@ impl Default for Config {
             max_body_bytes: 64 * 1024,
             max_participants: 10_000,
             max_speakers: 5,
+            metrics: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
         }
     }
 }
@@ -86,9 +94,11 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError
 pub struct Server {
     http: SocketAddr,
     media: SocketAddr,
+    metrics: Option<SocketAddr>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     http_task: tokio::task::JoinHandle<()>,
+    metrics_task: Option<tokio::task::JoinHandle<()>>,
     stop_http: tokio::sync::watch::Sender<bool>,
 }
 
@@ -109,11 +119,23 @@ impl Server {
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;
         let http = listener.local_addr().map_err(io_err("reading the HTTP address"))?;
+        let metrics_listener = match cfg.metrics {
+            Some(addr) => {
+                metrics::install().map_err(ServerError::Setup)?;
+                Some(metrics::bind(addr).await.map_err(io_err(format!("binding metrics {addr}")))?)
+            }
+            None => None,
+        };
+        let metrics = match &metrics_listener {
+            Some(l) => Some(l.local_addr().map_err(io_err("reading the metrics address"))?),
+            None => None,
+        };
         let threads = vec![
             engine::spawn_io(shared.clone()).map_err(io_err("starting io-0"))?,
             engine::spawn_clock(shared.clone()).map_err(io_err("starting mix-clock"))?,
         ];
         let (stop_http, mut stopped) = tokio::sync::watch::channel(false);
+        let metrics_task = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, stopped.clone())));
         let app = api::router(shared.clone(), cfg.max_body_bytes);
         let http_task = tokio::spawn(async move {
             let shutdown = async move {
@@ -123,8 +145,8 @@ impl Server {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
-        tracing::info!(%http, %media, %advertise, mix_threads = shared.pool.threads(), "tutti is serving");
-        Ok(Self { http, media, shared, threads, http_task, stop_http })
+        tracing::info!(%http, %media, %advertise, ?metrics, mix_threads = shared.pool.threads(), "tutti is serving");
+        Ok(Self { http, media, metrics, shared, threads, http_task, metrics_task, stop_http })
     }
 
     /// The bound HTTP address.
@@ -135,6 +157,11 @@ impl Server {
     /// The bound UDP media address.
     pub fn media_addr(&self) -> SocketAddr {
         self.media
+    }
+
+    /// The bound metrics address (`GET /metrics`), when metrics are on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     /// Ticks that ran late enough to be skipped (the mixer fell behind).
@@ -157,9 +184,31 @@ impl Server {
         self.shared.send(out);
         let _ = self.stop_http.send(true);
         let _ = self.http_task.await;
+        if let Some(task) = self.metrics_task {
+            let _ = task.await;
+        }
         for t in self.threads {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         tracing::info!("tutti stopped");
     }
+}
+
+/// The tokio runtime the API runs on, its threads named by role so
+/// per-thread CPU can be told apart: `api-0` … `api-{workers-1}` for the
+/// workers, `api-blocking` for blocking-pool threads (which come and go;
+/// their CPU is summed under that one name).
+pub fn api_runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = workers.max(1);
+    // tokio starts its workers first, on the blocking pool, when the runtime
+    // is built: the first `workers` names go to them.
+    let spawned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name_fn(move || match spawned.fetch_add(1, Ordering::Relaxed) {
+            n if n < workers => format!("api-{n}"),
+            _ => "api-blocking".to_owned(),
+        })
+        .enable_all()
+        .build()
 }
