@@ -115,6 +115,45 @@ pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
 
+/// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
+pub const NAMES: &[&str] = &[
+    THREAD_CPU_SECONDS,
+    PROCESS_CPU_SECONDS,
+    PROCESS_RESIDENT_MEMORY_BYTES,
+    PROCESS_VIRTUAL_MEMORY_BYTES,
+    PROCESS_OPEN_FDS,
+    PROCESS_MAX_FDS,
+    PROCESS_THREADS,
+    PROCESS_START_TIME_SECONDS,
+    MIX_TICK_DURATION_SECONDS,
+    MIX_TICKS,
+    MIX_TICK_OVERRUNS,
+    MIX_DECODES,
+    MIX_ENCODES,
+    MIX_SPEAKERS,
+    MIX_ROOMS,
+    MIX_PARTICIPANTS,
+    MEDIA_PACKETS_RECEIVED,
+    MEDIA_RECEIVED_BYTES,
+    MEDIA_PACKETS_SENT,
+    MEDIA_SENT_BYTES,
+    MEDIA_SEND_ERRORS,
+    MEDIA_AUDIO_PACKETS_RECEIVED,
+    MEDIA_AUDIO_PACKETS_SENT,
+    MEDIA_UNROUTED_PACKETS,
+    MEDIA_JITTER_LATE_PACKETS,
+    MEDIA_JITTER_LOST_FRAMES,
+    MEDIA_JITTER_CONCEALED_FRAMES,
+    MEDIA_PEER_FAILURES,
+    MEDIA_PEERS,
+    API_REQUESTS,
+    API_JOIN_DURATION_SECONDS,
+    BUILD_INFO,
+];
+
+/// The histograms among [`NAMES`].
+pub const HISTOGRAMS: &[&str] = &[MIX_TICK_DURATION_SECONDS, API_JOIN_DURATION_SECONDS];
+
 /// The route template of a join: its requests feed [`API_JOIN_DURATION_SECONDS`].
 pub const JOIN_ROUTE: &str = "/v1/rooms/{room}/participants";
 

@@ -1,8 +1,9 @@
 //! A real Prometheus server (Debian's package) scrapes a running tutti under
 //! a small load of real WebRTC talkers, with the shipped scrape config and
 //! alert rules; through Prometheus's query API, per-thread CPU is there for
-//! every thread role with plausible values, the rules load, and `promtool
-//! check metrics` finds nothing to lint.
+//! every thread role with plausible values, the rules load, every query of
+//! the Grafana dashboard runs, and `promtool check metrics` finds nothing to
+//! lint.
 //!
 //! Needs `prometheus` and `promtool` on PATH. When they are missing and the
 //! test runs as root with apt-get, it installs Debian's `prometheus` package
@@ -215,6 +216,27 @@ fn prometheus_sees_every_thread_by_name() {
     let firing: Vec<&str> =
         rules.iter().filter(|r| r["state"] == "firing").filter_map(|r| r["name"].as_str()).collect();
     assert!(firing.is_empty(), "a healthy small call fires {firing:?}");
+
+    // Every query of the Grafana dashboard runs on this Prometheus (with
+    // Grafana's variables filled in), and the key panels have data.
+    let dashboard = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/tutti.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dashboard).expect("deploy/grafana/tutti.json")).expect("JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    for panel in panels.iter().filter(|p| p["type"] != "row") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("expr");
+            let promql = expr.replace("$__rate_interval", "5s").replace("$instance", ".*");
+            let series = query(prometheus, &promql); // asserts the query is valid
+            let title = panel["title"].as_str().unwrap_or_default();
+            if ["CPU per thread", "Mixer tick duration", "Participants", "Media packets"]
+                .iter()
+                .any(|t| title.starts_with(t))
+            {
+                assert!(!series.is_empty(), "panel '{title}' has no data: {promql}");
+            }
+        }
+    }
 
     // promtool lints the exposition itself.
     let body = http(metrics, "GET", "/metrics", None, b"").body;

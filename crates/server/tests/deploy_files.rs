@@ -1,0 +1,81 @@
+//! The files in deploy/ agree with the server and with each other: the
+//! Kubernetes PrometheusRule carries exactly deploy/prometheus/alerts.yml,
+//! and every metric the alerts, the dashboard and the README name is one
+//! tutti exports (and the README lists them all).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use tutti_server::metrics::{HISTOGRAMS, NAMES};
+
+fn read(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Metric names a text mentions: words of lowercase letters, digits and `_`
+/// that start `process_`, or `tutti_` with two `_` at least (so not a crate
+/// name such as tutti_server).
+fn mentioned(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+        .filter(|w| {
+            (w.starts_with("tutti_") && w.matches('_').count() >= 2) || (w.starts_with("process_") && w.len() > 8)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn exported(name: &str) -> bool {
+    NAMES.contains(&name)
+        || HISTOGRAMS.iter().any(|h| ["_bucket", "_sum", "_count"].iter().any(|s| name == format!("{h}{s}")))
+}
+
+#[test]
+fn the_prometheus_rule_carries_the_alerts_unchanged() {
+    let alerts = read("deploy/prometheus/alerts.yml");
+    let rule = read("deploy/k8s/prometheusrule.yaml");
+    let spec = rule.split_once("\nspec:\n").expect("a spec").1;
+    let expected: String = alerts
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| if l.is_empty() { "\n".to_owned() } else { format!("  {l}\n") })
+        .collect();
+    assert!(
+        spec == expected,
+        "deploy/k8s/prometheusrule.yaml differs from deploy/prometheus/alerts.yml: run deploy/k8s/gen-prometheusrule.sh"
+    );
+}
+
+#[test]
+fn alerts_dashboard_and_readme_name_only_exported_metrics() {
+    for path in ["deploy/prometheus/alerts.yml", "deploy/grafana/tutti.json", "README.md"] {
+        let unknown: Vec<String> = mentioned(&read(path)).into_iter().filter(|n| !exported(n)).collect();
+        assert!(unknown.is_empty(), "{path} names metrics tutti does not export: {unknown:?}");
+    }
+    let readme = mentioned(&read("README.md"));
+    let missing: Vec<&&str> = NAMES.iter().filter(|n| !readme.contains(**n)).collect();
+    assert!(missing.is_empty(), "the README's metric list lacks {missing:?}");
+}
+
+#[test]
+fn the_dashboard_is_grafana_json_with_a_query_in_every_panel() {
+    let dashboard: serde_json::Value = serde_json::from_str(&read("deploy/grafana/tutti.json")).expect("JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let graphs: Vec<&serde_json::Value> = panels.iter().filter(|p| p["type"] != "row").collect();
+    assert!(graphs.len() >= 10);
+    for p in &graphs {
+        let targets = p["targets"].as_array().map(Vec::as_slice).unwrap_or_default();
+        assert!(!targets.is_empty() && targets.iter().all(|t| t["expr"].is_string()), "panel {}", p["title"]);
+    }
+    let ids: BTreeSet<i64> = panels.iter().filter_map(|p| p["id"].as_i64()).collect();
+    assert_eq!(ids.len(), panels.len(), "panel ids are unique");
+    let exprs: String = graphs
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .map(|t| t["expr"].to_string())
+        .collect();
+    for shown in ["tutti_thread_cpu_seconds_total", "tutti_mix_tick_duration_seconds_bucket", "tutti_mix_participants"]
+    {
+        assert!(exprs.contains(shown), "the dashboard shows {shown}");
+    }
+}
