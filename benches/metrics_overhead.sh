@@ -20,21 +20,37 @@ window=15        # measured
 scrapes=1000
 bin=target/release/tutti
 load=target/release/examples/clients
-http=127.0.0.1:18080
-metrics=127.0.0.1:19464
+# Ports of their own (override when taken): HTTP, UDP media, metrics.
+http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
+media=127.0.0.1:${TUTTI_BENCH_MEDIA_PORT:-24000}
+metrics=127.0.0.1:${TUTTI_BENCH_METRICS_PORT:-29464}
+for addr in "$http" "$metrics"; do
+    if curl -s -o /dev/null "http://$addr/"; then echo "$addr is taken; set TUTTI_BENCH_*_PORT" >&2; exit 1; fi
+done
 
 # CPU time of every live thread of PID, nanoseconds.
-cpu_ns() { cat "/proc/$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%d\n", s }'; }
+cpu_ns() { cat "/proc/$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 
 start_server() { # METRICS-ADDR-OR-off
-    "$bin" serve --http "$http" --media 127.0.0.1:14000 --metrics "$1" >/dev/null 2>&1 &
+    (exec "$bin" serve --http "$http" --media "$media" --metrics "$1" >"${TMPDIR:-/tmp}/tutti-bench-server.log" 2>&1) &
     server=$!
-    for _ in $(seq 100); do curl -sf "http://$http/healthz" >/dev/null && return; sleep 0.1; done
+    for _ in $(seq 100); do
+        kill -0 "$server" 2>/dev/null || { echo "the server exited (ports taken?)" >&2; exit 1; }
+        if curl -sf "http://$http/healthz" >/dev/null; then
+            [ "$(cat "/proc/$server/comm")" = tutti ] || { echo "pid $server is not the server" >&2; exit 1; }
+            return
+        fi
+        sleep 0.1
+    done
     echo "the server did not start" >&2
     exit 1
 }
 
-stop_server() { kill "$server"; wait "$server" 2>/dev/null || true; }
+stop_server() {
+    kill -0 "$server" 2>/dev/null || { echo "the server exited early: see ${TMPDIR:-/tmp}/tutti-bench-server.log" >&2; exit 1; }
+    kill "$server"
+    wait "$server" 2>/dev/null || true
+}
 
 one_run() { # on|off
     if [ "$1" = on ]; then start_server "$metrics"; else start_server off; fi
@@ -54,20 +70,22 @@ one_run() { # on|off
     b=$(cpu_ns "$server")
     [ -n "$scraper" ] && kill "$scraper" 2>/dev/null
     wait "$load_pid" || true
-    local loss
+    local loss connected
     loss=$(grep -o 'loss [0-9.]* %' "$out" || echo "loss ?")
+    # Clients that connected and received audio: the participants that cost.
+    connected=$(sed -n 's|^\([0-9]*\)/[0-9]* clients received audio.*|\1|p' "$out")
     rm -f "$out"
     stop_server
-    # µs of server CPU per participant per 20 ms tick.
-    awk -v t=$((b - a)) -v w="$window" -v n="$clients" -v m="$1" -v loss="$loss" 'BEGIN {
-        cpu = t / 1e9; per = cpu * 1e6 / (n * w / 0.02);
-        printf "metrics %-3s  server CPU %.2f s over %d s (%.1f %% of a core)  %.2f us/participant/tick  clients %s\n", m, cpu, w, 100 * cpu / w, per, loss }'
+    # µs of server CPU per connected participant per 20 ms tick.
+    awk -v t=$((b - a)) -v w="$window" -v n="${connected:-0}" -v all="$clients" -v m="$1" -v loss="$loss" 'BEGIN {
+        cpu = t / 1e9; per = n > 0 ? cpu * 1e6 / (n * w / 0.02) : 0;
+        printf "metrics %-3s  server CPU %.2f s over %d s (%.1f %% of a core)  %d/%d connected  %.2f us/participant/tick  clients %s\n", m, cpu, w, 100 * cpu / w, n, all, per, loss }'
 }
 
 echo "$clients clients, 10 % talking; $rounds rounds of on/off"
+# Alternate which goes first, so drift and warm-up hit both alike.
 for r in $(seq "$rounds"); do
-    one_run on
-    one_run off
+    if [ $((r % 2)) = 1 ]; then one_run on; one_run off; else one_run off; one_run on; fi
 done
 
 echo "one scrape:"

@@ -210,9 +210,9 @@ fn handles() -> Option<&'static Handles> {
 }
 
 /// Installs the process-wide recorder (once; later calls return the first
-/// outcome). Metrics are process-wide: several servers in one process (as
-/// in tests) share them.
-pub(crate) fn install() -> Result<(), String> {
+/// outcome). [`crate::Server::start`] calls it when metrics are on. Metrics
+/// are process-wide: several servers in one process (as in tests) share them.
+pub fn install() -> Result<(), String> {
     let installed = INSTALLED.get_or_init(|| {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(MIX_TICK_DURATION_SECONDS.into()), TICK_BUCKETS)
@@ -390,15 +390,25 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     if *last == now {
         return;
     }
-    let grew = |new: u64, old: u64| new.saturating_sub(old);
-    h.audio_in.increment(grew(now.audio_in, last.audio_in));
-    h.audio_out.increment(grew(now.audio_out, last.audio_out));
-    h.unrouted.increment(grew(now.unrouted, last.unrouted));
-    h.ice_failures.increment(grew(now.ice_failures, last.ice_failures));
-    h.dtls_failures.increment(grew(now.dtls_failures, last.dtls_failures));
-    h.lost_peers.increment(grew(now.lost, last.lost));
-    h.connecting.increment(now.connecting as f64 - last.connecting as f64);
-    h.connected.increment(now.connected as f64 - last.connected as f64);
+    // Only what changed: usually one or two of these per call.
+    let grew = |counter: &Counter, new: u64, old: u64| {
+        if new > old {
+            counter.increment(new - old);
+        }
+    };
+    grew(&h.audio_in, now.audio_in, last.audio_in);
+    grew(&h.audio_out, now.audio_out, last.audio_out);
+    grew(&h.unrouted, now.unrouted, last.unrouted);
+    grew(&h.ice_failures, now.ice_failures, last.ice_failures);
+    grew(&h.dtls_failures, now.dtls_failures, last.dtls_failures);
+    grew(&h.lost_peers, now.lost, last.lost);
+    let moved = |gauge: &Gauge, new: u64, old: u64| {
+        if new != old {
+            gauge.increment(new as f64 - old as f64);
+        }
+    };
+    moved(&h.connecting, now.connecting, last.connecting);
+    moved(&h.connected, now.connected, last.connected);
     *last = now;
 }
 
