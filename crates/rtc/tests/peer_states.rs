@@ -62,6 +62,18 @@ impl Call {
     fn stats(&self) -> MuxStats {
         self.mux.stats()
     }
+
+    /// The peer failed and was counted once, as (ice, dtls, lost); it is
+    /// neither connecting nor connected any more.
+    fn assert_failed(&self, ice: u64, dtls: u64, lost: u64) {
+        let s = self.stats();
+        assert!(self.closed, "the peer failed: {s:?}");
+        assert_eq!(
+            (s.ice_failures, s.dtls_failures, s.lost, s.connecting, s.connected),
+            (ice, dtls, lost, 0, 0),
+            "{s:?}"
+        );
+    }
 }
 
 #[test]
@@ -81,9 +93,7 @@ fn a_peer_that_never_completes_ice_is_an_ice_failure() {
     let mut call = Call::new();
     // The client's checks never arrive.
     call.run(60, |to_server, _| !to_server);
-    let s = call.stats();
-    assert!(call.closed, "the peer failed: {s:?}");
-    assert_eq!((s.ice_failures, s.dtls_failures, s.lost, s.connecting, s.connected), (1, 0, 0, 0, 0), "{s:?}");
+    call.assert_failed(1, 0, 0);
 }
 
 #[test]
@@ -91,9 +101,7 @@ fn a_peer_whose_dtls_never_completes_is_a_dtls_failure() {
     let mut call = Call::new();
     // ICE and everything else pass; no DTLS record does.
     call.run(60, |_, data| !is_dtls(data));
-    let s = call.stats();
-    assert!(call.closed, "the peer failed: {s:?}");
-    assert_eq!((s.ice_failures, s.dtls_failures, s.lost, s.connecting, s.connected), (0, 1, 0, 0, 0), "{s:?}");
+    call.assert_failed(0, 1, 0);
 }
 
 #[test]
@@ -103,7 +111,5 @@ fn a_connected_peer_that_vanishes_is_lost() {
     assert_eq!(call.stats().connected, 1);
     // The client goes away without a goodbye.
     call.run(60, |to_server, _| !to_server);
-    let s = call.stats();
-    assert!(call.closed, "the peer failed: {s:?}");
-    assert_eq!((s.ice_failures, s.dtls_failures, s.lost, s.connecting, s.connected), (0, 0, 1, 0, 0), "{s:?}");
+    call.assert_failed(0, 0, 1);
 }

@@ -226,34 +226,37 @@ fn max_fds() -> Option<u64> {
 }
 
 /// Clock ticks per second (the unit of utime and stime): sysconf(_SC_CLK_TCK).
-#[cfg(target_os = "linux")]
+/// Linux reports these times in USER_HZ, which is 100 on every architecture;
+/// 100 is only the fallback if sysconf fails.
 fn clock_ticks() -> u64 {
+    sysconf_or(SysVar::ClockTicks, 100)
+}
+
+fn page_size() -> u64 {
+    sysconf_or(SysVar::PageSize, 4096)
+}
+
+enum SysVar {
+    ClockTicks,
+    PageSize,
+}
+
+#[cfg(target_os = "linux")]
+fn sysconf_or(var: SysVar, fallback: u64) -> u64 {
     use nix::unistd::{SysconfVar, sysconf};
-    // Linux reports these times in USER_HZ, which is 100 on every architecture;
-    // 100 is only the fallback if sysconf fails.
-    match sysconf(SysconfVar::CLK_TCK) {
-        Ok(Some(hz)) if hz > 0 => hz.unsigned_abs(),
-        _ => 100,
+    let var = match var {
+        SysVar::ClockTicks => SysconfVar::CLK_TCK,
+        SysVar::PageSize => SysconfVar::PAGE_SIZE,
+    };
+    match sysconf(var) {
+        Ok(Some(v)) if v > 0 => v.unsigned_abs(),
+        _ => fallback,
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn clock_ticks() -> u64 {
-    100
-}
-
-#[cfg(target_os = "linux")]
-fn page_size() -> u64 {
-    use nix::unistd::{SysconfVar, sysconf};
-    match sysconf(SysconfVar::PAGE_SIZE) {
-        Ok(Some(size)) if size > 0 => size.unsigned_abs(),
-        _ => 4096,
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn page_size() -> u64 {
-    4096
+fn sysconf_or(_: SysVar, fallback: u64) -> u64 {
+    fallback
 }
 
 #[cfg(test)]
