@@ -105,21 +105,16 @@ fn main() -> anyhow::Result<()> {
     for name in Config::unknown_env(std::env::vars()) {
         tracing::warn!(variable = %name, "unknown TUTTI_* environment variable ignored");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name_fn(|| {
-            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            format!("api-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-        })
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = tutti_server::api_runtime(2).context("starting the tokio runtime")?;
     runtime.block_on(async {
         let shutdown_timeout = cfg.shutdown_timeout();
         let server = Server::start(cfg).await.context("starting tutti")?;
         // A closed stdout (a supervisor that stopped reading) must not stop the server.
         let mut out = std::io::stdout();
         let _ = writeln!(out, "tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
+        if let Some(addr) = server.metrics_addr() {
+            let _ = writeln!(out, "metrics:        curl http://{addr}/metrics");
+        }
         let _ = writeln!(
             out,
             "create a room:  curl -X POST http://{}/v1/rooms -H 'content-type: application/json' -d '{{\"id\":\"demo\"}}'",

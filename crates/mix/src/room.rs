@@ -82,6 +82,13 @@ pub struct TickReport {
     pub encodes: usize,
     /// Participants in the room.
     pub participants: usize,
+    /// Frames found missing in the jitter buffers this tick (sequence gaps).
+    pub lost: u64,
+    /// Frames concealed this tick (PLC or in-band FEC; only speakers' and
+    /// unlevelled frames are decoded, so this is at most `lost`).
+    pub concealed: u64,
+    /// Packets dropped since the previous tick because their turn had passed.
+    pub late: u64,
 }
 
 /// Counters of one participant.
@@ -218,6 +225,8 @@ pub struct Room {
     spare_encoders: Vec<Encoder>,
     /// Tick of the last `tick` call, so a tick number is never run twice.
     last_tick: Option<u64>,
+    /// Packets dropped as late since the last tick ([`TickReport::late`]).
+    late: u64,
 }
 
 impl Room {
@@ -234,6 +243,7 @@ impl Room {
             listener,
             spare_encoders: Vec::new(),
             last_tick: None,
+            late: 0,
         })
     }
 
@@ -330,7 +340,9 @@ impl Room {
 
     /// Hands a received packet to the participant's jitter buffer.
     pub fn push_packet(&mut self, id: ParticipantId, packet: Packet) -> Result<PushOutcome, MixError> {
-        Ok(self.participant_mut(id)?.jitter.push(packet))
+        let outcome = self.participant_mut(id)?.jitter.push(packet);
+        self.late += u64::from(outcome == PushOutcome::Late);
+        Ok(outcome)
     }
 
     /// A participant's counters.
@@ -409,6 +421,9 @@ impl Room {
                 decodes: 0,
                 encodes: 0,
                 participants: self.len(),
+                lost: 0,
+                concealed: 0,
+                late: 0,
             };
         }
         self.last_tick = Some(tick);
@@ -419,17 +434,25 @@ impl Room {
 
         // A: per participant — pop, level, activity; per shard — top-K candidates.
         let cfg = &self.cfg;
-        let phase_a_decodes: usize = self.shards.par_iter_mut().map(|shard| shard.observe(cfg, tick, k)).sum();
+        let phase_a = self
+            .shards
+            .par_iter_mut()
+            .map(|shard| shard.observe(cfg, tick, k))
+            .reduce(Observed::default, Observed::sum);
 
         // B: merge the shards' candidates with the current speakers (O(shards·K)).
         self.select(k);
 
         // C: newly selected speakers' frames (current speakers were decoded
         // in phase A, in parallel; a new speaker is rare).
-        let mut decodes = phase_a_decodes;
+        let (mut decodes, mut concealed) = (phase_a.decodes, phase_a.concealed);
         for sel in &self.selected {
             let (s, i) = self.index[&sel.id];
-            decodes += usize::from(self.shards[s].members[i].decode_pending(tick).is_some());
+            let p = &mut self.shards[s].members[i];
+            let lost = matches!(p.pending, Playout::Lost { .. });
+            let decoded = p.decode_pending(tick).is_some();
+            decodes += usize::from(decoded);
+            concealed += u64::from(lost && decoded);
         }
 
         // D: total = Σ speakers; K+1 limited, encoded streams, in parallel.
@@ -462,7 +485,18 @@ impl Room {
             .collect();
 
         let events = self.shards.iter_mut().flat_map(|s| s.events.drain(..)).collect();
-        TickReport { tick, speakers, events, decodes, encodes, participants: self.len() }
+        let late = std::mem::take(&mut self.late);
+        TickReport {
+            tick,
+            speakers,
+            events,
+            decodes,
+            encodes,
+            participants: self.len(),
+            lost: phase_a.lost,
+            concealed,
+            late,
+        }
     }
 
     fn participant_mut(&mut self, id: ParticipantId) -> Result<&mut Participant, MixError> {
@@ -591,18 +625,22 @@ impl Stream {
 
 impl Shard {
     /// Phase A for one shard. Returns the decodes it ran (participants whose
-    /// packets carry no audio level are decoded to measure it).
-    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize) -> usize {
-        let mut decodes = 0;
+    /// packets carry no audio level are decoded to measure it) and the frames
+    /// it found lost and concealed.
+    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize) -> Observed {
+        let mut seen = Observed::default();
         self.candidates.clear();
         for p in &mut self.members {
             p.pending = p.jitter.pop();
+            let lost = matches!(p.pending, Playout::Lost { .. });
+            seen.lost += u64::from(lost);
             // Current speakers are decoded here, in parallel (they are
             // almost always selected again); so are frames without an audio
             // level, to measure it.
             let unlevelled = matches!(&p.pending, Playout::Frame(f) if f.level.is_none());
             let measured = if !p.muted && (p.slot.is_some() || unlevelled) { p.decode_pending(tick) } else { None };
-            decodes += usize::from(measured.is_some());
+            seen.decodes += usize::from(measured.is_some());
+            seen.concealed += u64::from(lost && measured.is_some());
             p.level = match &p.pending {
                 Playout::Frame(f) => f.level.or(measured).unwrap_or(127),
                 Playout::Lost { .. } | Playout::Empty => 127,
@@ -633,6 +671,20 @@ impl Shard {
             self.candidates.select_nth_unstable_by(k - 1, |a, b| b.loudness.total_cmp(&a.loudness));
             self.candidates.truncate(k);
         }
-        decodes
+        seen
+    }
+}
+
+/// What phase A saw in one shard.
+#[derive(Debug, Default, Clone, Copy)]
+struct Observed {
+    decodes: usize,
+    lost: u64,
+    concealed: u64,
+}
+
+impl Observed {
+    fn sum(a: Self, b: Self) -> Self {
+        Self { decodes: a.decodes + b.decodes, lost: a.lost + b.lost, concealed: a.concealed + b.concealed }
     }
 }

@@ -184,7 +184,7 @@ impl ClientPeer {
         media.drain(&mut self.transmits, |event| {
             events.push_back(match event {
                 PeerEvent::Connected => ClientEvent::Connected,
-                PeerEvent::Closed | PeerEvent::Failed => ClientEvent::Closed,
+                PeerEvent::Closed | PeerEvent::Failed(_) => ClientEvent::Closed,
                 PeerEvent::Audio(packet) => ClientEvent::Audio(packet),
             })
         });

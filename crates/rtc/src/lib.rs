@@ -26,4 +26,4 @@ pub use client::{ClientEvent, ClientPeer};
 pub use media::{
     AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit,
 };
-pub use mux::{Acceptor, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
+pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};

@@ -14,7 +14,7 @@ use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEng
 use rtc::peer_connection::configuration::setting_engine::SettingEngine;
 use rtc::peer_connection::event::RTCPeerConnectionEvent;
 use rtc::peer_connection::message::RTCMessage;
-use rtc::peer_connection::state::RTCPeerConnectionState;
+use rtc::peer_connection::state::{RTCIceConnectionState, RTCPeerConnectionState};
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use rtc::peer_connection::{RTCPeerConnection, RTCPeerConnectionBuilder};
 use rtc::rtp_transceiver::RTCRtpSenderId;
@@ -190,11 +190,33 @@ pub(crate) fn local_sdp(pc: &RTCPeerConnection) -> Result<String, RtcError> {
     pc.local_description().map(|d| d.sdp).ok_or_else(|| internal("no local description"))
 }
 
+/// Where a peer's connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerState {
+    /// Answered; ICE and DTLS under way.
+    Connecting,
+    /// ICE and DTLS are up.
+    Connected,
+    /// Failed or closed.
+    Closed,
+}
+
+/// Why a peer's connection failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerFailure {
+    /// ICE never connected.
+    Ice,
+    /// ICE connected, the DTLS handshake did not complete.
+    Dtls,
+    /// It was connected, then connectivity was lost (the client vanished).
+    Lost,
+}
+
 /// What a peer connection reports, stripped to what audio needs.
 pub(crate) enum PeerEvent {
     Connected,
     /// ICE or DTLS failed.
-    Failed,
+    Failed(PeerFailure),
     /// Closed by the remote side.
     Closed,
     Audio(AudioPacket),
@@ -214,6 +236,8 @@ pub(crate) struct Media {
     timestamp: u32,
     connected: bool,
     closed: bool,
+    /// ICE reached connected (or completed) at some point.
+    ice_up: bool,
 }
 
 impl Media {
@@ -244,7 +268,26 @@ impl Media {
             timestamp: 0,
             connected: false,
             closed: false,
+            ice_up: false,
         })
+    }
+
+    /// Where the connection stands.
+    pub(crate) fn state(&self) -> PeerState {
+        match (self.closed, self.connected) {
+            (true, _) => PeerState::Closed,
+            (false, true) => PeerState::Connected,
+            (false, false) => PeerState::Connecting,
+        }
+    }
+
+    /// Why a connection that failed now failed: where it had got to.
+    pub(crate) fn failure_kind(&self) -> PeerFailure {
+        match (self.connected, self.ice_up) {
+            (true, _) => PeerFailure::Lost,
+            (false, true) => PeerFailure::Dtls,
+            (false, false) => PeerFailure::Ice,
+        }
     }
 
     /// The SSRC we send with.
@@ -317,6 +360,12 @@ impl Media {
             transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
         }
         while let Some(event) = self.pc.poll_event() {
+            if let RTCPeerConnectionEvent::OnIceConnectionStateChangeEvent(
+                RTCIceConnectionState::Connected | RTCIceConnectionState::Completed,
+            ) = event
+            {
+                self.ice_up = true;
+            }
             if let RTCPeerConnectionEvent::OnConnectionStateChangeEvent(state) = event {
                 match state {
                     RTCPeerConnectionState::Connected if !self.connected => {
@@ -324,8 +373,9 @@ impl Media {
                         on(PeerEvent::Connected);
                     }
                     RTCPeerConnectionState::Failed if !self.closed => {
+                        let why = self.failure_kind();
                         self.closed = true;
-                        on(PeerEvent::Failed);
+                        on(PeerEvent::Failed(why));
                     }
                     RTCPeerConnectionState::Closed if !self.closed => {
                         self.closed = true;

@@ -17,8 +17,8 @@ use rtc::sansio::Protocol;
 use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
 use crate::media::{
-    AudioPacket, CLIENT_OPUS_FMTP, Contributor, Media, PeerEvent, RtcError, SERVER_OPUS_DTX, Transmit, add_audio_track,
-    add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
+    AudioPacket, CLIENT_OPUS_FMTP, Contributor, Media, PeerEvent, PeerFailure, PeerState, RtcError, SERVER_OPUS_DTX,
+    Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
 };
 use crate::stun;
 
@@ -84,11 +84,51 @@ pub struct MuxStats {
     pub audio_in: u64,
     /// Audio packets written.
     pub audio_out: u64,
-    /// Peers whose ICE or DTLS failed.
-    pub failed: u64,
-    /// Peers removed for silence (the idle timeout).
+    /// Peers now answered but not connected yet (ICE and DTLS under way).
+    pub connecting: u64,
+    /// Peers now connected.
+    pub connected: u64,
+    /// Peers whose connection failed before ICE connected (or that sent no
+    /// check before the connect timeout).
+    pub ice_failures: u64,
+    /// Peers whose ICE connected but whose DTLS handshake failed or stalled.
+    pub dtls_failures: u64,
+    /// Connected peers whose connection webrtc-rs declared failed later.
+    pub lost: u64,
+    /// Peers removed for silence (the idle timeout: the client vanished).
     pub timed_out: u64,
 }
+
+impl MuxStats {
+    fn enter(&mut self, state: PeerState) {
+        match state {
+            PeerState::Connecting => self.connecting += 1,
+            PeerState::Connected => self.connected += 1,
+            PeerState::Closed => {}
+        }
+    }
+
+    fn leave(&mut self, state: PeerState) {
+        match state {
+            PeerState::Connecting => self.connecting = self.connecting.saturating_sub(1),
+            PeerState::Connected => self.connected = self.connected.saturating_sub(1),
+            PeerState::Closed => {}
+        }
+    }
+
+    fn failed(&mut self, why: PeerFailure) {
+        match why {
+            PeerFailure::Ice => self.ice_failures += 1,
+            PeerFailure::Dtls => self.dtls_failures += 1,
+            PeerFailure::Lost => self.lost += 1,
+        }
+    }
+}
+
+/// How long a peer may take to connect (ICE and DTLS) after it is adopted
+/// before it is given up and closed: webrtc-rs fails a peer whose ICE checks
+/// stop, but waits forever on a DTLS handshake that stalls.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How every peer is set up. Cheap to clone; share one among threads.
 #[derive(Clone)]
@@ -242,6 +282,8 @@ struct Peer {
     addrs: Vec<SocketAddr>,
     deadline: Option<Instant>,
     last_seen: Instant,
+    /// Not connected by then: given up ([`CONNECT_TIMEOUT`]).
+    connect_by: Instant,
 }
 
 /// Many ICE-lite WebRTC peers behind one UDP address. Feed it datagrams
@@ -344,8 +386,10 @@ impl Mux {
     pub fn adopt(&mut self, peer: ServerPeer, now: Instant) {
         let ServerPeer { id, ufrag, media } = peer;
         self.by_ufrag.insert(ufrag.clone(), id);
-        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None, last_seen: now });
-        self.idle.push(Reverse((now + self.acceptor.idle_timeout, id)));
+        self.stats.enter(media.state());
+        let connect_by = now + CONNECT_TIMEOUT;
+        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None, last_seen: now, connect_by });
+        self.idle.push(Reverse(((now + self.acceptor.idle_timeout).min(connect_by), id)));
         self.drain(id);
     }
 
@@ -433,10 +477,21 @@ impl Mux {
             }
             self.idle.pop();
             let Some(peer) = self.peers.get_mut(&id) else { continue };
+            let state = peer.media.state();
             let expires = peer.last_seen + self.acceptor.idle_timeout;
-            if expires > now {
-                self.idle.push(Reverse((expires, id)));
+            // Not connected in time, or silent while connecting: a failure to
+            // connect. Silent once connected: the client vanished.
+            if state == PeerState::Connecting && (now >= peer.connect_by || expires <= now) {
+                let why = peer.media.failure_kind();
+                peer.media.mark_closed();
+                self.stats.leave(state);
+                self.stats.failed(why);
+                self.events.push_back(MuxEvent::Closed(id, CloseReason::Failed));
+            } else if expires > now {
+                let next = if state == PeerState::Connecting { expires.min(peer.connect_by) } else { expires };
+                self.idle.push(Reverse((next, id)));
             } else if peer.media.mark_closed() {
+                self.stats.leave(state);
                 self.stats.timed_out += 1;
                 self.events.push_back(MuxEvent::Closed(id, CloseReason::TimedOut));
             }
@@ -468,6 +523,7 @@ impl Mux {
     /// Closes a peer (DTLS close_notify goes out through `poll_transmit`) and forgets it.
     pub fn remove(&mut self, id: PeerId) -> Result<(), RtcError> {
         let mut peer = self.peers.remove(&id).ok_or(RtcError::UnknownPeer(id))?;
+        self.stats.leave(peer.media.state());
         peer.media.close(&mut self.transmits);
         self.by_ufrag.remove(&peer.ufrag);
         for addr in &peer.addrs {
@@ -483,11 +539,12 @@ impl Mux {
     fn drain(&mut self, id: PeerId) {
         let Some(peer) = self.peers.get_mut(&id) else { return };
         let (events, stats) = (&mut self.events, &mut self.stats);
+        let before = peer.media.state();
         let next = peer.media.drain(&mut self.transmits, |event| {
             events.push_back(match event {
                 PeerEvent::Connected => MuxEvent::Connected(id),
-                PeerEvent::Failed => {
-                    stats.failed += 1;
+                PeerEvent::Failed(why) => {
+                    stats.failed(why);
                     MuxEvent::Closed(id, CloseReason::Failed)
                 }
                 PeerEvent::Closed => MuxEvent::Closed(id, CloseReason::Closed),
@@ -497,6 +554,11 @@ impl Mux {
                 }
             })
         });
+        let after = peer.media.state();
+        if after != before {
+            stats.leave(before);
+            stats.enter(after);
+        }
         if next != peer.deadline {
             peer.deadline = next;
             if let Some(at) = next {

@@ -373,6 +373,7 @@ pub(crate) fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .merge(crate::web::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn(crate::metrics::track_api))
         .with_state(shared)
 }
 

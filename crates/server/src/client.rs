@@ -61,9 +61,40 @@ pub fn request(
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
     let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let headers =
+    let headers: Vec<(String, String)> =
         lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
-    Ok(Response { status, headers, body: body.to_owned() })
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_owned() };
+    Ok(Response { status, headers, body })
+}
+
+/// The body of a `Transfer-Encoding: chunked` response (what could be read of it).
+fn dechunk(mut raw: &str) -> String {
+    let mut body = String::new();
+    while let Some((size, rest)) = raw.split_once("\r\n") {
+        let size = size.split(';').next().unwrap_or("").trim();
+        let Ok(n) = usize::from_str_radix(size, 16) else { break };
+        if n == 0 {
+            break;
+        }
+        let Some(chunk) = rest.get(..n) else {
+            body.push_str(rest);
+            break;
+        };
+        body.push_str(chunk);
+        raw = rest.get(n..).unwrap_or("").trim_start_matches("\r\n");
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn chunked_bodies_are_joined() {
+        assert_eq!(super::dechunk("5\r\nhello\r\n7;x=1\r\n, world\r\n0\r\n\r\n"), "hello, world");
+    }
 }
 
 /// How a [`ToneClient`] joins.

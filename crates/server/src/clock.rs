@@ -10,10 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use tutti_mix::{ParticipantId, TalkEvent};
+use tutti_mix::{ParticipantId, TalkEvent, TickReport};
 use tutti_rtc::Contributor;
 
 use crate::io::IoCommand;
+use crate::metrics;
 use crate::state::{MixOut, RoomEvent, RoomState, Shared, Stream, lock};
 
 /// One 20 ms tick.
@@ -38,18 +39,31 @@ fn run(shared: &Shared) {
             // Behind by more than a tick: count it and skip to the present.
             let behind = ((now - due).as_millis() / TICK.as_millis()) as u64;
             shared.overruns.fetch_add(behind, Ordering::Relaxed);
+            metrics::tick_overruns(behind);
             tracing::warn!(ticks = behind, "mixer fell behind; ticks skipped");
             tick += behind;
         }
+        let started = Instant::now();
         let rooms = shared.all_rooms();
-        let outs: Vec<MixOut> =
+        let ticked: Vec<(MixOut, TickReport)> =
             shared.pool.install(|| rooms.par_iter().filter_map(|room| tick_room(shared, room, tick)).collect());
+        let mut totals = metrics::TickTotals::default();
+        let outs: Vec<MixOut> = ticked
+            .into_iter()
+            .map(|(out, report)| {
+                totals.add(&report);
+                out
+            })
+            .collect();
+        // Every room counts, including empty ones that had nothing to tick.
+        totals.rooms = rooms.len();
         if !outs.is_empty() {
             let outs = Arc::new(outs);
             for io in shared.io() {
                 io.send(IoCommand::Deliver(outs.clone()));
             }
         }
+        metrics::tick(started.elapsed(), &totals);
         if tick.is_multiple_of(HOUSEKEEPING_TICKS) {
             shared.expire_pending(Instant::now());
         }
@@ -59,7 +73,7 @@ fn run(shared: &Shared) {
 
 /// Ticks one room: its inbox into the jitter buffers, the mix, then what
 /// each participant is sent. `None` for a room with nobody in it.
-fn tick_room(shared: &Shared, room: &Arc<RoomState>, tick: u64) -> Option<MixOut> {
+fn tick_room(shared: &Shared, room: &Arc<RoomState>, tick: u64) -> Option<(MixOut, TickReport)> {
     let packets = std::mem::take(&mut *lock(&room.inbox));
     let mut core = lock(&room.core);
     if core.room.is_empty() {
@@ -104,5 +118,5 @@ fn tick_room(shared: &Shared, room: &Arc<RoomState>, tick: u64) -> Option<MixOut
         }
     }
     *lock(&room.speakers) = report.speakers.clone();
-    Some(out)
+    Some((out, report))
 }

@@ -26,6 +26,7 @@ use nix::sys::socket::{recvmmsg, sendmmsg};
 use tutti_mix::{Packet, ParticipantId};
 use tutti_rtc::{CloseReason, Mux, MuxEvent, PeerId, Route, Transmit};
 
+use crate::metrics;
 use crate::state::{Inbox, LeaveReason, MixOut, RoomState, Shared, lock};
 
 /// Datagrams per `recvmmsg` / `sendmmsg` call.
@@ -446,6 +447,7 @@ impl IoThread {
                 // The first datagram of the chunk failed: drop it (UDP loses datagrams; peers cope).
                 _ => {
                     self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                    metrics::packets_out(0, 0, 1);
                     start += 1;
                 }
             }
@@ -453,10 +455,16 @@ impl IoThread {
         self.transmits.clear();
     }
 
-    /// Publishes the mux's counters.
+    /// Publishes the mux's counters (to the server's stats and the metrics).
     fn count(&mut self) {
         let s = self.mux.stats();
-        let last = std::mem::replace(&mut self.last_stats, s);
+        if s == self.last_stats {
+            return;
+        }
+        let last = self.last_stats;
+        metrics::packets_in(s.datagrams_in - last.datagrams_in, s.bytes_in - last.bytes_in);
+        metrics::packets_out(s.datagrams_out - last.datagrams_out, s.bytes_out - last.bytes_out, 0);
+        metrics::media(&mut self.last_stats, s);
         let c = &self.counters;
         c.datagrams_in.fetch_add(s.datagrams_in - last.datagrams_in, Ordering::Relaxed);
         c.bytes_in.fetch_add(s.bytes_in - last.bytes_in, Ordering::Relaxed);

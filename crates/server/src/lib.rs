@@ -35,6 +35,7 @@ pub mod client;
 mod clock;
 mod config;
 mod io;
+pub mod metrics;
 mod state;
 mod web;
 mod ws;
@@ -104,9 +105,11 @@ pub struct MediaStats {
 pub struct Server {
     http: SocketAddr,
     media: SocketAddr,
+    metrics: Option<SocketAddr>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     http_task: tokio::task::JoinHandle<()>,
+    metrics_task: Option<tokio::task::JoinHandle<()>>,
     stop_http: tokio::sync::watch::Sender<bool>,
 }
 
@@ -146,10 +149,22 @@ impl Server {
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;
         let http = listener.local_addr().map_err(io_err("reading the HTTP address"))?;
+        let metrics_listener = match cfg.metrics_addr() {
+            Some(addr) => {
+                metrics::install().map_err(ServerError::Setup)?;
+                Some(metrics::bind(addr).await.map_err(io_err(format!("binding metrics {addr}")))?)
+            }
+            None => None,
+        };
+        let metrics = match &metrics_listener {
+            Some(l) => Some(l.local_addr().map_err(io_err("reading the metrics address"))?),
+            None => None,
+        };
         let (handles, mut threads) = io::spawn(&shared, sockets).map_err(io_err("starting the io threads"))?;
         let _ = shared.io.set(handles);
         threads.push(clock::spawn(shared.clone()).map_err(io_err("starting mix-clock"))?);
         let (stop_http, mut stopped) = tokio::sync::watch::channel(false);
+        let metrics_task = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, stopped.clone())));
         let app = api::router(shared.clone(), cfg.max_body_bytes);
         let http_task = tokio::spawn(async move {
             let shutdown = async move {
@@ -159,8 +174,10 @@ impl Server {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
-        tracing::info!(%http, %media, %advertise, io_threads, mix_threads = shared.pool.threads(), "tutti is serving");
-        Ok(Self { http, media, shared, threads, http_task, stop_http })
+        tracing::info!(
+            %http, %media, %advertise, ?metrics, io_threads, mix_threads = shared.pool.threads(), "tutti is serving"
+        );
+        Ok(Self { http, media, metrics, shared, threads, http_task, metrics_task, stop_http })
     }
 
     /// The bound HTTP address.
@@ -171,6 +188,11 @@ impl Server {
     /// The bound UDP media address.
     pub fn media_addr(&self) -> SocketAddr {
         self.media
+    }
+
+    /// The bound metrics address (`GET /metrics`), when metrics are on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     /// Ticks that ran late enough to be skipped (the mixer fell behind).
@@ -219,9 +241,31 @@ impl Server {
         }
         let _ = self.stop_http.send(true);
         let _ = self.http_task.await;
+        if let Some(task) = self.metrics_task {
+            let _ = task.await;
+        }
         for t in self.threads {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         tracing::info!("tutti stopped");
     }
+}
+
+/// The tokio runtime the API runs on, its threads named by role so
+/// per-thread CPU can be told apart: `api-0` … `api-{workers-1}` for the
+/// workers, `api-blocking` for blocking-pool threads (which come and go;
+/// their CPU is summed under that one name).
+pub fn api_runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = workers.max(1);
+    // tokio starts its workers first, on the blocking pool, when the runtime
+    // is built: the first `workers` names go to them.
+    let spawned = Arc::new(AtomicUsize::new(0));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name_fn(move || match spawned.fetch_add(1, Ordering::Relaxed) {
+            n if n < workers => format!("api-{n}"),
+            _ => "api-blocking".to_owned(),
+        })
+        .enable_all()
+        .build()
 }

@@ -11,12 +11,12 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, content_type: Option<&st
     request(addr, method, path, content_type, body).expect("the API answers")
 }
 
-/// The settings tests run with: ephemeral loopback ports, 2 mix and 2 I/O threads, no metrics.
+/// The settings tests run with: ephemeral loopback ports (metrics too), 2 mix and 2 I/O threads.
 pub fn test_config() -> Config {
     Config {
         http: "127.0.0.1:0".parse().expect("addr"),
         media: "127.0.0.1:0".parse().expect("addr"),
-        metrics: String::new(),
+        metrics: "127.0.0.1:0".to_owned(),
         mix_threads: 2,
         io_threads: 2,
         ..Config::default()
@@ -29,7 +29,8 @@ pub fn start() -> (tokio::runtime::Runtime, Server) {
 }
 
 pub fn start_with(cfg: Config) -> (tokio::runtime::Runtime, Server) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    // Named like `tutti serve`'s, so per-thread metrics show `api-N`.
+    let rt = tutti_server::api_runtime(2).expect("runtime");
     let server = rt.block_on(Server::start(cfg)).expect("server starts");
     (rt, server)
 }
@@ -88,4 +89,41 @@ impl Ws {
         }
         panic!("no such WebSocket message within {timeout:?}");
     }
+}
+/// One scrape of a Prometheus text exposition: samples by series, each
+/// series written `name{k="v",…}` with its labels sorted (`name` alone when
+/// it has none).
+pub fn scrape(metrics: SocketAddr) -> std::collections::BTreeMap<String, f64> {
+    let r = http(metrics, "GET", "/metrics", None, b"");
+    assert_eq!(r.status, 200, "{}", r.body);
+    parse_exposition(&r.body)
+}
+
+/// Parses the text format (no escaped quotes or commas inside label values).
+pub fn parse_exposition(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').expect("a sample line is `series value`");
+        let value: f64 = value.parse().expect("a number");
+        let key = match series.split_once('{') {
+            Some((name, labels)) => {
+                let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+                labels.sort_unstable();
+                format!("{name}{{{}}}", labels.join(","))
+            }
+            None => series.to_owned(),
+        };
+        out.insert(key, value);
+    }
+    out
+}
+
+/// The key [`scrape`] gives a series.
+pub fn series(name: &str, labels: &[(&str, &str)]) -> String {
+    if labels.is_empty() {
+        return name.to_owned();
+    }
+    let mut labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    labels.sort_unstable();
+    format!("{name}{{{}}}", labels.join(","))
 }

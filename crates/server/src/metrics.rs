@@ -1,0 +1,508 @@
+//! # Metrics: what tutti tells Prometheus
+//!
+//! Every metric tutti exports is named here, once, with its help text and
+//! unit. The engine and the API record through the small typed functions
+//! below ([`tick`], [`packets_in`], [`media`], [`api_request`], …), never
+//! through the `metrics` macros directly, so names and labels stay in one
+//! file.
+//!
+//! ```text
+//! engine, API ─► metrics::tick / packets_in / media / api_request … ─► metrics-exporter-prometheus (atomics)
+//! GET /metrics (own address) ─► exporter render ─┬─► text format
+//! /proc/self/task/*/stat, /proc/self/{stat,fd} ──┘   (per-thread and process CPU, memory, fds: read at scrape time)
+//! ```
+//!
+//! Recording is off until [`install`] runs (the server does it when
+//! `Config::metrics` is set): each function then costs one atomic load.
+//! Once installed, a counter is one atomic add on a handle made at install
+//! time; no function allocates except [`api_request`].
+//!
+//! Names follow Prometheus conventions: `tutti_<subsystem>_<name>_<unit>`,
+//! base units (`_seconds`, `_bytes`), `_total` on counters. Labels carry
+//! bounded values only: a thread's name (threads are named by role), a
+//! failure kind, a peer state, an HTTP method, a route template and a status
+//! code; never a room or participant id.
+//!
+//! Per-thread CPU comes from `/proc/self/task/<tid>/stat` (its `comm`, the
+//! thread's name, and `utime + stime` in clock ticks, divided by
+//! `sysconf(CLK_TCK)`). Threads with the same name are summed into one
+//! series; a thread that exits keeps its CPU in its name's series, so every
+//! series only grows (a counter). Linux only: elsewhere these series are
+//! absent.
+
+mod procfs;
+
+use std::net::SocketAddr;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics::{Counter, Gauge, Histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tutti_mix::TickReport;
+use tutti_rtc::MuxStats;
+
+/// CPU time of the process's threads of one name (`thread` label: `mix-0`, `io-0`, `mix-clock`, `api-0`, …), seconds.
+pub const THREAD_CPU_SECONDS: &str = "tutti_thread_cpu_seconds_total";
+/// CPU time of the whole process (user + system), seconds.
+pub const PROCESS_CPU_SECONDS: &str = "process_cpu_seconds_total";
+/// Resident memory, bytes.
+pub const PROCESS_RESIDENT_MEMORY_BYTES: &str = "process_resident_memory_bytes";
+/// Virtual memory, bytes.
+pub const PROCESS_VIRTUAL_MEMORY_BYTES: &str = "process_virtual_memory_bytes";
+/// Open file descriptors (sockets included).
+pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
+/// The soft limit on open file descriptors.
+pub const PROCESS_MAX_FDS: &str = "process_max_fds";
+/// Threads of the process.
+pub const PROCESS_THREADS: &str = "process_threads";
+/// When the process started, seconds since the Unix epoch.
+pub const PROCESS_START_TIME_SECONDS: &str = "process_start_time_seconds";
+
+/// Wall time of one mixer clock tick: every room mixed and its output sent, seconds.
+pub const MIX_TICK_DURATION_SECONDS: &str = "tutti_mix_tick_duration_seconds";
+/// Mixer clock ticks run.
+pub const MIX_TICKS: &str = "tutti_mix_ticks_total";
+/// Ticks skipped because the mixer fell more than a tick behind.
+pub const MIX_TICK_OVERRUNS: &str = "tutti_mix_tick_overruns_total";
+/// Opus decodes run by the mixer (concealment included).
+pub const MIX_DECODES: &str = "tutti_mix_decodes_total";
+/// Opus encodes run by the mixer.
+pub const MIX_ENCODES: &str = "tutti_mix_encodes_total";
+/// Selected speakers over all rooms, at the last tick.
+pub const MIX_SPEAKERS: &str = "tutti_mix_speakers";
+/// Rooms, at the last tick.
+pub const MIX_ROOMS: &str = "tutti_mix_rooms";
+/// Participants over all rooms, at the last tick.
+pub const MIX_PARTICIPANTS: &str = "tutti_mix_participants";
+
+/// UDP datagrams received on the media port.
+pub const MEDIA_PACKETS_RECEIVED: &str = "tutti_media_packets_received_total";
+/// Bytes of UDP payload received on the media port.
+pub const MEDIA_RECEIVED_BYTES: &str = "tutti_media_received_bytes_total";
+/// UDP datagrams sent from the media port.
+pub const MEDIA_PACKETS_SENT: &str = "tutti_media_packets_sent_total";
+/// Bytes of UDP payload sent from the media port.
+pub const MEDIA_SENT_BYTES: &str = "tutti_media_sent_bytes_total";
+/// UDP sends that failed (the datagram is lost).
+pub const MEDIA_SEND_ERRORS: &str = "tutti_media_send_errors_total";
+/// Audio (RTP) packets received from peers, decrypted.
+pub const MEDIA_AUDIO_PACKETS_RECEIVED: &str = "tutti_media_audio_packets_received_total";
+/// Audio (RTP) packets sent to peers.
+pub const MEDIA_AUDIO_PACKETS_SENT: &str = "tutti_media_audio_packets_sent_total";
+/// Datagrams that belonged to no peer (dropped).
+pub const MEDIA_UNROUTED_PACKETS: &str = "tutti_media_unrouted_packets_total";
+/// Audio packets the jitter buffers dropped because their turn had passed.
+pub const MEDIA_JITTER_LATE_PACKETS: &str = "tutti_media_jitter_late_packets_total";
+/// Audio frames the jitter buffers found missing (receive loss).
+pub const MEDIA_JITTER_LOST_FRAMES: &str = "tutti_media_jitter_lost_frames_total";
+/// Missing frames concealed by the decoder (PLC or in-band FEC).
+pub const MEDIA_JITTER_CONCEALED_FRAMES: &str = "tutti_media_jitter_concealed_frames_total";
+/// Peer connections that failed (`kind`: `ice` never connected, `dtls`
+/// handshake did not complete, `lost` connectivity lost after connecting).
+pub const MEDIA_PEER_FAILURES: &str = "tutti_media_peer_failures_total";
+/// Peers by `state`: `connecting` (answered, ICE/DTLS under way) or `connected`.
+pub const MEDIA_PEERS: &str = "tutti_media_peers";
+
+/// HTTP API requests by `method`, `route` (the matched route template, or
+/// `unmatched`) and `status`.
+pub const API_REQUESTS: &str = "tutti_api_requests_total";
+/// Time to answer a successful join (SDP offer in, answer out), seconds.
+pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
+/// Always 1; the `version` label tells which tutti runs.
+pub const BUILD_INFO: &str = "tutti_build_info";
+
+/// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
+pub const NAMES: &[&str] = &[
+    THREAD_CPU_SECONDS,
+    PROCESS_CPU_SECONDS,
+    PROCESS_RESIDENT_MEMORY_BYTES,
+    PROCESS_VIRTUAL_MEMORY_BYTES,
+    PROCESS_OPEN_FDS,
+    PROCESS_MAX_FDS,
+    PROCESS_THREADS,
+    PROCESS_START_TIME_SECONDS,
+    MIX_TICK_DURATION_SECONDS,
+    MIX_TICKS,
+    MIX_TICK_OVERRUNS,
+    MIX_DECODES,
+    MIX_ENCODES,
+    MIX_SPEAKERS,
+    MIX_ROOMS,
+    MIX_PARTICIPANTS,
+    MEDIA_PACKETS_RECEIVED,
+    MEDIA_RECEIVED_BYTES,
+    MEDIA_PACKETS_SENT,
+    MEDIA_SENT_BYTES,
+    MEDIA_SEND_ERRORS,
+    MEDIA_AUDIO_PACKETS_RECEIVED,
+    MEDIA_AUDIO_PACKETS_SENT,
+    MEDIA_UNROUTED_PACKETS,
+    MEDIA_JITTER_LATE_PACKETS,
+    MEDIA_JITTER_LOST_FRAMES,
+    MEDIA_JITTER_CONCEALED_FRAMES,
+    MEDIA_PEER_FAILURES,
+    MEDIA_PEERS,
+    API_REQUESTS,
+    API_JOIN_DURATION_SECONDS,
+    BUILD_INFO,
+];
+
+/// The histograms among [`NAMES`].
+pub const HISTOGRAMS: &[&str] = &[MIX_TICK_DURATION_SECONDS, API_JOIN_DURATION_SECONDS];
+
+/// The route template of a join: its requests feed [`API_JOIN_DURATION_SECONDS`].
+pub const JOIN_ROUTE: &str = "/v1/rooms/{room}/participants";
+
+/// Histogram buckets of [`MIX_TICK_DURATION_SECONDS`]: fine below the 20 ms budget, then past it.
+const TICK_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02, 0.025, 0.04, 0.08, 0.2];
+/// Histogram buckets of [`API_JOIN_DURATION_SECONDS`].
+const JOIN_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// How often the exporter's histogram buffers are drained when nobody scrapes.
+const UPKEEP_PERIOD: Duration = Duration::from_secs(5);
+
+/// Handles made once, at install: recording is an atomic add, no lookup.
+struct Handles {
+    tick_duration: Histogram,
+    ticks: Counter,
+    overruns: Counter,
+    decodes: Counter,
+    encodes: Counter,
+    speakers: Gauge,
+    rooms: Gauge,
+    participants: Gauge,
+    packets_in: Counter,
+    bytes_in: Counter,
+    packets_out: Counter,
+    bytes_out: Counter,
+    send_errors: Counter,
+    audio_in: Counter,
+    audio_out: Counter,
+    unrouted: Counter,
+    late: Counter,
+    lost: Counter,
+    concealed: Counter,
+    ice_failures: Counter,
+    dtls_failures: Counter,
+    lost_peers: Counter,
+    connecting: Gauge,
+    connected: Gauge,
+    join_duration: Histogram,
+}
+
+struct Installed {
+    prometheus: PrometheusHandle,
+    handles: Handles,
+    proc: Mutex<procfs::Reader>,
+}
+
+static INSTALLED: OnceLock<Result<Installed, String>> = OnceLock::new();
+
+fn handles() -> Option<&'static Handles> {
+    match INSTALLED.get() {
+        Some(Ok(installed)) => Some(&installed.handles),
+        _ => None,
+    }
+}
+
+/// Installs the process-wide recorder (once; later calls return the first
+/// outcome). [`crate::Server::start`] calls it when metrics are on. Metrics
+/// are process-wide: several servers in one process (as in tests) share them.
+pub fn install() -> Result<(), String> {
+    let installed = INSTALLED.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(MIX_TICK_DURATION_SECONDS.into()), TICK_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(API_JOIN_DURATION_SECONDS.into()), JOIN_BUCKETS))
+            .map_err(|e| e.to_string())?;
+        let prometheus = builder.install_recorder().map_err(|e| format!("installing the metrics recorder: {e}"))?;
+        describe();
+        metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        let handles = Handles {
+            tick_duration: metrics::histogram!(MIX_TICK_DURATION_SECONDS),
+            ticks: metrics::counter!(MIX_TICKS),
+            overruns: metrics::counter!(MIX_TICK_OVERRUNS),
+            decodes: metrics::counter!(MIX_DECODES),
+            encodes: metrics::counter!(MIX_ENCODES),
+            speakers: metrics::gauge!(MIX_SPEAKERS),
+            rooms: metrics::gauge!(MIX_ROOMS),
+            participants: metrics::gauge!(MIX_PARTICIPANTS),
+            packets_in: metrics::counter!(MEDIA_PACKETS_RECEIVED),
+            bytes_in: metrics::counter!(MEDIA_RECEIVED_BYTES),
+            packets_out: metrics::counter!(MEDIA_PACKETS_SENT),
+            bytes_out: metrics::counter!(MEDIA_SENT_BYTES),
+            send_errors: metrics::counter!(MEDIA_SEND_ERRORS),
+            audio_in: metrics::counter!(MEDIA_AUDIO_PACKETS_RECEIVED),
+            audio_out: metrics::counter!(MEDIA_AUDIO_PACKETS_SENT),
+            unrouted: metrics::counter!(MEDIA_UNROUTED_PACKETS),
+            late: metrics::counter!(MEDIA_JITTER_LATE_PACKETS),
+            lost: metrics::counter!(MEDIA_JITTER_LOST_FRAMES),
+            concealed: metrics::counter!(MEDIA_JITTER_CONCEALED_FRAMES),
+            ice_failures: metrics::counter!(MEDIA_PEER_FAILURES, "kind" => "ice"),
+            dtls_failures: metrics::counter!(MEDIA_PEER_FAILURES, "kind" => "dtls"),
+            lost_peers: metrics::counter!(MEDIA_PEER_FAILURES, "kind" => "lost"),
+            connecting: metrics::gauge!(MEDIA_PEERS, "state" => "connecting"),
+            connected: metrics::gauge!(MEDIA_PEERS, "state" => "connected"),
+            join_duration: metrics::histogram!(API_JOIN_DURATION_SECONDS),
+        };
+        Ok(Installed { prometheus, handles, proc: Mutex::new(procfs::Reader::new()) })
+    });
+    installed.as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
+/// Help text and units of the recorded metrics (those read from /proc are
+/// described where they are rendered).
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_histogram!(
+        MIX_TICK_DURATION_SECONDS,
+        Unit::Seconds,
+        "Wall time of one mixer clock tick (every room mixed, output sent); the budget is 0.02."
+    );
+    describe_counter!(MIX_TICKS, Unit::Count, "Mixer clock ticks run.");
+    describe_counter!(MIX_TICK_OVERRUNS, Unit::Count, "Ticks skipped because the mixer fell more than a tick behind.");
+    describe_counter!(MIX_DECODES, Unit::Count, "Opus decodes run by the mixer, concealment included.");
+    describe_counter!(MIX_ENCODES, Unit::Count, "Opus encodes run by the mixer.");
+    describe_gauge!(MIX_SPEAKERS, Unit::Count, "Selected speakers over all rooms at the last tick.");
+    describe_gauge!(MIX_ROOMS, Unit::Count, "Rooms at the last tick.");
+    describe_gauge!(MIX_PARTICIPANTS, Unit::Count, "Participants over all rooms at the last tick.");
+    describe_counter!(MEDIA_PACKETS_RECEIVED, Unit::Count, "UDP datagrams received on the media port.");
+    describe_counter!(MEDIA_RECEIVED_BYTES, Unit::Bytes, "UDP payload bytes received on the media port.");
+    describe_counter!(MEDIA_PACKETS_SENT, Unit::Count, "UDP datagrams sent from the media port.");
+    describe_counter!(MEDIA_SENT_BYTES, Unit::Bytes, "UDP payload bytes sent from the media port.");
+    describe_counter!(MEDIA_SEND_ERRORS, Unit::Count, "UDP sends that failed (the datagram is lost).");
+    describe_counter!(MEDIA_AUDIO_PACKETS_RECEIVED, Unit::Count, "Audio RTP packets received from peers, decrypted.");
+    describe_counter!(MEDIA_AUDIO_PACKETS_SENT, Unit::Count, "Audio RTP packets sent to peers.");
+    describe_counter!(MEDIA_UNROUTED_PACKETS, Unit::Count, "Datagrams that belonged to no peer (dropped).");
+    describe_counter!(
+        MEDIA_JITTER_LATE_PACKETS,
+        Unit::Count,
+        "Audio packets the jitter buffers dropped because their turn had passed."
+    );
+    describe_counter!(MEDIA_JITTER_LOST_FRAMES, Unit::Count, "Audio frames the jitter buffers found missing.");
+    describe_counter!(MEDIA_JITTER_CONCEALED_FRAMES, Unit::Count, "Missing frames concealed (PLC or in-band FEC).");
+    describe_counter!(
+        MEDIA_PEER_FAILURES,
+        Unit::Count,
+        "Peer connections that failed: kind=ice (never connected), dtls (handshake incomplete), lost (after connecting)."
+    );
+    describe_gauge!(MEDIA_PEERS, Unit::Count, "Peers by state: connecting or connected.");
+    describe_counter!(API_REQUESTS, Unit::Count, "HTTP API requests by method, route template and status.");
+    describe_histogram!(
+        API_JOIN_DURATION_SECONDS,
+        Unit::Seconds,
+        "Time to answer a successful join (offer in, answer out)."
+    );
+    describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
+}
+
+/// What one mixer clock tick did, over every room: add each room's report.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TickTotals {
+    /// Rooms ticked.
+    pub rooms: usize,
+    /// Participants in them.
+    pub participants: usize,
+    /// Selected speakers.
+    pub speakers: usize,
+    /// Opus decodes.
+    pub decodes: usize,
+    /// Opus encodes.
+    pub encodes: usize,
+    /// Frames lost.
+    pub lost: u64,
+    /// Frames concealed.
+    pub concealed: u64,
+    /// Packets dropped as late.
+    pub late: u64,
+}
+
+impl TickTotals {
+    /// Adds one room's tick.
+    pub fn add(&mut self, report: &TickReport) {
+        self.rooms += 1;
+        self.participants += report.participants;
+        self.speakers += report.speakers.len();
+        self.decodes += report.decodes;
+        self.encodes += report.encodes;
+        self.lost += report.lost;
+        self.concealed += report.concealed;
+        self.late += report.late;
+    }
+}
+
+/// One mixer clock tick ran: its wall time and what it did.
+pub fn tick(duration: Duration, totals: &TickTotals) {
+    let Some(h) = handles() else { return };
+    h.tick_duration.record(duration.as_secs_f64());
+    h.ticks.increment(1);
+    h.decodes.increment(totals.decodes as u64);
+    h.encodes.increment(totals.encodes as u64);
+    h.speakers.set(totals.speakers as f64);
+    h.rooms.set(totals.rooms as f64);
+    h.participants.set(totals.participants as f64);
+    if totals.lost > 0 {
+        h.lost.increment(totals.lost);
+    }
+    if totals.concealed > 0 {
+        h.concealed.increment(totals.concealed);
+    }
+    if totals.late > 0 {
+        h.late.increment(totals.late);
+    }
+}
+
+/// The mixer clock skipped `ticks` ticks (it fell behind).
+pub fn tick_overruns(ticks: u64) {
+    if let Some(h) = handles() {
+        h.overruns.increment(ticks);
+    }
+}
+
+/// Datagrams received on the media port.
+pub fn packets_in(packets: u64, bytes: u64) {
+    if let Some(h) = handles() {
+        h.packets_in.increment(packets);
+        h.bytes_in.increment(bytes);
+    }
+}
+
+/// Datagrams sent from the media port, and sends that failed.
+pub fn packets_out(packets: u64, bytes: u64, errors: u64) {
+    if let Some(h) = handles() {
+        h.packets_out.increment(packets);
+        h.bytes_out.increment(bytes);
+        if errors > 0 {
+            h.send_errors.increment(errors);
+        }
+    }
+}
+
+/// Reports what one [`tutti_rtc::Mux`] counted since `last` (which becomes
+/// `now`): audio packets, unrouted datagrams, failures, and the change in its
+/// peers by state. Each I/O thread keeps its own `last` for its own mux, so
+/// several muxes add up.
+pub fn media(last: &mut MuxStats, now: MuxStats) {
+    let Some(h) = handles() else { return };
+    if *last == now {
+        return;
+    }
+    // Only what changed: usually one or two of these per call.
+    let grew = |counter: &Counter, new: u64, old: u64| {
+        if new > old {
+            counter.increment(new - old);
+        }
+    };
+    grew(&h.audio_in, now.audio_in, last.audio_in);
+    grew(&h.audio_out, now.audio_out, last.audio_out);
+    grew(&h.unrouted, now.unrouted, last.unrouted);
+    grew(&h.ice_failures, now.ice_failures, last.ice_failures);
+    grew(&h.dtls_failures, now.dtls_failures, last.dtls_failures);
+    // Lost: webrtc-rs declared a connected peer failed, or it went silent for the idle timeout.
+    grew(&h.lost_peers, now.lost + now.timed_out, last.lost + last.timed_out);
+    let moved = |gauge: &Gauge, new: u64, old: u64| {
+        if new != old {
+            gauge.increment(new as f64 - old as f64);
+        }
+    };
+    moved(&h.connecting, now.connecting, last.connecting);
+    moved(&h.connected, now.connected, last.connected);
+    *last = now;
+}
+
+/// One HTTP API request answered. `route` is the matched route template
+/// (never the raw path, which carries room and participant ids).
+pub fn api_request(method: &Method, route: &str, status: StatusCode) {
+    if handles().is_none() {
+        return;
+    }
+    let method = match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::PUT => "PUT",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
+    metrics::counter!(API_REQUESTS, "method" => method, "route" => route.to_owned(), "status" => status.as_str().to_owned())
+        .increment(1);
+}
+
+/// A join was answered in `duration`.
+pub fn join_latency(duration: Duration) {
+    if let Some(h) = handles() {
+        h.join_duration.record(duration.as_secs_f64());
+    }
+}
+
+/// axum middleware: counts every request by route template and status, and
+/// times successful joins.
+pub async fn track_api(req: Request, next: Next) -> Response {
+    if handles().is_none() {
+        return next.run(req).await;
+    }
+    let started = Instant::now();
+    let method = req.method().clone();
+    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
+    let response = next.run(req).await;
+    let route = route.as_deref().unwrap_or("unmatched");
+    api_request(&method, route, response.status());
+    if route == JOIN_ROUTE && method == Method::POST && response.status().is_success() {
+        join_latency(started.elapsed());
+    }
+    response
+}
+
+/// Everything, in the Prometheus text format: the recorded metrics, then
+/// per-thread CPU and the process metrics read from /proc now. Empty when
+/// metrics are not installed.
+pub fn render() -> String {
+    let Some(Ok(installed)) = INSTALLED.get() else { return String::new() };
+    let mut out = installed.prometheus.render();
+    let mut proc = installed.proc.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    proc.render(&mut out);
+    out
+}
+
+async fn metrics_endpoint() -> Response {
+    let body = render();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+/// Serves `GET /metrics` on `listener` until `stop` turns true, and drains the
+/// exporter's histogram buffers every few seconds meanwhile.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let app = axum::Router::new().route("/metrics", axum::routing::get(metrics_endpoint));
+    let mut upkeep_stop = stop.clone();
+    let upkeep = async move {
+        let mut every = tokio::time::interval(UPKEEP_PERIOD);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {
+                    if let Some(Ok(installed)) = INSTALLED.get() {
+                        installed.prometheus.run_upkeep();
+                    }
+                }
+                _ = upkeep_stop.wait_for(|s| *s) => break,
+            }
+        }
+    };
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let (served, ()) = tokio::join!(server, upkeep);
+    if let Err(e) = served {
+        tracing::error!(error = %e, "metrics endpoint failed");
+    }
+}
+
+/// Binds the metrics address.
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}

@@ -1,0 +1,323 @@
+//! Per-thread and process metrics read from /proc at scrape time, rendered
+//! in the Prometheus text format next to the exporter's.
+//!
+//! A thread's name is its `comm` (field 2 of `/proc/self/task/<tid>/stat`,
+//! the same text as `/proc/self/task/<tid>/comm`, at most 15 bytes); its CPU
+//! is `utime + stime` (fields 14 and 15) in clock ticks. Threads that share
+//! a name are summed. A thread that exits (or is renamed) leaves its last
+//! reading behind in its name's "retired" total, so each series only grows,
+//! as a counter must. At most [`MAX_NAMES`] names get their own series;
+//! any further ones are summed under `other`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use super::{
+    PROCESS_CPU_SECONDS, PROCESS_MAX_FDS, PROCESS_OPEN_FDS, PROCESS_RESIDENT_MEMORY_BYTES, PROCESS_START_TIME_SECONDS,
+    PROCESS_THREADS, PROCESS_VIRTUAL_MEMORY_BYTES, THREAD_CPU_SECONDS,
+};
+
+/// Distinct thread names with a series of their own.
+const MAX_NAMES: usize = 64;
+/// The label of names past [`MAX_NAMES`].
+const OTHER: &str = "other";
+
+/// The fields of a `stat` line this module reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Stat<'a> {
+    pub(super) comm: &'a str,
+    pub(super) utime: u64,
+    pub(super) stime: u64,
+    pub(super) num_threads: u64,
+    pub(super) starttime: u64,
+    pub(super) vsize: u64,
+    pub(super) rss_pages: u64,
+}
+
+/// Parses `/proc/<pid>/stat` or `/proc/<pid>/task/<tid>/stat`. The name sits
+/// in parentheses and may itself hold spaces and parentheses, so the fields
+/// are counted from the last `)`.
+pub(super) fn parse_stat(line: &str) -> Option<Stat<'_>> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let comm = line.get(open + 1..close)?;
+    // Fields from 3 (state) on; field n is at index n - 3.
+    let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
+    let field = |n: usize| rest.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+    Some(Stat {
+        comm,
+        utime: field(14)?,
+        stime: field(15)?,
+        num_threads: field(20)?,
+        starttime: field(22)?,
+        vsize: field(23)?,
+        rss_pages: field(24)?,
+    })
+}
+
+/// A thread seen at the last reading.
+#[derive(Debug)]
+struct Live {
+    name: String,
+    /// CPU ticks at the last reading.
+    ticks: u64,
+    /// Ticks it had when it took this name (0 unless renamed).
+    base: u64,
+}
+
+/// Per-thread CPU over time, keyed by (tid, start time) so a reused tid is a new thread.
+#[derive(Debug, Default)]
+pub(super) struct ThreadCpu {
+    live: HashMap<(u64, u64), Live>,
+    retired: BTreeMap<String, u64>,
+}
+
+impl ThreadCpu {
+    /// Takes one reading: every thread's (tid, name, start time, CPU ticks).
+    /// Returns CPU ticks by name, retired threads included.
+    pub(super) fn update<'a>(
+        &mut self,
+        threads: impl IntoIterator<Item = (u64, &'a str, u64, u64)>,
+    ) -> BTreeMap<String, u64> {
+        let mut live = HashMap::with_capacity(self.live.len());
+        for (tid, comm, start, ticks) in threads {
+            let name = if self.retired.contains_key(comm) || self.names() < MAX_NAMES { comm } else { OTHER };
+            let entry = match self.live.remove(&(tid, start)) {
+                Some(prev) if prev.name == name => {
+                    Live { name: prev.name, ticks: ticks.max(prev.ticks), base: prev.base }
+                }
+                Some(prev) => {
+                    // Renamed: what it spent under its old name stays there.
+                    *self.retired.entry(prev.name).or_default() += prev.ticks - prev.base;
+                    Live { name: name.to_owned(), ticks: ticks.max(prev.ticks), base: prev.ticks }
+                }
+                None => Live { name: name.to_owned(), ticks, base: 0 },
+            };
+            self.retired.entry(entry.name.clone()).or_default();
+            live.insert((tid, start), entry);
+        }
+        // Threads gone since the last reading.
+        for (_, gone) in self.live.drain() {
+            *self.retired.entry(gone.name).or_default() += gone.ticks - gone.base;
+        }
+        self.live = live;
+        let mut totals = self.retired.clone();
+        for l in self.live.values() {
+            *totals.entry(l.name.clone()).or_default() += l.ticks - l.base;
+        }
+        totals
+    }
+
+    /// Names with a series (every name seen gets a `retired` entry).
+    fn names(&self) -> usize {
+        self.retired.len()
+    }
+}
+
+/// Reads /proc and renders what it read.
+#[derive(Debug)]
+pub(super) struct Reader {
+    clock_ticks: f64,
+    page_size: u64,
+    /// Boot time, seconds since the epoch (`btime` of /proc/stat).
+    boot_time: Option<u64>,
+    threads: ThreadCpu,
+}
+
+impl Reader {
+    pub(super) fn new() -> Self {
+        let boot_time = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ")).and_then(|v| v.trim().parse().ok()));
+        Self { clock_ticks: clock_ticks() as f64, page_size: page_size(), boot_time, threads: ThreadCpu::default() }
+    }
+
+    /// Appends per-thread CPU and the process metrics. Writes nothing for what
+    /// cannot be read (no /proc).
+    pub(super) fn render(&mut self, out: &mut String) {
+        let mut stats = Vec::new();
+        if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+            for entry in dir.flatten() {
+                let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<u64>().ok()) else { continue };
+                // A thread may exit between listing and reading: skip it.
+                if let Ok(line) = std::fs::read_to_string(entry.path().join("stat")) {
+                    stats.push((tid, line));
+                }
+            }
+        }
+        let parsed: Vec<(u64, Stat<'_>)> =
+            stats.iter().filter_map(|(tid, line)| parse_stat(line).map(|s| (*tid, s))).collect();
+        if !parsed.is_empty() {
+            let totals =
+                self.threads.update(parsed.iter().map(|(tid, s)| (*tid, s.comm, s.starttime, s.utime + s.stime)));
+            header(
+                out,
+                THREAD_CPU_SECONDS,
+                "counter",
+                "CPU time (user + system) of the process's threads of this name, in seconds.",
+            );
+            for (name, ticks) in &totals {
+                let _ = writeln!(
+                    out,
+                    "{THREAD_CPU_SECONDS}{{thread=\"{}\"}} {}",
+                    escape(name),
+                    *ticks as f64 / self.clock_ticks
+                );
+            }
+        }
+
+        let Some(line) = std::fs::read_to_string("/proc/self/stat").ok() else { return };
+        let Some(me) = parse_stat(&line) else { return };
+        let cpu = (me.utime + me.stime) as f64 / self.clock_ticks;
+        sample(out, PROCESS_CPU_SECONDS, "counter", "Total user and system CPU time spent in seconds.", cpu);
+        let rss = me.rss_pages.saturating_mul(self.page_size);
+        sample(out, PROCESS_RESIDENT_MEMORY_BYTES, "gauge", "Resident memory size in bytes.", rss as f64);
+        sample(out, PROCESS_VIRTUAL_MEMORY_BYTES, "gauge", "Virtual memory size in bytes.", me.vsize as f64);
+        sample(out, PROCESS_THREADS, "gauge", "Number of OS threads in the process.", me.num_threads as f64);
+        if let Some(boot) = self.boot_time {
+            let start = boot as f64 + me.starttime as f64 / self.clock_ticks;
+            sample(
+                out,
+                PROCESS_START_TIME_SECONDS,
+                "gauge",
+                "Start time of the process since unix epoch in seconds.",
+                start,
+            );
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            // The listing's own descriptor is counted too, as every exporter does.
+            sample(out, PROCESS_OPEN_FDS, "gauge", "Number of open file descriptors.", fds.count() as f64);
+        }
+        if let Some(max) = max_fds() {
+            sample(out, PROCESS_MAX_FDS, "gauge", "Maximum number of open file descriptors.", max as f64);
+        }
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// A label value in the text format: backslash, double quote and newline escaped.
+pub(super) fn escape(value: &str) -> String {
+    let mut s = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// The soft limit of "Max open files" in /proc/self/limits.
+fn max_fds() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
+}
+
+/// Clock ticks per second (the unit of utime and stime): sysconf(_SC_CLK_TCK).
+/// Linux reports these times in USER_HZ, which is 100 on every architecture;
+/// 100 is only the fallback if sysconf fails.
+fn clock_ticks() -> u64 {
+    sysconf_or(SysVar::ClockTicks, 100)
+}
+
+fn page_size() -> u64 {
+    sysconf_or(SysVar::PageSize, 4096)
+}
+
+enum SysVar {
+    ClockTicks,
+    PageSize,
+}
+
+#[cfg(target_os = "linux")]
+fn sysconf_or(var: SysVar, fallback: u64) -> u64 {
+    use nix::unistd::{SysconfVar, sysconf};
+    let var = match var {
+        SysVar::ClockTicks => SysconfVar::CLK_TCK,
+        SysVar::PageSize => SysconfVar::PAGE_SIZE,
+    };
+    match sysconf(var) {
+        Ok(Some(v)) if v > 0 => v.unsigned_abs(),
+        _ => fallback,
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sysconf_or(_: SysVar, fallback: u64) -> u64 {
+    fallback
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_with_spaces_and_parentheses_in_the_name_parses() {
+        let line = "4242 (mix (x) 1) S 1 4242 4242 0 -1 4194368 2505 0 0 0 731 129 0 0 20 0 9 0 12345 \
+                    1234567 890 18446744073709551615 1 1 0 0 0 0 0 4096 17663 0 0 0 17 1 0 0 0 0 0";
+        let s = parse_stat(line).expect("parses");
+        assert_eq!(s.comm, "mix (x) 1");
+        assert_eq!(
+            (s.utime, s.stime, s.num_threads, s.starttime, s.vsize, s.rss_pages),
+            (731, 129, 9, 12345, 1234567, 890)
+        );
+        assert_eq!(parse_stat("12 (cut short) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_reads_its_own_threads() {
+        let line = std::fs::read_to_string("/proc/thread-self/stat").expect("Linux /proc");
+        let s = parse_stat(&line).expect("parses");
+        assert!(s.num_threads >= 1);
+        assert_eq!(clock_ticks(), 100, "Linux reports CPU times in USER_HZ = 100");
+        let mut out = String::new();
+        Reader::new().render(&mut out);
+        assert!(out.contains("# TYPE tutti_thread_cpu_seconds_total counter"), "{out}");
+        assert!(out.contains("process_cpu_seconds_total "), "{out}");
+        assert!(out.contains("process_open_fds "), "{out}");
+    }
+
+    #[test]
+    fn threads_of_one_name_are_summed_and_a_series_never_shrinks() {
+        let mut cpu = ThreadCpu::default();
+        let t = cpu.update([(1, "api-0", 10, 5), (2, "api-blocking", 11, 7), (3, "api-blocking", 12, 3)]);
+        assert_eq!((t["api-0"], t["api-blocking"]), (5, 10));
+        // Thread 3 exits; thread 2 goes on; a new thread reuses tid 3.
+        let t = cpu.update([(1, "api-0", 10, 6), (2, "api-blocking", 11, 8), (3, "api-blocking", 99, 1)]);
+        assert_eq!((t["api-0"], t["api-blocking"]), (6, 12));
+        // Every blocking thread exits: the series keeps what they spent.
+        let t = cpu.update([(1, "api-0", 10, 6)]);
+        assert_eq!(t["api-blocking"], 12);
+        // A thread renamed after start: its earlier CPU stays with its first name.
+        let t = cpu.update([(1, "api-0", 10, 6), (7, "tutti", 50, 2)]);
+        assert_eq!(t["tutti"], 2);
+        let t = cpu.update([(1, "api-0", 10, 6), (7, "io-0", 50, 9)]);
+        assert_eq!((t["tutti"], t["io-0"]), (2, 7));
+    }
+
+    #[test]
+    fn names_past_the_limit_share_one_series() {
+        let mut cpu = ThreadCpu::default();
+        let names: Vec<String> = (0..MAX_NAMES + 10).map(|i| format!("t-{i}")).collect();
+        let t = cpu.update(names.iter().enumerate().map(|(i, n)| (i as u64, n.as_str(), 0, 1)));
+        assert_eq!(t.len(), MAX_NAMES + 1);
+        assert_eq!(t[OTHER], 10);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
