@@ -23,6 +23,10 @@ struct Cli {
 enum Command {
     /// Run the server (embedded defaults: API on 127.0.0.1:8080, media on UDP 127.0.0.1:4000).
     Serve(ServeArgs),
+    /// Load a running server with N simulated WebRTC participants and report quality per client.
+    Load(tutti_load::LoadArgs),
+    /// Find the largest room that meets the quality SLO (starts a local server unless --url).
+    Capacity(tutti_load::CapacityArgs),
 }
 
 #[derive(clap::Args)]
@@ -46,7 +50,11 @@ struct ServeArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Load(args) => return exit_with(tutti_load::run_load(&args)?),
+        Command::Capacity(args) => return exit_with(tutti_load::run_capacity(&args)?),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TUTTI_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,rtc=warn,rtc_ice=warn,rtc_dtls=warn,rtc_srtp=warn")
     });
@@ -83,6 +91,14 @@ fn main() -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Exit status 2 when a load run was invalid or no room size met the SLO.
+fn exit_with(ok: bool) -> anyhow::Result<()> {
+    if !ok {
+        std::process::exit(2);
+    }
+    Ok(())
 }
 
 async fn wait_for_signal() {
