@@ -7,9 +7,9 @@ use std::path::Path;
 use bytes::Bytes;
 use tutti_mix::{FRAME_SAMPLES, level_of};
 
+use crate::LoadError;
 use crate::marker::{MARKER_FRAMES, marker_pcm};
 use crate::talk::Rng;
-use crate::LoadError;
 
 /// One encoded 20 ms frame and its RFC 6464 level (0 loudest, 127 silence).
 #[derive(Debug, Clone)]

@@ -120,7 +120,11 @@ impl Slo {
             Some(_) => {}
         }
         if f.perfect_share < self.min_perfect_share {
-            v.push(format!("perfect delivery {:.1} % < {:.1} %", 100.0 * f.perfect_share, 100.0 * self.min_perfect_share));
+            v.push(format!(
+                "perfect delivery {:.1} % < {:.1} %",
+                100.0 * f.perfect_share,
+                100.0 * self.min_perfect_share
+            ));
         }
         if f.self_echo > 0 {
             v.push(format!("{} probe(s) heard themselves", f.self_echo));
@@ -412,12 +416,13 @@ impl CapacityResult {
         let finite = |v: Option<f64>| v.filter(|x| x.is_finite());
         let lat_cap = 400.0;
         type Series<'a> = (&'a str, &'a str, Vec<(f64, f64, bool)>);
+        type Panel<'a> = (String, f64, f64, Option<f64>, Vec<Series<'a>>);
         let series = |f: &dyn Fn(&TrialFigures) -> Option<f64>| -> Vec<(f64, f64, bool)> {
             pts.iter()
                 .filter_map(|t| f(&t.figures).map(|y| (t.figures.n as f64, y, t.phase == Phase::Confirm)))
                 .collect()
         };
-        let panels: Vec<(String, f64, f64, Option<f64>, Vec<Series<'_>>)> = vec![
+        let panels: Vec<Panel<'_>> = vec![
             (
                 "p5 MOS".into(),
                 1.0,
@@ -471,7 +476,11 @@ impl CapacityResult {
         );
         let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
         let title = match self.max_n {
-            Some(n) => format!("tutti capacity: {n} participants meet the SLO ({} trials, {:.0} s)", self.trials.len(), self.elapsed_s),
+            Some(n) => format!(
+                "tutti capacity: {n} participants meet the SLO ({} trials, {:.0} s)",
+                self.trials.len(),
+                self.elapsed_s
+            ),
             None => format!("tutti capacity: no N met the SLO ({} trials)", self.trials.len()),
         };
         let _ = writeln!(s, r#"<text x="{}" y="24" text-anchor="middle" font-size="15">{title}</text>"#, w / 2.0);
@@ -493,12 +502,7 @@ impl CapacityResult {
                     yy = sy(y)
                 );
                 let x = xmax * f64::from(i) / 4.0;
-                let _ = writeln!(
-                    s,
-                    r#"<text x="{}" y="{}" text-anchor="middle">{x:.0}</text>"#,
-                    sx(x),
-                    y0 + ph + 15.0
-                );
+                let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{x:.0}</text>"#, sx(x), y0 + ph + 15.0);
             }
             let _ = writeln!(
                 s,
@@ -606,7 +610,7 @@ mod tests {
         let mut f = fake(1234, 1234);
         let r = run(&mut f);
         let n = r.max_n.expect("found");
-        assert!(n <= 1234 && n >= 1234 - 1234 / 20 - 1, "{n}");
+        assert!((1234 - 1234 / 20 - 1..=1234).contains(&n), "{n}");
         let ns: Vec<usize> = f.log.iter().map(|(n, _)| *n).collect();
         assert_eq!(&ns[..5], &[100, 200, 400, 800, 1600]);
         assert_eq!(f.log.last().map(|l| l.1), Some(Duration::from_secs(30)));
@@ -622,7 +626,7 @@ mod tests {
         let mut f = fake(1234, 1100);
         let r = run(&mut f);
         let n = r.max_n.expect("found");
-        assert!(n <= 1100 && n >= 1000, "{n}");
+        assert!((1000..=1100).contains(&n), "{n}");
         assert!(r.trials.iter().filter(|t| t.phase == Phase::Confirm).count() >= 2);
     }
 

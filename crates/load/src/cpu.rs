@@ -61,9 +61,7 @@ pub fn parse_process_cpu(metrics: &str) -> Option<f64> {
     metrics
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            l.strip_prefix("process_cpu_seconds_total").is_some_and(|rest| rest.starts_with([' ', '{', '\t']))
-        })
+        .find(|l| l.strip_prefix("process_cpu_seconds_total").is_some_and(|rest| rest.starts_with([' ', '{', '\t'])))
         .and_then(|l| l.split_whitespace().nth(1).or_else(|| l.rsplit_once('}').map(|(_, v)| v.trim())))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())

@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -16,13 +16,13 @@ use serde::Serialize;
 use tutti_mix::FRAME_SAMPLES;
 use tutti_rtc::{ClientEvent, ClientPeer};
 
+use crate::LoadError;
 use crate::audio::{Frame, Material};
 use crate::cpu::{CpuMark, CpuSource};
 use crate::marker::{MAX_PROBES, MarkerDetector};
 use crate::quality::StreamQuality;
 use crate::report::{self, LoadReport, Summary};
 use crate::talk::{Rng, TalkModel};
-use crate::LoadError;
 
 /// Send slots per 20 ms frame: each client sends in its own 1 ms slot, so a
 /// thread's packets are spread over the frame as real clients' are, not sent
@@ -407,7 +407,7 @@ impl Worker {
         let i = self.clients.len();
         let mut socket = mio::net::UdpSocket::from_std(c.socket);
         self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
-        let talk = (c.role == Role::Talker).then(|| TalkModel::new(self.cfg.seed ^ (c.index as u64 + 1) * 0x9E37));
+        let talk = (c.role == Role::Talker).then(|| TalkModel::new(self.cfg.seed ^ ((c.index as u64 + 1) * 0x9E37)));
         let mut rng = Rng::new(self.cfg.seed.wrapping_add(c.index as u64));
         let clip_pos = rng.below(self.material.speech.len() as u64) as usize;
         let listen = matches!(c.role, Role::ProbeTalker | Role::ProbeListener)
@@ -572,15 +572,10 @@ impl Worker {
             if self.shared.stop.load(Ordering::Relaxed) {
                 break;
             }
-            loop {
-                match self.rx.try_recv() {
-                    Ok(c) => {
-                        if let Err(e) = self.add(c, now) {
-                            // The client cannot be polled; it stays out of the run (counted as not joined).
-                            eprintln!("load-{}: registering a socket: {e}", self.id);
-                        }
-                    }
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            while let Ok(c) = self.rx.try_recv() {
+                if let Err(e) = self.add(c, now) {
+                    // The client cannot be polled; it stays out of the run.
+                    eprintln!("load-{}: registering a socket: {e}", self.id);
                 }
             }
             if !self.measuring && self.shared.window_start.get().is_some_and(|&w| now >= w) {
@@ -714,7 +709,11 @@ fn join_one(api: SocketAddr, room: &str) -> Result<(ClientPeer, UdpSocket, Strin
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
 /// `cfg.life` or when `stop` is set. `observe` sees join progress and the
 /// periodic summaries.
-pub fn run(cfg: &LoadConfig, stop: &AtomicBool, observe: &mut dyn FnMut(Progress<'_>)) -> Result<LoadReport, LoadError> {
+pub fn run(
+    cfg: &LoadConfig,
+    stop: &AtomicBool,
+    observe: &mut dyn FnMut(Progress<'_>),
+) -> Result<LoadReport, LoadError> {
     if cfg.clients == 0 {
         return Err(LoadError::Config("at least one participant".into()));
     }
@@ -734,8 +733,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool, observe: &mut dyn FnMut(Progress
         detections: Mutex::new(Vec::new()),
         views: (0..threads).map(|_| Mutex::new(ThreadView::default())).collect(),
     });
-    let wcfg =
-        WorkerConfig { silence: cfg.silence, seed: cfg.seed, marker_period: cfg.marker_period, probes };
+    let wcfg = WorkerConfig { silence: cfg.silence, seed: cfg.seed, marker_period: cfg.marker_period, probes };
     let mut senders: Vec<Sender<NewClient>> = Vec::new();
     let mut handles = Vec::new();
     for id in 0..threads {
@@ -779,7 +777,12 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool, observe: &mut dyn FnMut(Progress
             now,
             window_start: shared.window_start.get().copied().filter(|&w| now >= w),
             views: &views,
-            failed: joined.iter().enumerate().filter(|(_, j)| j.error.is_some()).map(|(i, j)| (i, j.role, j.error.clone().unwrap_or_default())).collect(),
+            failed: joined
+                .iter()
+                .enumerate()
+                .filter(|(_, j)| j.error.is_some())
+                .map(|(i, j)| (i, j.role, j.error.clone().unwrap_or_default()))
+                .collect(),
             total: cfg.clients,
             markers: &lock(&shared.markers),
             detections: &lock(&shared.detections),
@@ -800,7 +803,11 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool, observe: &mut dyn FnMut(Progress
             Ok((peer, socket, location)) => {
                 let c = NewClient { index, role, probe, peer, socket, joined_at: Instant::now() };
                 if senders[index % threads].send(c).is_err() {
-                    joined.push(Joined { role, location: Some(location), error: Some("generator thread ended".into()) });
+                    joined.push(Joined {
+                        role,
+                        location: Some(location),
+                        error: Some("generator thread ended".into()),
+                    });
                     failed += 1;
                 } else {
                     joined.push(Joined { role, location: Some(location), error: None });

@@ -215,7 +215,6 @@ impl StreamQuality {
         self.jitter.on_packet(arrival, timestamp);
         self.drift.on_packet(arrival, timestamp);
     }
-
 }
 
 #[cfg(test)]
@@ -291,7 +290,10 @@ mod tests {
         let t0 = Instant::now();
         let mut j = JitterEstimator::default();
         for k in 0..100u32 {
-            j.on_packet(t0 + Duration::from_millis(20 * u64::from(k)), k.wrapping_mul(960).wrapping_add(u32::MAX - 5000));
+            j.on_packet(
+                t0 + Duration::from_millis(20 * u64::from(k)),
+                k.wrapping_mul(960).wrapping_add(u32::MAX - 5000),
+            );
         }
         assert!(j.jitter_ms() < 1e-6, "{}", j.jitter_ms());
     }

@@ -271,7 +271,10 @@ fn latencies(s: &RunState<'_>, clients: &[ClientSnapshot]) -> Vec<Option<f64>> {
 }
 
 fn is_perfect(c: &ClientSnapshot) -> bool {
-    c.state == ClientState::Connected && c.received > 0 && c.lost == 0 && c.received + PERFECT_SLACK_FRAMES >= c.frames_due
+    c.state == ClientState::Connected
+        && c.received > 0
+        && c.lost == 0
+        && c.received + PERFECT_SLACK_FRAMES >= c.frames_due
 }
 
 fn client_mos(c: &ClientSnapshot, one_way_ms: f64) -> f64 {
@@ -340,7 +343,8 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         lateness.merge(&v.lateness);
     }
     let cpu = s.cpu.clone().unwrap_or_default();
-    let busiest = cpu.generator_threads.iter().filter(|(n, _)| n.starts_with("load-")).map(|(_, v)| *v).reduce(f64::max);
+    let busiest =
+        cpu.generator_threads.iter().filter(|(n, _)| n.starts_with("load-")).map(|(_, v)| *v).reduce(f64::max);
     let generator = GeneratorHealth {
         threads: s.threads,
         cpu_cores: cpu.generator_cores,

@@ -110,7 +110,11 @@ mod tests {
             let now = t.next_frame();
             run += 1;
             if now != prev {
-                if prev { spurts.push(run) } else { pauses.push(run) }
+                if prev {
+                    spurts.push(run)
+                } else {
+                    pauses.push(run)
+                }
                 run = 0;
                 prev = now;
             }
