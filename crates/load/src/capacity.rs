@@ -73,6 +73,8 @@ pub struct TrialFigures {
     pub lateness_p99_ms: f64,
     /// Machine busy (0..1).
     pub machine_busy: Option<f64>,
+    /// Datagrams dropped on the server's media socket (local server).
+    pub server_udp_drops: Option<u64>,
 }
 
 impl TrialFigures {
@@ -96,6 +98,7 @@ impl TrialFigures {
             generator_cpu_cores: s.generator.cpu_cores,
             lateness_p99_ms: s.generator.lateness_p99_ms,
             machine_busy: s.machine_busy,
+            server_udp_drops: s.server_udp_drops,
         }
     }
 }
@@ -337,14 +340,17 @@ impl CapacityResult {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "| # | phase | N | window s | took s | p5 MOS | loss % | m2e p50 ms | m2e p95 ms | max drift ms | perfect % | self-echo | server CPU cores | server µs/participant/tick | generator CPU cores | gen p99 late ms | valid | verdict |"
+            "| # | phase | N | window s | took s | p5 MOS | loss % | m2e p50 ms | m2e p95 ms | max drift ms | perfect % | self-echo | server CPU cores | server µs/participant/tick | server socket drops | machine busy % | generator CPU cores | gen p99 late ms | valid | verdict |"
         );
-        let _ = writeln!(t, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
+        let _ = writeln!(
+            t,
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        );
         for (i, tr) in self.trials.iter().enumerate() {
             let f = &tr.figures;
             let _ = writeln!(
                 t,
-                "| {} | {:?} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {:.1} | {} | {} |",
+                "| {} | {:?} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} |",
                 i + 1,
                 tr.phase,
                 f.n,
@@ -359,6 +365,8 @@ impl CapacityResult {
                 f.self_echo,
                 opt(f.server_cpu_cores, 2),
                 opt(f.server_us_per_participant_tick, 1),
+                f.server_udp_drops.map_or_else(|| "-".into(), |d| d.to_string()),
+                opt(f.machine_busy.map(|m| 100.0 * m), 0),
                 opt(f.generator_cpu_cores, 2),
                 f.lateness_p99_ms,
                 if f.valid { "yes" } else { "NO" },

@@ -67,6 +67,24 @@ pub fn parse_process_cpu(metrics: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Datagrams the kernel dropped on the IPv4 UDP socket bound to `addr`
+/// (its receive buffer was full), from /proc/net/udp: only for a socket of
+/// this machine.
+pub fn udp_drops(addr: SocketAddr) -> Option<u64> {
+    let SocketAddr::V4(v4) = addr else { return None };
+    let want = format!("{:08X}:{:04X}", u32::from_le_bytes(v4.ip().octets()), v4.port());
+    let text = std::fs::read_to_string("/proc/net/udp").ok()?;
+    parse_udp_drops(&text, &want)
+}
+
+fn parse_udp_drops(text: &str, local: &str) -> Option<u64> {
+    text.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(1).is_some_and(|a| a.eq_ignore_ascii_case(local)))
+        .and_then(|f| f.last()?.parse().ok())
+}
+
 /// Where a server's CPU time is read from.
 #[derive(Debug, Clone)]
 pub enum CpuSource {
@@ -127,11 +145,13 @@ pub struct CpuMark {
     pub server_threads: Vec<(String, f64)>,
     /// Machine busy and total jiffies.
     pub machine: Option<(u64, u64)>,
+    /// Drops on the server's media socket (a local server only).
+    pub server_drops: Option<u64>,
 }
 
 impl CpuMark {
-    /// Reads everything now.
-    pub fn now(server: &CpuSource) -> Self {
+    /// Reads everything now; `media` is the server's UDP media address.
+    pub fn now(server: &CpuSource, media: Option<SocketAddr>) -> Self {
         Self {
             at: Instant::now(),
             own: process_cpu_seconds("self"),
@@ -139,6 +159,7 @@ impl CpuMark {
             server: server.cpu_seconds(),
             server_threads: server.threads(),
             machine: machine_jiffies(),
+            server_drops: media.and_then(udp_drops),
         }
     }
 }
@@ -158,6 +179,8 @@ pub struct CpuUse {
     pub server_threads: Vec<(String, f64)>,
     /// The whole machine, as a share of all its cores (0..1).
     pub machine_busy: Option<f64>,
+    /// Datagrams dropped by the kernel on the server's media socket.
+    pub server_udp_drops: Option<u64>,
 }
 
 fn thread_delta(a: &[(String, f64)], b: &[(String, f64)], secs: f64) -> Vec<(String, f64)> {
@@ -192,6 +215,10 @@ impl CpuUse {
                 (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => Some((b1 - b0) as f64 / (t1 - t0) as f64),
                 _ => None,
             },
+            server_udp_drops: match (a.server_drops, b.server_drops) {
+                (Some(x), Some(y)) => Some(y.saturating_sub(x)),
+                _ => None,
+            },
         }
     }
 }
@@ -207,6 +234,16 @@ mod tests {
         assert_eq!(stat_cpu_seconds(stat), Some(3.0));
         assert!(process_cpu_seconds("self").is_some());
         assert!(!thread_cpu_seconds("self").is_empty());
+    }
+
+    #[test]
+    fn reads_udp_drops() {
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                    \x20 12: 0100007F:0FA0 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 17\n";
+        assert_eq!(parse_udp_drops(text, "0100007F:0FA0"), Some(17));
+        assert_eq!(parse_udp_drops(text, "0100007F:0FA1"), None);
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        assert_eq!(udp_drops(s.local_addr().expect("addr")), Some(0));
     }
 
     #[test]

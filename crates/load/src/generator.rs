@@ -551,7 +551,8 @@ impl Worker {
             {
                 c.sent += 1;
                 send_all(&mut c.peer, &c.socket);
-                self.reschedule(i);
+                // Sending sets no earlier timer (RTCP reports run on their own
+                // period); the next received packet reschedules anyway.
             }
         }
     }
@@ -690,7 +691,14 @@ pub(crate) fn ensure_room(api: SocketAddr, room: &str) -> Result<(), LoadError> 
     }
 }
 
-fn join_one(api: SocketAddr, room: &str) -> Result<(ClientPeer, UdpSocket, String), String> {
+/// The address of the first host candidate in an SDP: the server's media address.
+fn candidate_addr(sdp: &str) -> Option<SocketAddr> {
+    let line = sdp.lines().find(|l| l.starts_with("a=candidate:"))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    format!("{}:{}", f.get(4)?, f.get(5)?).parse().ok()
+}
+
+fn join_one(api: SocketAddr, room: &str) -> Result<(ClientPeer, UdpSocket, String, Option<SocketAddr>), String> {
     let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
     socket.set_nonblocking(true).map_err(|e| e.to_string())?;
     let local = socket.local_addr().map_err(|e| e.to_string())?;
@@ -703,7 +711,7 @@ fn join_one(api: SocketAddr, room: &str) -> Result<(ClientPeer, UdpSocket, Strin
     }
     peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
     let location = r.header("location").unwrap_or_default().to_owned();
-    Ok((peer, socket, location))
+    Ok((peer, socket, location, candidate_addr(&r.body)))
 }
 
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
@@ -769,7 +777,8 @@ pub fn run(
     let mut last_progress = start;
     let mut next_summary = start + cfg.summary_interval;
     let mut cpu_window_start: Option<CpuMark> = None;
-    let summary_at = |now: Instant, joined: &[Joined], cpu0: Option<&CpuMark>| {
+    let mut server_media: Option<SocketAddr> = None;
+    let summary_at = |now: Instant, joined: &[Joined], cpu0: Option<&CpuMark>, media: Option<SocketAddr>| {
         let views: Vec<ThreadView> = shared.views.iter().map(|v| lock(v).clone()).collect();
         report::summarize(&report::RunState {
             cfg,
@@ -786,7 +795,7 @@ pub fn run(
             total: cfg.clients,
             markers: &lock(&shared.markers),
             detections: &lock(&shared.detections),
-            cpu: cpu0.map(|c| crate::cpu::CpuUse::between(c, &CpuMark::now(&cfg.server_cpu))),
+            cpu: cpu0.map(|c| crate::cpu::CpuUse::between(c, &CpuMark::now(&cfg.server_cpu, media))),
             threads,
         })
     };
@@ -800,7 +809,10 @@ pub fn run(
             break;
         }
         match join_one(cfg.api, &cfg.room) {
-            Ok((peer, socket, location)) => {
+            Ok((peer, socket, location, media)) => {
+                if server_media.is_none() {
+                    server_media = media;
+                }
                 let c = NewClient { index, role, probe, peer, socket, joined_at: Instant::now() };
                 if senders[index % threads].send(c).is_err() {
                     joined.push(Joined {
@@ -825,7 +837,7 @@ pub fn run(
         }
         if now >= next_summary {
             next_summary += cfg.summary_interval;
-            let s = summary_at(now, &joined, None);
+            let s = summary_at(now, &joined, None, server_media);
             observe(Progress::Summary(&s));
         }
     }
@@ -841,11 +853,11 @@ pub fn run(
             break;
         }
         if cpu_window_start.is_none() && now >= window_start {
-            cpu_window_start = Some(CpuMark::now(&cfg.server_cpu));
+            cpu_window_start = Some(CpuMark::now(&cfg.server_cpu, server_media));
         }
         if now >= next_summary {
             next_summary += cfg.summary_interval;
-            let s = summary_at(now, &joined, cpu_window_start.as_ref());
+            let s = summary_at(now, &joined, cpu_window_start.as_ref(), server_media);
             observe(Progress::Summary(&s));
         }
         let mut wake = next_summary;
@@ -857,7 +869,7 @@ pub fn run(
         }
         std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
     }
-    let cpu_end = CpuMark::now(&cfg.server_cpu);
+    let cpu_end = CpuMark::now(&cfg.server_cpu, server_media);
     shared.stop.store(true, Ordering::Relaxed);
     for h in handles {
         let _ = h.join();

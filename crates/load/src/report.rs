@@ -147,6 +147,10 @@ pub struct Summary {
     pub server_threads: Vec<(String, f64)>,
     /// The whole machine busy over the window (0..1).
     pub machine_busy: Option<f64>,
+    /// Datagrams the kernel dropped on the server's media socket over the
+    /// window (a server on this machine only): upstream loss the clients
+    /// cannot see.
+    pub server_udp_drops: Option<u64>,
     /// False when the generator, not the server, limited the run.
     pub valid: bool,
     /// Why the run is invalid.
@@ -417,6 +421,7 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
             .map(|c| c * 1e6 / 50.0 / connected as f64),
         server_threads: cpu.server_threads.iter().take(6).cloned().collect(),
         machine_busy: cpu.machine_busy,
+        server_udp_drops: cpu.server_udp_drops,
         valid: invalid_reasons.is_empty(),
         invalid_reasons,
         warnings,
@@ -519,14 +524,15 @@ impl Summary {
         let g = &self.generator;
         let _ = write!(
             t,
-            "  generator CPU {} cores (busiest thread {} %), send lateness ms p50/p99/max {:.2}/{:.2}/{:.2} | server CPU {} cores, {} µs/participant/tick",
+            "  generator CPU {} cores (busiest thread {} %), send lateness ms p50/p99/max {:.2}/{:.2}/{:.2} | server CPU {} cores, {} µs/participant/tick, media socket drops {}",
             opt(g.cpu_cores, 2),
             opt(g.busiest_thread.map(|b| b * 100.0), 0),
             g.lateness_p50_ms,
             g.lateness_p99_ms,
             g.lateness_max_ms,
             opt(self.server_cpu_cores, 2),
-            opt(self.server_us_per_participant_tick, 2)
+            opt(self.server_us_per_participant_tick, 2),
+            self.server_udp_drops.map_or_else(|| "unknown".into(), |d| d.to_string())
         );
         if !self.valid {
             let _ = write!(t, "\n  INVALID: {}", self.invalid_reasons.join("; "));
