@@ -337,6 +337,21 @@ pub fn search(
     })
 }
 
+/// One trial in a plot panel.
+struct Point {
+    x: f64,
+    y: f64,
+    /// A confirming trial.
+    big: bool,
+    valid: bool,
+}
+
+/// 1, 2 or 5 times a power of ten, at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    let p = 10f64.powf(raw.max(1.0).log10().floor());
+    [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * p).find(|&s| s >= raw).unwrap_or(10.0 * p)
+}
+
 fn opt(v: Option<f64>, digits: usize) -> String {
     match v {
         Some(v) if v.is_finite() => format!("{v:.digits$}"),
@@ -432,13 +447,21 @@ impl CapacityResult {
         let mut pts: Vec<&Trial> = self.trials.iter().collect();
         pts.sort_by_key(|t| t.figures.n);
         let xmax = pts.iter().map(|t| t.figures.n).max().unwrap_or(1).max(1) as f64 * 1.05;
+        let xstep = nice_step(xmax / 5.0);
         let finite = |v: Option<f64>| v.filter(|x| x.is_finite());
         let lat_cap = 400.0;
-        type Series<'a> = (&'a str, &'a str, Vec<(f64, f64, bool)>);
+        type Series<'a> = (&'a str, &'a str, Vec<Point>);
         type Panel<'a> = (String, f64, f64, Option<f64>, Vec<Series<'a>>);
-        let series = |f: &dyn Fn(&TrialFigures) -> Option<f64>| -> Vec<(f64, f64, bool)> {
+        let series = |f: &dyn Fn(&TrialFigures) -> Option<f64>| -> Vec<Point> {
             pts.iter()
-                .filter_map(|t| f(&t.figures).map(|y| (t.figures.n as f64, y, t.phase == Phase::Confirm)))
+                .filter_map(|t| {
+                    f(&t.figures).map(|y| Point {
+                        x: t.figures.n as f64,
+                        y,
+                        big: t.phase == Phase::Confirm,
+                        valid: t.figures.valid,
+                    })
+                })
                 .collect()
         };
         let panels: Vec<Panel<'_>> = vec![
@@ -520,8 +543,11 @@ impl CapacityResult {
                     sy(y) + 4.0,
                     yy = sy(y)
                 );
-                let x = xmax * f64::from(i) / 4.0;
+            }
+            let mut x = 0.0;
+            while x <= xmax {
                 let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{x:.0}</text>"#, sx(x), y0 + ph + 15.0);
+                x += xstep;
             }
             let _ = writeln!(
                 s,
@@ -540,7 +566,15 @@ impl CapacityResult {
                 );
             }
             for (j, (label, color, points)) in ser.iter().enumerate() {
-                let line: Vec<String> = points.iter().map(|(x, y, _)| format!("{:.1},{:.1}", sx(*x), sy(*y))).collect();
+                // The line joins the latest trial at each N (points are sorted by N, then by time).
+                let mut latest: Vec<&Point> = Vec::new();
+                for p in points {
+                    match latest.last_mut() {
+                        Some(last) if last.x == p.x => *last = p,
+                        _ => latest.push(p),
+                    }
+                }
+                let line: Vec<String> = latest.iter().map(|p| format!("{:.1},{:.1}", sx(p.x), sy(p.y))).collect();
                 if line.len() > 1 {
                     let _ = writeln!(
                         s,
@@ -548,9 +582,15 @@ impl CapacityResult {
                         line.join(" ")
                     );
                 }
-                for (x, y, confirm) in points {
-                    let r = if *confirm { 5.0 } else { 3.0 };
-                    let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="{r}" fill="{color}"/>"#, sx(*x), sy(*y));
+                for p in points {
+                    let r = if p.big { 5.0 } else { 3.0 };
+                    let fill = if p.valid { color } else { "white" };
+                    let _ = writeln!(
+                        s,
+                        r#"<circle cx="{:.1}" cy="{:.1}" r="{r}" fill="{fill}" stroke="{color}" stroke-width="1.5"/>"#,
+                        sx(p.x),
+                        sy(p.y)
+                    );
                 }
                 let ly = y0 + 14.0 + 14.0 * j as f64;
                 let _ = writeln!(
@@ -573,7 +613,7 @@ impl CapacityResult {
         }
         let _ = writeln!(
             s,
-            r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">large dots: full-length confirming trials; dotted green line: the capacity found</text>"##,
+            r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">large dots: full-length confirming trials; hollow: INVALID (generator-bound); lines join the latest trial at each N; dotted green: the capacity found</text>"##,
             w / 2.0,
             h - 12.0
         );
@@ -636,7 +676,10 @@ mod tests {
         assert_eq!(r.trials.iter().filter(|t| t.phase == Phase::Confirm).count(), 1);
         assert!(!r.limited_by_generator);
         assert!(r.table().lines().count() == r.trials.len() + 2);
-        assert!(r.svg().starts_with("<svg"));
+        let svg = r.svg();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        // Left for a look: the plot of a known search.
+        let _ = std::fs::write(std::env::temp_dir().join("tutti-capacity-fake.svg"), &svg);
         assert!(r.headline().contains(&format!("capacity: {n}")));
     }
 
@@ -670,6 +713,7 @@ mod tests {
         let mut f = fake(5000, 5000);
         f.generator_limit = 700;
         let r = run(&mut f);
+        let _ = std::fs::write(std::env::temp_dir().join("tutti-capacity-fake-invalid.svg"), r.svg());
         // Each invalid failure was tried twice.
         let invalid = r.trials.iter().filter(|t| !t.figures.valid).count();
         assert_eq!(invalid % 2, 0);
