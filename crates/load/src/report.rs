@@ -110,6 +110,8 @@ pub struct Summary {
     pub closed: usize,
     /// Talkers (P.59), silent, probe talkers, probe listeners.
     pub roles: [usize; 4],
+    /// Join request to ICE+DTLS up, ms, over connected clients.
+    pub connect_ms: Stat,
     /// Drift delay at the latest packet, ms, over clients.
     pub drift_ms: Stat,
     /// Mouth-to-ear latency.
@@ -396,6 +398,7 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
             role_count(Role::ProbeTalker),
             role_count(Role::ProbeListener),
         ],
+        connect_ms: Stat::of(clients.iter().filter_map(|c| c.connect_ms)),
         drift_ms: Stat::of(receiving.iter().map(|c| c.drift_ms)),
         latency,
         packets_per_second: Stat::of(joined.iter().map(|c| c.packets_per_second)),
@@ -481,8 +484,16 @@ impl Summary {
         };
         let _ = writeln!(
             t,
-            "[{:>7.1}s] {phase} | clients {}: connected {}, connecting {}, joining {}, failed {}, closed {}",
-            self.elapsed_s, self.clients, self.connected, self.connecting, self.joining, self.join_failed, self.closed
+            "[{:>7.1}s] {phase} | clients {}: connected {}, connecting {}, joining {}, failed {}, closed {} | connect ms avg/max {:.0}/{:.0}",
+            self.elapsed_s,
+            self.clients,
+            self.connected,
+            self.connecting,
+            self.joining,
+            self.join_failed,
+            self.closed,
+            self.connect_ms.avg,
+            self.connect_ms.max
         );
         let l = &self.latency;
         let _ = writeln!(
