@@ -87,6 +87,9 @@ pub struct CapacityArgs {
     /// Mixer threads of the local server (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub server_mix_threads: usize,
+    /// Extra argument for the local `tutti serve` (repeatable), e.g. `--server-arg=--metrics --server-arg=off`.
+    #[arg(long, allow_hyphen_values = true)]
+    pub server_arg: Vec<String>,
     /// Share of participants that talk.
     #[arg(long, default_value_t = 0.1)]
     pub talkers: f64,
@@ -288,13 +291,14 @@ fn free_port(udp: bool) -> Result<u16, LoadError> {
 
 impl LocalServer {
     /// Starts this executable's `serve` on free loopback ports and waits for /readyz.
-    fn start(mix_threads: usize) -> Result<Self, LoadError> {
+    fn start(mix_threads: usize, extra: &[String]) -> Result<Self, LoadError> {
         let exe = std::env::current_exe().map_err(|e| LoadError::Server(format!("finding the tutti binary: {e}")))?;
         let api = SocketAddr::from(([127, 0, 0, 1], free_port(false)?));
         let media = SocketAddr::from(([127, 0, 0, 1], free_port(true)?));
         let child = Command::new(exe)
             .args(["serve", "--http", &api.to_string(), "--media", &media.to_string()])
             .args(["--mix-threads", &mix_threads.to_string()])
+            .args(extra)
             .env("TUTTI_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -379,7 +383,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     let (api, server_cpu) = match &args.url {
         Some(url) => (parse_url(url)?.0, cpu_source(args.metrics_url.as_deref(), None)?),
         None => {
-            let server = LocalServer::start(args.server_mix_threads)?;
+            let server = LocalServer::start(args.server_mix_threads, &args.server_arg)?;
             let source = CpuSource::Process(server.child.id());
             let api = server.api;
             println!("tutti capacity: started a local server (pid {}) on http://{api}", server.child.id());
