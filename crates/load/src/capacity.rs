@@ -133,7 +133,7 @@ impl Slo {
             v.push(format!("{} probe(s) heard themselves", f.self_echo));
         }
         if !f.valid {
-            v.push(format!("INVALID (generator-bound): {}", f.invalid_reasons.join("; ")));
+            v.push(format!("INVALID (the generator did not keep its schedule): {}", f.invalid_reasons.join("; ")));
         }
         v
     }
@@ -433,7 +433,7 @@ impl CapacityResult {
         if self.limited_by_generator {
             let _ = writeln!(
                 t,
-                "  NOTE: a failing trial above it was generator-bound (INVALID): the server may hold more than this"
+                "  NOTE: a failing trial above it was INVALID (the generator did not keep its schedule, starved or saturated): the server may hold more than this"
             );
         }
         let _ = write!(t, "  search took {:.0} s ({} trials)", self.elapsed_s, self.trials.len());
@@ -613,7 +613,7 @@ impl CapacityResult {
         }
         let _ = writeln!(
             s,
-            r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">large dots: full-length confirming trials; hollow: INVALID (generator-bound); lines join the latest trial at each N; dotted green: the capacity found</text>"##,
+            r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">large dots: full-length confirming trials; hollow: INVALID (generator off schedule); lines join the latest trial at each N; dotted green: the capacity found</text>"##,
             w / 2.0,
             h - 12.0
         );
