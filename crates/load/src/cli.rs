@@ -332,17 +332,46 @@ pub struct LoadRunner {
     /// Print each trial's final summary.
     pub verbose: bool,
     trial: usize,
+    /// The local server, its settings, and how often it was restarted.
+    local: Option<(LocalServer, usize, Vec<String>)>,
+    restarts: usize,
 }
+
+/// Restarts of a local server that died between trials, before giving up.
+const MAX_RESTARTS: usize = 3;
 
 impl LoadRunner {
     /// A runner from `base`.
     pub fn new(base: LoadConfig, stop: Arc<AtomicBool>, verbose: bool) -> Self {
-        Self { base, stop, verbose, trial: 0 }
+        Self { base, stop, verbose, trial: 0, local: None, restarts: 0 }
+    }
+
+    /// Makes sure the local server (if any) is still running; a server that
+    /// died (killed from outside, crashed) is reported and started anew.
+    fn check_local(&mut self) -> Result<(), LoadError> {
+        let Some((server, mix_threads, extra)) = &mut self.local else { return Ok(()) };
+        let status = match server.child.try_wait() {
+            Ok(None) => return Ok(()),
+            Ok(Some(status)) => status.to_string(),
+            Err(e) => e.to_string(),
+        };
+        if self.restarts >= MAX_RESTARTS {
+            return Err(LoadError::Server(format!("the local server exited ({status}) {MAX_RESTARTS} times")));
+        }
+        self.restarts += 1;
+        println!("  the local server (pid {}) exited ({status}); starting another", server.child.id());
+        let fresh = LocalServer::start(*mix_threads, extra)?;
+        self.base.api = fresh.api;
+        self.base.server_cpu = CpuSource::Process(fresh.child.id());
+        println!("  local server (pid {}) on http://{}", fresh.child.id(), fresh.api);
+        *server = fresh;
+        Ok(())
     }
 }
 
 impl TrialRunner for LoadRunner {
     fn run(&mut self, n: usize, window: Duration) -> Result<TrialFigures, LoadError> {
+        self.check_local()?;
         self.trial += 1;
         let mut cfg = self.base.clone();
         cfg.clients = n;
@@ -363,6 +392,12 @@ impl TrialRunner for LoadRunner {
         // The room goes whatever happened; its peers are closed by the server.
         let path = format!("/v1/rooms/{}", cfg.room);
         let _ = tutti_server::client::request(cfg.api, "DELETE", &path, None, b"");
+        if self.local.as_mut().is_some_and(|(s, _, _)| !matches!(s.child.try_wait(), Ok(None))) {
+            // The server died during the trial: its figures mean nothing; run it again.
+            self.check_local()?;
+            self.trial -= 1;
+            return self.run(n, window);
+        }
         let report = report?;
         if self.stop.load(Ordering::Relaxed) {
             return Err(LoadError::Stopped);
@@ -426,6 +461,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         server_cpu.describe()
     );
     let mut runner = LoadRunner::new(base, stop.clone(), args.verbose);
+    runner.local = local.map(|s| (s, args.server_mix_threads, args.server_arg.clone()));
     let result = capacity::search(&policy, &slo, &mut runner, &|| stop.load(Ordering::Relaxed), &mut |t| {
         let f = &t.figures;
         println!(
@@ -442,7 +478,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
             if t.pass { String::new() } else { format!(" ({})", t.violations.join("; ")) }
         );
     })?;
-    drop(local);
+    drop(runner);
     let table = result.table();
     println!("\n{}\n\n{table}", result.headline());
     let md = format!("# tutti capacity\n\n```text\n{}\n```\n\n{table}", result.headline());
