@@ -525,7 +525,8 @@ impl Worker {
                     if c.marker_frame.is_none() && c.next_marker.is_some_and(|t| now >= t) {
                         c.marker_frame = Some(0);
                         c.next_marker = c.next_marker.map(|t| t + self.cfg.marker_period);
-                        lock(&self.shared.markers).push(MarkerSent { probe: p, client: c.index, at: now });
+                        let at = Instant::now();
+                        lock(&self.shared.markers).push(MarkerSent { probe: p, client: c.index, at });
                     }
                     match c.marker_frame {
                         Some(f) => {
