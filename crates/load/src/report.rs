@@ -76,6 +76,8 @@ pub struct GeneratorHealth {
     pub threads: usize,
     /// Its CPU, in cores, over the window.
     pub cpu_cores: Option<f64>,
+    /// Its CPU per joined client per 20 ms tick, µs.
+    pub us_per_client_tick: Option<f64>,
     /// The busiest `load-N` thread, share of one core.
     pub busiest_thread: Option<f64>,
     /// Send slots fired (1 ms slots; 20 per frame per thread).
@@ -354,6 +356,10 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
     let generator = GeneratorHealth {
         threads: s.threads,
         cpu_cores: cpu.generator_cores,
+        us_per_client_tick: cpu
+            .generator_cores
+            .filter(|_| !joined.is_empty())
+            .map(|c| c * 1e6 / 50.0 / joined.len() as f64),
         busiest_thread: busiest,
         slots: lateness.count(),
         lateness_p50_ms: lateness.quantile_ms(0.5),
@@ -535,8 +541,9 @@ impl Summary {
         let g = &self.generator;
         let _ = write!(
             t,
-            "  generator CPU {} cores (busiest thread {} %), send lateness ms p50/p99/max {:.2}/{:.2}/{:.2} | server CPU {} cores, {} µs/participant/tick, media socket drops {}",
+            "  generator CPU {} cores = {} µs/client/tick (busiest thread {} %), send lateness ms p50/p99/max {:.2}/{:.2}/{:.2} | server CPU {} cores, {} µs/participant/tick, media socket drops {}",
             opt(g.cpu_cores, 2),
+            opt(g.us_per_client_tick, 1),
             opt(g.busiest_thread.map(|b| b * 100.0), 0),
             g.lateness_p50_ms,
             g.lateness_p99_ms,
