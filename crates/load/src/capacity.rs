@@ -410,10 +410,11 @@ impl CapacityResult {
                 let _ = writeln!(t, "capacity: {n} participants in one room meet the SLO");
                 let _ = writeln!(
                     t,
-                    "  at N = {n}: server CPU {} cores = {} µs per participant per 20 ms tick; generator CPU {} cores; p5 MOS {:.2}, loss {:.3} %, mouth-to-ear p50/p95 {}/{} ms, perfect delivery {:.1} %",
+                    "  at N = {n}: server CPU {} cores = {} µs per participant per 20 ms tick; generator CPU {} cores = {} µs per client per tick; p5 MOS {:.2}, loss {:.3} %, mouth-to-ear p50/p95 {}/{} ms, perfect delivery {:.1} %",
                     opt(f.server_cpu_cores, 2),
                     opt(f.server_us_per_participant_tick, 2),
                     opt(f.generator_cpu_cores, 2),
+                    opt(f.generator_cpu_cores.map(|c| c * 1e6 / 50.0 / n.max(1) as f64), 1),
                     f.mos_p5,
                     f.loss_percent,
                     opt(f.latency_p50_ms, 0),
