@@ -225,6 +225,9 @@ pub struct CapacityResult {
     pub max_n: Option<usize>,
     /// The confirming trial's figures.
     pub at_max: Option<TrialFigures>,
+    /// The largest N any trial passed at (short trials included): an upper
+    /// hint when the confirmation failed.
+    pub best_pass: Option<usize>,
     /// Whether a failure that bounded the search was the generator's (then
     /// the server's capacity is at least `max_n`, possibly more).
     pub limited_by_generator: bool,
@@ -324,11 +327,13 @@ pub fn search(
     let at_max = max_n.and_then(|m| {
         trials.iter().rev().find(|t| t.phase == Phase::Confirm && t.figures.n == m && t.pass).map(|t| t.figures.clone())
     });
+    let best_pass = trials.iter().filter(|t| t.pass).map(|t| t.figures.n).max();
     let bound = max_n.unwrap_or(0);
     let limited_by_generator = trials.iter().any(|t| !t.pass && t.figures.n > bound && !t.figures.valid);
     Ok(CapacityResult {
         max_n,
         at_max,
+        best_pass,
         limited_by_generator,
         slo: slo.clone(),
         policy: policy.clone(),
@@ -428,8 +433,11 @@ impl CapacityResult {
                 }
             }
             _ => {
-                let _ = writeln!(t, "capacity: no N tried met the SLO");
+                let _ = writeln!(t, "capacity: no N was confirmed by a full-length trial");
             }
+        }
+        if let Some(b) = self.best_pass.filter(|&b| Some(b) != self.max_n) {
+            let _ = writeln!(t, "  the largest N that passed a (short) trial: {b}");
         }
         if self.limited_by_generator {
             let _ = writeln!(
@@ -524,7 +532,7 @@ impl CapacityResult {
                 self.trials.len(),
                 self.elapsed_s
             ),
-            None => format!("tutti capacity: no N met the SLO ({} trials)", self.trials.len()),
+            None => format!("tutti capacity: no N confirmed ({} trials)", self.trials.len()),
         };
         let _ = writeln!(s, r#"<text x="{}" y="24" text-anchor="middle" font-size="15">{title}</text>"#, w / 2.0);
         for (k, (name, ymin, ymax, slo, ser)) in panels.iter().enumerate() {
