@@ -329,7 +329,11 @@ pub fn search(
     });
     let best_pass = trials.iter().filter(|t| t.pass).map(|t| t.figures.n).max();
     let bound = max_n.unwrap_or(0);
-    let limited_by_generator = trials.iter().any(|t| !t.pass && t.figures.n > bound && !t.figures.valid);
+    // The search was bounded by the generator when the smallest N that
+    // failed above the result only ever failed as INVALID.
+    let first_fail = trials.iter().filter(|t| !t.pass && t.figures.n > bound).map(|t| t.figures.n).min();
+    let limited_by_generator =
+        first_fail.is_some_and(|n| trials.iter().filter(|t| t.figures.n == n && !t.pass).all(|t| !t.figures.valid));
     Ok(CapacityResult {
         max_n,
         at_max,
