@@ -124,7 +124,7 @@ impl Slo {
         }
         if f.perfect_share < self.min_perfect_share {
             v.push(format!(
-                "perfect delivery {:.1} % < {:.1} %",
+                "perfect delivery {:.2} % < {:.2} %",
                 100.0 * f.perfect_share,
                 100.0 * self.min_perfect_share
             ));
