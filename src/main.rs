@@ -24,6 +24,10 @@ struct Cli {
 enum Command {
     /// Run the server (embedded defaults: API on 127.0.0.1:8080, media on UDP 127.0.0.1:4000).
     Serve(ServeArgs),
+    /// Load a running server with N simulated WebRTC participants and report quality per client.
+    Load(tutti_load::LoadArgs),
+    /// Find the largest room that meets the quality SLO (starts a local server unless --url).
+    Capacity(tutti_load::CapacityArgs),
 }
 
 /// Settings come from the defaults, then `--config`, then `TUTTI_*`
@@ -86,7 +90,11 @@ impl ServeArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Load(args) => return exit_with(tutti_load::run_load(&args)?),
+        Command::Capacity(args) => return exit_with(tutti_load::run_capacity(&args)?),
+    };
     let cfg = Config::load(args.config.as_deref(), std::env::vars(), &args.overrides()?)
         .context("reading the configuration")?;
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log.filter)
@@ -128,6 +136,14 @@ fn main() -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Exit status 2 when a load run was invalid or no room size met the SLO.
+fn exit_with(ok: bool) -> anyhow::Result<()> {
+    if !ok {
+        std::process::exit(2);
+    }
+    Ok(())
 }
 
 async fn wait_for_signal() {

@@ -109,6 +109,9 @@ pub struct JitterStats {
     pub resyncs: u64,
     /// Ticks with nothing to play after playout had started.
     pub underruns: u64,
+    /// Frames dropped to shrink a standing queue back to the target depth
+    /// (delay a burst left behind).
+    pub drained: u64,
 }
 
 #[derive(Debug)]
@@ -135,8 +138,17 @@ pub struct JitterBuffer {
     fresh: bool,
     anchor: Option<Anchor>,
     bad_timestamps_in_a_row: u32,
+    /// Fewest frames buffered at any pop of the current window.
+    window_min: usize,
+    /// Pops in the current window.
+    window_pops: u32,
+    /// Frames still to drop to shrink a standing queue.
+    to_drain: usize,
     stats: JitterStats,
 }
+
+/// Pops over which a standing queue is measured (1 s).
+const DRAIN_WINDOW: u32 = 50;
 
 impl JitterBuffer {
     /// An empty buffer.
@@ -150,6 +162,9 @@ impl JitterBuffer {
             fresh: true,
             anchor: None,
             bad_timestamps_in_a_row: 0,
+            window_min: usize::MAX,
+            window_pops: 0,
+            to_drain: 0,
             stats: JitterStats::default(),
         }
     }
@@ -226,6 +241,7 @@ impl JitterBuffer {
             return Playout::Empty;
         }
         self.fresh = false;
+        self.shrink();
         let slot = self.slots.pop_front().flatten();
         if let Some(next) = &mut self.next {
             *next += 1;
@@ -240,6 +256,34 @@ impl JitterBuffer {
                 self.stats.lost += 1;
                 let fec = self.slots.front().and_then(|s| s.as_ref()).map(|f| f.payload.clone());
                 Playout::Lost { fec }
+            }
+        }
+    }
+
+    /// Keeps delay from ratcheting up. A burst (a sender or network stall,
+    /// then everything at once) leaves frames queued that are played one per
+    /// tick forever after: delay that never goes away. If the queue never
+    /// fell to the target depth during a whole window, the frames it kept
+    /// are excess: drop them, oldest first, one extra per tick (a 20 ms skip
+    /// each, concealed by the decoder like a loss would be).
+    fn shrink(&mut self) {
+        self.window_min = self.window_min.min(self.buffered);
+        self.window_pops += 1;
+        if self.window_pops >= DRAIN_WINDOW {
+            // At a pop, a steady stream holds `depth` frames plus the one
+            // about to play.
+            self.to_drain = self.window_min.saturating_sub(self.cfg.depth + 1);
+            self.window_min = usize::MAX;
+            self.window_pops = 0;
+        }
+        if self.to_drain > 0 && self.buffered > self.cfg.depth + 1 && self.slots.len() > 1 {
+            self.to_drain -= 1;
+            if let Some(Some(_)) = self.slots.pop_front() {
+                self.buffered -= 1;
+                self.stats.drained += 1;
+            }
+            if let Some(next) = &mut self.next {
+                *next += 1;
             }
         }
     }
@@ -343,6 +387,39 @@ mod tests {
         jb.push(pkt(11, 960));
         assert_eq!(drain(&mut jb, 3), vec![10, 11, -1]);
         assert_eq!(jb.stats().underruns, 1);
+    }
+
+    #[test]
+    fn a_standing_queue_left_by_a_burst_is_drained_to_the_target() {
+        let mut jb = JitterBuffer::new(cfg(2));
+        let mut seq = 0u16;
+        let mut push = |jb: &mut JitterBuffer, n: usize| {
+            for _ in 0..n {
+                jb.push(pkt(seq, u32::from(seq) * 960));
+                seq += 1;
+            }
+        };
+        push(&mut jb, 2);
+        // A burst: ten frames at once, then one per tick for 3 s.
+        push(&mut jb, 10);
+        let mut played = Vec::new();
+        for _ in 0..150 {
+            push(&mut jb, 1);
+            if let Playout::Frame(f) = jb.pop() {
+                played.push(f.payload[0]);
+            }
+        }
+        assert!(jb.buffered() <= 3, "delay back to the target: {} frames buffered", jb.buffered());
+        assert_eq!(jb.stats().drained, 10, "the burst's excess, and only it, was dropped");
+        assert_eq!(jb.stats().lost, 0);
+        assert!(played.windows(2).all(|w| w[1] > w[0]), "still in order");
+        // A steady stream at the target is never touched.
+        let before = jb.stats().drained;
+        for _ in 0..200 {
+            push(&mut jb, 1);
+            jb.pop();
+        }
+        assert_eq!(jb.stats().drained, before);
     }
 
     #[test]

@@ -1,0 +1,506 @@
+//! `tutti load` and `tutti capacity`: flags, output, and the local server
+//! that `tutti capacity` starts when it is given no `--url`.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::LoadError;
+use crate::capacity::{self, SearchPolicy, Slo, TrialFigures, TrialRunner};
+use crate::cpu::CpuSource;
+use crate::generator::{self, LoadConfig, Progress, SilenceMode};
+
+/// `tutti load`: N simulated participants against a running server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// The server's HTTP API.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Participants.
+    #[arg(short = 'n', long = "clients", default_value_t = 100)]
+    pub clients: usize,
+    /// Milliseconds between joins.
+    #[arg(long, default_value_t = 20)]
+    pub cint: u64,
+    /// Run time in seconds from the start; 0 = until Ctrl-C.
+    #[arg(long, default_value_t = 30)]
+    pub life: u64,
+    /// Milliseconds between summaries.
+    #[arg(long, default_value_t = 5000)]
+    pub sint: u64,
+    /// The room (created if missing).
+    #[arg(long, default_value = "load")]
+    pub room: String,
+    /// Share of participants that talk (ITU-T P.59 on/off); the others send silence.
+    #[arg(long, default_value_t = 0.1)]
+    pub talkers: f64,
+    /// What silent participants send: `dtx` (one level-127 frame every 400 ms, as browsers do with tutti's `usedtx=1` answer) or `frames` (a silence frame every 20 ms).
+    #[arg(long, value_enum, default_value_t = SilenceMode::Dtx)]
+    pub silence: SilenceMode,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Seconds after the last join before figures are measured.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Probe talkers (marker tones; at most 6).
+    #[arg(long, default_value_t = 3)]
+    pub probes: usize,
+    /// Probe listeners (decode their mix to time the markers).
+    #[arg(long, default_value_t = 8)]
+    pub probe_listeners: usize,
+    /// Milliseconds between one probe's markers.
+    #[arg(long, default_value_t = 2500)]
+    pub marker_period: u64,
+    /// Generator threads (`load-0`, …).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Seed of the talk patterns.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Speech clip, 48 kHz mono WAV (default: a synthesized speech-like signal).
+    #[arg(long)]
+    pub clip: Option<PathBuf>,
+    /// The server's Prometheus endpoint, for its CPU (process_cpu_seconds_total).
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// PID of a local server process, for its CPU from /proc.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Per-client rows printed at the end (the worst by MOS when there are more).
+    #[arg(long, default_value_t = 50)]
+    pub details: usize,
+}
+
+/// `tutti capacity`: the largest room that meets the SLO.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CapacityArgs {
+    /// A running server's HTTP API; without it a local server is started.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The remote server's Prometheus endpoint, for its CPU.
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// Mixer threads of the local server (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub server_mix_threads: usize,
+    /// Extra argument for the local `tutti serve` (repeatable), e.g. `--server-arg=--metrics --server-arg=off`.
+    #[arg(long, allow_hyphen_values = true)]
+    pub server_arg: Vec<String>,
+    /// Share of participants that talk.
+    #[arg(long, default_value_t = 0.1)]
+    pub talkers: f64,
+    /// What silent participants send.
+    #[arg(long, value_enum, default_value_t = SilenceMode::Dtx)]
+    pub silence: SilenceMode,
+    /// First N of the ramp.
+    #[arg(long, default_value_t = 100)]
+    pub start: usize,
+    /// Largest N tried.
+    #[arg(long, default_value_t = 4000)]
+    pub max: usize,
+    /// Measurement window of ramp and search trials, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub short: u64,
+    /// Measurement window of the confirming trial, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub full: u64,
+    /// Warm-up after the last join of each trial, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub warmup: f64,
+    /// Milliseconds between joins.
+    #[arg(long, default_value_t = 2)]
+    pub cint: u64,
+    /// Stop bisecting when the gap is at most this percent of N.
+    #[arg(long, default_value_t = 5.0)]
+    pub resolution: f64,
+    /// Most ramp and search trials.
+    #[arg(long, default_value_t = 14)]
+    pub max_trials: usize,
+    /// SLO: least p5 MOS.
+    #[arg(long, default_value_t = 4.0)]
+    pub min_mos: f64,
+    /// SLO: most loss, percent.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_loss: f64,
+    /// SLO: most p95 mouth-to-ear, ms.
+    #[arg(long, default_value_t = 150.0)]
+    pub max_latency: f64,
+    /// SLO: least share of clients with perfect delivery, percent.
+    #[arg(long, default_value_t = 99.0)]
+    pub min_perfect: f64,
+    /// Probe talkers.
+    #[arg(long, default_value_t = 3)]
+    pub probes: usize,
+    /// Probe listeners.
+    #[arg(long, default_value_t = 8)]
+    pub probe_listeners: usize,
+    /// Generator threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Where the table (capacity.md), the JSON report and the plot (capacity.svg) go.
+    #[arg(long, default_value = "tutti-capacity")]
+    pub out: PathBuf,
+    /// Print each trial's summary.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Resolves `http://host:port[/path]` (or `host:port`) to an address and path.
+pub fn parse_url(url: &str) -> Result<(SocketAddr, String), LoadError> {
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    if rest.starts_with("https://") {
+        return Err(LoadError::Config("https is not supported; use http://".into()));
+    }
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_owned()),
+        None => (rest, "/".to_owned()),
+    };
+    let addr = host
+        .to_socket_addrs()
+        .map_err(|e| LoadError::Config(format!("'{url}': {e}")))?
+        .next()
+        .ok_or_else(|| LoadError::Config(format!("'{url}' resolves to nothing")))?;
+    Ok((addr, path))
+}
+
+/// A flag that Ctrl-C (SIGINT) or SIGTERM sets.
+pub fn stop_on_signal() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            #[cfg(unix)]
+            {
+                use tokio::signal::unix::{SignalKind, signal};
+                if let Ok(mut term) = signal(SignalKind::terminate()) {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                } else {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+        });
+        f.store(true, Ordering::Relaxed);
+    });
+    if spawned.is_err() {
+        eprintln!("tutti: could not watch for Ctrl-C; the run stops at --life");
+    }
+    flag
+}
+
+fn cpu_source(metrics_url: Option<&str>, pid: Option<u32>) -> Result<CpuSource, LoadError> {
+    if let Some(pid) = pid {
+        return Ok(CpuSource::Process(pid));
+    }
+    match metrics_url {
+        Some(u) => {
+            let (addr, path) = parse_url(u)?;
+            let path = if path == "/" { "/metrics".to_owned() } else { path };
+            Ok(CpuSource::Metrics(addr, path))
+        }
+        None => Ok(CpuSource::Unknown),
+    }
+}
+
+fn write_file(path: &std::path::Path, text: &str) -> Result<(), LoadError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| LoadError::Io(format!("{}: {e}", dir.display())))?;
+    }
+    std::fs::write(path, text).map_err(|e| LoadError::Io(format!("{}: {e}", path.display())))
+}
+
+/// Runs `tutti load`. Returns whether the run was valid.
+pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
+    let (api, _) = parse_url(&args.url)?;
+    let mut cfg = LoadConfig::new(api, args.clients);
+    cfg.room = args.room.clone();
+    cfg.join_interval = Duration::from_millis(args.cint);
+    cfg.life = (args.life > 0).then(|| Duration::from_secs(args.life));
+    cfg.summary_interval = Duration::from_millis(args.sint.max(100));
+    cfg.talkers = args.talkers;
+    cfg.silence = args.silence;
+    cfg.warmup = Duration::from_secs_f64(args.warmup.max(0.0));
+    cfg.probe_talkers = args.probes;
+    cfg.probe_listeners = args.probe_listeners;
+    cfg.marker_period = Duration::from_millis(args.marker_period.max(500));
+    cfg.threads = args.threads;
+    cfg.seed = args.seed;
+    cfg.speech = args.clip.as_deref().map(crate::audio::read_wav).transpose()?;
+    cfg.server_cpu = cpu_source(args.metrics_url.as_deref(), args.server_pid)?;
+    let stop = stop_on_signal();
+    println!(
+        "tutti load: {} participants into room '{}' at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {} threads; server CPU from {}",
+        cfg.clients,
+        cfg.room,
+        args.url,
+        args.cint,
+        100.0 * cfg.talkers,
+        cfg.silence,
+        cfg.threads,
+        cfg.server_cpu.describe()
+    );
+    let report = generator::run(&cfg, &stop, &mut |p| match p {
+        Progress::Joining { joined, failed, total } => {
+            println!("joining: {joined}/{total} joined, {failed} failed");
+        }
+        Progress::Summary(s) => println!("{}", s.to_text()),
+    })?;
+    println!("\n== final summary ==\n{}", report.summary.to_text());
+    println!("\n== clients ==\n{}", report.details_text(args.details));
+    if let Some(path) = &args.report {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| LoadError::Io(e.to_string()))?;
+        write_file(path, &json)?;
+        println!("JSON report: {}", path.display());
+    }
+    if !report.summary.valid {
+        println!("RUN INVALID: {}", report.summary.invalid_reasons.join("; "));
+    }
+    Ok(report.summary.valid)
+}
+
+/// A `tutti serve` child process, killed when dropped.
+struct LocalServer {
+    child: Child,
+    api: SocketAddr,
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port(udp: bool) -> Result<u16, LoadError> {
+    let port = if udp {
+        std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr())
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|s| s.local_addr())
+    };
+    port.map(|a| a.port()).map_err(|e| LoadError::Io(format!("finding a free port: {e}")))
+}
+
+impl LocalServer {
+    /// Starts this executable's `serve` on free loopback ports and waits for /readyz.
+    fn start(mix_threads: usize, extra: &[String]) -> Result<Self, LoadError> {
+        let exe = std::env::current_exe().map_err(|e| LoadError::Server(format!("finding the tutti binary: {e}")))?;
+        let api = SocketAddr::from(([127, 0, 0, 1], free_port(false)?));
+        let media = SocketAddr::from(([127, 0, 0, 1], free_port(true)?));
+        let child = Command::new(exe)
+            .args(["serve", "--http", &api.to_string(), "--media", &media.to_string()])
+            .args(["--mix-threads", &mix_threads.to_string()])
+            .args(["--metrics", &SocketAddr::from(([127, 0, 0, 1], free_port(false)?)).to_string()])
+            .args(["--set", "log.filter=warn"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| LoadError::Server(format!("starting tutti serve: {e}")))?;
+        let mut server = Self { child, api };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = tutti_server::client::request(api, "GET", "/readyz", None, b"")
+                && r.status == 200
+            {
+                return Ok(server);
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(LoadError::Server(format!("tutti serve exited: {status}")));
+            }
+            if Instant::now() > deadline {
+                return Err(LoadError::Server("tutti serve was not ready within 20 s".into()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Runs trials with the real generator, a fresh room each.
+pub struct LoadRunner {
+    /// Settings every trial starts from (clients and room are set per trial).
+    pub base: LoadConfig,
+    /// Stops a trial early.
+    pub stop: Arc<AtomicBool>,
+    /// Print each trial's final summary.
+    pub verbose: bool,
+    trial: usize,
+    /// The local server, its settings, and how often it was restarted.
+    local: Option<(LocalServer, usize, Vec<String>)>,
+    restarts: usize,
+}
+
+/// Restarts of a local server that died between trials, before giving up.
+const MAX_RESTARTS: usize = 3;
+
+impl LoadRunner {
+    /// A runner from `base`.
+    pub fn new(base: LoadConfig, stop: Arc<AtomicBool>, verbose: bool) -> Self {
+        Self { base, stop, verbose, trial: 0, local: None, restarts: 0 }
+    }
+
+    /// Makes sure the local server (if any) is still running; a server that
+    /// died (killed from outside, crashed) is reported and started anew.
+    fn check_local(&mut self) -> Result<(), LoadError> {
+        let Some((server, mix_threads, extra)) = &mut self.local else { return Ok(()) };
+        let status = match server.child.try_wait() {
+            Ok(None) => return Ok(()),
+            Ok(Some(status)) => status.to_string(),
+            Err(e) => e.to_string(),
+        };
+        if self.restarts >= MAX_RESTARTS {
+            return Err(LoadError::Server(format!("the local server exited ({status}) {MAX_RESTARTS} times")));
+        }
+        self.restarts += 1;
+        println!("  the local server (pid {}) exited ({status}); starting another", server.child.id());
+        let fresh = LocalServer::start(*mix_threads, extra)?;
+        self.base.api = fresh.api;
+        self.base.server_cpu = CpuSource::Process(fresh.child.id());
+        println!("  local server (pid {}) on http://{}", fresh.child.id(), fresh.api);
+        *server = fresh;
+        Ok(())
+    }
+}
+
+impl TrialRunner for LoadRunner {
+    fn run(&mut self, n: usize, window: Duration) -> Result<TrialFigures, LoadError> {
+        self.check_local()?;
+        self.trial += 1;
+        let mut cfg = self.base.clone();
+        cfg.clients = n;
+        cfg.room = format!("capacity-{}-{n}", self.trial);
+        // Joins take n · cint plus the requests themselves: run until the window has passed.
+        cfg.life = None;
+        cfg.window = Some(window);
+        cfg.leave = false;
+        println!("trial {}: N = {n}, window {} s …", self.trial, window.as_secs());
+        let joined_at = Instant::now();
+        let report = generator::run(&cfg, &self.stop, &mut |p| {
+            if let Progress::Joining { joined, failed, total } = p
+                && joined + failed == total
+            {
+                println!("  joined {joined}/{total} in {:.1} s ({failed} failed)", joined_at.elapsed().as_secs_f64());
+            }
+        });
+        // The room goes whatever happened; its peers are closed by the server.
+        let path = format!("/v1/rooms/{}", cfg.room);
+        let _ = tutti_server::client::request(cfg.api, "DELETE", &path, None, b"");
+        if self.local.as_mut().is_some_and(|(s, _, _)| !matches!(s.child.try_wait(), Ok(None))) {
+            // The server died during the trial: its figures mean nothing; run it again.
+            self.check_local()?;
+            self.trial -= 1;
+            return self.run(n, window);
+        }
+        let report = report?;
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(LoadError::Stopped);
+        }
+        if self.verbose {
+            println!("{}", report.summary.to_text());
+        }
+        // Let the server finish closing the old room's peers before the next trial.
+        std::thread::sleep(Duration::from_secs(2));
+        Ok(TrialFigures::from_summary(n, &report.summary))
+    }
+}
+
+/// Runs `tutti capacity`. Returns whether some N met the SLO.
+pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
+    let stop = stop_on_signal();
+    let mut local = None;
+    let (api, server_cpu) = match &args.url {
+        Some(url) => (parse_url(url)?.0, cpu_source(args.metrics_url.as_deref(), None)?),
+        None => {
+            let server = LocalServer::start(args.server_mix_threads, &args.server_arg)?;
+            let source = CpuSource::Process(server.child.id());
+            let api = server.api;
+            println!("tutti capacity: started a local server (pid {}) on http://{api}", server.child.id());
+            local = Some(server);
+            (api, source)
+        }
+    };
+    let mut base = LoadConfig::new(api, 1);
+    base.join_interval = Duration::from_millis(args.cint);
+    base.warmup = Duration::from_secs_f64(args.warmup.max(0.0));
+    base.talkers = args.talkers;
+    base.silence = args.silence;
+    base.probe_talkers = args.probes;
+    base.probe_listeners = args.probe_listeners;
+    base.threads = args.threads;
+    base.server_cpu = server_cpu.clone();
+    base.summary_interval = Duration::from_secs(3600);
+    let policy = SearchPolicy {
+        start: args.start.max(1),
+        max: args.max.max(1),
+        resolution: (args.resolution / 100.0).clamp(0.001, 0.5),
+        short_window: Duration::from_secs(args.short.max(2)),
+        full_window: Duration::from_secs(args.full.max(2)),
+        max_trials: args.max_trials.max(1),
+        ..SearchPolicy::default()
+    };
+    let slo = Slo {
+        min_mos_p5: args.min_mos,
+        max_loss_percent: args.max_loss,
+        max_latency_p95_ms: args.max_latency,
+        min_perfect_share: args.min_perfect / 100.0,
+    };
+    println!(
+        "tutti capacity: SLO p5 MOS ≥ {}, loss ≤ {} %, p95 mouth-to-ear ≤ {} ms, perfect delivery ≥ {} %, no self-echo; {:.0} % talkers; server CPU from {}",
+        slo.min_mos_p5,
+        slo.max_loss_percent,
+        slo.max_latency_p95_ms,
+        100.0 * slo.min_perfect_share,
+        100.0 * args.talkers,
+        server_cpu.describe()
+    );
+    let mut runner = LoadRunner::new(base, stop.clone(), args.verbose);
+    runner.local = local.map(|s| (s, args.server_mix_threads, args.server_arg.clone()));
+    let result = capacity::search(&policy, &slo, &mut runner, &|| stop.load(Ordering::Relaxed), &mut |t| {
+        let f = &t.figures;
+        println!(
+            "  {:?} N = {}: {} | p5 MOS {:.2}, loss {:.3} %, m2e p95 {} ms, perfect {:.1} %, server {} µs/participant/tick, generator {} cores{}",
+            t.phase,
+            f.n,
+            if t.pass { "PASS" } else { "FAIL" },
+            f.mos_p5,
+            f.loss_percent,
+            f.latency_p95_ms.map_or("-".into(), |l| if l.is_finite() { format!("{l:.0}") } else { "missed".into() }),
+            100.0 * f.perfect_share,
+            f.server_us_per_participant_tick.map_or("unknown".into(), |v| format!("{v:.1}")),
+            f.generator_cpu_cores.map_or("?".into(), |v| format!("{v:.2}")),
+            if t.pass { String::new() } else { format!(" ({})", t.violations.join("; ")) }
+        );
+    })?;
+    drop(runner);
+    let table = result.table();
+    println!("\n{}\n\n{table}", result.headline());
+    let md = format!("# tutti capacity\n\n```text\n{}\n```\n\n{table}", result.headline());
+    write_file(&args.out.join("capacity.md"), &md)?;
+    let json = serde_json::to_string_pretty(&result).map_err(|e| LoadError::Io(e.to_string()))?;
+    write_file(&args.out.join("capacity.json"), &json)?;
+    write_file(&args.out.join("capacity.svg"), &result.svg())?;
+    println!("wrote {}/capacity.{{md,json,svg}}", args.out.display());
+    Ok(result.max_n.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let (a, p) = parse_url("http://127.0.0.1:8080").expect("url");
+        assert_eq!((a.port(), p.as_str()), (8080, "/"));
+        let (a, p) = parse_url("127.0.0.2:9/metrics").expect("url");
+        assert_eq!((a.to_string().as_str(), p.as_str()), ("127.0.0.2:9", "/metrics"));
+        assert!(parse_url("https://x:1").is_err());
+    }
+}

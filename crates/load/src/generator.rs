@@ -1,0 +1,932 @@
+//! The many-client engine: joins N simulated participants one by one over the
+//! HTTP API, then drives them on a few `load-N` threads, each owning a share
+//! of the clients (their sans-IO peers and UDP sockets, readiness by epoll
+//! through `mio`), sending on an absolute 20 ms schedule.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token};
+use serde::Serialize;
+use tutti_mix::FRAME_SAMPLES;
+use tutti_rtc::{ClientEvent, ClientPeer};
+
+use crate::LoadError;
+use crate::audio::{Frame, Material};
+use crate::cpu::{CpuMark, CpuSource};
+use crate::marker::{MAX_PROBES, MarkerDetector};
+use crate::quality::StreamQuality;
+use crate::report::{self, LoadReport, Summary};
+use crate::talk::{Rng, TalkModel};
+
+/// Send slots per 20 ms frame: each client sends in its own 1 ms slot, so a
+/// thread's packets are spread over the frame as real clients' are, not sent
+/// in one burst.
+const SLOTS: usize = 20;
+/// One slot.
+const SLOT: Duration = Duration::from_millis(1);
+/// How often each thread publishes its clients' figures.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+/// Lateness histogram resolution.
+const LATENESS_BUCKET_US: u64 = 50;
+/// Lateness histogram range (beyond: the last bucket).
+const LATENESS_BUCKETS: usize = 4_000;
+
+/// What silent participants send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum SilenceMode {
+    /// Opus DTX, as tutti's answer asks (`usedtx=1`) and browsers then do:
+    /// while silent, one frame marked level 127 every 400 ms, and the
+    /// timestamps of the frames not sent skipped. The default.
+    Dtx,
+    /// An Opus frame of silence every 20 ms, marked level 127: a client that
+    /// ignores the answer's DTX request (a browser's default without it).
+    Frames,
+}
+
+/// While silent in DTX, one frame in this many is sent (400 ms).
+const DTX_EVERY: u32 = 20;
+
+/// What a simulated participant does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Follows the P.59 talk model with the speech clip.
+    Talker,
+    /// Sends silence.
+    Silent,
+    /// Sends silence and, every marker period, a loud marker burst; decodes
+    /// what it receives to check it never hears itself.
+    ProbeTalker,
+    /// Sends silence; decodes its mix to detect the probes' markers.
+    ProbeListener,
+}
+
+/// Where a simulated participant is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientState {
+    /// Not joined yet.
+    Joining,
+    /// The join request failed.
+    JoinFailed,
+    /// Joined; ICE/DTLS in progress.
+    Connecting,
+    /// ICE and DTLS up.
+    Connected,
+    /// Closed or failed after joining.
+    Closed,
+}
+
+/// Everything a load run is told.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// The server's HTTP API.
+    pub api: SocketAddr,
+    /// The room (created if missing).
+    pub room: String,
+    /// Participants.
+    pub clients: usize,
+    /// Time between joins.
+    pub join_interval: Duration,
+    /// Run time from the start; `None` until stopped.
+    pub life: Option<Duration>,
+    /// Figures are measured from this long after the last join.
+    pub warmup: Duration,
+    /// When set, the run ends this long after the measurement window began
+    /// (whatever `life` says).
+    pub window: Option<Duration>,
+    /// Time between summaries.
+    pub summary_interval: Duration,
+    /// Share of participants that talk (0..1).
+    pub talkers: f64,
+    /// What silent participants send.
+    pub silence: SilenceMode,
+    /// Probe talkers (at most [`MAX_PROBES`]).
+    pub probe_talkers: usize,
+    /// Probe listeners.
+    pub probe_listeners: usize,
+    /// Time between one probe's markers.
+    pub marker_period: Duration,
+    /// Generator threads (`load-0`, …).
+    pub threads: usize,
+    /// Seed of the talk patterns.
+    pub seed: u64,
+    /// The speech clip (48 kHz mono); `None`: synthesized speech-like signal.
+    pub speech: Option<Vec<f32>>,
+    /// Where the server's CPU is read.
+    pub server_cpu: CpuSource,
+    /// Leave with DELETE at the end (besides closing each peer).
+    pub leave: bool,
+}
+
+impl LoadConfig {
+    /// Defaults for `clients` participants against `api`.
+    pub fn new(api: SocketAddr, clients: usize) -> Self {
+        Self {
+            api,
+            room: "load".into(),
+            clients,
+            join_interval: Duration::from_millis(20),
+            life: Some(Duration::from_secs(30)),
+            warmup: Duration::from_secs(2),
+            window: None,
+            summary_interval: Duration::from_secs(5),
+            talkers: 0.1,
+            silence: SilenceMode::Dtx,
+            probe_talkers: 3,
+            probe_listeners: 8,
+            marker_period: Duration::from_millis(2500),
+            threads: 2,
+            seed: 1,
+            speech: None,
+            server_cpu: CpuSource::Unknown,
+            leave: true,
+        }
+    }
+}
+
+/// What a run tells its observer as it goes.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// Joining: how many have joined, failed, of how many.
+    Joining {
+        /// Joined so far.
+        joined: usize,
+        /// Joins refused so far.
+        failed: usize,
+        /// All.
+        total: usize,
+    },
+    /// A periodic summary.
+    Summary(&'a Summary),
+}
+
+/// A marker a probe talker sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MarkerSent {
+    pub(crate) probe: usize,
+    pub(crate) client: usize,
+    pub(crate) at: Instant,
+}
+
+/// A marker onset a decoding client heard.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Detection {
+    pub(crate) listener: usize,
+    pub(crate) probe: usize,
+    pub(crate) at: Instant,
+}
+
+/// One client's figures, as its thread last published them.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientSnapshot {
+    /// Join order, from 0.
+    pub index: usize,
+    /// What it does.
+    pub role: Role,
+    /// Where it is.
+    pub state: ClientState,
+    /// Milliseconds from the join request to ICE+DTLS up.
+    pub connect_ms: Option<f64>,
+    /// Frames sent (in the measurement window once it has begun).
+    pub sent: u64,
+    /// Distinct frames received in time.
+    pub received: u64,
+    /// Frames the received sequence span holds.
+    pub expected: u64,
+    /// Frames lost (gaps not filled within the reorder window).
+    pub lost: u64,
+    /// Lost in percent of expected; 100 when nothing arrived.
+    pub loss_percent: f64,
+    /// RFC 3550 jitter, ms.
+    pub jitter_ms: f64,
+    /// Drift delay at the latest packet, ms.
+    pub drift_ms: f64,
+    /// Largest drift delay, ms.
+    pub max_drift_ms: f64,
+    /// Frames received per second.
+    pub packets_per_second: f64,
+    /// Frames a 20 ms clock would have delivered over the same time.
+    pub frames_due: u64,
+    /// For decoding clients: the loudest its own marker frequency was heard
+    /// (probe talkers; self-echo above the threshold).
+    pub own_marker_peak: Option<f32>,
+    /// Marker onsets this client heard.
+    pub markers_heard: u64,
+    /// Error message of a failed join.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it connected (for matching markers).
+    #[serde(skip)]
+    pub(crate) connected_at: Option<Instant>,
+}
+
+/// Send-tick lateness: how late a thread's 1 ms send slots fire.
+#[derive(Debug, Clone)]
+pub struct Lateness {
+    buckets: Vec<u64>,
+    count: u64,
+    max_us: u64,
+}
+
+impl Default for Lateness {
+    fn default() -> Self {
+        Self { buckets: vec![0; LATENESS_BUCKETS], count: 0, max_us: 0 }
+    }
+}
+
+impl Lateness {
+    /// Records one slot fired `late` after it was due.
+    pub fn record(&mut self, late: Duration) {
+        let us = late.as_micros().min(u128::from(u64::MAX)) as u64;
+        let i = ((us / LATENESS_BUCKET_US) as usize).min(LATENESS_BUCKETS - 1);
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.max_us = self.max_us.max(us);
+    }
+
+    /// Adds another histogram in.
+    pub fn merge(&mut self, other: &Lateness) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.count += other.count;
+        self.max_us = self.max_us.max(other.max_us);
+    }
+
+    /// Slots recorded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The `q`-quantile (0..1) in ms (bucket upper bound), 0 when empty.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                let upper = (i as u64 + 1) * LATENESS_BUCKET_US;
+                return upper.min(self.max_us.max(LATENESS_BUCKET_US)) as f64 / 1000.0;
+            }
+        }
+        self.max_us as f64 / 1000.0
+    }
+
+    /// The latest slot, in ms.
+    pub fn max_ms(&self) -> f64 {
+        self.max_us as f64 / 1000.0
+    }
+}
+
+/// What each thread publishes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ThreadView {
+    pub(crate) clients: Vec<ClientSnapshot>,
+    pub(crate) lateness: Lateness,
+}
+
+/// State the threads share with the run's controller.
+pub(crate) struct Shared {
+    stop: AtomicBool,
+    /// Start of the measurement window, once known.
+    window_start: OnceLock<Instant>,
+    pub(crate) markers: Mutex<Vec<MarkerSent>>,
+    pub(crate) detections: Mutex<Vec<Detection>>,
+    views: Vec<Mutex<ThreadView>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panicked thread's data is still the best figures there are.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A client handed from the joiner to its thread.
+struct NewClient {
+    index: usize,
+    role: Role,
+    probe: Option<usize>,
+    peer: ClientPeer,
+    socket: UdpSocket,
+    joined_at: Instant,
+}
+
+struct Listen {
+    decoder: opus::Decoder,
+    detector: MarkerDetector,
+    pcm: Vec<f32>,
+    heard: u64,
+}
+
+struct Sim {
+    index: usize,
+    role: Role,
+    probe: Option<usize>,
+    peer: ClientPeer,
+    socket: mio::net::UdpSocket,
+    state: ClientState,
+    joined_at: Instant,
+    connected_at: Option<Instant>,
+    talk: Option<TalkModel>,
+    clip_pos: usize,
+    /// Frames since the last one sent while silent (DTX).
+    silent_run: u32,
+    next_marker: Option<Instant>,
+    marker_frame: Option<usize>,
+    listen: Option<Listen>,
+    quality: StreamQuality,
+    sent: u64,
+    /// Frames are due from here (the window start or the first packet).
+    since: Option<Instant>,
+    timer: Option<Instant>,
+}
+
+impl Sim {
+    fn snapshot(&self, now: Instant) -> ClientSnapshot {
+        let q = &self.quality;
+        let received = q.loss.received();
+        let since = self.since.or(q.first_arrival);
+        let span = since.map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
+        ClientSnapshot {
+            index: self.index,
+            role: self.role,
+            state: self.state,
+            connect_ms: self.connected_at.map(|c| (c - self.joined_at).as_secs_f64() * 1000.0),
+            sent: self.sent,
+            received,
+            expected: q.loss.expected(),
+            lost: q.loss.lost(),
+            loss_percent: if received == 0 { 100.0 } else { q.loss.loss_percent() },
+            jitter_ms: q.jitter.jitter_ms(),
+            drift_ms: q.drift.current_ms(),
+            max_drift_ms: q.drift.max_ms(),
+            packets_per_second: if span > 0.0 { received as f64 / span } else { 0.0 },
+            frames_due: (span * 50.0) as u64,
+            own_marker_peak: self.probe.and_then(|p| self.listen.as_ref().map(|l| l.detector.peak(p))),
+            markers_heard: self.listen.as_ref().map_or(0, |l| l.heard),
+            error: None,
+            connected_at: self.connected_at,
+        }
+    }
+}
+
+struct Worker {
+    id: usize,
+    poll: Poll,
+    clients: Vec<Sim>,
+    slots: Vec<Vec<usize>>,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    rx: Receiver<NewClient>,
+    shared: Arc<Shared>,
+    material: Arc<Material>,
+    cfg: WorkerConfig,
+    lateness: Lateness,
+    measuring: bool,
+    buf: Vec<u8>,
+}
+
+#[derive(Clone)]
+struct WorkerConfig {
+    silence: SilenceMode,
+    seed: u64,
+    marker_period: Duration,
+    probes: usize,
+}
+
+fn send_all(peer: &mut ClientPeer, socket: &mio::net::UdpSocket) {
+    while let Some(t) = peer.poll_transmit() {
+        // A failed send is a lost datagram: the figures will show it.
+        let _ = socket.send_to(&t.data, t.to);
+    }
+}
+
+impl Worker {
+    fn add(&mut self, c: NewClient, now: Instant) -> std::io::Result<()> {
+        let i = self.clients.len();
+        let mut socket = mio::net::UdpSocket::from_std(c.socket);
+        self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
+        let talk = (c.role == Role::Talker).then(|| TalkModel::new(self.cfg.seed ^ ((c.index as u64 + 1) * 0x9E37)));
+        let mut rng = Rng::new(self.cfg.seed.wrapping_add(c.index as u64));
+        let clip_pos = rng.below(self.material.speech.len() as u64) as usize;
+        let listen = matches!(c.role, Role::ProbeTalker | Role::ProbeListener)
+            .then(|| opus::Decoder::new(48_000, opus::Channels::Mono).ok())
+            .flatten()
+            .map(|decoder| Listen {
+                decoder,
+                detector: MarkerDetector::new(self.cfg.probes),
+                pcm: vec![0.0; FRAME_SAMPLES * 6],
+                heard: 0,
+            });
+        let mut sim = Sim {
+            index: c.index,
+            role: c.role,
+            probe: c.probe,
+            peer: c.peer,
+            socket,
+            state: ClientState::Connecting,
+            joined_at: c.joined_at,
+            connected_at: None,
+            talk,
+            clip_pos,
+            silent_run: 0,
+            next_marker: None,
+            marker_frame: None,
+            listen,
+            quality: StreamQuality::default(),
+            sent: 0,
+            since: None,
+            timer: None,
+        };
+        sim.peer.handle_timeout(now);
+        send_all(&mut sim.peer, &sim.socket);
+        self.slots[c.index % SLOTS].push(i);
+        self.clients.push(sim);
+        self.reschedule(i);
+        Ok(())
+    }
+
+    fn reschedule(&mut self, i: usize) {
+        let c = &mut self.clients[i];
+        let next = c.peer.poll_timeout();
+        if next != c.timer {
+            c.timer = next;
+            if let Some(t) = next {
+                self.timers.push(Reverse((t, i)));
+            }
+        }
+    }
+
+    /// Takes every datagram waiting on client `i`'s socket.
+    fn receive(&mut self, i: usize) {
+        loop {
+            let c = &mut self.clients[i];
+            let (n, from) = match c.socket.recv_from(&mut self.buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // ICMP errors (e.g. the server went away) end nothing here.
+                Err(_) => break,
+            };
+            let now = Instant::now();
+            c.peer.handle_datagram(from, &self.buf[..n], now);
+            self.events(i, now);
+        }
+        let c = &mut self.clients[i];
+        send_all(&mut c.peer, &c.socket);
+        self.reschedule(i);
+    }
+
+    fn events(&mut self, i: usize, now: Instant) {
+        let marker_period = self.cfg.marker_period;
+        let probes = self.cfg.probes.max(1);
+        let c = &mut self.clients[i];
+        while let Some(event) = c.peer.poll_event() {
+            match event {
+                ClientEvent::Connected => {
+                    c.state = ClientState::Connected;
+                    c.connected_at = Some(now);
+                    if let Some(p) = c.probe {
+                        // Probes take turns: probe p fires p/P of a period after the others.
+                        let offset = marker_period.mul_f64(p as f64 / probes as f64);
+                        c.next_marker = Some(now + Duration::from_secs(1) + offset);
+                    }
+                }
+                ClientEvent::Closed => c.state = ClientState::Closed,
+                ClientEvent::Audio(p) => {
+                    c.quality.on_packet(now, p.seq, p.timestamp);
+                    let Some(l) = &mut c.listen else { continue };
+                    let Ok(n) = l.decoder.decode_float(&p.payload, &mut l.pcm, false) else { continue };
+                    for onset in l.detector.push(&l.pcm[..n]) {
+                        if Some(onset.probe) == c.probe {
+                            continue; // self-echo is judged by the peak
+                        }
+                        l.heard += 1;
+                        let shift = Duration::from_secs_f64(onset.offset_samples.unsigned_abs() as f64 / 48_000.0);
+                        let at = if onset.offset_samples >= 0 { now + shift } else { now - shift };
+                        lock(&self.shared.detections).push(Detection { listener: c.index, probe: onset.probe, at });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends this slot's clients their next frame.
+    fn fire(&mut self, slot: usize, now: Instant) {
+        for k in 0..self.slots[slot].len() {
+            let i = self.slots[slot][k];
+            let c = &mut self.clients[i];
+            if c.state != ClientState::Connected {
+                continue;
+            }
+            let m = &*self.material;
+            let frame: Option<&Frame> = match (c.role, c.probe) {
+                (Role::ProbeTalker, Some(p)) => {
+                    if c.marker_frame.is_none() && c.next_marker.is_some_and(|t| now >= t) {
+                        c.marker_frame = Some(0);
+                        c.next_marker = c.next_marker.map(|t| t + self.cfg.marker_period);
+                        let at = Instant::now();
+                        lock(&self.shared.markers).push(MarkerSent { probe: p, client: c.index, at });
+                    }
+                    match c.marker_frame {
+                        Some(f) => {
+                            let frames = &m.markers[p];
+                            c.marker_frame = (f + 1 < frames.len()).then_some(f + 1);
+                            frames.get(f)
+                        }
+                        None => Some(&m.silence),
+                    }
+                }
+                _ => {
+                    let talking = c.talk.as_mut().is_some_and(TalkModel::next_frame);
+                    if talking {
+                        c.clip_pos = (c.clip_pos + 1) % m.speech.len();
+                        m.speech.get(c.clip_pos)
+                    } else {
+                        Some(&m.silence)
+                    }
+                }
+            };
+            // DTX: of the silent frames, one in DTX_EVERY goes out; the
+            // others are skipped, and the next packet's timestamp shows it.
+            let silent = frame.is_some_and(|f| std::ptr::eq(f, &m.silence));
+            let frame = if silent && self.cfg.silence == SilenceMode::Dtx {
+                c.silent_run += 1;
+                if c.silent_run % DTX_EVERY == 1 {
+                    frame
+                } else {
+                    c.peer.skip_frames(1);
+                    None
+                }
+            } else {
+                c.silent_run = 0;
+                frame
+            };
+            if let Some(f) = frame
+                && c.peer.send_audio(f.payload.clone(), Some(f.level), now).is_ok()
+            {
+                c.sent += 1;
+                send_all(&mut c.peer, &c.socket);
+                // Sending sets no earlier timer (RTCP reports run on their own
+                // period); the next received packet reschedules anyway.
+            }
+        }
+    }
+
+    fn publish(&self, now: Instant) {
+        let mut view = lock(&self.shared.views[self.id]);
+        view.clients = self.clients.iter().map(|c| c.snapshot(now)).collect();
+        view.lateness = self.lateness.clone();
+    }
+
+    fn run(mut self) {
+        let start = Instant::now();
+        let mut events = Events::with_capacity(1024);
+        let mut slot_n: u64 = 0;
+        let mut next_publish = start;
+        loop {
+            let now = Instant::now();
+            if self.shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            while let Ok(c) = self.rx.try_recv() {
+                if let Err(e) = self.add(c, now) {
+                    // The client cannot be polled; it stays out of the run.
+                    eprintln!("load-{}: registering a socket: {e}", self.id);
+                }
+            }
+            if !self.measuring && self.shared.window_start.get().is_some_and(|&w| now >= w) {
+                self.measuring = true;
+                self.lateness = Lateness::default();
+                for c in &mut self.clients {
+                    c.quality = StreamQuality::default();
+                    c.sent = 0;
+                    c.since = Some(now);
+                }
+            }
+            // Due send slots, in order; when more than a second behind, skip ahead.
+            let mut due = start + SLOT * u32::try_from(slot_n).unwrap_or(u32::MAX);
+            if now.saturating_duration_since(due) > Duration::from_secs(1) {
+                let behind = (now - due).as_millis() as u64;
+                slot_n += behind;
+                due = start + SLOT * u32::try_from(slot_n).unwrap_or(u32::MAX);
+            }
+            while due <= now {
+                let fired = Instant::now();
+                self.lateness.record(fired - due);
+                self.fire((slot_n % SLOTS as u64) as usize, fired);
+                slot_n += 1;
+                due = start + SLOT * u32::try_from(slot_n).unwrap_or(u32::MAX);
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((t, i))) = self.timers.peek() {
+                if t > now {
+                    break;
+                }
+                self.timers.pop();
+                if self.clients[i].timer != Some(t) {
+                    continue; // superseded
+                }
+                let c = &mut self.clients[i];
+                c.timer = None;
+                c.peer.handle_timeout(now);
+                self.events(i, now);
+                let c = &mut self.clients[i];
+                send_all(&mut c.peer, &c.socket);
+                self.reschedule(i);
+            }
+            if now >= next_publish {
+                self.publish(now);
+                next_publish = now + PUBLISH_EVERY;
+            }
+            let mut wake = due.min(next_publish);
+            if let Some(&Reverse((t, _))) = self.timers.peek() {
+                wake = wake.min(t);
+            }
+            let timeout = wake.saturating_duration_since(Instant::now());
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != std::io::ErrorKind::Interrupted
+            {
+                eprintln!("load-{}: poll failed: {e}", self.id);
+                break;
+            }
+            for ev in events.iter() {
+                let i = ev.token().0;
+                if i < self.clients.len() {
+                    self.receive(i);
+                }
+            }
+        }
+        let now = Instant::now();
+        self.publish(now);
+        for c in &mut self.clients {
+            c.peer.close();
+            send_all(&mut c.peer, &c.socket);
+        }
+    }
+}
+
+/// Roles for `n` participants: probe talkers first, then talkers and probe
+/// listeners spread evenly over the rest. Returns (role, probe index).
+pub(crate) fn assign_roles(n: usize, talkers: f64, probes: usize, listeners: usize) -> Vec<(Role, Option<usize>)> {
+    let probes = probes.min(MAX_PROBES).min(n);
+    let rest = n - probes;
+    let talkers = ((talkers.clamp(0.0, 1.0) * n as f64).round() as usize).min(rest);
+    let silent = rest - talkers;
+    let listeners = listeners.min(silent);
+    let spread = |j: usize, k: usize, of: usize| of > 0 && (j + 1) * k / of > j * k / of;
+    let mut out: Vec<(Role, Option<usize>)> = (0..probes).map(|p| (Role::ProbeTalker, Some(p))).collect();
+    let mut s = 0;
+    for j in 0..rest {
+        if spread(j, talkers, rest) {
+            out.push((Role::Talker, None));
+        } else {
+            out.push((if spread(s, listeners, silent) { Role::ProbeListener } else { Role::Silent }, None));
+            s += 1;
+        }
+    }
+    out
+}
+
+/// The joiner's record of each participant.
+struct Joined {
+    role: Role,
+    location: Option<String>,
+    error: Option<String>,
+}
+
+/// Creates the room unless it exists.
+pub(crate) fn ensure_room(api: SocketAddr, room: &str) -> Result<(), LoadError> {
+    let body = serde_json::json!({ "id": room }).to_string();
+    let r = tutti_server::client::request(api, "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
+        .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
+    if r.status == 201 || r.code() == "room_exists" {
+        Ok(())
+    } else {
+        Err(LoadError::Api(format!("creating room '{room}': {} {}", r.status, r.body)))
+    }
+}
+
+/// The address of the first host candidate in an SDP: the server's media address.
+fn candidate_addr(sdp: &str) -> Option<SocketAddr> {
+    let line = sdp.lines().find(|l| l.starts_with("a=candidate:"))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    format!("{}:{}", f.get(4)?, f.get(5)?).parse().ok()
+}
+
+fn join_one(api: SocketAddr, room: &str) -> Result<(ClientPeer, UdpSocket, String, Option<SocketAddr>), String> {
+    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
+    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let local = socket.local_addr().map_err(|e| e.to_string())?;
+    let (mut peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
+    let path = format!("/v1/rooms/{room}/participants");
+    let r = tutti_server::client::request(api, "POST", &path, Some("application/sdp"), offer.as_bytes())
+        .map_err(|e| format!("join request: {e}"))?;
+    if r.status != 201 {
+        return Err(format!("join refused: {} {}", r.status, r.body.trim()));
+    }
+    peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
+    let location = r.header("location").unwrap_or_default().to_owned();
+    Ok((peer, socket, location, candidate_addr(&r.body)))
+}
+
+/// Runs a load test: joins, drives, measures, reports. Stops at the end of
+/// `cfg.life` or when `stop` is set. `observe` sees join progress and the
+/// periodic summaries.
+pub fn run(
+    cfg: &LoadConfig,
+    stop: &AtomicBool,
+    observe: &mut dyn FnMut(Progress<'_>),
+) -> Result<LoadReport, LoadError> {
+    if cfg.clients == 0 {
+        return Err(LoadError::Config("at least one participant".into()));
+    }
+    let threads = cfg.threads.clamp(1, 64);
+    let probes = cfg.probe_talkers.min(MAX_PROBES).min(cfg.clients);
+    let speech = match &cfg.speech {
+        Some(s) => s.clone(),
+        None => crate::audio::speech_like(8.0, cfg.seed),
+    };
+    let material = Arc::new(Material::new(&speech, probes)?);
+    ensure_room(cfg.api, &cfg.room)?;
+
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        window_start: OnceLock::new(),
+        markers: Mutex::new(Vec::new()),
+        detections: Mutex::new(Vec::new()),
+        views: (0..threads).map(|_| Mutex::new(ThreadView::default())).collect(),
+    });
+    let wcfg = WorkerConfig { silence: cfg.silence, seed: cfg.seed, marker_period: cfg.marker_period, probes };
+    let mut senders: Vec<Sender<NewClient>> = Vec::new();
+    let mut handles = Vec::new();
+    for id in 0..threads {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = Worker {
+            id,
+            poll: Poll::new().map_err(|e| LoadError::Io(format!("epoll: {e}")))?,
+            clients: Vec::new(),
+            slots: vec![Vec::new(); SLOTS],
+            timers: BinaryHeap::new(),
+            rx,
+            shared: shared.clone(),
+            material: material.clone(),
+            cfg: wcfg.clone(),
+            lateness: Lateness::default(),
+            measuring: false,
+            buf: vec![0u8; 2048],
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("load-{id}"))
+            .spawn(move || worker.run())
+            .map_err(|e| LoadError::Io(format!("starting load-{id}: {e}")))?;
+        senders.push(tx);
+        handles.push(h);
+    }
+
+    let roles = assign_roles(cfg.clients, cfg.talkers, probes, cfg.probe_listeners);
+    let start = Instant::now();
+    let mut end = cfg.life.map(|l| start + l);
+    let past_end = |now: Instant, end: Option<Instant>| end.is_some_and(|e| now >= e) || stop.load(Ordering::Relaxed);
+    let mut joined: Vec<Joined> = Vec::with_capacity(cfg.clients);
+    let mut failed = 0;
+    let mut last_progress = start;
+    let mut next_summary = start + cfg.summary_interval;
+    let mut cpu_window_start: Option<CpuMark> = None;
+    let mut server_media: Option<SocketAddr> = None;
+    let summary_at = |now: Instant, joined: &[Joined], cpu0: Option<&CpuMark>, media: Option<SocketAddr>| {
+        let views: Vec<ThreadView> = shared.views.iter().map(|v| lock(v).clone()).collect();
+        report::summarize(&report::RunState {
+            cfg,
+            start,
+            now,
+            window_start: shared.window_start.get().copied().filter(|&w| now >= w),
+            views: &views,
+            failed: joined
+                .iter()
+                .enumerate()
+                .filter(|(_, j)| j.error.is_some())
+                .map(|(i, j)| (i, j.role, j.error.clone().unwrap_or_default()))
+                .collect(),
+            total: cfg.clients,
+            markers: &lock(&shared.markers),
+            detections: &lock(&shared.detections),
+            cpu: cpu0.map(|c| crate::cpu::CpuUse::between(c, &CpuMark::now(&cfg.server_cpu, media))),
+            threads,
+        })
+    };
+
+    for (index, (role, probe)) in roles.iter().copied().enumerate() {
+        let due = start + cfg.join_interval.mul_f64(index as f64);
+        while Instant::now() < due && !past_end(Instant::now(), end) {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
+        }
+        if past_end(Instant::now(), end) {
+            break;
+        }
+        match join_one(cfg.api, &cfg.room) {
+            Ok((peer, socket, location, media)) => {
+                if server_media.is_none() {
+                    server_media = media;
+                }
+                let c = NewClient { index, role, probe, peer, socket, joined_at: Instant::now() };
+                if senders[index % threads].send(c).is_err() {
+                    joined.push(Joined {
+                        role,
+                        location: Some(location),
+                        error: Some("generator thread ended".into()),
+                    });
+                    failed += 1;
+                } else {
+                    joined.push(Joined { role, location: Some(location), error: None });
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                joined.push(Joined { role, location: None, error: Some(e) });
+            }
+        }
+        let now = Instant::now();
+        if now - last_progress >= Duration::from_millis(500) || index + 1 == roles.len() {
+            last_progress = now;
+            observe(Progress::Joining { joined: index + 1 - failed, failed, total: cfg.clients });
+        }
+        if now >= next_summary {
+            next_summary += cfg.summary_interval;
+            let s = summary_at(now, &joined, None, server_media);
+            observe(Progress::Summary(&s));
+        }
+    }
+    let window_start = Instant::now() + cfg.warmup;
+    let _ = shared.window_start.set(window_start);
+    if let Some(w) = cfg.window {
+        end = Some(window_start + w);
+    }
+
+    loop {
+        let now = Instant::now();
+        if past_end(now, end) {
+            break;
+        }
+        if cpu_window_start.is_none() && now >= window_start {
+            cpu_window_start = Some(CpuMark::now(&cfg.server_cpu, server_media));
+        }
+        if now >= next_summary {
+            next_summary += cfg.summary_interval;
+            let s = summary_at(now, &joined, cpu_window_start.as_ref(), server_media);
+            observe(Progress::Summary(&s));
+        }
+        let mut wake = next_summary;
+        if cpu_window_start.is_none() {
+            wake = wake.min(window_start);
+        }
+        if let Some(e) = end {
+            wake = wake.min(e);
+        }
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+    }
+    let cpu_end = CpuMark::now(&cfg.server_cpu, server_media);
+    shared.stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    let finished = Instant::now();
+    let views: Vec<ThreadView> = shared.views.iter().map(|v| lock(v).clone()).collect();
+    let cpu = cpu_window_start.as_ref().map(|c| crate::cpu::CpuUse::between(c, &cpu_end));
+    let state = report::RunState {
+        cfg,
+        start,
+        now: cpu_end.at.min(finished),
+        window_start: shared.window_start.get().copied().filter(|&w| cpu_end.at >= w),
+        views: &views,
+        failed: joined
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| j.error.is_some())
+            .map(|(i, j)| (i, j.role, j.error.clone().unwrap_or_default()))
+            .collect(),
+        total: cfg.clients,
+        markers: &lock(&shared.markers),
+        detections: &lock(&shared.detections),
+        cpu,
+        threads,
+    };
+    let report = report::final_report(&state);
+    if cfg.leave {
+        for j in &joined {
+            if let Some(loc) = j.location.as_deref().filter(|l| !l.is_empty()) {
+                let _ = tutti_server::client::request(cfg.api, "DELETE", loc, None, b"");
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,115 @@
+//! # tutti-load: the load tester and the capacity search
+//!
+//! A voice server is only as good as its measured capacity. This crate runs
+//! N simulated WebRTC participants in one process against a tutti server,
+//! measures what each one receives, and searches the largest room that
+//! meets a quality bar. `tutti load` and `tutti capacity` are its front ends.
+//!
+//! ## Data flow
+//!
+//! ```text
+//! joiner (caller's thread)   per client: UDP socket on 127.0.0.1:0 ─► ClientPeer offer
+//!                            ─► POST /v1/rooms/{room}/participants ─► answer ─► hand to load-(i mod T)
+//! load-N threads (T)         epoll (mio) over their clients' sockets; per datagram:
+//!                            ClientPeer (ICE, DTLS, SRTP) ─► RTP seq/ts ─► loss, jitter, drift
+//!                            probe clients only: Opus decode ─► marker detector
+//!                            every 1 ms slot (absolute schedule): 1/20 of the clients send
+//!                            one pre-encoded Opus frame with its RFC 6464 level
+//! controller (caller)        every --sint: snapshots of all clients ─► summary; at the end,
+//!                            the report (text, JSON) and the validity verdict
+//! ```
+//!
+//! What the clients send is encoded once at start: a speech clip (a WAV, or
+//! a synthesized speech-like signal band-limited below 1.6 kHz), Opus
+//! silence, and one marker burst per probe. Talkers follow the ITU-T P.59
+//! on/off model (talkspurts 854 ms, pauses 456 ms on average); the others
+//! send Opus silence at level 127 every 20 ms (or nothing with DTX). Each
+//! client sends in its own 1 ms slot of the 20 ms frame, so a thread's
+//! packets are spread over the frame as real clients' are.
+//!
+//! ## The figures (definitions from DESIGN.md, "Quality definitions")
+//!
+//! - **loss**: gap-based over the RTP sequence (u16, wrap-counted) with a
+//!   64-packet reorder window: a late packet inside it fills its gap.
+//! - **jitter**: RFC 3550 §6.4.1, `J += (|D| − J)/16`, in ms.
+//! - **drift delay**: wall time since the first packet − RTP timestamp
+//!   progress: how far the stream fell behind real time.
+//! - **mouth-to-ear latency**: a few probe talkers send a 100 ms tone burst
+//!   (each its own frequency, 2 kHz and up, RFC 6464 level ≈ 4 so the
+//!   mixer's top-K selection takes it at once) every marker period; probe
+//!   listeners decode their mix and find the burst's onset with Goertzel
+//!   filters. Latency = onset heard (packet arrival + onset position in the
+//!   decoded frame) − marker frame sent. It covers the network both ways,
+//!   the server's jitter buffer, tick wait, decode, mix and encode, and both
+//!   codec look-aheads; not a real client's capture framing or playout
+//!   buffer. A marker not heard within 1.5 s counts as missed (infinitely late).
+//! - **self-echo**: a probe talker decodes its own mix; hearing its own
+//!   frequency above −25 dB re its marker means N-minus-self failed.
+//! - **MOS**: the simplified E-model of DESIGN.md per client, with one-way
+//!   delay = the run's median mouth-to-ear + the client's positive drift,
+//!   its jitter and its loss ([`mos`] documents the units).
+//! - **fairness**: standard deviation of frames received per client;
+//!   **perfect delivery**: share of clients with no loss that received every
+//!   frame a 20 ms clock owed them (3 frames of slack at the window edges).
+//!
+//! Figures cover the measurement window: from `warmup` after the last join
+//! to the end (before that, summaries show everything since connect).
+//!
+//! ## Validity
+//!
+//! The generator measures itself: its CPU (/proc/self, per `load-N`
+//! thread) and how late its 1 ms send slots fire. A run is **invalid**
+//! (the generator, not the server, may have limited it) when the p99 slot
+//! lateness exceeds 10 ms or a `load-N` thread was more than 90 % busy.
+//! A machine more than 95 % busy is reported as a warning.
+//!
+//! ## Capacity
+//!
+//! [`search`] ramps N (doubling) with short trials, bisects between the last
+//! pass and the first failure, then confirms with a full-length trial
+//! (stepping down if it fails). It is generic over a [`TrialRunner`]; the
+//! real one ([`LoadRunner`]) runs each trial in a fresh room. Server CPU per
+//! participant per tick = server cores × 20 000 µs / N.
+
+mod audio;
+mod capacity;
+mod cli;
+mod cpu;
+mod generator;
+mod marker;
+mod quality;
+mod report;
+mod talk;
+
+pub use audio::{Material, read_wav, speech_like};
+pub use capacity::{CapacityResult, Phase, SearchPolicy, Slo, Trial, TrialFigures, TrialRunner, search};
+pub use cli::{CapacityArgs, LoadArgs, LoadRunner, run_capacity, run_load};
+pub use cpu::CpuSource;
+pub use generator::{ClientSnapshot, ClientState, LoadConfig, Progress, Role, SilenceMode, run};
+pub use marker::{MarkerDetector, Onset, marker_freq, marker_pcm};
+pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
+pub use report::{ClientReport, LoadReport, Summary};
+pub use talk::{Rng, TalkModel};
+
+/// Why a load run or a capacity search could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The settings make no sense.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The server's API refused or failed.
+    #[error("server API: {0}")]
+    Api(String),
+    /// The speech clip could not be read or encoded.
+    #[error("audio: {0}")]
+    Audio(String),
+    /// A socket, thread or file failed.
+    #[error("I/O: {0}")]
+    Io(String),
+    /// The local server could not be started.
+    #[error("local server: {0}")]
+    Server(String),
+    /// Stopped (Ctrl-C).
+    #[error("stopped")]
+    Stopped,
+}
