@@ -299,7 +299,7 @@ impl LocalServer {
             .args(["serve", "--http", &api.to_string(), "--media", &media.to_string()])
             .args(["--mix-threads", &mix_threads.to_string()])
             .args(["--metrics", &SocketAddr::from(([127, 0, 0, 1], free_port(false)?)).to_string()])
-            .args(["--set", "log.filter=warn"])
+            .args(["--set", "log.filter=warn,rtc_dtls=error"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -114,7 +114,11 @@ impl ClientPeer {
     pub fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
         let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
         media.send_audio(payload, level, &[], now)?;
-        self.drain();
+        if media.first_packet() {
+            self.drain();
+        } else {
+            media.flush(&mut self.transmits);
+        }
         Ok(())
     }
 

@@ -452,7 +452,11 @@ impl Mux {
         let peer = self.peers.get_mut(&id).ok_or(RtcError::UnknownPeer(id))?;
         peer.media.send_audio(payload, level, contributors, now)?;
         self.stats.audio_out += 1;
-        self.drain(id);
+        if peer.media.first_packet() {
+            self.drain(id);
+        } else {
+            peer.media.flush(&mut self.transmits);
+        }
         Ok(())
     }
 
