@@ -1,0 +1,1 @@
+//! Entry points for the fuzz targets in `fuzz/`; not part of tutti's API.
