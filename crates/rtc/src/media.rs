@@ -63,6 +63,27 @@ pub struct Contributor {
 /// At most this many CSRCs in an RTP header (its CC field has 4 bits).
 pub const MAX_CONTRIBUTORS: usize = 15;
 
+/// An RTP packet shaped by a fuzz target: every field a sender controls
+/// but the SSRC and payload type (webrtc-rs refuses others on its side).
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub struct RawRtp {
+    /// Sequence number.
+    pub seq: u16,
+    /// Timestamp.
+    pub timestamp: u32,
+    /// Marker bit.
+    pub marker: bool,
+    /// Padding bit (the payload's last byte then claims a padding length).
+    pub padding: bool,
+    /// CSRCs (at most 15 are kept).
+    pub csrc: Vec<u32>,
+    /// Header extensions: (even = ssrc-audio-level, odd = csrc-audio-level, value).
+    pub extensions: Vec<(u8, Bytes)>,
+    /// Payload.
+    pub payload: Bytes,
+}
+
 /// A datagram to send.
 #[derive(Debug)]
 pub struct Transmit {
@@ -295,6 +316,42 @@ impl Media {
         self.timestamp = self.timestamp.wrapping_add(SAMPLES_PER_FRAME);
         let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
         sender.write_rtp(now, rtc::rtp::Packet { header, payload }).map_err(internal)
+    }
+
+    /// Writes an RTP packet as `raw` shapes it, on our SSRC and payload
+    /// type (see [`RawRtp`]).
+    pub(crate) fn send_raw_rtp(&mut self, raw: RawRtp, now: Instant) -> Result<(), RtcError> {
+        if !self.is_connected() {
+            return Err(RtcError::NotConnected);
+        }
+        let mut header = rtc::rtp::Header {
+            version: 2,
+            padding: raw.padding,
+            marker: raw.marker,
+            payload_type: self.payload_type,
+            sequence_number: raw.seq,
+            timestamp: raw.timestamp,
+            ssrc: self.ssrc,
+            csrc: raw.csrc.into_iter().take(MAX_CONTRIBUTORS).collect(),
+            ..Default::default()
+        };
+        for (which, value) in raw.extensions {
+            let id = if which % 2 == 0 { self.level_ext } else { self.csrc_level_ext };
+            if let Some(id) = id {
+                header.set_extension(id, value).map_err(internal)?;
+            }
+        }
+        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        sender.write_rtp(now, rtc::rtp::Packet { header, payload: raw.payload }).map_err(internal)
+    }
+
+    /// Writes `bytes` as one RTCP compound packet, as they are (SRTCP-protected).
+    pub(crate) fn send_raw_rtcp(&mut self, bytes: Bytes, now: Instant) -> Result<(), RtcError> {
+        if !self.is_connected() {
+            return Err(RtcError::NotConnected);
+        }
+        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        sender.write_rtcp(now, vec![Box::new(rtc::rtcp::raw_packet::RawPacket(bytes))]).map_err(internal)
     }
 
     /// Moves what the connection has to send into `transmits`, reports its

@@ -288,6 +288,11 @@ impl Mux {
         self.peers.contains_key(&id)
     }
 
+    /// The server ufrag of a peer here.
+    pub fn ufrag_of(&self, id: PeerId) -> Option<&str> {
+        self.peers.get(&id).map(|p| p.ufrag.as_str())
+    }
+
     /// The ids of every peer here.
     pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
         self.peers.keys().copied()

@@ -163,13 +163,13 @@ fn json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes, empt
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", format!("the JSON body is not valid: {e}")))
 }
 
-fn valid_room_id(id: &str) -> bool {
+pub(crate) fn valid_room_id(id: &str) -> bool {
     (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateRoom {
+pub(crate) struct CreateRoom {
     id: Option<String>,
     max_participants: Option<usize>,
     max_speakers: Option<usize>,
@@ -296,7 +296,7 @@ async fn delete_room(
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct JoinRequest {
+pub(crate) struct JoinRequest {
     sdp: String,
     #[serde(default)]
     name: String,
@@ -438,7 +438,7 @@ async fn leave(
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct UpdateParticipant {
+pub(crate) struct UpdateParticipant {
     muted: Option<bool>,
     gain: Option<f32>,
 }

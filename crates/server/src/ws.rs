@@ -52,7 +52,7 @@ pub(crate) struct WsParams {
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum ClientMessage {
+pub(crate) enum ClientMessage {
     Join {
         sdp: String,
         #[serde(default)]
@@ -65,9 +65,9 @@ enum ClientMessage {
 }
 
 /// Who is on the other end of a socket, and what they may do.
-struct Caller {
-    grant: Grant,
-    client: SocketAddr,
+pub(crate) struct Caller {
+    pub(crate) grant: Grant,
+    pub(crate) client: SocketAddr,
 }
 
 pub(crate) async fn upgrade(
@@ -126,6 +126,26 @@ fn close(code: u16, reason: &'static str) -> Message {
     Message::Close(Some(CloseFrame { code, reason: reason.into() }))
 }
 
+/// How long a closing socket waits for the client's close in reply.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Sends a close frame, then reads (and drops) what the client still sends
+/// until its own close, for at most [`CLOSE_WAIT`]: dropping the connection
+/// with unread data would reset it, and the client might never see why.
+async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static str) {
+    if socket.send(close(code, reason)).await.is_err() {
+        return;
+    }
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Some(Ok(m)) = socket.recv().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocket, caller: Caller) {
     shared.ws_sessions.fetch_add(1, Ordering::Relaxed);
     let limits = &shared.cfg.limits;
@@ -148,7 +168,7 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
                         format!("more than {rate} messages per second; closing"),
                     );
                     let _ = socket.send(error(&e)).await;
-                    let _ = socket.send(close(CLOSE_POLICY, "message rate exceeded")).await;
+                    close_gracefully(&mut socket, CLOSE_POLICY, "message rate exceeded").await;
                     tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: message rate exceeded");
                     break;
                 }
@@ -176,7 +196,7 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
             }
             _ = pings.tick() => {
                 if heard_at.elapsed() >= idle {
-                    let _ = socket.send(close(CLOSE_IDLE, "idle timeout")).await;
+                    close_gracefully(&mut socket, CLOSE_IDLE, "idle timeout").await;
                     tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: idle");
                     break;
                 }
@@ -192,7 +212,7 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
                     }
                     if last {
                         let reason = if matches!(event, RoomEvent::Shutdown { .. }) { "server shutting down" } else { "room closed" };
-                        let _ = socket.send(close(1001, reason)).await;
+                        close_gracefully(&mut socket, 1001, reason).await;
                         break;
                     }
                 }
@@ -209,7 +229,7 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
 }
 
 /// One client message; the reply to send, if any.
-fn handle(
+pub(crate) fn handle(
     shared: &Shared,
     room: &Arc<RoomState>,
     caller: &Caller,
