@@ -184,6 +184,10 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Under a flood of requests the media threads come first.
+        .on_thread_start(|| {
+            let _ = tutti_server::lower_thread_priority(tutti_server::API_THREAD_NICE);
+        })
         .thread_name_fn(|| {
             static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
             format!("api-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed))

@@ -191,9 +191,22 @@ impl Acceptor {
         let answer = pc.create_answer(None).map_err(bad_sdp)?;
         pc.set_local_description(now, answer).map_err(bad_sdp)?;
         let sdp = local_sdp(&pc)?;
+        // webrtc-rs may drop an offered audio section it cannot read (a
+        // garbled fmtp line, found by fuzzing) and still answer: without an
+        // active audio section carrying our ufrag, there is no call to make.
+        if !answers_audio(&sdp, &ufrag) {
+            return Err(RtcError::NoAudio);
+        }
         let media = Box::new(Media::new(pc, sender, ssrc)?);
         Ok((ServerPeer { id, ufrag, media }, sdp))
     }
+}
+
+/// Whether an answer has an active (port not 0) audio section and our ufrag.
+fn answers_audio(answer: &str, ufrag: &str) -> bool {
+    let active_audio = answer.lines().any(|l| l.starts_with("m=audio ") && l.split_whitespace().nth(1) != Some("0"));
+    let ours = answer.lines().any(|l| l.trim_end().strip_prefix("a=ice-ufrag:") == Some(ufrag));
+    active_audio && ours
 }
 
 struct Peer {

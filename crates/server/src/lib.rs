@@ -104,6 +104,22 @@ pub struct Resources {
     pub rate_limited_addresses: usize,
 }
 
+/// How much lower than the media threads `tutti serve` runs the API threads
+/// (see [`lower_thread_priority`]).
+pub const API_THREAD_NICE: i32 = 5;
+
+/// Lowers the calling thread's scheduling priority by `nice` (Linux: per
+/// thread). Give it to the threads that serve the API (the tokio runtime's
+/// `on_thread_start`): under a flood of requests the kernel then runs the
+/// media threads (`io-N`, `mix-clock`, `mix-N`) first, and calls in
+/// progress keep their timing. Raising priority needs privileges;
+/// lowering does not.
+pub fn lower_thread_priority(nice: i32) -> std::io::Result<()> {
+    let tid = rustix::thread::gettid();
+    let current = rustix::process::getpriority_process(Some(tid))?;
+    rustix::process::setpriority_process(Some(tid), current.saturating_add(nice)).map_err(std::io::Error::from)
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
     let what = what.into();
     move |source| ServerError::Io { what, source }

@@ -35,7 +35,15 @@ pub fn start() -> (tokio::runtime::Runtime, Server) {
 }
 
 pub fn start_with(cfg: Config) -> (tokio::runtime::Runtime, Server) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    // As `tutti serve` runs them: API threads below the media threads.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .on_thread_start(|| {
+            let _ = tutti_server::lower_thread_priority(tutti_server::API_THREAD_NICE);
+        })
+        .enable_all()
+        .build()
+        .expect("runtime");
     let server = rt.block_on(Server::start(cfg)).expect("server starts");
     (rt, server)
 }
