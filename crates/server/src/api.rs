@@ -203,7 +203,9 @@ async fn create_room(
     }
     let req: CreateRoom = json(&headers, &body(raw)?, Some(CreateRoom::default()))?;
     let id = match req.id {
-        Some(id) if !grant.covers(&id) => return Err(ApiError::forbidden(format!("this token is not for room '{id}'"))),
+        Some(id) if !grant.covers(&id) => {
+            return Err(ApiError::forbidden(format!("this token is not for room '{id}'")));
+        }
         Some(id) if valid_room_id(&id) => id,
         Some(_) => {
             return Err(ApiError::new(
@@ -217,7 +219,11 @@ async fn create_room(
         None => format!("room-{}", shared.next_room.fetch_add(1, Ordering::Relaxed)),
     };
     if !valid_room_id(&id) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "bad_room_id", "a room id is 1 to 64 letters, digits, '-' or '_'"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_room_id",
+            "a room id is 1 to 64 letters, digits, '-' or '_'",
+        ));
     }
     let mut cfg = shared.room_defaults.clone();
     if let Some(n) = req.max_participants {

@@ -275,7 +275,8 @@ mod tests {
 
         // Eve turns her listener token into a speaker's: same signature, new claims.
         let parts: Vec<&str> = token.split('.').collect();
-        let claims = URL_SAFE_NO_PAD.encode(br#"{"room":"demo","sub":"eve","perms":["speak","listen"],"iat":0,"exp":60}"#);
+        let claims =
+            URL_SAFE_NO_PAD.encode(br#"{"room":"demo","sub":"eve","perms":["speak","listen"],"iat":0,"exp":60}"#);
         let forged = format!("{}.{claims}.{}", parts[0], parts[2]);
         assert_eq!(auth.verify(&forged, 0), Err(AuthError::BadSignature));
         // One flipped signature character.

@@ -285,7 +285,8 @@ impl Config {
         if self.room.max_speakers == 0 {
             return invalid("room.max_speakers", "must be at least 1");
         }
-        if !self.auth.disabled && !self.auth.secret.is_empty() && self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES {
+        if !self.auth.disabled && !self.auth.secret.is_empty() && self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES
+        {
             return invalid("auth.secret", "must be at least 32 bytes, or empty to generate one at start");
         }
         if self.auth.disabled && !self.http.ip().is_loopback() {

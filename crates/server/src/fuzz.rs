@@ -134,9 +134,8 @@ impl Api {
 
     /// Removes every room and participant, as if the server had just started.
     pub fn reset(&self) {
-        let rooms: Vec<_> = std::mem::take(&mut *self.shared.rooms.write().unwrap_or_else(|p| p.into_inner()))
-            .into_values()
-            .collect();
+        let rooms: Vec<_> =
+            std::mem::take(&mut *self.shared.rooms.write().unwrap_or_else(|p| p.into_inner())).into_values().collect();
         for room in rooms {
             self.shared.close_room(&room, LeaveReason::RoomClosed);
         }

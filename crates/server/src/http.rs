@@ -80,7 +80,8 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, limits: HttpLimits
         connections.spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-            let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)).with_upgrades();
+            let conn =
+                builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)).with_upgrades();
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 result = conn.as_mut() => log_end(client, result),

@@ -124,7 +124,8 @@ fn tokens_decide_who_joins_sees_and_manages() {
     let mut speaker = ToneClient::join_as(api, &Caller::token(&alice), "a", 440.0, JoinAs::Whip).expect("alice joins");
     let mut listener = ToneClient::join_as(api, &Caller::token(&lena), "a", 660.0, JoinAs::Json).expect("lena joins");
     let (s_id, l_id) = (speaker.id, listener.id);
-    let room: serde_json::Value = serde_json::from_str(&call(api, Some(&lena), "GET", "/v1/rooms/a", "").body).expect("JSON");
+    let room: serde_json::Value =
+        serde_json::from_str(&call(api, Some(&lena), "GET", "/v1/rooms/a", "").body).expect("JSON");
     let members = room["participants"].as_array().cloned().unwrap_or_default();
     let lena_m = members.iter().find(|m| m["id"] == l_id).expect("lena listed");
     assert_eq!((lena_m["listen_only"].clone(), lena_m["muted"].clone()), (json!(true), json!(true)));

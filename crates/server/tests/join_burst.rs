@@ -49,8 +49,15 @@ fn a_join_flood_is_refused_and_the_call_goes_on() {
                 let caller = Caller { token: None, from: Some("127.0.0.2".parse::<IpAddr>().expect("ip")) };
                 let mut answers = Vec::new();
                 while flood_started.elapsed() < FLOOD && answers.len() < MAX_PER_THREAD {
-                    let r = request_as(api, &caller, "POST", "/v1/rooms/call/participants", Some("application/sdp"), offer.as_bytes())
-                        .expect("the API answers");
+                    let r = request_as(
+                        api,
+                        &caller,
+                        "POST",
+                        "/v1/rooms/call/participants",
+                        Some("application/sdp"),
+                        offer.as_bytes(),
+                    )
+                    .expect("the API answers");
                     answers.push((r.status, r.code(), r.header("retry-after").map(str::to_owned)));
                 }
                 answers

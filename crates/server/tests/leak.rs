@@ -27,8 +27,25 @@ fn status(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
-fn fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(Iterator::count).unwrap_or(0)
+/// Open file descriptors, by what they point at.
+fn fd_targets() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()).map(|p| p.display().to_string()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The descriptor count once closing connections are done (at most 3 s).
+fn fds_settled(want: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let n = fd_targets().len();
+        if n <= want || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn cycle(api: std::net::SocketAddr, i: usize) {
@@ -71,12 +88,14 @@ fn a_thousand_joins_and_leaves_leak_nothing() {
         cycle(api, i);
     }
     let before = settle(&server);
-    let (rss0, threads0, fds0) = (status("VmRSS"), status("Threads"), fds());
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss0, threads0, fds0) = (status("VmRSS"), status("Threads"), fd_targets().len());
+    let fd_list0 = fd_targets();
     for i in 0..CYCLES {
         cycle(api, i);
     }
     let after = settle(&server);
-    let (rss1, threads1, fds1) = (status("VmRSS"), status("Threads"), fds());
+    let (rss1, threads1, fds1) = (status("VmRSS"), status("Threads"), fds_settled(fds0));
     let growth = (rss1 as f64 - rss0 as f64) / rss0 as f64 * 100.0;
     println!(
         "{CYCLES} cycles ({} connected) in {:.1} s: RSS {rss0} kB → {rss1} kB ({growth:+.1} %), \
@@ -90,6 +109,6 @@ fn a_thousand_joins_and_leaves_leak_nothing() {
     assert_eq!(after.io_peers, 0, "the I/O threads freed every peer");
     assert!(growth <= 10.0, "resident memory grew {growth:.1} % ({rss0} kB → {rss1} kB)");
     assert_eq!(threads1, threads0, "no thread leaked");
-    assert_eq!(fds1, fds0, "no file descriptor leaked");
+    assert_eq!(fds1, fds0, "no file descriptor leaked: before {fd_list0:?}, after {:?}", fd_targets());
     rt.block_on(server.shutdown());
 }

@@ -55,7 +55,9 @@ fn rooms_participants_and_bodies_are_bounded() {
     create_room(api, "two");
     let r = http(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"three"}"#);
     assert_eq!((r.status, r.code().as_str()), (503, "server_full"), "max_rooms: {}", r.body);
-    let join = |room: &str| http(api, "POST", &format!("/v1/rooms/{room}/participants"), Some("application/sdp"), offer().as_bytes());
+    let join = |room: &str| {
+        http(api, "POST", &format!("/v1/rooms/{room}/participants"), Some("application/sdp"), offer().as_bytes())
+    };
     assert_eq!(join("one").status, 201);
     let r = join("two");
     assert_eq!((r.status, r.code().as_str()), (503, "server_full"), "max_participants: {}", r.body);
@@ -99,8 +101,10 @@ fn slow_clients_are_timed_out() {
 
     // A body that never arrives: 408.
     let mut slow = TcpStream::connect(api).expect("connect");
-    slow.write_all(b"POST /v1/rooms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":")
-        .expect("write");
+    slow.write_all(
+        b"POST /v1/rooms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":",
+    )
+    .expect("write");
     let (text, _) = read_until_closed(&mut slow, Duration::from_secs(5));
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("request_timeout"), "{text}");
