@@ -3,8 +3,14 @@
 //!
 //! ```text
 //! cargo run --release -- serve &
+//! export TOKEN=…   # the admin token `tutti serve` prints (or `tutti token --room '*' --admin …`)
 //! cargo run --release --example clients -- 127.0.0.1:8080 50 30 0.1   # API, clients, seconds, talkers
 //! ```
+//!
+//! Joins beyond the server's join rate (`limits.join_rate_per_second` per
+//! address; all these clients share 127.0.0.1) are answered 429: they are
+//! retried after the `Retry-After` the server gives. For big runs, start
+//! the server with `--set limits.join_rate_per_second=0`.
 //!
 //! Talkers send a tone with its RFC 6464 level; the others send Opus
 //! silence marked level 127, every 20 ms, on an absolute schedule. Each
@@ -17,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tutti_mix::{FRAME_SAMPLES, level_of, tone};
 use tutti_rtc::{ClientEvent, ClientPeer};
-use tutti_server::client::request;
+use tutti_server::client::{Caller, Response, request_as};
 
 struct Client {
     peer: ClientPeer,
@@ -38,6 +44,21 @@ fn own_cpu_seconds() -> f64 {
     ticks / 100.0
 }
 
+/// Joins the room, waiting out 429s as the server's `Retry-After` says (at most 30 tries).
+fn join(api: SocketAddr, caller: &Caller<'_>, offer: &str) -> std::io::Result<Response> {
+    let path = "/v1/rooms/load/participants";
+    let mut r = request_as(api, caller, "POST", path, Some("application/sdp"), offer.as_bytes())?;
+    for _ in 0..30 {
+        if r.status != 429 {
+            break;
+        }
+        let wait = r.header("retry-after").and_then(|s| s.parse().ok()).unwrap_or(1u64);
+        std::thread::sleep(Duration::from_secs(wait));
+        r = request_as(api, caller, "POST", path, Some("application/sdp"), offer.as_bytes())?;
+    }
+    Ok(r)
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let api: SocketAddr = args.first().map_or("127.0.0.1:8080", String::as_str).parse()?;
@@ -45,7 +66,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let seconds: u64 = args.get(2).map_or(Ok(20), |s| s.parse())?;
     let talkers: f64 = args.get(3).map_or(Ok(0.1), |s| s.parse())?;
 
-    let r = request(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"load"}"#)?;
+    let token = std::env::var("TOKEN").ok();
+    let caller = Caller { token: token.as_deref(), from: None };
+    let r = request_as(api, &caller, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"load"}"#)?;
     if r.status != 201 && r.code() != "room_exists" {
         return Err(format!("creating the room: {} {}", r.status, r.body).into());
     }
@@ -64,7 +87,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let socket = UdpSocket::bind("127.0.0.1:0")?;
         socket.set_nonblocking(true)?;
         let (mut peer, offer) = ClientPeer::new(socket.local_addr()?, Instant::now())?;
-        let r = request(api, "POST", "/v1/rooms/load/participants", Some("application/sdp"), offer.as_bytes())?;
+        let r = join(api, &caller, &offer)?;
         if r.status != 201 {
             return Err(format!("join {i}: {} {}", r.status, r.body).into());
         }
