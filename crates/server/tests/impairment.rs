@@ -349,11 +349,11 @@ fn p5_mos_stays_above_3_5_with_5_percent_loss_and_30_ms_jitter() {
         if all || round == 5 {
             break;
         }
-        for i in 0..CLIENTS {
-            if !clients[i].connected {
+        for (i, client) in clients.iter_mut().enumerate() {
+            if !client.connected {
                 stalls += 1;
-                let _ = tutti_server::client::request(api, "DELETE", &clients[i].location, None, b"");
-                clients[i] = join(i);
+                let _ = tutti_server::client::request(api, "DELETE", &client.location, None, b"");
+                *client = join(i);
             }
         }
     }
