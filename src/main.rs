@@ -159,7 +159,7 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
         listen: true,
         admin: args.admin,
     };
-    println!("{}", auth.mint(&grant, Duration::from_secs(args.ttl), unix_now()));
+    println!("{}", auth.mint(&grant, Duration::from_secs(args.ttl), unix_now()).context("--room and --identity")?);
     Ok(())
 }
 

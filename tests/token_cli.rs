@@ -50,11 +50,12 @@ fn tutti_token_refuses_without_a_secret_or_with_a_bad_request() {
         &["--room", "demo", "--identity", "alice"][..],
         &["--room", "*", "--identity", "x", "--set", "auth.secret=a secret shared by tutti token and tutti serve"],
         &["--room", "demo", "--identity", "x", "--set", "auth.secret=short"],
+        &["--room", "no spaces", "--identity", "x", "--set", "auth.secret=a secret shared by tutti token and tutti serve"],
     ] {
         let out = tutti_token(args);
         assert!(!out.status.success(), "{args:?} must fail");
         assert!(out.stdout.is_empty(), "no token printed for {args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("secret") || err.contains("--admin"), "{args:?}: {err}");
+        assert!(err.contains("secret") || err.contains("--admin") || err.contains("room"), "{args:?}: {err}");
     }
 }

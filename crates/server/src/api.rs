@@ -164,7 +164,7 @@ fn json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes, empt
 }
 
 pub(crate) fn valid_room_id(id: &str) -> bool {
-    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    crate::auth::is_room_id(id)
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -30,6 +30,22 @@ pub const MIN_SECRET_BYTES: usize = 32;
 /// Longest identity (`sub`) accepted, in bytes.
 pub const MAX_IDENTITY_BYTES: usize = 128;
 
+/// Whether `id` is a room id: 1 to 64 ASCII letters, digits, `-` or `_`.
+pub fn is_room_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Why a grant cannot be put in a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    /// The room is neither `*` nor a room id.
+    #[error("a token's room is '*' or a room id (1 to 64 letters, digits, '-' or '_')")]
+    Room,
+    /// The identity is longer than [`MAX_IDENTITY_BYTES`].
+    #[error("a token's identity is at most {MAX_IDENTITY_BYTES} bytes")]
+    Identity,
+}
+
 /// Who may do what, from a verified token (or everything, when auth is off).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
@@ -59,6 +75,18 @@ impl Grant {
     /// Every permission on every room.
     pub fn admin(identity: impl Into<String>) -> Self {
         Self { admin: true, ..Self::participant("*", identity) }
+    }
+
+    /// Whether it can be put in a token (and so came from one): its room is
+    /// `*` or a room id, its identity at most [`MAX_IDENTITY_BYTES`].
+    pub fn check(&self) -> Result<(), GrantError> {
+        if self.room != "*" && !is_room_id(&self.room) {
+            return Err(GrantError::Room);
+        }
+        if self.identity.len() > MAX_IDENTITY_BYTES {
+            return Err(GrantError::Identity);
+        }
+        Ok(())
     }
 
     /// Whether it is for `room` (or every room).
@@ -183,8 +211,10 @@ impl Auth {
         self.generated
     }
 
-    /// A token for `grant`, valid for `ttl` from `now` (Unix seconds).
-    pub fn mint(&self, grant: &Grant, ttl: Duration, now: u64) -> String {
+    /// A token for `grant`, valid for `ttl` from `now` (Unix seconds). A
+    /// grant that fails [`Grant::check`] is refused: its token would not verify.
+    pub fn mint(&self, grant: &Grant, ttl: Duration, now: u64) -> Result<String, GrantError> {
+        grant.check()?;
         let mut perms = Vec::new();
         for (on, perm) in [(grant.speak, Perm::Speak), (grant.listen, Perm::Listen), (grant.admin, Perm::Admin)] {
             if on {
@@ -201,7 +231,7 @@ impl Auth {
         let header = Header { alg: "HS256".to_owned(), typ: Some("JWT".to_owned()), crit: None };
         let signing_input = format!("{}.{}", b64_json(&header), b64_json(&claims));
         let tag = ring::hmac::sign(&self.key, signing_input.as_bytes());
-        format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+        Ok(format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref())))
     }
 
     /// The grant of a token, if it is well-formed, HS256, signed with this
@@ -226,20 +256,19 @@ impl Auth {
         let signing_input = &token[..h.len() + 1 + p.len()];
         ring::hmac::verify(&self.key, signing_input.as_bytes(), &signature).map_err(|_| AuthError::BadSignature)?;
         let claims: Claims = serde_json::from_slice(&decode(p)?).map_err(|_| AuthError::Malformed)?;
-        if claims.room.is_empty() || claims.sub.len() > MAX_IDENTITY_BYTES {
-            return Err(AuthError::Malformed);
-        }
         if now >= claims.exp {
             return Err(AuthError::Expired);
         }
         let has = |perm| claims.perms.contains(&perm);
-        Ok(Grant {
+        let grant = Grant {
             speak: has(Perm::Speak),
             listen: has(Perm::Listen),
             admin: has(Perm::Admin),
             room: claims.room,
             identity: claims.sub,
-        })
+        };
+        grant.check().map_err(|_| AuthError::Malformed)?;
+        Ok(grant)
     }
 }
 
@@ -259,7 +288,7 @@ mod tests {
     fn a_minted_token_verifies_with_its_grant() {
         let auth = Auth::new(SECRET).expect("secret");
         for grant in [Grant::participant("demo", "alice"), Grant::listener("demo", "bob"), Grant::admin("ops")] {
-            let token = auth.mint(&grant, Duration::from_secs(60), 1_000);
+            let token = auth.mint(&grant, Duration::from_secs(60), 1_000).expect("mint");
             assert_eq!(auth.verify(&token, 1_000), Ok(grant.clone()));
             assert_eq!(auth.verify(&token, 1_059), Ok(grant));
             assert_eq!(auth.verify(&token, 1_060), Err(AuthError::Expired));
@@ -269,7 +298,7 @@ mod tests {
     #[test]
     fn tampering_other_secrets_and_other_algorithms_are_refused() {
         let auth = Auth::new(SECRET).expect("secret");
-        let token = auth.mint(&Grant::listener("demo", "eve"), Duration::from_secs(60), 0);
+        let token = auth.mint(&Grant::listener("demo", "eve"), Duration::from_secs(60), 0).expect("mint");
         let other = Auth::new("another secret, also thirty-two bytes long").expect("secret");
         assert_eq!(other.verify(&token, 0), Err(AuthError::BadSignature));
 
@@ -312,9 +341,28 @@ mod tests {
         assert!(Auth::new("short").is_err());
         let auth = Auth::generate().expect("random");
         assert!(auth.is_generated());
-        let token = auth.mint(&Grant::admin("ops"), Duration::from_secs(5), unix_now());
+        let token = auth.mint(&Grant::admin("ops"), Duration::from_secs(5), unix_now()).expect("mint");
         assert!(auth.verify(&token, unix_now()).is_ok());
         assert!(!format!("{auth:?}").contains("key"), "the secret never reaches a log");
+    }
+
+    /// `signalling_json`, crash-7cb06e42: a grant for a room of a thousand
+    /// control characters minted a token longer than `verify` reads.
+    /// Rooms in tokens are room ids (or `*`) and identities are bounded, so
+    /// every token `mint` makes verifies.
+    #[test]
+    fn only_grants_that_fit_a_token_are_minted() {
+        let auth = Auth::new(SECRET).expect("secret");
+        let long_room = Grant::participant("\u{3}".repeat(1000), "x");
+        assert_eq!(auth.mint(&long_room, Duration::from_secs(60), 0), Err(GrantError::Room));
+        let bad_room = Grant::participant("no spaces", "x");
+        assert_eq!(auth.mint(&bad_room, Duration::from_secs(60), 0), Err(GrantError::Room));
+        let long_identity = Grant::participant("a", "\u{3}".repeat(MAX_IDENTITY_BYTES + 1));
+        assert_eq!(auth.mint(&long_identity, Duration::from_secs(60), 0), Err(GrantError::Identity));
+        let widest = Grant::participant("r".repeat(64), "\u{3}".repeat(MAX_IDENTITY_BYTES));
+        let token = auth.mint(&widest, Duration::from_secs(60), 0).expect("the widest grant mints");
+        assert!(token.len() <= MAX_TOKEN_BYTES);
+        assert_eq!(auth.verify(&token, 0), Ok(widest));
     }
 
     #[test]

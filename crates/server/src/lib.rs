@@ -237,9 +237,10 @@ impl Server {
     }
 
     /// A token for `grant`, valid for `ttl`, signed with this server's
-    /// secret (configured or generated); `None` when auth is disabled.
+    /// secret (configured or generated); `None` when auth is disabled or the
+    /// grant fails [`auth::Grant::check`].
     pub fn mint_token(&self, grant: &auth::Grant, ttl: Duration) -> Option<String> {
-        self.shared.auth.as_ref().map(|a| a.mint(grant, ttl, auth::unix_now()))
+        self.shared.auth.as_ref().and_then(|a| a.mint(grant, ttl, auth::unix_now()).ok())
     }
 
     /// Whether the token secret was generated at start (none configured).

@@ -48,15 +48,16 @@ fn tokens_decide_who_joins_sees_and_manages() {
     let (rt, server) = start_with(cfg);
     let api = server.http_addr();
     let auth = Auth::new(SECRET).expect("secret");
-    let mint = |g: Grant| auth.mint(&g, HOUR, unix_now());
+    let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
     let admin = mint(Grant::admin("ops"));
     let alice = mint(Grant::participant("a", "alice"));
     let bob = mint(Grant::participant("a", "bob"));
     let lena = mint(Grant::listener("a", "lena"));
     let other_room = mint(Grant::participant("b", "carol"));
-    let expired = auth.mint(&Grant::participant("a", "alice"), Duration::from_secs(60), unix_now() - 3600);
+    let expired =
+        auth.mint(&Grant::participant("a", "alice"), Duration::from_secs(60), unix_now() - 3600).expect("mint");
     let other_secret = Auth::new("some other server's secret, 32 bytes+").expect("secret");
-    let forged_admin = other_secret.mint(&Grant::admin("mallory"), HOUR, unix_now());
+    let forged_admin = other_secret.mint(&Grant::admin("mallory"), HOUR, unix_now()).expect("mint");
     let tampered = {
         // Alice's token with the payload of an admin token: the signature no longer matches.
         let a: Vec<&str> = alice.split('.').collect();
