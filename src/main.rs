@@ -3,10 +3,15 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use tutti_server::auth::{Auth, Grant, unix_now};
 use tutti_server::{Config, Server};
+
+/// How long the admin token printed at start (generated secret) lasts.
+const BANNER_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Packets are allocated on the I/O threads and freed on mixer threads;
 /// mimalloc does that without the lock glibc takes (see the mixer bench).
@@ -28,6 +33,37 @@ enum Command {
     Load(tutti_load::LoadArgs),
     /// Find the largest room that meets the quality SLO (starts a local server unless --url).
     Capacity(tutti_load::CapacityArgs),
+    /// Print an access token signed with the configured secret (`auth.secret`).
+    Token(TokenArgs),
+}
+
+/// Mints a token (a JWT, HS256) with the secret the configuration sets
+/// (`--config`, `TUTTI_AUTH_SECRET`, `--set auth.secret=…`). A server
+/// running on a generated secret (none configured) accepts only the tokens
+/// it printed itself: set `auth.secret` on both sides.
+#[derive(clap::Args)]
+struct TokenArgs {
+    /// The room it admits to; `*` = every room (with --admin).
+    #[arg(long)]
+    room: String,
+    /// The participant's identity (the token's `sub`; their name if they give none).
+    #[arg(long)]
+    identity: String,
+    /// May listen only: their audio is dropped and they cannot unmute.
+    #[arg(long, conflicts_with = "admin")]
+    listen_only: bool,
+    /// May also manage the room (`*`: every room): create, delete, list, mute others.
+    #[arg(long)]
+    admin: bool,
+    /// Lifetime, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    ttl: u64,
+    /// A TOML configuration file (the one the server reads).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Any key: `--set auth.secret=…` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
 }
 
 /// Settings come from the defaults, then `--config`, then `TUTTI_*`
@@ -80,21 +116,60 @@ impl ServeArgs {
         put("io_threads", self.io_threads.map(|n| n.to_string()));
         put("mix_threads", self.mix_threads.map(|n| n.to_string()));
         put("log.format", self.log_json.then(|| "json".to_owned()));
-        for kv in &self.set {
-            let (k, v) = kv.split_once('=').with_context(|| format!("--set {kv}: expected KEY=VALUE"))?;
-            out.push((k.trim().to_owned(), v.to_owned()));
-        }
+        out.extend(key_values(&self.set)?);
         Ok(out)
     }
 }
 
+/// `--set KEY=VALUE` flags as pairs.
+fn key_values(set: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    set.iter()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').with_context(|| format!("--set {kv}: expected KEY=VALUE"))?;
+            Ok((k.trim().to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let args = match cli.command {
-        Command::Serve(args) => args,
-        Command::Load(args) => return exit_with(tutti_load::run_load(&args)?),
-        Command::Capacity(args) => return exit_with(tutti_load::run_capacity(&args)?),
+    match cli.command {
+        Command::Serve(args) => serve(&args),
+        Command::Token(args) => token(&args),
+        Command::Load(args) => exit_with(tutti_load::run_load(&args)?),
+        Command::Capacity(args) => exit_with(tutti_load::run_capacity(&args)?),
+    }
+}
+
+fn token(args: &TokenArgs) -> anyhow::Result<()> {
+    let cfg = Config::load(args.config.as_deref(), std::env::vars(), &key_values(&args.set)?)
+        .context("reading the configuration")?;
+    if cfg.auth.disabled {
+        anyhow::bail!("auth.disabled is true in this configuration: the server takes no tokens");
+    }
+    if cfg.auth.secret.is_empty() {
+        anyhow::bail!(
+            "no auth.secret is configured (--config, TUTTI_AUTH_SECRET or --set auth.secret=…). \
+             A server without one generates its own at start and prints a ready token; \
+             tokens minted here could not be verified by it"
+        );
+    }
+    if args.room == "*" && !args.admin {
+        anyhow::bail!("--room '*' (every room) is for --admin tokens only");
+    }
+    let auth = Auth::new(&cfg.auth.secret).context("auth.secret")?;
+    let grant = Grant {
+        room: args.room.clone(),
+        identity: args.identity.clone(),
+        speak: !args.listen_only,
+        listen: true,
+        admin: args.admin,
     };
+    println!("{}", auth.mint(&grant, Duration::from_secs(args.ttl), unix_now()).context("--room and --identity")?);
+    Ok(())
+}
+
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let cfg = Config::load(args.config.as_deref(), std::env::vars(), &args.overrides()?)
         .context("reading the configuration")?;
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log.filter)
@@ -123,11 +198,7 @@ fn main() -> anyhow::Result<()> {
         if let Some(addr) = server.metrics_addr() {
             let _ = writeln!(out, "metrics:        curl http://{addr}/metrics");
         }
-        let _ = writeln!(
-            out,
-            "create a room:  curl -X POST http://{}/v1/rooms -H 'content-type: application/json' -d '{{\"id\":\"demo\"}}'",
-            server.http_addr()
-        );
+        let _ = out.write_all(banner(&server).as_bytes());
         let _ = out.flush();
         wait_for_signal().await;
         tracing::info!("shutting down");
@@ -144,6 +215,35 @@ fn exit_with(ok: bool) -> anyhow::Result<()> {
         std::process::exit(2);
     }
     Ok(())
+}
+
+/// How to start using the server, after the address line.
+fn banner(server: &Server) -> String {
+    let api = server.http_addr();
+    let mut auth_header = String::new();
+    let mut text = String::new();
+    if let Some(token) = server.mint_token(&Grant::admin("admin"), BANNER_TOKEN_TTL) {
+        if server.secret_generated() {
+            text.push_str(&format!(
+                "auth: no auth.secret configured, so one was generated: tokens work until tutti stops\n\
+                 admin token (24 h): export TOKEN={token}\n"
+            ));
+            auth_header = " -H \"authorization: Bearer $TOKEN\"".to_owned();
+        } else {
+            text.push_str(
+                "auth: tokens from `tutti token --room ROOM --identity NAME` (same configuration), \
+                 as `authorization: Bearer …`\n",
+            );
+            auth_header = " -H \"authorization: Bearer $TOKEN\"".to_owned();
+        }
+    } else {
+        text.push_str("auth: DISABLED (auth.disabled = true): anyone who reaches this address may join any room\n");
+    }
+    text.push_str(&format!(
+        "create a room:  curl -X POST http://{api}/v1/rooms{auth_header} -H 'content-type: application/json' -d '{{\"id\":\"demo\"}}'\n\
+         join it:        curl -i -X POST http://{api}/v1/rooms/demo/participants{auth_header} -H 'content-type: application/sdp' --data-binary @offer.sdp\n"
+    ));
+    text
 }
 
 async fn wait_for_signal() {

@@ -1,6 +1,8 @@
 //! `tutti serve` as a user runs it, stopped with SIGTERM in the middle of a
 //! call: WebSocket subscribers are told, every peer gets its DTLS
-//! close_notify, the process exits cleanly within the shutdown bound.
+//! close_notify, the process exits cleanly within the shutdown bound. It
+//! runs on the embedded defaults' auth: a generated secret, and the admin
+//! token the banner prints.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tutti_server::client::{JoinAs, ToneClient, request, run_until};
+use tutti_server::client::{Caller, JoinAs, ToneClient, request_as, run_until};
 
 #[test]
 fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
@@ -37,14 +39,30 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no API address in {line:?}"));
+    // "admin token (24 h): export TOKEN=eyJ…"
+    let mut token = String::new();
+    for _ in 0..4 {
+        line.clear();
+        stdout.read_line(&mut line).expect("banner");
+        if let Some(t) = line.split("export TOKEN=").nth(1) {
+            token = t.trim().to_owned();
+            break;
+        }
+    }
+    assert!(token.starts_with("eyJ"), "the banner prints a ready token: {line:?}");
+    let admin = Caller::token(&token);
 
-    let r = request(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#).expect("API");
+    let r = request_as(api, &Caller::default(), "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#)
+        .expect("API");
+    assert_eq!(r.status, 401, "no token, no room: {}", r.body);
+    let r = request_as(api, &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#).expect("API");
     assert_eq!(r.status, 201, "{}", r.body);
     let stream = TcpStream::connect(api).expect("connect");
     stream.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
-    let (mut ws, _) = tungstenite::client(format!("ws://{api}/v1/rooms/call/ws"), stream).expect("WebSocket");
-    let mut a = ToneClient::join(api, "call", 440.0, JoinAs::Whip).expect("join");
-    let mut b = ToneClient::join(api, "call", 660.0, JoinAs::Json).expect("join");
+    let (mut ws, _) =
+        tungstenite::client(format!("ws://{api}/v1/rooms/call/ws?token={token}"), stream).expect("WebSocket");
+    let mut a = ToneClient::join_as(api, &admin, "call", 440.0, JoinAs::Whip).expect("join");
+    let mut b = ToneClient::join_as(api, &admin, "call", 660.0, JoinAs::Json).expect("join");
     let mut both = [&mut a, &mut b];
     assert!(
         run_until(&mut both, Instant::now() + Duration::from_secs(15), |cs| cs.iter().all(|c| c.heard.len() > 25)),

@@ -19,6 +19,9 @@ pub struct LoadArgs {
     /// The server's HTTP API.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub url: String,
+    /// An admin access token for the room (or `*`), e.g. the one `tutti serve` prints.
+    #[arg(long, env = "TOKEN")]
+    pub token: Option<String>,
     /// Participants.
     #[arg(short = 'n', long = "clients", default_value_t = 100)]
     pub clients: usize,
@@ -81,6 +84,9 @@ pub struct CapacityArgs {
     /// A running server's HTTP API; without it a local server is started.
     #[arg(long)]
     pub url: Option<String>,
+    /// An admin access token (`*`) for the server at --url.
+    #[arg(long, env = "TOKEN")]
+    pub token: Option<String>,
     /// The remote server's Prometheus endpoint, for its CPU.
     #[arg(long)]
     pub metrics_url: Option<String>,
@@ -228,6 +234,7 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     cfg.summary_interval = Duration::from_millis(args.sint.max(100));
     cfg.talkers = args.talkers;
     cfg.silence = args.silence;
+    cfg.token = args.token.clone();
     cfg.warmup = Duration::from_secs_f64(args.warmup.max(0.0));
     cfg.probe_talkers = args.probes;
     cfg.probe_listeners = args.probe_listeners;
@@ -300,6 +307,9 @@ impl LocalServer {
             .args(["--mix-threads", &mix_threads.to_string()])
             .args(["--metrics", &SocketAddr::from(([127, 0, 0, 1], free_port(false)?)).to_string()])
             .args(["--set", "log.filter=warn,rtc_dtls=error"])
+            // Loopback only: every simulated client comes from 127.0.0.1, so
+            // no tokens and no per-address join rate limit.
+            .args(["--set", "auth.disabled=true", "--set", "limits.join_rate_per_second=0"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -392,7 +402,14 @@ impl TrialRunner for LoadRunner {
         });
         // The room goes whatever happened; its peers are closed by the server.
         let path = format!("/v1/rooms/{}", cfg.room);
-        let _ = tutti_server::client::request(cfg.api, "DELETE", &path, None, b"");
+        let _ = tutti_server::client::request_as(
+            cfg.api,
+            &crate::generator::caller(cfg.token.as_deref()),
+            "DELETE",
+            &path,
+            None,
+            b"",
+        );
         if self.local.as_mut().is_some_and(|(s, _, _)| !matches!(s.child.try_wait(), Ok(None))) {
             // The server died during the trial: its figures mean nothing; run it again.
             self.check_local()?;
@@ -432,6 +449,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     base.warmup = Duration::from_secs_f64(args.warmup.max(0.0));
     base.talkers = args.talkers;
     base.silence = args.silence;
+    base.token = args.token.clone();
     base.probe_talkers = args.probes;
     base.probe_listeners = args.probe_listeners;
     base.threads = args.threads;

@@ -15,6 +15,7 @@ use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
 use tutti_mix::FRAME_SAMPLES;
 use tutti_rtc::{ClientEvent, ClientPeer};
+use tutti_server::client::{Caller, request_as};
 
 use crate::LoadError;
 use crate::audio::{Frame, Material};
@@ -91,6 +92,8 @@ pub struct LoadConfig {
     pub api: SocketAddr,
     /// The room (created if missing).
     pub room: String,
+    /// An access token (admin for the room, or `*`), sent as `Authorization: Bearer`.
+    pub token: Option<String>,
     /// Participants.
     pub clients: usize,
     /// Time between joins.
@@ -132,6 +135,7 @@ impl LoadConfig {
         Self {
             api,
             room: "load".into(),
+            token: None,
             clients,
             join_interval: Duration::from_millis(20),
             life: Some(Duration::from_secs(30)),
@@ -704,10 +708,15 @@ struct Joined {
     error: Option<String>,
 }
 
+/// The API caller the generator is: with the token, if any.
+pub(crate) fn caller(token: Option<&str>) -> Caller<'_> {
+    Caller { token, from: None }
+}
+
 /// Creates the room unless it exists.
-pub(crate) fn ensure_room(api: SocketAddr, room: &str) -> Result<(), LoadError> {
+pub(crate) fn ensure_room(api: SocketAddr, token: Option<&str>, room: &str) -> Result<(), LoadError> {
     let body = serde_json::json!({ "id": room }).to_string();
-    let r = tutti_server::client::request(api, "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
+    let r = request_as(api, &caller(token), "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
         .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
     if r.status == 201 || r.code() == "room_exists" {
         Ok(())
@@ -723,13 +732,17 @@ fn candidate_addr(sdp: &str) -> Option<SocketAddr> {
     format!("{}:{}", f.get(4)?, f.get(5)?).parse().ok()
 }
 
-fn join_one(api: SocketAddr, room: &str) -> Result<(ClientPeer, UdpSocket, String, Option<SocketAddr>), String> {
+fn join_one(
+    api: SocketAddr,
+    token: Option<&str>,
+    room: &str,
+) -> Result<(ClientPeer, UdpSocket, String, Option<SocketAddr>), String> {
     let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
     socket.set_nonblocking(true).map_err(|e| e.to_string())?;
     let local = socket.local_addr().map_err(|e| e.to_string())?;
     let (mut peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
     let path = format!("/v1/rooms/{room}/participants");
-    let r = tutti_server::client::request(api, "POST", &path, Some("application/sdp"), offer.as_bytes())
+    let r = request_as(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes())
         .map_err(|e| format!("join request: {e}"))?;
     if r.status != 201 {
         return Err(format!("join refused: {} {}", r.status, r.body.trim()));
@@ -757,7 +770,7 @@ pub fn run(
         None => crate::audio::speech_like(8.0, cfg.seed),
     };
     let material = Arc::new(Material::new(&speech, probes)?);
-    ensure_room(cfg.api, &cfg.room)?;
+    ensure_room(cfg.api, cfg.token.as_deref(), &cfg.room)?;
 
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -833,7 +846,7 @@ pub fn run(
         if past_end(Instant::now(), end) {
             break;
         }
-        match join_one(cfg.api, &cfg.room) {
+        match join_one(cfg.api, cfg.token.as_deref(), &cfg.room) {
             Ok((peer, socket, location, media)) => {
                 if server_media.is_none() {
                     server_media = media;
@@ -924,7 +937,7 @@ pub fn run(
     if cfg.leave {
         for j in &joined {
             if let Some(loc) = j.location.as_deref().filter(|l| !l.is_empty()) {
-                let _ = tutti_server::client::request(cfg.api, "DELETE", loc, None, b"");
+                let _ = request_as(cfg.api, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
             }
         }
     }

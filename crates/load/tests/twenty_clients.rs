@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tutti_load::{CpuSource, LoadConfig, LoadReport, run};
+use tutti_server::auth::Grant;
 use tutti_server::{Config, Server};
 
 fn check(report: &LoadReport) -> Result<(), String> {
@@ -57,18 +58,24 @@ fn check(report: &LoadReport) -> Result<(), String> {
 #[test]
 fn twenty_clients_get_clean_audio() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let cfg = Config {
+    let mut cfg = Config {
         http: "127.0.0.1:0".parse().expect("addr"),
         media: "127.0.0.1:0".parse().expect("addr"),
+        metrics: "127.0.0.1:0".to_owned(),
         mix_threads: 2,
         ..Config::default()
     };
+    // Every simulated client joins from 127.0.0.1.
+    cfg.limits.join_rate_per_second = 0.0;
     let server = rt.block_on(Server::start(cfg)).expect("server starts");
+    // Auth stays on, as `tutti serve` runs: the tester joins with a token.
+    let token = server.mint_token(&Grant::admin("load-test"), Duration::from_secs(600)).expect("auth is on");
 
     let mut outcome = Err(String::new());
     for attempt in 1..=3 {
         let mut load = LoadConfig::new(server.http_addr(), 20);
         load.room = format!("e2e-{attempt}");
+        load.token = Some(token.clone());
         load.join_interval = Duration::from_millis(10);
         load.warmup = Duration::from_secs(1);
         load.window = Some(Duration::from_secs(5));

@@ -130,6 +130,24 @@ impl ClientPeer {
         }
     }
 
+    /// For fuzz targets: sends an RTP packet shaped by `raw`.
+    #[doc(hidden)]
+    pub fn send_raw_rtp(&mut self, raw: crate::RawRtp, now: Instant) -> Result<(), RtcError> {
+        let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
+        media.send_raw_rtp(raw, now)?;
+        self.drain();
+        Ok(())
+    }
+
+    /// For fuzz targets: sends `bytes` as an RTCP packet (SRTCP-protected).
+    #[doc(hidden)]
+    pub fn send_raw_rtcp(&mut self, bytes: Bytes, now: Instant) -> Result<(), RtcError> {
+        let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
+        media.send_raw_rtcp(bytes, now)?;
+        self.drain();
+        Ok(())
+    }
+
     /// Runs due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(media) = &mut self.media {

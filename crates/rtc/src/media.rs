@@ -75,6 +75,27 @@ pub struct Contributor {
 /// At most this many CSRCs in an RTP header (its CC field has 4 bits).
 pub const MAX_CONTRIBUTORS: usize = 15;
 
+/// An RTP packet shaped by a fuzz target: every field a sender controls
+/// but the SSRC and payload type (webrtc-rs refuses others on its side).
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub struct RawRtp {
+    /// Sequence number.
+    pub seq: u16,
+    /// Timestamp.
+    pub timestamp: u32,
+    /// Marker bit.
+    pub marker: bool,
+    /// Padding bit (the payload's last byte then claims a padding length).
+    pub padding: bool,
+    /// CSRCs (at most 15 are kept).
+    pub csrc: Vec<u32>,
+    /// Header extensions: (even = ssrc-audio-level, odd = csrc-audio-level, value).
+    pub extensions: Vec<(u8, Bytes)>,
+    /// Payload.
+    pub payload: Bytes,
+}
+
 /// A datagram to send.
 #[derive(Debug)]
 pub struct Transmit {
@@ -99,9 +120,25 @@ pub enum RtcError {
     /// The peer is not connected yet (or any more).
     #[error("the peer is not connected")]
     NotConnected,
+    /// An RTP packet that must not be sent (a header extension value
+    /// outside 1 to 16 bytes).
+    #[error("not a packet to send: {0}")]
+    BadPacket(&'static str),
     /// webrtc-rs failed in a way no input explains.
     #[error("webrtc: {0}")]
     Internal(String),
+}
+
+/// Sets a one-byte header extension (RFC 8285 §4.2: 1 to 16 bytes). Checked
+/// here because webrtc-rs (rtc-rtp 0.21.1) accepts an empty value and then
+/// panics marshalling it (`len - 1` underflows: found by the
+/// `media_datagram` fuzz target), and would corrupt the header's id for one
+/// longer than 16 bytes.
+fn put_extension(header: &mut rtc::rtp::Header, id: u8, value: Bytes) -> Result<(), RtcError> {
+    if value.is_empty() || value.len() > 16 {
+        return Err(RtcError::BadPacket("a one-byte header extension carries 1 to 16 bytes"));
+    }
+    header.set_extension(id, value).map_err(internal)
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> RtcError {
@@ -222,6 +259,48 @@ pub(crate) enum PeerFailure {
     Dtls,
     /// It was connected, then connectivity was lost (the client vanished).
     Lost,
+}
+
+/// An RTP packet as tutti reads it: the RFC 6464 level from the extension
+/// `level_ext`, the contributors from the CSRCs with RFC 6465 levels from
+/// `csrc_level_ext`.
+fn audio_of(packet: rtc::rtp::Packet, level_ext: Option<u8>, csrc_level_ext: Option<u8>) -> AudioPacket {
+    let header = &packet.header;
+    let level = level_ext.and_then(|ext| header.get_extension(ext)).and_then(|b| b.first().map(|v| v & 0x7F));
+    let contributors = if header.csrc.is_empty() {
+        Vec::new()
+    } else {
+        let levels = csrc_level_ext.and_then(|ext| header.get_extension(ext));
+        let level_of = |i: usize| levels.as_ref().and_then(|l| l.get(i)).map_or(127, |v| v & 0x7F);
+        header.csrc.iter().enumerate().map(|(i, &ssrc)| Contributor { ssrc, level: level_of(i) }).collect()
+    };
+    AudioPacket {
+        ssrc: header.ssrc,
+        seq: header.sequence_number,
+        timestamp: header.timestamp,
+        payload: packet.payload,
+        level,
+        contributors,
+    }
+}
+
+/// For fuzz targets: decrypted bytes as webrtc-rs parses them into an RTP
+/// packet (`rtc::rtp::Packet::unmarshal`, as its SRTP layer does), then as
+/// tutti reads it (audio-level extension ids 1 and 2).
+#[doc(hidden)]
+pub fn parse_rtp(bytes: &[u8]) -> Option<AudioPacket> {
+    use rtc::shared::marshal::Unmarshal;
+    let mut buf = bytes;
+    let packet = rtc::rtp::Packet::unmarshal(&mut buf).ok()?;
+    Some(audio_of(packet, Some(1), Some(2)))
+}
+
+/// For fuzz targets: decrypted bytes as webrtc-rs parses them into RTCP
+/// packets (`rtc::rtcp::packet::unmarshal`, as its SRTP layer does).
+#[doc(hidden)]
+pub fn parse_rtcp(bytes: &[u8]) -> usize {
+    let mut buf = bytes;
+    rtc::rtcp::packet::unmarshal(&mut buf).map_or(0, |p| p.len())
 }
 
 /// What a peer connection reports, stripped to what audio needs.
@@ -346,14 +425,14 @@ impl Media {
         };
         if let (Some(ext), Some(level)) = (self.level_ext, level) {
             let l = usize::from(level.min(127));
-            header.set_extension(ext, Bytes::from_static(&LEVELS[l..=l])).map_err(internal)?;
+            put_extension(&mut header, ext, Bytes::from_static(&LEVELS[l..=l]))?;
         }
         let contributors = &contributors[..contributors.len().min(MAX_CONTRIBUTORS)];
         if !contributors.is_empty() {
             header.csrc = contributors.iter().map(|c| c.ssrc).collect();
             if let Some(ext) = self.csrc_level_ext {
                 let levels: Vec<u8> = contributors.iter().map(|c| c.level.min(127)).collect();
-                header.set_extension(ext, Bytes::from(levels)).map_err(internal)?;
+                put_extension(&mut header, ext, Bytes::from(levels))?;
             }
         }
         self.seq = self.seq.wrapping_add(1);
@@ -376,6 +455,42 @@ impl Media {
     /// started timers (RTCP sender reports), so drain fully.
     pub(crate) fn first_packet(&self) -> bool {
         self.seq == 1
+    }
+
+    /// Writes an RTP packet as `raw` shapes it, on our SSRC and payload
+    /// type (see [`RawRtp`]).
+    pub(crate) fn send_raw_rtp(&mut self, raw: RawRtp, now: Instant) -> Result<(), RtcError> {
+        if !self.is_connected() {
+            return Err(RtcError::NotConnected);
+        }
+        let mut header = rtc::rtp::Header {
+            version: 2,
+            padding: raw.padding,
+            marker: raw.marker,
+            payload_type: self.payload_type,
+            sequence_number: raw.seq,
+            timestamp: raw.timestamp,
+            ssrc: self.ssrc,
+            csrc: raw.csrc.into_iter().take(MAX_CONTRIBUTORS).collect(),
+            ..Default::default()
+        };
+        for (which, value) in raw.extensions {
+            let id = if which % 2 == 0 { self.level_ext } else { self.csrc_level_ext };
+            if let Some(id) = id {
+                put_extension(&mut header, id, value)?;
+            }
+        }
+        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        sender.write_rtp(now, rtc::rtp::Packet { header, payload: raw.payload }).map_err(internal)
+    }
+
+    /// Writes `bytes` as one RTCP compound packet, as they are (SRTCP-protected).
+    pub(crate) fn send_raw_rtcp(&mut self, bytes: Bytes, now: Instant) -> Result<(), RtcError> {
+        if !self.is_connected() {
+            return Err(RtcError::NotConnected);
+        }
+        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        sender.write_rtcp(now, vec![Box::new(rtc::rtcp::raw_packet::RawPacket(bytes))]).map_err(internal)
     }
 
     /// Moves what the connection has to send into `transmits`, reports its
@@ -416,24 +531,7 @@ impl Media {
         }
         while let Some(msg) = self.pc.poll_read() {
             if let RTCMessage::RtpPacket(_, packet) = msg.message {
-                let header = &packet.header;
-                let level =
-                    self.level_ext.and_then(|ext| header.get_extension(ext)).and_then(|b| b.first().map(|v| v & 0x7F));
-                let contributors = if header.csrc.is_empty() {
-                    Vec::new()
-                } else {
-                    let levels = self.csrc_level_ext.and_then(|ext| header.get_extension(ext));
-                    let level_of = |i: usize| levels.as_ref().and_then(|l| l.get(i)).map_or(127, |v| v & 0x7F);
-                    header.csrc.iter().enumerate().map(|(i, &ssrc)| Contributor { ssrc, level: level_of(i) }).collect()
-                };
-                on(PeerEvent::Audio(AudioPacket {
-                    ssrc: header.ssrc,
-                    seq: header.sequence_number,
-                    timestamp: header.timestamp,
-                    payload: packet.payload,
-                    level,
-                    contributors,
-                }));
+                on(PeerEvent::Audio(audio_of(packet, self.level_ext, self.csrc_level_ext)));
             }
         }
         self.pc.poll_timeout()

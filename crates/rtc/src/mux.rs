@@ -242,6 +242,12 @@ impl Acceptor {
         // edited local description; DTX only concerns the client's encoder,
         // so the answer the client gets asks for it.
         let sdp = with_opus_fmtp(&local_sdp(&pc)?, SERVER_OPUS_DTX);
+        // webrtc-rs may drop an offered audio section it cannot read (a
+        // garbled fmtp line, found by fuzzing) and still answer: without an
+        // active audio section carrying our ufrag, there is no call to make.
+        if !answers_audio(&sdp, &ufrag) {
+            return Err(RtcError::NoAudio);
+        }
         let media = Box::new(Media::new(pc, sender, ssrc)?);
         Ok((ServerPeer { id, ufrag, media }, sdp))
     }
@@ -273,6 +279,13 @@ fn with_opus_fmtp(sdp: &str, param: &str) -> String {
         }
     }
     out
+}
+
+/// Whether an answer has an active (port not 0) audio section and our ufrag.
+fn answers_audio(answer: &str, ufrag: &str) -> bool {
+    let active_audio = answer.lines().any(|l| l.starts_with("m=audio ") && l.split_whitespace().nth(1) != Some("0"));
+    let ours = answer.lines().any(|l| l.trim_end().strip_prefix("a=ice-ufrag:") == Some(ufrag));
+    active_audio && ours
 }
 
 struct Peer {
@@ -367,6 +380,11 @@ impl Mux {
     /// Whether this peer is here.
     pub fn contains(&self, id: PeerId) -> bool {
         self.peers.contains_key(&id)
+    }
+
+    /// The server ufrag of a peer here.
+    pub fn ufrag_of(&self, id: PeerId) -> Option<&str> {
+        self.peers.get(&id).map(|p| p.ufrag.as_str())
     }
 
     /// The ids of every peer here.

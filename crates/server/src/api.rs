@@ -1,14 +1,21 @@
 //! The REST API: rooms, joining with an SDP offer (WHIP-style or JSON),
 //! leaving, muting; errors as JSON with a stable code.
+//!
+//! Every route but `/healthz` and `/readyz` takes an access token
+//! ([`crate::auth`]). The checks run in a fixed order, so that a caller
+//! learns nothing about a room it may not see: 401 (no valid token), 403
+//! (not for this room, or lacking the permission), 429 (join rate), and
+//! only then 404, 409, 400.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tutti_mix::{MAX_GAIN, ParticipantId, Room, RoomConfig, SpeakerLimit};
 use tutti_rtc::RtcError;
 
+use crate::auth::{AuthError, Grant, unix_now};
 use crate::state::{LeaveReason, RoomEvent, RoomState, Shared, lock};
 
 /// An API error: a status, a stable machine-readable code and a sentence.
@@ -24,11 +32,45 @@ pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     pub(crate) code: &'static str,
     pub(crate) message: String,
+    /// `WWW-Authenticate` (RFC 6750 §3), for 401 and 403.
+    challenge: Option<&'static str>,
+    /// `Retry-After`, in seconds, for 429.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self { status, code, message: message.into(), challenge: None, retry_after: None }
+    }
+
+    /// 401: no valid token.
+    pub(crate) fn unauthorized(e: &AuthError) -> Self {
+        let challenge = match e {
+            AuthError::Missing => r#"Bearer realm="tutti""#,
+            _ => r#"Bearer realm="tutti", error="invalid_token""#,
+        };
+        Self { challenge: Some(challenge), ..Self::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string()) }
+    }
+
+    /// 403: a valid token that does not allow this.
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+        Self {
+            challenge: Some(r#"Bearer realm="tutti", error="insufficient_scope""#),
+            ..Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+        }
+    }
+
+    /// 429: too many joins from this address.
+    pub(crate) fn rate_limited(retry: Duration) -> Self {
+        let secs = retry.as_secs_f64().ceil().max(1.0) as u64;
+        Self {
+            retry_after: Some(secs),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many joins from this address; retry in {secs} s"),
+            )
+        }
     }
 
     pub(crate) fn no_room(room: &str) -> Self {
@@ -43,11 +85,50 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "code": self.code, "message": self.message });
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(challenge) = self.challenge {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        }
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 
 type ApiResult<T> = Result<T, ApiError>;
+
+/// The token of `Authorization: Bearer <token>`; `Some("")` for another
+/// scheme (refused as malformed, not as missing).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().unwrap_or("");
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => Some(token.trim()),
+        _ => Some("!"),
+    }
+}
+
+/// The caller's grant: from its token (the `Authorization` header, else
+/// `query_token`), or every permission when auth is disabled.
+pub(crate) fn authenticate(shared: &Shared, headers: &HeaderMap, query_token: Option<&str>) -> ApiResult<Grant> {
+    let Some(auth) = &shared.auth else { return Ok(Grant::admin("")) };
+    let token = bearer(headers).or(query_token).unwrap_or("");
+    auth.verify(token, unix_now()).map_err(|e| ApiError::unauthorized(&e))
+}
+
+/// 403 unless the grant may see `room` (without saying whether it exists).
+pub(crate) fn may_see(grant: &Grant, room: &str) -> ApiResult<()> {
+    if grant.may_see(room) { Ok(()) } else { Err(ApiError::forbidden(format!("this token is not for room '{room}'"))) }
+}
+
+/// 403 unless the grant may join `room`; 429 if `ip` joins too often.
+pub(crate) fn may_join(shared: &Shared, grant: &Grant, room: &str, ip: IpAddr) -> ApiResult<()> {
+    may_see(grant, room)?;
+    if !grant.listen {
+        return Err(ApiError::forbidden("joining needs a token with the 'listen' permission"));
+    }
+    shared.joins.check(ip, Instant::now()).map_err(ApiError::rate_limited)
+}
 
 /// The body, or the JSON error for why it could not be read (413 when too large).
 fn body(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
@@ -82,13 +163,13 @@ fn json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes, empt
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", format!("the JSON body is not valid: {e}")))
 }
 
-fn valid_room_id(id: &str) -> bool {
-    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+pub(crate) fn valid_room_id(id: &str) -> bool {
+    crate::auth::is_room_id(id)
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateRoom {
+pub(crate) struct CreateRoom {
     id: Option<String>,
     max_participants: Option<usize>,
     max_speakers: Option<usize>,
@@ -116,18 +197,27 @@ async fn create_room(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let grant = authenticate(&shared, &headers, None)?;
+    if !grant.admin {
+        return Err(ApiError::forbidden("creating a room needs a token with the 'admin' permission"));
+    }
     let req: CreateRoom = json(&headers, &body(raw)?, Some(CreateRoom::default()))?;
     let id = match req.id {
-        Some(id) if valid_room_id(&id) => id,
-        Some(_) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_room_id",
-                "a room id is 1 to 64 letters, digits, '-' or '_'",
-            ));
+        Some(id) if !grant.covers(&id) => {
+            return Err(ApiError::forbidden(format!("this token is not for room '{id}'")));
         }
+        Some(id) => id,
+        // A room admin's token names its room.
+        None if grant.room != "*" => grant.room.clone(),
         None => format!("room-{}", shared.next_room.fetch_add(1, Ordering::Relaxed)),
     };
+    if !valid_room_id(&id) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_room_id",
+            "a room id is 1 to 64 letters, digits, '-' or '_'",
+        ));
+    }
     let mut cfg = shared.room_defaults.clone();
     if let Some(n) = req.max_participants {
         cfg.max_participants = n;
@@ -160,11 +250,20 @@ async fn create_room(
         .into_response())
 }
 
-async fn list_rooms(State(shared): State<Arc<Shared>>) -> axum::Json<Vec<RoomSummary>> {
-    axum::Json(shared.all_rooms().iter().map(|r| summary(r)).collect())
+async fn list_rooms(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Response> {
+    let grant = authenticate(&shared, &headers, None)?;
+    if !grant.may_list() {
+        return Err(ApiError::forbidden("listing rooms needs an admin token for every room ('*')"));
+    }
+    Ok(axum::Json(shared.all_rooms().iter().map(|r| summary(r)).collect::<Vec<_>>()).into_response())
 }
 
-async fn get_room(State(shared): State<Arc<Shared>>, Path(room): Path<String>) -> ApiResult<Response> {
+async fn get_room(
+    State(shared): State<Arc<Shared>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    may_see(&authenticate(&shared, &headers, None)?, &room)?;
     let state = shared.room(&room).ok_or_else(|| ApiError::no_room(&room))?;
     let speakers: Vec<u64> = lock(&state.speakers).iter().map(|s| s.id.0).collect();
     let body = serde_json::json!({
@@ -175,7 +274,14 @@ async fn get_room(State(shared): State<Arc<Shared>>, Path(room): Path<String>) -
     Ok(axum::Json(body).into_response())
 }
 
-async fn delete_room(State(shared): State<Arc<Shared>>, Path(room): Path<String>) -> ApiResult<StatusCode> {
+async fn delete_room(
+    State(shared): State<Arc<Shared>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    if !authenticate(&shared, &headers, None)?.may_manage(&room) {
+        return Err(ApiError::forbidden(format!("deleting room '{room}' needs an admin token for it")));
+    }
     let state = shared
         .rooms
         .write()
@@ -189,7 +295,7 @@ async fn delete_room(State(shared): State<Arc<Shared>>, Path(room): Path<String>
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct JoinRequest {
+pub(crate) struct JoinRequest {
     sdp: String,
     #[serde(default)]
     name: String,
@@ -204,13 +310,15 @@ struct JoinResponse {
 /// Longest participant name kept, in bytes.
 const MAX_NAME_BYTES: usize = 64;
 
-/// Joins `room` with an SDP offer: checks, answers, admits. Shared by the
-/// REST join and the WebSocket `join` message.
+/// Joins `room` with an SDP offer: checks, answers, admits, as `grant`
+/// allows (checked by [`may_join`]): without `speak`, the participant is
+/// muted for good. Shared by the REST join and the WebSocket `join` message.
 pub(crate) fn join_room(
     shared: &Shared,
     room: &str,
     sdp: &str,
     name: &str,
+    grant: &Grant,
 ) -> ApiResult<(Arc<RoomState>, u64, String)> {
     if shared.stopping.load(Ordering::Relaxed) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down"));
@@ -234,24 +342,34 @@ pub(crate) fn join_room(
         RtcError::BadSdp(_) | RtcError::NoAudio => ApiError::new(StatusCode::BAD_REQUEST, "bad_sdp", e.to_string()),
         e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
     })?;
+    let mut name = clean_name(if name.is_empty() { &grant.identity } else { name });
+    if name.is_empty() {
+        name = format!("participant-{}", peer.id());
+    }
+    let listen_only = !grant.speak;
+    let id = shared.admit(&state, peer, name, grant.identity.clone(), listen_only, now).map_err(|_| room_full())?;
+    tracing::info!(room = %state.id, participant = id, listen_only, "participant joined");
+    Ok((state, id, answer))
+}
+
+/// A display name: no control characters, at most [`MAX_NAME_BYTES`].
+pub(crate) fn clean_name(name: &str) -> String {
     let mut name: String = name.chars().filter(|c| !c.is_control()).collect();
     while name.len() > MAX_NAME_BYTES {
         name.pop();
     }
-    if name.is_empty() {
-        name = format!("participant-{}", peer.id());
-    }
-    let id = shared.admit(&state, peer, name, now).map_err(|_| room_full())?;
-    tracing::info!(room = %state.id, participant = id, "participant joined");
-    Ok((state, id, answer))
+    name
 }
 
 async fn join(
     State(shared): State<Arc<Shared>>,
     Path(room): Path<String>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let grant = authenticate(&shared, &headers, None)?;
+    may_join(&shared, &grant, &room, client.ip())?;
     let bytes = body(raw)?;
     let whip = content_type(&headers).eq_ignore_ascii_case("application/sdp");
     let req = if whip {
@@ -267,7 +385,7 @@ async fn join(
             }
         })?
     };
-    let (_, id, answer) = join_room(&shared, &room, &req.sdp, &req.name)?;
+    let (_, id, answer) = join_room(&shared, &room, &req.sdp, &req.name, &grant)?;
     let location = format!("/v1/rooms/{room}/participants/{id}");
     if whip {
         let mut response = (StatusCode::CREATED, answer).into_response();
@@ -292,8 +410,25 @@ fn member_of(shared: &Shared, room: &str, id: u64) -> ApiResult<Arc<RoomState>> 
     Ok(state)
 }
 
-async fn leave(State(shared): State<Arc<Shared>>, Path((room, id)): Path<(String, u64)>) -> ApiResult<StatusCode> {
+/// 403 unless the grant manages the room or is the participant's own
+/// (same identity); returns whether it manages the room.
+fn may_act_on(grant: &Grant, state: &RoomState, id: u64) -> ApiResult<bool> {
+    if grant.may_manage(&state.id) {
+        return Ok(true);
+    }
+    let own = lock(&state.members).get(&id).is_some_and(|m| !grant.identity.is_empty() && m.identity == grant.identity);
+    if own { Ok(false) } else { Err(ApiError::forbidden("acting on another participant needs an admin token")) }
+}
+
+async fn leave(
+    State(shared): State<Arc<Shared>>,
+    Path((room, id)): Path<(String, u64)>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    let grant = authenticate(&shared, &headers, None)?;
+    may_see(&grant, &room)?;
     let state = member_of(&shared, &room, id)?;
+    may_act_on(&grant, &state, id)?;
     if !shared.remove_participant(&state, id, LeaveReason::Left) {
         return Err(ApiError::no_participant(id));
     }
@@ -302,13 +437,19 @@ async fn leave(State(shared): State<Arc<Shared>>, Path((room, id)): Path<(String
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct UpdateParticipant {
+pub(crate) struct UpdateParticipant {
     muted: Option<bool>,
     gain: Option<f32>,
 }
 
-/// Mutes or unmutes a participant (and tells the room).
+/// Mutes or unmutes a participant (and tells the room). A listen-only
+/// participant cannot be unmuted, not even by an admin: its token decides.
 pub(crate) fn set_muted(state: &RoomState, id: u64, muted: bool) -> ApiResult<()> {
+    if !muted && lock(&state.members).get(&id).is_some_and(|m| m.listen_only) {
+        return Err(ApiError::forbidden(format!(
+            "participant {id} may only listen: its token does not allow speaking"
+        )));
+    }
     lock(&state.core).room.set_muted(ParticipantId(id), muted).map_err(|_| ApiError::no_participant(id))?;
     let changed = match lock(&state.members).get_mut(&id) {
         Some(m) => std::mem::replace(&mut m.muted, muted) != muted,
@@ -326,8 +467,14 @@ async fn update_participant(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let grant = authenticate(&shared, &headers, None)?;
+    may_see(&grant, &room)?;
     let req: UpdateParticipant = json(&headers, &body(raw)?, None)?;
     let state = member_of(&shared, &room, id)?;
+    let admin = may_act_on(&grant, &state, id)?;
+    if req.gain.is_some() && !admin {
+        return Err(ApiError::forbidden("changing a participant's gain needs an admin token"));
+    }
     if let Some(gain) = req.gain {
         if !(gain.is_finite() && (0.0..=MAX_GAIN).contains(&gain)) {
             return Err(ApiError::new(
@@ -360,8 +507,27 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
 }
 
+/// 408 for a request (body included) that takes longer than the limit.
+async fn request_timeout(
+    State(limit): State<Duration>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            let message = format!("the request took longer than {} s", limit.as_secs_f64());
+            let mut response = ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", message).into_response();
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
 /// The API's routes.
-pub(crate) fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    let max_body_bytes = shared.cfg.max_body_bytes;
+    let timeout = Duration::from_secs_f64(shared.cfg.limits.http_request_timeout_seconds);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -373,6 +539,7 @@ pub(crate) fn router(shared: Arc<Shared>, max_body_bytes: usize) -> Router {
         .merge(crate::web::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(timeout, request_timeout))
         .layer(axum::middleware::from_fn(crate::metrics::track_api))
         .with_state(shared)
 }

@@ -3,7 +3,7 @@
 //! [`ToneClient`], a real WebRTC participant that sends a tone.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -44,12 +44,52 @@ pub fn request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> std::io::Result<Response> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+    request_as(addr, &Caller::default(), method, path, content_type, body)
+}
+
+/// Who sends a request: its access token, and the local address it comes from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Caller<'a> {
+    /// Sent as `Authorization: Bearer <token>`.
+    pub token: Option<&'a str>,
+    /// The local address to connect from (e.g. another loopback address,
+    /// `127.0.0.2`, to be another client for the join rate limit).
+    pub from: Option<IpAddr>,
+}
+
+impl<'a> Caller<'a> {
+    /// A caller with a token.
+    pub fn token(token: &'a str) -> Self {
+        Self { token: Some(token), from: None }
+    }
+}
+
+fn connect(addr: SocketAddr, from: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(ip) = from else { return TcpStream::connect_timeout(&addr, Duration::from_secs(10)) };
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(ip, 0).into())?;
+    socket.connect_timeout(&addr.into(), Duration::from_secs(10))?;
+    Ok(socket.into())
+}
+
+/// [`request`] as `caller`.
+pub fn request_as(
+    addr: SocketAddr,
+    caller: &Caller<'_>,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut s = connect(addr, caller.from)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut head =
         format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     if let Some(ct) = content_type {
         head.push_str(&format!("Content-Type: {ct}\r\n"));
+    }
+    if let Some(token) = caller.token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
@@ -199,13 +239,24 @@ impl ToneClient {
 
     /// Joins `room` on the server at `api` over HTTP.
     pub fn join(api: SocketAddr, room: &str, freq: f32, how: JoinAs) -> Result<Self, JoinError> {
+        Self::join_as(api, &Caller::default(), room, freq, how)
+    }
+
+    /// [`ToneClient::join`] as `caller` (with its token).
+    pub fn join_as(
+        api: SocketAddr,
+        caller: &Caller<'_>,
+        room: &str,
+        freq: f32,
+        how: JoinAs,
+    ) -> Result<Self, JoinError> {
         let (mut client, offer) = Self::offer(freq)?;
         let path = format!("/v1/rooms/{room}/participants");
         let r = match how {
-            JoinAs::Whip => request(api, "POST", &path, Some("application/sdp"), offer.as_bytes())?,
+            JoinAs::Whip => request_as(api, caller, "POST", &path, Some("application/sdp"), offer.as_bytes())?,
             JoinAs::Json => {
                 let body = serde_json::json!({ "sdp": offer, "name": format!("{freq} Hz") }).to_string();
-                request(api, "POST", &path, Some("application/json"), body.as_bytes())?
+                request_as(api, caller, "POST", &path, Some("application/json"), body.as_bytes())?
             }
         };
         if r.status != 201 {

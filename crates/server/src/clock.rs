@@ -20,7 +20,8 @@ use crate::state::{MixOut, RoomEvent, RoomState, Shared, Stream, lock};
 /// One 20 ms tick.
 pub(crate) const TICK: Duration = Duration::from_millis(20);
 
-/// Pending peers are checked for expiry every this many ticks (1 s).
+/// Pending peers are checked for expiry, and refilled join-rate buckets
+/// forgotten, every this many ticks (1 s).
 const HOUSEKEEPING_TICKS: u64 = 50;
 
 pub(crate) fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
@@ -65,7 +66,9 @@ fn run(shared: &Shared) {
         }
         metrics::tick(started.elapsed(), &totals);
         if tick.is_multiple_of(HOUSEKEEPING_TICKS) {
-            shared.expire_pending(Instant::now());
+            let now = Instant::now();
+            shared.expire_pending(now);
+            shared.joins.prune(now);
         }
         tick += 1;
     }

@@ -49,8 +49,58 @@ pub struct Config {
     pub max_participants: usize,
     /// Defaults for new rooms.
     pub room: RoomDefaults,
+    /// Access tokens.
+    pub auth: AuthConfig,
+    /// Rate, size and time limits on what clients send.
+    pub limits: Limits,
     /// Logging.
     pub log: LogConfig,
+}
+
+/// Access tokens (see [`crate::auth`]).
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The HMAC secret tokens are signed with (at least 32 bytes); empty =
+    /// generate one at start (tokens then work for that process only).
+    pub secret: String,
+    /// No tokens at all: anyone who reaches the API may do anything. Only
+    /// allowed when `http` is a loopback address.
+    pub disabled: bool,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret = if self.secret.is_empty() { "(generated)" } else { "(set)" };
+        f.debug_struct("AuthConfig").field("secret", &secret).field("disabled", &self.disabled).finish()
+    }
+}
+
+/// Limits on what clients may send, each answered with a clear error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Joins per second per client address (IPv4 address, IPv6 /64), on
+    /// average; beyond: 429 `rate_limited` with `Retry-After`. 0 = no limit.
+    pub join_rate_per_second: f64,
+    /// Joins a client address may make at once before the rate applies.
+    pub join_burst: u32,
+    /// Open HTTP connections (WebSockets included); beyond: 503 `too_many_connections`.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers, in seconds.
+    pub http_header_timeout_seconds: f64,
+    /// Time a request (its body included) may take, in seconds; beyond: 408 `request_timeout`.
+    pub http_request_timeout_seconds: f64,
+    /// Largest WebSocket message a client may send, in bytes; beyond: closed with 1009.
+    pub ws_max_message_bytes: usize,
+    /// WebSocket messages per second a client may send, on average; beyond:
+    /// an `error` `rate_limited`, then closed with 1008.
+    pub ws_messages_per_second: f64,
+    /// WebSocket messages a client may send at once before the rate applies.
+    pub ws_message_burst: u32,
+    /// A WebSocket from which nothing (not even a pong to our pings, sent
+    /// every third of this) arrives for this long is closed with 4408, in seconds.
+    pub ws_idle_timeout_seconds: f64,
 }
 
 /// Defaults for new rooms (a room's creator may choose others).
@@ -90,7 +140,25 @@ impl Default for Config {
             max_rooms: 1_000,
             max_participants: 20_000,
             room: RoomDefaults::default(),
+            auth: AuthConfig::default(),
+            limits: Limits::default(),
             log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            join_rate_per_second: 10.0,
+            join_burst: 20,
+            max_connections: 10_000,
+            http_header_timeout_seconds: 10.0,
+            http_request_timeout_seconds: 10.0,
+            ws_max_message_bytes: 64 * 1024,
+            ws_messages_per_second: 10.0,
+            ws_message_burst: 20,
+            ws_idle_timeout_seconds: 60.0,
         }
     }
 }
@@ -224,6 +292,41 @@ impl Config {
         }
         if self.room.max_speakers == 0 {
             return invalid("room.max_speakers", "must be at least 1");
+        }
+        if !self.auth.disabled && !self.auth.secret.is_empty() && self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES
+        {
+            return invalid("auth.secret", "must be at least 32 bytes, or empty to generate one at start");
+        }
+        if self.auth.disabled && !self.http.ip().is_loopback() {
+            return invalid(
+                "auth.disabled",
+                "is allowed only when `http` is a loopback address (127.0.0.1 or ::1): anyone reaching the API could join any room",
+            );
+        }
+        let l = &self.limits;
+        if !(l.join_rate_per_second.is_finite() && (0.0..=1e6).contains(&l.join_rate_per_second)) {
+            return invalid("limits.join_rate_per_second", "must be within 0 (no limit) to 1000000");
+        }
+        if !(l.ws_messages_per_second.is_finite() && (0.1..=1e6).contains(&l.ws_messages_per_second)) {
+            return invalid("limits.ws_messages_per_second", "must be within 0.1 to 1000000");
+        }
+        if l.join_burst == 0 || l.ws_message_burst == 0 {
+            return invalid("limits.join_burst", "limits.join_burst and limits.ws_message_burst must be at least 1");
+        }
+        if l.max_connections == 0 {
+            return invalid("limits.max_connections", "must be at least 1");
+        }
+        for (key, v) in [
+            ("limits.http_header_timeout_seconds", l.http_header_timeout_seconds),
+            ("limits.http_request_timeout_seconds", l.http_request_timeout_seconds),
+            ("limits.ws_idle_timeout_seconds", l.ws_idle_timeout_seconds),
+        ] {
+            if !(v.is_finite() && (0.1..=86_400.0).contains(&v)) {
+                return invalid(key, "must be within 0.1 to 86400 seconds");
+            }
+        }
+        if !(128..=16 << 20).contains(&l.ws_max_message_bytes) {
+            return invalid("limits.ws_max_message_bytes", "must be within 128 bytes to 16 MiB");
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return invalid("log.format", "must be 'text' or 'json'");

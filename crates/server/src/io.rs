@@ -35,6 +35,8 @@ pub(crate) const BATCH: usize = 64;
 pub(crate) const RECV_BATCHES: usize = 8;
 /// Largest datagram read; longer ones are truncated (and fail SRTP/DTLS).
 const MAX_DATAGRAM: usize = 2048;
+/// Most client addresses remembered as reaching another I/O thread's socket.
+const MAX_FOREIGN: usize = 65_536;
 /// Longest wait for work when no timer is due.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -62,6 +64,7 @@ pub(crate) struct IoCounters {
     pub(crate) peers_failed: AtomicU64,
     pub(crate) peers_timed_out: AtomicU64,
     pub(crate) peers: AtomicU64,
+    pub(crate) listen_only_dropped: AtomicU64,
 }
 
 /// How to reach an I/O thread.
@@ -119,6 +122,8 @@ pub(crate) fn bind_sockets(addr: SocketAddr, n: usize, buffer: usize) -> std::io
 struct Local {
     room: Arc<RoomState>,
     connected: bool,
+    /// Its token lacks `speak`: its audio is dropped here.
+    listen_only: bool,
 }
 
 struct IoThread {
@@ -300,7 +305,7 @@ impl IoThread {
             Route::Peer(_) => {}
             Route::UnknownUfrag(ufrag) => {
                 enum Found {
-                    Adopt(tutti_rtc::ServerPeer, Arc<RoomState>),
+                    Adopt(tutti_rtc::ServerPeer, Arc<RoomState>, bool),
                     Forward(usize),
                     Nothing,
                 }
@@ -311,17 +316,23 @@ impl IoThread {
                         match reg.homes.get_mut(&id) {
                             Some(home) => {
                                 home.io = Some(self.index);
-                                let room = home.room.clone();
+                                let (room, listen_only) = (home.room.clone(), home.listen_only);
                                 reg.ufrags.insert(ufrag, id);
-                                Found::Adopt(p.peer, room)
+                                Found::Adopt(p.peer, room, listen_only)
                             }
                             None => Found::Nothing,
                         }
-                    } else if let Some(owner) = reg.ufrags.get(&ufrag).and_then(|id| reg.homes.get(id)?.io) {
+                    } else if let Some((id, owner)) =
+                        reg.ufrags.get(&ufrag).and_then(|id| Some((*id, reg.homes.get(id)?.io?)))
+                    {
                         if owner == self.index {
                             Found::Nothing
                         } else {
-                            reg.foreign.insert(from, owner);
+                            // Bounded: forged checks from many ports cannot grow it
+                            // without end (entries go with their peer).
+                            if reg.foreign.len() < MAX_FOREIGN {
+                                reg.foreign.insert(from, (owner, id));
+                            }
                             Found::Forward(owner)
                         }
                     } else {
@@ -329,10 +340,10 @@ impl IoThread {
                     }
                 };
                 match found {
-                    Found::Adopt(peer, room) => {
+                    Found::Adopt(peer, room, listen_only) => {
                         let id = peer.id();
                         self.mux.adopt(peer, now);
-                        self.peers.insert(id, Local { room, connected: false });
+                        self.peers.insert(id, Local { room, connected: false, listen_only });
                         self.mux.handle_datagram(from, data, now);
                     }
                     Found::Forward(owner) => self.forward(owner, from, data),
@@ -344,7 +355,7 @@ impl IoThread {
             Route::Unrouted => {
                 let owner = {
                     let reg = lock(&self.shared.registry);
-                    if reg.foreign.is_empty() { None } else { reg.foreign.get(&from).copied() }
+                    if reg.foreign.is_empty() { None } else { reg.foreign.get(&from).map(|(owner, _)| *owner) }
                 };
                 match owner {
                     Some(owner) if owner != self.index => self.forward(owner, from, data),
@@ -366,6 +377,10 @@ impl IoThread {
             match event {
                 MuxEvent::Audio(peer, a) => {
                     let Some(local) = self.peers.get(&peer) else { continue };
+                    if local.listen_only {
+                        self.counters.listen_only_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let packet = Packet { seq: a.seq, timestamp: a.timestamp, payload: a.payload, level: a.level };
                     let (_, batch) =
                         self.inbox.entry(local.room.id.clone()).or_insert_with(|| (local.room.clone(), Vec::new()));

@@ -21,33 +21,47 @@
 //! subscribers. The API also serves a browser client at `/` (`web`): a
 //! page that joins through that WebSocket.
 //!
+//! Nobody joins a room without a token for it ([`auth`]: JWT, HS256, room,
+//! identity, permissions, expiry); room management needs an admin token; a
+//! listen-only participant's audio is dropped as it arrives. Every input a
+//! client controls has a limit (`[limits]` in [`Config`]): joins per
+//! address, connections, header and request time, WebSocket message size,
+//! rate and idle time, request body, rooms and participants.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), tutti_server::ServerError> {
 //! let server = tutti_server::Server::start(tutti_server::Config::default()).await?;
 //! println!("API on http://{}", server.http_addr());
+//! if let Some(token) = server.mint_token(&tutti_server::auth::Grant::admin("me"), std::time::Duration::from_secs(3600)) {
+//!     println!("admin token: {token}");
+//! }
 //! server.shutdown().await;
 //! # Ok(())
 //! # }
 //! ```
 
 mod api;
+pub mod auth;
 pub mod client;
 mod clock;
 mod config;
+#[doc(hidden)]
+pub mod fuzz;
+mod http;
 mod io;
+mod limit;
 pub mod metrics;
 mod state;
 mod web;
 mod ws;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use config::{Config, ConfigError, LogConfig, RoomDefaults};
+pub use config::{AuthConfig, Config, ConfigError, Limits, LogConfig, RoomDefaults};
 use tutti_mix::MixPool;
 use tutti_rtc::Acceptor;
 
@@ -67,9 +81,46 @@ pub enum ServerError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The media transport or the mixer could not be set up.
+    /// The media transport, the mixer or the token secret could not be set up.
     #[error("{0}")]
     Setup(String),
+}
+
+/// What a running server holds, for leak checks (see [`Server::resources`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// Rooms.
+    pub rooms: usize,
+    /// Participants, over all rooms.
+    pub participants: usize,
+    /// Peers registered (joined, adopted by an I/O thread or not).
+    pub registered_peers: usize,
+    /// Joined peers whose first ICE check has not arrived yet.
+    pub pending_peers: usize,
+    /// Peers held by the I/O threads.
+    pub io_peers: u64,
+    /// Client addresses forwarded between I/O threads.
+    pub forwarded_addresses: usize,
+    /// Open WebSocket sessions.
+    pub ws_sessions: usize,
+    /// Client addresses the join rate limiter tracks.
+    pub rate_limited_addresses: usize,
+}
+
+/// How much lower than the media threads `tutti serve` runs the API threads
+/// (see [`lower_thread_priority`]).
+pub const API_THREAD_NICE: i32 = 5;
+
+/// Lowers the calling thread's scheduling priority by `nice` (Linux: per
+/// thread). Give it to the threads that serve the API (the tokio runtime's
+/// `on_thread_start`): under a flood of requests the kernel then runs the
+/// media threads (`io-N`, `mix-clock`, `mix-N`) first, and calls in
+/// progress keep their timing. Raising priority needs privileges;
+/// lowering does not.
+pub fn lower_thread_priority(nice: i32) -> std::io::Result<()> {
+    let tid = rustix::thread::gettid();
+    let current = rustix::process::getpriority_process(Some(tid))?;
+    rustix::process::setpriority_process(Some(tid), current.saturating_add(nice)).map_err(std::io::Error::from)
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
@@ -98,6 +149,8 @@ pub struct MediaStats {
     pub peers_timed_out: u64,
     /// Peers held by the I/O threads now.
     pub peers: u64,
+    /// Audio packets of listen-only participants, dropped on arrival.
+    pub listen_only_dropped: u64,
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its
@@ -129,22 +182,7 @@ impl Server {
         }
         let acceptor = Acceptor::new(advertise, cfg.peer_timeout()).map_err(|e| ServerError::Setup(e.to_string()))?;
         let pool = MixPool::new(cfg.mix_threads).map_err(|e| ServerError::Setup(e.to_string()))?;
-        let room_defaults = api::default_room_config(cfg.room.max_participants, cfg.room.max_speakers);
-        room_defaults.validate().map_err(|e| ServerError::Setup(e.to_string()))?;
-        let shared = Arc::new(Shared {
-            cfg: cfg.clone(),
-            acceptor,
-            pool,
-            room_defaults,
-            rooms: RwLock::new(BTreeMap::new()),
-            registry: Mutex::new(Default::default()),
-            io: OnceLock::new(),
-            participants: AtomicUsize::new(0),
-            ws_sessions: AtomicUsize::new(0),
-            stopping: AtomicBool::new(false),
-            overruns: AtomicU64::new(0),
-            next_room: AtomicU64::new(1),
-        });
+        let shared = Arc::new(Shared::new(cfg.clone(), acceptor, pool)?);
 
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;
@@ -163,17 +201,14 @@ impl Server {
         let (handles, mut threads) = io::spawn(&shared, sockets).map_err(io_err("starting the io threads"))?;
         let _ = shared.io.set(handles);
         threads.push(clock::spawn(shared.clone()).map_err(io_err("starting mix-clock"))?);
-        let (stop_http, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop_http, stopped) = tokio::sync::watch::channel(false);
         let metrics_task = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, stopped.clone())));
-        let app = api::router(shared.clone(), cfg.max_body_bytes);
-        let http_task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        });
+        let app = api::router(shared.clone());
+        let limits = http::HttpLimits {
+            max_connections: cfg.limits.max_connections,
+            header_timeout: Duration::from_secs_f64(cfg.limits.http_header_timeout_seconds),
+        };
+        let http_task = tokio::spawn(http::serve(listener, app, limits, stopped));
         tracing::info!(
             %http, %media, %advertise, ?metrics, io_threads, mix_threads = shared.pool.threads(), "tutti is serving"
         );
@@ -215,6 +250,7 @@ impl Server {
             m.peers_failed += get(&c.peers_failed);
             m.peers_timed_out += get(&c.peers_timed_out);
             m.peers += get(&c.peers);
+            m.listen_only_dropped += get(&c.listen_only_dropped);
         }
         m
     }
@@ -222,6 +258,36 @@ impl Server {
     /// Participants in all rooms.
     pub fn participants(&self) -> usize {
         self.shared.participants.load(Ordering::Relaxed)
+    }
+
+    /// A token for `grant`, valid for `ttl`, signed with this server's
+    /// secret (configured or generated); `None` when auth is disabled or the
+    /// grant fails [`auth::Grant::check`].
+    pub fn mint_token(&self, grant: &auth::Grant, ttl: Duration) -> Option<String> {
+        self.shared.auth.as_ref().and_then(|a| a.mint(grant, ttl, auth::unix_now()).ok())
+    }
+
+    /// Whether the token secret was generated at start (none configured).
+    pub fn secret_generated(&self) -> bool {
+        self.shared.auth.as_ref().is_some_and(auth::Auth::is_generated)
+    }
+
+    /// What the server holds now.
+    pub fn resources(&self) -> Resources {
+        let (registered_peers, pending_peers, forwarded_addresses) = {
+            let reg = state::lock(&self.shared.registry);
+            (reg.homes.len(), reg.pending.len(), reg.foreign.len())
+        };
+        Resources {
+            rooms: self.shared.all_rooms().len(),
+            participants: self.participants(),
+            registered_peers,
+            pending_peers,
+            io_peers: self.media_stats().peers,
+            forwarded_addresses,
+            ws_sessions: self.shared.ws_sessions.load(Ordering::Relaxed),
+            rate_limited_addresses: self.shared.joins.tracked(),
+        }
     }
 
     /// Stops taking joins, tells every WebSocket subscriber, closes every
@@ -259,12 +325,16 @@ pub fn api_runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let workers = workers.max(1);
     // tokio starts its workers first, on the blocking pool, when the runtime
     // is built: the first `workers` names go to them.
-    let spawned = Arc::new(AtomicUsize::new(0));
+    let spawned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name_fn(move || match spawned.fetch_add(1, Ordering::Relaxed) {
             n if n < workers => format!("api-{n}"),
             _ => "api-blocking".to_owned(),
+        })
+        // Below the media threads: a join flood must not cost frames.
+        .on_thread_start(|| {
+            let _ = lower_thread_priority(API_THREAD_NICE);
         })
         .enable_all()
         .build()

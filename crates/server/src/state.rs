@@ -18,7 +18,9 @@ use tutti_mix::{ActiveSpeaker, MixPool, Packet, ParticipantId, Room, RoomConfig}
 use tutti_rtc::{Acceptor, Contributor, PeerId, ServerPeer};
 
 use crate::Config;
+use crate::auth::Auth;
 use crate::io::IoHandle;
+use crate::limit::AddressLimiter;
 
 /// Locks a mutex. A panic elsewhere while holding it is a bug, but it must
 /// not take every later request down with it: the state is still used.
@@ -49,8 +51,12 @@ pub(crate) enum RoomEvent {
 pub(crate) struct Member {
     pub(crate) id: u64,
     pub(crate) name: String,
+    /// The identity (`sub`) of the token it joined with.
+    pub(crate) identity: String,
     pub(crate) talking: bool,
     pub(crate) muted: bool,
+    /// Its token lacks `speak`: muted for good, its packets dropped on arrival.
+    pub(crate) listen_only: bool,
     /// Whether ICE and DTLS are up.
     pub(crate) connected: bool,
 }
@@ -138,6 +144,8 @@ pub(crate) struct Home {
     /// The I/O thread that adopted it; `None` while it waits for its first ICE check.
     pub(crate) io: Option<usize>,
     pub(crate) ufrag: String,
+    /// Its audio is dropped on arrival (see [`Member::listen_only`]).
+    pub(crate) listen_only: bool,
 }
 
 /// A peer accepted by the API, waiting for the I/O thread its first ICE check reaches.
@@ -155,13 +163,18 @@ pub(crate) struct Registry {
     /// Adopted peers' ufrags, for checks that reach another I/O thread's socket.
     pub(crate) ufrags: HashMap<String, PeerId>,
     /// Remote addresses whose datagrams reach a socket other than their
-    /// peer's I/O thread's: forwarded there.
-    pub(crate) foreign: HashMap<SocketAddr, usize>,
+    /// peer's I/O thread's: forwarded there. (I/O thread, peer); forgotten
+    /// with the peer.
+    pub(crate) foreign: HashMap<SocketAddr, (usize, PeerId)>,
 }
 
 /// The state shared by the API handlers and the media threads.
 pub(crate) struct Shared {
     pub(crate) cfg: Config,
+    /// Verifies access tokens; `None` when auth is disabled.
+    pub(crate) auth: Option<Auth>,
+    /// Joins per client address.
+    pub(crate) joins: AddressLimiter,
     pub(crate) acceptor: Acceptor,
     pub(crate) pool: MixPool,
     pub(crate) room_defaults: RoomConfig,
@@ -198,6 +211,37 @@ impl LeaveReason {
 }
 
 impl Shared {
+    /// The state of a server that has not started its threads yet.
+    pub(crate) fn new(cfg: Config, acceptor: Acceptor, pool: MixPool) -> Result<Self, crate::ServerError> {
+        let setup = |e: &dyn std::fmt::Display| crate::ServerError::Setup(e.to_string());
+        let room_defaults = crate::api::default_room_config(cfg.room.max_participants, cfg.room.max_speakers);
+        room_defaults.validate().map_err(|e| setup(&e))?;
+        let auth = if cfg.auth.disabled {
+            tracing::warn!(http = %cfg.http, "auth is disabled: anyone who reaches the API may join any room (loopback only)");
+            None
+        } else if cfg.auth.secret.is_empty() {
+            Some(Auth::generate().map_err(|e| setup(&e))?)
+        } else {
+            Some(Auth::new(&cfg.auth.secret).map_err(|e| setup(&e))?)
+        };
+        Ok(Self {
+            joins: AddressLimiter::new(cfg.limits.join_rate_per_second, cfg.limits.join_burst),
+            cfg,
+            auth,
+            acceptor,
+            pool,
+            room_defaults,
+            rooms: RwLock::new(BTreeMap::new()),
+            registry: Mutex::new(Registry::default()),
+            io: OnceLock::new(),
+            participants: AtomicUsize::new(0),
+            ws_sessions: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+            overruns: AtomicU64::new(0),
+            next_room: AtomicU64::new(1),
+        })
+    }
+
     pub(crate) fn room(&self, id: &str) -> Option<Arc<RoomState>> {
         self.rooms.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
@@ -218,18 +262,37 @@ impl Shared {
         room: &Arc<RoomState>,
         peer: ServerPeer,
         name: String,
+        identity: String,
+        listen_only: bool,
         now: Instant,
     ) -> Result<u64, tutti_mix::MixError> {
         let id = peer.id();
         let pid = ParticipantId(id.0);
-        lock(&room.core).room.add_participant(pid)?;
+        {
+            let mut core = lock(&room.core);
+            core.room.add_participant(pid)?;
+            if listen_only {
+                // Belt and braces: its packets never reach the mixer anyway.
+                let _ = core.room.set_muted(pid, true);
+            }
+        }
         self.participants.fetch_add(1, Ordering::Relaxed);
-        lock(&room.members)
-            .insert(id.0, Member { id: id.0, name: name.clone(), talking: false, muted: false, connected: false });
+        lock(&room.members).insert(
+            id.0,
+            Member {
+                id: id.0,
+                name: name.clone(),
+                identity,
+                talking: false,
+                muted: listen_only,
+                listen_only,
+                connected: false,
+            },
+        );
         {
             let mut reg = lock(&self.registry);
             let ufrag = peer.ufrag().to_owned();
-            reg.homes.insert(id, Home { room: room.clone(), io: None, ufrag: ufrag.clone() });
+            reg.homes.insert(id, Home { room: room.clone(), io: None, ufrag: ufrag.clone(), listen_only });
             reg.pending.insert(ufrag, Pending { peer, since: now });
         }
         room.publish(RoomEvent::Joined { id: id.0, name });
@@ -254,6 +317,9 @@ impl Shared {
             if let Some(h) = &home {
                 reg.pending.remove(&h.ufrag);
                 reg.ufrags.remove(&h.ufrag);
+            }
+            if !reg.foreign.is_empty() {
+                reg.foreign.retain(|_, (_, peer)| peer.0 != id);
             }
             home
         };

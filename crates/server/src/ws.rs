@@ -9,26 +9,50 @@
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
 //! participant), `leave`.
+//!
+//! The access token comes as `?token=` (browsers cannot set headers on a
+//! WebSocket) or as `Authorization: Bearer`; it is checked once, at the
+//! upgrade, and its grant holds for the socket's life. Limits
+//! (`[limits]`): a message over `ws_max_message_bytes` closes the socket
+//! with 1009; more than `ws_messages_per_second` (after a burst of
+//! `ws_message_burst`) gets an `error` `rate_limited`, then close 1008;
+//! nothing at all (not even a pong to our pings) for
+//! `ws_idle_timeout_seconds` closes it with 4408.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::api::{ApiError, join_room, set_muted};
+use crate::api::{ApiError, authenticate, join_room, may_join, may_see, set_muted};
+use crate::auth::Grant;
+use crate::http::ConnectionSlot;
+use crate::limit::Bucket;
 use crate::state::{LeaveReason, RoomEvent, RoomState, Shared, lock};
 
-/// Largest message a client may send (an SDP offer is a few KiB).
-pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Close code: a message over the size limit (RFC 6455 §7.4.1).
+const CLOSE_TOO_BIG: u16 = 1009;
+/// Close code: the message rate was exceeded (policy violation).
+const CLOSE_POLICY: u16 = 1008;
+/// Close code: nothing arrived for the idle timeout (4000–4999: the application's).
+const CLOSE_IDLE: u16 = 4408;
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WsParams {
+    token: Option<String>,
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum ClientMessage {
+pub(crate) enum ClientMessage {
     Join {
         sdp: String,
         #[serde(default)]
@@ -40,11 +64,29 @@ enum ClientMessage {
     Leave,
 }
 
+/// Who is on the other end of a socket, and what they may do.
+pub(crate) struct Caller {
+    pub(crate) grant: Grant,
+    pub(crate) client: SocketAddr,
+}
+
 pub(crate) async fn upgrade(
     State(shared): State<Arc<Shared>>,
     Path(room): Path<String>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    slot: Option<axum::Extension<ConnectionSlot>>,
+    headers: HeaderMap,
+    params: Result<Query<WsParams>, axum::extract::rejection::QueryRejection>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    let params = params.map(|Query(p)| p).unwrap_or_default();
+    let grant = match authenticate(&shared, &headers, params.token.as_deref()).and_then(|g| {
+        may_see(&g, &room)?;
+        Ok(g)
+    }) {
+        Ok(grant) => grant,
+        Err(e) => return e.into_response(),
+    };
     let Some(state) = shared.room(&room) else { return ApiError::no_room(&room).into_response() };
     let ws = match ws {
         Ok(ws) => ws,
@@ -53,9 +95,13 @@ pub(crate) async fn upgrade(
             return ApiError::new(rejection.status(), "websocket_required", message).into_response();
         }
     };
-    ws.max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_MESSAGE_BYTES)
-        .on_upgrade(move |socket| session(shared, state, socket))
+    let max = shared.cfg.limits.ws_max_message_bytes;
+    // The socket keeps its connection slot for as long as it is open.
+    let slot = slot.map(|axum::Extension(s)| s);
+    ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| async move {
+        session(shared, state, socket, Caller { grant, client }).await;
+        drop(slot);
+    })
 }
 
 fn text(value: &impl serde::Serialize) -> Message {
@@ -76,25 +122,85 @@ fn snapshot(room: &RoomState) -> Message {
     }))
 }
 
-async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocket) {
+fn close(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame { code, reason: reason.into() }))
+}
+
+/// How long a closing socket waits for the client's close in reply.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Sends a close frame, then reads (and drops) what the client still sends
+/// until its own close, for at most [`CLOSE_WAIT`]: dropping the connection
+/// with unread data would reset it, and the client might never see why.
+async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static str) {
+    if socket.send(close(code, reason)).await.is_err() {
+        return;
+    }
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Some(Ok(m)) = socket.recv().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocket, caller: Caller) {
     shared.ws_sessions.fetch_add(1, Ordering::Relaxed);
+    let limits = &shared.cfg.limits;
+    let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
+    let idle = Duration::from_secs_f64(limits.ws_idle_timeout_seconds);
+    let mut bucket = Bucket::full(burst, Instant::now());
+    let mut heard_at = Instant::now();
+    let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
     let mut events = room.events.subscribe();
     let mut me: Option<u64> = None;
     let mut ok = socket.send(snapshot(&room)).await.is_ok();
     while ok {
         tokio::select! {
             msg = socket.recv() => {
+                heard_at = Instant::now();
+                if matches!(msg, Some(Ok(_))) && bucket.take(rate, burst, heard_at).is_err() {
+                    let e = ApiError::new(
+                        axum::http::StatusCode::TOO_MANY_REQUESTS,
+                        "rate_limited",
+                        format!("more than {rate} messages per second; closing"),
+                    );
+                    let _ = socket.send(error(&e)).await;
+                    close_gracefully(&mut socket, CLOSE_POLICY, "message rate exceeded").await;
+                    tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: message rate exceeded");
+                    break;
+                }
                 let reply = match msg {
-                    Some(Ok(Message::Text(t))) => handle(&shared, &room, &mut me, t.as_str()),
+                    Some(Ok(Message::Text(t))) => handle(&shared, &room, &caller, &mut me, t.as_str()),
                     Some(Ok(Message::Binary(_))) => {
                         Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, "bad_message", "send JSON text messages")))
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => None,
-                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Err(e)) => {
+                        // The one read error a client can cause on purpose: a
+                        // message over the limit. Say so, if the socket still takes it.
+                        let too_big = e.to_string().contains("too long") || e.to_string().contains("too big");
+                        if too_big {
+                            let _ = socket.send(close(CLOSE_TOO_BIG, "message too big")).await;
+                        }
+                        tracing::debug!(room = %room.id, client = %caller.client, error = %e, "WebSocket read failed");
+                        break;
+                    }
                 };
                 if let Some(reply) = reply {
                     ok = socket.send(reply).await.is_ok();
                 }
+            }
+            _ = pings.tick() => {
+                if heard_at.elapsed() >= idle {
+                    close_gracefully(&mut socket, CLOSE_IDLE, "idle timeout").await;
+                    tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: idle");
+                    break;
+                }
+                ok = socket.send(Message::Ping(Default::default())).await.is_ok();
             }
             event = events.recv() => match event {
                 Ok(event) => {
@@ -106,7 +212,7 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
                     }
                     if last {
                         let reason = if matches!(event, RoomEvent::Shutdown { .. }) { "server shutting down" } else { "room closed" };
-                        let _ = socket.send(Message::Close(Some(CloseFrame { code: 1001, reason: reason.into() }))).await;
+                        close_gracefully(&mut socket, 1001, reason).await;
                         break;
                     }
                 }
@@ -123,7 +229,13 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
 }
 
 /// One client message; the reply to send, if any.
-fn handle(shared: &Shared, room: &Arc<RoomState>, me: &mut Option<u64>, text_msg: &str) -> Option<Message> {
+pub(crate) fn handle(
+    shared: &Shared,
+    room: &Arc<RoomState>,
+    caller: &Caller,
+    me: &mut Option<u64>,
+    text_msg: &str,
+) -> Option<Message> {
     let bad = |code, message: String| Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, code, message)));
     let msg: ClientMessage = match serde_json::from_str(text_msg) {
         Ok(m) => m,
@@ -134,7 +246,9 @@ fn handle(shared: &Shared, room: &Arc<RoomState>, me: &mut Option<u64>, text_msg
             if me.is_some() {
                 return bad("already_joined", "this socket has joined already; open another to join again".into());
             }
-            match join_room(shared, &room.id, &sdp, &name) {
+            let joined = may_join(shared, &caller.grant, &room.id, caller.client.ip())
+                .and_then(|()| join_room(shared, &room.id, &sdp, &name, &caller.grant));
+            match joined {
                 Ok((_, id, answer)) => {
                     *me = Some(id);
                     Some(text(&serde_json::json!({ "type": "answer", "id": id, "sdp": answer })))

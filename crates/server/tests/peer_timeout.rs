@@ -60,5 +60,11 @@ fn vanished_participants_are_removed_after_the_timeout() {
     assert_eq!(server.participants(), 1);
     assert_eq!(server.media_stats().peers, 1, "the vanished peer's state is freed");
     assert_eq!(server.media_stats().peers_timed_out, 1);
+    let held = server.resources();
+    assert_eq!(
+        (held.participants, held.registered_peers, held.pending_peers, held.io_peers, held.forwarded_addresses),
+        (1, 1, 0, 1, 0),
+        "only the participant who stayed holds anything: {held:?}"
+    );
     rt.block_on(server.shutdown());
 }

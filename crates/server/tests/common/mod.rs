@@ -11,16 +11,22 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, content_type: Option<&st
     request(addr, method, path, content_type, body).expect("the API answers")
 }
 
-/// The settings tests run with: ephemeral loopback ports (metrics too), 2 mix and 2 I/O threads.
+/// The settings tests run with: ephemeral loopback ports (metrics too), 2 mix
+/// and 2 I/O threads, no tokens (auth disabled: allowed on loopback), no join
+/// rate limit (every test client comes from 127.0.0.1). Tests of auth and
+/// limits turn them back on.
 pub fn test_config() -> Config {
-    Config {
+    let mut cfg = Config {
         http: "127.0.0.1:0".parse().expect("addr"),
         media: "127.0.0.1:0".parse().expect("addr"),
         metrics: "127.0.0.1:0".to_owned(),
         mix_threads: 2,
         io_threads: 2,
         ..Config::default()
-    }
+    };
+    cfg.auth.disabled = true;
+    cfg.limits.join_rate_per_second = 0.0;
+    cfg
 }
 
 /// A server on ephemeral loopback ports, and the runtime it runs on.

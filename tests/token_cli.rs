@@ -1,0 +1,62 @@
+//! `tutti token` mints tokens the server accepts, with the configured
+//! secret, and refuses when no secret is configured.
+
+use std::process::Command;
+
+use tutti_server::auth::{Auth, Grant, unix_now};
+
+const SECRET: &str = "a secret shared by tutti token and tutti serve";
+
+fn tutti_token(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .arg("token")
+        .args(args)
+        .env_remove("TUTTI_AUTH_SECRET")
+        .output()
+        .expect("tutti runs")
+}
+
+#[test]
+fn tutti_token_mints_with_the_configured_secret() {
+    let auth = Auth::new(SECRET).expect("secret");
+    let set = format!("auth.secret={SECRET}");
+    let out = tutti_token(&["--room", "demo", "--identity", "alice", "--set", &set]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_eq!(auth.verify(token.trim(), unix_now()), Ok(Grant::participant("demo", "alice")));
+
+    let out = tutti_token(&["--room", "demo", "--identity", "bob", "--listen-only", "--ttl", "60", "--set", &set]);
+    let token = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_eq!(auth.verify(token.trim(), unix_now()), Ok(Grant::listener("demo", "bob")));
+    assert!(auth.verify(token.trim(), unix_now() + 61).is_err(), "--ttl 60 expires");
+
+    let out = tutti_token(&["--room", "*", "--identity", "ops", "--admin", "--set", &set]);
+    let token = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_eq!(auth.verify(token.trim(), unix_now()), Ok(Grant::admin("ops")));
+
+    // The secret from the environment, as a deployment sets it.
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["token", "--room", "demo", "--identity", "carol"])
+        .env("TUTTI_AUTH_SECRET", SECRET)
+        .output()
+        .expect("tutti runs");
+    let token = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_eq!(auth.verify(token.trim(), unix_now()).map(|g| g.identity), Ok("carol".to_owned()));
+}
+
+#[test]
+fn tutti_token_refuses_without_a_secret_or_with_a_bad_request() {
+    let set = format!("auth.secret={SECRET}");
+    for args in [
+        &["--room", "demo", "--identity", "alice"][..],
+        &["--room", "*", "--identity", "x", "--set", &set],
+        &["--room", "demo", "--identity", "x", "--set", "auth.secret=short"],
+        &["--room", "no spaces", "--identity", "x", "--set", &set],
+    ] {
+        let out = tutti_token(args);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(out.stdout.is_empty(), "no token printed for {args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("secret") || err.contains("--admin") || err.contains("room"), "{args:?}: {err}");
+    }
+}
