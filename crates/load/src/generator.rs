@@ -472,6 +472,9 @@ impl Worker {
 
     /// Takes every datagram waiting on client `i`'s socket.
     fn receive(&mut self, i: usize) {
+        // An RTP packet moves no timer: the deadline is asked for again only
+        // after anything else (STUN, DTLS, RTCP) arrived.
+        let mut timers_moved = false;
         loop {
             let c = &mut self.clients[i];
             let (n, from) = match c.socket.recv_from(&mut self.buf) {
@@ -482,12 +485,15 @@ impl Worker {
                 Err(_) => break,
             };
             let now = Instant::now();
+            timers_moved |= !tutti_rtc::is_rtp(&self.buf[..n]);
             c.peer.handle_datagram(from, &self.buf[..n], now);
             self.events(i, now);
         }
         let c = &mut self.clients[i];
         send_all(&mut c.peer, &c.socket);
-        self.reschedule(i);
+        if timers_moved || c.timer.is_none() {
+            self.reschedule(i);
+        }
     }
 
     fn events(&mut self, i: usize, now: Instant) {

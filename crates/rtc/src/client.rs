@@ -203,7 +203,8 @@ impl ClientPeer {
     fn drain(&mut self) {
         let Some(media) = &mut self.media else { return };
         let events = &mut self.events;
-        media.drain(&mut self.transmits, |event| {
+        // The caller asks for the deadline when it wants it (poll_timeout).
+        media.drain_io(&mut self.transmits, |event| {
             events.push_back(match event {
                 PeerEvent::Connected => ClientEvent::Connected,
                 PeerEvent::Closed | PeerEvent::Failed(_) => ClientEvent::Closed,

@@ -25,6 +25,6 @@ pub mod stun;
 pub use client::{ClientEvent, ClientPeer};
 pub use media::{
     AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RawRtp, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit,
-    parse_rtcp, parse_rtp,
+    is_rtp, parse_rtcp, parse_rtp,
 };
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};

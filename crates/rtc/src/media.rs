@@ -29,6 +29,12 @@ pub const SSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-le
 /// RFC 6465: the levels of the sources a mixer mixed, one byte per CSRC.
 pub const CSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:csrc-audio-level";
 
+/// Whether a datagram is an RTP (not RTCP) packet (RFC 7983 demultiplexing,
+/// RFC 5761 payload types): its arrival moves no timer.
+pub fn is_rtp(data: &[u8]) -> bool {
+    data.len() >= 12 && (128..=191).contains(&data[0]) && !(200..=206).contains(&(data[1] & 0x7F | 0x80))
+}
+
 /// Every RFC 6464 level byte, so a packet's level extension borrows one
 /// instead of allocating it.
 static LEVELS: [u8; 128] = {
@@ -495,11 +501,15 @@ impl Media {
 
     /// Moves what the connection has to send into `transmits`, reports its
     /// events, and returns its next deadline.
-    pub(crate) fn drain(
-        &mut self,
-        transmits: &mut VecDeque<Transmit>,
-        mut on: impl FnMut(PeerEvent),
-    ) -> Option<Instant> {
+    pub(crate) fn drain(&mut self, transmits: &mut VecDeque<Transmit>, on: impl FnMut(PeerEvent)) -> Option<Instant> {
+        self.drain_io(transmits, on);
+        self.pc.poll_timeout()
+    }
+
+    /// [`Media::drain`] without the deadline: after an RTP packet, which
+    /// moves no timer, asking every handler for its next timeout is wasted
+    /// work on the hottest path.
+    pub(crate) fn drain_io(&mut self, transmits: &mut VecDeque<Transmit>, mut on: impl FnMut(PeerEvent)) {
         while let Some(msg) = self.pc.poll_write() {
             transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
         }
@@ -534,7 +544,6 @@ impl Media {
                 on(PeerEvent::Audio(audio_of(packet, self.level_ext, self.csrc_level_ext)));
             }
         }
-        self.pc.poll_timeout()
     }
 
     /// Lets `frames` 20 ms frames pass unsent (DTX): the next packet's

@@ -18,7 +18,7 @@ use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, Contributor, Media, PeerEvent, PeerFailure, PeerState, RtcError, SERVER_OPUS_DTX,
-    Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
+    Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection, internal, is_rtp, local_sdp,
 };
 use crate::stun;
 
@@ -452,7 +452,12 @@ impl Mux {
         };
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);
-        self.drain(id);
+        if is_rtp(data) && peer.deadline.is_some() {
+            // Media moves no timer: skip asking every handler for its deadline.
+            self.drain_io(id);
+        } else {
+            self.drain(id);
+        }
         Route::Peer(id)
     }
 
@@ -557,25 +562,25 @@ impl Mux {
         Ok(())
     }
 
+    /// Collects what a peer has to send and say; its timer stays as it is.
+    fn drain_io(&mut self, id: PeerId) {
+        let Some(peer) = self.peers.get_mut(&id) else { return };
+        let (events, stats) = (&mut self.events, &mut self.stats);
+        let before = peer.media.state();
+        peer.media.drain_io(&mut self.transmits, |event| push_event(events, stats, id, event));
+        let after = peer.media.state();
+        if after != before {
+            stats.leave(before);
+            stats.enter(after);
+        }
+    }
+
     /// Collects what a peer has to send and say, and re-arms its timer.
     fn drain(&mut self, id: PeerId) {
         let Some(peer) = self.peers.get_mut(&id) else { return };
         let (events, stats) = (&mut self.events, &mut self.stats);
         let before = peer.media.state();
-        let next = peer.media.drain(&mut self.transmits, |event| {
-            events.push_back(match event {
-                PeerEvent::Connected => MuxEvent::Connected(id),
-                PeerEvent::Failed(why) => {
-                    stats.failed(why);
-                    MuxEvent::Closed(id, CloseReason::Failed)
-                }
-                PeerEvent::Closed => MuxEvent::Closed(id, CloseReason::Closed),
-                PeerEvent::Audio(packet) => {
-                    stats.audio_in += 1;
-                    MuxEvent::Audio(id, packet)
-                }
-            })
-        });
+        let next = peer.media.drain(&mut self.transmits, |event| push_event(events, stats, id, event));
         let after = peer.media.state();
         if after != before {
             stats.leave(before);
@@ -588,6 +593,22 @@ impl Mux {
             }
         }
     }
+}
+
+/// Turns a peer's event into the mux's, counting it.
+fn push_event(events: &mut VecDeque<MuxEvent>, stats: &mut MuxStats, id: PeerId, event: PeerEvent) {
+    events.push_back(match event {
+        PeerEvent::Connected => MuxEvent::Connected(id),
+        PeerEvent::Failed(why) => {
+            stats.failed(why);
+            MuxEvent::Closed(id, CloseReason::Failed)
+        }
+        PeerEvent::Closed => MuxEvent::Closed(id, CloseReason::Closed),
+        PeerEvent::Audio(packet) => {
+            stats.audio_in += 1;
+            MuxEvent::Audio(id, packet)
+        }
+    });
 }
 
 #[cfg(test)]
