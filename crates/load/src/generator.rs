@@ -51,6 +51,9 @@ pub enum SilenceMode {
     Frames,
 }
 
+/// Sockets read between two looks at the send schedule.
+const RECEIVES_BETWEEN_SEND_CHECKS: usize = 32;
+
 /// While silent in DTX, one frame in this many is sent (400 ms).
 const DTX_EVERY: u32 = 20;
 
@@ -598,6 +601,25 @@ impl Worker {
         view.lateness = self.lateness.clone();
     }
 
+    /// Fires the send slots that are due, in order (when more than a second
+    /// behind, skips ahead). Returns when the next one is due.
+    fn fire_due(&mut self, start: Instant, slot_n: &mut u64, now: Instant) -> Instant {
+        let slot_at = |n: u64| start + SLOT * u32::try_from(n).unwrap_or(u32::MAX);
+        let mut due = slot_at(*slot_n);
+        if now.saturating_duration_since(due) > Duration::from_secs(1) {
+            *slot_n += (now - due).as_millis() as u64;
+            due = slot_at(*slot_n);
+        }
+        while due <= now {
+            let fired = Instant::now();
+            self.lateness.record(fired - due);
+            self.fire((*slot_n % SLOTS as u64) as usize, fired);
+            *slot_n += 1;
+            due = slot_at(*slot_n);
+        }
+        due
+    }
+
     fn run(mut self) {
         let start = Instant::now();
         let mut events = Events::with_capacity(1024);
@@ -623,20 +645,7 @@ impl Worker {
                     c.since = Some(now);
                 }
             }
-            // Due send slots, in order; when more than a second behind, skip ahead.
-            let mut due = start + SLOT * u32::try_from(slot_n).unwrap_or(u32::MAX);
-            if now.saturating_duration_since(due) > Duration::from_secs(1) {
-                let behind = (now - due).as_millis() as u64;
-                slot_n += behind;
-                due = start + SLOT * u32::try_from(slot_n).unwrap_or(u32::MAX);
-            }
-            while due <= now {
-                let fired = Instant::now();
-                self.lateness.record(fired - due);
-                self.fire((slot_n % SLOTS as u64) as usize, fired);
-                slot_n += 1;
-                due = start + SLOT * u32::try_from(slot_n).unwrap_or(u32::MAX);
-            }
+            let due = self.fire_due(start, &mut slot_n, now);
             let now = Instant::now();
             while let Some(&Reverse((t, i))) = self.timers.peek() {
                 if t > now {
@@ -669,10 +678,16 @@ impl Worker {
                 eprintln!("load-{}: poll failed: {e}", self.id);
                 break;
             }
-            for ev in events.iter() {
+            // The server sends every participant's mix at once each tick: a
+            // burst of hundreds of datagrams per thread. Sending keeps its
+            // schedule through it (a bounded amount of receiving between checks).
+            for (n, ev) in events.iter().enumerate() {
                 let i = ev.token().0;
                 if i < self.clients.len() {
                     self.receive(i);
+                }
+                if n % RECEIVES_BETWEEN_SEND_CHECKS == RECEIVES_BETWEEN_SEND_CHECKS - 1 {
+                    self.fire_due(start, &mut slot_n, Instant::now());
                 }
             }
         }
