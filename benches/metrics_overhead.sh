@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# What metrics cost the server: the same load (examples/clients) against a
+# What metrics cost the server: the same load (`tutti load`) against a
 # release server with metrics on (scraped every 5 s, as Prometheus would) and
 # off (--metrics off: nothing recorded), alternated ROUNDS times in one
 # session; server CPU read from /proc/PID/stat over a steady window. Then the
 # CPU of one scrape: SCRAPES scrapes of an idle server against an equal idle
 # window without scrapes.
 #
-#   cargo build --release --bin tutti --example clients
+#   cargo build --release --bin tutti
 #   benches/metrics_overhead.sh [CLIENTS=200] [ROUNDS=3]
 #
 # Loopback only; every loop is bounded.
@@ -19,7 +19,6 @@ settle=6         # after every client joined, before measuring
 window=15        # measured
 scrapes=1000
 bin=target/release/tutti
-load=target/release/examples/clients
 # Ports of their own (override when taken): HTTP, UDP media, metrics.
 http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
 media=127.0.0.1:${TUTTI_BENCH_MEDIA_PORT:-24000}
@@ -32,7 +31,9 @@ done
 cpu_ns() { cat "/proc/$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 
 start_server() { # METRICS-ADDR-OR-off
-    (exec "$bin" serve --http "$http" --media "$media" --metrics "$1" >"${TMPDIR:-/tmp}/tutti-bench-server.log" 2>&1) &
+    # Loopback: no tokens, no per-address join limit (every client is 127.0.0.1).
+    (exec "$bin" serve --http "$http" --media "$media" --metrics "$1" \
+        --set auth.disabled=true --set limits.join_rate_per_second=0 >"${TMPDIR:-/tmp}/tutti-bench-server.log" 2>&1) &
     server=$!
     for _ in $(seq 100); do
         kill -0 "$server" 2>/dev/null || { echo "the server exited (ports taken?)" >&2; exit 1; }
@@ -55,9 +56,9 @@ stop_server() {
 one_run() { # on|off
     if [ "$1" = on ]; then start_server "$metrics"; else start_server off; fi
     out=$(mktemp)
-    "$load" "$http" "$clients" "$run_seconds" 0.1 >"$out" 2>&1 &
+    "$bin" load --url "http://$http" -n "$clients" --life "$run_seconds" --cint 10 --sint 100000 >"$out" 2>&1 &
     local load_pid=$!
-    for _ in $(seq 600); do grep -q "clients joined" "$out" && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q "joining: $clients/$clients joined" "$out" && break; sleep 0.1; done
     sleep "$settle"
     local scraper=""
     if [ "$1" = on ]; then
@@ -71,9 +72,9 @@ one_run() { # on|off
     [ -n "$scraper" ] && kill "$scraper" 2>/dev/null
     wait "$load_pid" || true
     local loss connected
-    loss=$(grep -o 'loss [0-9.]* %' "$out" || echo "loss ?")
-    # Clients that connected and received audio: the participants that cost.
-    connected=$(sed -n 's|^\([0-9]*\)/[0-9]* clients received audio.*|\1|p' "$out")
+    loss=$(grep -o 'loss % avg/min/max [0-9./]*' "$out" | tail -1 || echo "loss ?")
+    # Clients that connected: the participants that cost.
+    connected=$(sed -n 's/.*clients [0-9]*: connected \([0-9]*\),.*/\1/p' "$out" | tail -1)
     rm -f "$out"
     stop_server
     # µs of server CPU per connected participant per 20 ms tick.

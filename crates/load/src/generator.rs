@@ -734,6 +734,11 @@ pub(crate) fn caller(token: Option<&str>) -> Caller<'_> {
     Caller { token, from: None }
 }
 
+/// The joins that failed: (client, role, why).
+fn failures(joined: &[Joined]) -> Vec<(usize, Role, String)> {
+    joined.iter().enumerate().filter_map(|(i, j)| j.error.as_ref().map(|e| (i, j.role, e.clone()))).collect()
+}
+
 /// Creates the room unless it exists.
 pub(crate) fn ensure_room(api: SocketAddr, token: Option<&str>, room: &str) -> Result<(), LoadError> {
     let body = serde_json::json!({ "id": room }).to_string();
@@ -845,12 +850,7 @@ pub fn run(
             now,
             window_start: shared.window_start.get().copied().filter(|&w| now >= w),
             views: &views,
-            failed: joined
-                .iter()
-                .enumerate()
-                .filter(|(_, j)| j.error.is_some())
-                .map(|(i, j)| (i, j.role, j.error.clone().unwrap_or_default()))
-                .collect(),
+            failed: failures(joined),
             total: cfg.clients,
             markers: &lock(&shared.markers),
             detections: &lock(&shared.detections),
@@ -942,12 +942,7 @@ pub fn run(
         now: cpu_end.at.min(finished),
         window_start: shared.window_start.get().copied().filter(|&w| cpu_end.at >= w),
         views: &views,
-        failed: joined
-            .iter()
-            .enumerate()
-            .filter(|(_, j)| j.error.is_some())
-            .map(|(i, j)| (i, j.role, j.error.clone().unwrap_or_default()))
-            .collect(),
+        failed: failures(&joined),
         total: cfg.clients,
         markers: &lock(&shared.markers),
         detections: &lock(&shared.detections),
