@@ -510,9 +510,7 @@ impl Media {
     /// moves no timer, asking every handler for its next timeout is wasted
     /// work on the hottest path.
     pub(crate) fn drain_io(&mut self, transmits: &mut VecDeque<Transmit>, mut on: impl FnMut(PeerEvent)) {
-        while let Some(msg) = self.pc.poll_write() {
-            transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
-        }
+        self.flush(transmits);
         while let Some(event) = self.pc.poll_event() {
             if let RTCPeerConnectionEvent::OnIceConnectionStateChangeEvent(
                 RTCIceConnectionState::Connected | RTCIceConnectionState::Completed,
@@ -556,8 +554,6 @@ impl Media {
     pub(crate) fn close(&mut self, transmits: &mut VecDeque<Transmit>) {
         let _ = self.pc.close();
         self.closed = true;
-        while let Some(msg) = self.pc.poll_write() {
-            transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
-        }
+        self.flush(transmits);
     }
 }
