@@ -15,7 +15,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage};
 use nix::sys::socket::{recvmmsg, sendmmsg};
 use tutti_mix::{Packet, ParticipantId};
-use tutti_rtc::{CloseReason, Mux, MuxEvent, PeerId, Route, Transmit};
+use tutti_rtc::{CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, Transmit};
 
 use crate::metrics;
 use crate::state::{Inbox, LeaveReason, MixOut, RoomState, Shared, lock};
@@ -55,15 +55,11 @@ pub(crate) enum IoCommand {
 /// Counters of one I/O thread (read by the metrics).
 #[derive(Debug, Default)]
 pub(crate) struct IoCounters {
-    pub(crate) datagrams_in: AtomicU64,
-    pub(crate) bytes_in: AtomicU64,
-    pub(crate) datagrams_out: AtomicU64,
-    pub(crate) bytes_out: AtomicU64,
-    pub(crate) unrouted: AtomicU64,
+    /// The thread's mux's counters, as of the end of its last loop turn.
+    pub(crate) mux: Mutex<MuxStats>,
+    /// ICE checks for a server ufrag no peer has (besides the mux's own unrouted).
+    pub(crate) unknown_ufrag: AtomicU64,
     pub(crate) send_errors: AtomicU64,
-    pub(crate) peers_failed: AtomicU64,
-    pub(crate) peers_timed_out: AtomicU64,
-    pub(crate) peers: AtomicU64,
     pub(crate) listen_only_dropped: AtomicU64,
 }
 
@@ -141,7 +137,7 @@ struct IoThread {
     inbox: HashMap<String, (Arc<RoomState>, Inbox)>,
     transmits: Vec<Transmit>,
     bufs: Vec<[u8; MAX_DATAGRAM]>,
-    last_stats: tutti_rtc::MuxStats,
+    last_stats: MuxStats,
 }
 
 /// Starts the I/O threads, one per socket.
@@ -348,7 +344,7 @@ impl IoThread {
                     }
                     Found::Forward(owner) => self.forward(owner, from, data),
                     Found::Nothing => {
-                        self.counters.unrouted.fetch_add(1, Ordering::Relaxed);
+                        self.counters.unknown_ufrag.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -400,15 +396,10 @@ impl IoThread {
                 MuxEvent::Closed(peer, why) => {
                     let _ = self.mux.remove(peer);
                     if let Some(local) = self.forget(peer) {
+                        // The mux counts failures and time-outs itself (MuxStats).
                         let reason = match why {
-                            CloseReason::Failed => {
-                                self.counters.peers_failed.fetch_add(1, Ordering::Relaxed);
-                                LeaveReason::Failed
-                            }
-                            CloseReason::TimedOut => {
-                                self.counters.peers_timed_out.fetch_add(1, Ordering::Relaxed);
-                                LeaveReason::TimedOut
-                            }
+                            CloseReason::Failed => LeaveReason::Failed,
+                            CloseReason::TimedOut => LeaveReason::TimedOut,
                             CloseReason::Closed => LeaveReason::Left,
                         };
                         self.shared.remove_participant(&local.room, peer.0, reason);
@@ -480,13 +471,7 @@ impl IoThread {
         metrics::packets_in(s.datagrams_in - last.datagrams_in, s.bytes_in - last.bytes_in);
         metrics::packets_out(s.datagrams_out - last.datagrams_out, s.bytes_out - last.bytes_out, 0);
         metrics::media(&mut self.last_stats, s);
-        let c = &self.counters;
-        c.datagrams_in.fetch_add(s.datagrams_in - last.datagrams_in, Ordering::Relaxed);
-        c.bytes_in.fetch_add(s.bytes_in - last.bytes_in, Ordering::Relaxed);
-        c.datagrams_out.fetch_add(s.datagrams_out - last.datagrams_out, Ordering::Relaxed);
-        c.bytes_out.fetch_add(s.bytes_out - last.bytes_out, Ordering::Relaxed);
-        c.unrouted.fetch_add(s.unrouted - last.unrouted, Ordering::Relaxed);
-        c.peers.store(self.mux.len() as u64, Ordering::Relaxed);
+        *lock(&self.counters.mux) = s;
     }
 }
 

@@ -241,15 +241,17 @@ impl Server {
         for io in self.shared.io() {
             let c = &io.counters;
             let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-            m.datagrams_in += get(&c.datagrams_in);
-            m.bytes_in += get(&c.bytes_in);
-            m.datagrams_out += get(&c.datagrams_out);
-            m.bytes_out += get(&c.bytes_out);
-            m.unrouted += get(&c.unrouted);
+            let s = *state::lock(&c.mux);
+            m.datagrams_in += s.datagrams_in;
+            m.bytes_in += s.bytes_in;
+            m.datagrams_out += s.datagrams_out;
+            m.bytes_out += s.bytes_out;
+            m.unrouted += s.unrouted + get(&c.unknown_ufrag);
             m.send_errors += get(&c.send_errors);
-            m.peers_failed += get(&c.peers_failed);
-            m.peers_timed_out += get(&c.peers_timed_out);
-            m.peers += get(&c.peers);
+            m.peers_failed += s.ice_failures + s.dtls_failures + s.lost;
+            m.peers_timed_out += s.timed_out;
+            // Closed peers leave the mux in the turn they close, before it publishes.
+            m.peers += s.connecting + s.connected;
             m.listen_only_dropped += get(&c.listen_only_dropped);
         }
         m
