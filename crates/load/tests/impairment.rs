@@ -16,14 +16,16 @@
 //! one for a uniformly random 0–60 ms, independently (ICE, DTLS and SRTP
 //! all cross it).
 //!
-//! MOS is DESIGN.md's simplified E-model, per receiver and per 5 s window:
+//! MOS is DESIGN.md's simplified E-model (the load tester's own `mos`),
+//! per receiver and per 5 s window:
 //! - loss: gap-based over the received RTP sequence numbers (reordering is
 //!   not loss), counting what in-band FEC cannot restore: a lost frame is
 //!   restored from the next packet's FEC when that packet arrived (the
 //!   server's Opus runs in SILK or hybrid mode with FEC on, which the test
 //!   checks in the packets' TOC byte). Raw loss, and MOS on raw loss, are
 //!   printed too;
-//! - jitter per RFC 3550 §6.4.1, averaged over the window;
+//! - jitter per RFC 3550 §6.4.1 (the load tester's `JitterEstimator`),
+//!   averaged over the window;
 //! - one-way delay measured mouth-to-ear: a talker's tone onsets, detected
 //!   in each receiver's decoded audio (FEC and PLC on its losses), against
 //!   when the talker sent them (so it includes both network legs, the
@@ -32,8 +34,6 @@
 //!
 //! Run with `--nocapture` for the figures.
 
-mod common;
-
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::{SocketAddr, UdpSocket};
@@ -41,9 +41,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{create_room, start_with, test_config};
+use tutti_load::{JitterEstimator, Rng, mos};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
-use tutti_server::client::{JoinAs, ToneClient, run_until};
+use tutti_server::client::{JoinAs, ToneClient, request, run_until};
+use tutti_server::{Config, Server};
 
 const LOSS: f64 = 0.05;
 const DELAY_MS: f64 = 30.0;
@@ -137,18 +138,6 @@ impl Drop for Relay {
     }
 }
 
-/// xorshift64*: a seeded generator, so a run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 fn relay(
     front: UdpSocket,
     server: SocketAddr,
@@ -158,7 +147,8 @@ fn relay(
     limit: Duration,
 ) {
     let started = Instant::now();
-    let mut rng = Rng(0x5EED_7077_u64);
+    // Seeded, so a run can be replayed.
+    let mut rng = Rng::new(0x5EED_7077_u64);
     let mut backs: HashMap<SocketAddr, UdpSocket> = HashMap::new();
     let mut held: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
     let mut n = 0u64;
@@ -214,32 +204,6 @@ fn relay(
         }
         std::thread::sleep(Duration::from_micros(300));
     }
-}
-
-/// RFC 3550 §6.4.1 jitter in ms, updated packet by packet in arrival order.
-struct Jitter {
-    last_transit: Option<f64>,
-    j: f64,
-}
-
-impl Jitter {
-    fn update(&mut self, arrival_ms: f64, timestamp: u32) -> f64 {
-        let transit = arrival_ms - f64::from(timestamp) / 48.0;
-        if let Some(last) = self.last_transit {
-            self.j += ((transit - last).abs() - self.j) / 16.0;
-        }
-        self.last_transit = Some(transit);
-        self.j
-    }
-}
-
-/// DESIGN.md's simplified E-model.
-fn mos(one_way_ms: f64, jitter_ms: f64, loss_percent: f64) -> f64 {
-    let el = one_way_ms + 2.0 * jitter_ms + 10.0;
-    let mut r = if el < 160.0 { 93.2 - el / 40.0 } else { 93.2 - (el - 120.0) / 10.0 };
-    r -= 2.5 * loss_percent;
-    let r = r.clamp(0.0, 100.0);
-    1.0 + 0.035 * r + 7e-6 * r * (r - 60.0) * (100.0 - r)
 }
 
 /// One received frame, in sequence order, decoded (FEC or PLC where lost).
@@ -318,12 +282,23 @@ fn p5_mos_stays_above_3_5_with_5_percent_loss_and_30_ms_jitter() {
     let media = probe.local_addr().expect("addr");
     drop(probe);
     let relay = Relay::start(media, NETEM, Duration::from_secs(120));
-    let mut cfg = test_config();
-    cfg.media = media;
-    cfg.advertise = relay.front.to_string();
-    let (rt, server) = start_with(cfg);
+    // Loopback only: no tokens, no per-address join limit (every client is 127.0.0.1).
+    let mut cfg = Config {
+        http: "127.0.0.1:0".parse().expect("addr"),
+        media,
+        advertise: relay.front.to_string(),
+        metrics: String::new(),
+        mix_threads: 2,
+        io_threads: 2,
+        ..Config::default()
+    };
+    cfg.auth.disabled = true;
+    cfg.limits.join_rate_per_second = 0.0;
+    let rt = tutti_server::api_runtime(2).expect("runtime");
+    let server = rt.block_on(Server::start(cfg)).expect("server starts");
     let api = server.http_addr();
-    create_room(api, "lossy");
+    let r = request(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"lossy"}"#).expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
 
     let join = |i: usize| {
         let freq = match i {
@@ -412,14 +387,15 @@ fn p5_mos_stays_above_3_5_with_5_percent_loss_and_30_ms_jitter() {
         if one_way.is_nan() {
             one_way = one_way_all; // the onset talker does not hear itself
         }
-        let mut jitter = Jitter { last_transit: None, j: 0.0 };
+        let mut jitter = JitterEstimator::default();
         let mut windows: Vec<(Vec<i64>, Vec<f64>)> =
             vec![(Vec::new(), Vec::new()); (CALL.as_secs() / WINDOW.as_secs()) as usize];
         let mut ext: Option<i64> = None;
         for (at, p) in c.heard.iter().skip(skip) {
             let e = ext.map_or(i64::from(p.seq), |l| l + i64::from(p.seq.wrapping_sub(l as u16) as i16));
             ext = Some(ext.map_or(e, |l| l.max(e)));
-            let j = jitter.update((*at - start).as_secs_f64() * 1000.0, p.timestamp);
+            jitter.on_packet(*at, p.timestamp);
+            let j = jitter.jitter_ms();
             if *at < start {
                 continue;
             }
