@@ -137,6 +137,10 @@ struct IoThread {
     inbox: HashMap<String, (Arc<RoomState>, Inbox)>,
     transmits: Vec<Transmit>,
     bufs: Vec<[u8; MAX_DATAGRAM]>,
+    /// `recvmmsg` and `sendmmsg` headers, allocated once (they hold raw
+    /// pointers, so the thread makes them itself).
+    rx_headers: MultiHeaders<SockaddrStorage>,
+    tx_headers: MultiHeaders<SockaddrStorage>,
     last_stats: MuxStats,
 }
 
@@ -155,22 +159,29 @@ pub(crate) fn spawn(
         );
         let counters = Arc::new(IoCounters::default());
         handles.push(IoHandle { tx, wake: wake.clone(), counters: counters.clone() });
-        let mut io = IoThread {
-            index,
-            shared: shared.clone(),
-            socket,
-            mux: Mux::with_acceptor(shared.acceptor.clone()),
-            rx,
-            wake,
-            counters,
-            peers: HashMap::new(),
-            rooms: HashMap::new(),
-            inbox: HashMap::new(),
-            transmits: Vec::new(),
-            bufs: vec![[0u8; MAX_DATAGRAM]; BATCH],
-            last_stats: Default::default(),
-        };
-        threads.push(std::thread::Builder::new().name(format!("io-{index}")).spawn(move || io.run())?);
+        let shared = shared.clone();
+        let thread = std::thread::Builder::new().name(format!("io-{index}")).spawn(move || {
+            let mux = Mux::with_acceptor(shared.acceptor.clone());
+            IoThread {
+                index,
+                shared,
+                socket,
+                mux,
+                rx,
+                wake,
+                counters,
+                peers: HashMap::new(),
+                rooms: HashMap::new(),
+                inbox: HashMap::new(),
+                transmits: Vec::new(),
+                bufs: vec![[0u8; MAX_DATAGRAM]; BATCH],
+                rx_headers: MultiHeaders::preallocate(BATCH, None),
+                tx_headers: MultiHeaders::preallocate(BATCH, None),
+                last_stats: Default::default(),
+            }
+            .run()
+        })?;
+        threads.push(thread);
     }
     Ok((handles, threads))
 }
@@ -267,13 +278,13 @@ impl IoThread {
     /// many datagrams, and whether it stopped at the bound (more may be waiting).
     fn receive(&mut self, now: Instant) -> (usize, bool) {
         let mut total = 0;
-        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
         for _ in 0..RECV_BATCHES {
             let mut got: Vec<(usize, Option<SocketAddr>)> = Vec::with_capacity(BATCH);
             {
                 let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
                     self.bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
-                match recvmmsg(self.socket.as_raw_fd(), &mut headers, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None) {
+                let fd = self.socket.as_raw_fd();
+                match recvmmsg(fd, &mut self.rx_headers, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None) {
                     Ok(msgs) => got.extend(msgs.map(|m| (m.bytes, m.address.and_then(|a| to_socket_addr(&a))))),
                     Err(_) => return (total, false), // EAGAIN: nothing more; other errors: try next turn
                 }
@@ -440,14 +451,14 @@ impl IoThread {
     /// Sends everything queued, `BATCH` datagrams per `sendmmsg`.
     fn flush_transmits(&mut self) {
         self.drain_transmits();
-        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
         let mut start = 0;
         while start < self.transmits.len() {
             let chunk = &self.transmits[start..(start + BATCH).min(self.transmits.len())];
             let iovs: Vec<[std::io::IoSlice<'_>; 1]> = chunk.iter().map(|t| [std::io::IoSlice::new(&t.data)]).collect();
             let addrs: Vec<Option<SockaddrStorage>> = chunk.iter().map(|t| Some(SockaddrStorage::from(t.to))).collect();
-            let sent = sendmmsg(self.socket.as_raw_fd(), &mut headers, iovs.iter(), &addrs, [], MsgFlags::empty())
-                .map(Iterator::count);
+            let sent =
+                sendmmsg(self.socket.as_raw_fd(), &mut self.tx_headers, iovs.iter(), &addrs, [], MsgFlags::empty())
+                    .map(Iterator::count);
             match sent {
                 Ok(n) if n > 0 => start += n,
                 // The first datagram of the chunk failed: drop it (UDP loses datagrams; peers cope).
