@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tutti_server::client::{Caller, JoinAs, ToneClient, request_as, run_until};
+use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_until};
 
 #[test]
 fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
@@ -50,9 +50,9 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
         }
     }
     assert!(token.starts_with("eyJ"), "the banner prints a ready token: {line:?}");
-    let admin = Caller::token(&token);
+    let admin = Requester::token(&token);
 
-    let r = request_as(api, &Caller::default(), "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#)
+    let r = request_as(api, &Requester::default(), "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#)
         .expect("API");
     assert_eq!(r.status, 401, "no token, no room: {}", r.body);
     let r = request_as(api, &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#).expect("API");

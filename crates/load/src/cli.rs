@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use crate::LoadError;
 use crate::capacity::{self, SearchPolicy, Slo, TrialFigures, TrialRunner};
 use crate::cpu::CpuSource;
-use crate::generator::{self, LoadConfig, Progress, SilenceMode};
+use crate::generator::{self, Progress};
+use crate::model::{LoadConfig, SilenceMode};
 
 /// `tutti load`: N simulated participants against a running server.
 #[derive(Debug, Clone, clap::Args)]
@@ -318,7 +319,7 @@ impl LocalServer {
         let mut server = Self { child, api };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(r) = tutti_server::client::request(api, "GET", "/readyz", None, b"")
+            if let Ok(r) = tutti_client::request(api, "GET", "/readyz", None, b"")
                 && r.status == 200
             {
                 return Ok(server);
@@ -402,7 +403,7 @@ impl TrialRunner for LoadRunner {
         });
         // The room goes whatever happened; its peers are closed by the server.
         let path = format!("/v1/rooms/{}", cfg.room);
-        let _ = tutti_server::client::request_as(
+        let _ = tutti_client::request_as(
             cfg.api,
             &crate::generator::caller(cfg.token.as_deref()),
             "DELETE",

@@ -4,43 +4,15 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-/// Kernel clock ticks per second as /proc reports CPU time (`USER_HZ`,
-/// 100 on every Linux architecture tutti builds for).
-const USER_HZ: f64 = 100.0;
-
-/// User + system CPU seconds from the text of a /proc `stat` file.
-fn stat_cpu_seconds(stat: &str) -> Option<f64> {
-    // The command name (field 2) may hold spaces; fields after ')' are fixed.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15: 12th and 13th after ')'.
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / USER_HZ)
-}
-
-/// The command name of a /proc `stat` text (a thread's name for a task).
-fn stat_name(stat: &str) -> Option<&str> {
-    let start = stat.find('(')?;
-    let end = stat.rfind(')')?;
-    stat.get(start + 1..end)
-}
-
 /// CPU seconds used so far by process `pid` ("self" for this one).
 pub fn process_cpu_seconds(pid: &str) -> Option<f64> {
-    stat_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    tutti_procfs::read_stat(pid).map(|s| s.cpu_seconds())
 }
 
 /// CPU seconds used so far by each thread of process `pid`, by thread name.
 pub fn thread_cpu_seconds(pid: &str) -> Vec<(String, f64)> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
-    let mut out: Vec<(String, f64)> = dir
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            Some((stat_name(&stat)?.to_owned(), stat_cpu_seconds(&stat)?))
-        })
-        .collect();
+    let mut out: Vec<(String, f64)> =
+        tutti_procfs::thread_stats(pid).into_iter().map(|(_, s)| (s.comm.clone(), s.cpu_seconds())).collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
@@ -102,7 +74,7 @@ impl CpuSource {
         match self {
             Self::Process(pid) => process_cpu_seconds(&pid.to_string()),
             Self::Metrics(addr, path) => {
-                let r = tutti_server::client::request(*addr, "GET", path, None, b"").ok()?;
+                let r = tutti_client::request(*addr, "GET", path, None, b"").ok()?;
                 if r.status != 200 {
                     return None;
                 }
@@ -229,9 +201,10 @@ mod tests {
 
     #[test]
     fn reads_proc_stat() {
-        let stat = "1234 (load 0) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0 100";
-        assert_eq!(stat_name(stat), Some("load 0"));
-        assert_eq!(stat_cpu_seconds(stat), Some(3.0));
+        let stat = "1234 (load 0) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0 100 7 8";
+        let s = tutti_procfs::parse_stat(stat).expect("parses");
+        assert_eq!(s.comm, "load 0");
+        assert_eq!(s.cpu_seconds(), 300.0 / tutti_procfs::clock_ticks() as f64);
         assert!(process_cpu_seconds("self").is_some());
         assert!(!thread_cpu_seconds("self").is_empty());
     }

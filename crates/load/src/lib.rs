@@ -71,12 +71,21 @@
 //! real one ([`LoadRunner`]) runs each trial in a fresh room. Server CPU per
 //! participant per tick = server cores × 20 000 µs / N.
 
+//! ## Modules (imports go down the list)
+//!
+//! `cli` (the front ends) → `capacity` (the search) → `generator` (runs the
+//! clients) → `report` (scores them) → `model` (what a run is and what it
+//! observed: configuration, roles, snapshots) → `quality`, `marker`,
+//! `audio`, `talk`, `cpu` (the measuring parts). HTTP and the test client
+//! come from `tutti-client`; this crate does not link the server.
+
 mod audio;
 mod capacity;
 mod cli;
 mod cpu;
 mod generator;
 mod marker;
+mod model;
 mod quality;
 mod report;
 mod talk;
@@ -85,8 +94,9 @@ pub use audio::{Material, read_wav, speech_like};
 pub use capacity::{CapacityResult, Phase, SearchPolicy, Slo, Trial, TrialFigures, TrialRunner, search};
 pub use cli::{CapacityArgs, LoadArgs, LoadRunner, run_capacity, run_load};
 pub use cpu::CpuSource;
-pub use generator::{ClientSnapshot, ClientState, LoadConfig, Progress, Role, SilenceMode, run};
+pub use generator::{Progress, run};
 pub use marker::{MarkerDetector, Onset, marker_freq, marker_pcm};
+pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, SilenceMode};
 pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
 pub use report::{ClientReport, LoadReport, Summary};
 pub use talk::{Rng, TalkModel};

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::cpu::CpuUse;
-use crate::generator::{
+use crate::marker::SELF_ECHO_THRESHOLD;
+use crate::model::{
     ClientSnapshot, ClientState, Detection, Lateness, LoadConfig, MarkerSent, Role, SilenceMode, ThreadView,
 };
-use crate::marker::SELF_ECHO_THRESHOLD;
 use crate::quality::mos;
 
 /// A marker counts as heard when its onset is detected within this time.

@@ -4,13 +4,13 @@
 mod common;
 
 use bytes::Bytes;
-use common::{ToneClient, room_with, run, tail};
+use common::{ToneParticipant, room_with, run, tail};
 use tutti_mix::{MixError, MixPool, Packet, ParticipantId, PushOutcome, Room, RoomConfig, goertzel};
 
 #[test]
 fn garbage_from_one_participant_does_not_disturb_the_others() {
     let pool = MixPool::new(2).expect("pool");
-    let mut clients = vec![ToneClient::new(1, 440.0), ToneClient::new(2, 660.0)];
+    let mut clients = vec![ToneParticipant::new(1, 440.0), ToneParticipant::new(2, 660.0)];
     let bad = ParticipantId(99);
     let mut room = room_with(&clients, &[bad]);
 

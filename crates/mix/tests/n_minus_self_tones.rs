@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{ToneClient, room_with, run, tail, three_tones};
+use common::{ToneParticipant, room_with, run, tail, three_tones};
 use tutti_mix::{MixPool, Room, RoomConfig, goertzel};
 
 #[test]
@@ -48,7 +48,7 @@ fn a_silent_listener_hears_everyone_through_the_shared_stream() {
 fn listeners_share_one_encoded_payload() {
     let pool = MixPool::new(2).expect("pool");
     let mut room = Room::new(RoomConfig { shard_size: 2, ..Default::default() }).expect("room");
-    let mut clients: Vec<ToneClient> = (0..6).map(|i| ToneClient::new(i, 440.0 + 100.0 * i as f32)).collect();
+    let mut clients: Vec<ToneParticipant> = (0..6).map(|i| ToneParticipant::new(i, 440.0 + 100.0 * i as f32)).collect();
     for c in &clients {
         room.add_participant(c.id).expect("join");
     }

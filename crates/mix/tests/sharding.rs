@@ -3,13 +3,13 @@
 
 mod common;
 
-use common::ToneClient;
+use common::ToneParticipant;
 use tutti_mix::{MixPool, Room, RoomConfig};
 
 fn payloads(shard_size: usize, threads: usize) -> Vec<Vec<u8>> {
     let pool = MixPool::new(threads).expect("pool");
     let mut room = Room::new(RoomConfig { shard_size, ..Default::default() }).expect("room");
-    let mut clients: Vec<ToneClient> = (0..40).map(|i| ToneClient::new(i, 200.0 + 37.0 * i as f32)).collect();
+    let mut clients: Vec<ToneParticipant> = (0..40).map(|i| ToneParticipant::new(i, 200.0 + 37.0 * i as f32)).collect();
     for c in &clients {
         room.add_participant(c.id).expect("join");
     }
@@ -54,8 +54,8 @@ fn rooms_share_one_pool_and_never_hear_each_other() {
         vec![Room::new(RoomConfig::default()).expect("room"), Room::new(RoomConfig::default()).expect("room")];
     // Room 0: 440 and 550 Hz. Room 1: 880 and 990 Hz.
     let mut clients = [
-        vec![ToneClient::new(1, 440.0), ToneClient::new(2, 550.0)],
-        vec![ToneClient::new(1, 880.0), ToneClient::new(2, 990.0)],
+        vec![ToneParticipant::new(1, 440.0), ToneParticipant::new(2, 550.0)],
+        vec![ToneParticipant::new(1, 880.0), ToneParticipant::new(2, 990.0)],
     ];
     for (room, members) in rooms.iter_mut().zip(&clients) {
         for c in members {

@@ -2,12 +2,12 @@
 
 mod common;
 
-use common::ToneClient;
+use common::ToneParticipant;
 use tutti_mix::{MixPool, ParticipantId, Room, RoomConfig, SpeakerLimit, TalkEvent, TickReport};
 
 /// Sends one packet per client with the given RFC 6464 levels (None = no
 /// packet this tick) and runs the tick.
-fn step(room: &mut Room, pool: &MixPool, clients: &mut [ToneClient], t: u64, levels: &[Option<u8>]) -> TickReport {
+fn step(room: &mut Room, pool: &MixPool, clients: &mut [ToneParticipant], t: u64, levels: &[Option<u8>]) -> TickReport {
     for (c, level) in clients.iter_mut().zip(levels) {
         let mut packet = c.next_packet(0.1);
         if let Some(level) = level {
@@ -18,10 +18,10 @@ fn step(room: &mut Room, pool: &MixPool, clients: &mut [ToneClient], t: u64, lev
     room.tick(pool, t)
 }
 
-fn setup(cfg: RoomConfig, n: u64) -> (MixPool, Room, Vec<ToneClient>) {
+fn setup(cfg: RoomConfig, n: u64) -> (MixPool, Room, Vec<ToneParticipant>) {
     let pool = MixPool::new(2).expect("pool");
     let mut room = Room::new(cfg).expect("room");
-    let clients: Vec<ToneClient> = (1..=n).map(|i| ToneClient::new(i, 300.0 + 100.0 * i as f32)).collect();
+    let clients: Vec<ToneParticipant> = (1..=n).map(|i| ToneParticipant::new(i, 300.0 + 100.0 * i as f32)).collect();
     for c in &clients {
         room.add_participant(c.id).expect("join");
     }

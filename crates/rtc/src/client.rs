@@ -130,6 +130,7 @@ impl ClientPeer {
         }
     }
 
+    #[cfg(feature = "fuzzing")]
     /// For fuzz targets: sends an RTP packet shaped by `raw`.
     #[doc(hidden)]
     pub fn send_raw_rtp(&mut self, raw: crate::RawRtp, now: Instant) -> Result<(), RtcError> {
@@ -139,6 +140,7 @@ impl ClientPeer {
         Ok(())
     }
 
+    #[cfg(feature = "fuzzing")]
     /// For fuzz targets: sends `bytes` as an RTCP packet (SRTCP-protected).
     #[doc(hidden)]
     pub fn send_raw_rtcp(&mut self, bytes: Bytes, now: Instant) -> Result<(), RtcError> {

@@ -16,6 +16,10 @@
 //! Every peer answers with ICE-lite and our one host candidate, mDNS off, one
 //! shared DTLS certificate, and RTCP reports as the only interceptor (no NACK
 //! or TWCC for audio). Each peer's timers sit in one heap: no scan of all peers.
+//!
+//! The `fuzzing` feature adds raw-packet helpers for the fuzz targets
+//! (`RawRtp`, `parse_rtp`, `parse_rtcp`, `ClientPeer::send_raw_rtp`); they
+//! are not API, and builds without the feature do not carry them.
 
 mod client;
 mod media;
@@ -24,7 +28,10 @@ pub mod stun;
 
 pub use client::{ClientEvent, ClientPeer};
 pub use media::{
-    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RawRtp, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit,
-    is_rtp, parse_rtcp, parse_rtp,
+    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit, is_rtp,
 };
+/// Raw-packet helpers for the fuzz targets (the `fuzzing` feature; not API).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use media::{RawRtp, parse_rtcp, parse_rtp};
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};

@@ -83,6 +83,7 @@ pub const MAX_CONTRIBUTORS: usize = 15;
 
 /// An RTP packet shaped by a fuzz target: every field a sender controls
 /// but the SSRC and payload type (webrtc-rs refuses others on its side).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 #[derive(Debug, Clone, Default)]
 pub struct RawRtp {
@@ -293,6 +294,7 @@ fn audio_of(packet: rtc::rtp::Packet, level_ext: Option<u8>, csrc_level_ext: Opt
 /// For fuzz targets: decrypted bytes as webrtc-rs parses them into an RTP
 /// packet (`rtc::rtp::Packet::unmarshal`, as its SRTP layer does), then as
 /// tutti reads it (audio-level extension ids 1 and 2).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub fn parse_rtp(bytes: &[u8]) -> Option<AudioPacket> {
     use rtc::shared::marshal::Unmarshal;
@@ -303,6 +305,7 @@ pub fn parse_rtp(bytes: &[u8]) -> Option<AudioPacket> {
 
 /// For fuzz targets: decrypted bytes as webrtc-rs parses them into RTCP
 /// packets (`rtc::rtcp::packet::unmarshal`, as its SRTP layer does).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub fn parse_rtcp(bytes: &[u8]) -> usize {
     let mut buf = bytes;
@@ -463,6 +466,7 @@ impl Media {
         self.seq == 1
     }
 
+    #[cfg(feature = "fuzzing")]
     /// Writes an RTP packet as `raw` shapes it, on our SSRC and payload
     /// type (see [`RawRtp`]).
     pub(crate) fn send_raw_rtp(&mut self, raw: RawRtp, now: Instant) -> Result<(), RtcError> {
@@ -490,6 +494,7 @@ impl Media {
         sender.write_rtp(now, rtc::rtp::Packet { header, payload: raw.payload }).map_err(internal)
     }
 
+    #[cfg(feature = "fuzzing")]
     /// Writes `bytes` as one RTCP compound packet, as they are (SRTCP-protected).
     pub(crate) fn send_raw_rtcp(&mut self, bytes: Bytes, now: Instant) -> Result<(), RtcError> {
         if !self.is_connected() {

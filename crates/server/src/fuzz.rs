@@ -1,5 +1,6 @@
 //! Entry points for the fuzz targets in `fuzz/` (target `signalling_json`);
-//! not part of tutti's API, and not stable.
+//! not part of tutti's API, and not stable. Compiled only with the
+//! `fuzzing` feature (the fuzz crate turns it on).
 //!
 //! [`signalling`] parses bytes as every JSON body and WebSocket message the
 //! API takes, and as an access token. [`Api`] is the whole REST API and the
@@ -15,10 +16,12 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use tower::ServiceExt as _;
 
-use crate::api::{CreateRoom, JoinRequest, UpdateParticipant, clean_name, valid_room_id};
+use crate::api::ApiState;
+use crate::api::rooms::{CreateRoom, JoinRequest, UpdateParticipant};
+use crate::api::ws::{Caller, ClientMessage, handle};
 use crate::auth::{Auth, Grant, unix_now};
-use crate::state::{LeaveReason, Shared, lock};
-use crate::ws::{Caller, ClientMessage, handle};
+use crate::media::MediaHandle;
+use crate::room::{clean_name, valid_room_id};
 use crate::{Config, ServerError};
 
 /// The secret the fuzzing server signs with.
@@ -69,7 +72,7 @@ pub enum Token<'a> {
 /// The REST API and WebSocket handler over a state with no sockets.
 pub struct Api {
     runtime: tokio::runtime::Runtime,
-    shared: Arc<Shared>,
+    api: Arc<ApiState>,
     router: Router,
     auth: Auth,
 }
@@ -83,13 +86,13 @@ impl Api {
         cfg.room.max_participants = 4;
         cfg.max_rooms = 8;
         let setup = |e: &dyn std::fmt::Display| ServerError::Setup(e.to_string());
-        let acceptor = tutti_rtc::Acceptor::new(SocketAddr::from(([127, 0, 0, 1], 9)), Duration::from_secs(10))
-            .map_err(|e| setup(&e))?;
-        let pool = tutti_mix::MixPool::new(1).map_err(|e| setup(&e))?;
-        let shared = Arc::new(Shared::new(cfg, acceptor, pool)?);
-        let router = crate::api::router(shared.clone());
+        let media = MediaHandle::detached(SocketAddr::from(([127, 0, 0, 1], 9)))?;
+        let rooms = Arc::new(crate::server::rooms_from(&cfg)?);
+        let auth = crate::server::auth_from(&cfg)?;
+        let api = Arc::new(ApiState::new(cfg, rooms, Arc::new(media), auth));
+        let router = crate::api::router(api.clone());
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().map_err(|e| setup(&e))?;
-        Ok(Self { runtime, shared, router, auth: Auth::new(SECRET).map_err(|e| setup(&e))? })
+        Ok(Self { runtime, api, router, auth: Auth::new(SECRET).map_err(|e| setup(&e))? })
     }
 
     fn token(&self, token: Token<'_>) -> Option<String> {
@@ -125,10 +128,10 @@ impl Api {
     /// One WebSocket text message from a client holding `token`'s grant in
     /// `room` (which must exist); returns the reply, if any.
     pub fn ws_message(&self, room: &str, token: Token<'_>, me: &mut Option<u64>, text: &str) -> Option<String> {
-        let state = self.shared.room(room)?;
+        let state = self.api.rooms.get(room).ok()?;
         let grant = self.auth.verify(&self.token(token)?, unix_now()).ok()?;
         let caller = Caller { grant, client: SocketAddr::from(([127, 0, 0, 1], 50_001)) };
-        let reply = handle(&self.shared, &state, &caller, me, text)?;
+        let reply = handle(&self.api, &state, &caller, me, text)?;
         match reply {
             axum::extract::ws::Message::Text(t) => Some(t.as_str().to_owned()),
             _ => None,
@@ -137,14 +140,11 @@ impl Api {
 
     /// Removes every room and participant, as if the server had just started.
     pub fn reset(&self) {
-        let rooms: Vec<_> =
-            std::mem::take(&mut *self.shared.rooms.write().unwrap_or_else(|p| p.into_inner())).into_values().collect();
-        for room in rooms {
-            self.shared.close_room(&room, LeaveReason::RoomClosed);
-        }
-        self.shared.expire_pending(Instant::now() + Duration::from_secs(3600));
-        let reg = lock(&self.shared.registry);
-        assert!(reg.homes.is_empty() && reg.pending.is_empty(), "every peer is forgotten with its room");
-        assert_eq!(self.shared.participants.load(std::sync::atomic::Ordering::Relaxed), 0);
+        let rooms = &self.api.rooms;
+        self.api.apply(rooms.clear());
+        rooms.expire_pending(Instant::now() + Duration::from_secs(3600), Duration::ZERO);
+        let (registered, pending, _) = rooms.registry_sizes();
+        assert!(registered == 0 && pending == 0, "every peer is forgotten with its room");
+        assert_eq!(rooms.participants(), 0);
     }
 }

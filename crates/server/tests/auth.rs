@@ -10,16 +10,16 @@ use std::time::{Duration, Instant};
 
 use common::{start_with, test_config};
 use serde_json::json;
+use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_for, run_until};
 use tutti_server::auth::{Auth, Grant, unix_now};
-use tutti_server::client::{Caller, JoinAs, Response, ToneClient, request_as, run_for, run_until};
 
 const SECRET: &str = "the auth test's secret: thirty-two bytes at least";
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn call(api: SocketAddr, token: Option<&str>, method: &str, path: &str, body: &str) -> Response {
-    let caller = Caller { token, from: None };
+    let requester = Requester { token, from: None };
     let ct = (!body.is_empty()).then_some(if body.starts_with("v=0") { "application/sdp" } else { "application/json" });
-    request_as(api, &caller, method, path, ct, body.as_bytes()).expect("the API answers")
+    request_as(api, &requester, method, path, ct, body.as_bytes()).expect("the API answers")
 }
 
 fn offer() -> String {
@@ -122,8 +122,10 @@ fn tokens_decide_who_joins_sees_and_manages() {
     assert_eq!(ws(api, "ghost", Some(&admin)), Err(404), "the admin may learn that a room is missing");
 
     // Alice speaks, Lena only listens (and tries to speak: a 660 Hz tone).
-    let mut speaker = ToneClient::join_as(api, &Caller::token(&alice), "a", 440.0, JoinAs::Whip).expect("alice joins");
-    let mut listener = ToneClient::join_as(api, &Caller::token(&lena), "a", 660.0, JoinAs::Json).expect("lena joins");
+    let mut speaker =
+        ToneClient::join_as(api, &Requester::token(&alice), "a", 440.0, JoinAs::Whip).expect("alice joins");
+    let mut listener =
+        ToneClient::join_as(api, &Requester::token(&lena), "a", 660.0, JoinAs::Json).expect("lena joins");
     let (s_id, l_id) = (speaker.id, listener.id);
     let room: serde_json::Value =
         serde_json::from_str(&call(api, Some(&lena), "GET", "/v1/rooms/a", "").body).expect("JSON");

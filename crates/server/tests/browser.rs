@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use common::{http, start_with, test_config};
 use serde_json::{Value, json};
+use tutti_client::{JoinAs, ToneClient, run_until};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
-use tutti_server::client::{JoinAs, ToneClient, run_until};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const ROOM: &str = "browser";

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{create_room, start_with, test_config};
-use tutti_server::client::{Caller, JoinAs, ToneClient, request_as, run_until};
+use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_until};
 
 const THREADS: usize = 8;
 /// The flood lasts this long, or until each thread has made `MAX_PER_THREAD` joins.
@@ -46,12 +46,12 @@ fn a_join_flood_is_refused_and_the_call_goes_on() {
             std::thread::spawn(move || {
                 // The flood stands for clients elsewhere: it gets what CPU the server leaves.
                 let _ = tutti_server::lower_thread_priority(19);
-                let caller = Caller { token: None, from: Some("127.0.0.2".parse::<IpAddr>().expect("ip")) };
+                let requester = Requester { token: None, from: Some("127.0.0.2".parse::<IpAddr>().expect("ip")) };
                 let mut answers = Vec::new();
                 while flood_started.elapsed() < FLOOD && answers.len() < MAX_PER_THREAD {
                     let r = request_as(
                         api,
-                        &caller,
+                        &requester,
                         "POST",
                         "/v1/rooms/call/participants",
                         Some("application/sdp"),
@@ -75,7 +75,7 @@ fn a_join_flood_is_refused_and_the_call_goes_on() {
     let flood_took = flood_started.elapsed();
     let answers: Vec<(u16, String, Option<String>)> =
         flood.into_iter().flat_map(|t| t.join().expect("flood thread")).collect();
-    tutti_server::client::run_for(&mut refs, Duration::from_secs(1));
+    tutti_client::run_for(&mut refs, Duration::from_secs(1));
     let window = flood_started.elapsed();
 
     let admitted = answers.iter().filter(|a| a.0 == 201).count();
@@ -112,7 +112,7 @@ fn a_join_flood_is_refused_and_the_call_goes_on() {
     // The admitted joiners never connect: they are timed out and freed.
     let deadline = Instant::now() + Duration::from_secs(10);
     while server.participants() > 3 && Instant::now() < deadline {
-        tutti_server::client::run_for(&mut refs, Duration::from_millis(100));
+        tutti_client::run_for(&mut refs, Duration::from_millis(100));
     }
     assert_eq!(server.participants(), 3, "the flood's admitted joiners were timed out");
     assert_eq!(server.resources().pending_peers, 0);

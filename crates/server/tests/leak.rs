@@ -11,9 +11,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{create_room, http, start};
+use tutti_client::{JoinAs, ToneClient, run_until};
 use tutti_rtc::ClientPeer;
 use tutti_server::Resources;
-use tutti_server::client::{JoinAs, ToneClient, run_until};
 
 const CYCLES: usize = 1_000;
 const WARM_UP: usize = 100;

@@ -10,15 +10,15 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::{create_room, http, start_with, test_config};
-use tutti_server::client::{Caller, request_as};
+use tutti_client::{Requester, request_as};
 use tutti_server::{Config, Server};
 
-fn from(ip: &str) -> Caller<'static> {
-    Caller { token: None, from: Some(ip.parse::<IpAddr>().expect("ip")) }
+fn from(ip: &str) -> Requester<'static> {
+    Requester { token: None, from: Some(ip.parse::<IpAddr>().expect("ip")) }
 }
 
 fn offer() -> String {
-    tutti_server::client::ToneClient::offer(100.0).expect("offer").1
+    tutti_client::ToneClient::offer(100.0).expect("offer").1
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use common::{http, scrape, series, start};
-use tutti_server::client::{JoinAs, ToneClient};
+use tutti_client::{JoinAs, ToneClient};
 
 #[test]
 fn a_call_shows_up_in_the_metrics() {

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{create_room, http, room, start};
-use tutti_server::client::{JoinAs, ToneClient, run_for, run_until};
+use tutti_client::{JoinAs, ToneClient, run_for, run_until};
 
 /// Well above a mixed tone's residue, well below a present one (≈0.2 amplitude).
 const HEARD: f32 = 0.05;

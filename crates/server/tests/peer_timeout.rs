@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Ws, create_room, http, room, start_with, test_config};
+use tutti_client::{JoinAs, ToneClient, run_until};
 use tutti_server::Config;
-use tutti_server::client::{JoinAs, ToneClient, run_until};
 
 #[test]
 fn vanished_participants_are_removed_after_the_timeout() {

@@ -19,8 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{http, start};
-use tutti_server::client::request;
-use tutti_server::client::{JoinAs, ToneClient};
+use tutti_client::request;
+use tutti_client::{JoinAs, ToneClient};
 
 const INSTALL_HINT: &str = "this test needs the Prometheus server and promtool on PATH: on Debian, as root, \
                             `apt-get update && apt-get install -y prometheus`";

@@ -8,7 +8,7 @@ use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use common::{create_room, room, start};
-use tutti_server::client::{JoinAs, ToneClient, run_until};
+use tutti_client::{JoinAs, ToneClient, run_until};
 
 #[test]
 fn each_participant_hears_the_other_two_and_not_themselves() {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{Ws, create_room, http, room, start};
 use serde_json::json;
-use tutti_server::client::{JoinAs, ToneClient, run_for, run_until};
+use tutti_client::{JoinAs, ToneClient, run_for, run_until};
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -6,7 +6,7 @@ use tutti_mix::{FRAME_SAMPLES, MixPool, Packet, ParticipantId, Pcm, Room, TickRe
 
 /// A client that sends a continuous tone, encoded with real Opus, and
 /// decodes what it is sent.
-pub struct ToneClient {
+pub struct ToneParticipant {
     pub id: ParticipantId,
     pub freq: f32,
     encoder: opus::Encoder,
@@ -16,7 +16,7 @@ pub struct ToneClient {
     pub heard: Vec<f32>,
 }
 
-impl ToneClient {
+impl ToneParticipant {
     pub fn new(id: u64, freq: f32) -> Self {
         Self {
             id: ParticipantId(id),
@@ -49,7 +49,7 @@ impl ToneClient {
 }
 
 /// A default room holding these clients and any `extra` participants.
-pub fn room_with(clients: &[ToneClient], extra: &[ParticipantId]) -> Room {
+pub fn room_with(clients: &[ToneParticipant], extra: &[ParticipantId]) -> Room {
     let mut room = Room::new(tutti_mix::RoomConfig::default()).expect("room");
     for id in clients.iter().map(|c| c.id).chain(extra.iter().copied()) {
         room.add_participant(id).expect("join");
@@ -58,8 +58,8 @@ pub fn room_with(clients: &[ToneClient], extra: &[ParticipantId]) -> Room {
 }
 
 /// Three clients sending 440, 660 and 880 Hz.
-pub fn three_tones() -> Vec<ToneClient> {
-    vec![ToneClient::new(1, 440.0), ToneClient::new(2, 660.0), ToneClient::new(3, 880.0)]
+pub fn three_tones() -> Vec<ToneParticipant> {
+    vec![ToneParticipant::new(1, 440.0), ToneParticipant::new(2, 660.0), ToneParticipant::new(3, 880.0)]
 }
 
 /// Runs `ticks` ticks in which every client sends a frame of its tone at
@@ -67,7 +67,7 @@ pub fn three_tones() -> Vec<ToneClient> {
 pub fn run(
     room: &mut Room,
     pool: &MixPool,
-    clients: &mut [ToneClient],
+    clients: &mut [ToneParticipant],
     first_tick: u64,
     ticks: u64,
     amplitude: impl Fn(usize, u64) -> f32,

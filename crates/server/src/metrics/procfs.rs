@@ -22,39 +22,6 @@ const MAX_NAMES: usize = 64;
 /// The label of names past [`MAX_NAMES`].
 const OTHER: &str = "other";
 
-/// The fields of a `stat` line this module reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Stat<'a> {
-    pub(super) comm: &'a str,
-    pub(super) utime: u64,
-    pub(super) stime: u64,
-    pub(super) num_threads: u64,
-    pub(super) starttime: u64,
-    pub(super) vsize: u64,
-    pub(super) rss_pages: u64,
-}
-
-/// Parses `/proc/<pid>/stat` or `/proc/<pid>/task/<tid>/stat`. The name sits
-/// in parentheses and may itself hold spaces and parentheses, so the fields
-/// are counted from the last `)`.
-pub(super) fn parse_stat(line: &str) -> Option<Stat<'_>> {
-    let open = line.find('(')?;
-    let close = line.rfind(')')?;
-    let comm = line.get(open + 1..close)?;
-    // Fields from 3 (state) on; field n is at index n - 3.
-    let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
-    let field = |n: usize| rest.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-    Some(Stat {
-        comm,
-        utime: field(14)?,
-        stime: field(15)?,
-        num_threads: field(20)?,
-        starttime: field(22)?,
-        vsize: field(23)?,
-        rss_pages: field(24)?,
-    })
-}
-
 /// A thread seen at the last reading.
 #[derive(Debug)]
 struct Live {
@@ -129,27 +96,22 @@ impl Reader {
         let boot_time = std::fs::read_to_string("/proc/stat")
             .ok()
             .and_then(|s| s.lines().find_map(|l| l.strip_prefix("btime ")).and_then(|v| v.trim().parse().ok()));
-        Self { clock_ticks: clock_ticks() as f64, page_size: page_size(), boot_time, threads: ThreadCpu::default() }
+        Self {
+            clock_ticks: tutti_procfs::clock_ticks() as f64,
+            page_size: tutti_procfs::page_size(),
+            boot_time,
+            threads: ThreadCpu::default(),
+        }
     }
 
     /// Appends per-thread CPU and the process metrics. Writes nothing for what
     /// cannot be read (no /proc).
     pub(super) fn render(&mut self, out: &mut String) {
-        let mut stats = Vec::new();
-        if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
-            for entry in dir.flatten() {
-                let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<u64>().ok()) else { continue };
-                // A thread may exit between listing and reading: skip it.
-                if let Ok(line) = std::fs::read_to_string(entry.path().join("stat")) {
-                    stats.push((tid, line));
-                }
-            }
-        }
-        let parsed: Vec<(u64, Stat<'_>)> =
-            stats.iter().filter_map(|(tid, line)| parse_stat(line).map(|s| (*tid, s))).collect();
+        let parsed = tutti_procfs::thread_stats("self");
         if !parsed.is_empty() {
-            let totals =
-                self.threads.update(parsed.iter().map(|(tid, s)| (*tid, s.comm, s.starttime, s.utime + s.stime)));
+            let totals = self
+                .threads
+                .update(parsed.iter().map(|(tid, s)| (*tid, s.comm.as_str(), s.starttime, s.utime + s.stime)));
             header(
                 out,
                 THREAD_CPU_SECONDS,
@@ -166,8 +128,7 @@ impl Reader {
             }
         }
 
-        let Some(line) = std::fs::read_to_string("/proc/self/stat").ok() else { return };
-        let Some(me) = parse_stat(&line) else { return };
+        let Some(me) = tutti_procfs::read_stat("self") else { return };
         let cpu = (me.utime + me.stime) as f64 / self.clock_ticks;
         sample(out, PROCESS_CPU_SECONDS, "counter", "Total user and system CPU time spent in seconds.", cpu);
         let rss = me.rss_pages.saturating_mul(self.page_size);
@@ -225,63 +186,12 @@ fn max_fds() -> Option<u64> {
     line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
 }
 
-/// Clock ticks per second (the unit of utime and stime): sysconf(_SC_CLK_TCK).
-/// Linux reports these times in USER_HZ, which is 100 on every architecture;
-/// 100 is only the fallback if sysconf fails.
-fn clock_ticks() -> u64 {
-    sysconf_or(SysVar::ClockTicks, 100)
-}
-
-fn page_size() -> u64 {
-    sysconf_or(SysVar::PageSize, 4096)
-}
-
-enum SysVar {
-    ClockTicks,
-    PageSize,
-}
-
-#[cfg(target_os = "linux")]
-fn sysconf_or(var: SysVar, fallback: u64) -> u64 {
-    use nix::unistd::{SysconfVar, sysconf};
-    let var = match var {
-        SysVar::ClockTicks => SysconfVar::CLK_TCK,
-        SysVar::PageSize => SysconfVar::PAGE_SIZE,
-    };
-    match sysconf(var) {
-        Ok(Some(v)) if v > 0 => v.unsigned_abs(),
-        _ => fallback,
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn sysconf_or(_: SysVar, fallback: u64) -> u64 {
-    fallback
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_stat_line_with_spaces_and_parentheses_in_the_name_parses() {
-        let line = "4242 (mix (x) 1) S 1 4242 4242 0 -1 4194368 2505 0 0 0 731 129 0 0 20 0 9 0 12345 \
-                    1234567 890 18446744073709551615 1 1 0 0 0 0 0 4096 17663 0 0 0 17 1 0 0 0 0 0";
-        let s = parse_stat(line).expect("parses");
-        assert_eq!(s.comm, "mix (x) 1");
-        assert_eq!(
-            (s.utime, s.stime, s.num_threads, s.starttime, s.vsize, s.rss_pages),
-            (731, 129, 9, 12345, 1234567, 890)
-        );
-        assert_eq!(parse_stat("12 (cut short) S 1 2"), None);
-    }
-
-    #[test]
     fn this_process_reads_its_own_threads() {
-        let line = std::fs::read_to_string("/proc/thread-self/stat").expect("Linux /proc");
-        let s = parse_stat(&line).expect("parses");
-        assert!(s.num_threads >= 1);
-        assert_eq!(clock_ticks(), 100, "Linux reports CPU times in USER_HZ = 100");
         let mut out = String::new();
         Reader::new().render(&mut out);
         assert!(out.contains("# TYPE tutti_thread_cpu_seconds_total counter"), "{out}");

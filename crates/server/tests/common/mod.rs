@@ -4,7 +4,7 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use tutti_server::client::{Response, request};
+use tutti_client::{Response, request};
 use tutti_server::{Config, Server};
 
 pub fn http(addr: SocketAddr, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> Response {

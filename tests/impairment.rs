@@ -41,9 +41,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tutti_client::{JoinAs, ToneClient, request, run_until};
 use tutti_load::{JitterEstimator, Rng, mos};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
-use tutti_server::client::{JoinAs, ToneClient, request, run_until};
 use tutti_server::{Config, Server};
 
 const LOSS: f64 = 0.05;
@@ -327,7 +327,7 @@ fn p5_mos_stays_above_3_5_with_5_percent_loss_and_30_ms_jitter() {
         for (i, client) in clients.iter_mut().enumerate() {
             if !client.connected {
                 stalls += 1;
-                let _ = tutti_server::client::request(api, "DELETE", &client.location, None, b"");
+                let _ = tutti_client::request(api, "DELETE", &client.location, None, b"");
                 *client = join(i);
             }
         }

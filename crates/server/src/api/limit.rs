@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::state::lock;
+use crate::sync::lock;
 
 /// Client addresses tracked at most; beyond, addresses whose bucket is full
 /// again are forgotten, and if none is, new addresses are refused until one

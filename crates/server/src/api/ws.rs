@@ -32,11 +32,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::api::{ApiError, authenticate, join_room, may_join, may_see, set_muted};
+use super::error::ApiError;
+use super::http::ConnectionSlot;
+use super::limit::Bucket;
+use super::{ApiState, authenticate, join_room, may_join, may_see};
 use crate::auth::Grant;
-use crate::http::ConnectionSlot;
-use crate::limit::Bucket;
-use crate::state::{LeaveReason, RoomEvent, RoomState, Shared, lock};
+use crate::room::{LeaveReason, Room, RoomEvent};
 
 /// Close code: a message over the size limit (RFC 6455 §7.4.1).
 const CLOSE_TOO_BIG: u16 = 1009;
@@ -71,7 +72,7 @@ pub(crate) struct Caller {
 }
 
 pub(crate) async fn upgrade(
-    State(shared): State<Arc<Shared>>,
+    State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     slot: Option<axum::Extension<ConnectionSlot>>,
@@ -80,14 +81,17 @@ pub(crate) async fn upgrade(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let params = params.map(|Query(p)| p).unwrap_or_default();
-    let grant = match authenticate(&shared, &headers, params.token.as_deref()).and_then(|g| {
+    let grant = match authenticate(&api, &headers, params.token.as_deref()).and_then(|g| {
         may_see(&g, &room)?;
         Ok(g)
     }) {
         Ok(grant) => grant,
         Err(e) => return e.into_response(),
     };
-    let Some(state) = shared.room(&room) else { return ApiError::no_room(&room).into_response() };
+    let state = match api.rooms.get(&room) {
+        Ok(state) => state,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
     let ws = match ws {
         Ok(ws) => ws,
         Err(rejection) => {
@@ -95,11 +99,11 @@ pub(crate) async fn upgrade(
             return ApiError::new(rejection.status(), "websocket_required", message).into_response();
         }
     };
-    let max = shared.cfg.limits.ws_max_message_bytes;
+    let max = api.cfg.limits.ws_max_message_bytes;
     // The socket keeps its connection slot for as long as it is open.
     let slot = slot.map(|axum::Extension(s)| s);
     ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| async move {
-        session(shared, state, socket, Caller { grant, client }).await;
+        session(api, state, socket, Caller { grant, client }).await;
         drop(slot);
     })
 }
@@ -112,13 +116,12 @@ fn error(e: &ApiError) -> Message {
     text(&serde_json::json!({ "type": "error", "code": e.code, "message": e.message }))
 }
 
-fn snapshot(room: &RoomState) -> Message {
-    let speakers: Vec<u64> = lock(&room.speakers).iter().map(|s| s.id.0).collect();
+fn snapshot(room: &Room) -> Message {
     text(&serde_json::json!({
         "type": "room",
         "room": room.id,
         "participants": room.member_list(),
-        "speakers": speakers,
+        "speakers": room.speaker_ids(),
     }))
 }
 
@@ -146,15 +149,15 @@ async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static st
     .await;
 }
 
-async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocket, caller: Caller) {
-    shared.ws_sessions.fetch_add(1, Ordering::Relaxed);
-    let limits = &shared.cfg.limits;
+async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, caller: Caller) {
+    api.ws_sessions.fetch_add(1, Ordering::Relaxed);
+    let limits = &api.cfg.limits;
     let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
     let idle = Duration::from_secs_f64(limits.ws_idle_timeout_seconds);
     let mut bucket = Bucket::full(burst, Instant::now());
     let mut heard_at = Instant::now();
     let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
-    let mut events = room.events.subscribe();
+    let mut events = room.subscribe();
     let mut me: Option<u64> = None;
     let mut ok = socket.send(snapshot(&room)).await.is_ok();
     while ok {
@@ -173,7 +176,7 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
                     break;
                 }
                 let reply = match msg {
-                    Some(Ok(Message::Text(t))) => handle(&shared, &room, &caller, &mut me, t.as_str()),
+                    Some(Ok(Message::Text(t))) => handle(&api, &room, &caller, &mut me, t.as_str()),
                     Some(Ok(Message::Binary(_))) => {
                         Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, "bad_message", "send JSON text messages")))
                     }
@@ -222,16 +225,18 @@ async fn session(shared: Arc<Shared>, room: Arc<RoomState>, mut socket: WebSocke
             }
         }
     }
-    if let Some(id) = me {
-        shared.remove_participant(&room, id, LeaveReason::Left);
+    if let Some(id) = me
+        && let Ok(effect) = api.rooms.leave(&room, id, LeaveReason::Left)
+    {
+        api.apply(effect);
     }
-    shared.ws_sessions.fetch_sub(1, Ordering::Relaxed);
+    api.ws_sessions.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// One client message; the reply to send, if any.
 pub(crate) fn handle(
-    shared: &Shared,
-    room: &Arc<RoomState>,
+    api: &ApiState,
+    room: &Arc<Room>,
     caller: &Caller,
     me: &mut Option<u64>,
     text_msg: &str,
@@ -246,10 +251,10 @@ pub(crate) fn handle(
             if me.is_some() {
                 return bad("already_joined", "this socket has joined already; open another to join again".into());
             }
-            let joined = may_join(shared, &caller.grant, &room.id, caller.client.ip())
-                .and_then(|()| join_room(shared, &room.id, &sdp, &name, &caller.grant));
+            let joined = may_join(api, &caller.grant, &room.id, caller.client.ip())
+                .and_then(|()| join_room(api, room, &sdp, &name, &caller.grant));
             match joined {
-                Ok((_, id, answer)) => {
+                Ok((id, answer)) => {
                     *me = Some(id);
                     Some(text(&serde_json::json!({ "type": "answer", "id": id, "sdp": answer })))
                 }
@@ -257,12 +262,14 @@ pub(crate) fn handle(
             }
         }
         ClientMessage::Mute { muted } => match *me {
-            Some(id) => set_muted(room, id, muted).err().map(|e| error(&e)),
+            Some(id) => api.rooms.set_muted(room, id, muted).err().map(|e| error(&e.into())),
             None => bad("not_joined", "join first".into()),
         },
         ClientMessage::Leave => match me.take() {
             Some(id) => {
-                shared.remove_participant(room, id, LeaveReason::Left);
+                if let Ok(effect) = api.rooms.leave(room, id, LeaveReason::Left) {
+                    api.apply(effect);
+                }
                 None
             }
             None => bad("not_joined", "join first".into()),

@@ -464,7 +464,7 @@ pub async fn track_api(req: Request, next: Next) -> Response {
 pub fn render() -> String {
     let Some(Ok(installed)) = INSTALLED.get() else { return String::new() };
     let mut out = installed.prometheus.render();
-    let mut proc = installed.proc.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut proc = crate::sync::lock(&installed.proc);
     proc.render(&mut out);
     out
 }

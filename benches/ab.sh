@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The same load (`tutti load`) against two servers, alternated ROUNDS times in
+# one session, so that their figures can be compared on a noisy machine:
+# two builds (before/after a change) or one build with two settings (e.g.
+# `--set media.lean_send=false`). Each prints the load tester's final
+# summary: server CPU per participant per tick (from /proc/PID), quality,
+# and whether the generator kept up (INVALID otherwise).
+#
+#   cargo build --release --bin tutti
+#   benches/ab.sh CLIENTS ROUNDS NAME_A 'SERVER_A [serve args…]' NAME_B 'SERVER_B [serve args…]' [load args…]
+#   e.g. benches/ab.sh 1000 2 before '/tmp/tutti-before' after 'target/release/tutti' --life 40
+#
+# The load generator is always target/release/tutti. Loopback only; every
+# loop is bounded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+clients=$1 rounds=$2 name_a=$3 cmd_a=$4 name_b=$5 cmd_b=$6
+shift 6
+load=target/release/tutti
+http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
+media=127.0.0.1:${TUTTI_BENCH_MEDIA_PORT:-24000}
+if curl -s -o /dev/null "http://$http/"; then echo "$http is taken; set TUTTI_BENCH_HTTP_PORT" >&2; exit 1; fi
+log=${TMPDIR:-/tmp}/tutti-ab
+
+one_run() { # NAME 'CMD…'
+    local name=$1 cmd=$2
+    # Loopback: no tokens, no per-address join limit (every client is 127.0.0.1).
+    # shellcheck disable=SC2086
+    ($cmd serve --http "$http" --media "$media" --metrics off \
+        --set auth.disabled=true --set limits.join_rate_per_second=0 >"$log-server-$name.log" 2>&1) &
+    local server=$!
+    for _ in $(seq 100); do
+        curl -sf "http://$http/healthz" >/dev/null && break
+        kill -0 "$server" 2>/dev/null || { echo "$name: the server exited: see $log-server-$name.log" >&2; exit 1; }
+        sleep 0.1
+    done
+    # The server process itself, not a wrapper shell.
+    local pid
+    pid=$(pgrep -P "$server" -x tutti || echo "$server")
+    "$load" load --url "http://$http" -n "$clients" --cint 10 --server-pid "$pid" --details 0 "$@" >"$log-load-$name.log" 2>&1 || true
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    echo "== $name"
+    # The final summary: the last block the load tester printed.
+    awk '/^\[/{block=""} {block=block $0 "\n"} END {printf "%s", block}' "$log-load-$name.log" |
+        grep -E 'clients|MOS|loss|server CPU|INVALID|warning' | sed 's/^/   /'
+}
+
+echo "$clients clients; $rounds rounds of $name_a / $name_b"
+for r in $(seq "$rounds"); do
+    if [ $((r % 2)) = 1 ]; then one_run "$name_a" "$cmd_a" "$@"; one_run "$name_b" "$cmd_b" "$@"
+    else one_run "$name_b" "$cmd_b" "$@"; one_run "$name_a" "$cmd_a" "$@"; fi
+done

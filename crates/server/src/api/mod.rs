@@ -1,0 +1,203 @@
+//! # The control plane: the REST API, the WebSocket, the web page
+//!
+//! Rooms, joining with an SDP offer (WHIP-style or JSON), leaving, muting;
+//! room events over a WebSocket; errors as JSON with a stable code
+//! ([`error`]). Room operations are the room domain's ([`crate::room`]);
+//! the API checks who may do what, turns requests into those operations and
+//! their `RoomError`s into HTTP, and hands their effects to the media plane
+//! through its small handle ([`crate::media::MediaHandle`]).
+//!
+//! Every route but `/healthz` and `/readyz` takes an access token
+//! ([`crate::auth`]). The checks run in a fixed order, so that a caller
+//! learns nothing about a room it may not see: 401 (no valid token), 403
+//! (not for this room, or lacking the permission), 429 (join rate), and
+//! only then 404, 409, 400.
+
+pub(crate) mod error;
+pub(crate) mod http;
+mod limit;
+pub(crate) mod rooms;
+mod web;
+pub(crate) mod ws;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, header};
+use axum::routing::{get, post};
+
+use crate::Config;
+use crate::auth::{Auth, Grant, unix_now};
+use crate::media::MediaHandle;
+use crate::room::{Effect, Room, Rooms};
+use error::{ApiError, ApiResult};
+use limit::AddressLimiter;
+
+/// What the API handlers share.
+pub(crate) struct ApiState {
+    pub(crate) cfg: Config,
+    pub(crate) rooms: Arc<Rooms>,
+    pub(crate) media: Arc<MediaHandle>,
+    /// Verifies access tokens; `None` when auth is disabled.
+    pub(crate) auth: Option<Auth>,
+    /// Joins per client address.
+    pub(crate) joins: AddressLimiter,
+    /// Open WebSocket sessions (shutdown waits for them to be told).
+    pub(crate) ws_sessions: AtomicUsize,
+}
+
+impl ApiState {
+    pub(crate) fn new(cfg: Config, rooms: Arc<Rooms>, media: Arc<MediaHandle>, auth: Option<Auth>) -> Self {
+        Self {
+            joins: AddressLimiter::new(cfg.limits.join_rate_per_second, cfg.limits.join_burst),
+            cfg,
+            rooms,
+            media,
+            auth,
+            ws_sessions: AtomicUsize::new(0),
+        }
+    }
+
+    /// Client addresses the join rate limiter tracks.
+    pub(crate) fn rate_limited_addresses(&self) -> usize {
+        self.joins.tracked()
+    }
+
+    /// Hands room effects to the media plane.
+    pub(crate) fn apply(&self, effects: impl IntoIterator<Item = Effect>) {
+        self.media.apply(effects);
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`; `Some("!")` for another
+/// scheme (refused as malformed, not as missing).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().unwrap_or("");
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => Some(token.trim()),
+        _ => Some("!"),
+    }
+}
+
+/// The caller's grant: from its token (the `Authorization` header, else
+/// `query_token`), or every permission when auth is disabled.
+pub(crate) fn authenticate(api: &ApiState, headers: &HeaderMap, query_token: Option<&str>) -> ApiResult<Grant> {
+    let Some(auth) = &api.auth else { return Ok(Grant::admin("")) };
+    let token = bearer(headers).or(query_token).unwrap_or("");
+    auth.verify(token, unix_now()).map_err(|e| ApiError::unauthorized(&e))
+}
+
+/// 403 unless the grant may see `room` (without saying whether it exists).
+pub(crate) fn may_see(grant: &Grant, room: &str) -> ApiResult<()> {
+    if grant.may_see(room) { Ok(()) } else { Err(ApiError::forbidden(format!("this token is not for room '{room}'"))) }
+}
+
+/// 403 unless the grant may join `room`; 429 if `ip` joins too often.
+pub(crate) fn may_join(api: &ApiState, grant: &Grant, room: &str, ip: IpAddr) -> ApiResult<()> {
+    may_see(grant, room)?;
+    if !grant.listen {
+        return Err(ApiError::forbidden("joining needs a token with the 'listen' permission"));
+    }
+    api.joins.check(ip, Instant::now()).map_err(ApiError::rate_limited)
+}
+
+/// Joins `room` with an SDP offer: checks space, answers, admits, as
+/// `grant` allows (checked by [`may_join`]): without `speak`, the
+/// participant is muted for good. Shared by the REST join and the WebSocket
+/// `join` message. Returns (participant id, SDP answer).
+pub(crate) fn join_room(
+    api: &ApiState,
+    room: &Arc<Room>,
+    sdp: &str,
+    name: &str,
+    grant: &Grant,
+) -> ApiResult<(u64, String)> {
+    api.rooms.check_space(room)?;
+    let now = Instant::now();
+    let (peer, answer) = api.media.accept(sdp, now).map_err(|e| match e {
+        tutti_rtc::RtcError::BadSdp(_) | tutti_rtc::RtcError::NoAudio => {
+            ApiError::bad_request("bad_sdp", e.to_string())
+        }
+        e => ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    })?;
+    let joiner = crate::room::Joiner {
+        peer,
+        name: name.to_owned(),
+        identity: grant.identity.clone(),
+        listen_only: !grant.speak,
+    };
+    let id = api.rooms.join(room, joiner, now)?;
+    Ok((id, answer))
+}
+
+/// Forgets join-rate buckets that refilled, every second, until the API stops.
+pub(crate) async fn housekeeping(api: Arc<ApiState>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = every.tick() => api.joins.prune(Instant::now()),
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(axum::extract::State(api): axum::extract::State<Arc<ApiState>>) -> ApiResult<&'static str> {
+    if api.rooms.is_closing() {
+        return Err(ApiError::shutting_down());
+    }
+    Ok("ready")
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+/// 408 for a request (body included) that takes longer than the limit.
+async fn request_timeout(
+    axum::extract::State(limit): axum::extract::State<Duration>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            let message = format!("the request took longer than {} s", limit.as_secs_f64());
+            let mut response =
+                ApiError::new(axum::http::StatusCode::REQUEST_TIMEOUT, "request_timeout", message).into_response();
+            response.headers_mut().insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+/// The API's routes.
+pub(crate) fn router(api: Arc<ApiState>) -> Router {
+    let max_body_bytes = api.cfg.max_body_bytes;
+    let timeout = Duration::from_secs_f64(api.cfg.limits.http_request_timeout_seconds);
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/rooms", post(rooms::create_room).get(rooms::list_rooms))
+        .route("/v1/rooms/{room}", get(rooms::get_room).delete(rooms::delete_room))
+        .route("/v1/rooms/{room}/participants", post(rooms::join))
+        .route(
+            "/v1/rooms/{room}/participants/{id}",
+            axum::routing::delete(rooms::leave).patch(rooms::update_participant),
+        )
+        .route("/v1/rooms/{room}/ws", get(ws::upgrade))
+        .merge(web::routes())
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(timeout, request_timeout))
+        .layer(axum::middleware::from_fn(crate::metrics::track_api))
+        .with_state(api)
+}

@@ -1,0 +1,374 @@
+//! The I/O threads `io-0`, `io-1`, …: each owns a socket on the media port
+//! ([`BatchSocket`]) and a [`Mux`] with the peers whose first ICE check
+//! reached that socket.
+//!
+//! One loop turn, bounded: wait (poll on the socket and a wake-up eventfd)
+//! → commands (the clock's mixes to send, peers to close, forwarded
+//! datagrams) → up to [`RECV_BATCHES`] × [`BATCH`] datagrams → timers →
+//! events (packets batched into each room's inbox, one lock per room per
+//! turn) → everything to send, [`BATCH`] datagrams per syscall.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use tutti_mix::{Packet, ParticipantId};
+use tutti_rtc::{Acceptor, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, Transmit};
+
+use super::command::{IoCommand, IoCounters, IoHandle};
+use super::socket::{BATCH, BatchSocket};
+use crate::metrics;
+use crate::room::{Claim, Effect, Inbox, LeaveReason, Room, RoomKey, RoomMix, Rooms};
+use crate::sync::lock;
+
+/// Receive batches per loop turn, so commands and timers are never starved.
+pub(crate) const RECV_BATCHES: usize = 8;
+/// Longest wait for work when no timer is due.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// A peer as its I/O thread knows it.
+struct Local {
+    room: Arc<Room>,
+    connected: bool,
+    /// Its token lacks `speak`: its audio is dropped here.
+    listen_only: bool,
+    /// The SSRC its packets carry, once seen.
+    ssrc: Option<u32>,
+}
+
+/// What every I/O thread shares with the rest of the media plane.
+pub(crate) struct IoShared {
+    pub(crate) rooms: Arc<Rooms>,
+    /// Every I/O thread, for forwarding; set once they all run.
+    pub(crate) peers_io: std::sync::OnceLock<Vec<IoHandle>>,
+    pub(crate) batch_window: Duration,
+}
+
+impl IoShared {
+    fn io(&self, k: usize) -> Option<&IoHandle> {
+        self.peers_io.get().and_then(|v| v.get(k))
+    }
+}
+
+struct IoThread {
+    index: usize,
+    shared: Arc<IoShared>,
+    socket: Option<BatchSocket>,
+    mux: Mux,
+    rx: Receiver<IoCommand>,
+    wake: Arc<EventFd>,
+    counters: Arc<IoCounters>,
+    peers: HashMap<PeerId, Local>,
+    /// Connected peers by room: who gets each room's mix.
+    rooms: HashMap<RoomKey, Vec<PeerId>>,
+    /// Packets received this turn, by room, for the rooms' inboxes.
+    inbox: HashMap<RoomKey, (Arc<Room>, Inbox)>,
+    transmits: Vec<Transmit>,
+    last_stats: MuxStats,
+}
+
+/// Starts one I/O thread per socket; returns their handles and threads.
+pub(crate) fn spawn(
+    shared: &Arc<IoShared>,
+    acceptor: &Acceptor,
+    sockets: Vec<UdpSocket>,
+) -> std::io::Result<(Vec<IoHandle>, Vec<JoinHandle<()>>)> {
+    let mut handles = Vec::new();
+    let mut threads = Vec::new();
+    for (index, socket) in sockets.into_iter().enumerate() {
+        let (tx, rx) = mpsc::channel();
+        let wake = Arc::new(
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(std::io::Error::from)?,
+        );
+        let counters = Arc::new(IoCounters::default());
+        handles.push(IoHandle { tx, wake: wake.clone(), counters: counters.clone() });
+        let shared = shared.clone();
+        let acceptor = acceptor.clone();
+        let thread = std::thread::Builder::new().name(format!("io-{index}")).spawn(move || {
+            IoThread {
+                index,
+                shared,
+                socket: Some(BatchSocket::new(socket)),
+                mux: Mux::with_acceptor(acceptor),
+                rx,
+                wake,
+                counters,
+                peers: HashMap::new(),
+                rooms: HashMap::new(),
+                inbox: HashMap::new(),
+                transmits: Vec::new(),
+                last_stats: MuxStats::default(),
+            }
+            .run()
+        })?;
+        threads.push(thread);
+    }
+    Ok((handles, threads))
+}
+
+impl IoThread {
+    fn run(&mut self) {
+        let (mut busy, mut received) = (false, 0);
+        loop {
+            if !busy {
+                self.wait(received > 0);
+            }
+            let now = Instant::now();
+            if !self.commands(now) {
+                break;
+            }
+            (received, busy) = self.receive(now);
+            self.mux.handle_timeout(Instant::now());
+            self.events();
+            self.flush_inbox();
+            self.flush_transmits();
+            self.count();
+        }
+        // Shutdown: every peer gets its DTLS close_notify.
+        let ids: Vec<PeerId> = self.mux.peer_ids().collect();
+        for id in ids {
+            let _ = self.mux.remove(id);
+        }
+        self.flush_transmits();
+        self.count();
+    }
+
+    /// Sleeps until a datagram, a command or the next timer. Under load
+    /// (`batching`: the last turn received something) datagrams do not wake
+    /// the thread: it sleeps the batch window, so one `recvmmsg` takes what
+    /// arrived meanwhile instead of one wake-up and syscall per datagram.
+    /// Commands (the clock's mixes to send) still wake it at once.
+    fn wait(&mut self, batching: bool) {
+        let now = Instant::now();
+        let mut until = self.mux.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now)).min(IDLE_WAIT);
+        let window = self.shared.batch_window;
+        let batching = batching && !window.is_zero();
+        if batching {
+            until = until.min(window);
+        }
+        let timeout = nix::sys::time::TimeSpec::from_duration(until);
+        let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
+        match (&self.socket, batching) {
+            (Some(s), false) => {
+                let socket = PollFd::new(s.socket.as_fd(), PollFlags::POLLIN);
+                let _ = ppoll(&mut [socket, wake], Some(timeout), None);
+            }
+            _ => {
+                let _ = ppoll(&mut [wake], Some(timeout), None);
+            }
+        }
+        // Reset the eventfd (EAGAIN when nothing was written).
+        let _ = self.wake.read();
+    }
+
+    /// Runs queued commands. Returns false on shutdown.
+    fn commands(&mut self, now: Instant) -> bool {
+        while let Ok(cmd) = self.rx.try_recv() {
+            match cmd {
+                IoCommand::Deliver(mixes) => self.deliver(&mixes, now),
+                IoCommand::Close(id) => self.close(id),
+                IoCommand::Forward { from, data } => self.route(from, &data, now),
+                IoCommand::Shutdown => return false,
+            }
+        }
+        true
+    }
+
+    /// Closes one of this thread's peers (DTLS close_notify) and forgets it.
+    fn close(&mut self, id: PeerId) {
+        if self.mux.remove(id).is_ok() {
+            self.forget(id);
+        }
+    }
+
+    /// Sends each of this thread's connected peers its mix.
+    fn deliver(&mut self, mixes: &[RoomMix], now: Instant) {
+        for mix in mixes {
+            let Some(peers) = self.rooms.get(&mix.key) else { continue };
+            for &peer in peers {
+                let feed = mix.feed_for(ParticipantId(peer.0));
+                if feed.payload.is_empty() {
+                    continue;
+                }
+                // A peer closed since its last event is reported by the mux; nothing to do here.
+                let _ = self.mux.send_audio(peer, feed.payload.clone(), feed.level, &feed.contributors, now);
+            }
+            self.drain_transmits();
+            if self.transmits.len() >= BATCH * 4 {
+                self.flush_transmits();
+            }
+        }
+    }
+
+    /// Reads what is waiting, at most `RECV_BATCHES` batches. Returns how
+    /// many datagrams, and whether it stopped at the bound (more may be waiting).
+    fn receive(&mut self, now: Instant) -> (usize, bool) {
+        let Some(mut socket) = self.socket.take() else { return (0, false) };
+        let mut total = 0;
+        let mut full = true;
+        for _ in 0..RECV_BATCHES {
+            let n = socket.receive(|from, data| self.route(from, data, now));
+            total += n;
+            if n < BATCH {
+                full = false;
+                break;
+            }
+        }
+        self.socket = Some(socket);
+        (total, full)
+    }
+
+    /// Hands a datagram to its peer: here, adopted from the peers waiting for
+    /// their first check, or forwarded to the I/O thread that owns it.
+    fn route(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
+        match self.mux.handle_datagram(from, data, now) {
+            Route::Peer(_) => {}
+            Route::UnknownUfrag(ufrag) => match self.shared.rooms.claim(&ufrag, self.index, from) {
+                Claim::Adopt { peer, room, listen_only } => {
+                    let id = peer.id();
+                    self.mux.adopt(peer, now);
+                    self.peers.insert(id, Local { room, connected: false, listen_only, ssrc: None });
+                    self.mux.handle_datagram(from, data, now);
+                }
+                Claim::Forward(owner) => self.forward(owner, from, data),
+                Claim::Unknown => {
+                    self.counters.unknown_ufrag.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            Route::Unrouted => {
+                if let Some(owner) = self.shared.rooms.forwarded_to(from)
+                    && owner != self.index
+                {
+                    self.forward(owner, from, data);
+                }
+            }
+        }
+    }
+
+    fn forward(&self, owner: usize, from: SocketAddr, data: &[u8]) {
+        if let Some(io) = self.shared.io(owner) {
+            io.send(IoCommand::Forward { from, data: data.to_vec() });
+        }
+    }
+
+    /// Acts on the mux's events.
+    fn events(&mut self) {
+        while let Some(event) = self.mux.poll_event() {
+            match event {
+                MuxEvent::Audio(peer, a) => {
+                    let Some(local) = self.peers.get_mut(&peer) else { continue };
+                    if local.listen_only {
+                        self.counters.listen_only_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let id = ParticipantId(peer.0);
+                    if local.ssrc != Some(a.ssrc) {
+                        local.ssrc = Some(a.ssrc);
+                        local.room.set_source(id, a.ssrc);
+                    }
+                    let packet = Packet { seq: a.seq, timestamp: a.timestamp, payload: a.payload, level: a.level };
+                    let (_, batch) =
+                        self.inbox.entry(local.room.key).or_insert_with(|| (local.room.clone(), Vec::new()));
+                    batch.push((id, packet));
+                }
+                MuxEvent::Connected(peer) => {
+                    let Some(local) = self.peers.get_mut(&peer) else { continue };
+                    if !local.connected {
+                        local.connected = true;
+                        self.rooms.entry(local.room.key).or_default().push(peer);
+                        self.shared.rooms.set_connected(&local.room, peer.0);
+                        tracing::debug!(room = %local.room.id, %peer, io = self.index, "peer connected");
+                    }
+                }
+                MuxEvent::Closed(peer, why) => {
+                    let _ = self.mux.remove(peer);
+                    let Some(local) = self.forget(peer) else { continue };
+                    // The mux counts failures and time-outs itself (MuxStats).
+                    let reason = match why {
+                        CloseReason::Failed => LeaveReason::Failed,
+                        CloseReason::TimedOut => LeaveReason::TimedOut,
+                        CloseReason::Closed => LeaveReason::Left,
+                    };
+                    if let Ok(Some(effect)) = self.shared.rooms.leave(&local.room, peer.0, reason) {
+                        self.apply(effect);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Carries out an effect of a room operation.
+    fn apply(&mut self, effect: Effect) {
+        match effect {
+            // Closed and forgotten here already.
+            Effect::ClosePeer { io, .. } if io == self.index => {}
+            Effect::ClosePeer { peer, io } => {
+                if let Some(h) = self.shared.io(io) {
+                    h.send(IoCommand::Close(peer));
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, id: PeerId) -> Option<Local> {
+        let local = self.peers.remove(&id)?;
+        if let Some(list) = self.rooms.get_mut(&local.room.key) {
+            list.retain(|p| *p != id);
+            if list.is_empty() {
+                self.rooms.remove(&local.room.key);
+            }
+        }
+        Some(local)
+    }
+
+    /// Appends this turn's packets to their rooms' inboxes: one lock per room.
+    fn flush_inbox(&mut self) {
+        for (room, batch) in self.inbox.values_mut() {
+            if !batch.is_empty() {
+                room.deliver(batch);
+            }
+        }
+        // Forget closed rooms so the map does not keep them alive.
+        self.inbox.retain(|_, (room, _)| !room.is_closed());
+    }
+
+    fn drain_transmits(&mut self) {
+        while let Some(t) = self.mux.poll_transmit() {
+            self.transmits.push(t);
+        }
+    }
+
+    /// Sends everything queued.
+    fn flush_transmits(&mut self) {
+        self.drain_transmits();
+        if let Some(socket) = &mut self.socket {
+            let failed = socket.send(&self.transmits);
+            if failed > 0 {
+                self.counters.send_errors.fetch_add(failed, Ordering::Relaxed);
+                metrics::packets_out(0, 0, failed);
+            }
+        }
+        self.transmits.clear();
+    }
+
+    /// Publishes the mux's counters (to the server's stats and the metrics).
+    fn count(&mut self) {
+        let s = self.mux.stats();
+        if s == self.last_stats {
+            return;
+        }
+        let last = self.last_stats;
+        metrics::packets_in(s.datagrams_in - last.datagrams_in, s.bytes_in - last.bytes_in);
+        metrics::packets_out(s.datagrams_out - last.datagrams_out, s.bytes_out - last.bytes_out, 0);
+        metrics::media(&mut self.last_stats, s);
+        *lock(&self.counters.mux) = s;
+    }
+}

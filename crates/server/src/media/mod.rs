@@ -1,0 +1,221 @@
+//! # The media plane: sockets, I/O threads and the mixer clock
+//!
+//! Real time lives here, and nothing else does: the API reaches it only
+//! through [`MediaHandle`] (answer an offer, carry out room effects, read
+//! counters), and nothing here waits on the API.
+//!
+//! ```text
+//! io-N threads   socket (SO_REUSEPORT, recvmmsg) ─► Mux (ICE/DTLS/SRTP; adopts the peers
+//!                Rooms::claim says are theirs) ─► packets batched into each room's inbox
+//! mix-clock      every 20 ms: Room::tick for every room on the mix-N pool
+//!                ─► one O(K) RoomMix per room ─► IoCommand::Deliver to every io thread
+//! io-N threads   each sends its own peers their feed (SRTP) ─► sendmmsg
+//! ```
+
+mod clock;
+mod command;
+mod io;
+mod socket;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tutti_mix::MixPool;
+use tutti_rtc::{Acceptor, RtcError, ServerPeer};
+
+use crate::room::{Effect, Rooms};
+use crate::sync::lock;
+use command::{IoCommand, IoHandle};
+
+/// Media counters of a running server (see `Server::media_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MediaStats {
+    /// UDP datagrams received.
+    pub datagrams_in: u64,
+    /// Bytes of them.
+    pub bytes_in: u64,
+    /// UDP datagrams sent.
+    pub datagrams_out: u64,
+    /// Bytes of them.
+    pub bytes_out: u64,
+    /// Datagrams that belonged to no peer (garbage, strays), dropped.
+    pub unrouted: u64,
+    /// Datagrams the OS refused to send.
+    pub send_errors: u64,
+    /// Peers whose ICE or DTLS failed.
+    pub peers_failed: u64,
+    /// Peers removed because nothing arrived from them for the peer timeout.
+    pub peers_timed_out: u64,
+    /// Peers held by the I/O threads now.
+    pub peers: u64,
+    /// Audio packets of listen-only participants, dropped on arrival.
+    pub listen_only_dropped: u64,
+}
+
+/// How the media plane is set up.
+pub(crate) struct MediaConfig {
+    /// Where the sockets bind (port 0: any free port).
+    pub(crate) bind: SocketAddr,
+    /// I/O threads, one socket each.
+    pub(crate) io_threads: usize,
+    /// Socket buffers asked for, in bytes.
+    pub(crate) socket_buffer_bytes: usize,
+    /// The address put in answers' ICE candidates; `None`: the bound one.
+    pub(crate) advertise: Option<SocketAddr>,
+    pub(crate) peer_timeout: Duration,
+    pub(crate) batch_window: Duration,
+    /// Mixer threads; 0 = one per core.
+    pub(crate) mix_threads: usize,
+}
+
+/// The media plane, running: what the API and the server hold of it.
+pub(crate) struct MediaHandle {
+    acceptor: Acceptor,
+    bound: SocketAddr,
+    io: Arc<[IoHandle]>,
+    stop: Arc<AtomicBool>,
+    overruns: Arc<AtomicU64>,
+    mix_threads: usize,
+}
+
+/// Why the media plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MediaError {
+    /// A socket could not be bound or a thread started.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The WebRTC acceptor or the mixer pool could not be set up.
+    #[error("{0}")]
+    Setup(String),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MediaError {
+    let what = what.into();
+    move |source| MediaError::Io { what, source }
+}
+
+impl MediaHandle {
+    /// Binds the media sockets and starts the I/O threads and the clock.
+    pub(crate) fn start(cfg: &MediaConfig, rooms: Arc<Rooms>) -> Result<(Self, Vec<JoinHandle<()>>), MediaError> {
+        let sockets = socket::bind(cfg.bind, cfg.io_threads.max(1), cfg.socket_buffer_bytes)
+            .map_err(io_err(format!("binding UDP {}", cfg.bind)))?;
+        let bound = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
+        let advertise = cfg.advertise.unwrap_or(bound);
+        if advertise.ip().is_unspecified() {
+            tracing::warn!(%advertise, "the media address is unspecified: set `advertise` to an address clients can reach");
+        }
+        let acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
+        let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
+        let shared = Arc::new(io::IoShared {
+            rooms: rooms.clone(),
+            peers_io: std::sync::OnceLock::new(),
+            batch_window: cfg.batch_window,
+        });
+        let (handles, mut threads) =
+            io::spawn(&shared, &acceptor, sockets).map_err(io_err("starting the io threads"))?;
+        // The threads reach each other (forwarding) through the shared list.
+        let io: Arc<[IoHandle]> = handles.iter().cloned().collect();
+        let _ = shared.peers_io.set(handles);
+        let stop = Arc::new(AtomicBool::new(false));
+        let overruns = Arc::new(AtomicU64::new(0));
+        let mix_threads = pool.threads();
+        let clock = clock::Clock {
+            rooms,
+            pool,
+            io: io.clone(),
+            peer_timeout: cfg.peer_timeout,
+            stop: stop.clone(),
+            overruns: overruns.clone(),
+        };
+        threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
+        tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, "media plane running");
+        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads }, threads))
+    }
+
+    /// A media plane with no sockets and no threads: offers are answered,
+    /// effects go nowhere (for the fuzzer).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn detached(advertise: SocketAddr) -> Result<Self, MediaError> {
+        let acceptor =
+            Acceptor::new(advertise, Duration::from_secs(10)).map_err(|e| MediaError::Setup(e.to_string()))?;
+        Ok(Self {
+            acceptor,
+            bound: advertise,
+            io: Arc::from([]),
+            stop: Arc::new(AtomicBool::new(false)),
+            overruns: Arc::new(AtomicU64::new(0)),
+            mix_threads: 0,
+        })
+    }
+
+    /// Answers an SDP offer: a peer that waits for its first ICE check, and the answer.
+    pub(crate) fn accept(&self, offer: &str, now: Instant) -> Result<(ServerPeer, String), RtcError> {
+        self.acceptor.accept(offer, now)
+    }
+
+    /// Carries out room effects (closing peers on their I/O threads).
+    pub(crate) fn apply(&self, effects: impl IntoIterator<Item = Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::ClosePeer { peer, io } => {
+                    if let Some(h) = self.io.get(io) {
+                        h.send(IoCommand::Close(peer));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The bound media address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.bound
+    }
+
+    /// Mixer threads.
+    pub(crate) fn mix_threads(&self) -> usize {
+        self.mix_threads
+    }
+
+    /// Ticks skipped because the mixer fell behind.
+    pub(crate) fn tick_overruns(&self) -> u64 {
+        self.overruns.load(Ordering::Relaxed)
+    }
+
+    /// The media counters, summed over the I/O threads.
+    pub(crate) fn stats(&self) -> MediaStats {
+        let mut m = MediaStats::default();
+        for io in self.io.iter() {
+            let c = &io.counters;
+            let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            let s = *lock(&c.mux);
+            m.datagrams_in += s.datagrams_in;
+            m.bytes_in += s.bytes_in;
+            m.datagrams_out += s.datagrams_out;
+            m.bytes_out += s.bytes_out;
+            m.unrouted += s.unrouted + get(&c.unknown_ufrag);
+            m.send_errors += get(&c.send_errors);
+            m.peers_failed += s.ice_failures + s.dtls_failures + s.lost;
+            m.peers_timed_out += s.timed_out;
+            // Closed peers leave the mux in the turn they close, before it publishes.
+            m.peers += s.connecting + s.connected;
+            m.listen_only_dropped += get(&c.listen_only_dropped);
+        }
+        m
+    }
+
+    /// Stops the clock and the I/O threads (every peer gets close_notify).
+    pub(crate) fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for io in self.io.iter() {
+            io.send(IoCommand::Shutdown);
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! # The room domain: rooms, their members, and where each peer is
+//!
+//! No sockets, no HTTP, no threads: [`Rooms`] is the single owner of the
+//! rooms map and the peer registry, and every operation a user can cause
+//! (create, join, leave, mute, gain, delete) is a method here that checks,
+//! changes the state, tells the room's subscribers ([`RoomEvent`]) and
+//! returns `Result<_, RoomError>`. What must happen elsewhere is returned as
+//! [`Effect`]s ("close peer P on I/O thread T"), for the caller to carry out:
+//! the API hands them to the media plane, and an I/O thread carries out
+//! its own.
+//!
+//! ```text
+//! api ──create/join/leave/mute──► Rooms ──► Room (members, events, mixer)
+//!                                   │            ▲ deliver(packets)  ▲ tick(pool, n)
+//!                                   ▼            │                   │
+//! media/io ──claim(ufrag)──► Registry: Adopt | Forward | Unknown    media/clock
+//! ```
+//!
+//! Lock order, outer to inner: the rooms map → a room's mixer → its members
+//! → the registry. The media path takes none of them per packet.
+
+mod error;
+mod event;
+mod member;
+mod registry;
+#[allow(clippy::module_inception)]
+mod room;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+pub(crate) use error::RoomError;
+pub(crate) use event::RoomEvent;
+pub(crate) use member::{LeaveReason, Member};
+pub(crate) use registry::Claim;
+pub(crate) use room::{Inbox, Room, RoomKey, RoomMix};
+use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
+use tutti_rtc::{PeerId, ServerPeer};
+
+use crate::sync::{lock, read, write};
+use registry::Registry;
+
+/// Something a room operation needs done outside the room domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an effect must be carried out"]
+pub(crate) enum Effect {
+    /// Close this peer (DTLS close_notify) and forget it, on the I/O thread that owns it.
+    ClosePeer {
+        /// The peer.
+        peer: PeerId,
+        /// Its I/O thread.
+        io: usize,
+    },
+}
+
+/// Longest participant name kept, in bytes.
+pub(crate) const MAX_NAME_BYTES: usize = 64;
+
+/// What a new participant brings.
+pub(crate) struct Joiner {
+    /// Its accepted peer (answered, not yet connected).
+    pub(crate) peer: ServerPeer,
+    /// Its display name (cleaned here).
+    pub(crate) name: String,
+    /// The identity of its token.
+    pub(crate) identity: String,
+    /// Its token lacks `speak`.
+    pub(crate) listen_only: bool,
+}
+
+/// Every room of the server, and where every peer is.
+pub(crate) struct Rooms {
+    defaults: RoomConfig,
+    max_rooms: usize,
+    max_participants: usize,
+    map: RwLock<BTreeMap<String, Arc<Room>>>,
+    registry: Mutex<Registry>,
+    participants: AtomicUsize,
+    /// Numbers rooms created without an id (`room-1`, …).
+    next_name: AtomicU64,
+    next_key: AtomicU64,
+    /// Set at shutdown: no more joins.
+    closing: AtomicBool,
+}
+
+/// Whether `id` may name a room: 1 to 64 letters, digits, '-' or '_'.
+pub(crate) fn valid_room_id(id: &str) -> bool {
+    crate::auth::is_room_id(id)
+}
+
+/// A display name: no control characters, at most [`MAX_NAME_BYTES`].
+pub(crate) fn clean_name(name: &str) -> String {
+    let mut name: String = name.chars().filter(|c| !c.is_control()).collect();
+    while name.len() > MAX_NAME_BYTES {
+        name.pop();
+    }
+    name
+}
+
+impl Rooms {
+    /// No rooms yet. New rooms hold `room_participants` and mix
+    /// `room_speakers` unless their creator asks otherwise; the server holds
+    /// at most `max_rooms` rooms and `max_participants` participants.
+    pub(crate) fn new(
+        room_participants: usize,
+        room_speakers: usize,
+        max_rooms: usize,
+        max_participants: usize,
+    ) -> Result<Self, RoomError> {
+        let defaults = RoomConfig {
+            max_participants: room_participants,
+            max_speakers: SpeakerLimit::Top(room_speakers),
+            ..RoomConfig::default()
+        };
+        defaults.validate().map_err(|e| RoomError::BadRoomConfig(e.to_string()))?;
+        Ok(Self {
+            defaults,
+            max_rooms,
+            max_participants,
+            map: RwLock::new(BTreeMap::new()),
+            registry: Mutex::new(Registry::default()),
+            participants: AtomicUsize::new(0),
+            next_name: AtomicU64::new(1),
+            next_key: AtomicU64::new(1),
+            closing: AtomicBool::new(false),
+        })
+    }
+
+    /// The room `id`.
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<Room>, RoomError> {
+        read(&self.map).get(id).cloned().ok_or_else(|| RoomError::NoRoom(id.to_owned()))
+    }
+
+    /// Every room.
+    pub(crate) fn all(&self) -> Vec<Arc<Room>> {
+        read(&self.map).values().cloned().collect()
+    }
+
+    /// Participants in all rooms.
+    pub(crate) fn participants(&self) -> usize {
+        self.participants.load(Ordering::Relaxed)
+    }
+
+    /// A fresh name for a room created without one.
+    pub(crate) fn fresh_name(&self) -> String {
+        format!("room-{}", self.next_name.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Creates room `id`, with the defaults unless given.
+    pub(crate) fn create(
+        &self,
+        id: &str,
+        max_participants: Option<usize>,
+        max_speakers: Option<usize>,
+    ) -> Result<Arc<Room>, RoomError> {
+        if !valid_room_id(id) {
+            return Err(RoomError::BadRoomId);
+        }
+        let mut cfg = self.defaults.clone();
+        if let Some(n) = max_participants {
+            cfg.max_participants = n;
+        }
+        let speakers = match (max_speakers, cfg.max_speakers) {
+            (Some(k), _) | (None, SpeakerLimit::Top(k)) => k,
+            (None, SpeakerLimit::All) => usize::MAX,
+        };
+        cfg.max_speakers = SpeakerLimit::Top(speakers);
+        let mixer = tutti_mix::Room::new(cfg).map_err(|e| RoomError::BadRoomConfig(e.to_string()))?;
+        let key = RoomKey(self.next_key.fetch_add(1, Ordering::Relaxed));
+        let room = Arc::new(Room::new(id.to_owned(), key, mixer, speakers));
+        let mut map = write(&self.map);
+        if map.contains_key(id) {
+            return Err(RoomError::RoomExists(id.to_owned()));
+        }
+        if map.len() >= self.max_rooms {
+            return Err(RoomError::TooManyRooms(self.max_rooms));
+        }
+        map.insert(id.to_owned(), room.clone());
+        drop(map);
+        tracing::info!(room = %id, "room created");
+        Ok(room)
+    }
+
+    /// Deletes room `id`: every participant leaves (`room_closed`), then the
+    /// subscribers hear `room_closed`.
+    pub(crate) fn delete(&self, id: &str) -> Result<Vec<Effect>, RoomError> {
+        let room = write(&self.map).remove(id).ok_or_else(|| RoomError::NoRoom(id.to_owned()))?;
+        let effects = self.close(&room, LeaveReason::RoomClosed);
+        room.publish(RoomEvent::RoomClosed);
+        tracing::info!(room = %id, "room deleted");
+        Ok(effects)
+    }
+
+    /// Removes every participant of a room (the room stays in the map
+    /// unless [`Rooms::delete`] took it out).
+    fn close(&self, room: &Room, reason: LeaveReason) -> Vec<Effect> {
+        room.mark_closed();
+        let ids: Vec<u64> = lock(&room.members).keys().copied().collect();
+        ids.into_iter().filter_map(|id| self.leave(room, id, reason).ok().flatten()).collect()
+    }
+
+    /// Refuses a join that cannot fit, before any work is spent on its offer.
+    pub(crate) fn check_space(&self, room: &Room) -> Result<(), RoomError> {
+        if self.closing.load(Ordering::Relaxed) {
+            return Err(RoomError::ShuttingDown);
+        }
+        if room.is_closed() {
+            return Err(RoomError::NoRoom(room.id.clone()));
+        }
+        if room.len() >= room.max_participants {
+            return Err(RoomError::RoomFull { room: room.id.clone(), max: room.max_participants });
+        }
+        if self.participants() >= self.max_participants {
+            return Err(RoomError::TooManyParticipants(self.max_participants));
+        }
+        Ok(())
+    }
+
+    /// Adds an accepted peer to `room` as a participant and makes it findable
+    /// by its first ICE check. Returns its participant id.
+    pub(crate) fn join(&self, room: &Arc<Room>, joiner: Joiner, now: Instant) -> Result<u64, RoomError> {
+        self.check_space(room)?;
+        let Joiner { peer, name, identity, listen_only } = joiner;
+        let id = peer.id().0;
+        let mut name = clean_name(if name.is_empty() { &identity } else { &name });
+        if name.is_empty() {
+            name = format!("participant-{id}");
+        }
+        // Listen-only: belt and braces, its packets never reach the mixer anyway.
+        room.add(ParticipantId(id), listen_only)
+            .map_err(|_| RoomError::RoomFull { room: room.id.clone(), max: room.max_participants })?;
+        self.participants.fetch_add(1, Ordering::Relaxed);
+        let member = Member {
+            id,
+            name: name.clone(),
+            identity,
+            talking: false,
+            muted: listen_only,
+            listen_only,
+            connected: false,
+        };
+        lock(&room.members).insert(id, member);
+        lock(&self.registry).insert(peer, room.clone(), listen_only, now);
+        room.publish(RoomEvent::Joined { id, name });
+        tracing::info!(room = %room.id, participant = id, listen_only, "participant joined");
+        Ok(id)
+    }
+
+    /// Removes participant `id` from `room`. `Ok(None)` when its peer was not
+    /// adopted by an I/O thread yet; the effect closes it where it is.
+    pub(crate) fn leave(&self, room: &Room, id: u64, reason: LeaveReason) -> Result<Option<Effect>, RoomError> {
+        if lock(&room.members).remove(&id).is_none() {
+            return Err(RoomError::NoParticipant(id));
+        }
+        room.remove(ParticipantId(id));
+        self.participants.fetch_sub(1, Ordering::Relaxed);
+        let io = lock(&self.registry).remove(PeerId(id));
+        room.publish(RoomEvent::Left { id, reason: reason.as_str() });
+        tracing::info!(room = %room.id, participant = id, reason = reason.as_str(), "participant left");
+        Ok(io.map(|io| Effect::ClosePeer { peer: PeerId(id), io }))
+    }
+
+    /// Mutes or unmutes a participant (and tells the room when it changed).
+    /// A listen-only participant cannot be unmuted: its token decides.
+    pub(crate) fn set_muted(&self, room: &Room, id: u64, muted: bool) -> Result<(), RoomError> {
+        let mut members = lock(&room.members);
+        let member = members.get_mut(&id).ok_or(RoomError::NoParticipant(id))?;
+        if !muted && member.listen_only {
+            return Err(RoomError::ListenOnly(id));
+        }
+        room.set_muted(ParticipantId(id), muted).map_err(|_| RoomError::NoParticipant(id))?;
+        if std::mem::replace(&mut member.muted, muted) != muted {
+            drop(members);
+            room.publish(RoomEvent::Muted { id, muted });
+        }
+        Ok(())
+    }
+
+    /// Sets how loud a participant is mixed (0 to [`MAX_GAIN`]).
+    pub(crate) fn set_gain(&self, room: &Room, id: u64, gain: f32) -> Result<(), RoomError> {
+        if !(gain.is_finite() && (0.0..=MAX_GAIN).contains(&gain)) {
+            return Err(RoomError::BadValue(format!("gain must be within 0 to {MAX_GAIN}")));
+        }
+        room.set_gain(ParticipantId(id), gain).map_err(|_| RoomError::NoParticipant(id))
+    }
+
+    /// Marks a participant's ICE and DTLS up.
+    pub(crate) fn set_connected(&self, room: &Room, id: u64) {
+        if let Some(m) = lock(&room.members).get_mut(&id) {
+            m.connected = true;
+        }
+    }
+
+    /// What I/O thread `io` does with an ICE check for a ufrag its mux does not know.
+    pub(crate) fn claim(&self, ufrag: &str, io: usize, from: std::net::SocketAddr) -> Claim {
+        lock(&self.registry).claim(ufrag, io, from)
+    }
+
+    /// The I/O thread owning the peer at `from`, if its datagrams were seen
+    /// reaching another thread's socket.
+    pub(crate) fn forwarded_to(&self, from: std::net::SocketAddr) -> Option<usize> {
+        lock(&self.registry).forwarded_to(from)
+    }
+
+    /// Removes participants accepted longer than `timeout` ago whose ICE
+    /// never started (their client never sent a check).
+    pub(crate) fn expire_pending(&self, now: Instant, timeout: Duration) {
+        let stale = lock(&self.registry).stale(now, timeout);
+        for (room, id) in stale {
+            // Never adopted: nothing to close on any I/O thread.
+            let _ = self.leave(&room, id, LeaveReason::TimedOut);
+        }
+    }
+
+    /// Takes no more joins, and tells every room's subscribers why.
+    pub(crate) fn shut_down(&self, message: &str) {
+        self.closing.store(true, Ordering::Relaxed);
+        for room in self.all() {
+            room.publish(RoomEvent::Shutdown { message: message.to_owned() });
+        }
+    }
+
+    /// Whether [`Rooms::shut_down`] was called.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
+    /// (registered peers, pending peers, forwarded addresses).
+    pub(crate) fn registry_sizes(&self) -> (usize, usize, usize) {
+        lock(&self.registry).sizes()
+    }
+
+    /// Deletes every room (for a fresh start, as the fuzzer wants).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn clear(&self) -> Vec<Effect> {
+        let ids: Vec<String> = read(&self.map).keys().cloned().collect();
+        ids.iter().filter_map(|id| self.delete(id).ok()).flatten().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

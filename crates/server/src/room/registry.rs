@@ -1,0 +1,132 @@
+//! Which peer is where: the room it belongs to, the I/O thread that owns it,
+//! and the peers accepted by the API that wait for their first ICE check.
+//!
+//! An I/O thread that receives an ICE check for a server ufrag its mux does
+//! not know asks [`Registry::claim`]; the answer is a decision, not an
+//! action: [`Claim::Adopt`] (the peer was waiting: take it), [`Claim::Forward`]
+//! (another I/O thread owns it: pass the datagram there) or
+//! [`Claim::Unknown`]. The thread then does what it was told.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tutti_rtc::{PeerId, ServerPeer};
+
+use super::room::Room;
+
+/// Most client addresses remembered as reaching another I/O thread's socket.
+pub(crate) const MAX_FORWARDED: usize = 65_536;
+
+/// Where a peer is.
+pub(crate) struct Home {
+    pub(crate) room: Arc<Room>,
+    /// The I/O thread that adopted it; `None` while it waits for its first ICE check.
+    pub(crate) io: Option<usize>,
+    pub(crate) ufrag: String,
+    /// Its audio is dropped on arrival (see `Member::listen_only`).
+    pub(crate) listen_only: bool,
+}
+
+/// A peer accepted by the API, waiting for the I/O thread its first ICE check reaches.
+struct Pending {
+    peer: ServerPeer,
+    since: Instant,
+}
+
+/// What an I/O thread should do with an ICE check for a ufrag it does not know.
+pub(crate) enum Claim {
+    /// The peer waited for its first check: this thread owns it from now on.
+    Adopt {
+        /// The peer.
+        peer: ServerPeer,
+        /// Its room.
+        room: Arc<Room>,
+        /// Its audio is dropped on arrival.
+        listen_only: bool,
+    },
+    /// Another I/O thread owns the peer: pass the datagram there.
+    Forward(usize),
+    /// No such peer (gone, never was, or this thread owns it already).
+    Unknown,
+}
+
+/// Every peer's place; one lock (in `Rooms`), so adoption and removal never race.
+#[derive(Default)]
+pub(crate) struct Registry {
+    homes: HashMap<PeerId, Home>,
+    /// Accepted peers by server ufrag, until adopted.
+    pending: HashMap<String, Pending>,
+    /// Adopted peers' ufrags, for checks that reach another I/O thread's socket.
+    ufrags: HashMap<String, PeerId>,
+    /// Remote addresses whose datagrams reach a socket other than their
+    /// peer's I/O thread's: forwarded there. (I/O thread, peer); forgotten
+    /// with the peer.
+    forwarded: HashMap<SocketAddr, (usize, PeerId)>,
+}
+
+impl Registry {
+    /// Registers a peer accepted for `room`; it waits for its first ICE check.
+    pub(crate) fn insert(&mut self, peer: ServerPeer, room: Arc<Room>, listen_only: bool, now: Instant) {
+        let ufrag = peer.ufrag().to_owned();
+        self.homes.insert(peer.id(), Home { room, io: None, ufrag: ufrag.clone(), listen_only });
+        self.pending.insert(ufrag, Pending { peer, since: now });
+    }
+
+    /// Forgets a peer. Returns the I/O thread that owns it, if one adopted it.
+    pub(crate) fn remove(&mut self, id: PeerId) -> Option<usize> {
+        let home = self.homes.remove(&id)?;
+        self.pending.remove(&home.ufrag);
+        self.ufrags.remove(&home.ufrag);
+        if !self.forwarded.is_empty() {
+            self.forwarded.retain(|_, (_, peer)| *peer != id);
+        }
+        home.io
+    }
+
+    /// Decides what I/O thread `io` does with an ICE check for `ufrag` from `from`.
+    pub(crate) fn claim(&mut self, ufrag: &str, io: usize, from: SocketAddr) -> Claim {
+        if let Some(p) = self.pending.remove(ufrag) {
+            let id = p.peer.id();
+            let Some(home) = self.homes.get_mut(&id) else { return Claim::Unknown };
+            home.io = Some(io);
+            let (room, listen_only) = (home.room.clone(), home.listen_only);
+            self.ufrags.insert(ufrag.to_owned(), id);
+            return Claim::Adopt { peer: p.peer, room, listen_only };
+        }
+        let Some(&id) = self.ufrags.get(ufrag) else { return Claim::Unknown };
+        match self.homes.get(&id).and_then(|h| h.io) {
+            Some(owner) if owner != io => {
+                // Bounded: forged checks from many ports cannot grow it
+                // without end (entries go with their peer).
+                if self.forwarded.len() < MAX_FORWARDED {
+                    self.forwarded.insert(from, (owner, id));
+                }
+                Claim::Forward(owner)
+            }
+            _ => Claim::Unknown,
+        }
+    }
+
+    /// The I/O thread that owns the peer at remote address `from`, when its
+    /// datagrams were seen reaching another thread's socket.
+    pub(crate) fn forwarded_to(&self, from: SocketAddr) -> Option<usize> {
+        if self.forwarded.is_empty() { None } else { self.forwarded.get(&from).map(|(owner, _)| *owner) }
+    }
+
+    /// Peers accepted longer than `timeout` before `now` whose first ICE
+    /// check never came: (room, participant id).
+    pub(crate) fn stale(&self, now: Instant, timeout: Duration) -> Vec<(Arc<Room>, u64)> {
+        self.pending
+            .values()
+            .filter(|p| now.saturating_duration_since(p.since) > timeout)
+            .filter_map(|p| self.homes.get(&p.peer.id()).map(|h| (h.room.clone(), p.peer.id().0)))
+            .collect()
+    }
+
+    /// (registered, pending, forwarded addresses).
+    pub(crate) fn sizes(&self) -> (usize, usize, usize) {
+        (self.homes.len(), self.pending.len(), self.forwarded.len())
+    }
+}

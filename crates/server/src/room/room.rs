@@ -1,0 +1,211 @@
+//! One room: its members, its mixer, the packets waiting for the next tick,
+//! and its subscribers. [`Room::tick`] runs one 20 ms tick and returns what
+//! every participant is sent ([`RoomMix`], O(K) in size).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::broadcast;
+use tutti_mix::{ActiveSpeaker, MixPool, Packet, ParticipantId, TalkEvent, TickReport};
+use tutti_rtc::Contributor;
+
+use super::event::RoomEvent;
+use super::member::Member;
+use crate::sync::lock;
+
+/// A room's number on the media plane: I/O threads key their per-room
+/// state by it (no string per packet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct RoomKey(pub(crate) u64);
+
+/// Events queued per subscriber before it lags (and gets a fresh snapshot).
+const EVENT_QUEUE: usize = 1024;
+
+/// Received packets on their way to a room's mixer.
+pub(crate) type Inbox = Vec<(ParticipantId, Packet)>;
+
+/// The mixer and what it needs beside the packets: each participant's
+/// sending SSRC, as its packets carry it (named in RFC 6465 CSRC lists).
+struct Mixing {
+    mixer: tutti_mix::Room,
+    sources: HashMap<ParticipantId, u32>,
+}
+
+/// One room.
+pub(crate) struct Room {
+    pub(crate) id: String,
+    pub(crate) key: RoomKey,
+    mixing: Mutex<Mixing>,
+    /// Packets received since the last tick.
+    inbox: Mutex<Inbox>,
+    pub(crate) members: Mutex<BTreeMap<u64, Member>>,
+    events: broadcast::Sender<RoomEvent>,
+    /// The speakers of the last tick.
+    speakers: Mutex<Arc<[ActiveSpeaker]>>,
+    closed: AtomicBool,
+    /// Its configuration (fixed at creation).
+    pub(crate) max_participants: usize,
+    pub(crate) max_speakers: usize,
+}
+
+/// A payload with its RFC 6464 level and RFC 6465 contributors: what one
+/// participant (or all listeners) is fed this tick.
+pub(crate) struct Feed {
+    pub(crate) payload: Bytes,
+    pub(crate) level: Option<u8>,
+    pub(crate) contributors: Vec<Contributor>,
+}
+
+/// One tick's output for one room: what every participant is sent. O(K)
+/// in size: listeners share one feed; each selected speaker has their own.
+pub(crate) struct RoomMix {
+    pub(crate) key: RoomKey,
+    /// The listeners' feed (every speaker).
+    pub(crate) listeners: Feed,
+    /// Each selected speaker's own feed (the mix without them).
+    pub(crate) speakers: Vec<(ParticipantId, Feed)>,
+}
+
+impl RoomMix {
+    /// What participant `id` is sent.
+    pub(crate) fn feed_for(&self, id: ParticipantId) -> &Feed {
+        self.speakers.iter().find(|(s, _)| *s == id).map_or(&self.listeners, |(_, f)| f)
+    }
+}
+
+impl Room {
+    pub(crate) fn new(id: String, key: RoomKey, mixer: tutti_mix::Room, max_speakers: usize) -> Self {
+        let max_participants = mixer.config().max_participants;
+        Self {
+            id,
+            key,
+            mixing: Mutex::new(Mixing { mixer, sources: HashMap::new() }),
+            inbox: Mutex::new(Vec::new()),
+            members: Mutex::new(BTreeMap::new()),
+            events: broadcast::channel(EVENT_QUEUE).0,
+            speakers: Mutex::new(Arc::from([])),
+            closed: AtomicBool::new(false),
+            max_participants,
+            max_speakers,
+        }
+    }
+
+    /// Tells the room's subscribers (none listening is fine).
+    pub(crate) fn publish(&self, event: RoomEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// A new subscriber to the room's events.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<RoomEvent> {
+        self.events.subscribe()
+    }
+
+    /// Participants, as the API shows them.
+    pub(crate) fn member_list(&self) -> Vec<Member> {
+        lock(&self.members).values().cloned().collect()
+    }
+
+    /// How many participants it holds.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.members).len()
+    }
+
+    /// The ids of the last tick's speakers.
+    pub(crate) fn speaker_ids(&self) -> Vec<u64> {
+        lock(&self.speakers).iter().map(|s| s.id.0).collect()
+    }
+
+    /// Whether the room was deleted (its packets are no longer wanted).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Appends received packets for the next tick (one lock per batch).
+    pub(crate) fn deliver(&self, batch: &mut Inbox) {
+        lock(&self.inbox).append(batch);
+    }
+
+    /// Records the SSRC a participant's packets carry (when it first sends,
+    /// or changes it): the CSRC it is named by while it speaks.
+    pub(crate) fn set_source(&self, id: ParticipantId, ssrc: u32) {
+        lock(&self.mixing).sources.insert(id, ssrc);
+    }
+
+    pub(super) fn add(&self, id: ParticipantId, muted: bool) -> Result<(), tutti_mix::MixError> {
+        let mut m = lock(&self.mixing);
+        m.mixer.add_participant(id)?;
+        if muted {
+            m.mixer.set_muted(id, true)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn remove(&self, id: ParticipantId) {
+        let mut m = lock(&self.mixing);
+        let _ = m.mixer.remove_participant(id);
+        m.sources.remove(&id);
+    }
+
+    pub(super) fn set_muted(&self, id: ParticipantId, muted: bool) -> Result<(), tutti_mix::MixError> {
+        lock(&self.mixing).mixer.set_muted(id, muted)
+    }
+
+    pub(super) fn set_gain(&self, id: ParticipantId, gain: f32) -> Result<(), tutti_mix::MixError> {
+        lock(&self.mixing).mixer.set_gain(id, gain)
+    }
+
+    /// Runs one tick: the inbox into the jitter buffers, the mix on `pool`,
+    /// then what each participant is sent; talking changes go to the members
+    /// and the subscribers. `None` for a room with nobody in it.
+    pub(crate) fn tick(&self, pool: &MixPool, tick: u64) -> Option<(RoomMix, TickReport)> {
+        let packets = std::mem::take(&mut *lock(&self.inbox));
+        let mut m = lock(&self.mixing);
+        if m.mixer.is_empty() {
+            return None;
+        }
+        for (id, packet) in packets {
+            // Packets of a participant removed since they arrived are dropped here.
+            let _ = m.mixer.push_packet(id, packet);
+        }
+        let report = m.mixer.tick(pool, tick);
+        let all: Vec<(ParticipantId, Contributor)> = report
+            .speakers
+            .iter()
+            .map(|s| (s.id, Contributor { ssrc: m.sources.get(&s.id).copied().unwrap_or(0), level: s.level }))
+            .collect();
+        // The level of a mix is its loudest source's (RFC 6464: lower is louder).
+        let feed = |payload: &Bytes, except: Option<ParticipantId>| {
+            let contributors: Vec<Contributor> =
+                all.iter().filter(|(id, _)| Some(*id) != except).map(|(_, c)| *c).collect();
+            let level = contributors.iter().map(|c| c.level).min().unwrap_or(127);
+            Feed { payload: payload.clone(), level: Some(level), contributors }
+        };
+        let mix = RoomMix {
+            key: self.key,
+            listeners: feed(m.mixer.listener_payload(), None),
+            speakers: m.mixer.speaker_payloads().map(|(id, p)| (id, feed(p, Some(id)))).collect(),
+        };
+        drop(m);
+        if !report.events.is_empty() {
+            let mut members = lock(&self.members);
+            for event in &report.events {
+                let (id, talking) = match *event {
+                    TalkEvent::Started(id) => (id, true),
+                    TalkEvent::Stopped(id) => (id, false),
+                };
+                if let Some(m) = members.get_mut(&id.0) {
+                    m.talking = talking;
+                }
+                self.publish(RoomEvent::Talking { id: id.0, talking });
+            }
+        }
+        *lock(&self.speakers) = report.speakers.clone();
+        Some((mix, report))
+    }
+}

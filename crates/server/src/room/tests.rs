@@ -1,0 +1,229 @@
+//! Room operations and peer routing, tick by tick, without sockets or
+//! threads: real offers from real `ClientPeer`s, real accepted peers.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast::error::TryRecvError;
+
+use super::*;
+
+fn rooms() -> Rooms {
+    Rooms::new(3, 5, 2, 5).expect("valid defaults")
+}
+
+fn acceptor() -> tutti_rtc::Acceptor {
+    tutti_rtc::Acceptor::new(SocketAddr::from(([127, 0, 0, 1], 4000)), Duration::from_secs(10)).expect("acceptor")
+}
+
+/// A peer accepted from a real client offer, and its server ufrag.
+fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str, listen_only: bool) -> (Joiner, String) {
+    let now = Instant::now();
+    let (_client, offer) =
+        tutti_rtc::ClientPeer::new(SocketAddr::from(([127, 0, 0, 1], 50_000)), now).expect("client offer");
+    let (peer, _answer) = acceptor.accept(&offer, now).expect("accepted");
+    let ufrag = peer.ufrag().to_owned();
+    (
+        Joiner { peer, name: name.to_owned(), identity: format!("id-{}", name.trim_end_matches('\u{7}')), listen_only },
+        ufrag,
+    )
+}
+
+fn events(rx: &mut tokio::sync::broadcast::Receiver<RoomEvent>) -> Vec<RoomEvent> {
+    let mut out = Vec::new();
+    loop {
+        match rx.try_recv() {
+            Ok(e) => out.push(e),
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return out,
+            Err(TryRecvError::Lagged(_)) => {}
+        }
+    }
+}
+
+#[test]
+fn rooms_are_created_found_refused_and_deleted() {
+    let rooms = rooms();
+    assert_eq!(rooms.create("a b", None, None).err(), Some(RoomError::BadRoomId));
+    assert!(matches!(rooms.create("x", None, Some(0)), Err(RoomError::BadRoomConfig(_))));
+    let a = rooms.create("a", Some(2), None).expect("created");
+    assert_eq!((a.max_participants, a.max_speakers), (2, 5));
+    assert_eq!(rooms.create("a", None, None).err(), Some(RoomError::RoomExists("a".into())));
+    rooms.create("b", None, None).expect("created");
+    assert_eq!(rooms.create("c", None, None).err(), Some(RoomError::TooManyRooms(2)));
+    assert_eq!(rooms.get("zzz").err(), Some(RoomError::NoRoom("zzz".into())));
+    assert!(rooms.delete("a").expect("deleted").is_empty(), "nobody to close");
+    assert_eq!(rooms.delete("a").err(), Some(RoomError::NoRoom("a".into())));
+    assert!(rooms.get("b").is_ok());
+    assert_ne!(rooms.fresh_name(), rooms.fresh_name());
+}
+
+#[test]
+fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    let mut rx = room.subscribe();
+    let (j, ufrag) = joiner(&acc, "alice\u{7}", false);
+    let id = rooms.join(&room, j, Instant::now()).expect("joined");
+    assert_eq!(rooms.participants(), 1);
+    assert_eq!(rooms.registry_sizes(), (1, 1, 0), "registered, waiting for its first check");
+    let m = room.member_list();
+    assert_eq!((m[0].id, m[0].name.as_str(), m[0].identity.as_str()), (id, "alice", "id-alice"), "name cleaned");
+    assert_eq!(events(&mut rx), vec![RoomEvent::Joined { id, name: "alice".into() }]);
+
+    let from: SocketAddr = "127.0.0.1:50000".parse().expect("addr");
+    assert!(matches!(rooms.claim("no-such-ufrag", 0, from), Claim::Unknown));
+    match rooms.claim(&ufrag, 1, from) {
+        Claim::Adopt { peer, room: r, listen_only } => {
+            assert_eq!(peer.id().0, id);
+            assert_eq!(r.key, room.key);
+            assert!(!listen_only);
+        }
+        _ => panic!("the first check adopts"),
+    }
+    assert_eq!(rooms.registry_sizes(), (1, 0, 0));
+    // A later check for it reaching another thread's socket is forwarded to its owner.
+    let other: SocketAddr = "127.0.0.1:50001".parse().expect("addr");
+    assert!(matches!(rooms.claim(&ufrag, 0, other), Claim::Forward(1)));
+    assert_eq!(rooms.forwarded_to(other), Some(1));
+    assert_eq!(rooms.forwarded_to(from), None);
+    // Its owner never asks again, but if it did, there is nothing to adopt.
+    assert!(matches!(rooms.claim(&ufrag, 1, from), Claim::Unknown));
+
+    // Leaving closes it on its owner and forgets everything about it.
+    let effect = rooms.leave(&room, id, LeaveReason::Left).expect("left");
+    assert_eq!(effect, Some(Effect::ClosePeer { peer: PeerId(id), io: 1 }));
+    assert_eq!(rooms.registry_sizes(), (0, 0, 0));
+    assert_eq!(rooms.forwarded_to(other), None);
+    assert_eq!(rooms.participants(), 0);
+    assert_eq!(rooms.leave(&room, id, LeaveReason::Left), Err(RoomError::NoParticipant(id)));
+    assert_eq!(events(&mut rx), vec![RoomEvent::Left { id, reason: "left" }]);
+}
+
+#[test]
+fn a_peer_never_adopted_leaves_without_an_effect() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    let (j, _) = joiner(&acc, "", false);
+    let id = rooms.join(&room, j, Instant::now()).expect("joined");
+    assert_eq!(room.member_list()[0].name, "id-", "no name: the identity");
+    assert_eq!(rooms.leave(&room, id, LeaveReason::Left), Ok(None));
+}
+
+#[test]
+fn mute_is_told_only_when_it_changes_and_listen_only_stays_muted() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    let (j, _) = joiner(&acc, "s", false);
+    let speaker = rooms.join(&room, j, Instant::now()).expect("joined");
+    let (j, _) = joiner(&acc, "l", true);
+    let listener = rooms.join(&room, j, Instant::now()).expect("joined");
+    let mut rx = room.subscribe();
+    rooms.set_muted(&room, speaker, true).expect("muted");
+    rooms.set_muted(&room, speaker, true).expect("still muted");
+    rooms.set_muted(&room, speaker, false).expect("unmuted");
+    assert_eq!(
+        events(&mut rx),
+        vec![RoomEvent::Muted { id: speaker, muted: true }, RoomEvent::Muted { id: speaker, muted: false }]
+    );
+    assert_eq!(rooms.set_muted(&room, listener, false), Err(RoomError::ListenOnly(listener)));
+    assert!(room.member_list().iter().find(|m| m.id == listener).is_some_and(|m| m.muted && m.listen_only));
+    assert_eq!(rooms.set_muted(&room, 999, true), Err(RoomError::NoParticipant(999)));
+    assert!(matches!(rooms.set_gain(&room, speaker, 99.0), Err(RoomError::BadValue(_))));
+    assert!(matches!(rooms.set_gain(&room, speaker, f32::NAN), Err(RoomError::BadValue(_))));
+    assert_eq!(rooms.set_gain(&room, speaker, 1.5), Ok(()));
+    assert_eq!(rooms.set_gain(&room, 999, 1.0), Err(RoomError::NoParticipant(999)));
+}
+
+#[test]
+fn full_rooms_full_servers_deleted_rooms_and_shutdown_refuse_joins() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let small = rooms.create("small", Some(1), None).expect("room");
+    rooms.join(&small, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
+    let full = rooms.join(&small, joiner(&acc, "b", false).0, Instant::now());
+    assert_eq!(full, Err(RoomError::RoomFull { room: "small".into(), max: 1 }));
+    let big = rooms.create("big", None, None).expect("room");
+    for n in 0..3 {
+        rooms.join(&big, joiner(&acc, &format!("p{n}"), false).0, Instant::now()).expect("joined");
+    }
+    // The server holds 5 at most: 4 now, one more fits (in another room).
+    assert_eq!(rooms.participants(), 4);
+    let effects = rooms.delete("big").expect("deleted");
+    assert!(effects.is_empty(), "none was adopted");
+    assert_eq!(rooms.participants(), 1);
+    assert_eq!(rooms.check_space(&big), Err(RoomError::NoRoom("big".into())), "a deleted room takes nobody");
+    let mut rx = small.subscribe();
+    rooms.shut_down("bye");
+    assert_eq!(rooms.check_space(&small), Err(RoomError::ShuttingDown));
+    assert!(rooms.is_closing());
+    assert_eq!(events(&mut rx), vec![RoomEvent::Shutdown { message: "bye".into() }]);
+}
+
+#[test]
+fn the_server_wide_participant_cap_holds_across_rooms() {
+    let (rooms, acc) = (Rooms::new(10, 5, 4, 2).expect("rooms"), acceptor());
+    let a = rooms.create("a", None, None).expect("room");
+    let b = rooms.create("b", None, None).expect("room");
+    rooms.join(&a, joiner(&acc, "1", false).0, Instant::now()).expect("joined");
+    rooms.join(&b, joiner(&acc, "2", false).0, Instant::now()).expect("joined");
+    assert_eq!(rooms.join(&a, joiner(&acc, "3", false).0, Instant::now()), Err(RoomError::TooManyParticipants(2)));
+}
+
+#[test]
+fn deleting_a_room_closes_adopted_peers_where_they_are() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    let (j, ufrag) = joiner(&acc, "a", false);
+    let id = rooms.join(&room, j, Instant::now()).expect("joined");
+    assert!(matches!(rooms.claim(&ufrag, 3, "127.0.0.1:1".parse().expect("addr")), Claim::Adopt { .. }));
+    let mut rx = room.subscribe();
+    let effects = rooms.delete("r").expect("deleted");
+    assert_eq!(effects, vec![Effect::ClosePeer { peer: PeerId(id), io: 3 }]);
+    assert_eq!(events(&mut rx), vec![RoomEvent::Left { id, reason: "room_closed" }, RoomEvent::RoomClosed]);
+    assert!(room.is_closed());
+}
+
+#[test]
+fn peers_whose_ice_never_starts_expire() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    let t0 = Instant::now();
+    let id = rooms.join(&room, joiner(&acc, "a", false).0, t0).expect("joined");
+    let mut rx = room.subscribe();
+    rooms.expire_pending(t0 + Duration::from_secs(5), Duration::from_secs(10));
+    assert_eq!(rooms.participants(), 1, "not yet");
+    rooms.expire_pending(t0 + Duration::from_secs(11), Duration::from_secs(10));
+    assert_eq!(rooms.participants(), 0);
+    assert_eq!(events(&mut rx), vec![RoomEvent::Left { id, reason: "timed_out" }]);
+    assert_eq!(rooms.registry_sizes(), (0, 0, 0));
+}
+
+#[test]
+fn a_tick_feeds_listeners_one_shared_payload_and_keeps_sources_for_csrcs() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    let pool = tutti_mix::MixPool::new(1).expect("pool");
+    assert!(room.tick(&pool, 0).is_none(), "an empty room has nothing to tick");
+    let a = rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
+    let b = rooms.join(&room, joiner(&acc, "b", false).0, Instant::now()).expect("joined");
+    room.set_source(ParticipantId(a), 0xA11CE);
+    let mut enc = tutti_mix::Encoder::new(&tutti_mix::EncoderConfig::default()).expect("encoder");
+    let mut speaker_seen = false;
+    for t in 0..20u16 {
+        let pcm = tutti_mix::tone(440.0, 0.3, u64::from(t) * tutti_mix::FRAME_SAMPLES as u64);
+        let packet =
+            tutti_mix::Packet { seq: t, timestamp: u32::from(t) * 960, payload: enc.encode(&pcm), level: Some(10) };
+        room.deliver(&mut vec![(ParticipantId(a), packet)]);
+        let (mix, _) = room.tick(&pool, u64::from(t)).expect("a mix");
+        assert_eq!(mix.key, room.key);
+        if let Some((id, own)) = mix.speakers.first() {
+            speaker_seen = true;
+            assert_eq!(id.0, a);
+            assert!(own.contributors.is_empty(), "a speaker's own feed names nobody else");
+            let heard = mix.feed_for(ParticipantId(b));
+            assert_eq!(heard.contributors.iter().map(|c| c.ssrc).collect::<Vec<_>>(), vec![0xA11CE]);
+            assert_eq!(heard.level, Some(10));
+        }
+    }
+    assert!(speaker_seen, "a talked loud enough to be selected");
+    assert_eq!(room.speaker_ids(), vec![a]);
+}

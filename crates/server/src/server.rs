@@ -1,0 +1,271 @@
+//! Starting and stopping a server: the one place that wires the room
+//! domain, the media plane and the API together.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::api::{self, ApiState};
+use crate::auth::{self, Auth};
+use crate::media::{MediaConfig, MediaError, MediaHandle, MediaStats};
+use crate::metrics;
+use crate::room::Rooms;
+use crate::{Config, ConfigError};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A socket could not be bound, or a thread started.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The media transport, the mixer or the token secret could not be set up.
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl From<MediaError> for ServerError {
+    fn from(e: MediaError) -> Self {
+        match e {
+            MediaError::Io { what, source } => Self::Io { what, source },
+            MediaError::Setup(s) => Self::Setup(s),
+        }
+    }
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
+    let what = what.into();
+    move |source| ServerError::Io { what, source }
+}
+
+/// What a running server holds, for leak checks (see [`Server::resources`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// Rooms.
+    pub rooms: usize,
+    /// Participants, over all rooms.
+    pub participants: usize,
+    /// Peers registered (joined, adopted by an I/O thread or not).
+    pub registered_peers: usize,
+    /// Joined peers whose first ICE check has not arrived yet.
+    pub pending_peers: usize,
+    /// Peers held by the I/O threads.
+    pub io_peers: u64,
+    /// Client addresses forwarded between I/O threads.
+    pub forwarded_addresses: usize,
+    /// Open WebSocket sessions.
+    pub ws_sessions: usize,
+    /// Client addresses the join rate limiter tracks.
+    pub rate_limited_addresses: usize,
+}
+
+/// The token verifier `cfg` asks for: none (auth disabled), a generated
+/// secret, or the configured one.
+pub(crate) fn auth_from(cfg: &Config) -> Result<Option<Auth>, ServerError> {
+    let setup = |e: &dyn std::fmt::Display| ServerError::Setup(e.to_string());
+    if cfg.auth.disabled {
+        tracing::warn!(http = %cfg.http, "auth is disabled: anyone who reaches the API may join any room (loopback only)");
+        Ok(None)
+    } else if cfg.auth.secret.is_empty() {
+        Ok(Some(Auth::generate().map_err(|e| setup(&e))?))
+    } else {
+        Ok(Some(Auth::new(&cfg.auth.secret).map_err(|e| setup(&e))?))
+    }
+}
+
+/// The rooms `cfg` asks for.
+pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
+    Rooms::new(cfg.room.max_participants, cfg.room.max_speakers, cfg.max_rooms, cfg.max_participants)
+        .map_err(|e| ServerError::Setup(e.to_string()))
+}
+
+/// A running server. Dropping it without [`Server::shutdown`] leaves its
+/// threads running until the process exits.
+pub struct Server {
+    http: SocketAddr,
+    metrics: Option<SocketAddr>,
+    api: Arc<ApiState>,
+    threads: Vec<JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stop_http: tokio::sync::watch::Sender<bool>,
+}
+
+impl Server {
+    /// Binds the sockets and starts the API, the I/O threads and the mixer
+    /// clock. Must be called within a tokio runtime.
+    pub async fn start(cfg: Config) -> Result<Self, ServerError> {
+        cfg.validate()?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let rooms = Arc::new(rooms_from(&cfg)?);
+        let auth = auth_from(&cfg)?;
+        let media_cfg = MediaConfig {
+            bind: cfg.media,
+            io_threads: if cfg.io_threads == 0 { cores } else { cfg.io_threads },
+            socket_buffer_bytes: cfg.socket_buffer_bytes,
+            advertise: cfg.advertise.parse().ok(),
+            peer_timeout: cfg.peer_timeout(),
+            batch_window: cfg.io_batch_window(),
+            mix_threads: cfg.mix_threads,
+        };
+        let listener =
+            tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;
+        let http = listener.local_addr().map_err(io_err("reading the HTTP address"))?;
+        let metrics_listener = match cfg.metrics_addr() {
+            Some(addr) => {
+                metrics::install().map_err(ServerError::Setup)?;
+                Some(metrics::bind(addr).await.map_err(io_err(format!("binding metrics {addr}")))?)
+            }
+            None => None,
+        };
+        let metrics = match &metrics_listener {
+            Some(l) => Some(l.local_addr().map_err(io_err("reading the metrics address"))?),
+            None => None,
+        };
+        let (media, threads) = MediaHandle::start(&media_cfg, rooms.clone())?;
+        let media_addr = media.addr();
+        let api = Arc::new(ApiState::new(cfg.clone(), rooms, Arc::new(media), auth));
+        let (stop_http, stopped) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        if let Some(l) = metrics_listener {
+            tasks.push(tokio::spawn(metrics::serve(l, stopped.clone())));
+        }
+        tasks.push(tokio::spawn(api::housekeeping(api.clone(), stopped.clone())));
+        let limits = api::http::HttpLimits {
+            max_connections: cfg.limits.max_connections,
+            header_timeout: Duration::from_secs_f64(cfg.limits.http_header_timeout_seconds),
+        };
+        tasks.push(tokio::spawn(api::http::serve(listener, api::router(api.clone()), limits, stopped)));
+        tracing::info!(%http, media = %media_addr, ?metrics, "tutti is serving");
+        Ok(Self { http, metrics, api, threads, tasks, stop_http })
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http
+    }
+
+    /// The bound UDP media address.
+    pub fn media_addr(&self) -> SocketAddr {
+        self.api.media.addr()
+    }
+
+    /// The bound metrics address (`GET /metrics`), when metrics are on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+    }
+
+    /// Ticks that ran late enough to be skipped (the mixer fell behind).
+    pub fn tick_overruns(&self) -> u64 {
+        self.api.media.tick_overruns()
+    }
+
+    /// The media counters, summed over the I/O threads.
+    pub fn media_stats(&self) -> MediaStats {
+        self.api.media.stats()
+    }
+
+    /// Participants in all rooms.
+    pub fn participants(&self) -> usize {
+        self.api.rooms.participants()
+    }
+
+    /// Mixer threads.
+    pub fn mix_threads(&self) -> usize {
+        self.api.media.mix_threads()
+    }
+
+    /// A token for `grant`, valid for `ttl`, signed with this server's
+    /// secret (configured or generated); `None` when auth is disabled or the
+    /// grant fails [`auth::Grant::check`].
+    pub fn mint_token(&self, grant: &auth::Grant, ttl: Duration) -> Option<String> {
+        self.api.auth.as_ref().and_then(|a| a.mint(grant, ttl, auth::unix_now()).ok())
+    }
+
+    /// Whether the token secret was generated at start (none configured).
+    pub fn secret_generated(&self) -> bool {
+        self.api.auth.as_ref().is_some_and(auth::Auth::is_generated)
+    }
+
+    /// What the server holds now.
+    pub fn resources(&self) -> Resources {
+        let (registered_peers, pending_peers, forwarded_addresses) = self.api.rooms.registry_sizes();
+        Resources {
+            rooms: self.api.rooms.all().len(),
+            participants: self.participants(),
+            registered_peers,
+            pending_peers,
+            io_peers: self.media_stats().peers,
+            forwarded_addresses,
+            ws_sessions: self.api.ws_sessions.load(Ordering::Relaxed),
+            rate_limited_addresses: self.api.rate_limited_addresses(),
+        }
+    }
+
+    /// Stops taking joins, tells every WebSocket subscriber, closes every
+    /// peer (they get DTLS close_notify), stops the threads and the API.
+    pub async fn shutdown(self) {
+        self.api.rooms.shut_down("the server is shutting down");
+        // Give the WebSocket sessions a moment to pass the word on.
+        let told = Instant::now() + Duration::from_secs(1);
+        while self.api.ws_sessions.load(Ordering::Relaxed) > 0 && Instant::now() < told {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.api.media.shutdown();
+        let _ = self.stop_http.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        for t in self.threads {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        tracing::info!("tutti stopped");
+    }
+}
+
+/// How much lower than the media threads `tutti serve` runs the API threads
+/// (see [`lower_thread_priority`]).
+pub const API_THREAD_NICE: i32 = 5;
+
+/// Lowers the calling thread's scheduling priority by `nice` (Linux: per
+/// thread). Give it to the threads that serve the API (the tokio runtime's
+/// `on_thread_start`): under a flood of requests the kernel then runs the
+/// media threads (`io-N`, `mix-clock`, `mix-N`) first, and calls in
+/// progress keep their timing. Raising priority needs privileges;
+/// lowering does not.
+pub fn lower_thread_priority(nice: i32) -> std::io::Result<()> {
+    let tid = rustix::thread::gettid();
+    let current = rustix::process::getpriority_process(Some(tid))?;
+    rustix::process::setpriority_process(Some(tid), current.saturating_add(nice)).map_err(std::io::Error::from)
+}
+
+/// The tokio runtime the API runs on, its threads named by role so
+/// per-thread CPU can be told apart: `api-0` … `api-{workers-1}` for the
+/// workers, `api-blocking` for blocking-pool threads (which come and go;
+/// their CPU is summed under that one name).
+pub fn api_runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = workers.max(1);
+    // tokio starts its workers first, on the blocking pool, when the runtime
+    // is built: the first `workers` names go to them.
+    let spawned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name_fn(move || match spawned.fetch_add(1, Ordering::Relaxed) {
+            n if n < workers => format!("api-{n}"),
+            _ => "api-blocking".to_owned(),
+        })
+        // Below the media threads: a join flood must not cost frames.
+        .on_thread_start(|| {
+            let _ = lower_thread_priority(API_THREAD_NICE);
+        })
+        .enable_all()
+        .build()
+}
