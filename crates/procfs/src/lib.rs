@@ -24,6 +24,8 @@ pub struct Stat {
     pub utime: u64,
     /// CPU time in kernel mode, in clock ticks.
     pub stime: u64,
+    /// Nice value (−20 to 19; of the thread, for a task).
+    pub nice: i64,
     /// Threads of the process.
     pub num_threads: u64,
     /// Start time after boot, in clock ticks.
@@ -50,10 +52,12 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     // Fields from 3 (state) on; field n is at index n - 3.
     let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
     let field = |n: usize| rest.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+    let signed = |n: usize| rest.get(n - 3).and_then(|v| v.parse::<i64>().ok());
     Some(Stat {
         comm: comm.to_owned(),
         utime: field(14)?,
         stime: field(15)?,
+        nice: signed(19)?,
         num_threads: field(20)?,
         starttime: field(22)?,
         vsize: field(23)?,
@@ -119,10 +123,11 @@ mod tests {
 
     #[test]
     fn a_stat_line_with_spaces_and_parentheses_in_the_name_parses() {
-        let line = "4242 (mix (x) 1) S 1 4242 4242 0 -1 4194368 2505 0 0 0 731 129 0 0 20 0 9 0 12345 \
+        let line = "4242 (mix (x) 1) S 1 4242 4242 0 -1 4194368 2505 0 0 0 731 129 0 0 10 -10 9 0 12345 \
                     1234567 890 18446744073709551615 1 1 0 0 0 0 0 4096 17663 0 0 0 17 1 0 0 0 0 0";
         let s = parse_stat(line).expect("parses");
         assert_eq!(s.comm, "mix (x) 1");
+        assert_eq!(s.nice, -10);
         assert_eq!(
             (s.utime, s.stime, s.num_threads, s.starttime, s.vsize, s.rss_pages),
             (731, 129, 9, 12345, 1234567, 890)

@@ -33,6 +33,11 @@ pub struct Config {
     /// reading them in one batch (fewer wake-ups and syscalls, at most this
     /// much added delay); 0 = wake on every datagram.
     pub io_batch_window_seconds: f64,
+    /// Nice value of the media threads (`io-N`, `mix-N`, `mix-clock`), from
+    /// −20 to 0: they keep their 20 ms deadline when other processes are
+    /// busy. Below 0 needs CAP_SYS_NICE (root, or `setcap cap_sys_nice+ep`);
+    /// without it a warning is logged and they run at 0. 0 = leave them alone.
+    pub media_thread_nice: i32,
     /// Receive and send buffer asked for each media socket, in bytes (the
     /// kernel may grant less; the granted size is logged).
     pub socket_buffer_bytes: usize,
@@ -133,6 +138,7 @@ impl Default for Config {
             io_threads: 0,
             mix_threads: 0,
             io_batch_window_seconds: 0.002,
+            media_thread_nice: -10,
             socket_buffer_bytes: 4 << 20,
             peer_timeout_seconds: 10.0,
             shutdown_timeout_seconds: 5.0,
@@ -277,6 +283,9 @@ impl Config {
         }
         if !(self.io_batch_window_seconds.is_finite() && (0.0..=0.01).contains(&self.io_batch_window_seconds)) {
             return invalid("io_batch_window_seconds", "must be within 0 to 0.01 (10 ms)");
+        }
+        if !(-20..=0).contains(&self.media_thread_nice) {
+            return invalid("media_thread_nice", "must be within -20 to 0");
         }
         if !(self.shutdown_timeout_seconds.is_finite() && (0.1..=600.0).contains(&self.shutdown_timeout_seconds)) {
             return invalid("shutdown_timeout_seconds", "must be within 0.1 to 600");

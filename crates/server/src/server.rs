@@ -115,6 +115,7 @@ impl Server {
             peer_timeout: cfg.peer_timeout(),
             batch_window: cfg.io_batch_window(),
             mix_threads: cfg.mix_threads,
+            thread_nice: cfg.media_thread_nice,
         };
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;
@@ -242,9 +243,7 @@ pub const API_THREAD_NICE: i32 = 5;
 /// progress keep their timing. Raising priority needs privileges;
 /// lowering does not.
 pub fn lower_thread_priority(nice: i32) -> std::io::Result<()> {
-    let tid = rustix::thread::gettid();
-    let current = rustix::process::getpriority_process(Some(tid))?;
-    rustix::process::setpriority_process(Some(tid), current.saturating_add(nice)).map_err(std::io::Error::from)
+    crate::priority::renice_current_thread(nice.max(0))
 }
 
 /// The tokio runtime the API runs on, its threads named by role so

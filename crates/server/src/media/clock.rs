@@ -30,6 +30,8 @@ pub(crate) struct Clock {
     pub(crate) peer_timeout: Duration,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) overruns: Arc<AtomicU64>,
+    /// Nice value of the thread (see `crate::priority`).
+    pub(crate) thread_nice: i32,
 }
 
 impl Clock {
@@ -39,6 +41,7 @@ impl Clock {
     }
 
     fn run(&self) {
+        crate::priority::media_thread(self.thread_nice);
         let start = Instant::now();
         let mut tick = 0u64;
         while !self.stop.load(Ordering::Relaxed) {

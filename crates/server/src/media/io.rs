@@ -49,6 +49,8 @@ pub(crate) struct IoShared {
     /// Every I/O thread, for forwarding; set once they all run.
     pub(crate) peers_io: std::sync::OnceLock<Vec<IoHandle>>,
     pub(crate) batch_window: Duration,
+    /// Nice value of the thread (see `crate::priority`).
+    pub(crate) thread_nice: i32,
 }
 
 impl IoShared {
@@ -93,6 +95,7 @@ pub(crate) fn spawn(
         let shared = shared.clone();
         let acceptor = acceptor.clone();
         let thread = std::thread::Builder::new().name(format!("io-{index}")).spawn(move || {
+            crate::priority::media_thread(shared.thread_nice);
             IoThread {
                 index,
                 shared,

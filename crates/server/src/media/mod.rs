@@ -69,6 +69,8 @@ pub(crate) struct MediaConfig {
     pub(crate) batch_window: Duration,
     /// Mixer threads; 0 = one per core.
     pub(crate) mix_threads: usize,
+    /// Nice value of every media thread (see `crate::priority`).
+    pub(crate) thread_nice: i32,
 }
 
 /// The media plane, running: what the API and the server hold of it.
@@ -114,10 +116,13 @@ impl MediaHandle {
         }
         let acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
         let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
+        let nice = cfg.thread_nice;
+        pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
         let shared = Arc::new(io::IoShared {
             rooms: rooms.clone(),
             peers_io: std::sync::OnceLock::new(),
             batch_window: cfg.batch_window,
+            thread_nice: cfg.thread_nice,
         });
         let (handles, mut threads) =
             io::spawn(&shared, &acceptor, sockets).map_err(io_err("starting the io threads"))?;
@@ -134,6 +139,7 @@ impl MediaHandle {
             peer_timeout: cfg.peer_timeout,
             stop: stop.clone(),
             overruns: overruns.clone(),
+            thread_nice: cfg.thread_nice,
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
         tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, "media plane running");
