@@ -89,6 +89,14 @@ pub struct RoomEntry {
     pub owner: Option<Owner>,
 }
 
+/// What the claim script said, before the callers decide.
+enum ClaimReply {
+    /// Owned by this node or another live one.
+    Placed(Placement),
+    /// The node to claim for has no registry entry (dead, or not yet written).
+    TargetDead,
+}
+
 struct Keys {
     prefix: String,
 }
@@ -289,20 +297,19 @@ impl Cluster {
     /// redirected the client here); otherwise [`Placement::Remote`].
     /// `config` (JSON) is stored with a new claim when given.
     pub async fn claim(&self, room: &str, config: Option<&str>) -> Result<Placement, ClusterError> {
-        let outcome = match self.claim_for(&self.inner.node_id, room, config).await {
-            Err(ClusterError::Corrupt(e)) if e == "dead" => {
-                // Our own entry is missing (Redis restarted, or our heartbeat
-                // has not landed yet): write it, then try once more.
+        match self.claim_for(&self.inner.node_id, room, config).await? {
+            ClaimReply::Placed(p) => Ok(p),
+            ClaimReply::TargetDead => {
+                // Our own entry is missing (Redis restarted, or our first
+                // heartbeat has not landed yet): write it, then try once more.
                 self.heartbeat().await?;
-                self.claim_for(&self.inner.node_id, room, config).await
+                match self.claim_for(&self.inner.node_id, room, config).await? {
+                    ClaimReply::Placed(p) => Ok(p),
+                    ClaimReply::TargetDead => {
+                        Err(ClusterError::Unavailable("this node's registry entry does not stay written".into()))
+                    }
+                }
             }
-            other => other,
-        };
-        match outcome {
-            Err(ClusterError::Corrupt(e)) if e == "dead" => {
-                Err(ClusterError::Unavailable("this node's registry entry cannot be written".into()))
-            }
-            other => other,
         }
     }
 
@@ -329,24 +336,23 @@ impl Cluster {
             };
             let target = nodes[i].id.clone();
             let result = if target == self.inner.node_id {
-                self.claim(room, config).await
+                ClaimReply::Placed(self.claim(room, config).await?)
             } else {
-                self.claim_for(&target, room, config).await
+                self.claim_for(&target, room, config).await?
             };
             match result {
-                Err(ClusterError::Corrupt(e)) if e == "dead" => {
+                ClaimReply::Placed(p) => return Ok(p),
+                ClaimReply::TargetDead => {
                     debug!(room, node = %target, "chosen node vanished before the claim; choosing again");
                     nodes.remove(i);
                 }
-                other => return other,
             }
         }
         Err(ClusterError::NoEligibleNode)
     }
 
-    /// Runs the claim script for `node` (this node or another). A `dead`
-    /// answer comes back as `Corrupt("dead")` for the callers above.
-    async fn claim_for(&self, node: &str, room: &str, config: Option<&str>) -> Result<Placement, ClusterError> {
+    /// Runs the claim script for `node` (this node or another).
+    async fn claim_for(&self, node: &str, room: &str, config: Option<&str>) -> Result<ClaimReply, ClusterError> {
         let inner = &self.inner;
         let keys = &inner.keys;
         let mut inv = inner.scripts.claim.prepare_invoke();
@@ -372,33 +378,60 @@ impl Cluster {
             .map_err(|r| ClusterError::Corrupt(format!("claim script answered {r:?}")))?;
         let epoch: u64 = epoch.parse().map_err(|_| ClusterError::Corrupt(format!("epoch {epoch:?}")))?;
         let remote = |node_id: String| Placement::Remote(Owner { node_id, epoch, api_url, media_addr });
-        match status.as_str() {
+        let placed = match status.as_str() {
             "dead" => {
                 c.dead_target.fetch_add(1, Relaxed);
-                Err(ClusterError::Corrupt("dead".into()))
+                return Ok(ClaimReply::TargetDead);
             }
             "claimed" if owner == inner.node_id => {
                 c.claimed.fetch_add(1, Relaxed);
                 lock(&inner.owned).insert(room.to_owned(), epoch);
                 info!(room, epoch, "claimed room");
-                Ok(Placement::Local { epoch, new: true })
+                Placement::Local { epoch, new: true }
             }
             "claimed" => {
                 c.claimed.fetch_add(1, Relaxed);
                 info!(room, epoch, node = %owner, "placed room on another node");
-                Ok(remote(owner))
+                remote(owner)
             }
             "owner" if owner == inner.node_id => {
                 c.already_owned.fetch_add(1, Relaxed);
                 lock(&inner.owned).insert(room.to_owned(), epoch);
-                Ok(Placement::Local { epoch, new: false })
+                Placement::Local { epoch, new: false }
             }
             "owner" => {
                 c.elsewhere.fetch_add(1, Relaxed);
-                Ok(remote(owner))
+                // If this node thought it held the room, it has been fenced.
+                let held = lock(&inner.owned).get(room).copied();
+                if let Some(held) = held.filter(|&held| held != epoch) {
+                    self.fence(room, held, format!("{owner}:{epoch}"));
+                }
+                remote(owner)
             }
-            other => Err(ClusterError::Corrupt(format!("claim status {other:?}"))),
+            other => return Err(ClusterError::Corrupt(format!("claim status {other:?}"))),
+        };
+        Ok(ClaimReply::Placed(placed))
+    }
+
+    /// Forgets a room lost to another holder and tells the server.
+    fn fence(&self, room: &str, epoch: u64, holder: String) -> Option<Fenced> {
+        let inner = &self.inner;
+        {
+            let mut owned = lock(&inner.owned);
+            // Released or re-claimed meanwhile at another epoch: not a loss.
+            if owned.get(room) != Some(&epoch) {
+                return None;
+            }
+            owned.remove(room);
         }
+        warn!(room, epoch, holder, "room lost to another owner: fenced");
+        let notice = Fenced { room: room.to_owned(), epoch, holder };
+        inner.counters.fenced.fetch_add(1, Relaxed);
+        if inner.fenced_tx.try_send(notice.clone()).is_err() {
+            inner.counters.fenced_dropped.fetch_add(1, Relaxed);
+            warn!(room, "fencing notice dropped: channel full or closed");
+        }
+        Some(notice)
     }
 
     /// The live owner of `room`: `None` when nobody holds its lease or the
@@ -628,23 +661,7 @@ impl Cluster {
                         }
                         self.inner.counters.renewals.fetch_add(1, Relaxed);
                     }
-                    Some(holder) => {
-                        let mut owned = lock(&self.inner.owned);
-                        // Released or re-claimed meanwhile at another epoch: not a loss.
-                        if owned.get(room) != Some(epoch) {
-                            continue;
-                        }
-                        owned.remove(room);
-                        drop(owned);
-                        warn!(room, epoch, holder, "room lost to another owner: fenced");
-                        let notice = Fenced { room: room.clone(), epoch: *epoch, holder: holder.to_owned() };
-                        self.inner.counters.fenced.fetch_add(1, Relaxed);
-                        if self.inner.fenced_tx.try_send(notice.clone()).is_err() {
-                            self.inner.counters.fenced_dropped.fetch_add(1, Relaxed);
-                            warn!(room, "fencing notice dropped: channel full or closed");
-                        }
-                        fenced.push(notice);
-                    }
+                    Some(holder) => fenced.extend(self.fence(room, *epoch, holder.to_owned())),
                 }
             }
         }
@@ -707,6 +724,10 @@ impl Cluster {
         let mut first_err = None;
         for (room, _) in self.owned_rooms() {
             if let Err(e) = self.release(&room).await {
+                // Redis away: do not wait one timeout per room; the leases lapse.
+                if matches!(e, ClusterError::Unavailable(_)) {
+                    return Err(e);
+                }
                 first_err.get_or_insert(e);
             }
         }
