@@ -9,12 +9,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisResult, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::config::{ClusterConfig, validate_node_id};
 use crate::error::{ClusterError, TicketError};
+use crate::events::{Relay, RoomEvent};
 use crate::placement::{Load, NodeInfo, NodeState, choose};
 use crate::scripts::Scripts;
 use crate::stats::{ClusterStats, Counters};
@@ -140,7 +141,8 @@ struct Inner {
     fenced_tx: mpsc::Sender<Fenced>,
     fenced_rx: Mutex<Option<mpsc::Receiver<Fenced>>>,
     counters: Counters,
-    task: Mutex<Option<JoinHandle<()>>>,
+    relay: Arc<Relay>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Ids seen at the last registry scan (for "node lost" events).
     last_nodes: Mutex<HashSet<String>>,
 }
@@ -228,6 +230,8 @@ impl Cluster {
         let con = ConnectionManager::new_lazy_with_config(client, manager_config).map_err(ClusterError::from_redis)?;
         let (fenced_tx, fenced_rx) = mpsc::channel(FENCED_CHANNEL_CAPACITY);
         let tickets = TicketKey::new(ticket_secret, config.ticket_ttl_seconds.ceil() as u64);
+        let (relay, queues) = Relay::new(&config.redis_url, &config.key_prefix, &node_id, op)?;
+        let relay = Arc::new(relay);
         let inner = Arc::new(Inner {
             keys: Keys { prefix: config.key_prefix.clone() },
             cfg: config,
@@ -241,7 +245,8 @@ impl Cluster {
             fenced_tx,
             fenced_rx: Mutex::new(Some(fenced_rx)),
             counters: Counters::default(),
-            task: Mutex::new(None),
+            relay: relay.clone(),
+            tasks: Mutex::new(Vec::new()),
             last_nodes: Mutex::new(HashSet::new()),
         });
         let cluster = Cluster { inner };
@@ -254,8 +259,11 @@ impl Cluster {
                 warn!(node = %cluster.inner.node_id, error = %e, "cluster directory unreachable at start; retrying")
             }
         }
-        let task = tokio::spawn(background(Arc::downgrade(&cluster.inner)));
-        *lock(&cluster.inner.task) = Some(task);
+        *lock(&cluster.inner.tasks) = vec![
+            tokio::spawn(background(Arc::downgrade(&cluster.inner))),
+            tokio::spawn(relay.clone().run_publisher(queues.outgoing)),
+            tokio::spawn(relay.run_dispatcher(queues.pushes)),
+        ];
         Ok(cluster)
     }
 
@@ -616,6 +624,24 @@ impl Cluster {
         }
     }
 
+    /// Sends a room event to the other nodes' watchers of `room` (the
+    /// owner calls this for each event of a room it holds). Never blocks: a
+    /// bounded queue feeds a task; overflow and events sent while Redis is
+    /// away are dropped and counted.
+    pub fn publish_event(&self, room: &str, event: String) {
+        self.inner.relay.publish(room, event);
+    }
+
+    /// The events of `room`, held on another node, from now on (for a
+    /// WebSocket on this node watching that room). The subscription ends
+    /// when the last receiver is dropped; it is restored by itself after
+    /// Redis comes back. A receiver that lags loses the oldest events
+    /// (`RecvError::Lagged`). Events this node published are not relayed
+    /// back to it.
+    pub async fn watch(&self, room: &str) -> Result<broadcast::Receiver<RoomEvent>, ClusterError> {
+        self.inner.relay.watch(room).await
+    }
+
     /// Counts a redirect the server answered (for `tutti_cluster_redirects_total`).
     pub fn record_redirect(&self) {
         self.inner.counters.redirects.fetch_add(1, Relaxed);
@@ -631,7 +657,14 @@ impl Cluster {
     /// A snapshot of the counters (no I/O).
     pub fn stats(&self) -> ClusterStats {
         let owned = lock(&self.inner.owned).len() as u64;
-        self.inner.counters.snapshot(owned)
+        let mut stats = self.inner.counters.snapshot(owned);
+        let relay = &self.inner.relay;
+        let e = &relay.counters;
+        stats.events_published_total = e.published.load(Relaxed);
+        stats.events_dropped_total = e.publish_dropped.load(Relaxed) + e.receive_dropped.load(Relaxed);
+        stats.events_delivered_total = e.delivered.load(Relaxed);
+        stats.rooms_watched = relay.watched() as u64;
+        stats
     }
 
     /// Renews every lease this node holds now (the heartbeat task does so
@@ -754,7 +787,7 @@ impl Cluster {
     /// placed again by their next join. For a process that must exit at
     /// once, and for tests.
     pub fn abandon(&self) {
-        if let Some(task) = lock(&self.inner.task).take() {
+        for task in lock(&self.inner.tasks).drain(..) {
             task.abort();
         }
     }
@@ -814,6 +847,7 @@ async fn background(weak: Weak<Inner>) {
                     }
                 }
                 scan_nodes(&cluster).await;
+                cluster.inner.relay.maintain().await;
                 interval
             }
             Err(e) => {

@@ -101,6 +101,7 @@
 mod cluster;
 mod config;
 mod error;
+mod events;
 mod placement;
 mod scripts;
 mod stats;
@@ -109,6 +110,7 @@ mod ticket;
 pub use cluster::{Cluster, FENCED_CHANNEL_CAPACITY, Fenced, Owner, Placement, RoomEntry, redirect_location};
 pub use config::{ClusterConfig, MAX_NODE_ID_BYTES};
 pub use error::{ClusterError, TicketError};
+pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
 pub use placement::{Load, NodeInfo, NodeState, choose};
 pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS};
 pub use ticket::{MAX_TICKET_BYTES, TicketClaims, TicketKey};

@@ -48,6 +48,14 @@ pub struct ClusterStats {
     pub heartbeats_total: u64,
     /// `tutti_cluster_heartbeat_failures_total`.
     pub heartbeat_failures_total: u64,
+    /// `tutti_cluster_events_published_total`: room events sent to other nodes.
+    pub events_published_total: u64,
+    /// `tutti_cluster_events_dropped_total`: room events lost to a full queue or an unreachable Redis.
+    pub events_dropped_total: u64,
+    /// `tutti_cluster_events_delivered_total`: room events from other nodes handed to watchers here.
+    pub events_delivered_total: u64,
+    /// `tutti_cluster_rooms_watched` (gauge): rooms held elsewhere watched from here.
+    pub rooms_watched: u64,
     /// `tutti_cluster_redis_errors_total`: failed or timed-out Redis operations.
     pub redis_errors_total: u64,
     /// `tutti_cluster_redis_latency_seconds` histogram: count of successful operations.
@@ -116,6 +124,10 @@ impl Counters {
             tickets_refused_total: get(&self.tickets_refused),
             heartbeats_total: get(&self.heartbeats),
             heartbeat_failures_total: get(&self.heartbeat_failures),
+            events_published_total: 0,
+            events_dropped_total: 0,
+            events_delivered_total: 0,
+            rooms_watched: 0,
             redis_errors_total: get(&self.redis_errors),
             redis_latency_count: get(&self.latency_count),
             redis_latency_sum_seconds: get(&self.latency_sum_nanos) as f64 / 1e9,
