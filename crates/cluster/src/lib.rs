@@ -18,6 +18,7 @@
 //! room:<r>            hash owner epoch config
 //! lease:<r>           "<node>:<epoch>", PX lease_ttl, renewed by the owner
 //! ticket:<nonce>      burnt redirect tickets (SET NX EX)
+//! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>")
 //! ```
 //!
 //! (`lease:<r>` rather than the design's `room:<r>:lease`, so that a room
@@ -72,6 +73,30 @@
 //!   `placements`; load adds `placements × room_size_estimate / capacity`
 //!   until the target's next heartbeat resets it (Jicofo's correction of
 //!   stale stats).
+//!
+//! ## Using it from the server
+//!
+//! The crate depends on nothing of the server; the server holds one
+//! `Option<Cluster>` (None = single node, no Redis at all) and calls:
+//!
+//! | when | call | then |
+//! |---|---|---|
+//! | start, `cluster.redis_url` set | [`Cluster::start`]`(config, auth.secret)` | spawn a task draining [`Cluster::take_fenced`] |
+//! | every second or so | [`Cluster::set_load`] (participants, busiest thread CPU, tick p99) | |
+//! | create room / WHIP or WS join of a room not hosted here | [`Cluster::place`]`(room, config JSON)` | `Local` → create/join here; `Remote(owner)` → 307 (below); `Err(Unavailable \| NoEligibleNode)` → 503 + `Retry-After:` [`ClusterError::retry_after_seconds`] |
+//! | 307 | `Location:` [`redirect_location`]`(owner.api_url, path_and_query, `[`Cluster::mint_ticket`]`(room, sub, grants))`, [`Cluster::record_redirect`] | WHIP clients follow it; the browser page moves to `owner.api_url` |
+//! | request with `?ticket=` (instead of a bearer token) | [`Cluster::verify_ticket`]`(ticket, room)` → the claims stand in for the token | refused → 401; `Unavailable` → 503 |
+//! | a room closes here (last participant left, deleted) | [`Cluster::release`]`(room)` | |
+//! | a [`Fenced`] notice arrives | close the local copy of `room` (disconnect its peers: they rejoin and are redirected to the new owner) | |
+//! | a room event is published locally | [`Cluster::publish_event`]`(room, json)` (never blocks) | |
+//! | WS watching a room held elsewhere | [`Cluster::watch`]`(room)` → events from the owner | |
+//! | `GET /v1/rooms`, `GET /v1/rooms/{room}` | [`Cluster::list_rooms`], [`Cluster::locate`] (owner id and URL in the answer) | |
+//! | SIGTERM | [`Cluster::set_draining`], then as today; at exit [`Cluster::shutdown`] | |
+//! | `/metrics` | [`Cluster::stats`] → `tutti_cluster_*` (names on [`ClusterStats`]' fields) | |
+//!
+//! Nothing here may run on a media thread: every call is async (bounded by
+//! `op_timeout_seconds`) or non-blocking (`set_load`, `publish_event`,
+//! `stats`, `owned_epoch`).
 //!
 //! ## Example
 //!
