@@ -147,6 +147,16 @@ struct Inner {
     last_nodes: Mutex<HashSet<String>>,
 }
 
+impl Drop for Inner {
+    /// The last handle is gone: stop the relay's tasks too (the heartbeat
+    /// task holds only a weak reference and ends by itself).
+    fn drop(&mut self) {
+        for task in lock(&self.tasks).drain(..) {
+            task.abort();
+        }
+    }
+}
+
 /// A node's handle on the cluster; cheap to clone.
 ///
 /// Created by [`Cluster::start`], which spawns the heartbeat task on the

@@ -72,7 +72,9 @@
 //! - **Placements counted in.** The claim script bumps the target's
 //!   `placements`; load adds `placements × room_size_estimate / capacity`
 //!   until the target's next heartbeat resets it (Jicofo's correction of
-//!   stale stats).
+//!   stale stats). Pending placements rank nodes but never exclude one: only
+//!   draining nodes and nodes whose *measured* load reached 1 are skipped,
+//!   so a burst larger than foreseen still lands, on the least pending node.
 //!
 //! ## Using it from the server
 //!

@@ -69,6 +69,13 @@ impl NodeInfo {
     /// all land on the node that looked lightest a second ago).
     pub fn effective_load(&self, tick_budget: Duration, room_size_estimate: u32) -> f64 {
         let capacity = f64::from(self.capacity.max(1));
+        self.measured_load(tick_budget) + f64::from(self.placements) * f64::from(room_size_estimate) / capacity
+    }
+
+    /// `max(participants / capacity, busiest thread CPU, tick p99 / budget)`:
+    /// the load the node itself measured, without pending placements.
+    pub fn measured_load(&self, tick_budget: Duration) -> f64 {
+        let capacity = f64::from(self.capacity.max(1));
         let share = f64::from(self.load.participants) / capacity;
         let cpu = f64::from(self.load.busiest_thread_cpu).clamp(0.0, 1.5);
         let tick = if tick_budget.is_zero() {
@@ -76,22 +83,23 @@ impl NodeInfo {
         } else {
             (self.load.tick_p99.as_secs_f64() / tick_budget.as_secs_f64()).min(1.5)
         };
-        let base = share.max(cpu).max(tick);
-        base + f64::from(self.placements) * f64::from(room_size_estimate) / capacity
+        share.max(cpu).max(tick)
     }
 
-    /// Serving and below full load.
-    pub fn eligible(&self, tick_budget: Duration, room_size_estimate: u32) -> bool {
-        self.state == NodeState::Serving && self.effective_load(tick_budget, room_size_estimate) < 1.0
+    /// Serving and below full measured load. Pending placements rank
+    /// nodes but do not exclude them: a burst larger than the estimate
+    /// foresaw still finds a node, the least pending one.
+    pub fn eligible(&self, tick_budget: Duration) -> bool {
+        self.state == NodeState::Serving && self.measured_load(tick_budget) < 1.0
     }
 }
 
-/// Power of two choices: among the eligible nodes, draw two (with the given
-/// random numbers) and return the index of the lighter; a tie goes to the
-/// first draw. `None` when no node is eligible.
+/// Power of two choices: among the eligible nodes (serving, measured load
+/// below 1), draw two (with the given random numbers) and return the index
+/// of the one with the lower effective load; a tie goes to the first draw.
+/// `None` when no node is eligible.
 pub fn choose(nodes: &[NodeInfo], tick_budget: Duration, room_size_estimate: u32, draws: [u64; 2]) -> Option<usize> {
-    let eligible: Vec<usize> =
-        (0..nodes.len()).filter(|&i| nodes[i].eligible(tick_budget, room_size_estimate)).collect();
+    let eligible: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].eligible(tick_budget)).collect();
     match eligible.len() {
         0 => None,
         1 => Some(eligible[0]),
@@ -158,9 +166,10 @@ mod tests {
     fn draining_and_full_nodes_are_not_eligible() {
         let mut nodes = vec![node("a", 100, 0), node("b", 10, 0), node("c", 10, 30)];
         nodes[1].state = NodeState::Draining;
-        assert_eq!(choose(&nodes, BUDGET, 4, [7, 9]), None);
-        nodes[2].placements = 0;
+        // c's pending placements rank it but do not exclude it.
         assert_eq!(choose(&nodes, BUDGET, 4, [7, 9]), Some(2));
+        nodes[2].load.busiest_thread_cpu = 1.0;
+        assert_eq!(choose(&nodes, BUDGET, 4, [7, 9]), None);
         assert_eq!(choose(&[], BUDGET, 4, [1, 2]), None);
     }
 

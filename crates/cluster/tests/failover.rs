@@ -19,6 +19,7 @@ async fn a_dead_owners_room_is_placed_again_and_the_owner_is_fenced() {
     assert!(a.take_fenced().is_none());
 
     assert_eq!(a.claim("r", None).await.unwrap(), Placement::Local { epoch: 1, new: true });
+    assert_eq!(a.claim("q", None).await.unwrap(), Placement::Local { epoch: 1, new: true });
     // Renewals keep the lease past its TTL (4 s) while a lives.
     tokio::time::sleep(Duration::from_millis(4500)).await;
     match b.place("r", None).await.unwrap() {
@@ -55,7 +56,17 @@ async fn a_dead_owners_room_is_placed_again_and_the_owner_is_fenced() {
     let located = b.locate("r").await.unwrap().expect("owner");
     assert_eq!((located.node_id.as_str(), located.epoch), (new_owner.as_str(), 2));
 
-    // a comes back to life (a paused process): its renewal finds the lease taken.
+    // a comes back to life (a paused process). A claim that finds another
+    // holder of a room a held fences it at once…
+    match b.place("q", None).await.unwrap() {
+        Placement::Local { epoch, new } => assert_eq!((epoch, new), (2, true)),
+        Placement::Remote(o) => assert_eq!(o.epoch, 2),
+    }
+    assert!(matches!(a.claim("q", None).await.unwrap(), Placement::Remote(o) if o.epoch == 2 && o.node_id != "a"));
+    let q = fenced_rx.try_recv().unwrap();
+    assert_eq!((q.room.as_str(), q.epoch), ("q", 1));
+    assert_eq!(a.owned_epoch("q"), None);
+    // … and so does its renewal.
     assert_eq!(a.owned_epoch("r"), Some(1));
     let fenced = a.renew_leases().await.unwrap();
     assert_eq!(fenced.len(), 1);
@@ -63,7 +74,7 @@ async fn a_dead_owners_room_is_placed_again_and_the_owner_is_fenced() {
     assert!(fenced[0].holder.starts_with(&new_owner), "holder {}", fenced[0].holder);
     assert_eq!(fenced_rx.try_recv().unwrap(), fenced[0]);
     assert_eq!(a.owned_epoch("r"), None);
-    assert_eq!(a.stats().fenced_total, 1);
+    assert_eq!(a.stats().fenced_total, 2);
     // Its release is now a no-op, and does not disturb the new owner.
     assert!(!a.release("r").await.unwrap());
     assert_eq!(b.locate("r").await.unwrap().expect("owner").node_id, new_owner);

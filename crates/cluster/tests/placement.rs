@@ -142,3 +142,30 @@ async fn eight_concurrent_claims_make_one_owner() {
         assert!(holders.len() <= 1, "{how}: two nodes think they own {room}: {holders:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_place_and_locate_take_about_a_round_trip() {
+    let redis = RedisServer::start();
+    let (a, b) = (start(&redis, "a").await, start(&redis, "b").await);
+    let pct = |mut v: Vec<Duration>, p: usize| {
+        v.sort();
+        v[(v.len() * p / 100).min(v.len() - 1)]
+    };
+    let (mut claim, mut place, mut locate) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..200 {
+        let t = Instant::now();
+        a.claim(&format!("c-{i}"), None).await.unwrap();
+        claim.push(t.elapsed());
+        let t = Instant::now();
+        b.place(&format!("p-{i}"), None).await.unwrap();
+        place.push(t.elapsed());
+        let t = Instant::now();
+        assert!(b.locate(&format!("c-{i}")).await.unwrap().is_some());
+        locate.push(t.elapsed());
+    }
+    for (what, v) in [("claim", claim), ("place", place), ("locate", locate)] {
+        let (p50, p99) = (pct(v.clone(), 50), pct(v, 99));
+        println!("{what}: p50 {p50:?} p99 {p99:?} (200 calls, loopback Redis)");
+        assert!(p99 < Duration::from_millis(100), "{what} p99 {p99:?}");
+    }
+}
