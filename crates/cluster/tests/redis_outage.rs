@@ -70,3 +70,35 @@ async fn losing_redis_fails_fast_and_recovers_by_itself() {
     assert!(matches!(b.claim("r", None).await.unwrap(), Placement::Remote(o) if o.node_id == "a"));
     println!("lease restored {:?} after the restart", restarted.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_times_out_within_the_op_timeout() {
+    let redis = RedisServer::start();
+    let a = start(&redis, "a").await;
+    assert_eq!(a.claim("r", None).await.unwrap(), Placement::Local { epoch: 1, new: true });
+
+    // SIGSTOP: the TCP connection stays up, nothing answers.
+    redis.signal("STOP");
+    for _ in 0..2 {
+        let t = Instant::now();
+        let r = a.locate("other").await;
+        let took = t.elapsed();
+        println!("locate with Redis frozen: {took:?}");
+        assert!(matches!(r, Err(ClusterError::Unavailable(_))), "{r:?}");
+        assert!(took >= Duration::from_millis(400) && took < Duration::from_secs(1), "took {took:?}");
+    }
+    assert_eq!(a.place("r", None).await.unwrap(), Placement::Local { epoch: 1, new: false });
+    redis.signal("CONT");
+    let back = wait_for(Duration::from_secs(5), || async { a.locate("r").await.is_ok() && a.nodes().await.is_ok() })
+        .await
+        .expect("works again once Redis answers");
+    println!("answers again {back:?} after SIGCONT");
+    assert_eq!(owner_of_r_in_listing(&a).await, Some(("a".to_owned(), 1)));
+}
+
+async fn owner_of_r_in_listing(a: &Cluster) -> Option<(String, u64)> {
+    let nodes = a.nodes().await.ok()?;
+    assert_eq!(nodes.len(), 1);
+    let rooms = a.list_rooms().await.ok()?;
+    rooms.into_iter().find(|r| r.room == "r").and_then(|r| r.owner).map(|o| (o.node_id, o.epoch))
+}

@@ -99,6 +99,14 @@ impl RedisServer {
         }
     }
 
+    /// Sends a signal to the server (`STOP` freezes it: connections stay
+    /// open and nothing answers, as with a hung or unreachable host; `CONT`).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("server running").id().to_string();
+        let status = Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
     /// Starts it again on the same port (empty: no persistence).
     pub fn restart(&mut self) {
         self.kill();
