@@ -11,7 +11,16 @@ use crate::error::ClusterError;
 ///
 /// Every node of a cluster needs the same Redis URL, the same
 /// [`key_prefix`](Self::key_prefix) and the same ticket secret (the server's
-/// `auth.secret`), and its own `api_url` and `media_addr`.
+/// `auth.secret`), and its own `api_url` and `media_addr`:
+///
+/// ```toml
+/// [cluster]
+/// redis_url = "redis://127.0.0.1:6379/0"   # with a password: redis://:secret@host:6379/0
+/// node_id = "tutti-1"                      # default: node-<random>, new on every start
+/// api_url = "http://127.0.0.2:8080"        # where other nodes redirect clients
+/// media_addr = "127.0.0.2:3478"
+/// capacity = 1400                          # participants this node is sized for
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {

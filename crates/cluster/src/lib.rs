@@ -94,7 +94,7 @@
 //! | WS watching a room held elsewhere | [`Cluster::watch`]`(room)` → events from the owner | |
 //! | `GET /v1/rooms`, `GET /v1/rooms/{room}` | [`Cluster::list_rooms`], [`Cluster::locate`] (owner id and URL in the answer) | |
 //! | SIGTERM | [`Cluster::set_draining`], then as today; at exit [`Cluster::shutdown`] | |
-//! | `/metrics` | [`Cluster::stats`] → `tutti_cluster_*` (names on [`ClusterStats`]' fields) | |
+//! | `/metrics` | [`Cluster::stats`]`.`[`samples()`](ClusterStats::samples) → `tutti_cluster_*` counters and gauges | |
 //!
 //! Nothing here may run on a media thread: every call is async (bounded by
 //! `op_timeout_seconds`) or non-blocking (`set_load`, `publish_event`,
@@ -139,5 +139,5 @@ pub use config::{ClusterConfig, MAX_NODE_ID_BYTES};
 pub use error::{ClusterError, TicketError};
 pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
 pub use placement::{Load, NodeInfo, NodeState, choose};
-pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS};
+pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS, Sample, SampleKind};
 pub use ticket::{MAX_TICKET_BYTES, TicketClaims, TicketKey};

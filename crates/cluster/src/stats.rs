@@ -66,6 +66,112 @@ pub struct ClusterStats {
     pub redis_latency_buckets: [u64; LATENCY_BUCKETS_SECONDS.len()],
 }
 
+/// Whether a [`Sample`] only grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleKind {
+    /// Only grows (export with `counter!(…).absolute(value)`).
+    Counter,
+    /// Goes up and down (export with `gauge!(…).set(value)`).
+    Gauge,
+}
+
+/// One exported value: the names live here, once, so every node exports the same.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Prometheus name, `tutti_cluster_…`.
+    pub name: &'static str,
+    /// One label, if any (`outcome` of claims).
+    pub label: Option<(&'static str, &'static str)>,
+    /// Counter or gauge.
+    pub kind: SampleKind,
+    /// The value.
+    pub value: f64,
+    /// One line of help text.
+    pub help: &'static str,
+}
+
+impl ClusterStats {
+    /// Every figure as a named sample, for the server's exporter. Redis
+    /// latency is exported as operations and seconds spent (mean =
+    /// `rate(seconds) / rate(operations)`); the buckets stay in the struct
+    /// for an exporter that renders histograms itself.
+    pub fn samples(&self) -> Vec<Sample> {
+        use SampleKind::{Counter, Gauge};
+        let s = |name, label, kind, value: u64, help| Sample { name, label, kind, value: value as f64, help };
+        let claims = "tutti_cluster_claims_total";
+        let claims_help = "Room claims by outcome.";
+        vec![
+            s(
+                "tutti_cluster_redis_up",
+                None,
+                Gauge,
+                u64::from(self.redis_up),
+                "1 when the last Redis operation succeeded.",
+            ),
+            s("tutti_cluster_nodes", None, Gauge, self.nodes_seen, "Live nodes seen, this one included."),
+            s("tutti_cluster_nodes_lost_total", None, Counter, self.nodes_lost_total, "Nodes that disappeared."),
+            s("tutti_cluster_rooms_owned", None, Gauge, self.rooms_owned, "Rooms whose lease this node holds."),
+            s(claims, Some(("outcome", "claimed")), Counter, self.claims_claimed_total, claims_help),
+            s(claims, Some(("outcome", "owned")), Counter, self.claims_already_owned_total, claims_help),
+            s(claims, Some(("outcome", "elsewhere")), Counter, self.claims_elsewhere_total, claims_help),
+            s(claims, Some(("outcome", "dead_target")), Counter, self.claims_dead_target_total, claims_help),
+            s(claims, Some(("outcome", "error")), Counter, self.claims_failed_total, claims_help),
+            s("tutti_cluster_lease_renewals_total", None, Counter, self.renewals_total, "Leases extended or restored."),
+            s("tutti_cluster_fenced_total", None, Counter, self.fenced_total, "Rooms lost to another owner."),
+            s(
+                "tutti_cluster_fenced_dropped_total",
+                None,
+                Counter,
+                self.fenced_dropped_total,
+                "Fencing notices dropped.",
+            ),
+            s("tutti_cluster_redirects_total", None, Counter, self.redirects_total, "Redirects to other nodes."),
+            s(
+                "tutti_cluster_tickets_minted_total",
+                None,
+                Counter,
+                self.tickets_minted_total,
+                "Redirect tickets minted.",
+            ),
+            s("tutti_cluster_tickets_accepted_total", None, Counter, self.tickets_accepted_total, "Tickets accepted."),
+            s("tutti_cluster_tickets_refused_total", None, Counter, self.tickets_refused_total, "Tickets refused."),
+            s("tutti_cluster_heartbeats_total", None, Counter, self.heartbeats_total, "Registry entries written."),
+            s(
+                "tutti_cluster_heartbeat_failures_total",
+                None,
+                Counter,
+                self.heartbeat_failures_total,
+                "Failed heartbeats.",
+            ),
+            s("tutti_cluster_events_published_total", None, Counter, self.events_published_total, "Room events sent."),
+            s("tutti_cluster_events_dropped_total", None, Counter, self.events_dropped_total, "Room events dropped."),
+            s(
+                "tutti_cluster_events_delivered_total",
+                None,
+                Counter,
+                self.events_delivered_total,
+                "Room events received.",
+            ),
+            s("tutti_cluster_rooms_watched", None, Gauge, self.rooms_watched, "Rooms held elsewhere watched here."),
+            s("tutti_cluster_redis_errors_total", None, Counter, self.redis_errors_total, "Failed Redis operations."),
+            s(
+                "tutti_cluster_redis_operations_total",
+                None,
+                Counter,
+                self.redis_latency_count,
+                "Redis operations that succeeded.",
+            ),
+            Sample {
+                name: "tutti_cluster_redis_operation_seconds_total",
+                label: None,
+                kind: Counter,
+                value: self.redis_latency_sum_seconds,
+                help: "Time spent in successful Redis operations.",
+            },
+        ]
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     pub redis_up: AtomicBool,
@@ -152,5 +258,17 @@ mod tests {
         assert_eq!(s.redis_latency_buckets[3], 2);
         assert_eq!(s.redis_latency_buckets[9], 2);
         assert!((s.redis_latency_sum_seconds - 2.0033).abs() < 1e-6);
+    }
+
+    #[test]
+    fn samples_are_named_by_the_convention() {
+        let samples = Counters::default().snapshot(3).samples();
+        for x in &samples {
+            assert!(x.name.starts_with("tutti_cluster_"), "{}", x.name);
+            assert_eq!(x.kind == SampleKind::Counter, x.name.ends_with("_total"), "{}", x.name);
+            assert!(!x.name.contains("_ms"));
+        }
+        let owned = samples.iter().find(|x| x.name == "tutti_cluster_rooms_owned").expect("present");
+        assert_eq!(owned.value, 3.0);
     }
 }
