@@ -482,7 +482,9 @@ impl Cluster {
     }
 
     /// Every room of the directory with its live owner, if any (for
-    /// `GET /v1/rooms` on any node). Sorted by name.
+    /// `GET /v1/rooms` on any node). Sorted by name. A room whose owner died
+    /// stays listed with `owner: None` (its config kept) until its next join
+    /// places it again; a released (closed) room is not listed.
     pub async fn list_rooms(&self) -> Result<Vec<RoomEntry>, ClusterError> {
         let keys = &self.inner.keys;
         let mut con = self.inner.con.clone();
