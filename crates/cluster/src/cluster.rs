@@ -1,0 +1,922 @@
+//! The [`Cluster`] handle: the I/O around the pure parts (placement,
+//! tickets) and the Lua scripts, plus the heartbeat and renewal task.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisResult, Value};
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::config::{ClusterConfig, validate_node_id};
+use crate::error::{ClusterError, TicketError};
+use crate::events::{Relay, RoomEvent};
+use crate::placement::{Load, NodeInfo, NodeState, choose};
+use crate::scripts::Scripts;
+use crate::stats::{ClusterStats, Counters};
+use crate::ticket::{TicketClaims, TicketKey};
+
+/// Fencing notices kept for the server before the oldest is dropped (counted).
+pub const FENCED_CHANNEL_CAPACITY: usize = 1024;
+/// Rooms renewed per script call.
+const RENEW_BATCH: usize = 100;
+/// Attempts of [`Cluster::place`] when chosen nodes vanish meanwhile.
+const PLACE_ATTEMPTS: usize = 3;
+/// A released room's hash (its epoch) is kept this long, so a room opened
+/// again soon gets a higher epoch.
+const RELEASED_RETENTION_SECONDS: u64 = 86_400;
+/// Longest pause between heartbeat attempts while Redis is unreachable.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The live node holding a room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Node id.
+    pub node_id: String,
+    /// The lease's epoch: goes up on every new claim of the room.
+    pub epoch: u64,
+    /// Where to redirect clients (the owner's public API URL).
+    pub api_url: String,
+    /// The owner's media address.
+    pub media_addr: String,
+}
+
+/// Where a room lives after [`Cluster::place`] or [`Cluster::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// This node holds the room's lease at `epoch`: host it here.
+    Local {
+        /// The lease's epoch.
+        epoch: u64,
+        /// The epoch was taken just now (a new room, or one whose owner died),
+        /// rather than already held.
+        new: bool,
+    },
+    /// Another node holds it: redirect there.
+    Remote(Owner),
+}
+
+/// This node lost a room to another owner (or the room was closed
+/// elsewhere): the server must close its copy and disconnect its clients
+/// (they rejoin through any node and are redirected to the new owner).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fenced {
+    /// The room.
+    pub room: String,
+    /// The epoch this node held.
+    pub epoch: u64,
+    /// What Redis holds instead (`node:epoch`, or `owner:epoch` of the room's record).
+    pub holder: String,
+}
+
+/// A room of the directory, as [`Cluster::list_rooms`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomEntry {
+    /// Room name.
+    pub room: String,
+    /// The last epoch given out.
+    pub epoch: u64,
+    /// The config JSON stored by the claim that created it, if any.
+    pub config: Option<String>,
+    /// The node recorded as owner (alive or not).
+    pub recorded_owner: Option<String>,
+    /// The live owner, when the lease is held and its node is alive; `None`
+    /// means the room is placed again on its next join.
+    pub owner: Option<Owner>,
+}
+
+/// What the claim script said, before the callers decide.
+enum ClaimReply {
+    /// Owned by this node or another live one.
+    Placed(Placement),
+    /// The node to claim for has no registry entry (dead, or not yet written).
+    TargetDead,
+}
+
+struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    fn nodes(&self) -> String {
+        format!("{}nodes", self.prefix)
+    }
+    fn node_prefix(&self) -> String {
+        format!("{}node:", self.prefix)
+    }
+    fn node(&self, id: &str) -> String {
+        format!("{}node:{id}", self.prefix)
+    }
+    fn rooms(&self) -> String {
+        format!("{}rooms", self.prefix)
+    }
+    fn room(&self, room: &str) -> String {
+        format!("{}room:{room}", self.prefix)
+    }
+    // `lease:<r>`, not `room:<r>:lease`: a room named `x:lease` must not collide.
+    fn lease(&self, room: &str) -> String {
+        format!("{}lease:{room}", self.prefix)
+    }
+    fn ticket(&self, nonce: &str) -> String {
+        format!("{}ticket:{nonce}", self.prefix)
+    }
+}
+
+struct Inner {
+    cfg: ClusterConfig,
+    node_id: String,
+    keys: Keys,
+    con: ConnectionManager,
+    scripts: Scripts,
+    tickets: TicketKey,
+    load: Mutex<Load>,
+    draining: AtomicBool,
+    /// Rooms whose lease this node holds, with their epochs.
+    owned: Mutex<HashMap<String, u64>>,
+    fenced_tx: mpsc::Sender<Fenced>,
+    fenced_rx: Mutex<Option<mpsc::Receiver<Fenced>>>,
+    counters: Counters,
+    relay: Arc<Relay>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Ids seen at the last registry scan (for "node lost" events).
+    last_nodes: Mutex<HashSet<String>>,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone: stop the relay's tasks too (the heartbeat
+    /// task holds only a weak reference and ends by itself).
+    fn drop(&mut self) {
+        for task in lock(&self.tasks).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// A node's handle on the cluster; cheap to clone.
+///
+/// Created by [`Cluster::start`], which spawns the heartbeat task on the
+/// current tokio runtime. Every Redis operation gives up after
+/// `op_timeout_seconds` with [`ClusterError::Unavailable`].
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("node_id", &self.inner.node_id).finish_non_exhaustive()
+    }
+}
+
+/// A poisoned lock only means another thread panicked mid-update of plain data; go on with it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn random_u64() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        // No OS randomness: the clock's nanoseconds still spread the draws.
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos().into())
+    })
+}
+
+fn parse_node(id: &str, h: &HashMap<String, String>) -> Option<NodeInfo> {
+    let num = |k: &str| h.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    Some(NodeInfo {
+        id: id.to_owned(),
+        api_url: h.get("api_url")?.clone(),
+        media_addr: h.get("media_addr").cloned().unwrap_or_default(),
+        state: NodeState::parse(h.get("state")?)?,
+        load: Load {
+            participants: num("participants") as u32,
+            busiest_thread_cpu: num("cpu") as f32,
+            tick_p99: Duration::try_from_secs_f64(num("tick_p99_seconds")).unwrap_or_default(),
+        },
+        capacity: num("capacity") as u32,
+        placements: num("placements") as u32,
+    })
+}
+
+impl Cluster {
+    /// Joins the cluster: validates the config, prepares the Redis
+    /// connection (made lazily: a node starts even while Redis is down) and
+    /// spawns the heartbeat task on the current tokio runtime. The first
+    /// heartbeat is attempted before returning; its failure is only logged.
+    ///
+    /// `ticket_secret` is the secret all nodes share (the server's
+    /// `auth.secret`), at least 32 bytes.
+    pub async fn start(config: ClusterConfig, ticket_secret: &[u8]) -> Result<Cluster, ClusterError> {
+        config.validate()?;
+        if ticket_secret.len() < 32 {
+            return Err(ClusterError::Config {
+                field: "auth.secret",
+                reason: "every node of a cluster needs the same secret of at least 32 bytes".into(),
+            });
+        }
+        let node_id = if config.node_id.is_empty() {
+            format!("node-{:08x}", random_u64() as u32)
+        } else {
+            config.node_id.clone()
+        };
+        validate_node_id(&node_id).map_err(|reason| ClusterError::Config { field: "node_id", reason })?;
+        let client = redis::Client::open(config.redis_url.as_str())
+            .map_err(|e| ClusterError::Config { field: "redis_url", reason: e.to_string() })?;
+        let op = config.op_timeout();
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op))
+            .set_response_timeout(Some(op))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let con = ConnectionManager::new_lazy_with_config(client, manager_config).map_err(ClusterError::from_redis)?;
+        let (fenced_tx, fenced_rx) = mpsc::channel(FENCED_CHANNEL_CAPACITY);
+        let tickets = TicketKey::new(ticket_secret, config.ticket_ttl_seconds.ceil() as u64);
+        let (relay, queues) = Relay::new(&config.redis_url, &config.key_prefix, &node_id, op)?;
+        let relay = Arc::new(relay);
+        let inner = Arc::new(Inner {
+            keys: Keys { prefix: config.key_prefix.clone() },
+            cfg: config,
+            node_id,
+            con,
+            scripts: Scripts::new(),
+            tickets,
+            load: Mutex::new(Load::default()),
+            draining: AtomicBool::new(false),
+            owned: Mutex::new(HashMap::new()),
+            fenced_tx,
+            fenced_rx: Mutex::new(Some(fenced_rx)),
+            counters: Counters::default(),
+            relay: relay.clone(),
+            tasks: Mutex::new(Vec::new()),
+            last_nodes: Mutex::new(HashSet::new()),
+        });
+        let cluster = Cluster { inner };
+        match cluster.heartbeat().await {
+            Ok(()) => {
+                cluster.inner.counters.redis_up.store(true, Relaxed);
+                info!(node = %cluster.inner.node_id, "joined the cluster");
+            }
+            Err(e) => {
+                warn!(node = %cluster.inner.node_id, error = %e, "cluster directory unreachable at start; retrying")
+            }
+        }
+        *lock(&cluster.inner.tasks) = vec![
+            tokio::spawn(background(Arc::downgrade(&cluster.inner))),
+            tokio::spawn(relay.clone().run_publisher(queues.outgoing)),
+            tokio::spawn(relay.run_dispatcher(queues.pushes)),
+        ];
+        Ok(cluster)
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.inner.node_id
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.cfg
+    }
+
+    /// The load the next heartbeat reports (no I/O).
+    pub fn set_load(&self, load: Load) {
+        *lock(&self.inner.load) = load;
+    }
+
+    /// Marks the node draining (no new rooms placed here; its rooms stay)
+    /// and writes the registry entry at once.
+    pub async fn set_draining(&self) -> Result<(), ClusterError> {
+        self.inner.draining.store(true, Relaxed);
+        self.heartbeat().await
+    }
+
+    /// Whether this node holds `room`'s lease, and at which epoch (no I/O).
+    pub fn owned_epoch(&self, room: &str) -> Option<u64> {
+        lock(&self.inner.owned).get(room).copied()
+    }
+
+    /// Rooms whose lease this node holds (no I/O).
+    pub fn owned_rooms(&self) -> Vec<(String, u64)> {
+        lock(&self.inner.owned).iter().map(|(r, e)| (r.clone(), *e)).collect()
+    }
+
+    /// Claims `room` for this node (atomically, see the crate docs): the
+    /// room becomes [`Placement::Local`] when no live node holds it or this
+    /// node already does (e.g. a placer claimed it for this node and
+    /// redirected the client here); otherwise [`Placement::Remote`].
+    /// `config` (JSON) is stored with a new claim when given.
+    pub async fn claim(&self, room: &str, config: Option<&str>) -> Result<Placement, ClusterError> {
+        match self.claim_for(&self.inner.node_id, room, config).await? {
+            ClaimReply::Placed(p) => Ok(p),
+            ClaimReply::TargetDead => {
+                // Our own entry is missing (Redis restarted, or our first
+                // heartbeat has not landed yet): write it, then try once more.
+                self.heartbeat().await?;
+                match self.claim_for(&self.inner.node_id, room, config).await? {
+                    ClaimReply::Placed(p) => Ok(p),
+                    ClaimReply::TargetDead => {
+                        Err(ClusterError::Unavailable("this node's registry entry does not stay written".into()))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where `room` should live: this node when it holds it already (no
+    /// Redis needed, so joins to local rooms work while Redis is down);
+    /// else its live owner; else the lighter of two random eligible nodes,
+    /// claimed on that node's behalf (see the crate docs for why the placer
+    /// claims). Retries with another node when the chosen one vanished.
+    pub async fn place(&self, room: &str, config: Option<&str>) -> Result<Placement, ClusterError> {
+        if let Some(epoch) = self.owned_epoch(room) {
+            return Ok(Placement::Local { epoch, new: false });
+        }
+        let mut nodes = self.nodes().await?;
+        let budget = Duration::from_secs_f64(self.inner.cfg.tick_budget_seconds);
+        let estimate = self.inner.cfg.room_size_estimate;
+        for _ in 0..PLACE_ATTEMPTS {
+            let Some(i) = choose(&nodes, budget, estimate, [random_u64(), random_u64()]) else {
+                // Nobody may take a new room; the room may still have a live owner.
+                return match self.locate(room).await? {
+                    Some(owner) if owner.node_id == self.inner.node_id => self.claim(room, config).await,
+                    Some(owner) => Ok(Placement::Remote(owner)),
+                    None => Err(ClusterError::NoEligibleNode),
+                };
+            };
+            let target = nodes[i].id.clone();
+            let result = if target == self.inner.node_id {
+                ClaimReply::Placed(self.claim(room, config).await?)
+            } else {
+                self.claim_for(&target, room, config).await?
+            };
+            match result {
+                ClaimReply::Placed(p) => return Ok(p),
+                ClaimReply::TargetDead => {
+                    debug!(room, node = %target, "chosen node vanished before the claim; choosing again");
+                    nodes.remove(i);
+                }
+            }
+        }
+        Err(ClusterError::NoEligibleNode)
+    }
+
+    /// Runs the claim script for `node` (this node or another).
+    async fn claim_for(&self, node: &str, room: &str, config: Option<&str>) -> Result<ClaimReply, ClusterError> {
+        let inner = &self.inner;
+        let keys = &inner.keys;
+        let mut inv = inner.scripts.claim.prepare_invoke();
+        inv.key(keys.room(room))
+            .key(keys.lease(room))
+            .key(keys.rooms())
+            .arg(node)
+            .arg(inner.cfg.lease_ttl_ms())
+            .arg(keys.node_prefix())
+            .arg(room)
+            .arg(config.unwrap_or(""));
+        let mut con = inner.con.clone();
+        let reply: Result<Vec<String>, _> = self.run(async move { inv.invoke_async(&mut con).await }).await;
+        let c = &inner.counters;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                c.claim_failed.fetch_add(1, Relaxed);
+                return Err(e);
+            }
+        };
+        let [status, owner, epoch, api_url, media_addr] = <[String; 5]>::try_from(reply)
+            .map_err(|r| ClusterError::Corrupt(format!("claim script answered {r:?}")))?;
+        let epoch: u64 = epoch.parse().map_err(|_| ClusterError::Corrupt(format!("epoch {epoch:?}")))?;
+        let remote = |node_id: String| Placement::Remote(Owner { node_id, epoch, api_url, media_addr });
+        let placed = match status.as_str() {
+            "dead" => {
+                c.dead_target.fetch_add(1, Relaxed);
+                return Ok(ClaimReply::TargetDead);
+            }
+            "claimed" if owner == inner.node_id => {
+                c.claimed.fetch_add(1, Relaxed);
+                lock(&inner.owned).insert(room.to_owned(), epoch);
+                info!(room, epoch, "claimed room");
+                Placement::Local { epoch, new: true }
+            }
+            "claimed" => {
+                c.claimed.fetch_add(1, Relaxed);
+                info!(room, epoch, node = %owner, "placed room on another node");
+                remote(owner)
+            }
+            "owner" if owner == inner.node_id => {
+                c.already_owned.fetch_add(1, Relaxed);
+                lock(&inner.owned).insert(room.to_owned(), epoch);
+                Placement::Local { epoch, new: false }
+            }
+            "owner" => {
+                c.elsewhere.fetch_add(1, Relaxed);
+                // If this node thought it held the room, it has been fenced.
+                let held = lock(&inner.owned).get(room).copied();
+                if let Some(held) = held.filter(|&held| held != epoch) {
+                    self.fence(room, held, format!("{owner}:{epoch}"));
+                }
+                remote(owner)
+            }
+            other => return Err(ClusterError::Corrupt(format!("claim status {other:?}"))),
+        };
+        Ok(ClaimReply::Placed(placed))
+    }
+
+    /// Forgets a room lost to another holder and tells the server.
+    fn fence(&self, room: &str, epoch: u64, holder: String) -> Option<Fenced> {
+        let inner = &self.inner;
+        {
+            let mut owned = lock(&inner.owned);
+            // Released or re-claimed meanwhile at another epoch: not a loss.
+            if owned.get(room) != Some(&epoch) {
+                return None;
+            }
+            owned.remove(room);
+        }
+        warn!(room, epoch, holder, "room lost to another owner: fenced");
+        let notice = Fenced { room: room.to_owned(), epoch, holder };
+        inner.counters.fenced.fetch_add(1, Relaxed);
+        if inner.fenced_tx.try_send(notice.clone()).is_err() {
+            inner.counters.fenced_dropped.fetch_add(1, Relaxed);
+            warn!(room, "fencing notice dropped: channel full or closed");
+        }
+        Some(notice)
+    }
+
+    /// The live owner of `room`: `None` when nobody holds its lease or the
+    /// holder's node is dead (the room is then placed again on its next join).
+    pub async fn locate(&self, room: &str) -> Result<Option<Owner>, ClusterError> {
+        if let Some(epoch) = self.owned_epoch(room) {
+            return Ok(Some(self.me(epoch)));
+        }
+        let mut con = self.inner.con.clone();
+        let lease_key = self.inner.keys.lease(room);
+        let lease: Option<String> =
+            self.run(async move { redis::cmd("GET").arg(lease_key).query_async(&mut con).await }).await?;
+        let Some((node, epoch)) = lease.as_deref().and_then(parse_lease) else {
+            return Ok(None);
+        };
+        let mut con = self.inner.con.clone();
+        let node_key = self.inner.keys.node(node);
+        let h: HashMap<String, String> =
+            self.run(async move { redis::cmd("HGETALL").arg(node_key).query_async(&mut con).await }).await?;
+        Ok(parse_node(node, &h).map(|n| Owner { node_id: n.id, epoch, api_url: n.api_url, media_addr: n.media_addr }))
+    }
+
+    fn me(&self, epoch: u64) -> Owner {
+        Owner {
+            node_id: self.inner.node_id.clone(),
+            epoch,
+            api_url: self.inner.cfg.api_url.clone(),
+            media_addr: self.inner.cfg.media_addr.clone(),
+        }
+    }
+
+    /// Every room of the directory with its live owner, if any (for
+    /// `GET /v1/rooms` on any node). Sorted by name. A room whose owner died
+    /// stays listed with `owner: None` (its config kept) until its next join
+    /// places it again; a released (closed) room is not listed.
+    pub async fn list_rooms(&self) -> Result<Vec<RoomEntry>, ClusterError> {
+        let keys = &self.inner.keys;
+        let mut con = self.inner.con.clone();
+        let rooms_key = keys.rooms();
+        let mut names: Vec<String> =
+            self.run(async move { redis::cmd("SMEMBERS").arg(rooms_key).query_async(&mut con).await }).await?;
+        names.sort();
+        let nodes: HashMap<String, NodeInfo> = self.nodes().await?.into_iter().map(|n| (n.id.clone(), n)).collect();
+        let mut out = Vec::with_capacity(names.len());
+        for chunk in names.chunks(500) {
+            let mut pipe = redis::pipe();
+            for room in chunk {
+                pipe.cmd("HMGET").arg(keys.room(room)).arg("owner").arg("epoch").arg("config");
+                pipe.cmd("GET").arg(keys.lease(room));
+            }
+            let mut con = self.inner.con.clone();
+            let replies: Vec<Value> = self.run(async move { pipe.query_async(&mut con).await }).await?;
+            for (room, pair) in chunk.iter().zip(replies.chunks(2)) {
+                let [fields, lease] = pair else {
+                    return Err(ClusterError::Corrupt("short pipeline reply".into()));
+                };
+                let fields: Vec<Option<String>> =
+                    redis::from_redis_value(fields.clone()).map_err(|e| ClusterError::Corrupt(e.to_string()))?;
+                let lease: Option<String> =
+                    redis::from_redis_value(lease.clone()).map_err(|e| ClusterError::Corrupt(e.to_string()))?;
+                let field = |i: usize| fields.get(i).cloned().flatten();
+                let owner = lease.as_deref().and_then(parse_lease).and_then(|(node, epoch)| {
+                    let n = nodes.get(node)?;
+                    Some(Owner {
+                        node_id: n.id.clone(),
+                        epoch,
+                        api_url: n.api_url.clone(),
+                        media_addr: n.media_addr.clone(),
+                    })
+                });
+                out.push(RoomEntry {
+                    room: room.clone(),
+                    epoch: field(1).and_then(|e| e.parse().ok()).unwrap_or(0),
+                    config: field(2),
+                    recorded_owner: field(0),
+                    owner,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gives up `room` (it closed here): compare-and-delete of the lease.
+    /// `Ok(false)` when this node did not hold it (any more).
+    pub async fn release(&self, room: &str) -> Result<bool, ClusterError> {
+        let Some(epoch) = lock(&self.inner.owned).remove(room) else {
+            return Ok(false);
+        };
+        let keys = &self.inner.keys;
+        let mut inv = self.inner.scripts.release.prepare_invoke();
+        inv.key(keys.room(room))
+            .key(keys.lease(room))
+            .key(keys.rooms())
+            .arg(&self.inner.node_id)
+            .arg(epoch)
+            .arg(room)
+            .arg(RELEASED_RETENTION_SECONDS);
+        let mut con = self.inner.con.clone();
+        let released: Result<i64, _> = self.run(async move { inv.invoke_async(&mut con).await }).await;
+        match released {
+            Ok(n) => Ok(n == 1),
+            Err(e) => {
+                // Not released in Redis: the lease lapses by itself; the
+                // record's owner stays until the next claim takes it over.
+                warn!(room, error = %e, "could not release the room's lease; it will lapse");
+                Err(e)
+            }
+        }
+    }
+
+    /// The live nodes (registry entries present), this one included;
+    /// ids whose entry is gone are removed from the node set.
+    pub async fn nodes(&self) -> Result<Vec<NodeInfo>, ClusterError> {
+        let keys = &self.inner.keys;
+        let mut con = self.inner.con.clone();
+        let nodes_key = keys.nodes();
+        let ids: Vec<String> =
+            self.run(async move { redis::cmd("SMEMBERS").arg(nodes_key).query_async(&mut con).await }).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HGETALL").arg(keys.node(id));
+        }
+        let mut con = self.inner.con.clone();
+        let hashes: Vec<HashMap<String, String>> = self.run(async move { pipe.query_async(&mut con).await }).await?;
+        let mut live = Vec::with_capacity(ids.len());
+        let mut gone = Vec::new();
+        for (id, h) in ids.iter().zip(&hashes) {
+            match parse_node(id, h) {
+                Some(n) => live.push(n),
+                None if h.is_empty() => gone.push(id.clone()),
+                None => warn!(node = %id, "unreadable registry entry"),
+            }
+        }
+        if !gone.is_empty() {
+            let mut con = self.inner.con.clone();
+            let nodes_key = keys.nodes();
+            let _: Result<i64, _> =
+                self.run(async move { redis::cmd("SREM").arg(nodes_key).arg(&gone).query_async(&mut con).await }).await;
+        }
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(live)
+    }
+
+    /// A redirect ticket for `room`, vouching for `identity` and `grants`
+    /// (the server's token claims, opaque here), valid `ticket_ttl_seconds`.
+    pub fn mint_ticket(&self, room: &str, identity: &str, grants: serde_json::Value) -> Result<String, TicketError> {
+        let (ticket, _) = self.inner.tickets.mint(room, identity, grants, unix_now())?;
+        self.inner.counters.tickets_minted.fetch_add(1, Relaxed);
+        Ok(ticket)
+    }
+
+    /// Checks a ticket for `room` and burns it: a ticket is accepted once in
+    /// the whole cluster (`SET ticket:<nonce> 1 NX EX <ttl + 30 s>`). When
+    /// Redis cannot be reached the ticket is refused with
+    /// [`TicketError::Unavailable`] (answer 503 + Retry-After).
+    pub async fn verify_ticket(&self, ticket: &str, room: &str) -> Result<TicketClaims, TicketError> {
+        let result = self.verify_ticket_inner(ticket, room).await;
+        let c = &self.inner.counters;
+        match &result {
+            Ok(_) => c.tickets_accepted.fetch_add(1, Relaxed),
+            Err(_) => c.tickets_refused.fetch_add(1, Relaxed),
+        };
+        result
+    }
+
+    async fn verify_ticket_inner(&self, ticket: &str, room: &str) -> Result<TicketClaims, TicketError> {
+        let claims = self.inner.tickets.verify(ticket, room, unix_now())?;
+        let mut con = self.inner.con.clone();
+        let key = self.inner.keys.ticket(&claims.nonce);
+        // Kept past the expiry, with slack for clocks a little apart.
+        let keep = self.inner.tickets.ttl_seconds() + 30;
+        let set: Option<String> =
+            self.run(async move {
+                redis::cmd("SET").arg(key).arg(1).arg("NX").arg("EX").arg(keep).query_async(&mut con).await
+            })
+            .await
+            .map_err(|e| TicketError::Unavailable(e.to_string()))?;
+        match set {
+            Some(_) => Ok(claims),
+            None => Err(TicketError::Replayed),
+        }
+    }
+
+    /// Sends a room event to the other nodes' watchers of `room` (the
+    /// owner calls this for each event of a room it holds). Never blocks: a
+    /// bounded queue feeds a task; overflow and events sent while Redis is
+    /// away are dropped and counted.
+    pub fn publish_event(&self, room: &str, event: String) {
+        self.inner.relay.publish(room, event);
+    }
+
+    /// The events of `room`, held on another node, from now on (for a
+    /// WebSocket on this node watching that room). The subscription ends
+    /// when the last receiver is dropped; it is restored by itself after
+    /// Redis comes back. A receiver that lags loses the oldest events
+    /// (`RecvError::Lagged`). Events this node published are not relayed
+    /// back to it.
+    pub async fn watch(&self, room: &str) -> Result<broadcast::Receiver<RoomEvent>, ClusterError> {
+        self.inner.relay.watch(room).await
+    }
+
+    /// Counts a redirect the server answered (for `tutti_cluster_redirects_total`).
+    pub fn record_redirect(&self) {
+        self.inner.counters.redirects.fetch_add(1, Relaxed);
+    }
+
+    /// The receiver of fencing notices (rooms this node lost); `Some` on the
+    /// first call only. Notices beyond [`FENCED_CHANNEL_CAPACITY`] unread are
+    /// dropped and counted; [`Cluster::owned_epoch`] tells the truth anyway.
+    pub fn take_fenced(&self) -> Option<mpsc::Receiver<Fenced>> {
+        lock(&self.inner.fenced_rx).take()
+    }
+
+    /// A snapshot of the counters (no I/O).
+    pub fn stats(&self) -> ClusterStats {
+        let owned = lock(&self.inner.owned).len() as u64;
+        let mut stats = self.inner.counters.snapshot(owned);
+        let relay = &self.inner.relay;
+        let e = &relay.counters;
+        stats.events_published_total = e.published.load(Relaxed);
+        stats.events_dropped_total = e.publish_dropped.load(Relaxed) + e.receive_dropped.load(Relaxed);
+        stats.events_delivered_total = e.delivered.load(Relaxed);
+        stats.rooms_watched = relay.watched() as u64;
+        stats
+    }
+
+    /// Renews every lease this node holds now (the heartbeat task does so
+    /// every third of the lease TTL, and at once when Redis comes back).
+    /// Returns the rooms lost to fencing, which are also sent to the
+    /// [`take_fenced`](Self::take_fenced) channel and forgotten.
+    pub async fn renew_leases(&self) -> Result<Vec<Fenced>, ClusterError> {
+        let rooms = self.owned_rooms();
+        let keys = &self.inner.keys;
+        let mut fenced = Vec::new();
+        for chunk in rooms.chunks(RENEW_BATCH) {
+            let mut inv = self.inner.scripts.renew.prepare_invoke();
+            inv.key(keys.rooms()).arg(&self.inner.node_id).arg(self.inner.cfg.lease_ttl_ms());
+            for (room, epoch) in chunk {
+                inv.key(keys.room(room)).key(keys.lease(room)).arg(room).arg(*epoch);
+            }
+            let mut con = self.inner.con.clone();
+            let results: Vec<String> = self.run(async move { inv.invoke_async(&mut con).await }).await?;
+            if results.len() != chunk.len() {
+                return Err(ClusterError::Corrupt(format!("{} renewals for {} rooms", results.len(), chunk.len())));
+            }
+            for ((room, epoch), result) in chunk.iter().zip(results) {
+                match result.strip_prefix("lost:") {
+                    None => {
+                        if result == "restored" {
+                            info!(room, epoch, "lease restored after it lapsed");
+                        }
+                        self.inner.counters.renewals.fetch_add(1, Relaxed);
+                    }
+                    Some(holder) => fenced.extend(self.fence(room, *epoch, holder.to_owned())),
+                }
+            }
+        }
+        Ok(fenced)
+    }
+
+    /// Writes this node's registry entry now (the task does so every
+    /// heartbeat interval): fields, TTL and membership in one MULTI.
+    pub async fn heartbeat(&self) -> Result<(), ClusterError> {
+        let inner = &self.inner;
+        let load = *lock(&inner.load);
+        let state = if inner.draining.load(Relaxed) { NodeState::Draining } else { NodeState::Serving };
+        let key = inner.keys.node(&inner.node_id);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HSET")
+            .arg(&key)
+            .arg("api_url")
+            .arg(&inner.cfg.api_url)
+            .arg("media_addr")
+            .arg(&inner.cfg.media_addr)
+            .arg("state")
+            .arg(state.as_str())
+            .arg("participants")
+            .arg(load.participants)
+            .arg("capacity")
+            .arg(inner.cfg.capacity)
+            .arg("cpu")
+            .arg(load.busiest_thread_cpu)
+            .arg("tick_p99_seconds")
+            .arg(load.tick_p99.as_secs_f64())
+            // Placements since the last heartbeat: their participants show in
+            // the next figures (a room's first clients arrive within a second).
+            .arg("placements")
+            .arg(0)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(inner.cfg.node_ttl_ms())
+            .ignore()
+            .cmd("SADD")
+            .arg(inner.keys.nodes())
+            .arg(&inner.node_id)
+            .ignore();
+        let mut con = inner.con.clone();
+        let result = self.run(async move { pipe.exec_async(&mut con).await }).await;
+        let c = &inner.counters;
+        match &result {
+            Ok(()) => c.heartbeats.fetch_add(1, Relaxed),
+            Err(_) => c.heartbeat_failures.fetch_add(1, Relaxed),
+        };
+        result
+    }
+
+    /// Leaves the cluster: stops the task, releases every lease held and
+    /// deletes the registry entry (best effort: on error the entries lapse
+    /// by their TTLs). Returns the first error.
+    pub async fn shutdown(&self) -> Result<(), ClusterError> {
+        self.abandon();
+        let mut first_err = None;
+        for (room, _) in self.owned_rooms() {
+            if let Err(e) = self.release(&room).await {
+                // Redis away: do not wait one timeout per room; the leases lapse.
+                if matches!(e, ClusterError::Unavailable(_)) {
+                    return Err(e);
+                }
+                first_err.get_or_insert(e);
+            }
+        }
+        let key = self.inner.keys.node(&self.inner.node_id);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("DEL")
+            .arg(key)
+            .ignore()
+            .cmd("SREM")
+            .arg(self.inner.keys.nodes())
+            .arg(&self.inner.node_id)
+            .ignore();
+        let mut con = self.inner.con.clone();
+        if let Err(e) = self.run(async move { pipe.exec_async(&mut con).await }).await {
+            first_err.get_or_insert(e);
+        }
+        info!(node = %self.inner.node_id, "left the cluster");
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Stops the heartbeat task without releasing anything, as a crash
+    /// would: the registry entry lapses after the node TTL and the rooms are
+    /// placed again by their next join. For a process that must exit at
+    /// once, and for tests.
+    pub fn abandon(&self) {
+        for task in lock(&self.inner.tasks).drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Runs one Redis operation under the timeout, counting latency and errors.
+    async fn run<T>(&self, op: impl Future<Output = RedisResult<T>>) -> Result<T, ClusterError> {
+        run(&self.inner, op).await
+    }
+}
+
+async fn run<T>(inner: &Inner, op: impl Future<Output = RedisResult<T>>) -> Result<T, ClusterError> {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(inner.cfg.op_timeout(), op).await {
+        Err(_) => Err(ClusterError::Unavailable(format!("no answer within {:?}", inner.cfg.op_timeout()))),
+        Ok(r) => r.map_err(ClusterError::from_redis),
+    };
+    let c = &inner.counters;
+    match &result {
+        Ok(_) => c.observe_latency(started.elapsed()),
+        Err(_) => {
+            c.redis_errors.fetch_add(1, Relaxed);
+        }
+    }
+    result
+}
+
+/// `node:epoch` → (node, epoch).
+fn parse_lease(lease: &str) -> Option<(&str, u64)> {
+    let (node, epoch) = lease.rsplit_once(':')?;
+    Some((node, epoch.parse().ok()?))
+}
+
+/// The heartbeat task: registry entry every interval, leases every third
+/// of their TTL (at once after Redis comes back), a registry scan for the
+/// "nodes seen" gauge. Backs off while Redis is unreachable; logs once per
+/// change of state. Ends when the last [`Cluster`] handle is dropped.
+async fn background(weak: Weak<Inner>) {
+    let mut failures: u32 = 0;
+    let mut last_renewal = Instant::now();
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let cluster = Cluster { inner };
+        let interval = cluster.inner.cfg.heartbeat_interval();
+        let renew_every = Duration::from_secs_f64(cluster.inner.cfg.lease_ttl_seconds / 3.0);
+        let pause = match cluster.heartbeat().await {
+            Ok(()) => {
+                let recovered = failures > 0;
+                if recovered {
+                    info!(node = %cluster.inner.node_id, after = failures, "cluster directory reachable again");
+                }
+                failures = 0;
+                cluster.inner.counters.redis_up.store(true, Relaxed);
+                if recovered || last_renewal.elapsed() >= renew_every {
+                    match cluster.renew_leases().await {
+                        Ok(_) => last_renewal = Instant::now(),
+                        Err(e) => debug!(error = %e, "lease renewal failed; retrying next heartbeat"),
+                    }
+                }
+                scan_nodes(&cluster).await;
+                cluster.inner.relay.maintain().await;
+                interval
+            }
+            Err(e) => {
+                if failures == 0 {
+                    warn!(node = %cluster.inner.node_id, error = %e,
+                        "cluster directory unreachable: rooms here go on, new cross-node joins get 503");
+                }
+                failures = failures.saturating_add(1);
+                cluster.inner.counters.redis_up.store(false, Relaxed);
+                (interval / 2).saturating_mul(1u32 << failures.min(4)).min(MAX_BACKOFF.max(interval))
+            }
+        };
+        drop(cluster);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+async fn scan_nodes(cluster: &Cluster) {
+    let Ok(nodes) = cluster.nodes().await else { return };
+    let now: HashSet<String> = nodes.into_iter().map(|n| n.id).collect();
+    let c = &cluster.inner.counters;
+    c.nodes_seen.store(now.len() as u64, Relaxed);
+    let mut last = lock(&cluster.inner.last_nodes);
+    for lost in last.difference(&now) {
+        c.nodes_lost.fetch_add(1, Relaxed);
+        warn!(node = %lost, "cluster node disappeared (its registry entry lapsed or it left)");
+    }
+    *last = now;
+}
+
+/// The `Location` of a redirect to `owner_api_url` for `path_and_query`
+/// (as received, e.g. `/v1/rooms/r1/whip?x=1`), carrying `ticket` as the
+/// `ticket` query parameter (tickets are base64url and `.`: no escaping).
+pub fn redirect_location(owner_api_url: &str, path_and_query: &str, ticket: &str) -> String {
+    let base = owner_api_url.trim_end_matches('/');
+    let sep = if path_and_query.contains('?') { '&' } else { '?' };
+    format!("{base}{path_and_query}{sep}ticket={ticket}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_parse_with_the_last_colon() {
+        assert_eq!(parse_lease("node-1:42"), Some(("node-1", 42)));
+        assert_eq!(parse_lease("a:b:7"), Some(("a:b", 7)));
+        assert_eq!(parse_lease("nocolon"), None);
+        assert_eq!(parse_lease("n:x"), None);
+    }
+
+    #[test]
+    fn redirect_locations_append_the_ticket() {
+        assert_eq!(
+            redirect_location("http://b:8080/", "/v1/rooms/r/whip", "t.s"),
+            "http://b:8080/v1/rooms/r/whip?ticket=t.s"
+        );
+        assert_eq!(redirect_location("http://b", "/r?x=1", "t.s"), "http://b/r?x=1&ticket=t.s");
+    }
+}

@@ -1,0 +1,199 @@
+//! The cluster section of a node's configuration.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ClusterError;
+
+/// How a node joins a cluster: where the shared Redis is, how this node is
+/// reached, and the timings of heartbeats and leases.
+///
+/// Every node of a cluster needs the same Redis URL, the same
+/// [`key_prefix`](Self::key_prefix) and the same ticket secret (the server's
+/// `auth.secret`), and its own `api_url` and `media_addr`:
+///
+/// ```toml
+/// [cluster]
+/// redis_url = "redis://127.0.0.1:6379/0"   # with a password: redis://:secret@host:6379/0
+/// node_id = "tutti-1"                      # default: node-<random>, new on every start
+/// api_url = "http://127.0.0.2:8080"        # where other nodes redirect clients
+/// media_addr = "127.0.0.2:3478"
+/// capacity = 1400                          # participants this node is sized for
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Redis URL, e.g. `redis://127.0.0.1:6379/0`; empty = cluster mode off.
+    pub redis_url: String,
+    /// This node's id: letters, digits, `.`, `_`, `-` (at most 64); empty =
+    /// generated at start (`node-` and 8 hex digits), new on every start.
+    pub node_id: String,
+    /// The URL other nodes redirect clients to (scheme, host, port), e.g.
+    /// `https://tutti-1.example.org`.
+    pub api_url: String,
+    /// The media (UDP) address clients of this node reach, as advertised.
+    pub media_addr: String,
+    /// Prefix of every Redis key, so that several clusters (or tests) may
+    /// share one Redis.
+    pub key_prefix: String,
+    /// How often the node rewrites its registry entry (and looks at its
+    /// leases), in seconds.
+    pub heartbeat_interval_seconds: f64,
+    /// Lifetime of the registry entry: a node silent for this long is dead.
+    /// At least twice the heartbeat interval.
+    pub node_ttl_seconds: f64,
+    /// Lifetime of a room's lease, renewed every third of it by the owner.
+    pub lease_ttl_seconds: f64,
+    /// Participants this node is sized for; `participants / capacity` is
+    /// one of the three load figures.
+    pub capacity: u32,
+    /// The mixer's tick (20 ms): `tick p99 / budget` is one of the load figures.
+    pub tick_budget_seconds: f64,
+    /// Participants a new room is expected to bring; a placement not yet
+    /// seen in the target's heartbeat weighs `room_size_estimate / capacity`.
+    pub room_size_estimate: u32,
+    /// Every Redis operation gives up after this long with
+    /// [`ClusterError::Unavailable`].
+    pub op_timeout_seconds: f64,
+    /// Lifetime of a redirect ticket.
+    pub ticket_ttl_seconds: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            redis_url: String::new(),
+            node_id: String::new(),
+            api_url: String::new(),
+            media_addr: String::new(),
+            key_prefix: "tutti:".to_owned(),
+            heartbeat_interval_seconds: 1.0,
+            node_ttl_seconds: 5.0,
+            lease_ttl_seconds: 10.0,
+            capacity: 1000,
+            tick_budget_seconds: 0.020,
+            room_size_estimate: 4,
+            op_timeout_seconds: 0.5,
+            ticket_ttl_seconds: 30.0,
+        }
+    }
+}
+
+/// Longest node id accepted.
+pub const MAX_NODE_ID_BYTES: usize = 64;
+
+impl ClusterConfig {
+    /// Cluster mode is on when a Redis URL is set.
+    pub fn enabled(&self) -> bool {
+        !self.redis_url.is_empty()
+    }
+
+    /// Checks the values; the first wrong one is named in the error.
+    pub fn validate(&self) -> Result<(), ClusterError> {
+        let bad = |field: &'static str, reason: &str| Err(ClusterError::Config { field, reason: reason.to_owned() });
+        if self.redis_url.is_empty() {
+            return bad("redis_url", "must be set (cluster mode needs Redis)");
+        }
+        if !self.node_id.is_empty() {
+            validate_node_id(&self.node_id).map_err(|reason| ClusterError::Config { field: "node_id", reason })?;
+        }
+        if self.api_url.is_empty() {
+            return bad("api_url", "must be set: other nodes redirect clients there");
+        }
+        if self.media_addr.is_empty() {
+            return bad("media_addr", "must be set");
+        }
+        let positive = |v: f64| v.is_finite() && v > 0.0 && v < 86_400.0;
+        for (field, value) in [
+            ("heartbeat_interval_seconds", self.heartbeat_interval_seconds),
+            ("node_ttl_seconds", self.node_ttl_seconds),
+            ("lease_ttl_seconds", self.lease_ttl_seconds),
+            ("tick_budget_seconds", self.tick_budget_seconds),
+            ("op_timeout_seconds", self.op_timeout_seconds),
+            ("ticket_ttl_seconds", self.ticket_ttl_seconds),
+        ] {
+            if !positive(value) {
+                return bad(field, "must be a positive number of seconds below a day");
+            }
+        }
+        if self.node_ttl_seconds < 2.0 * self.heartbeat_interval_seconds {
+            return bad("node_ttl_seconds", "must be at least twice heartbeat_interval_seconds");
+        }
+        if self.lease_ttl_seconds < self.node_ttl_seconds {
+            return bad("lease_ttl_seconds", "must be at least node_ttl_seconds");
+        }
+        if self.op_timeout_seconds >= self.heartbeat_interval_seconds * 2.0 {
+            return bad("op_timeout_seconds", "must be below twice heartbeat_interval_seconds");
+        }
+        if self.capacity == 0 {
+            return bad("capacity", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_interval_seconds)
+    }
+    pub(crate) fn node_ttl_ms(&self) -> u64 {
+        (self.node_ttl_seconds * 1000.0).round() as u64
+    }
+    pub(crate) fn lease_ttl_ms(&self) -> u64 {
+        (self.lease_ttl_seconds * 1000.0).round() as u64
+    }
+    pub(crate) fn op_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.op_timeout_seconds)
+    }
+}
+
+/// A node id is safe in a key and in a lease value (`node:epoch`, so no `:`).
+pub(crate) fn validate_node_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_NODE_ID_BYTES {
+        return Err(format!("must be 1 to {MAX_NODE_ID_BYTES} bytes"));
+    }
+    if !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return Err("may hold only letters, digits, '.', '_' and '-'".to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok() -> ClusterConfig {
+        ClusterConfig {
+            redis_url: "redis://127.0.0.1:6379".into(),
+            api_url: "http://127.0.0.2:8080".into(),
+            media_addr: "127.0.0.2:3478".into(),
+            ..ClusterConfig::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_off_and_a_filled_config_is_valid() {
+        assert!(!ClusterConfig::default().enabled());
+        assert!(ok().validate().is_ok());
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let field = |c: ClusterConfig| match c.validate() {
+            Err(ClusterError::Config { field, .. }) => field,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(field(ClusterConfig { node_id: "a:b".into(), ..ok() }), "node_id");
+        assert_eq!(field(ClusterConfig { api_url: String::new(), ..ok() }), "api_url");
+        assert_eq!(field(ClusterConfig { node_ttl_seconds: 1.5, ..ok() }), "node_ttl_seconds");
+        assert_eq!(field(ClusterConfig { lease_ttl_seconds: f64::NAN, ..ok() }), "lease_ttl_seconds");
+        assert_eq!(field(ClusterConfig { capacity: 0, ..ok() }), "capacity");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = serde_json::from_str::<ClusterConfig>(r#"{"redis_url":"redis://x","colour":"red"}"#);
+        assert!(err.is_err());
+        let c: ClusterConfig = serde_json::from_str(r#"{"redis_url":"redis://x","capacity":7}"#).expect("valid json");
+        assert_eq!((c.capacity, c.node_ttl_seconds), (7, 5.0));
+    }
+}

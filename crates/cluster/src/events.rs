@@ -1,0 +1,253 @@
+//! Room events across nodes: the owner of a room publishes each event on
+//! `events:<room>` (Redis pub/sub); a node whose clients watch a room held
+//! elsewhere subscribes and hands the events to them.
+//!
+//! ```text
+//! owner: Cluster::publish_event(room, json) ─► bounded queue ─► task: PUBLISH events:<room>
+//! other: Cluster::watch(room) ─► SUBSCRIBE (one RESP3 connection per node)
+//!        push ─► bounded queue ─► task ─► broadcast::Sender per room ─► watchers
+//! ```
+//!
+//! Best effort, like the local event channel: events published while Redis
+//! is unreachable, or beyond the bounded queues, are dropped and counted.
+//! After a disconnection every watched room is subscribed again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, SendError};
+use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
+use tokio::sync::{broadcast, mpsc};
+use tracing::{debug, info, warn};
+
+use crate::error::ClusterError;
+
+/// Events waiting to be published before new ones are dropped.
+pub const EVENT_QUEUE_CAPACITY: usize = 4096;
+/// Events a slow watcher may lag behind before it loses the oldest.
+pub const WATCH_CAPACITY: usize = 256;
+/// Events published in one pipeline.
+const PUBLISH_BATCH: usize = 64;
+
+/// An event of a room held on another node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomEvent {
+    /// The room.
+    pub room: String,
+    /// The node that published it (the room's owner).
+    pub origin: String,
+    /// The event as the owner serialized it (the server's JSON).
+    pub event: String,
+}
+
+#[derive(Default)]
+pub(crate) struct EventCounters {
+    pub published: AtomicU64,
+    pub publish_dropped: AtomicU64,
+    pub delivered: AtomicU64,
+    pub receive_dropped: AtomicU64,
+}
+
+pub(crate) struct Relay {
+    channel_prefix: String,
+    node_id: String,
+    con: ConnectionManager,
+    op_timeout: Duration,
+    out_tx: mpsc::Sender<(String, String)>,
+    watchers: Mutex<HashMap<String, broadcast::Sender<RoomEvent>>>,
+    resubscribe: Arc<AtomicBool>,
+    pub counters: Arc<EventCounters>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The two queues the relay's tasks drain.
+pub(crate) struct RelayQueues {
+    pub outgoing: mpsc::Receiver<(String, String)>,
+    pub pushes: mpsc::Receiver<PushInfo>,
+}
+
+impl Relay {
+    /// A relay on its own RESP3 connection to `redis_url` (made lazily).
+    pub fn new(
+        redis_url: &str,
+        key_prefix: &str,
+        node_id: &str,
+        op_timeout: Duration,
+    ) -> Result<(Self, RelayQueues), ClusterError> {
+        let info = redis_url
+            .into_connection_info()
+            .map_err(|e| ClusterError::Config { field: "redis_url", reason: e.to_string() })?;
+        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(settings))
+            .map_err(|e| ClusterError::Config { field: "redis_url", reason: e.to_string() })?;
+        let counters = Arc::new(EventCounters::default());
+        let resubscribe = Arc::new(AtomicBool::new(false));
+        let (push_tx, pushes) = mpsc::channel(EVENT_QUEUE_CAPACITY);
+        let (c, flag) = (counters.clone(), resubscribe.clone());
+        let sender = move |push: PushInfo| {
+            if push.kind == PushKind::Disconnection {
+                flag.store(true, Relaxed);
+            }
+            push_tx.try_send(push).map_err(|_| {
+                c.receive_dropped.fetch_add(1, Relaxed);
+                SendError
+            })
+        };
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op_timeout))
+            .set_response_timeout(Some(op_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500))
+            .set_push_sender(sender);
+        let con = ConnectionManager::new_lazy_with_config(client, config).map_err(ClusterError::from_redis)?;
+        let (out_tx, outgoing) = mpsc::channel(EVENT_QUEUE_CAPACITY);
+        let relay = Self {
+            channel_prefix: format!("{key_prefix}events:"),
+            node_id: node_id.to_owned(),
+            con,
+            op_timeout,
+            out_tx,
+            watchers: Mutex::new(HashMap::new()),
+            resubscribe,
+            counters,
+        };
+        Ok((relay, RelayQueues { outgoing, pushes }))
+    }
+
+    fn channel(&self, room: &str) -> String {
+        format!("{}{room}", self.channel_prefix)
+    }
+
+    /// Queues an event (never blocks; a full queue drops and counts it).
+    pub fn publish(&self, room: &str, event: String) {
+        if self.out_tx.try_send((room.to_owned(), event)).is_err() {
+            self.counters.publish_dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The events of `room` published by other nodes, from now on.
+    pub async fn watch(&self, room: &str) -> Result<broadcast::Receiver<RoomEvent>, ClusterError> {
+        if let Some(tx) = lock(&self.watchers).get(room) {
+            return Ok(tx.subscribe());
+        }
+        let mut con = self.con.clone();
+        let channel = self.channel(room);
+        match tokio::time::timeout(self.op_timeout, con.subscribe(&channel)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(ClusterError::from_redis(e)),
+            Err(_) => return Err(ClusterError::Unavailable(format!("SUBSCRIBE took over {:?}", self.op_timeout))),
+        }
+        let mut watchers = lock(&self.watchers);
+        let tx = watchers.entry(room.to_owned()).or_insert_with(|| broadcast::channel(WATCH_CAPACITY).0);
+        Ok(tx.subscribe())
+    }
+
+    /// Rooms watched now.
+    pub fn watched(&self) -> usize {
+        lock(&self.watchers).len()
+    }
+
+    /// Unsubscribes rooms nobody watches any more; after a disconnection,
+    /// subscribes every watched room again. Called by the heartbeat task.
+    pub async fn maintain(&self) {
+        let (idle, all): (Vec<String>, Vec<String>) = {
+            let mut watchers = lock(&self.watchers);
+            let idle: Vec<String> =
+                watchers.iter().filter(|(_, tx)| tx.receiver_count() == 0).map(|(r, _)| r.clone()).collect();
+            for room in &idle {
+                watchers.remove(room);
+            }
+            (idle, watchers.keys().cloned().collect())
+        };
+        let mut con = self.con.clone();
+        if !idle.is_empty() {
+            let channels: Vec<String> = idle.iter().map(|r| self.channel(r)).collect();
+            let _ = tokio::time::timeout(self.op_timeout, con.unsubscribe(&channels)).await;
+        }
+        if self.resubscribe.swap(false, Relaxed) && !all.is_empty() {
+            let channels: Vec<String> = all.iter().map(|r| self.channel(r)).collect();
+            match tokio::time::timeout(self.op_timeout, con.subscribe(&channels)).await {
+                Ok(Ok(())) => info!(rooms = all.len(), "room event subscriptions restored"),
+                _ => {
+                    debug!("room event subscriptions not restored yet; retrying");
+                    self.resubscribe.store(true, Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Task: drains the outgoing queue into PUBLISH pipelines.
+    pub async fn run_publisher(self: Arc<Self>, mut outgoing: mpsc::Receiver<(String, String)>) {
+        let mut batch = Vec::with_capacity(PUBLISH_BATCH);
+        let mut failing = false;
+        while outgoing.recv_many(&mut batch, PUBLISH_BATCH).await > 0 {
+            let mut pipe = redis::pipe();
+            for (room, event) in &batch {
+                pipe.cmd("PUBLISH").arg(self.channel(room)).arg(format!("{}\n{event}", self.node_id)).ignore();
+            }
+            let mut con = self.con.clone();
+            let n = batch.len() as u64;
+            batch.clear();
+            match tokio::time::timeout(self.op_timeout, pipe.exec_async(&mut con)).await {
+                Ok(Ok(())) => {
+                    self.counters.published.fetch_add(n, Relaxed);
+                    failing = false;
+                }
+                other => {
+                    self.counters.publish_dropped.fetch_add(n, Relaxed);
+                    if !failing {
+                        let why = match other {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => "timed out".to_owned(),
+                        };
+                        warn!(error = %why, "room events not published (dropped while Redis is away)");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    }
+
+    /// Task: hands pushed messages to the rooms' watchers.
+    pub async fn run_dispatcher(self: Arc<Self>, mut pushes: mpsc::Receiver<PushInfo>) {
+        while let Some(push) = pushes.recv().await {
+            if push.kind != PushKind::Message {
+                continue;
+            }
+            let Some(event) = self.parse(&push.data) else {
+                debug!("unreadable room event message");
+                continue;
+            };
+            if event.origin == self.node_id {
+                // This node's own rooms reach its clients locally.
+                continue;
+            }
+            let watchers = lock(&self.watchers);
+            if let Some(tx) = watchers.get(&event.room)
+                && tx.send(event).is_ok()
+            {
+                self.counters.delivered.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn parse(&self, data: &[Value]) -> Option<RoomEvent> {
+        let [channel, payload] = data else { return None };
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        let channel = text(channel)?;
+        let room = channel.strip_prefix(&self.channel_prefix)?.to_owned();
+        let payload = text(payload)?;
+        let (origin, event) = payload.split_once('\n')?;
+        Some(RoomEvent { room, origin: origin.to_owned(), event: event.to_owned() })
+    }
+}
