@@ -16,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 clients=$1 rounds=$2 name_a=$3 cmd_a=$4 name_b=$5 cmd_b=$6
 shift 6
+load_args=("$@")
 load=target/release/tutti
 http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
 media=127.0.0.1:${TUTTI_BENCH_MEDIA_PORT:-24000}
@@ -37,17 +38,17 @@ one_run() { # NAME 'CMD…'
     # The server process itself, not a wrapper shell.
     local pid
     pid=$(pgrep -P "$server" -x tutti || echo "$server")
-    "$load" load --url "http://$http" -n "$clients" --cint 10 --server-pid "$pid" --details 0 "$@" >"$log-load-$name.log" 2>&1 || true
+    "$load" load --url "http://$http" -n "$clients" --cint 10 --server-pid "$pid" --details 0 "${load_args[@]}" >"$log-load-$name.log" 2>&1 || true
     kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
     echo "== $name"
     # The final summary: the last block the load tester printed.
     awk '/^\[/{block=""} {block=block $0 "\n"} END {printf "%s", block}' "$log-load-$name.log" |
-        grep -E 'clients|MOS|loss|server CPU|INVALID|warning' | sed 's/^/   /'
+        grep -E '^ *\[|MOS|loss %|server CPU|INVALID|warning' | sed 's/^/   /' || true
 }
 
 echo "$clients clients; $rounds rounds of $name_a / $name_b"
 for r in $(seq "$rounds"); do
-    if [ $((r % 2)) = 1 ]; then one_run "$name_a" "$cmd_a" "$@"; one_run "$name_b" "$cmd_b" "$@"
-    else one_run "$name_b" "$cmd_b" "$@"; one_run "$name_a" "$cmd_a" "$@"; fi
+    if [ $((r % 2)) = 1 ]; then one_run "$name_a" "$cmd_a"; one_run "$name_b" "$cmd_b"
+    else one_run "$name_b" "$cmd_b"; one_run "$name_a" "$cmd_a"; fi
 done
