@@ -58,13 +58,14 @@ mod tests {
 
     #[test]
     fn a_thread_is_reniced_alone_or_refused_with_permission_denied() {
-        let (before, after, result, other) = std::thread::spawn(|| {
+        let outer = nice_now();
+        let (before, after, result, child) = std::thread::spawn(|| {
             let before = nice_now();
             let result = renice_current_thread(-3);
             let after = nice_now();
-            // Another thread of the process is not affected (Linux nice is per thread).
-            let other = std::thread::spawn(nice_now).join().expect("thread");
-            (before, after, result, other)
+            // A thread it starts inherits its value (so media threads set theirs absolutely).
+            let child = std::thread::spawn(nice_now).join().expect("thread");
+            (before, after, result, child)
         })
         .join()
         .expect("thread");
@@ -75,7 +76,8 @@ mod tests {
                 assert_eq!(after, before, "unchanged when refused");
             }
         }
-        assert_eq!(other, before, "a new thread starts from the process's value, not the reniced one");
+        assert_eq!(child, after, "a new thread starts from its creator's value");
+        assert_eq!(nice_now(), outer, "other threads of the process are not affected (Linux nice is per thread)");
         let lowered = std::thread::spawn(|| {
             let before = nice_now();
             renice_current_thread(4).expect("lowering needs no privilege");
