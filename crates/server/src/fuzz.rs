@@ -128,10 +128,11 @@ impl Api {
     /// One WebSocket text message from a client holding `token`'s grant in
     /// `room` (which must exist); returns the reply, if any.
     pub fn ws_message(&self, room: &str, token: Token<'_>, me: &mut Option<u64>, text: &str) -> Option<String> {
+        let mut kinds = crate::room::EventKinds::ALL;
         let state = self.api.rooms.get(room).ok()?;
         let grant = self.auth.verify(&self.token(token)?, unix_now()).ok()?;
         let caller = Caller { grant, client: SocketAddr::from(([127, 0, 0, 1], 50_001)) };
-        let reply = handle(&self.api, &state, &caller, me, text)?;
+        let reply = handle(&self.api, &state, &caller, me, &mut kinds, text)?;
         match reply {
             axum::extract::ws::Message::Text(t) => Some(t.as_str().to_owned()),
             _ => None,

@@ -37,6 +37,14 @@ fn room_events_reach_websocket_subscribers() {
     create_room(api, "ws");
     assert_eq!(http(api, "GET", "/v1/rooms/nowhere/ws", None, b"").code(), "room_not_found");
     assert_eq!(http(api, "GET", "/v1/rooms/ws/ws", None, b"").code(), "websocket_required");
+    assert_eq!(http(api, "GET", "/v1/rooms/ws/ws?events=joined,dance", None, b"").code(), "bad_events");
+    // A socket that wants mutes only, and one that narrows itself to leaves later.
+    let mut mutes_only = Ws::connect_to(api, "/v1/rooms/ws/ws?events=muted");
+    let mut narrowed = Ws::connect(api, "ws");
+    narrowed.wait_for(WAIT, |v| v["type"] == "room");
+    narrowed.send(json!({ "type": "subscribe", "events": ["left", "nope"] }));
+    assert_eq!(narrowed.wait_for(WAIT, |v| v["type"] == "error")["code"], "bad_events");
+    narrowed.send(json!({ "type": "subscribe", "events": ["left"] }));
 
     let mut observer = Ws::connect(api, "ws");
     let first = observer.wait_for(WAIT, |v| v["type"] == "room");
@@ -90,6 +98,22 @@ fn room_events_reach_websocket_subscribers() {
     // Closing her socket is leaving.
     drop(alice_ws);
     wait_event(&mut observer, &mut both, |v| v == &json!({ "type": "left", "id": alice_id, "reason": "left" }));
+    // The filtered sockets saw only their kinds, the batches cut to them.
+    let seen = |ws: &mut Ws| {
+        let mut kinds = Vec::new();
+        while let Some(v) = ws.try_next() {
+            if v.is_null() {
+                break;
+            }
+            kinds.push(v["type"].as_str().unwrap_or("").to_owned());
+        }
+        kinds
+    };
+    let mutes = seen(&mut mutes_only);
+    assert_eq!(mutes.first().map(String::as_str), Some("room"), "{mutes:?}");
+    assert!(mutes[1..].iter().all(|k| k == "muted") && mutes.len() >= 2, "{mutes:?}");
+    let lefts = seen(&mut narrowed);
+    assert!(lefts.iter().all(|k| k == "left") && !lefts.is_empty(), "{lefts:?}");
     assert!(run_until(&mut both, Instant::now() + WAIT, |cs| cs[0].closed), "alice's peer is closed");
     assert_eq!(room(api, "ws")["participants"].as_array().map(Vec::len), Some(1));
 

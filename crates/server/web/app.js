@@ -397,6 +397,14 @@
 
   function onMessage(mine, msg) {
     if (!msg || call !== mine) return;
+    if (msg.type === 'events') {
+      // One tick's room events, in order.
+      for (const e of Array.isArray(msg.events) ? msg.events : []) {
+        onMessage(mine, e);
+        if (call !== mine) return;
+      }
+      return;
+    }
     switch (msg.type) {
       case 'room':
         applySnapshot(msg);

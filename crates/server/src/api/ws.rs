@@ -1,14 +1,21 @@
 //! The WebSocket `GET /v1/rooms/{room}/ws`: room events pushed as they
 //! happen, and joining with an offer message.
 //!
-//! Server → client (JSON text, field `type`): `room` (a snapshot, first),
-//! `answer` `{id, sdp}`, `error` `{code, message}`, `joined` `{id, name}`,
-//! `left` `{id, reason}`, `talking` `{id, talking}`, `muted` `{id, muted}`,
-//! `room_closed`, `shutdown` `{message}`.
+//! Server → client (JSON text, field `type`): `room` (a snapshot, first,
+//! and again after the socket fell behind), `answer` `{id, sdp}`, `error`
+//! `{code, message}`, and `events` `{events: […]}`: the room's events of one
+//! 20 ms tick, in order, each one of `joined` `{id, name}`, `left` `{id,
+//! reason}`, `talking` `{id, talking}`, `muted` `{id, muted}`,
+//! `room_closed`, `shutdown` `{message}`. At most one `events` message per
+//! tick reaches a socket, however many people join at once, and it is
+//! serialized once for every socket that takes every kind.
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
-//! participant), `leave`.
+//! participant), `leave`, `subscribe` `{events: ["joined", "left",
+//! "talking", "muted"]}` (the kinds it wants from now on; also
+//! `?events=joined,left` at the upgrade; default: all; `room_closed` and
+//! `shutdown` always come).
 //!
 //! The access token comes as `?token=` (browsers cannot set headers on a
 //! WebSocket) or as `Authorization: Bearer`; it is checked once, at the
@@ -25,7 +32,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -37,7 +44,7 @@ use super::http::ConnectionSlot;
 use super::limit::Bucket;
 use super::{ApiState, authenticate, join_room, may_join, may_see};
 use crate::auth::Grant;
-use crate::room::{LeaveReason, Room, RoomEvent};
+use crate::room::{EventKinds, LeaveReason, Room, RoomEvent};
 
 /// Close code: a message over the size limit (RFC 6455 §7.4.1).
 const CLOSE_TOO_BIG: u16 = 1009;
@@ -49,7 +56,16 @@ const CLOSE_IDLE: u16 = 4408;
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct WsParams {
     token: Option<String>,
+    /// The event kinds wanted, comma-separated (default: all).
+    events: Option<String>,
 }
+
+/// The read buffer of a socket: clients send small JSON messages (an SDP
+/// offer is the largest), so a small buffer that grows when needed keeps a
+/// room of thousands of sockets small.
+const READ_BUFFER_BYTES: usize = 4096;
+/// Most bytes queued for a client that does not read before its socket fails.
+const MAX_WRITE_BUFFER_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -63,6 +79,9 @@ pub(crate) enum ClientMessage {
         muted: bool,
     },
     Leave,
+    Subscribe {
+        events: Vec<String>,
+    },
 }
 
 /// Who is on the other end of a socket, and what they may do.
@@ -81,6 +100,10 @@ pub(crate) async fn upgrade(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let params = params.map(|Query(p)| p).unwrap_or_default();
+    let kinds = match params.events.as_deref().map(EventKinds::parse).transpose() {
+        Ok(kinds) => kinds.unwrap_or(EventKinds::ALL),
+        Err(message) => return ApiError::bad_request("bad_events", message).into_response(),
+    };
     let grant = match authenticate(&api, &headers, params.token.as_deref()).and_then(|g| {
         may_see(&g, &room)?;
         Ok(g)
@@ -102,8 +125,14 @@ pub(crate) async fn upgrade(
     let max = api.cfg.limits.ws_max_message_bytes;
     // The socket keeps its connection slot for as long as it is open.
     let slot = slot.map(|axum::Extension(s)| s);
-    ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| async move {
-        session(api, state, socket, Caller { grant, client }).await;
+    let ws = ws
+        .max_message_size(max)
+        .max_frame_size(max)
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(0)
+        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES);
+    ws.on_upgrade(move |socket| async move {
+        session(api, state, socket, Caller { grant, client }, kinds).await;
         drop(slot);
     })
 }
@@ -149,7 +178,7 @@ async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static st
     .await;
 }
 
-async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, caller: Caller) {
+async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, caller: Caller, kinds: EventKinds) {
     api.ws_sessions.fetch_add(1, Ordering::Relaxed);
     let limits = &api.cfg.limits;
     let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
@@ -159,6 +188,7 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
     let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
     let mut events = room.subscribe();
     let mut me: Option<u64> = None;
+    let mut kinds = kinds;
     let mut ok = socket.send(snapshot(&room)).await.is_ok();
     while ok {
         tokio::select! {
@@ -176,7 +206,7 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                     break;
                 }
                 let reply = match msg {
-                    Some(Ok(Message::Text(t))) => handle(&api, &room, &caller, &mut me, t.as_str()),
+                    Some(Ok(Message::Text(t))) => handle(&api, &room, &caller, &mut me, &mut kinds, t.as_str()),
                     Some(Ok(Message::Binary(_))) => {
                         Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, "bad_message", "send JSON text messages")))
                     }
@@ -205,16 +235,22 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                 }
                 ok = socket.send(Message::Ping(Default::default())).await.is_ok();
             }
-            event = events.recv() => match event {
-                Ok(event) => {
-                    let last = matches!(event, RoomEvent::Shutdown { .. } | RoomEvent::RoomClosed);
-                    let gone = matches!(&event, RoomEvent::Left { id, .. } if Some(*id) == me);
-                    ok = socket.send(text(&event)).await.is_ok();
-                    if gone {
+            batch = events.recv() => match batch {
+                Ok(batch) => {
+                    let last = batch.events.iter().find_map(|e| match e {
+                        RoomEvent::Shutdown { .. } => Some("server shutting down"),
+                        RoomEvent::RoomClosed => Some("room closed"),
+                        _ => None,
+                    });
+                    if batch.events.iter().any(|e| matches!(e, RoomEvent::Left { id, .. } if Some(*id) == me)) {
                         me = None;
                     }
-                    if last {
-                        let reason = if matches!(event, RoomEvent::Shutdown { .. }) { "server shutting down" } else { "room closed" };
+                    if let Some(json) = batch.for_kinds(kinds)
+                        && let Ok(json) = Utf8Bytes::try_from(json)
+                    {
+                        ok = socket.send(Message::Text(json)).await.is_ok();
+                    }
+                    if let Some(reason) = last {
                         close_gracefully(&mut socket, 1001, reason).await;
                         break;
                     }
@@ -239,6 +275,7 @@ pub(crate) fn handle(
     room: &Arc<Room>,
     caller: &Caller,
     me: &mut Option<u64>,
+    kinds: &mut EventKinds,
     text_msg: &str,
 ) -> Option<Message> {
     let bad = |code, message: String| Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, code, message)));
@@ -264,6 +301,13 @@ pub(crate) fn handle(
         ClientMessage::Mute { muted } => match *me {
             Some(id) => api.rooms.set_muted(room, id, muted).err().map(|e| error(&e.into())),
             None => bad("not_joined", "join first".into()),
+        },
+        ClientMessage::Subscribe { events } => match EventKinds::from_names(&events) {
+            Ok(k) => {
+                *kinds = k;
+                None
+            }
+            Err(message) => bad("bad_events", message),
         },
         ClientMessage::Leave => match me.take() {
             Some(id) => {

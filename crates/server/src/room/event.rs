@@ -1,5 +1,9 @@
-//! What a room tells its WebSocket subscribers.
+//! What a room tells its WebSocket subscribers, and how: a room's events
+//! are gathered and sent once per 20 ms tick as one batch, serialized once
+//! for all subscribers, so a room of N sockets where N people join costs
+//! N·ticks messages, not N².
 
+use bytes::Bytes;
 use serde::Serialize;
 
 /// A room event, pushed to the room's WebSocket subscribers as JSON
@@ -19,4 +23,76 @@ pub(crate) enum RoomEvent {
     RoomClosed,
     /// The server is shutting down: every peer is about to be closed.
     Shutdown { message: String },
+}
+
+/// The kinds of event a subscriber may choose (the others are always sent:
+/// `room_closed` and `shutdown` end the socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EventKinds(u8);
+
+impl EventKinds {
+    /// Every kind.
+    pub(crate) const ALL: Self = Self(0b1111);
+    const NAMES: [&'static str; 4] = ["joined", "left", "talking", "muted"];
+
+    /// Parses a comma-separated list of kinds (`joined,left,talking,muted`);
+    /// an unknown one is named in the error.
+    pub(crate) fn parse(list: &str) -> Result<Self, String> {
+        let mut bits = 0;
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let i = Self::NAMES
+                .iter()
+                .position(|k| *k == name)
+                .ok_or_else(|| format!("unknown event kind '{name}'; the kinds are {}", Self::NAMES.join(", ")))?;
+            bits |= 1 << i;
+        }
+        Ok(Self(bits))
+    }
+
+    /// From a list of names, as the `subscribe` message carries them.
+    pub(crate) fn from_names(names: &[String]) -> Result<Self, String> {
+        Self::parse(&names.join(","))
+    }
+
+    /// Whether a subscriber of these kinds is sent `event`.
+    pub(crate) fn wants(self, event: &RoomEvent) -> bool {
+        let bit = match event {
+            RoomEvent::Joined { .. } => 0,
+            RoomEvent::Left { .. } => 1,
+            RoomEvent::Talking { .. } => 2,
+            RoomEvent::Muted { .. } => 3,
+            RoomEvent::RoomClosed | RoomEvent::Shutdown { .. } => return true,
+        };
+        self.0 & (1 << bit) != 0
+    }
+}
+
+/// One tick's events of a room, as every subscriber of every kind gets them.
+#[derive(Debug)]
+pub(crate) struct EventBatch {
+    pub(crate) events: Vec<RoomEvent>,
+    /// `{"type":"events","events":[…]}`, serialized once.
+    pub(crate) json: Bytes,
+}
+
+impl EventBatch {
+    pub(crate) fn new(events: Vec<RoomEvent>) -> Self {
+        let json = Self::render(&events.iter().collect::<Vec<_>>());
+        Self { events, json }
+    }
+
+    /// The message for a subscriber of `kinds`: the shared one, or its own
+    /// subset (`None` when nothing in the batch is for it).
+    pub(crate) fn for_kinds(&self, kinds: EventKinds) -> Option<Bytes> {
+        if kinds == EventKinds::ALL {
+            return Some(self.json.clone());
+        }
+        let mine: Vec<&RoomEvent> = self.events.iter().filter(|e| kinds.wants(e)).collect();
+        (!mine.is_empty()).then(|| Self::render(&mine))
+    }
+
+    fn render(events: &[&RoomEvent]) -> Bytes {
+        // Serializing these plain structs cannot fail.
+        Bytes::from(serde_json::to_vec(&serde_json::json!({ "type": "events", "events": events })).unwrap_or_default())
+    }
 }

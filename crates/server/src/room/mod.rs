@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub(crate) use error::RoomError;
-pub(crate) use event::RoomEvent;
+pub(crate) use event::{EventKinds, RoomEvent};
 pub(crate) use member::{LeaveReason, Member};
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inbox, Room, RoomKey, RoomMix};

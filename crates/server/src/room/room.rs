@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use tutti_mix::{ActiveSpeaker, MixPool, Packet, ParticipantId, TalkEvent, TickReport};
 use tutti_rtc::Contributor;
 
-use super::event::RoomEvent;
+use super::event::{EventBatch, RoomEvent};
 use super::member::Member;
 use crate::sync::lock;
 
@@ -20,7 +20,8 @@ use crate::sync::lock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct RoomKey(pub(crate) u64);
 
-/// Events queued per subscriber before it lags (and gets a fresh snapshot).
+/// Event batches (one per tick at most) queued per subscriber before it lags
+/// (and gets a fresh snapshot): 20 s of ticks.
 const EVENT_QUEUE: usize = 1024;
 
 /// Received packets on their way to a room's mixer.
@@ -41,7 +42,9 @@ pub(crate) struct Room {
     /// Packets received since the last tick.
     inbox: Mutex<Inbox>,
     pub(crate) members: Mutex<BTreeMap<u64, Member>>,
-    events: broadcast::Sender<RoomEvent>,
+    /// Events since the last batch went out.
+    outbox: Mutex<Vec<RoomEvent>>,
+    events: broadcast::Sender<Arc<EventBatch>>,
     /// The speakers of the last tick.
     speakers: Mutex<Arc<[ActiveSpeaker]>>,
     closed: AtomicBool,
@@ -84,6 +87,7 @@ impl Room {
             mixing: Mutex::new(Mixing { mixer, sources: HashMap::new() }),
             inbox: Mutex::new(Vec::new()),
             members: Mutex::new(BTreeMap::new()),
+            outbox: Mutex::new(Vec::new()),
             events: broadcast::channel(EVENT_QUEUE).0,
             speakers: Mutex::new(Arc::from([])),
             closed: AtomicBool::new(false),
@@ -92,13 +96,27 @@ impl Room {
         }
     }
 
-    /// Tells the room's subscribers (none listening is fine).
+    /// Tells the room's subscribers with the next batch (at the end of the
+    /// next tick); the last words, `room_closed` and `shutdown`, go at once.
     pub(crate) fn publish(&self, event: RoomEvent) {
-        let _ = self.events.send(event);
+        let last = matches!(event, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. });
+        lock(&self.outbox).push(event);
+        if last {
+            self.flush_events();
+        }
     }
 
-    /// A new subscriber to the room's events.
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<RoomEvent> {
+    /// Sends what was published since the last batch, as one batch (none
+    /// listening is fine).
+    pub(crate) fn flush_events(&self) {
+        let events = std::mem::take(&mut *lock(&self.outbox));
+        if !events.is_empty() && self.events.receiver_count() > 0 {
+            let _ = self.events.send(Arc::new(EventBatch::new(events)));
+        }
+    }
+
+    /// A new subscriber to the room's event batches.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<EventBatch>> {
         self.events.subscribe()
     }
 
@@ -161,9 +179,16 @@ impl Room {
     }
 
     /// Runs one tick: the inbox into the jitter buffers, the mix on `pool`,
-    /// then what each participant is sent; talking changes go to the members
-    /// and the subscribers. `None` for a room with nobody in it.
+    /// then what each participant is sent; talking changes go to the members;
+    /// the tick's events go to the subscribers as one batch. `None` for a
+    /// room with nobody in it.
     pub(crate) fn tick(&self, pool: &MixPool, tick: u64) -> Option<(RoomMix, TickReport)> {
+        let out = self.mix(pool, tick);
+        self.flush_events();
+        out
+    }
+
+    fn mix(&self, pool: &MixPool, tick: u64) -> Option<(RoomMix, TickReport)> {
         let packets = std::mem::take(&mut *lock(&self.inbox));
         let mut m = lock(&self.mixing);
         if m.mixer.is_empty() {

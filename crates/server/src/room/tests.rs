@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast::error::TryRecvError;
 
+use super::event::EventBatch;
 use super::*;
 
 fn rooms() -> Rooms {
@@ -29,11 +30,13 @@ fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str, listen_only: bool) -> (Joi
     )
 }
 
-fn events(rx: &mut tokio::sync::broadcast::Receiver<RoomEvent>) -> Vec<RoomEvent> {
+/// What subscribers get once the room's next batch goes out.
+fn events(room: &Room, rx: &mut tokio::sync::broadcast::Receiver<Arc<EventBatch>>) -> Vec<RoomEvent> {
+    room.flush_events();
     let mut out = Vec::new();
     loop {
         match rx.try_recv() {
-            Ok(e) => out.push(e),
+            Ok(batch) => out.extend(batch.events.iter().cloned()),
             Err(TryRecvError::Empty | TryRecvError::Closed) => return out,
             Err(TryRecvError::Lagged(_)) => {}
         }
@@ -61,6 +64,7 @@ fn rooms_are_created_found_refused_and_deleted() {
 fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
     let (rooms, acc) = (rooms(), acceptor());
     let room = rooms.create("r", None, None).expect("room");
+    room.flush_events();
     let mut rx = room.subscribe();
     let (j, ufrag) = joiner(&acc, "alice\u{7}", false);
     let id = rooms.join(&room, j, Instant::now()).expect("joined");
@@ -68,7 +72,7 @@ fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
     assert_eq!(rooms.registry_sizes(), (1, 1, 0), "registered, waiting for its first check");
     let m = room.member_list();
     assert_eq!((m[0].id, m[0].name.as_str(), m[0].identity.as_str()), (id, "alice", "id-alice"), "name cleaned");
-    assert_eq!(events(&mut rx), vec![RoomEvent::Joined { id, name: "alice".into() }]);
+    assert_eq!(events(&room, &mut rx), vec![RoomEvent::Joined { id, name: "alice".into() }]);
 
     let from: SocketAddr = "127.0.0.1:50000".parse().expect("addr");
     assert!(matches!(rooms.claim("no-such-ufrag", 0, from), Claim::Unknown));
@@ -96,7 +100,7 @@ fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
     assert_eq!(rooms.forwarded_to(other), None);
     assert_eq!(rooms.participants(), 0);
     assert_eq!(rooms.leave(&room, id, LeaveReason::Left), Err(RoomError::NoParticipant(id)));
-    assert_eq!(events(&mut rx), vec![RoomEvent::Left { id, reason: "left" }]);
+    assert_eq!(events(&room, &mut rx), vec![RoomEvent::Left { id, reason: "left" }]);
 }
 
 #[test]
@@ -117,12 +121,13 @@ fn mute_is_told_only_when_it_changes_and_listen_only_stays_muted() {
     let speaker = rooms.join(&room, j, Instant::now()).expect("joined");
     let (j, _) = joiner(&acc, "l", true);
     let listener = rooms.join(&room, j, Instant::now()).expect("joined");
+    room.flush_events();
     let mut rx = room.subscribe();
     rooms.set_muted(&room, speaker, true).expect("muted");
     rooms.set_muted(&room, speaker, true).expect("still muted");
     rooms.set_muted(&room, speaker, false).expect("unmuted");
     assert_eq!(
-        events(&mut rx),
+        events(&room, &mut rx),
         vec![RoomEvent::Muted { id: speaker, muted: true }, RoomEvent::Muted { id: speaker, muted: false }]
     );
     assert_eq!(rooms.set_muted(&room, listener, false), Err(RoomError::ListenOnly(listener)));
@@ -151,11 +156,12 @@ fn full_rooms_full_servers_deleted_rooms_and_shutdown_refuse_joins() {
     assert!(effects.is_empty(), "none was adopted");
     assert_eq!(rooms.participants(), 1);
     assert_eq!(rooms.check_space(&big), Err(RoomError::NoRoom("big".into())), "a deleted room takes nobody");
+    small.flush_events();
     let mut rx = small.subscribe();
     rooms.shut_down("bye");
     assert_eq!(rooms.check_space(&small), Err(RoomError::ShuttingDown));
     assert!(rooms.is_closing());
-    assert_eq!(events(&mut rx), vec![RoomEvent::Shutdown { message: "bye".into() }]);
+    assert_eq!(events(&small, &mut rx), vec![RoomEvent::Shutdown { message: "bye".into() }]);
 }
 
 #[test]
@@ -175,10 +181,11 @@ fn deleting_a_room_closes_adopted_peers_where_they_are() {
     let (j, ufrag) = joiner(&acc, "a", false);
     let id = rooms.join(&room, j, Instant::now()).expect("joined");
     assert!(matches!(rooms.claim(&ufrag, 3, "127.0.0.1:1".parse().expect("addr")), Claim::Adopt { .. }));
+    room.flush_events();
     let mut rx = room.subscribe();
     let effects = rooms.delete("r").expect("deleted");
     assert_eq!(effects, vec![Effect::ClosePeer { peer: PeerId(id), io: 3 }]);
-    assert_eq!(events(&mut rx), vec![RoomEvent::Left { id, reason: "room_closed" }, RoomEvent::RoomClosed]);
+    assert_eq!(events(&room, &mut rx), vec![RoomEvent::Left { id, reason: "room_closed" }, RoomEvent::RoomClosed]);
     assert!(room.is_closed());
 }
 
@@ -188,12 +195,13 @@ fn peers_whose_ice_never_starts_expire() {
     let room = rooms.create("r", None, None).expect("room");
     let t0 = Instant::now();
     let id = rooms.join(&room, joiner(&acc, "a", false).0, t0).expect("joined");
+    room.flush_events();
     let mut rx = room.subscribe();
     rooms.expire_pending(t0 + Duration::from_secs(5), Duration::from_secs(10));
     assert_eq!(rooms.participants(), 1, "not yet");
     rooms.expire_pending(t0 + Duration::from_secs(11), Duration::from_secs(10));
     assert_eq!(rooms.participants(), 0);
-    assert_eq!(events(&mut rx), vec![RoomEvent::Left { id, reason: "timed_out" }]);
+    assert_eq!(events(&room, &mut rx), vec![RoomEvent::Left { id, reason: "timed_out" }]);
     assert_eq!(rooms.registry_sizes(), (0, 0, 0));
 }
 
@@ -226,4 +234,36 @@ fn a_tick_feeds_listeners_one_shared_payload_and_keeps_sources_for_csrcs() {
     }
     assert!(speaker_seen, "a talked loud enough to be selected");
     assert_eq!(room.speaker_ids(), vec![a]);
+}
+
+#[test]
+fn a_ticks_events_go_out_as_one_batch_serialized_once_and_filtered_by_kind() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    room.flush_events();
+    let mut rx = room.subscribe();
+    let a = rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
+    let b = rooms.join(&room, joiner(&acc, "b", false).0, Instant::now()).expect("joined");
+    rooms.set_muted(&room, a, true).expect("muted");
+    assert!(rx.try_recv().is_err(), "nothing goes out before the tick");
+    let pool = tutti_mix::MixPool::new(1).expect("pool");
+    let _ = room.tick(&pool, 0);
+    let batch = rx.try_recv().expect("one batch per tick");
+    assert!(rx.try_recv().is_err(), "and only one");
+    assert_eq!(batch.events.len(), 3);
+    let all: serde_json::Value = serde_json::from_slice(&batch.json).expect("JSON");
+    assert_eq!(all["type"], "events");
+    assert_eq!(all["events"][1], serde_json::json!({ "type": "joined", "id": b, "name": "b" }));
+    let muted_only = batch.for_kinds(EventKinds::parse("muted").expect("kinds")).expect("one for it");
+    let v: serde_json::Value = serde_json::from_slice(&muted_only).expect("JSON");
+    assert_eq!(v["events"], serde_json::json!([{ "type": "muted", "id": a, "muted": true }]));
+    assert!(batch.for_kinds(EventKinds::parse("talking").expect("kinds")).is_none(), "nothing for it");
+    assert!(EventKinds::parse("joined,dance").expect_err("unknown").contains("'dance'"));
+    // An empty tick sends nothing; the last words go at once.
+    let _ = room.tick(&pool, 1);
+    assert!(rx.try_recv().is_err());
+    rooms.delete("r").expect("deleted");
+    let last = rx.try_recv().expect("at once");
+    assert!(last.events.contains(&RoomEvent::RoomClosed));
+    assert!(EventKinds::parse("").expect("none").wants(&RoomEvent::RoomClosed), "always sent");
 }

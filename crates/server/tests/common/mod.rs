@@ -52,16 +52,22 @@ pub fn room(api: SocketAddr, id: &str) -> serde_json::Value {
     serde_json::from_str(&http(api, "GET", &format!("/v1/rooms/{id}"), None, b"").body).expect("JSON")
 }
 
-/// A blocking WebSocket client on a room's event stream.
-pub struct Ws(tungstenite::WebSocket<TcpStream>);
+/// A blocking WebSocket client on a room's event stream. The events of a
+/// tick come batched (`{"type":"events","events":[…]}`); this client hands
+/// them out one by one, as messages of their own.
+pub struct Ws(tungstenite::WebSocket<TcpStream>, std::collections::VecDeque<serde_json::Value>);
 
 impl Ws {
     pub fn connect(api: SocketAddr, room: &str) -> Self {
+        Self::connect_to(api, &format!("/v1/rooms/{room}/ws"))
+    }
+
+    /// A socket on `path` (with its query, e.g. `?events=muted`).
+    pub fn connect_to(api: SocketAddr, path: &str) -> Self {
         let stream = TcpStream::connect(api).expect("connect");
         stream.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
-        let (ws, _) =
-            tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws"), stream).expect("WebSocket handshake");
-        Self(ws)
+        let (ws, _) = tungstenite::client(format!("ws://{api}{path}"), stream).expect("WebSocket handshake");
+        Self(ws, Default::default())
     }
 
     pub fn send(&mut self, value: serde_json::Value) {
@@ -70,8 +76,18 @@ impl Ws {
 
     /// The next message, if one arrives within 20 ms. `Some(Null)` once closed.
     pub fn try_next(&mut self) -> Option<serde_json::Value> {
+        if let Some(v) = self.1.pop_front() {
+            return Some(v);
+        }
         match self.0.read() {
-            Ok(tungstenite::Message::Text(t)) => serde_json::from_str(t.as_str()).ok(),
+            Ok(tungstenite::Message::Text(t)) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).ok()?;
+                if v["type"] != "events" {
+                    return Some(v);
+                }
+                self.1.extend(v["events"].as_array().into_iter().flatten().cloned());
+                self.1.pop_front()
+            }
             Ok(tungstenite::Message::Close(_)) => Some(serde_json::Value::Null),
             Ok(_) => None,
             Err(tungstenite::Error::Io(e))
