@@ -51,6 +51,7 @@ mod http;
 mod io;
 mod limit;
 pub mod metrics;
+pub mod ops;
 mod state;
 mod web;
 mod ws;
