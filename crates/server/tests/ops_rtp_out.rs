@@ -51,7 +51,9 @@ fn free_port_pair() -> u16 {
         let s = UdpSocket::bind("127.0.0.1:0").expect("bind loopback");
         let port = s.local_addr().expect("bound").port() & !1;
         drop(s);
-        if port > 1024 && UdpSocket::bind(("127.0.0.1", port)).is_ok() && UdpSocket::bind(("127.0.0.1", port + 1)).is_ok()
+        if port > 1024
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port + 1)).is_ok()
         {
             return port;
         }
@@ -105,7 +107,9 @@ fn ffmpeg_receives_the_stream_through_the_sdp_and_hears_both_tones() {
     let (first, second) = (at(0.2, 1.3), at(1.7, 2.5));
     let (a440, a880) = (tutti_mix::goertzel(first, 440.0), tutti_mix::goertzel(first, 880.0));
     let (b440, b880) = (tutti_mix::goertzel(second, 440.0), tutti_mix::goertzel(second, 880.0));
-    eprintln!("ffmpeg wrote {secs:.2} s: 0.2-1.3 s 440 Hz {a440:.3} / 880 Hz {a880:.3}; 1.7-2.5 s 440 Hz {b440:.3} / 880 Hz {b880:.3}");
+    eprintln!(
+        "ffmpeg wrote {secs:.2} s: 0.2-1.3 s 440 Hz {a440:.3} / 880 Hz {a880:.3}; 1.7-2.5 s 440 Hz {b440:.3} / 880 Hz {b880:.3}"
+    );
     assert!(secs > 2.5, "ffmpeg wrote {secs} s");
     assert!(a440 > 0.3 && a880 < 0.05, "440 Hz first");
     assert!(b880 > 0.3 && b440 < 0.05, "880 Hz second");

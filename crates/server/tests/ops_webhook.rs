@@ -46,7 +46,11 @@ async fn receiver() -> (String, mpsc::UnboundedReceiver<(String, HeaderMap, Byte
             "/flaky",
             post(|State(st): State<Receiver>, h: HeaderMap, b: Bytes| async move {
                 record("/flaky", &st, h, b).await;
-                if st.flaky.fetch_add(1, Ordering::SeqCst) < 2 { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK }
+                if st.flaky.fetch_add(1, Ordering::SeqCst) < 2 {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    StatusCode::OK
+                }
             }),
         )
         .route(
@@ -102,10 +106,17 @@ fn events() -> Vec<WebhookEvent> {
 }
 
 async fn next(rx: &mut mpsc::UnboundedReceiver<(String, HeaderMap, Bytes)>) -> (String, HeaderMap, Bytes) {
-    tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a delivery within 5 s").expect("receiver alive")
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("a delivery within 5 s")
+        .expect("receiver alive")
 }
 
-async fn wait_for(sender: &WebhookSender, what: &str, done: impl Fn(&tutti_server::ops::webhook::WebhookStats) -> bool) {
+async fn wait_for(
+    sender: &WebhookSender,
+    what: &str,
+    done: impl Fn(&tutti_server::ops::webhook::WebhookStats) -> bool,
+) {
     let t = Instant::now();
     while !done(&sender.stats()) {
         assert!(t.elapsed() < Duration::from_secs(10), "{what}: {:?}", sender.stats());
@@ -212,8 +223,9 @@ async fn a_full_queue_drops_and_counts() {
 async fn a_refused_connection_is_retried_then_counted_as_failed() {
     // A port nobody listens on: bind, note the port, close.
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind").port();
-    let sender = WebhookSender::start(&config(vec![format!("http://127.0.0.1:{port}/")]), &tokio::runtime::Handle::current())
-        .expect("valid config");
+    let sender =
+        WebhookSender::start(&config(vec![format!("http://127.0.0.1:{port}/")]), &tokio::runtime::Handle::current())
+            .expect("valid config");
     sender.send(&WebhookEvent::RoomStarted { room: "demo".into() });
     wait_for(&sender, "given up", |s| s.failed == 1).await;
     let stats = sender.stats();

@@ -189,8 +189,7 @@ impl<W: Write> OggOpusWriter<W> {
     }
 
     fn needs_flush_before(&self, len: usize) -> bool {
-        !self.pending.is_empty()
-            && (self.pending.len() >= PAGE_PACKETS || self.pending_lacing + lacing_len(len) > 255)
+        !self.pending.is_empty() && (self.pending.len() >= PAGE_PACKETS || self.pending_lacing + lacing_len(len) > 255)
     }
 
     /// Adds one packet decoding to `samples` samples (48 kHz). A full page
@@ -299,8 +298,9 @@ mod tests {
 
     #[test]
     fn pages_split_at_fifty_packets_and_sizes_are_predicted() {
-        let mut w = OggOpusWriter::new(Vec::new(), 7, OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 }, "t", &[])
-            .expect("writing to a Vec cannot fail");
+        let mut w =
+            OggOpusWriter::new(Vec::new(), 7, OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 }, "t", &[])
+                .expect("writing to a Vec cannot fail");
         for i in 0..120usize {
             let len = 10 + i % 300;
             let predicted = w.size_if_finished_after(len);

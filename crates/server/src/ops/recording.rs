@@ -320,7 +320,9 @@ impl Job {
             StopReason::Error(e) => {
                 tracing::warn!(room = %finished.room, path = %finished.path.display(), error = %e, "recording failed")
             }
-            r => tracing::info!(room = %finished.room, path = %finished.path.display(), bytes, reason = r.code(), "recording finished"),
+            r => {
+                tracing::info!(room = %finished.room, path = %finished.path.display(), bytes, reason = r.code(), "recording finished")
+            }
         }
         if let Some(f) = on_finish {
             f(&finished);
@@ -451,8 +453,11 @@ impl<'a, W: Write> Sink<'a, W> {
 /// `<room>-<YYYYMMDD>T<HHMMSS>Z.opus`; characters other than ASCII letters,
 /// digits, `-` and `_` in the room become `_` (at most 64 kept).
 pub fn file_name(room: &str, started: SystemTime) -> String {
-    let safe: String =
-        room.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    let safe: String = room
+        .chars()
+        .take(64)
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect();
     let secs = started.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;

@@ -118,9 +118,7 @@ impl Default for WebhookConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WebhookError {
     /// An `https://` URL: not supported (see the module docs for the proxy set-up).
-    #[error(
-        "webhook URL {0}: https is not supported; point it at a local TLS-originating proxy over http:// instead"
-    )]
+    #[error("webhook URL {0}: https is not supported; point it at a local TLS-originating proxy over http:// instead")]
     Https(String),
     /// A URL that is not `http://host[:port][/path]`.
     #[error("webhook URL {url}: {why}")]
@@ -231,7 +229,8 @@ impl WebhookEvent {
             #[serde(skip_serializing_if = "Option::is_none")]
             recording: Option<&'a RecordingInfo>,
         }
-        let mut b = Body { event: self.name(), id, created_at, room: "", participant: None, reason: None, recording: None };
+        let mut b =
+            Body { event: self.name(), id, created_at, room: "", participant: None, reason: None, recording: None };
         match self {
             Self::RoomStarted { room } | Self::RoomFinished { room } => b.room = room,
             Self::ParticipantJoined { room, participant } => {
@@ -729,7 +728,8 @@ mod tests {
         assert_eq!(verify(&[4u8; 32], &token, body, 1010), Err(VerifyError::Signature));
         assert_eq!(verify(&secret, &token, body, 1000 + 300 + 61), Err(VerifyError::Expired));
         assert_eq!(verify(&secret, "a.b", body, 1010), Err(VerifyError::Malformed));
-        let none = format!("{}.{}", URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#), token.split('.').nth(1).expect("3 parts"));
+        let none =
+            format!("{}.{}", URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#), token.split('.').nth(1).expect("3 parts"));
         assert_eq!(verify(&secret, &format!("{none}."), body, 1010), Err(VerifyError::Algorithm));
     }
 

@@ -159,11 +159,13 @@ pub fn packets(pages: &[Page]) -> Vec<Vec<u8>> {
     let mut carry = false;
     for p in pages {
         for (i, s) in p.segments.iter().enumerate() {
-            if i == 0 && carry && p.flags & 1 == 1 {
-                if let Some(last) = out.last_mut() {
-                    last.extend_from_slice(s);
-                    continue;
-                }
+            if i == 0
+                && carry
+                && p.flags & 1 == 1
+                && let Some(last) = out.last_mut()
+            {
+                last.extend_from_slice(s);
+                continue;
             }
             out.push(s.clone());
         }
