@@ -21,3 +21,21 @@ pub mod ogg;
 pub mod recording;
 pub mod rtp_out;
 pub mod webhook;
+
+// Wiring (for the room and API layers; suggested, not yet done):
+//
+// [recording]  dir = "recordings", max_bytes = 536870912, max_duration_seconds = 14400, queue_frames = 500
+//              -> recording::RecordingConfig; a room's `record = true` starts one at the first join.
+//              Recorder::start on POST .../recording (409 if one runs), Recorder::stop on DELETE (404 if none);
+//              the mix clock calls Recorder::push(tick, listener_frame.clone()) after each tick;
+//              on_finish -> WebSocket `recording_finished` event + WebhookEvent::RecordingFinished + metrics.
+// [webhooks]   urls = [...], secret (default: the auth secret), queue = 1024, timeout_seconds = 5,
+//              connect_timeout_seconds = 5, attempts = 3, backoff_seconds = 1
+//              -> webhook::WebhookConfig; WebhookSender::start(&cfg, &api_runtime_handle) once;
+//              send() where rooms start/finish and participants join/leave (reason as in the `left` event).
+// [rtp_out]    per room (API or room config): dest = "192.0.2.10:5004", payload_type = 111
+//              -> rtp_out::RtpOutConfig; RtpForwarder owned by the mix clock next to the room,
+//              send(tick, listener_frame) after each tick; GET .../rtp_out.sdp serves RtpForwarder::sdp.
+// Metrics:     tutti_recording_{frames,gap_frames,dropped_frames}_total, tutti_recording_bytes_total,
+//              tutti_recordings_finished_total{reason}, tutti_webhook_{sent,failed,retried,dropped,timeouts}_total,
+//              tutti_rtp_out_{packets,bytes,failed}_total.
