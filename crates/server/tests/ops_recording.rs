@@ -226,3 +226,77 @@ fn a_full_queue_drops_and_counts_without_blocking() {
     assert_eq!(done.reason, StopReason::Stopped);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The room's real listener stream (tutti-mix `Room`, real Opus in and out):
+/// 440 Hz alone, then 660 + 880 Hz, then ticks the recorder never gets (as
+/// when the clock overran), then all three. Each phase's tones are found
+/// in the file at their times, and no other.
+#[test]
+fn a_rooms_listener_stream_records_every_talker_at_its_time() {
+    use tutti_mix::{MixPool, Packet, ParticipantId, Room, RoomConfig, level_of, tone};
+    let dir = temp_dir("rec-room");
+    let rec = Recorder::start("room", SystemTime::now(), &config(&dir), None).expect("valid config");
+    let pool = MixPool::new(1).expect("a mix pool");
+    let mut room = Room::new(RoomConfig::default()).expect("a room");
+    let freqs = [440.0f32, 660.0, 880.0];
+    let mut encoders: Vec<opus::Encoder> = freqs
+        .iter()
+        .map(|_| opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip).expect("an encoder"))
+        .collect();
+    for i in 0..3 {
+        room.add_participant(ParticipantId(i)).expect("join");
+    }
+    // Phases in ticks: [0, 75) 440 alone; [75, 150) 660 + 880; [150, 175) not recorded; [175, 250) all three.
+    let talking = |i: usize, t: u64| match t {
+        0..75 => i == 0,
+        75..150 => i > 0,
+        150..175 => false,
+        _ => true,
+    };
+    for t in 0..250u64 {
+        for (i, enc) in encoders.iter_mut().enumerate() {
+            let amp = if talking(i, t) { 0.2 } else { 0.0 };
+            let pcm = tone(freqs[i], amp, t * 960);
+            let payload = Bytes::from(enc.encode_vec_float(&pcm, 1500).expect("encode"));
+            let packet = Packet { seq: t as u16, timestamp: t as u32 * 960, payload, level: Some(level_of(&pcm)) };
+            room.push_packet(ParticipantId(i as u64), packet).expect("in the room");
+        }
+        room.tick(&pool, t);
+        if !(150..175).contains(&t) {
+            let frame = room.listener_payload().clone();
+            assert_eq!(rec.push(t, frame), PushOutcome::Queued);
+        }
+    }
+    let done = rec.stop_and_wait(Duration::from_secs(10)).expect("finished");
+    assert_eq!(done.reason, StopReason::Stopped);
+    assert_eq!(rec.stats().gap_frames, 25);
+    let data = std::fs::read(&done.path).expect("the file");
+    let pages = read_pages(&data).expect("well-formed pages");
+    assert_eq!(pages.last().map(|p| p.granule), Some(250 * 960));
+    let mut dec = opus::Decoder::new(48_000, opus::Channels::Mono).expect("a decoder");
+    let mut pcm = Vec::new();
+    for p in &packets(&pages)[2..] {
+        let mut out = [0f32; 960];
+        assert_eq!(dec.decode_float(p, &mut out, false).expect("decodes"), 960);
+        pcm.extend_from_slice(&out);
+    }
+    let pcm = &pcm[usize::from(PRE_SKIP)..];
+    // Windows well inside each phase (the room's jitter buffer delays the mix by a few frames).
+    let window = |from_tick: u64, to_tick: u64| &pcm[(from_tick * 960) as usize..(to_tick * 960) as usize];
+    for (name, w, expect) in [
+        ("440 alone", window(20, 70), [true, false, false]),
+        ("660 + 880", window(95, 145), [false, true, true]),
+        ("all three", window(195, 245), [true, true, true]),
+    ] {
+        let amps: Vec<f32> = freqs.iter().map(|&f| tutti_mix::goertzel(w, f)).collect();
+        eprintln!("{name}: {amps:.3?}");
+        for ((&f, &a), &e) in freqs.iter().zip(&amps).zip(&expect) {
+            if e {
+                assert!(a > 0.1, "{name}: {f} Hz only at {a}");
+            } else {
+                assert!(a < 0.02, "{name}: {f} Hz present at {a}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
