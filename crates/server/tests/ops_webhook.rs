@@ -239,3 +239,52 @@ fn https_urls_are_refused_at_validation() {
         .expect_err("https is not supported");
     assert!(err.to_string().contains("proxy"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_delivers_what_is_queued_then_ends() {
+    let (base, mut rx) = receiver().await;
+    let sender = WebhookSender::start(&config(vec![format!("{base}/ok")]), &tokio::runtime::Handle::current())
+        .expect("valid config");
+    for _ in 0..20 {
+        sender.send(&WebhookEvent::RoomStarted { room: "demo".into() });
+    }
+    let stats = sender.close(Duration::from_secs(5)).await;
+    assert_eq!(stats.sent, 20, "{stats:?}");
+    let mut got = 0;
+    while rx.try_recv().is_ok() {
+        got += 1;
+    }
+    assert_eq!(got, 20);
+}
+
+/// A recording's end, through the webhook: the recorder's callback (on its
+/// writer thread, outside any runtime) hands the event to the sender.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_recording_is_announced_by_webhook() {
+    use tutti_server::ops::recording::{Recorder, RecordingConfig, RecordingFinished};
+    let (base, mut rx) = receiver().await;
+    let sender = Arc::new(
+        WebhookSender::start(&config(vec![format!("{base}/ok")]), &tokio::runtime::Handle::current())
+            .expect("valid config"),
+    );
+    let dir = std::env::temp_dir().join(format!("tutti-rec-hook-{}", std::process::id()));
+    let cfg = RecordingConfig { dir: dir.clone(), ..RecordingConfig::default() };
+    let hook = Arc::clone(&sender);
+    let on_finish = Box::new(move |f: &RecordingFinished| {
+        hook.send(&WebhookEvent::RecordingFinished { room: f.room.clone(), recording: f.into() });
+    });
+    let rec = Recorder::start("demo", SystemTime::now(), &cfg, Some(on_finish)).expect("valid config");
+    for t in 0..10u64 {
+        rec.push(t, Bytes::from_static(&[0xF8, 0xFF, 0xFE]));
+    }
+    rec.stop();
+    let (_, headers, body) = next(&mut rx).await;
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).expect("signed");
+    verify(&SECRET, auth, &body, now()).expect("verifies");
+    let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(v["event"], "recording_finished");
+    assert_eq!(v["recording"]["reason"], "stopped");
+    assert!(v["recording"]["file"].as_str().is_some_and(|f| f.starts_with("demo-") && !f.contains('/')));
+    assert!(v["recording"]["bytes"].as_u64().is_some_and(|b| b > 100));
+    let _ = std::fs::remove_dir_all(&dir);
+}

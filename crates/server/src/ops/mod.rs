@@ -39,3 +39,19 @@ pub mod webhook;
 // Metrics:     tutti_recording_{frames,gap_frames,dropped_frames}_total, tutti_recording_bytes_total,
 //              tutti_recordings_finished_total{reason}, tutti_webhook_{sent,failed,retried,dropped,timeouts}_total,
 //              tutti_rtp_out_{packets,bytes,failed}_total.
+
+impl From<&recording::RecordingFinished> for webhook::RecordingInfo {
+    /// The `recording_finished` webhook's view of a finished recording (file name only, not the server's path).
+    fn from(f: &recording::RecordingFinished) -> Self {
+        Self {
+            file: f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            bytes: f.bytes,
+            duration_seconds: f.duration.as_secs_f64(),
+            reason: f.reason.code().to_owned(),
+            error: match &f.reason {
+                recording::StopReason::Error(e) => Some(e.clone()),
+                _ => None,
+            },
+        }
+    }
+}
