@@ -4,7 +4,7 @@
 //! ([`tutti_rtc`]) into a server. The folders are the layers, and imports
 //! only go down: `api` → `room`, and `api` → `media` only through its
 //! handle; `media` → `room`; `room` uses neither; `config`, `auth`,
-//! `metrics`, `priority` and `sync` are leaves; `server` wires them together.
+//! `metrics`, `ops` (recording, webhooks, RTP out), `priority` and `sync` are leaves; `server` wires them together.
 //!
 //! The packet path:
 //!
@@ -54,6 +54,7 @@ mod config;
 pub mod fuzz;
 mod media;
 pub mod metrics;
+pub mod ops;
 mod priority;
 mod room;
 mod server;

@@ -1,0 +1,188 @@
+//! Helpers the ops tests share: running a tool with a time limit, Debian's
+//! ffmpeg/opus-tools (installed with apt-get when missing and we are root),
+//! a minimal Ogg page reader with its own CRC, and temporary directories.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `cmd` to completion within `timeout`; stdout + stderr on success.
+pub fn run(cmd: &mut Command, what: &str, timeout: Duration) -> Result<String, String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{what}: could not start: {e}"))?;
+    let drain = |p: Option<std::process::ChildStdout>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut p) = p {
+                let _ = std::io::Read::read_to_string(&mut p, &mut s);
+            }
+            s
+        })
+    };
+    let out = drain(child.stdout.take());
+    let mut stderr = child.stderr.take();
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(p) = stderr.as_mut() {
+            let _ = std::io::Read::read_to_string(p, &mut s);
+        }
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{what}: still running after {timeout:?}, killed"));
+            }
+            Err(e) => return Err(format!("{what}: {e}")),
+        }
+    };
+    let text = format!("{}{}", out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    if status.success() { Ok(text) } else { Err(format!("{what} failed ({status}):\n{text}")) }
+}
+
+/// The path of `/usr/bin/<bin>`, installing Debian's `package` with apt-get if it is missing and we are root.
+pub fn ensure_tool(bin: &str, package: &str) -> PathBuf {
+    let path = Path::new("/usr/bin").join(bin);
+    if path.exists() {
+        return path;
+    }
+    let root = run(Command::new("id").arg("-u"), "id -u", Duration::from_secs(10)).is_ok_and(|u| u.trim() == "0");
+    assert!(
+        root,
+        "this test needs {bin}: install it (Debian: `sudo apt-get install -y {package}`), or run the tests as root"
+    );
+    eprintln!("{bin} is missing: installing Debian's {package} with apt-get");
+    for args in [&["update"][..], &["install", "-y", "--no-install-recommends", package][..]] {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        if let Err(e) = run(&mut cmd, "apt-get", Duration::from_secs(600)) {
+            panic!("installing {package} failed: {e}");
+        }
+    }
+    assert!(path.exists(), "apt-get installed {package}, but {} is still missing", path.display());
+    path
+}
+
+/// A fresh directory under the system's temporary directory.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("tutti-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a temporary directory");
+    dir
+}
+
+/// One Ogg page, as read back.
+#[derive(Debug)]
+pub struct Page {
+    pub flags: u8,
+    pub granule: i64,
+    pub serial: u32,
+    pub sequence: u32,
+    /// Packets (or packet pieces) on the page, split by the lacing values.
+    pub segments: Vec<Vec<u8>>,
+    /// Whether the last piece continues on the next page.
+    pub open_end: bool,
+}
+
+/// Ogg's CRC-32, bit by bit (independent of the writer's table).
+fn crc(data: &[u8]) -> u32 {
+    let mut c = 0u32;
+    for &b in data {
+        c ^= u32::from(b) << 24;
+        for _ in 0..8 {
+            c = if c & 0x8000_0000 != 0 { (c << 1) ^ 0x04C1_1DB7 } else { c << 1 };
+        }
+    }
+    c
+}
+
+/// Splits an Ogg file into pages, checking each page's capture pattern, version and CRC.
+pub fn read_pages(data: &[u8]) -> Result<Vec<Page>, String> {
+    let mut pages = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        let h = data.get(at..at + 27).ok_or("truncated page header")?;
+        if &h[..4] != b"OggS" || h[4] != 0 {
+            return Err(format!("no page at byte {at}"));
+        }
+        let n = usize::from(h[26]);
+        let lacing = data.get(at + 27..at + 27 + n).ok_or("truncated lacing")?;
+        let body_len: usize = lacing.iter().map(|&l| usize::from(l)).sum();
+        let end = at + 27 + n + body_len;
+        let page = data.get(at..end).ok_or("truncated body")?;
+        let mut zeroed = page.to_vec();
+        zeroed[22..26].fill(0);
+        let stored = u32::from_le_bytes([page[22], page[23], page[24], page[25]]);
+        if crc(&zeroed) != stored {
+            return Err(format!("bad CRC on the page at byte {at}"));
+        }
+        let mut segments = Vec::new();
+        let mut cur = Vec::new();
+        let mut off = at + 27 + n;
+        for &l in lacing {
+            cur.extend_from_slice(&data[off..off + usize::from(l)]);
+            off += usize::from(l);
+            if l < 255 {
+                segments.push(std::mem::take(&mut cur));
+            }
+        }
+        let open_end = lacing.last() == Some(&255);
+        if open_end {
+            segments.push(cur);
+        }
+        pages.push(Page {
+            flags: h[5],
+            granule: i64::from_le_bytes(h[6..14].try_into().map_err(|_| "granule")?),
+            serial: u32::from_le_bytes(h[14..18].try_into().map_err(|_| "serial")?),
+            sequence: u32::from_le_bytes(h[18..22].try_into().map_err(|_| "sequence")?),
+            segments,
+            open_end,
+        });
+        at = end;
+    }
+    Ok(pages)
+}
+
+/// The packets of a single-stream Ogg file, joining pieces across pages.
+pub fn packets(pages: &[Page]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut carry = false;
+    for p in pages {
+        for (i, s) in p.segments.iter().enumerate() {
+            if i == 0
+                && carry
+                && p.flags & 1 == 1
+                && let Some(last) = out.last_mut()
+            {
+                last.extend_from_slice(s);
+                continue;
+            }
+            out.push(s.clone());
+        }
+        carry = p.open_end;
+    }
+    out
+}
+
+/// 20 ms Opus frames of a `freq` Hz tone (peak 0.5) from one fresh encoder.
+pub fn tone_frames(freq: f32, frames: usize) -> Vec<Vec<u8>> {
+    let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip).expect("an Opus encoder");
+    (0..frames)
+        .map(|i| {
+            let pcm = tutti_mix::tone(freq, 0.5, (i * 960) as u64);
+            let mut out = [0u8; 1500];
+            let n = enc.encode_float(&pcm, &mut out).expect("encoding a 20 ms frame");
+            out[..n].to_vec()
+        })
+        .collect()
+}
