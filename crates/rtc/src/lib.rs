@@ -21,6 +21,8 @@ mod client;
 mod media;
 mod mux;
 pub mod stun;
+pub mod tcp;
+pub mod turn;
 
 pub use client::{ClientEvent, ClientPeer};
 pub use media::{
@@ -28,3 +30,7 @@ pub use media::{
     is_rtp, parse_rtcp, parse_rtp,
 };
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
+pub use tcp::{
+    ConnId, FrameReader, FrameWriter, FramingError, Received, TcpClose, TcpConnections, TcpLimits, TcpStats,
+};
+pub use turn::{IceServer, IceServerConfig, TurnCredentials, TurnError};
