@@ -35,7 +35,7 @@
 //! * **Inbound:** the agent picks the local candidate by the
 //!   `TransportContext`'s `local_addr` *and* `transport_protocol`
 //!   (`rtc-ice-0.21.1/src/agent/agent_proto.rs:50-52`,
-//!   `agent/mod.rs:1025-1052` `find_local_candidate`). So the mux must hand
+//!   `agent/mod.rs:1026-1052` `find_local_candidate`). So the mux must hand
 //!   TCP frames to `RTCPeerConnection::handle_read` with
 //!   `TransportProtocol::TCP` and `local_addr` = the advertised TCP candidate
 //!   address (the listening address), `peer_addr` = the connection's remote
@@ -51,18 +51,20 @@
 //! * **Outbound:** once a pair is selected, every DTLS/SRTP write is
 //!   stamped with the selected pair's local base address, remote address and
 //!   the local candidate's protocol (`rtc-0.21.1/src/peer_connection/handler/ice.rs:116-129`);
-//!   STUN responses likewise (`agent/mod.rs:1507-1530` `send_stun`). So
+//!   STUN responses likewise (`agent/mod.rs:1501-1530` `send_stun`). So
 //!   `poll_write()`'s `msg.transport.transport_protocol` says which socket a
 //!   packet goes to. tutti's `Transmit` drops it today (`media.rs:454-457`):
 //!   the lead must carry it (see the integration notes below).
 //! * **Priority:** `Candidate::local_preference` follows RFC 6544 §4.2
-//!   (`candidate/mod.rs:478-537`): `2^13 * direction_pref + 8191`, passive
-//!   host → 4·8192+8191 = 40959, against 65535 for UDP. tutti writes the
-//!   priority in the candidate line itself; use
-//!   [`tcp_candidate_priority`] (type pref 126 host... RFC 8445 §5.1.2.1
-//!   formula) so the browser prefers UDP when both work.
+//!   (`candidate/mod.rs:479-537`): `2^13 * direction_pref + other_pref`,
+//!   passive host → 4·8192+8191 = 40959, against 65535 for UDP. But the
+//!   priority a browser uses is the number in our candidate line, which
+//!   tutti writes itself: [`tcp_candidate`] / [`tcp_candidate_priority`]
+//!   compute RFC 8445 §5.1.2.1's `2^24·126 + 2^8·local_pref + 255`
+//!   = 2124414975 for the preferred address, below the UDP line's
+//!   2130706431, so a browser that can use UDP does.
 //! * **The pair can flip between UDP and TCP:** `find_remote_candidate`
-//!   matches by address only, not protocol (`agent/mod.rs:1014-1021`); a
+//!   matches by address only, not protocol (`agent/mod.rs:1017-1024`); a
 //!   client whose UDP and TCP source address were the same ip:port would
 //!   confuse it. Not a concern for browsers (distinct ephemeral ports), but
 //!   the mux's `by_addr` table must key by (protocol, address) or by
@@ -79,32 +81,39 @@
 //! (`rtc-ice-0.21.1/src/agent/mod.rs:710-730`). DTLS is *not* redone: the
 //! ICE handler tunnels DTLS through whatever pair is selected
 //! (`handler/ice.rs:95-100`), so SRTP keys and SSRCs survive.
-//! Two things to know:
+//! Things to know:
 //! * The new local credentials come from the `SettingEngine`'s
 //!   `with_ice_credentials` (`internal.rs:1248-1254`); tutti sets those to
 //!   the peer's fixed ufrag/pwd, so the **answer to a restart carries the
 //!   same server ufrag/pwd**. Convenient for the mux (its `by_ufrag` route
-//!   stays valid; a new source address is re-learnt from the first check),
-//!   but RFC 8839 §4.4.1.1.1 says both must change. Chromium accepts an
-//!   answer that keeps them (it restarts on its own new credentials; to be
-//!   confirmed in the browser test). To change them the peer would need a
-//!   new `RTCPeerConnection` (impossible without losing DTLS) or upstream
-//!   API; tutti can live with the same ones.
+//!   stays valid; the new source address is learnt from the first check),
+//!   and an `rtc` offerer copes (`tests/tcp_spike.rs`,
+//!   `restart_with_fixed_server_credentials`: audio back ~20 ms after the
+//!   answer), but RFC 8839 §4.4.1.1.1 says both must change; whether
+//!   Chromium and Firefox accept it must be tried in the browser test. To
+//!   change them, tutti would build its ufrag with a generation suffix and
+//!   needs an `rtc` API to set the restart credentials (none in 0.21.1: the
+//!   `SettingEngine` is fixed at build time).
 //! * `stage_ice_restart` sets the gathering state back to Gathering
 //!   (`internal.rs:1255`): re-add the end-of-candidates marker
 //!   (`add_local_candidate(RTCIceCandidateInit::default())`) after
-//!   `set_remote_description` so the answer is complete (non-trickle).
+//!   `set_remote_description` so the answer is complete (non-trickle); the
+//!   spike does, and the local candidates are kept.
 //! * The offerer side has `RTCPeerConnection::restart_ice`
 //!   (`mod.rs:1801-1803`), so a Rust test client can restart too.
 //!
 //! ## What the mux/io threads must change (not in this module)
 //!
-//! See the crate's integration notes in the branch report; in short:
-//! `Mux::handle_datagram` takes a transport (UDP, or TCP with a [`ConnId`]),
-//! routes `by_addr` on (transport, address), stamps `TransportProtocol::TCP`
-//! and the TCP listening address in the `TransportContext`; `Transmit` gains
-//! the protocol so the io thread can send TCP packets through
-//! [`TcpConnections::send`] to the connection [`TcpConnections::find`] names.
+//! `tests/tcp_spike.rs` is the working reference: rtc peers connect, carry
+//! RTP and restart ICE over this module on loopback. In short, the mux
+//! takes a transport with each packet (UDP, or TCP), keys `by_addr` on
+//! (transport, address), stamps `TransportProtocol::TCP` and the TCP
+//! listening address in the `TransportContext`; `Transmit` carries the
+//! protocol so the io thread sends TCP packets through
+//! [`TcpConnections::send`] to the connection [`TcpConnections::find`]
+//! names; a connection whose first check names a peer of another io thread
+//! moves there with [`TcpConnections::detach`] / [`TcpConnections::attach`].
+//! The branch report lists the exact edits.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -390,6 +399,10 @@ pub struct TcpStats {
     pub frames_out: u64,
     /// Datagrams dropped because a send buffer was full.
     pub dropped_out: u64,
+    /// Connections handed to another table (another io thread).
+    pub detached: u64,
+    /// Connections taken from another table.
+    pub attached: u64,
 }
 
 impl TcpStats {
@@ -416,6 +429,17 @@ pub enum Received {
     /// The connection is closed (drop the socket); frames before the fault
     /// were handed on.
     Closed(TcpClose),
+}
+
+/// A connection between two tables (see [`TcpConnections::detach`]).
+#[derive(Debug)]
+pub struct DetachedConn(Conn);
+
+impl DetachedConn {
+    /// Its remote address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.0.peer
+    }
 }
 
 #[derive(Debug)]
@@ -483,27 +507,36 @@ impl TcpConnections {
     /// A connection just accepted from `peer`: its id, or why it must be
     /// closed at once (the limits; counted).
     pub fn accept(&mut self, peer: SocketAddr, now: Instant) -> Result<ConnId, TcpClose> {
-        let refuse = if self.conns.len() >= self.limits.max_connections {
-            Some(TcpClose::TooManyConnections)
-        } else if self.per_ip.get(&peer.ip()).copied().unwrap_or(0) >= self.limits.max_per_ip {
-            Some(TcpClose::TooManyFromIp)
-        } else {
-            None
-        };
-        if let Some(why) = refuse {
+        if let Err(why) = self.admit(peer) {
             self.stats.count(why);
             return Err(why);
         }
-        let id = ConnId(self.next_id);
-        self.next_id += 1;
-        let deadline = now + self.limits.stun_timeout;
         let conn = Conn {
             peer,
             reader: FrameReader::new(self.limits.max_frame),
             writer: FrameWriter::new(self.limits.send_buffer),
             greeted: false,
-            deadline,
+            deadline: now + self.limits.stun_timeout,
         };
+        self.stats.accepted += 1;
+        Ok(self.insert(conn))
+    }
+
+    /// Whether one more connection from `peer` is within the limits.
+    fn admit(&self, peer: SocketAddr) -> Result<(), TcpClose> {
+        if self.conns.len() >= self.limits.max_connections {
+            Err(TcpClose::TooManyConnections)
+        } else if self.per_ip.get(&peer.ip()).copied().unwrap_or(0) >= self.limits.max_per_ip {
+            Err(TcpClose::TooManyFromIp)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn insert(&mut self, conn: Conn) -> ConnId {
+        let id = ConnId(self.next_id);
+        self.next_id += 1;
+        let (peer, deadline) = (conn.peer, conn.deadline);
         if let Some(old) = self.by_addr.insert(peer, id) {
             // The OS reused a 4-tuple whose close we have not seen: the old one is gone.
             self.close_with(old, TcpClose::PeerClosed);
@@ -512,8 +545,7 @@ impl TcpConnections {
         self.conns.insert(id, conn);
         *self.per_ip.entry(peer.ip()).or_insert(0) += 1;
         self.timers.push(Reverse((deadline, id)));
-        self.stats.accepted += 1;
-        Ok(id)
+        id
     }
 
     /// The connection from `peer`, where the mux's transmits for a TCP
@@ -602,9 +634,32 @@ impl TcpConnections {
     /// Closes a connection (the io thread saw EOF or an error: `PeerClosed`;
     /// or its owner is done: `Local`). Counted; not reported by `poll_closed`.
     pub fn close(&mut self, id: ConnId, why: TcpClose) {
-        if self.remove(id) {
+        if self.remove(id).is_some() {
             self.stats.count(why);
         }
+    }
+
+    /// Takes a connection out of this table to hand it, with its socket, to
+    /// the io thread that owns the peer its first check named (tutti's io
+    /// threads each own their peers). Its buffers, deadline and STUN state go
+    /// with it; it is counted as detached, not closed. `None` if no such connection.
+    pub fn detach(&mut self, id: ConnId) -> Option<DetachedConn> {
+        let conn = self.remove(id)?;
+        self.stats.detached += 1;
+        Some(DetachedConn(conn))
+    }
+
+    /// Takes in a connection another table detached: its new id here, or
+    /// why it must be closed (this table's limits; counted).
+    pub fn attach(&mut self, conn: DetachedConn) -> Result<ConnId, TcpClose> {
+        let conn = conn.0;
+        if let Err(why) = self.admit(conn.peer) {
+            self.stats.count(why);
+            return Err(why);
+        }
+        let id = self.insert(conn);
+        self.stats.attached += 1;
+        Ok(id)
     }
 
     /// Closes the connections whose deadline passed (no STUN in time, or idle).
@@ -635,14 +690,14 @@ impl TcpConnections {
     }
 
     fn close_with(&mut self, id: ConnId, why: TcpClose) {
-        if self.remove(id) {
+        if self.remove(id).is_some() {
             self.stats.count(why);
             self.closed.push_back((id, why));
         }
     }
 
-    fn remove(&mut self, id: ConnId) -> bool {
-        let Some(conn) = self.conns.remove(&id) else { return false };
+    fn remove(&mut self, id: ConnId) -> Option<Conn> {
+        let conn = self.conns.remove(&id)?;
         if self.by_addr.get(&conn.peer) == Some(&id) {
             self.by_addr.remove(&conn.peer);
         }
@@ -652,7 +707,7 @@ impl TcpConnections {
                 self.per_ip.remove(&conn.peer.ip());
             }
         }
-        true
+        Some(conn)
     }
 }
 

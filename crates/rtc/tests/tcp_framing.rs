@@ -255,3 +255,36 @@ fn a_slow_reader_loses_datagrams_not_memory() {
     assert_eq!(frames, 9);
     assert_eq!(t.send(tutti_rtc::tcp::ConnId(999), &[1]), Err(SendError::UnknownConnection));
 }
+
+#[test]
+fn a_connection_moves_to_the_io_thread_that_owns_its_peer() {
+    let t0 = Instant::now();
+    let limits = TcpLimits { idle_timeout: Duration::from_secs(30), ..TcpLimits::default() };
+    let mut accepting = TcpConnections::new(limits);
+    let mut owner = TcpConnections::new(limits);
+    let peer = addr("127.0.0.2:7000");
+    let id = accepting.accept(peer, t0).expect("under the limits");
+    // The first check arrives with half of the next frame: that half moves too.
+    let next = frame(&[22, 254, 253, 1, 2, 3]);
+    let stream = [frame(&check()), next[..3].to_vec()].concat();
+    assert_eq!(accepting.receive(id, &stream, t0, |_| {}), Received::Frames(1));
+    let conn = accepting.detach(id).expect("open");
+    assert_eq!(conn.peer_addr(), peer);
+    assert!(accepting.is_empty() && accepting.find(peer).is_none());
+    let moved = owner.attach(conn).expect("under the owner's limits");
+    assert_eq!(owner.find(peer), Some(moved));
+    let mut got = Vec::new();
+    // Already greeted: a DTLS record is fine now, and the half frame completes.
+    assert_eq!(owner.receive(moved, &next[3..], t0, |f| got.push(f.to_vec())), Received::Frames(1));
+    assert_eq!(got, vec![vec![22, 254, 253, 1, 2, 3]]);
+    // The idle deadline moved with it.
+    owner.handle_timeout(t0 + Duration::from_secs(30));
+    assert_eq!(owner.poll_closed(), Some((moved, TcpClose::Idle)));
+    assert_eq!((accepting.stats().detached, owner.stats().attached), (1, 1));
+    // The owner's limits apply on attach.
+    let mut full = TcpConnections::new(TcpLimits { max_per_ip: 0, ..limits });
+    let id = accepting.accept(peer, t0).expect("under the limits");
+    let conn = accepting.detach(id).expect("open");
+    assert_eq!(full.attach(conn).map(|_| ()), Err(TcpClose::TooManyFromIp));
+    assert_eq!(full.stats().refused_per_ip, 1);
+}
