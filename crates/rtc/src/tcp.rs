@@ -326,7 +326,8 @@ pub struct TcpLimits {
     pub idle_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
-    /// Open connections at most from one IP address.
+    /// Open connections at most from one IPv4 address or one IPv6 /64 (a
+    /// host usually holds a whole /64).
     pub max_per_ip: usize,
 }
 
@@ -526,7 +527,7 @@ impl TcpConnections {
     fn admit(&self, peer: SocketAddr) -> Result<(), TcpClose> {
         if self.conns.len() >= self.limits.max_connections {
             Err(TcpClose::TooManyConnections)
-        } else if self.per_ip.get(&peer.ip()).copied().unwrap_or(0) >= self.limits.max_per_ip {
+        } else if self.per_ip.get(&source(peer)).copied().unwrap_or(0) >= self.limits.max_per_ip {
             Err(TcpClose::TooManyFromIp)
         } else {
             Ok(())
@@ -543,7 +544,7 @@ impl TcpConnections {
             self.by_addr.insert(peer, id);
         }
         self.conns.insert(id, conn);
-        *self.per_ip.entry(peer.ip()).or_insert(0) += 1;
+        *self.per_ip.entry(source(peer)).or_insert(0) += 1;
         self.timers.push(Reverse((deadline, id)));
         id
     }
@@ -701,13 +702,25 @@ impl TcpConnections {
         if self.by_addr.get(&conn.peer) == Some(&id) {
             self.by_addr.remove(&conn.peer);
         }
-        if let Some(n) = self.per_ip.get_mut(&conn.peer.ip()) {
+        if let Some(n) = self.per_ip.get_mut(&source(conn.peer)) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                self.per_ip.remove(&conn.peer.ip());
+                self.per_ip.remove(&source(conn.peer));
             }
         }
         Some(conn)
+    }
+}
+
+/// What the per-IP limit counts by: an IPv4 address (IPv4-mapped IPv6
+/// included), or an IPv6 /64.
+fn source(peer: SocketAddr) -> IpAddr {
+    match peer.ip() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
     }
 }
 
@@ -811,6 +824,20 @@ mod tests {
         assert_eq!(tcp_candidate_priority(8191), 2_124_414_975);
         let line = tcp_candidate(2, "192.0.2.1:3478".parse().expect("literal"), 8191);
         assert_eq!(line, "candidate:2 1 tcp 2124414975 192.0.2.1 3478 typ host tcptype passive");
+    }
+
+    #[test]
+    fn per_ip_limit_counts_ipv6_by_slash_64() {
+        let now = Instant::now();
+        let mut t = TcpConnections::new(TcpLimits { max_per_ip: 2, ..TcpLimits::default() });
+        let a = |s: &str| s.parse::<SocketAddr>().expect("literal");
+        assert!(t.accept(a("[2001:db8:1:2::1]:1"), now).is_ok());
+        assert!(t.accept(a("[2001:db8:1:2:ffff::9]:1"), now).is_ok());
+        assert_eq!(t.accept(a("[2001:db8:1:2::77]:1"), now), Err(TcpClose::TooManyFromIp), "same /64");
+        assert!(t.accept(a("[2001:db8:1:3::1]:1"), now).is_ok(), "another /64");
+        assert!(t.accept(a("[::ffff:192.0.2.1]:1"), now).is_ok());
+        assert!(t.accept(a("192.0.2.1:2"), now).is_ok());
+        assert_eq!(t.accept(a("192.0.2.1:3"), now), Err(TcpClose::TooManyFromIp), "IPv4-mapped counts as IPv4");
     }
 
     #[test]
