@@ -562,7 +562,10 @@ impl TcpConnections {
 
     /// Bytes read from a connection: calls `on_frame` with each complete
     /// frame (the first must be a STUN Binding request with a USERNAME,
-    /// else nothing is handed on and the connection closes).
+    /// else nothing is handed on and the connection closes). A connection
+    /// this table no longer holds reads as `Closed(Local)`: drop its socket.
+    /// Only complete frames count as activity (a trickle of bytes does not
+    /// push the deadline back).
     pub fn receive(&mut self, id: ConnId, bytes: &[u8], now: Instant, mut on_frame: impl FnMut(&[u8])) -> Received {
         let Some(conn) = self.conns.get_mut(&id) else {
             return Received::Closed(TcpClose::Local);
