@@ -25,6 +25,8 @@ mod client;
 mod media;
 mod mux;
 pub mod stun;
+pub mod tcp;
+pub mod turn;
 
 pub use client::{ClientEvent, ClientPeer};
 pub use media::{
@@ -35,3 +37,7 @@ pub use media::{
 #[doc(hidden)]
 pub use media::{RawRtp, parse_rtcp, parse_rtp};
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
+pub use tcp::{
+    ConnId, FrameReader, FrameWriter, FramingError, Received, TcpClose, TcpConnections, TcpLimits, TcpStats,
+};
+pub use turn::{IceServer, IceServerConfig, TurnCredentials, TurnError};
