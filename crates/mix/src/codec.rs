@@ -105,6 +105,14 @@ impl Encoder {
         let _ = self.inner.reset_state();
     }
 
+    /// Changes libopus complexity (0 to 10; out-of-range values are clamped).
+    /// Takes effect from the next frame, without resetting the stream.
+    pub fn set_complexity(&mut self, complexity: i32) {
+        // Setting a valid complexity on a valid encoder cannot fail; if it
+        // did, the encoder keeps its previous complexity.
+        let _ = self.inner.set_complexity(complexity.clamp(0, 10));
+    }
+
     /// Encodes one 20 ms frame. On the (unexpected) event of a libopus
     /// failure the result is an empty payload, which the transport skips.
     pub fn encode(&mut self, pcm: &Pcm) -> Bytes {

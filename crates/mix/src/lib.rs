@@ -68,15 +68,19 @@ mod dsp;
 mod error;
 mod jitter;
 mod pool;
+mod probe;
 mod room;
 
 pub use codec::{DecodeFailure, Decoder, Encoder, SAMPLE_RATE};
-pub use config::{EncoderConfig, JitterConfig, RoomConfig, SpeakerLimit};
+pub use config::{DTX_INTERVAL_TICKS, EncoderConfig, JitterConfig, MAX_SPEAKERS, RoomConfig, SpeakerLimit};
 pub use dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, goertzel, level_of, mix_minus, tone};
 pub use error::MixError;
 pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, PushOutcome};
 pub use pool::MixPool;
-pub use room::{ActiveSpeaker, MAX_GAIN, ParticipantStats, Room, TalkEvent, TickReport};
+pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
+pub use room::{
+    ActiveSpeaker, Delivery, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room, TalkEvent, TickReport,
+};
 
 /// Identifies a participant within a room (assigned by the caller).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
