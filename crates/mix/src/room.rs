@@ -19,6 +19,18 @@ use crate::{MixError, MixPool, ParticipantId};
 /// level) once in this many ticks, not every tick.
 const MEASURE_EVERY_TICKS: u64 = 4;
 
+/// After a switch from forwarded frames to the mix, the listener encoder
+/// codes this many frames without inter-frame prediction
+/// (`OPUS_SET_PREDICTION_DISABLED`): the listeners' decoders hold the
+/// forwarded stream's history, which the mix's prediction must not lean on.
+const INDEPENDENT_FRAMES_AFTER_SWITCH: u8 = 2;
+
+/// Frames of the forwarded speaker fed to the listener encoder at a switch to the mix.
+const PRIME_FRAMES: usize = 4;
+
+/// A frame this many dB under a speaker's smoothed loudness is a pause.
+const PAUSE_DB: f32 = 20.0;
+
 /// The highest [`Room::set_shed_level`]: complexity 0 and one speaker.
 pub const MAX_SHED_LEVEL: u8 = 5;
 
@@ -159,7 +171,7 @@ pub struct TickReport {
     /// Participants sent a DTX frame this tick.
     pub dtx: usize,
     /// Of `decodes` and `encodes`, the ones that primed the listener encoder
-    /// at a switch from forwarded frames to the mix (two each per switch).
+    /// at a switch from forwarded frames to the mix (up to four each per switch).
     pub primes: usize,
     /// The shed level the tick ran at ([`Room::set_shed_level`]).
     pub shed_level: u8,
@@ -335,11 +347,13 @@ pub struct Room {
     mode: MixMode,
     /// Ticks of mix in a row with exactly one speaker (for `mix_hold_ticks`).
     alone_for: u32,
-    /// The forwarded speaker's last payloads, oldest first (at most two), to
+    /// The forwarded speaker's last payloads, oldest first (at most [`PRIME_FRAMES`]), to
     /// prime the listener encoder at a switch to the mix.
     recent: Vec<Bytes>,
     /// Cost shedding level, 0 to [`MAX_SHED_LEVEL`].
     shed: u8,
+    /// Listener frames still to encode without prediction after a switch.
+    independent_left: u8,
     dtx_frame: Bytes,
     no_speakers: Arc<[ActiveSpeaker]>,
     spare_encoders: Vec<Encoder>,
@@ -364,8 +378,9 @@ impl Room {
             listener_out: Delivery::Nothing,
             mode: MixMode::Silent,
             alone_for: 0,
-            recent: Vec::with_capacity(3),
+            recent: Vec::with_capacity(PRIME_FRAMES + 1),
             shed: 0,
+            independent_left: 0,
             dtx_frame: Bytes::from_static(&DTX_FRAME),
             no_speakers: Arc::from([]),
             spare_encoders: Vec::new(),
@@ -676,7 +691,7 @@ impl Room {
                 if self.mode != mode {
                     self.recent.clear();
                 }
-                if self.recent.len() == 2 {
+                if self.recent.len() == PRIME_FRAMES {
                     self.recent.remove(0);
                 }
                 match frame {
@@ -710,6 +725,8 @@ impl Room {
                         primes = self.prime(id, tick);
                         decodes += primes;
                         encodes += primes;
+                        self.independent_left = INDEPENDENT_FRAMES_AFTER_SWITCH;
+                        self.listener.encoder.set_prediction_disabled(true);
                     }
                 }
                 self.recent.clear();
@@ -749,6 +766,12 @@ impl Room {
                 );
                 drop(own);
                 self.listener_out = Delivery::Mix(self.listener.payload.clone());
+                if self.independent_left > 0 {
+                    self.independent_left -= 1;
+                    if self.independent_left == 0 {
+                        self.listener.encoder.set_prediction_disabled(false);
+                    }
+                }
                 encodes += 1 + self.selected.len();
             }
         }
@@ -792,8 +815,12 @@ impl Room {
         let mode = match &self.selected[..] {
             [] if cfg.dtx => MixMode::Silent,
             [only] if cfg.passthrough => {
-                let quiet = self.participant(only.id).is_ok_and(|p| p.level >= cfg.silence_level);
-                let held = self.alone_for >= cfg.mix_hold_ticks && (quiet || self.alone_for >= 4 * cfg.mix_hold_ticks);
+                // Switch in a pause: the listeners' decoders then change
+                // streams while there is nothing to hear.
+                let quiet = self
+                    .participant(only.id)
+                    .is_ok_and(|p| p.level >= cfg.silence_level || f32::from(127 - p.level) + PAUSE_DB <= p.loudness);
+                let held = self.alone_for >= cfg.mix_hold_ticks && quiet;
                 if self.mode == MixMode::Mix && !held { MixMode::Mix } else { MixMode::Forward(only.id) }
             }
             _ => MixMode::Mix,
