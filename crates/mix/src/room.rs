@@ -14,10 +14,17 @@ use crate::jitter::{JitterBuffer, JitterStats, Packet, Playout, PushOutcome};
 use crate::probe::{Activity, DTX_FRAME, inspect};
 use crate::{MixError, MixPool, ParticipantId};
 
-/// A participant whose packets carry no RFC 6464 level, whose packets do not
-/// say they are silent and who is not talking is decoded (to measure their
-/// level) once in this many ticks, not every tick.
+/// A participant whose packets carry no RFC 6464 level, who is not talking
+/// and whose packets do not say they are silent (CELT-only audio, or the
+/// SILK VAD flag set on noise) is decoded to measure their level once in
+/// this many ticks, not every tick.
 const MEASURE_EVERY_TICKS: u64 = 4;
+
+/// ... and one whose packets' SILK VAD flag says silence, once in this many
+/// (320 ms): libopus' VAD misses very quiet speech (−55 dBov) that the level
+/// threshold counts as talking; once measured as talking, a participant is
+/// decoded every tick until they stop.
+const MEASURE_SILENT_EVERY_TICKS: u64 = 16;
 
 /// After a switch from forwarded frames to the mix, the listener encoder
 /// codes this many frames without inter-frame prediction
@@ -279,13 +286,19 @@ impl Participant {
     /// [`MEASURE_EVERY_TICKS`] otherwise. Returns the level and whether a decode ran.
     fn measure_unlevelled(&mut self, tick: u64) -> (u8, bool) {
         let Playout::Frame(f) = &self.pending else { return (127, false) };
-        let activity = inspect(&f.payload).map_or(Activity::Unknown, |i| i.activity);
-        if activity == Activity::Silent {
+        if f.payload.len() <= 2 {
+            // DTX: no audio data at all.
             self.probed_silent = true;
             return (127, false);
         }
-        let onset = std::mem::take(&mut self.probed_silent) && activity == Activity::Voice;
-        let due = self.talking || onset || self.measured_at.is_none_or(|t| tick - t >= MEASURE_EVERY_TICKS);
+        let activity = inspect(&f.payload).map_or(Activity::Unknown, |i| i.activity);
+        let silent = activity == Activity::Silent;
+        let onset = std::mem::replace(&mut self.probed_silent, silent) && activity == Activity::Voice;
+        let every = if silent { MEASURE_SILENT_EVERY_TICKS } else { MEASURE_EVERY_TICKS };
+        // Staggered by id, so a room's silent participants are not all measured in the same tick.
+        let due = self.talking
+            || onset
+            || self.measured_at.map_or((tick + self.id.0).is_multiple_of(every), |t| tick - t >= every);
         if !due {
             // Not talking at the last measurement, which is recent.
             return (127, false);
@@ -503,6 +516,14 @@ impl Room {
     /// The currently selected speakers, in selection order.
     pub fn speakers(&self) -> impl Iterator<Item = ParticipantId> + '_ {
         self.selected.iter().map(|s| s.id)
+    }
+
+    /// A participant's RFC 6464 level in the last tick as the mixer used it
+    /// (127: silent or nothing received): the packet's own, or for packets
+    /// without one, measured by decoding or read from the packet (DTX, the
+    /// SILK VAD flag; see `probe`).
+    pub fn level(&self, id: ParticipantId) -> Result<u8, MixError> {
+        Ok(self.participant(id)?.level)
     }
 
     /// Whether a participant is talking (active within the hold time).
