@@ -590,8 +590,12 @@ impl Room {
 
     /// Sheds cost in steps before the caller has to skip a tick, from the
     /// next tick on: 0 none; 1 encoder complexity at most 5; 2 complexity 0;
-    /// 3, 4, 5 also at most 3, 2, 1 speakers. Values above
+    /// 3, 4, 5 also at most 3, 2, 1 speakers (and a single speaker is
+    /// forwarded at once, without waiting for a pause). Values above
     /// [`MAX_SHED_LEVEL`] are clamped. Audio keeps flowing at every level.
+    /// The caller (the server's clock) raises it when ticks near their
+    /// budget and lowers it when they have room again, and counts it
+    /// ([`TickReport::shed_level`]).
     pub fn set_shed_level(&mut self, level: u8) {
         let level = level.min(MAX_SHED_LEVEL);
         if level == self.shed {
@@ -841,7 +845,8 @@ impl Room {
                 let quiet = self
                     .participant(only.id)
                     .is_ok_and(|p| p.level >= cfg.silence_level || f32::from(127 - p.level) + PAUSE_DB <= p.loudness);
-                let held = self.alone_for >= cfg.mix_hold_ticks && quiet;
+                // Shedding speakers (level 3+) forwards at once: cost first.
+                let held = (self.alone_for >= cfg.mix_hold_ticks && quiet) || self.shed >= 3;
                 if self.mode == MixMode::Mix && !held { MixMode::Mix } else { MixMode::Forward(only.id) }
             }
             _ => MixMode::Mix,
