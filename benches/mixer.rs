@@ -391,7 +391,7 @@ impl Client {
             Bytes::copy_from_slice(&frames.talk[(t % 50) as usize])
         } else {
             self.silent_for += 1;
-            if (self.silent_for - 1) % 20 != 0 {
+            if !(self.silent_for - 1).is_multiple_of(20) {
                 return None;
             }
             Bytes::from_static(&DTX_FRAME)
