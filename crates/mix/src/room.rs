@@ -160,7 +160,8 @@ pub struct TickReport {
     pub events: Vec<TalkEvent>,
     /// Opus decodes run (including concealment).
     pub decodes: usize,
-    /// Opus encodes run: one for the listeners plus one per selected speaker.
+    /// Opus encodes run: while mixing, one for the listeners plus one per
+    /// selected speaker (plus `primes` at a switch); none while silent or forwarding.
     pub encodes: usize,
     /// Participants in the room.
     pub participants: usize,
