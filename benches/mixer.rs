@@ -7,6 +7,15 @@
 //! `target/tutti-bench/mixer.md` and `target/tutti-bench/mixer.svg`.
 //! Only `tick()` is timed: pushing each participant's packet for the next
 //! tick belongs to the I/O path and runs between timed ticks.
+//!
+//! The fleet table (`cargo bench --bench mixer -- fleet` runs it alone)
+//! models an operator's server: many rooms of one size, browser-like
+//! clients (RFC 6464 levels, DTX while silent), 10 % of them talkers who
+//! alternate talkspurts and pauses as in ITU-T P.59. It compares, in one
+//! run and on one pool thread, tutti's default policies (pass-through of a
+//! single speaker, DTX while nobody speaks), tutti with both off (a listener
+//! encode every tick, as before), and the naive per-participant encode;
+//! it writes `fleet.md` and `fleet.svg` next to the others.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,8 +25,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion};
 use tutti_mix::{
-    Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, Limiter, MixPool, Packet, ParticipantId, Pcm, Room, RoomConfig,
-    accumulate, level_of, mix_minus, tone,
+    DTX_FRAME, Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, Limiter, MixPool, Packet, ParticipantId, Pcm, Room,
+    RoomConfig, TickReport, accumulate, level_of, mix_minus, tone,
 };
 
 /// The allocator a tutti server runs with: packets are allocated on I/O
@@ -323,6 +332,328 @@ fn median(v: &[f64]) -> f64 {
     if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
 }
 
+/// Fleet workloads: (rooms, participants per room).
+const FLEET: [(usize, usize); 3] = [(1_000, 10), (100, 100), (1, 1_000)];
+/// Ticks run before and while measuring each fleet workload.
+const FLEET_WARMUP: u64 = 10;
+const FLEET_TICKS: u64 = 40;
+/// Participants the naive baseline is measured on per workload (its cost is
+/// per participant: one decode and one encode each, whatever the room size).
+const NAIVE_SAMPLE: usize = 100;
+
+/// A seeded xorshift generator (the bench must be repeatable).
+struct Rng(u64);
+
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Exponentially distributed ticks with this mean.
+    fn exp_ticks(&mut self, mean: f64) -> u32 {
+        (-mean * (1.0 - self.next_f64()).ln()).round().max(1.0) as u32
+    }
+}
+
+/// A browser-like client: a talker alternates P.59 talkspurts (mean 854 ms)
+/// and pauses (456 ms); while silent (a pause, or a non-talker) it sends a
+/// DTX packet when silence starts and then one every 400 ms, nothing between.
+struct Client {
+    talker: bool,
+    on: bool,
+    left: u32,
+    silent_for: u64,
+    seq: u16,
+    level: u8,
+}
+
+impl Client {
+    fn new(talker: bool, i: usize, rng: &mut Rng) -> Self {
+        let on = talker && rng.next_f64() < 854.0 / (854.0 + 456.0);
+        let left = if on { rng.exp_ticks(42.7) } else { rng.exp_ticks(22.8) };
+        Self { talker, on, left, silent_for: (i % 20) as u64, seq: 0, level: 20 + (i % 25) as u8 }
+    }
+
+    /// This tick's packet, if the client sends one.
+    fn next(&mut self, frames: &Frames, t: u64, rng: &mut Rng) -> Option<Packet> {
+        if self.talker {
+            self.left = self.left.saturating_sub(1);
+            if self.left == 0 {
+                self.on = !self.on;
+                self.left = if self.on { rng.exp_ticks(42.7) } else { rng.exp_ticks(22.8) };
+                self.silent_for = 0;
+            }
+        }
+        let payload = if self.on {
+            Bytes::copy_from_slice(&frames.talk[(t % 50) as usize])
+        } else {
+            self.silent_for += 1;
+            if !(self.silent_for - 1).is_multiple_of(20) {
+                return None;
+            }
+            Bytes::from_static(&DTX_FRAME)
+        };
+        let level = if self.on { self.level } else { 127 };
+        let packet = Packet { seq: self.seq, timestamp: (t as u32).wrapping_mul(960), payload, level: Some(level) };
+        self.seq = self.seq.wrapping_add(1);
+        Some(packet)
+    }
+}
+
+/// One fleet result row.
+#[derive(Debug, Clone)]
+struct FleetRow {
+    rooms: usize,
+    size: usize,
+    engine: &'static str,
+    us_per_participant: f64,
+    decodes: f64,
+    encodes: f64,
+    forwarded: f64,
+    dtx: f64,
+    participants_measured: usize,
+}
+
+static FLEET_ROWS: Mutex<Vec<FleetRow>> = Mutex::new(Vec::new());
+
+fn make_rooms(cfg: &RoomConfig, rooms: usize, size: usize) -> Vec<Room> {
+    (0..rooms)
+        .map(|_| {
+            let mut room = Room::new(cfg.clone()).expect("room");
+            for i in 0..size {
+                room.add_participant(ParticipantId(i as u64)).expect("join");
+            }
+            room
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Sums {
+    ns: f64,
+    decodes: usize,
+    encodes: usize,
+    forwarded: usize,
+    dtx: usize,
+}
+
+impl Sums {
+    fn add(&mut self, reports: &[TickReport]) {
+        for r in reports {
+            self.decodes += r.decodes;
+            self.encodes += r.encodes;
+            self.forwarded += r.forwarded;
+            self.dtx += r.dtx;
+        }
+    }
+
+    fn row(&self, rooms: usize, size: usize, engine: &'static str, participants: usize) -> FleetRow {
+        let ticks = FLEET_TICKS as f64;
+        FleetRow {
+            rooms,
+            size,
+            engine,
+            us_per_participant: self.ns / 1e3 / ticks / participants as f64,
+            decodes: self.decodes as f64 / ticks,
+            encodes: self.encodes as f64 / ticks,
+            forwarded: self.forwarded as f64 / ticks,
+            dtx: self.dtx as f64 / ticks,
+            participants_measured: participants,
+        }
+    }
+}
+
+/// The fleet table: the same clients' packets go to tutti with its default
+/// policies and to tutti with pass-through and DTX off, ticked alternately
+/// on one pool thread; the naive baseline runs on a sample of the rooms.
+fn bench_fleet(frames: &Frames) {
+    let pool = MixPool::new(1).expect("pool");
+    let old = RoomConfig { passthrough: false, dtx: false, ..RoomConfig::default() };
+    let mut rows = Vec::new();
+    for (rooms, size) in FLEET {
+        let started = Instant::now();
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (rooms * size) as u64);
+        let talkers_per_room = size.div_ceil(10);
+        let mut clients: Vec<Vec<Client>> =
+            (0..rooms).map(|_| (0..size).map(|i| Client::new(i < talkers_per_room, i, &mut rng)).collect()).collect();
+        let mut new_rooms = make_rooms(&RoomConfig::default(), rooms, size);
+        let mut old_rooms = make_rooms(&old, rooms, size);
+        let naive_rooms = (NAIVE_SAMPLE / size).clamp(1, rooms);
+        let mut naive: Vec<Naive> = (0..naive_rooms).map(|_| Naive::new(size)).collect();
+        let (mut new_sums, mut old_sums, mut naive_ns) = (Sums::default(), Sums::default(), 0.0);
+        for t in 0..FLEET_WARMUP + FLEET_TICKS {
+            let mut naive_payloads: Vec<Vec<Bytes>> = Vec::with_capacity(naive_rooms);
+            for (r, room_clients) in clients.iter_mut().enumerate() {
+                let mut payloads = Vec::new();
+                for (i, c) in room_clients.iter_mut().enumerate() {
+                    let packet = c.next(frames, t, &mut rng);
+                    if r < naive_rooms {
+                        payloads.push(packet.as_ref().map_or_else(Bytes::new, |p| p.payload.clone()));
+                    }
+                    if let Some(packet) = packet {
+                        let id = ParticipantId(i as u64);
+                        let copy = Packet { payload: Bytes::copy_from_slice(&packet.payload), ..packet.clone() };
+                        new_rooms[r].push_packet(id, packet).expect("in room");
+                        old_rooms[r].push_packet(id, copy).expect("in room");
+                    }
+                }
+                if r < naive_rooms {
+                    naive_payloads.push(payloads);
+                }
+            }
+            let measured = t >= FLEET_WARMUP;
+            // Alternate which policy ticks first, so neither gets the warmer caches.
+            for which in if t % 2 == 0 { [0, 1] } else { [1, 0] } {
+                let (rooms, sums) =
+                    if which == 0 { (&mut new_rooms, &mut new_sums) } else { (&mut old_rooms, &mut old_sums) };
+                let start = Instant::now();
+                let reports = pool.tick_rooms(rooms, t);
+                let elapsed = start.elapsed().as_nanos() as f64;
+                if measured {
+                    sums.ns += elapsed;
+                    sums.add(&reports);
+                }
+            }
+            let start = Instant::now();
+            for (n, payloads) in naive.iter_mut().zip(&naive_payloads) {
+                std::hint::black_box(n.tick(payloads));
+            }
+            if measured {
+                naive_ns += start.elapsed().as_nanos() as f64;
+            }
+        }
+        let total = rooms * size;
+        rows.push(new_sums.row(rooms, size, "tutti", total));
+        rows.push(old_sums.row(rooms, size, "tutti, always encode", total));
+        let naive_participants = naive_rooms * size;
+        let naive_row = Sums { ns: naive_ns, ..Sums::default() }.row(rooms, size, "naive", naive_participants);
+        // Its codec work for the whole fleet: every participant, every tick.
+        rows.push(FleetRow { decodes: total as f64, encodes: total as f64, ..naive_row });
+        println!("fleet {rooms} x {size}: {:.1} s", started.elapsed().as_secs_f64());
+    }
+    *FLEET_ROWS.lock().expect("not poisoned") = rows;
+}
+
+/// Prints the fleet table and writes it with a bar chart under target/tutti-bench/.
+fn fleet_report() {
+    let rows = FLEET_ROWS.lock().expect("not poisoned");
+    if rows.is_empty() {
+        return;
+    }
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "Fleet: 10 % P.59 talkers, browser-like clients (levels, DTX while silent), 1 pool thread, {FLEET_TICKS} ticks.\n"
+    );
+    let _ = writeln!(
+        table,
+        "| rooms × size | engine | µs per participant per tick | vs tutti | decodes/tick | encodes/tick | forwarded/tick | DTX frames/tick |"
+    );
+    let _ = writeln!(table, "|---|---|---:|---:|---:|---:|---:|---:|");
+    for row in rows.iter() {
+        let tutti = rows
+            .iter()
+            .find(|r| r.rooms == row.rooms && r.size == row.size && r.engine == "tutti")
+            .map_or(f64::NAN, |r| r.us_per_participant);
+        let sample = if row.participants_measured < row.rooms * row.size {
+            format!(" (on {} participants)", row.participants_measured)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            table,
+            "| {} × {} | {}{sample} | {:.2} | {:.1}x | {:.1} | {:.1} | {:.0} | {:.0} |",
+            row.rooms,
+            row.size,
+            row.engine,
+            row.us_per_participant,
+            row.us_per_participant / tutti,
+            row.decodes,
+            row.encodes,
+            row.forwarded,
+            row.dtx
+        );
+    }
+    println!("\n{table}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tutti-bench");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join("fleet.md"), &table);
+        let _ = std::fs::write(dir.join("fleet.svg"), fleet_plot(&rows));
+        println!("wrote {0}/fleet.md and {0}/fleet.svg", dir.display());
+    }
+}
+
+/// Grouped bars (log scale) of µs per participant per tick, per workload and engine.
+fn fleet_plot(rows: &[FleetRow]) -> String {
+    let (w, h, left, right, top, bottom) = (900.0, 460.0, 80.0, 230.0, 40.0, 60.0);
+    let (y0, y1) = (0.1f64.log10(), 1_000f64.log10());
+    let py = |us: f64| top + (1.0 - (us.max(0.1).log10() - y0) / (y1 - y0)) * (h - top - bottom);
+    let mut svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    );
+    let _ = writeln!(
+        svg,
+        "<text x='{left}' y='22' font-size='14'>tutti fleet: µs of mixer CPU per participant per 20 ms tick (log scale)</text>"
+    );
+    for us in [0.1, 1.0, 10.0, 100.0, 1000.0] {
+        let y = py(us);
+        let _ = writeln!(
+            svg,
+            "<line x1='{left}' y1='{y}' x2='{}' y2='{y}' stroke='#ddd'/><text x='{}' y='{}' text-anchor='end'>{us} µs</text>",
+            w - right,
+            left - 6.0,
+            y + 4.0
+        );
+    }
+    let engines = ["tutti", "tutti, always encode", "naive"];
+    let colors = ["#2ca02c", "#1f77b4", "#d62728"];
+    let groups: Vec<(usize, usize)> = FLEET.to_vec();
+    let group_w = (w - left - right) / groups.len() as f64;
+    let bar_w = group_w / (engines.len() as f64 + 1.0);
+    for (g, (rooms, size)) in groups.iter().enumerate() {
+        let x0 = left + g as f64 * group_w + bar_w / 2.0;
+        for (e, engine) in engines.iter().enumerate() {
+            let Some(row) = rows.iter().find(|r| r.rooms == *rooms && r.size == *size && r.engine == *engine) else {
+                continue;
+            };
+            let (x, y) = (x0 + e as f64 * bar_w, py(row.us_per_participant));
+            let _ = writeln!(
+                svg,
+                "<rect x='{x:.1}' y='{y:.1}' width='{:.1}' height='{:.1}' fill='{}'/><text x='{:.1}' y='{:.1}' text-anchor='middle' font-size='10'>{:.1}</text>",
+                bar_w * 0.9,
+                h - bottom - y,
+                colors[e],
+                x + bar_w * 0.45,
+                y - 3.0,
+                row.us_per_participant
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x='{:.1}' y='{}' text-anchor='middle'>{rooms} rooms of {size}</text>",
+            left + (g as f64 + 0.5) * group_w,
+            h - bottom + 18.0
+        );
+    }
+    for (e, engine) in engines.iter().enumerate() {
+        let y = top + 20.0 + e as f64 * 20.0;
+        let _ = writeln!(
+            svg,
+            "<rect x='{}' y='{}' width='14' height='10' fill='{}'/><text x='{}' y='{}'>{engine}</text>",
+            w - right + 10.0,
+            y - 9.0,
+            colors[e],
+            w - right + 30.0,
+            y
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
 /// Prints the table and writes it with the plot under target/tutti-bench/.
 fn report() {
     let results = RESULTS.lock().expect("not poisoned");
@@ -493,5 +824,9 @@ fn main() {
     if !filtered || std::env::args().any(|a| a.contains("paired")) {
         bench_paired(&frames);
     }
+    if !filtered || std::env::args().any(|a| a.contains("fleet")) {
+        bench_fleet(&frames);
+    }
     report();
+    fleet_report();
 }

@@ -105,6 +105,22 @@ impl Encoder {
         let _ = self.inner.reset_state();
     }
 
+    /// Changes libopus complexity (0 to 10; out-of-range values are clamped).
+    /// Takes effect from the next frame, without resetting the stream.
+    pub fn set_complexity(&mut self, complexity: i32) {
+        // Setting a valid complexity on a valid encoder cannot fail; if it
+        // did, the encoder keeps its previous complexity.
+        let _ = self.inner.set_complexity(complexity.clamp(0, 10));
+    }
+
+    /// Makes the next frames (almost) independent of the previous ones
+    /// (`OPUS_SET_PREDICTION_DISABLED`), so a decoder whose history comes
+    /// from another stream recovers at once; costs bitrate efficiency.
+    pub fn set_prediction_disabled(&mut self, disabled: bool) {
+        // A valid encoder accepts this request; if not, prediction stays as it was.
+        let _ = self.inner.set_prediction_disabled(disabled);
+    }
+
     /// Encodes one 20 ms frame. On the (unexpected) event of a libopus
     /// failure the result is an empty payload, which the transport skips.
     pub fn encode(&mut self, pcm: &Pcm) -> Bytes {

@@ -12,29 +12,52 @@
 //! push_packet ─► jitter buffer (per participant, ordered by RTP sequence)
 //! tick:
 //!  A  per participant (sharded)  pop a frame, read its RFC 6464 level
-//!                                (decode to measure it when absent),
-//!                                update talking state; shard's top-K;
-//!                                decode current speakers (PLC, or
-//!                                in-band FEC on loss)
-//!  B  once (O(shards·K))         select K speakers: hold + hysteresis
+//!                                (without one: read the Opus packet — DTX,
+//!                                SILK VAD flag — and decode only what it
+//!                                does not settle), update talking state;
+//!                                shard's top-K; decode current speakers
+//!                                while mixing (PLC, or in-band FEC on loss)
+//!  B  once (O(shards·K))         select K speakers: hold + hysteresis;
+//!                                choose the mode (below)
 //!  C  per new speaker            decode (a fresh decoder at the onset)
 //!  D  once + per stream          total = Σ speakers; listeners get
 //!                                encode(total), shared; each speaker k
 //!                                gets encode(total − own_k): K+1 encodes
 //! ```
 //!
-//! Then [`Room::deliveries`] yields each participant's payload by reference:
-//! the listeners' one shared encode, or a speaker's own stream.
+//! ## What each participant receives: [`Delivery`]
 //!
-//! Work that grows with N (phase A) is split in shards of
-//! [`RoomConfig::shard_size`] participants that run on a rayon pool
-//! ([`MixPool`], threads `mix-0`, `mix-1`, …); codec work is O(K).
+//! Codec work is spent only where it changes what someone hears
+//! ([`MixMode`], chosen each tick after the selection):
+//!
+//! | selected speakers | listeners get | a speaker gets | codec work |
+//! |---|---|---|---|
+//! | none ([`RoomConfig::dtx`]) | [`Delivery::Dtx`] every [`DTX_INTERVAL_TICKS`] ticks (and on entering silence), [`Delivery::Nothing`] between | — | none |
+//! | one ([`RoomConfig::passthrough`]) | [`Delivery::Forward`]: the speaker's own Opus frame, unchanged | DTX cadence as above | none |
+//! | two or more | [`Delivery::Mix`]: encode(total), shared | [`Delivery::Mix`]: encode(total − own) | K decodes, K+1 encodes |
+//!
+//! With `dtx` off, silence is an encoded frame every tick; with
+//! `passthrough` off, one speaker is mixed like two (the policy before both
+//! existed). The transport sends every non-empty delivery as the
+//! participant's next RTP packet: its own SSRC and sequence number, and the
+//! timestamp `tick × 960 + offset`, so the gaps are gaps in time the
+//! receiver fills with comfort noise, never delay.
+//!
+//! A listener's one decoder hears forwarded frames (the speaker's encoder)
+//! and then the mix (the room's encoder). Into the mix, the listener
+//! encoder is first fed the forwarded speaker's last four frames and codes
+//! two frames without inter-frame prediction; out of it, the room waits
+//! [`RoomConfig::mix_hold_ticks`] and a pause of the remaining speaker.
+//! `tests/switch_click.rs` measures the result through real Opus.
+//!
+//! Under load the caller sheds cost in steps with [`Room::set_shed_level`]
+//! (lower encoder complexity, then fewer speakers) before it has to skip a tick.
 //!
 //! ## Example
 //!
 //! ```
 //! use bytes::Bytes;
-//! use tutti_mix::{MixPool, Packet, ParticipantId, Room, RoomConfig};
+//! use tutti_mix::{Delivery, MixPool, Packet, ParticipantId, Room, RoomConfig};
 //!
 //! let pool = MixPool::new(2)?;
 //! let mut room = Room::new(RoomConfig::default())?;
@@ -53,10 +76,12 @@
 //!     room.push_packet(alice, Packet { seq, timestamp: seq as u32 * 960, payload, level: Some(13) })?;
 //!     let report = room.tick(&pool, tick);
 //!     tick += 1;
-//!     // Bob hears Alice; Alice hears everyone but herself (here: silence).
-//!     assert!(room.payload_for(bob).is_some());
 //!     if seq > 2 {
 //!         assert_eq!(report.speakers[0].id, alice);
+//!         // Bob hears Alice: her own frame, forwarded (she is the only speaker).
+//!         assert!(matches!(room.delivery_for(bob), Some(Delivery::Forward { from, .. }) if *from == alice));
+//!         // Alice hears everyone but herself: nobody, so DTX now and then.
+//!         assert!(matches!(room.delivery_for(alice), Some(Delivery::Nothing | Delivery::Dtx(_))));
 //!     }
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -68,15 +93,19 @@ mod dsp;
 mod error;
 mod jitter;
 mod pool;
+mod probe;
 mod room;
 
 pub use codec::{DecodeFailure, Decoder, Encoder, SAMPLE_RATE};
-pub use config::{EncoderConfig, JitterConfig, RoomConfig, SpeakerLimit};
+pub use config::{DTX_INTERVAL_TICKS, EncoderConfig, JitterConfig, MAX_SPEAKERS, RoomConfig, SpeakerLimit};
 pub use dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, goertzel, level_of, mix_minus, tone};
 pub use error::MixError;
 pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, PushOutcome};
 pub use pool::MixPool;
-pub use room::{ActiveSpeaker, MAX_GAIN, ParticipantStats, Room, TalkEvent, TickReport};
+pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
+pub use room::{
+    ActiveSpeaker, Delivery, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room, TalkEvent, TickReport,
+};
 
 /// Identifies a participant within a room (assigned by the caller).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

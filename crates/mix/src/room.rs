@@ -8,10 +8,92 @@ use bytes::Bytes;
 use rayon::prelude::*;
 
 use crate::codec::{Decoder, Encoder};
-use crate::config::{RoomConfig, SpeakerLimit};
+use crate::config::{DTX_INTERVAL_TICKS, EncoderConfig, RoomConfig, SpeakerLimit};
 use crate::dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, level_of, mix_minus};
 use crate::jitter::{JitterBuffer, JitterStats, Packet, Playout, PushOutcome};
+use crate::probe::{Activity, DTX_FRAME, inspect};
 use crate::{MixError, MixPool, ParticipantId};
+
+/// A participant whose packets carry no RFC 6464 level, who is not talking
+/// and whose packets do not say they are silent (CELT-only audio, or the
+/// SILK VAD flag set on noise) is decoded to measure their level once in
+/// this many ticks, not every tick.
+const MEASURE_EVERY_TICKS: u64 = 4;
+
+/// ... and one whose packets' SILK VAD flag says silence, once in this many
+/// (320 ms): libopus' VAD misses very quiet speech (−55 dBov) that the level
+/// threshold counts as talking; once measured as talking, a participant is
+/// decoded every tick until they stop.
+const MEASURE_SILENT_EVERY_TICKS: u64 = 16;
+
+/// After a switch from forwarded frames to the mix, the listener encoder
+/// codes this many frames without inter-frame prediction
+/// (`OPUS_SET_PREDICTION_DISABLED`): the listeners' decoders hold the
+/// forwarded stream's history, which the mix's prediction must not lean on.
+const INDEPENDENT_FRAMES_AFTER_SWITCH: u8 = 2;
+
+/// Frames of the forwarded speaker fed to the listener encoder at a switch to the mix.
+const PRIME_FRAMES: usize = 4;
+
+/// A frame this many dB under a speaker's smoothed loudness is a pause.
+const PAUSE_DB: f32 = 20.0;
+
+/// The highest [`Room::set_shed_level`]: complexity 0 and one speaker.
+pub const MAX_SHED_LEVEL: u8 = 5;
+
+/// An empty payload, for the participants sent nothing.
+static EMPTY: Bytes = Bytes::new();
+
+/// What one participant is sent after a tick (see [`Room::delivery_for`]).
+///
+/// The transport sends every non-empty one as the participant's next RTP
+/// packet with the participant's own SSRC and sequence number, and the
+/// timestamp `tick × 960 + offset`: time is the clock's, so the gaps of
+/// `Nothing` are gaps the receiver fills with comfort noise, never delay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Send nothing this tick (DTX pause, or the forwarded speaker's frame is missing).
+    Nothing,
+    /// A one-byte Opus DTX frame: the receiver plays comfort noise until the next packet.
+    Dtx(Bytes),
+    /// The one selected speaker's own Opus frame, unchanged (the receiver's
+    /// decoder is continued; only the RTP header is the listener's).
+    Forward {
+        /// Whose frame it is (for the RFC 6465 CSRC list and level).
+        from: ParticipantId,
+        /// Their Opus payload, shared.
+        payload: Bytes,
+    },
+    /// An encoded mix: the listeners' shared one, or a speaker's N-minus-self.
+    Mix(Bytes),
+}
+
+impl Delivery {
+    /// The Opus payload to send (empty for [`Delivery::Nothing`]).
+    pub fn payload(&self) -> &Bytes {
+        match self {
+            Delivery::Nothing => &EMPTY,
+            Delivery::Dtx(p) | Delivery::Mix(p) | Delivery::Forward { payload: p, .. } => p,
+        }
+    }
+
+    /// Whether nothing is to be sent.
+    pub fn is_nothing(&self) -> bool {
+        matches!(self, Delivery::Nothing)
+    }
+}
+
+/// How the room served its listeners in a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MixMode {
+    /// Nobody selected: DTX frames (or, with `dtx` off, see [`MixMode::Mix`]).
+    #[default]
+    Silent,
+    /// One speaker, forwarded to the listeners.
+    Forward(ParticipantId),
+    /// Decode the speakers, encode the mix (listeners) and each N-minus-self.
+    Mix,
+}
 
 /// A participant not decoded for this many ticks starts from a fresh decoder
 /// state rather than continuing a stale one (100 ms).
@@ -78,7 +160,8 @@ pub struct TickReport {
     pub events: Vec<TalkEvent>,
     /// Opus decodes run (including concealment).
     pub decodes: usize,
-    /// Opus encodes run: one for the listeners plus one per selected speaker.
+    /// Opus encodes run: while mixing, one for the listeners plus one per
+    /// selected speaker (plus `primes` at a switch); none while silent or forwarding.
     pub encodes: usize,
     /// Participants in the room.
     pub participants: usize,
@@ -89,6 +172,17 @@ pub struct TickReport {
     pub concealed: u64,
     /// Packets dropped since the previous tick because their turn had passed.
     pub late: u64,
+    /// How the listeners were served.
+    pub mode: MixMode,
+    /// Participants sent the forwarded speaker's frame this tick.
+    pub forwarded: usize,
+    /// Participants sent a DTX frame this tick.
+    pub dtx: usize,
+    /// Of `decodes` and `encodes`, the ones that primed the listener encoder
+    /// at a switch from forwarded frames to the mix (up to four each per switch).
+    pub primes: usize,
+    /// The shed level the tick ran at ([`Room::set_shed_level`]).
+    pub shed_level: u8,
 }
 
 /// Counters of one participant.
@@ -128,6 +222,10 @@ struct Participant {
     level: u8,
     last_active: Option<u64>,
     talking: bool,
+    /// Last tick an unlevelled frame of theirs was decoded to measure it.
+    measured_at: Option<u64>,
+    /// The previous unlevelled frame said it was silent (DTX or VAD flag 0).
+    probed_silent: bool,
     /// Index in `Room::selected` when a selected speaker.
     slot: Option<usize>,
     decoded: u64,
@@ -182,6 +280,39 @@ impl Participant {
         self.decoded += 1;
         Some(level)
     }
+
+    /// The level of this tick's frame, which carries no RFC 6464 level:
+    /// from the packet itself when it says it is silent (no decode), else
+    /// decoded while talking, at a voice onset, and once in
+    /// [`MEASURE_EVERY_TICKS`] otherwise. Returns the level and whether a decode ran.
+    fn measure_unlevelled(&mut self, tick: u64) -> (u8, bool) {
+        let Playout::Frame(f) = &self.pending else { return (127, false) };
+        if f.payload.len() <= 2 {
+            // DTX: no audio data at all.
+            self.probed_silent = true;
+            return (127, false);
+        }
+        let activity = inspect(&f.payload).map_or(Activity::Unknown, |i| i.activity);
+        let silent = activity == Activity::Silent;
+        let onset = std::mem::replace(&mut self.probed_silent, silent) && activity == Activity::Voice;
+        let every = if silent { MEASURE_SILENT_EVERY_TICKS } else { MEASURE_EVERY_TICKS };
+        // Staggered by id, so a room's silent participants are not all measured in the same tick.
+        let due = self.talking
+            || onset
+            || self.measured_at.map_or((tick + self.id.0).is_multiple_of(every), |t| tick - t >= every);
+        if !due {
+            // Not talking at the last measurement, which is recent.
+            return (127, false);
+        }
+        match self.decode_pending(tick) {
+            Some(level) => {
+                self.measured_at = Some(tick);
+                (level, true)
+            }
+            // A corrupt frame, or no decoder could be made: heard as silence.
+            None => (127, false),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -211,6 +342,8 @@ struct Stream {
 struct Selected {
     id: ParticipantId,
     stream: Stream,
+    /// What this speaker is sent after the last tick.
+    out: Delivery,
 }
 
 /// One room's mixer. Drive it with [`Room::push_packet`] as packets arrive
@@ -222,6 +355,21 @@ pub struct Room {
     index: IdMap<(usize, usize)>,
     selected: Vec<Selected>,
     listener: Stream,
+    /// What every participant who is not a selected speaker is sent after the last tick.
+    listener_out: Delivery,
+    /// How the last tick served the listeners.
+    mode: MixMode,
+    /// Ticks of mix in a row with exactly one speaker (for `mix_hold_ticks`).
+    alone_for: u32,
+    /// The forwarded speaker's last payloads, oldest first (at most [`PRIME_FRAMES`]), to
+    /// prime the listener encoder at a switch to the mix.
+    recent: Vec<Bytes>,
+    /// Cost shedding level, 0 to [`MAX_SHED_LEVEL`].
+    shed: u8,
+    /// Listener frames still to encode without prediction after a switch.
+    independent_left: u8,
+    dtx_frame: Bytes,
+    no_speakers: Arc<[ActiveSpeaker]>,
     spare_encoders: Vec<Encoder>,
     /// Tick of the last `tick` call, so a tick number is never run twice.
     last_tick: Option<u64>,
@@ -241,6 +389,14 @@ impl Room {
             index: IdMap::default(),
             selected: Vec::new(),
             listener,
+            listener_out: Delivery::Nothing,
+            mode: MixMode::Silent,
+            alone_for: 0,
+            recent: Vec::with_capacity(PRIME_FRAMES + 1),
+            shed: 0,
+            independent_left: 0,
+            dtx_frame: Bytes::from_static(&DTX_FRAME),
+            no_speakers: Arc::from([]),
             spare_encoders: Vec::new(),
             last_tick: None,
             late: 0,
@@ -296,6 +452,8 @@ impl Room {
             level: 127,
             last_active: None,
             talking: false,
+            measured_at: None,
+            probed_silent: false,
             slot: None,
             decoded: 0,
             concealed: 0,
@@ -361,46 +519,127 @@ impl Room {
         self.selected.iter().map(|s| s.id)
     }
 
+    /// A participant's RFC 6464 level in the last tick as the mixer used it
+    /// (127: silent or nothing received): the packet's own, or for packets
+    /// without one, measured by decoding or read from the packet (DTX, the
+    /// SILK VAD flag; see `probe`).
+    pub fn level(&self, id: ParticipantId) -> Result<u8, MixError> {
+        Ok(self.participant(id)?.level)
+    }
+
     /// Whether a participant is talking (active within the hold time).
     pub fn is_talking(&self, id: ParticipantId) -> Result<bool, MixError> {
         Ok(self.participant(id)?.talking)
     }
 
     /// What to send each participant after the last tick, shard by shard
-    /// (shards can be sent from different threads). The payload is the one
-    /// shared by all listeners, or the participant's own N-minus-self stream
-    /// when they are a selected speaker: references, never copies.
-    pub fn delivery_shards(&self) -> impl Iterator<Item = impl Iterator<Item = (ParticipantId, &Bytes)>> {
-        self.shards.iter().map(|shard| shard.members.iter().map(|p| (p.id, self.stream_of(p))))
+    /// (shards can be sent from different threads): the listeners' shared
+    /// delivery, or a selected speaker's own. References, never copies.
+    pub fn delivery_shards(&self) -> impl Iterator<Item = impl Iterator<Item = (ParticipantId, &Delivery)>> {
+        self.shards.iter().map(|shard| shard.members.iter().map(|p| (p.id, self.delivery_of(p))))
     }
 
     /// What to send each participant after the last tick (see [`Room::delivery_shards`]).
-    pub fn deliveries(&self) -> impl Iterator<Item = (ParticipantId, &Bytes)> {
+    pub fn deliveries(&self) -> impl Iterator<Item = (ParticipantId, &Delivery)> {
         self.delivery_shards().flatten()
     }
 
-    /// The payload every participant who is not a selected speaker is sent
-    /// after the last tick (the mix of all speakers; empty before the first tick).
+    /// What every participant who is not a selected speaker is sent after
+    /// the last tick ([`Delivery::Nothing`] before the first tick).
+    pub fn listener_delivery(&self) -> &Delivery {
+        &self.listener_out
+    }
+
+    /// What each selected speaker is sent after the last tick, in selection
+    /// order. With [`Room::listener_delivery`], everything a tick produced:
+    /// at most K+1 payloads, whatever the room size.
+    pub fn speaker_deliveries(&self) -> impl Iterator<Item = (ParticipantId, &Delivery)> {
+        self.selected.iter().map(|sel| (sel.id, &sel.out))
+    }
+
+    /// What a participant is sent after the last tick (`None`: not in the room).
+    pub fn delivery_for(&self, id: ParticipantId) -> Option<&Delivery> {
+        self.participant(id).ok().map(|p| self.delivery_of(p))
+    }
+
+    /// The payload of [`Room::listener_delivery`] (empty: send nothing).
     pub fn listener_payload(&self) -> &Bytes {
-        &self.listener.payload
+        self.listener_out.payload()
     }
 
-    /// Each selected speaker's own payload after the last tick (the mix
-    /// without them), in selection order. With [`Room::listener_payload`],
-    /// everything a tick produced: K+1 payloads, whatever the room size.
+    /// The payloads of [`Room::speaker_deliveries`] (empty: send nothing).
     pub fn speaker_payloads(&self) -> impl Iterator<Item = (ParticipantId, &Bytes)> {
-        self.selected.iter().map(|sel| (sel.id, &sel.stream.payload))
+        self.selected.iter().map(|sel| (sel.id, sel.out.payload()))
     }
 
-    /// The payload a participant is sent after the last tick.
+    /// The payload of [`Room::delivery_for`] (empty: send nothing).
     pub fn payload_for(&self, id: ParticipantId) -> Option<&Bytes> {
-        self.participant(id).ok().map(|p| self.stream_of(p))
+        self.delivery_for(id).map(Delivery::payload)
     }
 
-    fn stream_of(&self, p: &Participant) -> &Bytes {
+    fn delivery_of(&self, p: &Participant) -> &Delivery {
         match p.slot.and_then(|slot| self.selected.get(slot)) {
-            Some(sel) => &sel.stream.payload,
-            None => &self.listener.payload,
+            Some(sel) => &sel.out,
+            None => &self.listener_out,
+        }
+    }
+
+    /// How the last tick served the listeners.
+    pub fn mode(&self) -> MixMode {
+        self.mode
+    }
+
+    /// Sheds cost in steps before the caller has to skip a tick, from the
+    /// next tick on: 0 none; 1 encoder complexity at most 5; 2 complexity 0;
+    /// 3, 4, 5 also at most 3, 2, 1 speakers (and a single speaker is
+    /// forwarded at once, without waiting for a pause). Values above
+    /// [`MAX_SHED_LEVEL`] are clamped. Audio keeps flowing at every level.
+    /// The caller (the server's clock) raises it when ticks near their
+    /// budget and lowers it when they have room again, and counts it
+    /// ([`TickReport::shed_level`]).
+    pub fn set_shed_level(&mut self, level: u8) {
+        let level = level.min(MAX_SHED_LEVEL);
+        if level == self.shed {
+            return;
+        }
+        self.shed = level;
+        let complexity = self.encoder_config().complexity;
+        self.listener.encoder.set_complexity(complexity);
+        for sel in &mut self.selected {
+            sel.stream.encoder.set_complexity(complexity);
+        }
+        for e in &mut self.spare_encoders {
+            e.set_complexity(complexity);
+        }
+    }
+
+    /// The current shed level.
+    pub fn shed_level(&self) -> u8 {
+        self.shed
+    }
+
+    /// The encoder settings at the current shed level.
+    fn encoder_config(&self) -> EncoderConfig {
+        let mut e = self.cfg.encoder;
+        e.complexity = match self.shed {
+            0 => e.complexity,
+            1 => e.complexity.min(5),
+            _ => 0,
+        };
+        e
+    }
+
+    /// Speakers mixed at the current shed level.
+    fn speaker_limit(&self) -> usize {
+        let k = match self.cfg.max_speakers {
+            SpeakerLimit::Top(k) => k,
+            SpeakerLimit::All => usize::MAX,
+        };
+        match self.shed {
+            0..=2 => k,
+            3 => k.min(3),
+            4 => k.min(2),
+            _ => 1,
         }
     }
 
@@ -416,7 +655,7 @@ impl Room {
         if self.last_tick.is_some_and(|last| tick <= last) {
             return TickReport {
                 tick,
-                speakers: Arc::from([]),
+                speakers: self.no_speakers.clone(),
                 events: Vec::new(),
                 decodes: 0,
                 encodes: 0,
@@ -424,65 +663,157 @@ impl Room {
                 lost: 0,
                 concealed: 0,
                 late: 0,
+                mode: self.mode,
+                forwarded: 0,
+                dtx: 0,
+                primes: 0,
+                shed_level: self.shed,
             };
         }
         self.last_tick = Some(tick);
-        let k = match self.cfg.max_speakers {
-            SpeakerLimit::Top(k) => k,
-            SpeakerLimit::All => usize::MAX,
-        };
+        let k = self.speaker_limit();
 
-        // A: per participant — pop, level, activity; per shard — top-K candidates.
+        // A: per participant — pop, level, activity; per shard — top-K
+        // candidates. Current speakers are decoded here, in parallel, when
+        // the room is mixing (they are almost always selected again).
         let cfg = &self.cfg;
-        let phase_a = self
-            .shards
-            .par_iter_mut()
-            .map(|shard| shard.observe(cfg, tick, k))
-            .reduce(Observed::default, Observed::sum);
+        let decode_speakers = !matches!(self.mode, MixMode::Forward(_));
+        let phase_a = if let [shard] = &mut self.shards[..] {
+            // One shard (every room up to `shard_size`): no pool round trip.
+            shard.observe(cfg, tick, k, decode_speakers)
+        } else {
+            self.shards
+                .par_iter_mut()
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers))
+                .reduce(Observed::default, Observed::sum)
+        };
 
         // B: merge the shards' candidates with the current speakers (O(shards·K)).
         self.select(k);
+        let mode = self.next_mode(tick);
+        let (mut decodes, mut concealed, mut encodes, mut primes) = (phase_a.decodes, phase_a.concealed, 0, 0);
+        let (mut forwarded, mut dtx) = (0, 0);
+        let dtx_due = tick.is_multiple_of(DTX_INTERVAL_TICKS) || self.mode != mode;
+        let dtx_out = if dtx_due { Delivery::Dtx(self.dtx_frame.clone()) } else { Delivery::Nothing };
+        let others = self.len().saturating_sub(self.selected.len());
 
-        // C: newly selected speakers' frames (current speakers were decoded
-        // in phase A, in parallel; a new speaker is rare).
-        let (mut decodes, mut concealed) = (phase_a.decodes, phase_a.concealed);
-        for sel in &self.selected {
-            let (s, i) = self.index[&sel.id];
-            let p = &mut self.shards[s].members[i];
-            let lost = matches!(p.pending, Playout::Lost { .. });
-            let decoded = p.decode_pending(tick).is_some();
-            decodes += usize::from(decoded);
-            concealed += u64::from(lost && decoded);
-        }
-
-        // D: total = Σ speakers; K+1 limited, encoded streams, in parallel.
-        let mut total = [0.0f32; FRAME_SAMPLES];
-        let mut own: Vec<Option<&Pcm>> = Vec::with_capacity(self.selected.len());
-        for sel in &self.selected {
-            let (s, i) = self.index[&sel.id];
-            let pcm = self.shards[s].members[i].dec.as_ref().filter(|d| d.decoded_at == Some(tick)).map(|d| &*d.pcm);
-            if let Some(pcm) = pcm {
-                accumulate(&mut total, pcm);
+        match mode {
+            MixMode::Silent => {
+                dtx += if dtx_due { others } else { 0 };
+                self.listener_out = dtx_out;
+                self.recent.clear();
             }
-            own.push(pcm);
-        }
-        let listener = &mut self.listener;
-        let selected = &mut self.selected;
-        rayon::join(
-            || listener.encode(&total, None),
-            || selected.par_iter_mut().zip(own.par_iter()).for_each(|(sel, own)| sel.stream.encode(&total, *own)),
-        );
-        drop(own);
-        let encodes = 1 + self.selected.len();
+            MixMode::Forward(id) => {
+                let (s, i) = self.index[&id];
+                let p = &self.shards[s].members[i];
+                // Only a valid 20 ms frame is forwarded; a missing one is a
+                // gap the listeners' decoders conceal.
+                let frame = match &p.pending {
+                    Playout::Frame(f) if inspect(&f.payload).is_some_and(|info| info.samples() == 960) => {
+                        Some(f.payload.clone())
+                    }
+                    _ => None,
+                };
+                if self.mode != mode {
+                    self.recent.clear();
+                }
+                if self.recent.len() == PRIME_FRAMES {
+                    self.recent.remove(0);
+                }
+                match frame {
+                    Some(payload) => {
+                        self.recent.push(payload.clone());
+                        forwarded = others;
+                        self.listener_out = Delivery::Forward { from: id, payload };
+                    }
+                    None => {
+                        self.recent.clear();
+                        self.listener_out = Delivery::Nothing;
+                    }
+                }
+                dtx += usize::from(dtx_due);
+                if let Some(sel) = self.selected.first_mut() {
+                    sel.out = dtx_out;
+                }
+            }
+            MixMode::Mix => {
+                if self.mode != MixMode::Mix {
+                    // The listener and speaker encoders sat idle: their
+                    // look-ahead holds stale audio. Start them afresh, and
+                    // after forwarded frames continue what listeners heard.
+                    self.listener.encoder.reset();
+                    for sel in &mut self.selected {
+                        sel.stream.encoder.reset();
+                    }
+                    if let MixMode::Forward(id) = self.mode
+                        && self.cfg.prime_on_switch
+                    {
+                        primes = self.prime(id, tick);
+                        decodes += primes;
+                        encodes += primes;
+                        self.independent_left = INDEPENDENT_FRAMES_AFTER_SWITCH;
+                        self.listener.encoder.set_prediction_disabled(true);
+                    }
+                }
+                self.recent.clear();
+                // C: newly selected speakers' frames (and every speaker's
+                // after forwarding; a switch is rare).
+                for sel in &self.selected {
+                    let (s, i) = self.index[&sel.id];
+                    let p = &mut self.shards[s].members[i];
+                    let lost = matches!(p.pending, Playout::Lost { .. });
+                    let decoded = p.decode_pending(tick).is_some();
+                    decodes += usize::from(decoded);
+                    concealed += u64::from(lost && decoded);
+                }
 
-        let speakers: Arc<[ActiveSpeaker]> = self
-            .selected
-            .iter()
-            .map(|sel| {
-                let (s, i) = self.index[&sel.id];
-                ActiveSpeaker { id: sel.id, level: self.shards[s].members[i].level }
-            })
-            .collect();
+                // D: total = Σ speakers; K+1 limited, encoded streams, in parallel.
+                let mut total = [0.0f32; FRAME_SAMPLES];
+                let mut own: Vec<Option<&Pcm>> = Vec::with_capacity(self.selected.len());
+                for sel in &self.selected {
+                    let (s, i) = self.index[&sel.id];
+                    let pcm =
+                        self.shards[s].members[i].dec.as_ref().filter(|d| d.decoded_at == Some(tick)).map(|d| &*d.pcm);
+                    if let Some(pcm) = pcm {
+                        accumulate(&mut total, pcm);
+                    }
+                    own.push(pcm);
+                }
+                let listener = &mut self.listener;
+                let selected = &mut self.selected;
+                rayon::join(
+                    || listener.encode(&total, None),
+                    || {
+                        selected.par_iter_mut().zip(own.par_iter()).for_each(|(sel, own)| {
+                            sel.stream.encode(&total, *own);
+                            sel.out = Delivery::Mix(sel.stream.payload.clone());
+                        })
+                    },
+                );
+                drop(own);
+                self.listener_out = Delivery::Mix(self.listener.payload.clone());
+                if self.independent_left > 0 {
+                    self.independent_left -= 1;
+                    if self.independent_left == 0 {
+                        self.listener.encoder.set_prediction_disabled(false);
+                    }
+                }
+                encodes += 1 + self.selected.len();
+            }
+        }
+        self.mode = mode;
+
+        let speakers: Arc<[ActiveSpeaker]> = if self.selected.is_empty() {
+            self.no_speakers.clone()
+        } else {
+            self.selected
+                .iter()
+                .map(|sel| {
+                    let (s, i) = self.index[&sel.id];
+                    ActiveSpeaker { id: sel.id, level: self.shards[s].members[i].level }
+                })
+                .collect()
+        };
 
         let events = self.shards.iter_mut().flat_map(|s| s.events.drain(..)).collect();
         let late = std::mem::take(&mut self.late);
@@ -496,7 +827,68 @@ impl Room {
             lost: phase_a.lost,
             concealed,
             late,
+            mode,
+            forwarded,
+            dtx,
+            primes,
+            shed_level: self.shed,
         }
+    }
+
+    /// How this tick serves the listeners, from the selection just made.
+    fn next_mode(&mut self, _tick: u64) -> MixMode {
+        let cfg = &self.cfg;
+        let mode = match &self.selected[..] {
+            [] if cfg.dtx => MixMode::Silent,
+            [only] if cfg.passthrough => {
+                // Switch in a pause: the listeners' decoders then change
+                // streams while there is nothing to hear.
+                let quiet = self
+                    .participant(only.id)
+                    .is_ok_and(|p| p.level >= cfg.silence_level || f32::from(127 - p.level) + PAUSE_DB <= p.loudness);
+                // Shedding speakers (level 3+) forwards at once: cost first.
+                let held = (self.alone_for >= cfg.mix_hold_ticks && quiet) || self.shed >= 3;
+                if self.mode == MixMode::Mix && !held { MixMode::Mix } else { MixMode::Forward(only.id) }
+            }
+            _ => MixMode::Mix,
+        };
+        self.alone_for = if mode == MixMode::Mix && self.selected.len() == 1 { self.alone_for + 1 } else { 0 };
+        mode
+    }
+
+    /// Feeds the forwarded speaker's last frames (decoded afresh) to the
+    /// listener encoder, output discarded, so the first mixed frame
+    /// continues the signal the listeners' decoders just played and the
+    /// speaker's decoder is warm for this tick's frame. Returns the frames
+    /// primed (each one decode and one encode).
+    fn prime(&mut self, id: ParticipantId, tick: u64) -> usize {
+        let Some(&(s, i)) = self.index.get(&id) else { return 0 };
+        let recent = std::mem::take(&mut self.recent);
+        let p = &mut self.shards[s].members[i];
+        let dec = match &mut p.dec {
+            Some(dec) => dec,
+            None => match DecodeState::new() {
+                Some(dec) => p.dec.insert(dec),
+                None => return 0,
+            },
+        };
+        dec.decoder.reset();
+        let mut primed = 0;
+        for payload in &recent {
+            let mut pcm = [0.0f32; FRAME_SAMPLES];
+            if dec.decoder.decode(payload, &mut pcm).is_err() {
+                continue;
+            }
+            apply_gain(&mut pcm, p.gain);
+            self.listener.encode(&pcm, None);
+            primed += 1;
+        }
+        if primed > 0 && tick > 0 {
+            // This tick's frame continues the primed decoder (no reset).
+            dec.decoded_at = Some(tick - 1);
+        }
+        self.recent = recent;
+        primed
     }
 
     fn participant_mut(&mut self, id: ParticipantId) -> Result<&mut Participant, MixError> {
@@ -511,6 +903,17 @@ impl Room {
 
     /// Speaker selection with hold and hysteresis.
     fn select(&mut self, k: usize) {
+        // A lower limit (shedding) drops the weakest speakers.
+        while self.selected.len() > k {
+            let weakest = self
+                .selected
+                .iter()
+                .map(|sel| (sel.id, self.participant(sel.id).map_or(0.0, |p| p.loudness)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(id, _)| id);
+            let Some(out) = weakest else { break };
+            self.drop_speakers(|sel| sel.id == out);
+        }
         // Speakers who stopped talking (hold expired) or were muted leave.
         let index = &self.index;
         let shards = &self.shards;
@@ -564,7 +967,7 @@ impl Room {
                 e.reset();
                 e
             }
-            None => match Encoder::new(&self.cfg.encoder) {
+            None => match Encoder::new(&self.encoder_config()) {
                 Ok(e) => e,
                 // libopus out of memory: this challenger is not selected this tick.
                 Err(_) => return,
@@ -572,7 +975,11 @@ impl Room {
         };
         // Start at the listener stream's limiter gain so the level is continuous.
         let limiter = self.listener.limiter.clone();
-        self.selected.push(Selected { id, stream: Stream { encoder, limiter, payload: Bytes::new() } });
+        self.selected.push(Selected {
+            id,
+            stream: Stream { encoder, limiter, payload: Bytes::new() },
+            out: Delivery::Nothing,
+        });
         let slot = self.selected.len() - 1;
         if let Ok(p) = self.participant_mut(id) {
             p.slot = Some(slot);
@@ -627,24 +1034,35 @@ impl Shard {
     /// Phase A for one shard. Returns the decodes it ran (participants whose
     /// packets carry no audio level are decoded to measure it) and the frames
     /// it found lost and concealed.
-    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize) -> Observed {
+    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize, decode_speakers: bool) -> Observed {
         let mut seen = Observed::default();
         self.candidates.clear();
         for p in &mut self.members {
             p.pending = p.jitter.pop();
             let lost = matches!(p.pending, Playout::Lost { .. });
             seen.lost += u64::from(lost);
-            // Current speakers are decoded here, in parallel (they are
-            // almost always selected again); so are frames without an audio
-            // level, to measure it.
-            let unlevelled = matches!(&p.pending, Playout::Frame(f) if f.level.is_none());
-            let measured = if !p.muted && (p.slot.is_some() || unlevelled) { p.decode_pending(tick) } else { None };
-            seen.decodes += usize::from(measured.is_some());
-            seen.concealed += u64::from(lost && measured.is_some());
-            p.level = match &p.pending {
-                Playout::Frame(f) => f.level.or(measured).unwrap_or(127),
-                Playout::Lost { .. } | Playout::Empty => 127,
+            // Current speakers are decoded here, in parallel, while the room
+            // mixes (they are almost always selected again); frames without
+            // an audio level are measured (a decode only when the packet
+            // does not say it is silent, see `measure_unlevelled`).
+            let level = match &p.pending {
+                Playout::Frame(f) => f.level,
+                Playout::Lost { .. } | Playout::Empty => Some(127),
             };
+            let (decoded, level) = if p.muted {
+                (None, level.unwrap_or(127))
+            } else if p.slot.is_some() && decode_speakers {
+                let measured = p.decode_pending(tick);
+                (measured, level.or(measured).unwrap_or(127))
+            } else if let Some(level) = level {
+                (None, level)
+            } else {
+                let (level, ran) = p.measure_unlevelled(tick);
+                (ran.then_some(level), level)
+            };
+            seen.decodes += usize::from(decoded.is_some());
+            seen.concealed += u64::from(lost && decoded.is_some());
+            p.level = level;
             if p.dec.as_ref().is_some_and(|d| d.decoded_at.is_none_or(|t| tick - t > DECODER_IDLE_TICKS))
                 && p.slot.is_none()
             {
