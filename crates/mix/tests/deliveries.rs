@@ -5,7 +5,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::ToneClient;
+use common::ToneParticipant;
 use tutti_mix::{
     DTX_FRAME, DTX_INTERVAL_TICKS, Delivery, MixMode, MixPool, Packet, ParticipantId, Room, RoomConfig, SpeakerLimit,
     TickReport,
@@ -16,16 +16,16 @@ use tutti_mix::{
 struct Scene {
     room: Room,
     pool: MixPool,
-    talkers: Vec<ToneClient>,
-    silent: Vec<ToneClient>,
+    talkers: Vec<ToneParticipant>,
+    silent: Vec<ToneParticipant>,
 }
 
 impl Scene {
     fn new(cfg: RoomConfig, talkers: usize, listeners: usize) -> Self {
         let mut room = Room::new(cfg).expect("room");
-        let talkers: Vec<ToneClient> =
-            (0..talkers).map(|i| ToneClient::new(1 + i as u64, 300.0 + 110.0 * i as f32)).collect();
-        let silent: Vec<ToneClient> = (0..listeners).map(|i| ToneClient::new(100 + i as u64, 500.0)).collect();
+        let talkers: Vec<ToneParticipant> =
+            (0..talkers).map(|i| ToneParticipant::new(1 + i as u64, 300.0 + 110.0 * i as f32)).collect();
+        let silent: Vec<ToneParticipant> = (0..listeners).map(|i| ToneParticipant::new(100 + i as u64, 500.0)).collect();
         for c in talkers.iter().chain(&silent) {
             room.add_participant(c.id).expect("join");
         }

@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::ToneClient;
+use common::ToneParticipant;
 use tutti_mix::{Delivery, FRAME_SAMPLES, MixMode, MixPool, ParticipantId, Room, RoomConfig};
 
 /// 2.5 ms windows.
@@ -57,7 +57,7 @@ fn run(prime_on_switch: bool) -> (Vec<Switch>, Vec<MixMode>) {
     let pool = MixPool::new(1).expect("pool");
     let cfg = RoomConfig { prime_on_switch, ..RoomConfig::default() };
     let mut room = Room::new(cfg).expect("room");
-    let (mut a, mut b) = (ToneClient::new(1, 440.0), ToneClient::new(2, 660.0));
+    let (mut a, mut b) = (ToneParticipant::new(1, 440.0), ToneParticipant::new(2, 660.0));
     let listener = ParticipantId(3);
     for id in [a.id, b.id, listener] {
         room.add_participant(id).expect("join");
