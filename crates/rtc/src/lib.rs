@@ -18,13 +18,16 @@
 //! or TWCC for audio). Each peer's timers sit in one heap: no scan of all peers.
 
 mod client;
+mod keys;
 mod media;
 mod mux;
+pub mod srtp;
 pub mod stun;
 
 pub use client::{ClientEvent, ClientPeer};
 pub use media::{
-    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RawRtp, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit,
-    is_rtp, parse_rtcp, parse_rtp,
+    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RawRtp, RtcError, SSRC_AUDIO_LEVEL_URI, SendPath,
+    SenderReportInfo, Transmit, is_rtp, parse_rtcp, parse_rtp,
 };
+pub use srtp::SrtpProfile;
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
