@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
+use rtc::interceptor::{Attribute, Interceptor, Packet as InterceptorPacket, Slot, StreamInfo, TaggedPacket};
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::certificate::RTCCertificate;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
@@ -228,13 +229,81 @@ pub(crate) fn build_connection(
     if !certificates.is_empty() {
         config = config.with_certificates(certificates);
     }
+    let registry = configure_rtcp_reports(Registry::new()).with(Slot::Custom(20_000), DeliverSenderReports::default());
     RTCPeerConnectionBuilder::new()
         .with_configuration(config.build())
         .with_setting_engine(settings)
         .with_media_engine(media_engine(fmtp)?)
-        .with_interceptor_registry(configure_rtcp_reports(Registry::new()))
+        .with_interceptor_registry(registry)
         .build(now)
         .map_err(internal)
+}
+
+/// An interceptor that lets received RTCP sender reports through to us
+/// (webrtc-rs's chain ends inbound RTCP unless one asks): the peer's last
+/// report, [`SenderReportInfo`], is what tells how much its sender sent.
+#[derive(Default)]
+struct DeliverSenderReports {
+    reads: VecDeque<TaggedPacket>,
+    writes: VecDeque<TaggedPacket>,
+}
+
+impl Protocol<TaggedPacket, TaggedPacket, ()> for DeliverSenderReports {
+    type Rout = TaggedPacket;
+    type Wout = TaggedPacket;
+    type Eout = ();
+    type Error = rtc::shared::error::Error;
+    type Time = Instant;
+
+    fn handle_read(&mut self, mut msg: TaggedPacket) -> Result<(), Self::Error> {
+        if let InterceptorPacket::Rtcp(packets) = &msg.message.packet
+            && packets.iter().any(|p| p.as_any().is::<SenderReport>())
+        {
+            msg.message.add(Attribute::DeliverToApplication);
+        }
+        self.reads.push_back(msg);
+        Ok(())
+    }
+
+    fn poll_read(&mut self) -> Option<TaggedPacket> {
+        self.reads.pop_front()
+    }
+
+    fn handle_write(&mut self, msg: TaggedPacket) -> Result<(), Self::Error> {
+        self.writes.push_back(msg);
+        Ok(())
+    }
+
+    fn poll_write(&mut self) -> Option<TaggedPacket> {
+        self.writes.pop_front()
+    }
+
+    fn handle_event(&mut self, _: ()) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn poll_event(&mut self) -> Option<()> {
+        None
+    }
+
+    fn handle_timeout(&mut self, _: Instant) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        None
+    }
+
+    fn close(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl Interceptor for DeliverSenderReports {
+    fn bind_local_stream(&mut self, _: &StreamInfo) {}
+    fn unbind_local_stream(&mut self, _: &StreamInfo) {}
+    fn bind_remote_stream(&mut self, _: &StreamInfo) {}
+    fn unbind_remote_stream(&mut self, _: &StreamInfo) {}
 }
 
 /// Adds our one outgoing Opus track (on the offered audio transceiver when
@@ -397,7 +466,7 @@ struct Numbering {
 }
 
 /// One packet's header fields.
-struct Slot {
+struct PacketFields {
     seq: u16,
     roc: u32,
     timestamp: u32,
@@ -412,8 +481,8 @@ impl Numbering {
 
     /// The fields of the packet for `tick`: timestamp = tick × 960 + offset;
     /// marker on the first packet and after any gap.
-    fn slot(&self, tick: u64) -> Slot {
-        Slot {
+    fn slot(&self, tick: u64) -> PacketFields {
+        PacketFields {
             seq: self.seq,
             roc: self.roc,
             timestamp: (tick.wrapping_mul(u64::from(SAMPLES_PER_FRAME)) as u32).wrapping_add(self.ts_offset),
@@ -729,7 +798,7 @@ impl Media {
     /// in place, queued. One allocation: the buffer.
     fn send_lean(
         &mut self,
-        slot: &Slot,
+        slot: &PacketFields,
         payload: &[u8],
         level: Option<u8>,
         contributors: &[Contributor],
