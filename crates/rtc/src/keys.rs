@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rtc::crypto::{
-    AeadAlgorithm, AeadCipher, ActiveKeyExchange, BlockCipherAlgorithm, CbcAlgorithm, CbcCipher, CryptoAlgorithm,
+    ActiveKeyExchange, AeadAlgorithm, AeadCipher, BlockCipherAlgorithm, CbcAlgorithm, CbcCipher, CryptoAlgorithm,
     CryptoError, HashAlgorithm, HmacAlgorithm, KeyExchangeAlgorithm, Mac, PublicKey, RTCCrypto, RTCCryptoProvider,
     RTCRandom, SignatureScheme, SigningKey, StreamCipher, StreamCipherAlgorithm,
 };
@@ -156,7 +156,11 @@ impl RTCCrypto for TapCrypto {
         self.inner.crypto().generate_signing_key(scheme)
     }
 
-    fn import_signing_key(&self, scheme: SignatureScheme, pkcs8_der: &[u8]) -> Result<Arc<dyn SigningKey>, CryptoError> {
+    fn import_signing_key(
+        &self,
+        scheme: SignatureScheme,
+        pkcs8_der: &[u8],
+    ) -> Result<Arc<dyn SigningKey>, CryptoError> {
         self.inner.crypto().import_signing_key(scheme, pkcs8_der)
     }
 

@@ -8,8 +8,18 @@
 //! UDP datagram ─► Mux::handle_datagram ─► route: remote address → peer,
 //!                                          or STUN USERNAME (server ufrag) → peer
 //!             ─► peer (ICE-lite, DTLS, SRTP) ─► MuxEvent::Audio { Opus, RFC 6464 level }
-//! Mux::send_audio(peer, Opus) ─► RTP (own SSRC/seq/ts, level ext) ─► SRTP ─► poll_transmit
+//! Mux::send_audio_at(peer, tick, Opus) ─► RTP (own SSRC/seq, ts = tick × 960 + offset, level ext)
+//!     ─► lean path: header + payload built in the datagram buffer, SRTP in place (srtp::SrtpContext)
+//!     ─► or webrtc-rs's write pipeline (interceptors, its SRTP)          ─► poll_transmit
 //! ```
+//!
+//! The lean path (default; [`Acceptor::set_lean_send`], [`ClientPeer::set_lean_send`]
+//! switch it off) is taken by a connected peer from its first packet on and
+//! never left, so one SSRC's sequence number and rollover counter live in
+//! one place. Its keys come from the DTLS exporter (webrtc-rs exposes none:
+//! see the `keys` module for how they are captured through the crypto
+//! provider); its RTCP sender reports are ours, sent through webrtc-rs,
+//! which keeps ICE, DTLS, SRTCP and the whole receive side.
 //!
 //! Like the mixing core it holds no socket and reads no clock: the caller's
 //! I/O loop passes datagrams and `Instant`s in and sends what comes out.
@@ -29,5 +39,5 @@ pub use media::{
     AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RawRtp, RtcError, SSRC_AUDIO_LEVEL_URI, SendPath,
     SenderReportInfo, Transmit, is_rtp, parse_rtcp, parse_rtp,
 };
-pub use srtp::SrtpProfile;
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
+pub use srtp::SrtpProfile;

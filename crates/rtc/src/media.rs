@@ -29,15 +29,15 @@ use rtc::peer_connection::configuration::setting_engine::SettingEngine;
 use rtc::peer_connection::event::RTCPeerConnectionEvent;
 use rtc::peer_connection::message::RTCMessage;
 use rtc::peer_connection::state::{RTCIceConnectionState, RTCPeerConnectionState};
+use rtc::peer_connection::transport::RTCDtlsRole;
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use rtc::peer_connection::{RTCPeerConnection, RTCPeerConnectionBuilder};
+use rtc::rtcp::sender_report::SenderReport;
 use rtc::rtp_transceiver::RTCRtpSenderId;
 use rtc::rtp_transceiver::rtp_sender::{
     RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
     RTCRtpHeaderExtensionCapability, RtpCodecKind,
 };
-use rtc::peer_connection::transport::RTCDtlsRole;
-use rtc::rtcp::sender_report::SenderReport;
 use rtc::sansio::Protocol;
 use rtc::shared::marshal::{Marshal, MarshalSize};
 use rtc::statistics::StatsSelector;
@@ -711,14 +711,8 @@ impl Media {
         if let Some((generation, keys)) = lean_keys(&mut self.pc, &self.keys, now)
             && let Ok(srtp) = SrtpContext::new(&keys)
         {
-            self.lean = Some(Box::new(LeanSender {
-                srtp,
-                generation,
-                packets: 0,
-                octets: 0,
-                last: None,
-                next_report: None,
-            }));
+            self.lean =
+                Some(Box::new(LeanSender { srtp, generation, packets: 0, octets: 0, last: None, next_report: None }));
         }
     }
 

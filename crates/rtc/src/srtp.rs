@@ -240,8 +240,7 @@ impl SrtpContext {
                 derive(mk, ms, LABEL_SRTP_ENCRYPTION, session_key)?;
                 let mut salt = [0u8; 12];
                 derive(mk, ms, LABEL_SRTP_SALT, &mut salt)?;
-                let alg =
-                    if mk.len() == 16 { &ring::aead::AES_128_GCM } else { &ring::aead::AES_256_GCM };
+                let alg = if mk.len() == 16 { &ring::aead::AES_128_GCM } else { &ring::aead::AES_256_GCM };
                 let key = ring::aead::UnboundKey::new(alg, session_key).map_err(|_| SrtpError::KeyLength {
                     what: "session key",
                     expected: alg.key_len(),
@@ -259,13 +258,11 @@ impl SrtpContext {
                 Cipher::Cm {
                     aes: Box::new(aes::Aes128::new(&session_key.into())),
                     // HMAC takes a key of any length: this cannot fail.
-                    auth: Box::new(
-                        <HmacSha1 as Mac>::new_from_slice(&auth_key).map_err(|_| SrtpError::KeyLength {
-                            what: "auth key",
-                            expected: 20,
-                            got: 20,
-                        })?,
-                    ),
+                    auth: Box::new(<HmacSha1 as Mac>::new_from_slice(&auth_key).map_err(|_| SrtpError::KeyLength {
+                        what: "auth key",
+                        expected: 20,
+                        got: 20,
+                    })?),
                     salt,
                     tag_len: profile.tag_len(),
                 }

@@ -39,17 +39,7 @@ impl Call {
         assert!(client.set_lean_send(client_lean));
         let (peer, answer) = mux.accept_offer(&offer, now).expect("answer");
         client.accept_answer(&answer, now).expect("answer accepted");
-        Self {
-            mux,
-            client,
-            peer,
-            server,
-            me,
-            now,
-            at_server: Vec::new(),
-            at_client: Vec::new(),
-            up: (false, false),
-        }
+        Self { mux, client, peer, server, me, now, at_server: Vec::new(), at_client: Vec::new(), up: (false, false) }
     }
 
     /// Delivers everything queued both ways (loss-free, in order).
@@ -129,7 +119,10 @@ fn lean_audio_is_decrypted_by_webrtc_rs_for_every_profile() {
             call.mux.send_audio(call.peer, Bytes::from_static(&[1]), None, &[], call.now),
             Err(RtcError::NotConnected)
         ));
-        assert!(matches!(call.client.send_audio(Bytes::from_static(&[1]), None, call.now), Err(RtcError::NotConnected)));
+        assert!(matches!(
+            call.client.send_audio(Bytes::from_static(&[1]), None, call.now),
+            Err(RtcError::NotConnected)
+        ));
         assert_eq!(call.mux.send_path(call.peer), Some(SendPath::Undecided { lean: true }));
         assert_eq!(call.client.send_path(), SendPath::Undecided { lean: true });
         call.connect();
@@ -256,7 +249,10 @@ fn lean_and_pipeline_peers_talk_to_each_other() {
         }
         assert_eq!((call.at_server.len(), call.at_client.len()), (30, 30));
         assert_eq!(call.mux.stats().lean_out, if server_lean { 30 } else { 0 });
-        assert_eq!(call.client.send_path(), if client_lean { SendPath::Lean(SrtpProfile::Aes128CmHmacSha1_80) } else { SendPath::Rtc });
+        assert_eq!(
+            call.client.send_path(),
+            if client_lean { SendPath::Lean(SrtpProfile::Aes128CmHmacSha1_80) } else { SendPath::Rtc }
+        );
     }
 }
 
