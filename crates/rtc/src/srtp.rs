@@ -194,10 +194,13 @@ const LABEL_SRTP_SALT: u8 = 0x02;
 type HmacSha1 = hmac::Hmac<sha1::Sha1>;
 type Aes128Ctr = ctr::Ctr128BE<aes::Aes128>;
 
+/// Both variants hold an expanded key of some hundred bytes; the context
+/// lives boxed in its sender.
 enum Cipher {
     Gcm { key: ring::aead::LessSafeKey, salt: [u8; 12] },
-    // Boxed: the expanded key and the keyed HMAC are a few hundred bytes.
-    Cm { aes: Box<aes::Aes128>, auth: Box<HmacSha1>, salt: [u8; 14], tag_len: usize },
+    // The keyed HMAC boxed, to keep the variants of a size; cloning it per
+    // packet copies its state, no allocation.
+    Cm { aes: aes::Aes128, auth: Box<HmacSha1>, salt: [u8; 14], tag_len: usize },
 }
 
 /// The send half of an SRTP session for RTP: session keys derived once,
@@ -256,7 +259,7 @@ impl SrtpContext {
                 let mut salt = [0u8; 14];
                 derive(mk, ms, LABEL_SRTP_SALT, &mut salt)?;
                 Cipher::Cm {
-                    aes: Box::new(aes::Aes128::new(&session_key.into())),
+                    aes: aes::Aes128::new(&session_key.into()),
                     // HMAC takes a key of any length: this cannot fail.
                     auth: Box::new(<HmacSha1 as Mac>::new_from_slice(&auth_key).map_err(|_| SrtpError::KeyLength {
                         what: "auth key",
@@ -329,10 +332,10 @@ impl SrtpContext {
                 for (v, s) in iv[12..14].iter_mut().zip(seq.to_be_bytes()) {
                     *v ^= s;
                 }
-                let mut ctr = Aes128Ctr::from_core(ctr::CtrCore::inner_iv_init(aes.as_ref().clone(), &iv.into()));
+                let mut ctr = Aes128Ctr::from_core(ctr::CtrCore::inner_iv_init(aes.clone(), &iv.into()));
                 ctr.apply_keystream(&mut packet[header_len..]);
                 // RFC 3711 §4.2: tag over the authenticated portion, then the ROC.
-                let mut mac = auth.as_ref().clone();
+                let mut mac = HmacSha1::clone(auth);
                 mac.update(packet);
                 mac.update(&roc.to_be_bytes());
                 let full = mac.finalize().into_bytes();
