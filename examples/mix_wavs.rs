@@ -78,9 +78,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         let report = room.tick(&pool, tick);
         talkspurts += report.events.iter().filter(|e| matches!(e, tutti_mix::TalkEvent::Started(_))).count();
-        for (id, payload) in room.deliveries() {
+        for (id, delivery) in room.deliveries() {
             let p = &mut participants[id.0 as usize];
             let mut pcm = [0.0f32; FRAME_SAMPLES];
+            // Nothing sent this tick (DTX pause): the decoder conceals 20 ms, as a receiver's would.
+            let payload: &[u8] = delivery.payload();
             p.decoder.decode_float(payload, &mut pcm, false)?;
             p.heard.extend_from_slice(&pcm);
         }

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -12,9 +13,10 @@ use rtc::peer_connection::sdp::RTCSessionDescription;
 use rtc::sansio::Protocol;
 use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
+use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
-    AudioPacket, CLIENT_OPUS_FMTP, Media, PeerEvent, RtcError, Transmit, add_audio_track, add_host_candidate, bad_sdp,
-    build_connection, local_sdp,
+    AudioPacket, CLIENT_OPUS_FMTP, Media, PeerEvent, RtcError, SendPath, SenderReportInfo, Transmit, add_audio_track,
+    add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
 };
 
 /// What a [`ClientPeer`] reports.
@@ -28,13 +30,19 @@ pub enum ClientEvent {
     Closed,
 }
 
-/// An offering peer (full ICE, controlling) bound to `local`.
+/// A connection being negotiated: the connection, its sender and SSRC, and
+/// its crypto provider's exporter capture.
+type Pending = (rtc::peer_connection::RTCPeerConnection, rtc::rtp_transceiver::RTCRtpSenderId, u32, Arc<ExporterSlot>);
+
+/// An offering peer (full ICE, controlling) bound to `local`. Its audio
+/// takes the lean send path by default ([`ClientPeer::set_lean_send`]).
 pub struct ClientPeer {
     local: SocketAddr,
     /// Set once the answer is in.
     media: Option<Media>,
     /// Until then, the connection being negotiated.
-    pending: Option<(rtc::peer_connection::RTCPeerConnection, rtc::rtp_transceiver::RTCRtpSenderId, u32)>,
+    pending: Option<Pending>,
+    lean_send: bool,
     transmits: VecDeque<Transmit>,
     events: VecDeque<ClientEvent>,
 }
@@ -53,7 +61,12 @@ fn is_dtls_alert(data: &[u8]) -> bool {
 impl ClientPeer {
     /// A peer that will send one Opus track from `local`; returns it and its SDP offer.
     pub fn new(local: SocketAddr, now: Instant) -> Result<(Self, String), RtcError> {
-        let settings = SettingEngineBuilder::new().with_multicast_dns_mode(MulticastDnsMode::Disabled).build();
+        let provider = rtc::crypto::default_provider().map_err(internal)?;
+        let slot = Arc::new(ExporterSlot::default());
+        let settings = SettingEngineBuilder::new()
+            .with_multicast_dns_mode(MulticastDnsMode::Disabled)
+            .with_crypto_provider(Arc::new(KeyTap::new(provider, slot.clone())))
+            .build();
         let mut pc = build_connection(settings, Vec::new(), CLIENT_OPUS_FMTP, now)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
         add_host_candidate(&mut pc, local)?;
@@ -63,7 +76,8 @@ impl ClientPeer {
         let peer = Self {
             local,
             media: None,
-            pending: Some((pc, sender, ssrc)),
+            pending: Some((pc, sender, ssrc, slot)),
+            lean_send: true,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
         };
@@ -72,10 +86,11 @@ impl ClientPeer {
 
     /// Takes the server's SDP answer; connecting starts.
     pub fn accept_answer(&mut self, answer: &str, now: Instant) -> Result<(), RtcError> {
-        let (mut pc, sender, ssrc) = self.pending.take().ok_or_else(|| bad_sdp("an answer was already applied"))?;
+        let (mut pc, sender, ssrc, slot) =
+            self.pending.take().ok_or_else(|| bad_sdp("an answer was already applied"))?;
         let answer = RTCSessionDescription::answer(answer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, answer).map_err(bad_sdp)?;
-        self.media = Some(Media::new(pc, sender, ssrc)?);
+        self.media = Some(Media::new(pc, sender, ssrc, slot, self.lean_send, now)?);
         self.drain();
         Ok(())
     }
@@ -110,16 +125,43 @@ impl ClientPeer {
         }
     }
 
-    /// Sends one 20 ms Opus frame with its RFC 6464 level.
+    /// Sends one 20 ms Opus frame with its RFC 6464 level, as the frame
+    /// after the last one sent or skipped.
     pub fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
         let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
-        media.send_audio(payload, level, &[], now)?;
-        if media.first_packet() {
-            self.drain();
-        } else {
-            media.flush(&mut self.transmits);
-        }
+        media.send_audio(None, &payload, level, &[], now, &mut self.transmits)?;
         Ok(())
+    }
+
+    /// Whether this peer's audio takes the lean send path (tutti's own RTP
+    /// and SRTP once DTLS is up; the default) or webrtc-rs's write pipeline.
+    /// Takes effect only before the first packet is sent (a stream never
+    /// changes path); returns whether it did.
+    pub fn set_lean_send(&mut self, lean: bool) -> bool {
+        match &mut self.media {
+            Some(media) => media.set_lean(lean),
+            None => {
+                self.lean_send = lean;
+                true
+            }
+        }
+    }
+
+    /// The path this peer's outgoing RTP takes (decided at its first packet).
+    pub fn send_path(&self) -> SendPath {
+        self.media.as_ref().map_or(SendPath::Undecided { lean: self.lean_send }, Media::send_path)
+    }
+
+    /// The last RTCP sender report the server sent.
+    pub fn last_sender_report(&self) -> Option<SenderReportInfo> {
+        self.media.as_ref().and_then(Media::last_sender_report)
+    }
+
+    /// For tests: the sequence number of the next packet, before the first
+    /// (e.g. just short of a wrap). Returns whether it was set.
+    #[doc(hidden)]
+    pub fn set_next_sequence(&mut self, seq: u16) -> bool {
+        self.media.as_mut().is_some_and(|m| m.set_next_sequence(seq))
     }
 
     /// Lets `frames` 20 ms frames pass unsent, as an Opus encoder in DTX
@@ -135,7 +177,7 @@ impl ClientPeer {
     #[doc(hidden)]
     pub fn send_raw_rtp(&mut self, raw: crate::RawRtp, now: Instant) -> Result<(), RtcError> {
         let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
-        media.send_raw_rtp(raw, now)?;
+        media.send_raw_rtp(raw, now, &mut self.transmits)?;
         self.drain();
         Ok(())
     }
@@ -153,14 +195,14 @@ impl ClientPeer {
     /// Runs due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(media) = &mut self.media {
-            let _ = media.pc.handle_timeout(now);
+            media.handle_timeout(now);
             self.drain();
         }
     }
 
     /// When [`ClientPeer::handle_timeout`] has work next.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        self.media.as_mut().and_then(|m| m.pc.poll_timeout())
+        self.media.as_mut().and_then(Media::poll_timeout)
     }
 
     /// The next datagram to send.

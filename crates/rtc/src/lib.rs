@@ -8,8 +8,18 @@
 //! UDP datagram ─► Mux::handle_datagram ─► route: remote address → peer,
 //!                                          or STUN USERNAME (server ufrag) → peer
 //!             ─► peer (ICE-lite, DTLS, SRTP) ─► MuxEvent::Audio { Opus, RFC 6464 level }
-//! Mux::send_audio(peer, Opus) ─► RTP (own SSRC/seq/ts, level ext) ─► SRTP ─► poll_transmit
+//! Mux::send_audio_at(peer, tick, Opus) ─► RTP (own SSRC/seq, ts = tick × 960 + offset, level ext)
+//!     ─► lean path: header + payload built in the datagram buffer, SRTP in place (srtp::SrtpContext)
+//!     ─► or webrtc-rs's write pipeline (interceptors, its SRTP)          ─► poll_transmit
 //! ```
+//!
+//! The lean path (default; [`Acceptor::set_lean_send`], [`ClientPeer::set_lean_send`]
+//! switch it off) is taken by a connected peer from its first packet on and
+//! never left, so one SSRC's sequence number and rollover counter live in
+//! one place. Its keys come from the DTLS exporter (webrtc-rs exposes none:
+//! see the `keys` module for how they are captured through the crypto
+//! provider); its RTCP sender reports are ours, sent through webrtc-rs,
+//! which keeps ICE, DTLS, SRTCP and the whole receive side.
 //!
 //! Like the mixing core it holds no socket and reads no clock: the caller's
 //! I/O loop passes datagrams and `Instant`s in and sends what comes out.
@@ -22,21 +32,25 @@
 //! are not API, and builds without the feature do not carry them.
 
 mod client;
+mod keys;
 mod media;
 mod mux;
+pub mod srtp;
 pub mod stun;
 pub mod tcp;
 pub mod turn;
 
 pub use client::{ClientEvent, ClientPeer};
 pub use media::{
-    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, Transmit, is_rtp,
+    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, SendPath,
+    SenderReportInfo, Transmit, is_rtp,
 };
 /// Raw-packet helpers for the fuzz targets (the `fuzzing` feature; not API).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use media::{RawRtp, parse_rtcp, parse_rtp};
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
+pub use srtp::SrtpProfile;
 pub use tcp::{
     ConnId, FrameReader, FrameWriter, FramingError, Received, TcpClose, TcpConnections, TcpLimits, TcpStats,
 };

@@ -1,11 +1,25 @@
 //! What both ends of a call share: the Opus codec and header extensions we
 //! negotiate, sending RTP, and draining a peer connection's output.
+//!
+//! Outgoing RTP takes one of two paths, chosen per peer at its first packet
+//! and kept for the life of its SSRC (so its sequence number and SRTP
+//! rollover counter live in one place):
+//!
+//! - **rtc**: an `rtp::Packet` through webrtc-rs's write pipeline
+//!   (interceptors, SRTP context, ICE handler), as before;
+//! - **lean** ([`SendPath::Lean`]): the packet is built straight into its
+//!   datagram buffer and protected in place by tutti's own
+//!   [`crate::srtp::SrtpContext`], keyed from the DTLS exporter
+//!   ([`crate::keys`]); tutti then sends the RTCP sender reports for that
+//!   SSRC itself, through webrtc-rs (which keeps SRTCP).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
+use rtc::interceptor::{Attribute, Interceptor, Packet as InterceptorPacket, Slot, StreamInfo, TaggedPacket};
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::certificate::RTCCertificate;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
@@ -15,14 +29,22 @@ use rtc::peer_connection::configuration::setting_engine::SettingEngine;
 use rtc::peer_connection::event::RTCPeerConnectionEvent;
 use rtc::peer_connection::message::RTCMessage;
 use rtc::peer_connection::state::{RTCIceConnectionState, RTCPeerConnectionState};
+use rtc::peer_connection::transport::RTCDtlsRole;
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use rtc::peer_connection::{RTCPeerConnection, RTCPeerConnectionBuilder};
+use rtc::rtcp::sender_report::SenderReport;
 use rtc::rtp_transceiver::RTCRtpSenderId;
 use rtc::rtp_transceiver::rtp_sender::{
     RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
     RTCRtpHeaderExtensionCapability, RtpCodecKind,
 };
 use rtc::sansio::Protocol;
+#[cfg(feature = "fuzzing")]
+use rtc::shared::marshal::{Marshal, MarshalSize};
+use rtc::statistics::StatsSelector;
+
+use crate::keys::ExporterSlot;
+use crate::srtp::{SrtpContext, SrtpKeys, SrtpProfile};
 
 /// RFC 6464: the level of the audio in the packet, set by its sender.
 pub const SSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
@@ -59,6 +81,8 @@ pub struct AudioPacket {
     pub seq: u16,
     /// RTP timestamp.
     pub timestamp: u32,
+    /// RTP marker bit: the first packet of a talkspurt (after DTX or a gap).
+    pub marker: bool,
     /// The Opus payload.
     pub payload: Bytes,
     /// RFC 6464 level (0 loudest, 127 silence), when the sender set it.
@@ -207,13 +231,81 @@ pub(crate) fn build_connection(
     if !certificates.is_empty() {
         config = config.with_certificates(certificates);
     }
+    let registry = configure_rtcp_reports(Registry::new()).with(Slot::Custom(20_000), DeliverSenderReports::default());
     RTCPeerConnectionBuilder::new()
         .with_configuration(config.build())
         .with_setting_engine(settings)
         .with_media_engine(media_engine(fmtp)?)
-        .with_interceptor_registry(configure_rtcp_reports(Registry::new()))
+        .with_interceptor_registry(registry)
         .build(now)
         .map_err(internal)
+}
+
+/// An interceptor that lets received RTCP sender reports through to us
+/// (webrtc-rs's chain ends inbound RTCP unless one asks): the peer's last
+/// report, [`SenderReportInfo`], is what tells how much its sender sent.
+#[derive(Default)]
+struct DeliverSenderReports {
+    reads: VecDeque<TaggedPacket>,
+    writes: VecDeque<TaggedPacket>,
+}
+
+impl Protocol<TaggedPacket, TaggedPacket, ()> for DeliverSenderReports {
+    type Rout = TaggedPacket;
+    type Wout = TaggedPacket;
+    type Eout = ();
+    type Error = rtc::shared::error::Error;
+    type Time = Instant;
+
+    fn handle_read(&mut self, mut msg: TaggedPacket) -> Result<(), Self::Error> {
+        if let InterceptorPacket::Rtcp(packets) = &msg.message.packet
+            && packets.iter().any(|p| p.as_any().is::<SenderReport>())
+        {
+            msg.message.add(Attribute::DeliverToApplication);
+        }
+        self.reads.push_back(msg);
+        Ok(())
+    }
+
+    fn poll_read(&mut self) -> Option<TaggedPacket> {
+        self.reads.pop_front()
+    }
+
+    fn handle_write(&mut self, msg: TaggedPacket) -> Result<(), Self::Error> {
+        self.writes.push_back(msg);
+        Ok(())
+    }
+
+    fn poll_write(&mut self) -> Option<TaggedPacket> {
+        self.writes.pop_front()
+    }
+
+    fn handle_event(&mut self, _: ()) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn poll_event(&mut self) -> Option<()> {
+        None
+    }
+
+    fn handle_timeout(&mut self, _: Instant) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        None
+    }
+
+    fn close(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl Interceptor for DeliverSenderReports {
+    fn bind_local_stream(&mut self, _: &StreamInfo) {}
+    fn unbind_local_stream(&mut self, _: &StreamInfo) {}
+    fn bind_remote_stream(&mut self, _: &StreamInfo) {}
+    fn unbind_remote_stream(&mut self, _: &StreamInfo) {}
 }
 
 /// Adds our one outgoing Opus track (on the offered audio transceiver when
@@ -285,6 +377,7 @@ fn audio_of(packet: rtc::rtp::Packet, level_ext: Option<u8>, csrc_level_ext: Opt
         ssrc: header.ssrc,
         seq: header.sequence_number,
         timestamp: header.timestamp,
+        marker: header.marker,
         payload: packet.payload,
         level,
         contributors,
@@ -322,6 +415,143 @@ pub(crate) enum PeerEvent {
     Audio(AudioPacket),
 }
 
+/// How a peer's outgoing RTP leaves (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendPath {
+    /// Nothing sent yet: the path is chosen at the first packet, which can
+    /// only go out once ICE and DTLS are up.
+    Undecided {
+        /// Whether the lean path will be tried.
+        lean: bool,
+    },
+    /// webrtc-rs's write pipeline (the lean path was off, or the SRTP keys
+    /// could not be had).
+    Rtc,
+    /// tutti's own RTP and SRTP, with this profile.
+    Lean(SrtpProfile),
+}
+
+/// The last RTCP sender report (RFC 3550 §6.4.1) received from the remote side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderReportInfo {
+    /// The sender's SSRC.
+    pub ssrc: u32,
+    /// Its NTP timestamp (seconds since 1900 in the high 32 bits).
+    pub ntp_time: u64,
+    /// The RTP timestamp of the same instant.
+    pub rtp_time: u32,
+    /// RTP packets it sent so far.
+    pub packet_count: u32,
+    /// Payload octets it sent so far.
+    pub octet_count: u32,
+}
+
+/// How often a lean sender reports (as webrtc-rs's sender-report interceptor).
+const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Seconds from the NTP epoch (1900) to the Unix epoch (1970).
+const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
+
+/// The outgoing stream's numbering, whichever path carries it: sequence
+/// numbers (+1 per packet sent) and the rollover counter, timestamps from
+/// the sender's clock tick (20 ms), the marker after a gap.
+#[derive(Debug, Clone, Copy)]
+struct Numbering {
+    /// The next packet's sequence number.
+    seq: u16,
+    /// Times `seq` wrapped (RFC 3711 ROC); for the lean path's SRTP index.
+    roc: u32,
+    /// Random per stream (RFC 3550 §5.1).
+    ts_offset: u32,
+    /// The tick a packet sent without one is given.
+    next_tick: u64,
+    /// The tick of the last packet sent.
+    last_tick: Option<u64>,
+}
+
+/// One packet's header fields.
+struct PacketFields {
+    seq: u16,
+    roc: u32,
+    timestamp: u32,
+    marker: bool,
+}
+
+impl Numbering {
+    fn new() -> Result<Self, RtcError> {
+        let r = random_u32()?;
+        Ok(Self { seq: (r >> 16) as u16, roc: 0, ts_offset: random_u32()?, next_tick: 0, last_tick: None })
+    }
+
+    /// The fields of the packet for `tick`: timestamp = tick × 960 + offset;
+    /// marker on the first packet and after any gap.
+    fn slot(&self, tick: u64) -> PacketFields {
+        PacketFields {
+            seq: self.seq,
+            roc: self.roc,
+            timestamp: (tick.wrapping_mul(u64::from(SAMPLES_PER_FRAME)) as u32).wrapping_add(self.ts_offset),
+            marker: self.last_tick.is_none_or(|t| tick != t.wrapping_add(1)),
+        }
+    }
+
+    /// The packet for `tick` went out.
+    fn sent(&mut self, tick: u64) {
+        self.seq = self.seq.wrapping_add(1);
+        if self.seq == 0 {
+            self.roc = self.roc.wrapping_add(1);
+        }
+        self.last_tick = Some(tick);
+        self.next_tick = tick.wrapping_add(1);
+    }
+}
+
+/// The lean path's state for one peer's SSRC: its SRTP context, and what
+/// its sender reports say.
+struct LeanSender {
+    srtp: SrtpContext,
+    /// The [`ExporterSlot`] generation the keys came from.
+    generation: u64,
+    packets: u32,
+    octets: u32,
+    /// RTP timestamp and instant of the last packet (the SR's RTP↔NTP mapping).
+    last: Option<(u32, Instant)>,
+    next_report: Option<Instant>,
+}
+
+/// Where the lean sender's keys come from: the tap's exporter capture, the
+/// profile and DTLS role from webrtc-rs's transport statistics.
+fn lean_keys(pc: &mut RTCPeerConnection, slot: &ExporterSlot, now: Instant) -> Option<(u64, SrtpKeys)> {
+    let (profile, is_client) = {
+        let report = pc.get_stats(now, StatsSelector::None);
+        let transport = report.transport()?;
+        let profile = SrtpProfile::from_stats_name(&transport.srtp_cipher)?;
+        let is_client = match transport.dtls_role {
+            RTCDtlsRole::Client => true,
+            RTCDtlsRole::Server => false,
+            _ => return None,
+        };
+        (profile, is_client)
+    };
+    let (generation, material) = slot.keying_material(profile.keying_material_len())?;
+    let (local, _remote) = SrtpKeys::from_keying_material(profile, &material, is_client).ok()?;
+    Some((generation, local))
+}
+
+/// The one-byte header extension block (RFC 8285 §4.2) for these elements,
+/// written after the fixed header and CSRCs: (id, value) with 1 to 16 bytes.
+fn put_one_byte_extensions(buf: &mut BytesMut, elements: &[(u8, &[u8])]) {
+    let body: usize = elements.iter().map(|(_, v)| 1 + v.len()).sum();
+    let words = body.div_ceil(4);
+    buf.extend_from_slice(&[0xBE, 0xDE]);
+    // At most 2 elements of at most 16 bytes: a handful of words.
+    buf.extend_from_slice(&(words as u16).to_be_bytes());
+    for (id, value) in elements {
+        buf.extend_from_slice(&[(id << 4) | (value.len() as u8 - 1)]);
+        buf.extend_from_slice(value);
+    }
+    buf.extend_from_slice(&[0u8; 3][..words * 4 - body]);
+}
+
 /// One negotiated audio peer connection: the connection and our sending state.
 pub(crate) struct Media {
     pub(crate) pc: RTCPeerConnection,
@@ -332,8 +562,20 @@ pub(crate) struct Media {
     level_ext: Option<u8>,
     /// Negotiated id of csrc-audio-level.
     csrc_level_ext: Option<u8>,
-    seq: u16,
-    timestamp: u32,
+    numbering: Numbering,
+    /// Whether the lean path is wanted, until the first packet decides.
+    lean_wanted: bool,
+    /// Set at the first packet: `None` is webrtc-rs's path.
+    decided: bool,
+    lean: Option<Box<LeanSender>>,
+    /// The DTLS exporter capture for this connection.
+    keys: Arc<ExporterSlot>,
+    /// Where webrtc-rs last sent a non-STUN datagram: the selected
+    /// candidate pair's remote address, which the lean path sends to.
+    remote: Option<SocketAddr>,
+    /// An instant and the wall-clock time then: NTP times of sender reports.
+    wall: (Instant, SystemTime),
+    last_sender_report: Option<SenderReportInfo>,
     connected: bool,
     closed: bool,
     /// ICE reached connected (or completed) at some point.
@@ -342,8 +584,16 @@ pub(crate) struct Media {
 
 impl Media {
     /// Wraps a connection whose offer/answer is done, reading the payload
-    /// type and extension ids it negotiated.
-    pub(crate) fn new(mut pc: RTCPeerConnection, sender: RTCRtpSenderId, ssrc: u32) -> Result<Self, RtcError> {
+    /// type and extension ids it negotiated. `keys` is the exporter capture
+    /// of its crypto provider; `lean` whether to try the lean send path.
+    pub(crate) fn new(
+        mut pc: RTCPeerConnection,
+        sender: RTCRtpSenderId,
+        ssrc: u32,
+        keys: Arc<ExporterSlot>,
+        lean: bool,
+        now: Instant,
+    ) -> Result<Self, RtcError> {
         let (payload_type, level_ext, csrc_level_ext) = {
             let mut s = pc.rtp_sender(sender).ok_or_else(|| internal("sender vanished"))?;
             let params = &s.get_parameters().rtp_parameters;
@@ -353,8 +603,9 @@ impl Media {
             };
             (
                 opus.map(|c| c.payload_type).ok_or(RtcError::NoAudio)?,
-                ext(SSRC_AUDIO_LEVEL_URI),
-                ext(CSRC_AUDIO_LEVEL_URI),
+                // One-byte extension ids are 1 to 14 (RFC 8285 §4.2).
+                ext(SSRC_AUDIO_LEVEL_URI).filter(|id| (1..=14).contains(id)),
+                ext(CSRC_AUDIO_LEVEL_URI).filter(|id| (1..=14).contains(id)),
             )
         };
         Ok(Self {
@@ -364,8 +615,14 @@ impl Media {
             payload_type,
             level_ext,
             csrc_level_ext,
-            seq: 0,
-            timestamp: 0,
+            numbering: Numbering::new()?,
+            lean_wanted: lean,
+            decided: false,
+            lean: None,
+            keys,
+            remote: None,
+            wall: (now, SystemTime::now()),
+            last_sender_report: None,
             connected: false,
             closed: false,
             ice_up: false,
@@ -411,24 +668,108 @@ impl Media {
         self.connected && !self.closed
     }
 
-    /// Writes one 20 ms Opus frame (own SSRC, sequence and timestamp; the
-    /// RFC 6464 level when negotiated; the contributors as CSRCs, with their
-    /// RFC 6465 levels when negotiated; at most [`MAX_CONTRIBUTORS`]).
+    /// The path outgoing RTP takes.
+    pub(crate) fn send_path(&self) -> SendPath {
+        match (&self.lean, self.decided) {
+            (Some(l), _) => SendPath::Lean(l.srtp.profile()),
+            (None, true) => SendPath::Rtc,
+            (None, false) => SendPath::Undecided { lean: self.lean_wanted },
+        }
+    }
+
+    /// Asks for the lean path (or not). Only until the first packet is
+    /// sent: a stream never changes path. Returns whether it took effect.
+    pub(crate) fn set_lean(&mut self, lean: bool) -> bool {
+        if self.decided {
+            return false;
+        }
+        self.lean_wanted = lean;
+        true
+    }
+
+    /// The last sender report the remote side sent.
+    pub(crate) fn last_sender_report(&self) -> Option<SenderReportInfo> {
+        self.last_sender_report
+    }
+
+    /// For tests: the sequence number of the next packet (e.g. just before a
+    /// wrap). Only before the first packet: the stream's numbering is fixed then.
+    pub(crate) fn set_next_sequence(&mut self, seq: u16) -> bool {
+        if self.decided {
+            return false;
+        }
+        self.numbering.seq = seq;
+        true
+    }
+
+    /// Picks the path at the first packet (connected: DTLS has exported the
+    /// keys): lean if wanted and the keys can be had, else webrtc-rs's.
+    fn decide(&mut self, now: Instant) {
+        if self.decided {
+            return;
+        }
+        self.decided = true;
+        if !self.lean_wanted || self.remote.is_none() {
+            return;
+        }
+        if let Some((generation, keys)) = lean_keys(&mut self.pc, &self.keys, now)
+            && let Ok(srtp) = SrtpContext::new(&keys)
+        {
+            self.lean =
+                Some(Box::new(LeanSender { srtp, generation, packets: 0, octets: 0, last: None, next_report: None }));
+        }
+    }
+
+    /// A new DTLS session (new keys): a new SRTP context, whose rollover
+    /// counter starts again at 0 (as the receiver's new context does).
+    fn rekey_if_needed(&mut self, now: Instant) -> Result<(), RtcError> {
+        let Some(lean) = &mut self.lean else { return Ok(()) };
+        if self.keys.generation() == lean.generation {
+            return Ok(());
+        }
+        let (generation, keys) = lean_keys(&mut self.pc, &self.keys, now).ok_or(RtcError::NotConnected)?;
+        lean.srtp = SrtpContext::new(&keys).map_err(internal)?;
+        lean.generation = generation;
+        self.numbering.roc = 0;
+        Ok(())
+    }
+
+    /// Sends one 20 ms Opus frame for mixer tick `tick` (the next tick when
+    /// `None`): own SSRC, sequence number, timestamp = tick × 960 + a random
+    /// offset, marker after a gap; the RFC 6464 level when negotiated; the
+    /// contributors as CSRCs, with their RFC 6465 levels when negotiated (at
+    /// most [`MAX_CONTRIBUTORS`]). The datagram goes to `transmits`. Returns
+    /// whether timers moved (the first packet arms the sender reports):
+    /// then the caller should ask for the next deadline.
     pub(crate) fn send_audio(
         &mut self,
-        payload: Bytes,
+        tick: Option<u64>,
+        payload: &Bytes,
         level: Option<u8>,
         contributors: &[Contributor],
         now: Instant,
-    ) -> Result<(), RtcError> {
+        transmits: &mut VecDeque<Transmit>,
+    ) -> Result<bool, RtcError> {
         if !self.is_connected() {
             return Err(RtcError::NotConnected);
         }
+        let first = !self.decided;
+        self.decide(now);
+        let tick = tick.unwrap_or(self.numbering.next_tick);
+        let slot = self.numbering.slot(tick);
+        let contributors = &contributors[..contributors.len().min(MAX_CONTRIBUTORS)];
+        if self.lean.is_some() {
+            self.rekey_if_needed(now)?;
+            let armed = self.send_lean(&slot, payload, level, contributors, now, transmits)?;
+            self.numbering.sent(tick);
+            return Ok(armed);
+        }
         let mut header = rtc::rtp::Header {
             version: 2,
+            marker: slot.marker,
             payload_type: self.payload_type,
-            sequence_number: self.seq,
-            timestamp: self.timestamp,
+            sequence_number: slot.seq,
+            timestamp: slot.timestamp,
             ssrc: self.ssrc,
             ..Default::default()
         };
@@ -436,7 +777,6 @@ impl Media {
             let l = usize::from(level.min(127));
             put_extension(&mut header, ext, Bytes::from_static(&LEVELS[l..=l]))?;
         }
-        let contributors = &contributors[..contributors.len().min(MAX_CONTRIBUTORS)];
         if !contributors.is_empty() {
             header.csrc = contributors.iter().map(|c| c.ssrc).collect();
             if let Some(ext) = self.csrc_level_ext {
@@ -444,10 +784,75 @@ impl Media {
                 put_extension(&mut header, ext, Bytes::from(levels))?;
             }
         }
-        self.seq = self.seq.wrapping_add(1);
-        self.timestamp = self.timestamp.wrapping_add(SAMPLES_PER_FRAME);
         let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
-        sender.write_rtp(now, rtc::rtp::Packet { header, payload }).map_err(internal)
+        sender.write_rtp(now, rtc::rtp::Packet { header, payload: payload.clone() }).map_err(internal)?;
+        self.numbering.sent(tick);
+        self.flush(transmits);
+        // The first write may start webrtc-rs's sender-report timer.
+        Ok(first)
+    }
+
+    /// The lean path: the packet built into its datagram buffer, protected
+    /// in place, queued. One allocation: the buffer.
+    fn send_lean(
+        &mut self,
+        slot: &PacketFields,
+        payload: &[u8],
+        level: Option<u8>,
+        contributors: &[Contributor],
+        now: Instant,
+        transmits: &mut VecDeque<Transmit>,
+    ) -> Result<bool, RtcError> {
+        let to = self.remote.ok_or(RtcError::NotConnected)?;
+        let Some(lean) = self.lean.as_deref_mut() else { return Err(RtcError::NotConnected) };
+        let mut levels = [0u8; MAX_CONTRIBUTORS];
+        for (l, c) in levels.iter_mut().zip(contributors) {
+            *l = c.level.min(127);
+        }
+        let level_byte = level.map(|l| [l.min(127)]);
+        let mut elements: [(u8, &[u8]); 2] = [(0, &[]); 2];
+        let mut n = 0;
+        if let (Some(id), Some(b)) = (self.level_ext, level_byte.as_ref()) {
+            elements[n] = (id, b);
+            n += 1;
+        }
+        if let Some(id) = self.csrc_level_ext
+            && !contributors.is_empty()
+        {
+            elements[n] = (id, &levels[..contributors.len()]);
+            n += 1;
+        }
+        let elements = &elements[..n];
+        let ext_len = if elements.is_empty() {
+            0
+        } else {
+            4 + elements.iter().map(|(_, v)| 1 + v.len()).sum::<usize>().div_ceil(4) * 4
+        };
+        let header_len = 12 + 4 * contributors.len() + ext_len;
+        let mut buf = BytesMut::with_capacity(header_len + payload.len() + lean.srtp.tag_len());
+        let x = if ext_len > 0 { 0x10 } else { 0 };
+        buf.extend_from_slice(&[0x80 | x | contributors.len() as u8, (u8::from(slot.marker) << 7) | self.payload_type]);
+        buf.extend_from_slice(&slot.seq.to_be_bytes());
+        buf.extend_from_slice(&slot.timestamp.to_be_bytes());
+        buf.extend_from_slice(&self.ssrc.to_be_bytes());
+        for c in contributors {
+            buf.extend_from_slice(&c.ssrc.to_be_bytes());
+        }
+        if ext_len > 0 {
+            put_one_byte_extensions(&mut buf, elements);
+        }
+        buf.extend_from_slice(payload);
+        lean.srtp.protect_rtp(&mut buf, header_len, self.ssrc, slot.seq, slot.roc).map_err(internal)?;
+        transmits.push_back(Transmit { to, data: buf });
+        lean.packets = lean.packets.wrapping_add(1);
+        lean.octets = lean.octets.wrapping_add(payload.len() as u32);
+        lean.last = Some((slot.timestamp, now));
+        Ok(if lean.next_report.is_none() {
+            lean.next_report = Some(now + REPORT_INTERVAL);
+            true
+        } else {
+            false
+        })
     }
 
     /// Moves what the connection has to send into `transmits`, and nothing
@@ -456,23 +861,29 @@ impl Media {
     /// the send path's cost.)
     pub(crate) fn flush(&mut self, transmits: &mut VecDeque<Transmit>) {
         while let Some(msg) = self.pc.poll_write() {
-            transmits.push_back(Transmit { to: msg.transport.peer_addr, data: msg.message });
+            let to = msg.transport.peer_addr;
+            // DTLS, SRTP and SRTCP go to the selected candidate pair; STUN
+            // answers go to whoever asked.
+            if !crate::stun::is_stun(&msg.message) {
+                self.remote = Some(to);
+            }
+            transmits.push_back(Transmit { to, data: msg.message });
         }
-    }
-
-    /// Whether the packet just written was the first: its write may have
-    /// started timers (RTCP sender reports), so drain fully.
-    pub(crate) fn first_packet(&self) -> bool {
-        self.seq == 1
     }
 
     #[cfg(feature = "fuzzing")]
     /// Writes an RTP packet as `raw` shapes it, on our SSRC and payload
-    /// type (see [`RawRtp`]).
-    pub(crate) fn send_raw_rtp(&mut self, raw: RawRtp, now: Instant) -> Result<(), RtcError> {
+    /// type (see [`RawRtp`]), on the path this stream uses.
+    pub(crate) fn send_raw_rtp(
+        &mut self,
+        raw: RawRtp,
+        now: Instant,
+        transmits: &mut VecDeque<Transmit>,
+    ) -> Result<(), RtcError> {
         if !self.is_connected() {
             return Err(RtcError::NotConnected);
         }
+        self.decide(now);
         let mut header = rtc::rtp::Header {
             version: 2,
             padding: raw.padding,
@@ -490,8 +901,20 @@ impl Media {
                 put_extension(&mut header, id, value)?;
             }
         }
+        let packet = rtc::rtp::Packet { header, payload: raw.payload };
+        if let Some(lean) = self.lean.as_deref() {
+            let to = self.remote.ok_or(RtcError::NotConnected)?;
+            let header_len = packet.header.marshal_size();
+            let marshalled = packet.marshal().map_err(|_| RtcError::BadPacket("the RTP packet does not marshal"))?;
+            let mut buf = BytesMut::from(&marshalled[..]);
+            lean.srtp.protect_rtp(&mut buf, header_len, self.ssrc, raw.seq, self.numbering.roc).map_err(internal)?;
+            transmits.push_back(Transmit { to, data: buf });
+            return Ok(());
+        }
         let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
-        sender.write_rtp(now, rtc::rtp::Packet { header, payload: raw.payload }).map_err(internal)
+        sender.write_rtp(now, packet).map_err(internal)?;
+        self.flush(transmits);
+        Ok(())
     }
 
     #[cfg(feature = "fuzzing")]
@@ -504,11 +927,49 @@ impl Media {
         sender.write_rtcp(now, vec![Box::new(rtc::rtcp::raw_packet::RawPacket(bytes))]).map_err(internal)
     }
 
+    /// Runs the connection's due timers, and sends the lean path's sender
+    /// report when due.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        let _ = self.pc.handle_timeout(now);
+        if !self.is_connected() {
+            return;
+        }
+        let Some(lean) = self.lean.as_deref_mut() else { return };
+        let (Some(due), Some((ts, at))) = (lean.next_report, lean.last) else { return };
+        if now < due {
+            return;
+        }
+        lean.next_report = Some(now + REPORT_INTERVAL);
+        let elapsed = now.saturating_duration_since(at);
+        let report = SenderReport {
+            ssrc: self.ssrc,
+            ntp_time: ntp_time(self.wall, now),
+            rtp_time: ts.wrapping_add((elapsed.as_secs_f64() * 48_000.0) as u32),
+            packet_count: lean.packets,
+            octet_count: lean.octets,
+            ..Default::default()
+        };
+        if let Some(mut sender) = self.pc.rtp_sender(self.sender) {
+            // A report that cannot be written is a lost report; the next one
+            // carries the totals.
+            let _ = sender.write_rtcp(now, vec![Box::new(report)]);
+        }
+    }
+
+    /// When [`Media::handle_timeout`] has work next.
+    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
+        let report = self.lean.as_ref().and_then(|l| l.next_report).filter(|_| self.is_connected());
+        match (self.pc.poll_timeout(), report) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Moves what the connection has to send into `transmits`, reports its
     /// events, and returns its next deadline.
     pub(crate) fn drain(&mut self, transmits: &mut VecDeque<Transmit>, on: impl FnMut(PeerEvent)) -> Option<Instant> {
         self.drain_io(transmits, on);
-        self.pc.poll_timeout()
+        self.poll_timeout()
     }
 
     /// [`Media::drain`] without the deadline: after an RTP packet, which
@@ -543,16 +1004,32 @@ impl Media {
             }
         }
         while let Some(msg) = self.pc.poll_read() {
-            if let RTCMessage::RtpPacket(_, packet) = msg.message {
-                on(PeerEvent::Audio(audio_of(packet, self.level_ext, self.csrc_level_ext)));
+            match msg.message {
+                RTCMessage::RtpPacket(_, packet) => {
+                    on(PeerEvent::Audio(audio_of(packet, self.level_ext, self.csrc_level_ext)));
+                }
+                RTCMessage::RtcpPacket(_, packets) => {
+                    for p in &packets {
+                        if let Some(sr) = p.as_any().downcast_ref::<SenderReport>() {
+                            self.last_sender_report = Some(SenderReportInfo {
+                                ssrc: sr.ssrc,
+                                ntp_time: sr.ntp_time,
+                                rtp_time: sr.rtp_time,
+                                packet_count: sr.packet_count,
+                                octet_count: sr.octet_count,
+                            });
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }
 
     /// Lets `frames` 20 ms frames pass unsent (DTX): the next packet's
-    /// timestamp shows the time that went by.
+    /// timestamp shows the time that went by, and its marker bit is set.
     pub(crate) fn skip_frames(&mut self, frames: u32) {
-        self.timestamp = self.timestamp.wrapping_add(SAMPLES_PER_FRAME.wrapping_mul(frames));
+        self.numbering.next_tick = self.numbering.next_tick.wrapping_add(u64::from(frames));
     }
 
     /// Closes the connection; its goodbye (DTLS close_notify) goes to `transmits`.
@@ -560,5 +1037,57 @@ impl Media {
         let _ = self.pc.close();
         self.closed = true;
         self.flush(transmits);
+    }
+}
+
+/// The NTP timestamp (RFC 3550 §4: seconds since 1900, 32.32 fixed point)
+/// of `now`, from an (instant, wall-clock time) pair taken together.
+fn ntp_time(wall: (Instant, SystemTime), now: Instant) -> u64 {
+    let t = wall.1 + now.saturating_duration_since(wall.0);
+    let since_unix = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = since_unix.as_secs().wrapping_add(NTP_UNIX_OFFSET);
+    let frac = (u64::from(since_unix.subsec_nanos()) << 32) / 1_000_000_000;
+    (secs << 32) | frac
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_follow_the_tick_and_the_marker_flags_gaps() {
+        let mut n = Numbering { seq: 65_534, roc: 0, ts_offset: 1000, next_tick: 0, last_tick: None };
+        let s = n.slot(10);
+        assert_eq!((s.seq, s.roc, s.timestamp, s.marker), (65_534, 0, 10 * 960 + 1000, true), "first packet");
+        n.sent(10);
+        let s = n.slot(11);
+        assert_eq!((s.seq, s.roc, s.timestamp, s.marker), (65_535, 0, 11 * 960 + 1000, false));
+        n.sent(11);
+        // Ticks 12..=14 unsent (DTX): the sequence number does not move.
+        let s = n.slot(15);
+        assert_eq!((s.seq, s.roc, s.timestamp, s.marker), (0, 1, 15 * 960 + 1000, true), "wrap and talkspurt");
+        n.sent(15);
+        assert_eq!(n.next_tick, 16);
+        // The timestamp wraps with the tick, never panics.
+        let s = n.slot(u64::MAX);
+        assert_eq!(s.timestamp, (u64::MAX.wrapping_mul(960) as u32).wrapping_add(1000));
+    }
+
+    #[test]
+    fn extension_blocks_are_padded_to_words() {
+        let mut b = BytesMut::new();
+        put_one_byte_extensions(&mut b, &[(1, &[0x25])]);
+        assert_eq!(&b[..], &[0xBE, 0xDE, 0, 1, 0x10, 0x25, 0, 0]);
+        let mut b = BytesMut::new();
+        put_one_byte_extensions(&mut b, &[(1, &[5]), (2, &[1, 2, 3])]);
+        assert_eq!(&b[..], &[0xBE, 0xDE, 0, 2, 0x10, 5, 0x22, 1, 2, 3, 0, 0]);
+    }
+
+    #[test]
+    fn ntp_times_count_from_1900() {
+        let now = Instant::now();
+        let wall = (now, SystemTime::UNIX_EPOCH + Duration::from_millis(1500));
+        assert_eq!(ntp_time(wall, now), ((NTP_UNIX_OFFSET + 1) << 32) | (1u64 << 31));
+        assert_eq!(ntp_time(wall, now + Duration::from_millis(500)) >> 32, NTP_UNIX_OFFSET + 2);
     }
 }

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use rtc::dtls::extension::extension_use_srtp::SrtpProtectionProfile;
 use rtc::ice::mdns::MulticastDnsMode;
 use rtc::peer_connection::certificate::{CertificateParams, RTCCertificate};
 use rtc::peer_connection::configuration::setting_engine::SettingEngineBuilder;
@@ -16,10 +15,15 @@ use rtc::peer_connection::sdp::RTCSessionDescription;
 use rtc::sansio::Protocol;
 use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
+use rtc::crypto::RTCCryptoProvider;
+
+use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, Contributor, Media, PeerEvent, PeerFailure, PeerState, RtcError, SERVER_OPUS_DTX,
-    Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection, internal, is_rtp, local_sdp,
+    SendPath, SenderReportInfo, Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection, internal,
+    is_rtp, local_sdp,
 };
+use crate::srtp::SrtpProfile;
 use crate::stun;
 
 /// Identifies a peer; unique among the peers of one [`Acceptor`].
@@ -84,6 +88,8 @@ pub struct MuxStats {
     pub audio_in: u64,
     /// Audio packets written.
     pub audio_out: u64,
+    /// Of those, packets sent on the lean path (tutti's own RTP and SRTP).
+    pub lean_out: u64,
     /// Peers now answered but not connected yet (ICE and DTLS under way).
     pub connecting: u64,
     /// Peers now connected.
@@ -130,20 +136,35 @@ impl MuxStats {
 /// stop, but waits forever on a DTLS handshake that stalls.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How every peer is set up. Cheap to clone; share one among threads.
+/// How every peer is set up. Cheap to clone; share one among threads
+/// (configure it before cloning: each clone keeps its own settings).
 #[derive(Clone)]
 pub struct Acceptor {
     local: SocketAddr,
     cert: RTCCertificate,
     idle_timeout: Duration,
     next_id: Arc<AtomicU64>,
+    provider: Arc<dyn RTCCryptoProvider>,
+    lean_send: bool,
+    srtp_profiles: Vec<SrtpProfile>,
 }
 
 impl std::fmt::Debug for Acceptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acceptor").field("local", &self.local).field("idle_timeout", &self.idle_timeout).finish()
+        f.debug_struct("Acceptor")
+            .field("local", &self.local)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("lean_send", &self.lean_send)
+            .field("srtp_profiles", &self.srtp_profiles)
+            .finish()
     }
 }
+
+/// The profiles a server offers, in its order of preference: AES-GCM first
+/// (authenticated encryption in one pass), then the mandatory
+/// AES-CM/HMAC-SHA1 for clients without GCM.
+const SERVER_SRTP_PROFILES: [SrtpProfile; 3] =
+    [SrtpProfile::AeadAes128Gcm, SrtpProfile::AeadAes256Gcm, SrtpProfile::Aes128CmHmacSha1_80];
 
 fn random_hex(bytes: usize) -> Result<String, RtcError> {
     let mut buf = vec![0u8; bytes];
@@ -198,7 +219,36 @@ impl Acceptor {
         let params = CertificateParams::new(vec!["tutti".to_owned()]).map_err(internal)?;
         let cert = RTCCertificate::generate(provider.crypto(), rtc::crypto::SignatureScheme::EcdsaP256Sha256, params)
             .map_err(internal)?;
-        Ok(Self { local, cert, idle_timeout, next_id: Arc::new(AtomicU64::new(1)) })
+        Ok(Self {
+            local,
+            cert,
+            idle_timeout,
+            next_id: Arc::new(AtomicU64::new(1)),
+            provider,
+            lean_send: true,
+            srtp_profiles: SERVER_SRTP_PROFILES.to_vec(),
+        })
+    }
+
+    /// Whether peers accepted from now on send their RTP on the lean path
+    /// (tutti's own RTP and SRTP once DTLS is up; the default) or through
+    /// webrtc-rs's write pipeline (the fallback, for A/B comparisons).
+    pub fn set_lean_send(&mut self, lean: bool) {
+        self.lean_send = lean;
+    }
+
+    /// Whether accepted peers take the lean send path.
+    pub fn lean_send(&self) -> bool {
+        self.lean_send
+    }
+
+    /// The SRTP profiles peers accepted from now on may negotiate, in order
+    /// of preference (default: AES-128-GCM, AES-256-GCM, AES-CM-HMAC-SHA1-80).
+    /// An empty list keeps the current one.
+    pub fn set_srtp_profiles(&mut self, profiles: &[SrtpProfile]) {
+        if !profiles.is_empty() {
+            self.srtp_profiles = profiles.to_vec();
+        }
     }
 
     /// The advertised address.
@@ -218,18 +268,16 @@ impl Acceptor {
         let pwd = random_hex(12)?;
         // ICE-lite answers checks; consent is the client's job (RFC 7675), and
         // a client that stops checking and sending is caught by our idle timeout.
+        // Each peer's crypto goes through its own tap, where the lean path
+        // finds its SRTP keys (see `keys`).
+        let slot = Arc::new(ExporterSlot::default());
         let settings = SettingEngineBuilder::new()
             .with_lite(true)
             .with_multicast_dns_mode(MulticastDnsMode::Disabled)
             .with_ice_credentials(ufrag.clone(), pwd)
             .with_ice_timeouts(Some(self.idle_timeout), Some(self.idle_timeout), None)
-            // AES-GCM first (authenticated encryption in one pass), then the
-            // mandatory AES-CM/HMAC-SHA1 for clients without GCM.
-            .with_srtp_protection_profiles(vec![
-                SrtpProtectionProfile::Srtp_Aead_Aes_128_Gcm,
-                SrtpProtectionProfile::Srtp_Aead_Aes_256_Gcm,
-                SrtpProtectionProfile::Srtp_Aes128_Cm_Hmac_Sha1_80,
-            ])
+            .with_srtp_protection_profiles(self.srtp_profiles.iter().map(|p| p.to_dtls()).collect())
+            .with_crypto_provider(Arc::new(KeyTap::new(self.provider.clone(), slot.clone())))
             .build();
         let mut pc = build_connection(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, now)?;
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
@@ -248,7 +296,7 @@ impl Acceptor {
         if !answers_audio(&sdp, &ufrag) {
             return Err(RtcError::NoAudio);
         }
-        let media = Box::new(Media::new(pc, sender, ssrc)?);
+        let media = Box::new(Media::new(pc, sender, ssrc, slot, self.lean_send, now)?);
         Ok((ServerPeer { id, ufrag, media }, sdp))
     }
 }
@@ -463,7 +511,8 @@ impl Mux {
 
     /// Sends one 20 ms Opus frame to a connected peer, with its RFC 6464
     /// level, and the mixed sources (CSRCs with RFC 6465 levels) when the
-    /// peer negotiated them.
+    /// peer negotiated them, as the frame after the last one sent (or
+    /// skipped): see [`Mux::send_audio_at`] to stamp it with the mixer's tick.
     pub fn send_audio(
         &mut self,
         id: PeerId,
@@ -472,15 +521,62 @@ impl Mux {
         contributors: &[Contributor],
         now: Instant,
     ) -> Result<(), RtcError> {
+        self.send(id, None, &payload, level, contributors, now)
+    }
+
+    /// Sends the 20 ms Opus frame of mixer tick `tick` to a connected peer
+    /// (as [`Mux::send_audio`]): its RTP timestamp is `tick` × 960 plus the
+    /// peer's random offset, its sequence number the next one, and its
+    /// marker bit is set when the previous tick was not sent (the first
+    /// packet of a talkspurt after DTX).
+    pub fn send_audio_at(
+        &mut self,
+        id: PeerId,
+        tick: u64,
+        payload: &Bytes,
+        level: Option<u8>,
+        contributors: &[Contributor],
+        now: Instant,
+    ) -> Result<(), RtcError> {
+        self.send(id, Some(tick), payload, level, contributors, now)
+    }
+
+    fn send(
+        &mut self,
+        id: PeerId,
+        tick: Option<u64>,
+        payload: &Bytes,
+        level: Option<u8>,
+        contributors: &[Contributor],
+        now: Instant,
+    ) -> Result<(), RtcError> {
         let peer = self.peers.get_mut(&id).ok_or(RtcError::UnknownPeer(id))?;
-        peer.media.send_audio(payload, level, contributors, now)?;
+        let timers_moved = peer.media.send_audio(tick, payload, level, contributors, now, &mut self.transmits)?;
         self.stats.audio_out += 1;
-        if peer.media.first_packet() {
+        if matches!(peer.media.send_path(), SendPath::Lean(_)) {
+            self.stats.lean_out += 1;
+        }
+        if timers_moved {
             self.drain(id);
-        } else {
-            peer.media.flush(&mut self.transmits);
         }
         Ok(())
+    }
+
+    /// The path a peer's outgoing RTP takes (decided at its first packet).
+    pub fn send_path(&self, id: PeerId) -> Option<SendPath> {
+        self.peers.get(&id).map(|p| p.media.send_path())
+    }
+
+    /// The last RTCP sender report a peer sent us.
+    pub fn last_sender_report(&self, id: PeerId) -> Option<SenderReportInfo> {
+        self.peers.get(&id).and_then(|p| p.media.last_sender_report())
+    }
+
+    /// For tests: the sequence number of a peer's next packet, before its
+    /// first (e.g. just short of a wrap). Returns whether it was set.
+    #[doc(hidden)]
+    pub fn set_next_sequence(&mut self, id: PeerId, seq: u16) -> bool {
+        self.peers.get_mut(&id).is_some_and(|p| p.media.set_next_sequence(seq))
     }
 
     /// Runs the timers that are due, and reports peers idle for too long.
@@ -495,7 +591,7 @@ impl Mux {
                 continue; // superseded by a later entry
             }
             peer.deadline = None;
-            let _ = peer.media.pc.handle_timeout(now);
+            peer.media.handle_timeout(now);
             self.drain(id);
         }
         while let Some(&Reverse((at, id))) = self.idle.peek() {

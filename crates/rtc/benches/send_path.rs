@@ -1,0 +1,191 @@
+//! The per-packet send cost, old (webrtc-rs's write pipeline) against lean
+//! (tutti's own RTP + SRTP), on both sides of a call: `Mux::send_audio` on
+//! the server (2 CSRCs with RFC 6465 levels, RFC 6464 level) and
+//! `ClientPeer::send_audio` in the load generator, an 80-byte Opus payload,
+//! datagrams drained and dropped. Each pair is connected in memory (no
+//! sockets) on a virtual clock. Also the SRTP protection alone.
+//!
+//! `cargo bench -p tutti-rtc --bench send_path -- --warm-up-time 1 --measurement-time 3`
+//! runs criterion, then prints a table of ns per packet from interleaved
+//! rounds (min and median of 15), the figures to compare in one run.
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use criterion::{Criterion, criterion_group};
+use tutti_rtc::srtp::{SrtpContext, SrtpKeys};
+use tutti_rtc::{Acceptor, ClientEvent, ClientPeer, Contributor, Mux, MuxEvent, PeerId, SendPath, SrtpProfile};
+
+const PAYLOAD: [u8; 80] = [0x5A; 80];
+const MIXED: [Contributor; 2] = [Contributor { ssrc: 0xA11CE, level: 30 }, Contributor { ssrc: 0xB0B, level: 40 }];
+
+/// A connected call, both sides on the lean path or both on webrtc-rs's.
+struct Pair {
+    mux: Mux,
+    client: ClientPeer,
+    peer: PeerId,
+    now: Instant,
+}
+
+impl Pair {
+    fn new(lean: bool, profile: SrtpProfile) -> Self {
+        let server: SocketAddr = "127.0.0.1:4000".parse().expect("literal address");
+        let me: SocketAddr = "127.0.0.1:50000".parse().expect("literal address");
+        let mut now = Instant::now();
+        let mut acceptor = Acceptor::new(server, Duration::from_secs(3600)).expect("acceptor");
+        acceptor.set_lean_send(lean);
+        acceptor.set_srtp_profiles(&[profile]);
+        let mut mux = Mux::with_acceptor(acceptor);
+        let (mut client, offer) = ClientPeer::new(me, now).expect("client");
+        client.set_lean_send(lean);
+        let (peer, answer) = mux.accept_offer(&offer, now).expect("answer");
+        client.accept_answer(&answer, now).expect("answer accepted");
+        let mut up = (false, false);
+        for _ in 0..500 {
+            now += Duration::from_millis(10);
+            mux.handle_timeout(now);
+            client.handle_timeout(now);
+            while let Some(t) = client.poll_transmit() {
+                mux.handle_datagram(me, &t.data, now);
+            }
+            while let Some(t) = mux.poll_transmit() {
+                client.handle_datagram(server, &t.data, now);
+            }
+            while let Some(e) = mux.poll_event() {
+                up.0 |= matches!(e, MuxEvent::Connected(_));
+            }
+            while let Some(e) = client.poll_event() {
+                up.1 |= matches!(e, ClientEvent::Connected);
+            }
+            if up == (true, true) {
+                break;
+            }
+        }
+        assert_eq!(up, (true, true), "the in-memory call connects");
+        let mut pair = Self { mux, client, peer, now };
+        // The first packet picks the path and arms the report timers.
+        pair.server_send();
+        pair.client_send();
+        let expected = |p: SendPath| if lean { p == SendPath::Lean(profile) } else { p == SendPath::Rtc };
+        assert!(expected(pair.mux.send_path(peer).expect("known peer")) && expected(pair.client.send_path()));
+        pair
+    }
+
+    fn server_send(&mut self) {
+        let payload = Bytes::from_static(&PAYLOAD);
+        self.mux.send_audio(self.peer, payload, Some(20), &MIXED, self.now).expect("connected");
+        while let Some(t) = self.mux.poll_transmit() {
+            black_box(t);
+        }
+    }
+
+    fn client_send(&mut self) {
+        self.client.send_audio(Bytes::from_static(&PAYLOAD), Some(20), self.now).expect("connected");
+        while let Some(t) = self.client.poll_transmit() {
+            black_box(t);
+        }
+    }
+}
+
+/// SRTP protection of one 80-byte packet (24-byte header), datagram buffer included.
+fn protect(ctx: &SrtpContext, seq: u16) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(24 + 80 + ctx.tag_len());
+    buf.extend_from_slice(&[0x90, 111, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xBE, 0xDE, 0, 1, 0x10, 20, 0, 0]);
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(&PAYLOAD);
+    ctx.protect_rtp(&mut buf, 24, 1, seq, 0).expect("valid packet");
+    buf
+}
+
+fn context(profile: SrtpProfile) -> SrtpContext {
+    let keys = SrtpKeys {
+        profile,
+        master_key: vec![7; profile.master_key_len()],
+        master_salt: vec![9; profile.master_salt_len()],
+    };
+    SrtpContext::new(&keys).expect("valid keys")
+}
+
+type Case = (&'static str, Box<dyn FnMut()>);
+
+fn cases() -> Vec<Case> {
+    let mut v: Vec<Case> = Vec::new();
+    for (lean, profile, name) in [
+        (false, SrtpProfile::AeadAes128Gcm, "old  GCM"),
+        (true, SrtpProfile::AeadAes128Gcm, "lean GCM"),
+        (false, SrtpProfile::Aes128CmHmacSha1_80, "old  CM80"),
+        (true, SrtpProfile::Aes128CmHmacSha1_80, "lean CM80"),
+    ] {
+        let mut pair = Pair::new(lean, profile);
+        let label: &'static str = Box::leak(format!("server {name}").into_boxed_str());
+        v.push((label, Box::new(move || pair.server_send())));
+        let mut pair = Pair::new(lean, profile);
+        let label: &'static str = Box::leak(format!("client {name}").into_boxed_str());
+        v.push((label, Box::new(move || pair.client_send())));
+    }
+    for (profile, name) in
+        [(SrtpProfile::AeadAes128Gcm, "srtp only GCM (ring)"), (SrtpProfile::Aes128CmHmacSha1_80, "srtp only CM80")]
+    {
+        let ctx = context(profile);
+        let mut seq = 0u16;
+        v.push((
+            name,
+            Box::new(move || {
+                seq = seq.wrapping_add(1);
+                black_box(protect(&ctx, seq));
+            }),
+        ));
+    }
+    v
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("send_path");
+    for (name, mut f) in cases() {
+        g.bench_function(name, |b| b.iter(&mut f));
+    }
+    g.finish();
+}
+
+/// Interleaved rounds, so that a noisy neighbour hits every case alike.
+fn table() {
+    const ROUNDS: usize = 15;
+    const PER_ROUND: u32 = 20_000;
+    let mut cases = cases();
+    let mut samples = vec![Vec::with_capacity(ROUNDS); cases.len()];
+    for (_, f) in cases.iter_mut() {
+        for _ in 0..2_000 {
+            f();
+        }
+    }
+    for _ in 0..ROUNDS {
+        for (i, (_, f)) in cases.iter_mut().enumerate() {
+            let t = Instant::now();
+            for _ in 0..PER_ROUND {
+                f();
+            }
+            samples[i].push(t.elapsed().as_nanos() as f64 / f64::from(PER_ROUND));
+        }
+    }
+    println!("\nns per packet (80-byte Opus), {ROUNDS} interleaved rounds of {PER_ROUND}:");
+    println!("{:<24} {:>9} {:>9}", "case", "min", "median");
+    for (i, (name, _)) in cases.iter().enumerate() {
+        let s = &mut samples[i];
+        s.sort_by(f64::total_cmp);
+        println!("{name:<24} {:>9.0} {:>9.0}", s[0], s[ROUNDS / 2]);
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2)).sample_size(20);
+    targets = bench
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    table();
+}
