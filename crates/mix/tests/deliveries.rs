@@ -25,7 +25,8 @@ impl Scene {
         let mut room = Room::new(cfg).expect("room");
         let talkers: Vec<ToneParticipant> =
             (0..talkers).map(|i| ToneParticipant::new(1 + i as u64, 300.0 + 110.0 * i as f32)).collect();
-        let silent: Vec<ToneParticipant> = (0..listeners).map(|i| ToneParticipant::new(100 + i as u64, 500.0)).collect();
+        let silent: Vec<ToneParticipant> =
+            (0..listeners).map(|i| ToneParticipant::new(100 + i as u64, 500.0)).collect();
         for c in talkers.iter().chain(&silent) {
             room.add_participant(c.id).expect("join");
         }
