@@ -38,6 +38,10 @@ pub struct Config {
     /// busy. Below 0 needs CAP_SYS_NICE (root, or `setcap cap_sys_nice+ep`);
     /// without it a warning is logged and they run at 0. 0 = leave them alone.
     pub media_thread_nice: i32,
+    /// Established peers send their RTP on tutti's lean path (RTP built in
+    /// place, SRTP by tutti-rtc's own context) instead of webrtc-rs's
+    /// generic write pipeline. `false` falls back to the old path.
+    pub lean_send: bool,
     /// Receive and send buffer asked for each media socket, in bytes (the
     /// kernel may grant less; the granted size is logged).
     pub socket_buffer_bytes: usize,
@@ -114,8 +118,14 @@ pub struct Limits {
 pub struct RoomDefaults {
     /// Participants per room (beyond: 409 `room_full`).
     pub max_participants: usize,
-    /// Speakers mixed per tick (the loudest K).
+    /// Speakers mixed per tick (the loudest K), 1 to 16.
     pub max_speakers: usize,
+    /// While exactly one person speaks, listeners get that speaker's own
+    /// Opus frames, forwarded (no decode, no encode); `false`: always the encoded mix.
+    pub passthrough: bool,
+    /// While nobody speaks, listeners get one Opus DTX frame every 400 ms
+    /// instead of 50 encoded silence frames a second; `false`: silence frames.
+    pub dtx: bool,
 }
 
 /// Logging settings.
@@ -139,6 +149,7 @@ impl Default for Config {
             mix_threads: 0,
             io_batch_window_seconds: 0.002,
             media_thread_nice: -10,
+            lean_send: true,
             socket_buffer_bytes: 4 << 20,
             peer_timeout_seconds: 10.0,
             shutdown_timeout_seconds: 5.0,
@@ -171,7 +182,7 @@ impl Default for Limits {
 
 impl Default for RoomDefaults {
     fn default() -> Self {
-        Self { max_participants: 10_000, max_speakers: 5 }
+        Self { max_participants: 10_000, max_speakers: 5, passthrough: true, dtx: true }
     }
 }
 
@@ -299,8 +310,8 @@ impl Config {
         if self.max_rooms == 0 || self.max_participants == 0 || self.room.max_participants == 0 {
             return invalid("max_participants", "max_rooms and the participant limits must be at least 1");
         }
-        if self.room.max_speakers == 0 {
-            return invalid("room.max_speakers", "must be at least 1");
+        if !(1..=tutti_mix::MAX_SPEAKERS).contains(&self.room.max_speakers) {
+            return invalid("room.max_speakers", "must be within 1 to 16");
         }
         if !self.auth.disabled && !self.auth.secret.is_empty() && self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES
         {

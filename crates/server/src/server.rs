@@ -84,8 +84,14 @@ pub(crate) fn auth_from(cfg: &Config) -> Result<Option<Auth>, ServerError> {
 
 /// The rooms `cfg` asks for.
 pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
-    Rooms::new(cfg.room.max_participants, cfg.room.max_speakers, cfg.max_rooms, cfg.max_participants)
-        .map_err(|e| ServerError::Setup(e.to_string()))
+    let defaults = tutti_mix::RoomConfig {
+        max_participants: cfg.room.max_participants,
+        max_speakers: tutti_mix::SpeakerLimit::Top(cfg.room.max_speakers),
+        passthrough: cfg.room.passthrough,
+        dtx: cfg.room.dtx,
+        ..tutti_mix::RoomConfig::default()
+    };
+    Rooms::new(defaults, cfg.max_rooms, cfg.max_participants).map_err(|e| ServerError::Setup(e.to_string()))
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its
@@ -116,6 +122,7 @@ impl Server {
             batch_window: cfg.io_batch_window(),
             mix_threads: cfg.mix_threads,
             thread_nice: cfg.media_thread_nice,
+            lean_send: cfg.lean_send,
         };
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use tutti_mix::{MixPool, TickReport};
 
 use super::command::{IoCommand, IoHandle};
+use super::shed::Shedder;
 use crate::metrics;
 use crate::room::{RoomMix, Rooms};
 
@@ -44,6 +45,7 @@ impl Clock {
         crate::priority::media_thread(self.thread_nice);
         let start = Instant::now();
         let mut tick = 0u64;
+        let mut shed = Shedder::default();
         while !self.stop.load(Ordering::Relaxed) {
             let due = start + TICK * u32::try_from(tick).unwrap_or(u32::MAX);
             let now = Instant::now();
@@ -58,9 +60,10 @@ impl Clock {
                 tick += behind;
             }
             let started = Instant::now();
+            let level = shed.level();
             let rooms = self.rooms.all();
             let ticked: Vec<(RoomMix, TickReport)> =
-                self.pool.install(|| rooms.par_iter().filter_map(|room| room.tick(&self.pool, tick)).collect());
+                self.pool.install(|| rooms.par_iter().filter_map(|room| room.tick(&self.pool, tick, level)).collect());
             let mut totals = metrics::TickTotals::default();
             let mixes: Vec<RoomMix> = ticked
                 .into_iter()
@@ -77,7 +80,20 @@ impl Clock {
                     io.send(IoCommand::Deliver(mixes.clone()));
                 }
             }
-            metrics::tick(started.elapsed(), &totals);
+            let took = started.elapsed();
+            metrics::tick(took, &totals);
+            if let Some(new) = shed.after_tick(took, TICK) {
+                metrics::shed_level(new);
+                if new > level {
+                    tracing::warn!(
+                        level = new,
+                        took_ms = took.as_secs_f64() * 1e3,
+                        "mixer near its deadline: shedding codec work"
+                    );
+                } else {
+                    tracing::info!(level = new, "mixer has time again: shedding less");
+                }
+            }
             if tick.is_multiple_of(HOUSEKEEPING_TICKS) {
                 self.rooms.expire_pending(Instant::now(), self.peer_timeout);
             }

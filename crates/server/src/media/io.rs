@@ -201,8 +201,10 @@ impl IoThread {
                 if feed.payload.is_empty() {
                     continue;
                 }
-                // A peer closed since its last event is reported by the mux; nothing to do here.
-                let _ = self.mux.send_audio(peer, feed.payload.clone(), feed.level, &feed.contributors, now);
+                // Stamped from the tick: a skipped tick or a DTX pause is a gap the
+                // receiver conceals, never delay that grows. A peer closed since its
+                // last event is reported by the mux; nothing to do here.
+                let _ = self.mux.send_audio_at(peer, mix.tick, &feed.payload, feed.level, &feed.contributors, now);
             }
             self.drain_transmits();
             if self.transmits.len() >= BATCH * 4 {

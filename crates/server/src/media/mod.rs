@@ -15,6 +15,7 @@
 mod clock;
 mod command;
 mod io;
+mod shed;
 mod socket;
 
 use std::net::SocketAddr;
@@ -71,6 +72,8 @@ pub(crate) struct MediaConfig {
     pub(crate) mix_threads: usize,
     /// Nice value of every media thread (see `crate::priority`).
     pub(crate) thread_nice: i32,
+    /// Established peers send RTP on tutti-rtc's lean path (else webrtc-rs's).
+    pub(crate) lean_send: bool,
 }
 
 /// The media plane, running: what the API and the server hold of it.
@@ -114,7 +117,8 @@ impl MediaHandle {
         if advertise.ip().is_unspecified() {
             tracing::warn!(%advertise, "the media address is unspecified: set `advertise` to an address clients can reach");
         }
-        let acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
+        let mut acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
+        acceptor.set_lean_send(cfg.lean_send);
         let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
         let nice = cfg.thread_nice;
         pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
@@ -142,7 +146,7 @@ impl MediaHandle {
             thread_nice: cfg.thread_nice,
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
-        tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, "media plane running");
+        tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
         Ok((Self { acceptor, bound, io, stop, overruns, mix_threads }, threads))
     }
 

@@ -74,6 +74,14 @@ pub const MIX_DECODES: &str = "tutti_mix_decodes_total";
 pub const MIX_ENCODES: &str = "tutti_mix_encodes_total";
 /// Selected speakers over all rooms, at the last tick.
 pub const MIX_SPEAKERS: &str = "tutti_mix_speakers";
+/// Frames forwarded unchanged to listeners (one speaker: no decode, no encode), counter.
+pub const MIX_FORWARDED: &str = "tutti_mix_forwarded_frames_total";
+/// DTX frames sent to listeners while nobody speaks, counter.
+pub const MIX_DTX: &str = "tutti_mix_dtx_frames_total";
+/// The load-shedding level every room ticks at (0 = none), gauge.
+pub const MIX_SHED_LEVEL: &str = "tutti_mix_shed_level";
+/// Changes of the load-shedding level, counter.
+pub const MIX_SHED_CHANGES: &str = "tutti_mix_shed_changes_total";
 /// Rooms, at the last tick.
 pub const MIX_ROOMS: &str = "tutti_mix_rooms";
 /// Participants over all rooms, at the last tick.
@@ -131,6 +139,10 @@ pub const NAMES: &[&str] = &[
     MIX_DECODES,
     MIX_ENCODES,
     MIX_SPEAKERS,
+    MIX_FORWARDED,
+    MIX_DTX,
+    MIX_SHED_LEVEL,
+    MIX_SHED_CHANGES,
     MIX_ROOMS,
     MIX_PARTICIPANTS,
     MEDIA_PACKETS_RECEIVED,
@@ -173,6 +185,10 @@ struct Handles {
     decodes: Counter,
     encodes: Counter,
     speakers: Gauge,
+    forwarded: Counter,
+    dtx: Counter,
+    shed_level: Gauge,
+    shed_changes: Counter,
     rooms: Gauge,
     participants: Gauge,
     packets_in: Counter,
@@ -228,6 +244,10 @@ pub fn install() -> Result<(), String> {
             decodes: metrics::counter!(MIX_DECODES),
             encodes: metrics::counter!(MIX_ENCODES),
             speakers: metrics::gauge!(MIX_SPEAKERS),
+            forwarded: metrics::counter!(MIX_FORWARDED),
+            dtx: metrics::counter!(MIX_DTX),
+            shed_level: metrics::gauge!(MIX_SHED_LEVEL),
+            shed_changes: metrics::counter!(MIX_SHED_CHANGES),
             rooms: metrics::gauge!(MIX_ROOMS),
             participants: metrics::gauge!(MIX_PARTICIPANTS),
             packets_in: metrics::counter!(MEDIA_PACKETS_RECEIVED),
@@ -266,6 +286,14 @@ fn describe() {
     describe_counter!(MIX_TICK_OVERRUNS, Unit::Count, "Ticks skipped because the mixer fell more than a tick behind.");
     describe_counter!(MIX_DECODES, Unit::Count, "Opus decodes run by the mixer, concealment included.");
     describe_counter!(MIX_ENCODES, Unit::Count, "Opus encodes run by the mixer.");
+    describe_counter!(MIX_FORWARDED, Unit::Count, "Frames forwarded unchanged to listeners while one speaker talks.");
+    describe_counter!(MIX_DTX, Unit::Count, "DTX frames sent to listeners while nobody talks.");
+    describe_gauge!(
+        MIX_SHED_LEVEL,
+        Unit::Count,
+        "Load-shedding level of the mixer (0 none; 1-2 lower encoder complexity; 3-5 fewer speakers)."
+    );
+    describe_counter!(MIX_SHED_CHANGES, Unit::Count, "Changes of the mixer's load-shedding level.");
     describe_gauge!(MIX_SPEAKERS, Unit::Count, "Selected speakers over all rooms at the last tick.");
     describe_gauge!(MIX_ROOMS, Unit::Count, "Rooms at the last tick.");
     describe_gauge!(MIX_PARTICIPANTS, Unit::Count, "Participants over all rooms at the last tick.");
@@ -312,6 +340,10 @@ pub struct TickTotals {
     pub decodes: usize,
     /// Opus encodes.
     pub encodes: usize,
+    /// Participants sent a forwarded frame.
+    pub forwarded: usize,
+    /// Participants sent a DTX frame.
+    pub dtx: usize,
     /// Frames lost.
     pub lost: u64,
     /// Frames concealed.
@@ -328,6 +360,8 @@ impl TickTotals {
         self.speakers += report.speakers.len();
         self.decodes += report.decodes;
         self.encodes += report.encodes;
+        self.forwarded += report.forwarded;
+        self.dtx += report.dtx;
         self.lost += report.lost;
         self.concealed += report.concealed;
         self.late += report.late;
@@ -341,6 +375,8 @@ pub fn tick(duration: Duration, totals: &TickTotals) {
     h.ticks.increment(1);
     h.decodes.increment(totals.decodes as u64);
     h.encodes.increment(totals.encodes as u64);
+    h.forwarded.increment(totals.forwarded as u64);
+    h.dtx.increment(totals.dtx as u64);
     h.speakers.set(totals.speakers as f64);
     h.rooms.set(totals.rooms as f64);
     h.participants.set(totals.participants as f64);
@@ -352,6 +388,14 @@ pub fn tick(duration: Duration, totals: &TickTotals) {
     }
     if totals.late > 0 {
         h.late.increment(totals.late);
+    }
+}
+
+/// The mixer's load-shedding level changed to `level`.
+pub fn shed_level(level: u8) {
+    if let Some(h) = handles() {
+        h.shed_level.set(f64::from(level));
+        h.shed_changes.increment(1);
     }
 }
 

@@ -100,20 +100,10 @@ pub(crate) fn clean_name(name: &str) -> String {
 }
 
 impl Rooms {
-    /// No rooms yet. New rooms hold `room_participants` and mix
-    /// `room_speakers` unless their creator asks otherwise; the server holds
-    /// at most `max_rooms` rooms and `max_participants` participants.
-    pub(crate) fn new(
-        room_participants: usize,
-        room_speakers: usize,
-        max_rooms: usize,
-        max_participants: usize,
-    ) -> Result<Self, RoomError> {
-        let defaults = RoomConfig {
-            max_participants: room_participants,
-            max_speakers: SpeakerLimit::Top(room_speakers),
-            ..RoomConfig::default()
-        };
+    /// No rooms yet. New rooms are made from `defaults` unless their
+    /// creator asks for another size or speaker count; the server holds at
+    /// most `max_rooms` rooms and `max_participants` participants.
+    pub(crate) fn new(defaults: RoomConfig, max_rooms: usize, max_participants: usize) -> Result<Self, RoomError> {
         defaults.validate().map_err(|e| RoomError::BadRoomConfig(e.to_string()))?;
         Ok(Self {
             defaults,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::broadcast;
-use tutti_mix::{ActiveSpeaker, MixPool, Packet, ParticipantId, TalkEvent, TickReport};
+use tutti_mix::{ActiveSpeaker, Delivery, MixPool, Packet, ParticipantId, TalkEvent, TickReport};
 use tutti_rtc::Contributor;
 
 use super::event::{EventBatch, RoomEvent};
@@ -54,7 +54,8 @@ pub(crate) struct Room {
 }
 
 /// A payload with its RFC 6464 level and RFC 6465 contributors: what one
-/// participant (or all listeners) is fed this tick.
+/// participant (or all listeners) is fed this tick. An empty payload is
+/// "send nothing" (a DTX pause).
 pub(crate) struct Feed {
     pub(crate) payload: Bytes,
     pub(crate) level: Option<u8>,
@@ -65,6 +66,8 @@ pub(crate) struct Feed {
 /// in size: listeners share one feed; each selected speaker has their own.
 pub(crate) struct RoomMix {
     pub(crate) key: RoomKey,
+    /// The mixer tick it is for: outgoing RTP timestamps are stamped from it.
+    pub(crate) tick: u64,
     /// The listeners' feed (every speaker).
     pub(crate) listeners: Feed,
     /// Each selected speaker's own feed (the mix without them).
@@ -182,17 +185,22 @@ impl Room {
     /// then what each participant is sent; talking changes go to the members;
     /// the tick's events go to the subscribers as one batch. `None` for a
     /// room with nobody in it.
-    pub(crate) fn tick(&self, pool: &MixPool, tick: u64) -> Option<(RoomMix, TickReport)> {
-        let out = self.mix(pool, tick);
+    /// `shed` is the load-shedding level the clock asks for
+    /// (`tutti_mix::Room::set_shed_level`).
+    pub(crate) fn tick(&self, pool: &MixPool, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
+        let out = self.mix(pool, tick, shed);
         self.flush_events();
         out
     }
 
-    fn mix(&self, pool: &MixPool, tick: u64) -> Option<(RoomMix, TickReport)> {
+    fn mix(&self, pool: &MixPool, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
         let packets = std::mem::take(&mut *lock(&self.inbox));
         let mut m = lock(&self.mixing);
         if m.mixer.is_empty() {
             return None;
+        }
+        if m.mixer.shed_level() != shed {
+            m.mixer.set_shed_level(shed);
         }
         for (id, packet) in packets {
             // Packets of a participant removed since they arrived are dropped here.
@@ -205,16 +213,26 @@ impl Room {
             .map(|s| (s.id, Contributor { ssrc: m.sources.get(&s.id).copied().unwrap_or(0), level: s.level }))
             .collect();
         // The level of a mix is its loudest source's (RFC 6464: lower is louder).
-        let feed = |payload: &Bytes, except: Option<ParticipantId>| {
-            let contributors: Vec<Contributor> =
-                all.iter().filter(|(id, _)| Some(*id) != except).map(|(_, c)| *c).collect();
-            let level = contributors.iter().map(|c| c.level).min().unwrap_or(127);
+        let feed = |delivery: &Delivery, except: Option<ParticipantId>| {
+            let (payload, contributors) = match delivery {
+                Delivery::Nothing => return Feed { payload: Bytes::new(), level: None, contributors: Vec::new() },
+                // Comfort noise: nobody is in it.
+                Delivery::Dtx(p) => return Feed { payload: p.clone(), level: Some(127), contributors: Vec::new() },
+                Delivery::Forward { from, payload } => {
+                    (payload, all.iter().filter(|(id, _)| id == from && Some(*id) != except).map(|(_, c)| *c).collect())
+                }
+                Delivery::Mix(p) => {
+                    (p, all.iter().filter(|(id, _)| Some(*id) != except).map(|(_, c)| *c).collect::<Vec<_>>())
+                }
+            };
+            let level = contributors.iter().map(|c: &Contributor| c.level).min().unwrap_or(127);
             Feed { payload: payload.clone(), level: Some(level), contributors }
         };
         let mix = RoomMix {
             key: self.key,
-            listeners: feed(m.mixer.listener_payload(), None),
-            speakers: m.mixer.speaker_payloads().map(|(id, p)| (id, feed(p, Some(id)))).collect(),
+            tick,
+            listeners: feed(m.mixer.listener_delivery(), None),
+            speakers: m.mixer.speaker_deliveries().map(|(id, d)| (id, feed(d, Some(id)))).collect(),
         };
         drop(m);
         if !report.events.is_empty() {

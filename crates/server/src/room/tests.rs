@@ -9,8 +9,12 @@ use tokio::sync::broadcast::error::TryRecvError;
 use super::event::EventBatch;
 use super::*;
 
+fn config(participants: usize, speakers: usize) -> RoomConfig {
+    RoomConfig { max_participants: participants, max_speakers: SpeakerLimit::Top(speakers), ..RoomConfig::default() }
+}
+
 fn rooms() -> Rooms {
-    Rooms::new(3, 5, 2, 5).expect("valid defaults")
+    Rooms::new(config(3, 5), 2, 5).expect("valid defaults")
 }
 
 fn acceptor() -> tutti_rtc::Acceptor {
@@ -166,7 +170,7 @@ fn full_rooms_full_servers_deleted_rooms_and_shutdown_refuse_joins() {
 
 #[test]
 fn the_server_wide_participant_cap_holds_across_rooms() {
-    let (rooms, acc) = (Rooms::new(10, 5, 4, 2).expect("rooms"), acceptor());
+    let (rooms, acc) = (Rooms::new(config(10, 5), 4, 2).expect("rooms"), acceptor());
     let a = rooms.create("a", None, None).expect("room");
     let b = rooms.create("b", None, None).expect("room");
     rooms.join(&a, joiner(&acc, "1", false).0, Instant::now()).expect("joined");
@@ -210,7 +214,7 @@ fn a_tick_feeds_listeners_one_shared_payload_and_keeps_sources_for_csrcs() {
     let (rooms, acc) = (rooms(), acceptor());
     let room = rooms.create("r", None, None).expect("room");
     let pool = tutti_mix::MixPool::new(1).expect("pool");
-    assert!(room.tick(&pool, 0).is_none(), "an empty room has nothing to tick");
+    assert!(room.tick(&pool, 0, 0).is_none(), "an empty room has nothing to tick");
     let a = rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
     let b = rooms.join(&room, joiner(&acc, "b", false).0, Instant::now()).expect("joined");
     room.set_source(ParticipantId(a), 0xA11CE);
@@ -221,7 +225,7 @@ fn a_tick_feeds_listeners_one_shared_payload_and_keeps_sources_for_csrcs() {
         let packet =
             tutti_mix::Packet { seq: t, timestamp: u32::from(t) * 960, payload: enc.encode(&pcm), level: Some(10) };
         room.deliver(&mut vec![(ParticipantId(a), packet)]);
-        let (mix, _) = room.tick(&pool, u64::from(t)).expect("a mix");
+        let (mix, _) = room.tick(&pool, u64::from(t), 0).expect("a mix");
         assert_eq!(mix.key, room.key);
         if let Some((id, own)) = mix.speakers.first() {
             speaker_seen = true;
@@ -247,7 +251,7 @@ fn a_ticks_events_go_out_as_one_batch_serialized_once_and_filtered_by_kind() {
     rooms.set_muted(&room, a, true).expect("muted");
     assert!(rx.try_recv().is_err(), "nothing goes out before the tick");
     let pool = tutti_mix::MixPool::new(1).expect("pool");
-    let _ = room.tick(&pool, 0);
+    let _ = room.tick(&pool, 0, 0);
     let batch = rx.try_recv().expect("one batch per tick");
     assert!(rx.try_recv().is_err(), "and only one");
     assert_eq!(batch.events.len(), 3);
@@ -260,7 +264,7 @@ fn a_ticks_events_go_out_as_one_batch_serialized_once_and_filtered_by_kind() {
     assert!(batch.for_kinds(EventKinds::parse("talking").expect("kinds")).is_none(), "nothing for it");
     assert!(EventKinds::parse("joined,dance").expect_err("unknown").contains("'dance'"));
     // An empty tick sends nothing; the last words go at once.
-    let _ = room.tick(&pool, 1);
+    let _ = room.tick(&pool, 1, 0);
     assert!(rx.try_recv().is_err());
     rooms.delete("r").expect("deleted");
     let last = rx.try_recv().expect("at once");
