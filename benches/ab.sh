@@ -9,6 +9,7 @@
 #   cargo build --release --bin tutti
 #   benches/ab.sh CLIENTS ROUNDS NAME_A 'SERVER_A [serve args…]' NAME_B 'SERVER_B [serve args…]' [load args…]
 #   e.g. benches/ab.sh 1000 2 before '/tmp/tutti-before' after 'target/release/tutti' --life 40
+#        benches/ab.sh 1000 2 lean 'target/release/tutti' old 'target/release/tutti --set lean_send=false'
 #
 # The load generator is always target/release/tutti. Loopback only; every
 # loop is bounded.
@@ -24,11 +25,12 @@ if curl -s -o /dev/null "http://$http/"; then echo "$http is taken; set TUTTI_BE
 log=${TMPDIR:-/tmp}/tutti-ab
 
 one_run() { # NAME 'CMD…'
-    local name=$1 cmd=$2
+    local name=$1 bin extra
+    read -r bin extra <<<"$2"
     # Loopback: no tokens, no per-address join limit (every client is 127.0.0.1).
     # shellcheck disable=SC2086
-    ($cmd serve --http "$http" --media "$media" --metrics off \
-        --set auth.disabled=true --set limits.join_rate_per_second=0 >"$log-server-$name.log" 2>&1) &
+    ("$bin" serve --http "$http" --media "$media" --metrics off \
+        --set auth.disabled=true --set limits.join_rate_per_second=0 $extra >"$log-server-$name.log" 2>&1) &
     local server=$!
     for _ in $(seq 100); do
         curl -sf "http://$http/healthz" >/dev/null && break
