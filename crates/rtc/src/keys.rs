@@ -18,6 +18,13 @@
 //! Each DTLS handshake (a new DTLS session after an ICE restart, in a later
 //! `rtc`) captures anew and bumps [`ExporterSlot::generation`]: the lean
 //! sender re-keys when it sees a new generation.
+//!
+//! What would make this tap unnecessary upstream: a public
+//! `export_keying_material` on the peer connection's DTLS transport (rtc-dtls's
+//! `State::export_keying_material` exists but is reachable only from the
+//! private DTLS handler), or the negotiated SRTP master keys in an event.
+//! The profile and DTLS role are public already (`get_stats` transport
+//! `srtp_cipher`, `dtls_role`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

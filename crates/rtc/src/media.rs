@@ -571,7 +571,10 @@ pub(crate) struct Media {
     /// The DTLS exporter capture for this connection.
     keys: Arc<ExporterSlot>,
     /// Where webrtc-rs last sent a non-STUN datagram: the selected
-    /// candidate pair's remote address, which the lean path sends to.
+    /// candidate pair's remote address, which the lean path sends to. Known
+    /// once DTLS is done; should the pair change, the next RTCP report
+    /// (at most a second later) moves it (webrtc-rs announces a new
+    /// selected pair in no public event).
     remote: Option<SocketAddr>,
     /// An instant and the wall-clock time then: NTP times of sender reports.
     wall: (Instant, SystemTime),
