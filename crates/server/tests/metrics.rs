@@ -66,6 +66,8 @@ fn a_call_shows_up_in_the_metrics() {
     assert!(get("tutti_media_sent_bytes_total", &[]) > 0.0);
     assert!(get("tutti_media_audio_packets_received_total", &[]) >= 180.0);
     assert!(get("tutti_media_audio_packets_sent_total", &[]) >= 180.0);
+    // Lean is the default: every audio packet went out on it.
+    assert_eq!(get("tutti_media_lean_packets_sent_total", &[]), get("tutti_media_audio_packets_sent_total", &[]));
     assert!(get("tutti_media_unrouted_packets_total", &[]) >= 10.0);
     assert_eq!(get("tutti_media_peers", &[("state", "connected")]), 2.0);
     assert_eq!(get("tutti_media_peers", &[("state", "connecting")]), 0.0);
