@@ -83,11 +83,13 @@ mod audio;
 mod capacity;
 mod cli;
 mod cpu;
+mod events;
 mod generator;
 mod marker;
 mod model;
 mod quality;
 mod report;
+mod rooms;
 mod talk;
 
 pub use audio::{Material, read_wav, speech_like};
@@ -96,9 +98,10 @@ pub use cli::{CapacityArgs, LoadArgs, LoadRunner, run_capacity, run_load};
 pub use cpu::CpuSource;
 pub use generator::{Progress, run};
 pub use marker::{MarkerDetector, Onset, marker_freq, marker_pcm};
-pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, SilenceMode};
+pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, SilenceMode, WsFigures};
 pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
-pub use report::{ClientReport, LoadReport, Summary};
+pub use report::{ClientReport, LoadReport, RoomSummary, Summary, WsSummary};
+pub use rooms::{RoomLayout, SizeShare, parse_room_sizes};
 pub use talk::{Rng, TalkModel};
 
 /// Why a load run or a capacity search could not go on.
