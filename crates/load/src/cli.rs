@@ -12,8 +12,9 @@ use crate::LoadError;
 use crate::capacity::{self, SearchPolicy, Slo, TrialFigures, TrialRunner};
 use crate::cpu::CpuSource;
 use crate::generator::{self, Progress};
+use crate::model::RoomLayout;
 use crate::model::{LoadConfig, SilenceMode};
-use crate::rooms::{self, RoomLayout};
+use crate::rooms;
 
 /// Flags shared by `tutti load` and `tutti capacity`: the fleet's shape.
 #[derive(Debug, Clone, clap::Args)]
@@ -302,7 +303,7 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     let mut cfg = LoadConfig::new(api, args.clients);
     cfg.room = args.room.clone();
     args.fleet.apply(&mut cfg)?;
-    let sizes = cfg.room_sizes().map_err(LoadError::Config)?;
+    let sizes = rooms::sizes(&cfg).map_err(LoadError::Config)?;
     cfg.join_interval = Duration::from_millis(args.cint);
     cfg.life = (args.life > 0).then(|| Duration::from_secs(args.life));
     cfg.summary_interval = Duration::from_millis(args.sint.max(100));
@@ -323,7 +324,7 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
         cfg.clients,
         cfg.rooms,
         sizes.len(),
-        cfg.room_name(0, sizes.len()),
+        rooms::name(&cfg, 0, sizes.len()),
         args.url,
         args.cint,
         100.0 * cfg.talkers,
@@ -468,15 +469,15 @@ impl TrialRunner for LoadRunner {
         let mut cfg = self.base.clone();
         cfg.clients = n;
         cfg.room = format!("capacity-{}-{n}", self.trial);
-        let rooms: Vec<String> = match cfg.room_sizes() {
-            Ok(sizes) => (0..sizes.len()).map(|r| cfg.room_name(r, sizes.len())).collect(),
+        let names: Vec<String> = match rooms::sizes(&cfg) {
+            Ok(sizes) => (0..sizes.len()).map(|r| rooms::name(&cfg, r, sizes.len())).collect(),
             Err(e) => return Err(LoadError::Config(format!("N = {n}: {e}"))),
         };
         // Joins take n · cint plus the requests themselves: run until the window has passed.
         cfg.life = None;
         cfg.window = Some(window);
         cfg.leave = false;
-        println!("trial {}: N = {n} in {} room(s), window {} s …", self.trial, rooms.len(), window.as_secs());
+        println!("trial {}: N = {n} in {} room(s), window {} s …", self.trial, names.len(), window.as_secs());
         let joined_at = Instant::now();
         let report = generator::run(&cfg, &self.stop, &mut |p| {
             if let Progress::Joining { joined, failed, total } = p
@@ -486,7 +487,7 @@ impl TrialRunner for LoadRunner {
             }
         });
         // The rooms go whatever happened; their peers are closed by the server.
-        for room in &rooms {
+        for room in &names {
             let path = format!("/v1/rooms/{room}");
             let _ = tutti_client::request_as(
                 cfg.api,
@@ -537,7 +538,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         if s == 0 || s > rooms::MAX_ROOM_SIZE {
             return Err(LoadError::Config(format!("--room-size must be 1 to {}", rooms::MAX_ROOM_SIZE)));
         }
-        base.rooms = RoomLayout::Mix(vec![rooms::SizeShare { size: s, percent: 100.0 }]);
+        base.rooms = RoomLayout::Mix(vec![crate::model::SizeShare { size: s, percent: 100.0 }]);
     }
     base.join_interval = Duration::from_millis(args.cint);
     base.warmup = Duration::from_secs_f64(args.warmup.max(0.0));

@@ -613,8 +613,8 @@ pub fn run(
     if !(0.0..=1.0).contains(&cfg.no_level_share) {
         return Err(LoadError::Config(format!("the no-level share must be 0 to 1, not {}", cfg.no_level_share)));
     }
-    let sizes = cfg.room_sizes().map_err(LoadError::Config)?;
-    let room_names: Vec<String> = (0..sizes.len()).map(|r| cfg.room_name(r, sizes.len())).collect();
+    let sizes = rooms::sizes(cfg).map_err(LoadError::Config)?;
+    let room_names: Vec<String> = (0..sizes.len()).map(|r| rooms::name(cfg, r, sizes.len())).collect();
     let threads = cfg.threads.clamp(1, 64);
     let probes = cfg.probe_talkers.min(MAX_PROBES).min(sizes.iter().copied().max().unwrap_or(0).saturating_sub(1));
     let speech = match &cfg.speech {

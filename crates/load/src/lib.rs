@@ -98,10 +98,10 @@ pub use cli::{CapacityArgs, LoadArgs, LoadRunner, run_capacity, run_load};
 pub use cpu::CpuSource;
 pub use generator::{Progress, run};
 pub use marker::{MarkerDetector, Onset, marker_freq, marker_pcm};
-pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, SilenceMode, WsFigures};
+pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, RoomLayout, SilenceMode, SizeShare, WsFigures};
 pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
 pub use report::{ClientReport, LoadReport, RoomSummary, Summary, WsSummary};
-pub use rooms::{RoomLayout, SizeShare, parse_room_sizes};
+pub use rooms::parse_room_sizes;
 pub use talk::{Rng, TalkModel};
 
 /// Why a load run or a capacity search could not go on.

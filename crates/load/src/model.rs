@@ -9,12 +9,46 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::cpu::CpuSource;
-use crate::rooms::{self, RoomLayout};
+use std::fmt;
 
 /// Lateness histogram resolution.
 const LATENESS_BUCKET_US: u64 = 50;
 /// Lateness histogram range (beyond: the last bucket).
 const LATENESS_BUCKETS: usize = 4_000;
+
+/// One size of a room-size mix.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SizeShare {
+    /// Participants per room.
+    pub size: usize,
+    /// Percent of the rooms that have this size.
+    pub percent: f64,
+}
+
+/// How a run's clients are split into rooms.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RoomLayout {
+    /// Everyone in one room, named as configured.
+    #[default]
+    Single,
+    /// This many rooms of (nearly) equal size.
+    Count(usize),
+    /// Rooms drawn from a size mix.
+    Mix(Vec<SizeShare>),
+}
+
+impl fmt::Display for RoomLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Single => write!(f, "one room"),
+            Self::Count(r) => write!(f, "{r} rooms of equal size"),
+            Self::Mix(m) => {
+                let parts: Vec<String> = m.iter().map(|s| format!("{}:{}", s.size, s.percent)).collect();
+                write!(f, "room sizes {}", parts.join(","))
+            }
+        }
+    }
+}
 
 /// What silent participants send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -142,19 +176,6 @@ impl LoadConfig {
             server_cpu: CpuSource::Unknown,
             leave: true,
         }
-    }
-}
-
-impl LoadConfig {
-    /// The room sizes of this run, in room order.
-    pub fn room_sizes(&self) -> Result<Vec<usize>, String> {
-        rooms::split(self.clients, &self.rooms)
-    }
-
-    /// The name of room `i` of `count`: the configured name for a single
-    /// room, `<room>-<i>` otherwise.
-    pub fn room_name(&self, i: usize, count: usize) -> String {
-        if count == 1 && self.rooms == RoomLayout::Single { self.room.clone() } else { format!("{}-{i}", self.room) }
     }
 }
 

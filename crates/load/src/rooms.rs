@@ -22,47 +22,11 @@
 //!   (at most size − 1, so someone hears them) and probe listeners; other
 //!   rooms have none.
 
-use std::fmt;
-
 use crate::marker::MAX_PROBES;
-use crate::model::Role;
+use crate::model::{LoadConfig, Role, RoomLayout, SizeShare};
 
 /// Largest room size a layout accepts.
 pub const MAX_ROOM_SIZE: usize = 100_000;
-
-/// One size of a room-size mix.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct SizeShare {
-    /// Participants per room.
-    pub size: usize,
-    /// Percent of the rooms that have this size.
-    pub percent: f64,
-}
-
-/// How a run's clients are split into rooms.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum RoomLayout {
-    /// Everyone in one room, named as configured.
-    #[default]
-    Single,
-    /// This many rooms of (nearly) equal size.
-    Count(usize),
-    /// Rooms drawn from a size mix.
-    Mix(Vec<SizeShare>),
-}
-
-impl fmt::Display for RoomLayout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Single => write!(f, "one room"),
-            Self::Count(r) => write!(f, "{r} rooms of equal size"),
-            Self::Mix(m) => {
-                let parts: Vec<String> = m.iter().map(|s| format!("{}:{}", s.size, s.percent)).collect();
-                write!(f, "room sizes {}", parts.join(","))
-            }
-        }
-    }
-}
 
 /// Parses a room-size mix: `SIZE:PERCENT[,SIZE:PERCENT…]`, sizes 1 to
 /// [`MAX_ROOM_SIZE`], each size once, percents above 0 adding up to 100
@@ -139,6 +103,17 @@ pub fn split(n: usize, layout: &RoomLayout) -> Result<Vec<usize>, String> {
             Ok(sizes)
         }
     }
+}
+
+/// The room sizes of a run, in room order.
+pub fn sizes(cfg: &LoadConfig) -> Result<Vec<usize>, String> {
+    split(cfg.clients, &cfg.rooms)
+}
+
+/// The name of room `i` of `count`: the configured name for a single room,
+/// `<room>-<i>` otherwise.
+pub fn name(cfg: &LoadConfig, i: usize, count: usize) -> String {
+    if count == 1 && cfg.rooms == RoomLayout::Single { cfg.room.clone() } else { format!("{}-{i}", cfg.room) }
 }
 
 /// The order clients join in: (room, place in the room), round-robin over
