@@ -42,6 +42,14 @@ pub struct TrialFigures {
     pub n: usize,
     /// Connected at the end.
     pub connected: usize,
+    /// Rooms of the trial.
+    pub rooms: usize,
+    /// The worst room (lowest p5 MOS, then most loss).
+    pub worst_room: Option<String>,
+    /// Its p5 MOS (the overall figure for a single room).
+    pub worst_room_mos_p5: f64,
+    /// Its loss, percent.
+    pub worst_room_loss_percent: f64,
     /// 5th-percentile MOS.
     pub mos_p5: f64,
     /// Loss over all clients, percent.
@@ -80,9 +88,14 @@ pub struct TrialFigures {
 impl TrialFigures {
     /// The figures of a load run's final summary.
     pub fn from_summary(n: usize, s: &Summary) -> Self {
+        let worst = s.worst_room.and_then(|w| s.rooms.get(w));
         Self {
             n,
             connected: s.connected,
+            rooms: s.rooms.len(),
+            worst_room: worst.map(|w| w.name.clone()),
+            worst_room_mos_p5: worst.map_or(s.mos_p5, |w| w.mos_p5),
+            worst_room_loss_percent: worst.map_or(s.loss_total_percent, |w| w.loss_percent),
             mos_p5: s.mos_p5,
             loss_percent: s.loss_total_percent,
             latency_p95_ms: s.latency.p95_ms,
@@ -113,6 +126,21 @@ impl Slo {
         }
         if f.loss_percent > self.max_loss_percent {
             v.push(format!("loss {:.2} % > {} %", f.loss_percent, self.max_loss_percent));
+        }
+        // With several rooms, the worst room must meet the MOS and loss bars
+        // too (perfect delivery is judged overall: in a room of 2, one late
+        // frame would be half the room).
+        if f.rooms > 1 {
+            let name = f.worst_room.as_deref().unwrap_or("?");
+            if f.worst_room_mos_p5 < self.min_mos_p5 {
+                v.push(format!("worst room {name}: p5 MOS {:.2} < {}", f.worst_room_mos_p5, self.min_mos_p5));
+            }
+            if f.worst_room_loss_percent > self.max_loss_percent {
+                v.push(format!(
+                    "worst room {name}: loss {:.2} % > {} %",
+                    f.worst_room_loss_percent, self.max_loss_percent
+                ));
+            }
         }
         match f.latency_p95_ms {
             None => v.push("mouth-to-ear not measured".into()),
@@ -375,24 +403,27 @@ impl CapacityResult {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "| # | phase | N | window s | took s | p5 MOS | loss % | m2e p50 ms | m2e p95 ms | max drift ms | perfect % | self-echo | server CPU cores | server µs/participant/tick | server socket drops | machine busy % | generator CPU cores | gen p99 late ms | valid | verdict |"
+            "| # | phase | N | rooms | window s | took s | p5 MOS | worst room p5 MOS | loss % | worst room loss % | m2e p50 ms | m2e p95 ms | max drift ms | perfect % | self-echo | server CPU cores | server µs/participant/tick | server socket drops | machine busy % | generator CPU cores | gen p99 late ms | valid | verdict |"
         );
         let _ = writeln!(
             t,
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
         );
         for (i, tr) in self.trials.iter().enumerate() {
             let f = &tr.figures;
             let _ = writeln!(
                 t,
-                "| {} | {:?} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} |",
+                "| {} | {:?} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} |",
                 i + 1,
                 tr.phase,
                 f.n,
+                f.rooms,
                 tr.window_s,
                 tr.took_s,
                 f.mos_p5,
+                f.worst_room_mos_p5,
                 f.loss_percent,
+                f.worst_room_loss_percent,
                 opt(f.latency_p50_ms, 0),
                 opt(f.latency_p95_ms, 0),
                 f.drift_max_ms,
@@ -761,7 +792,23 @@ mod tests {
         assert_eq!(slo.violations(&missed).len(), 1);
         let echo = TrialFigures { self_echo: 1, ..good.clone() };
         assert!(slo.violations(&echo)[0].contains("heard themselves"));
-        let unmeasured = TrialFigures { latency_p95_ms: None, ..good };
+        let unmeasured = TrialFigures { latency_p95_ms: None, ..good.clone() };
         assert!(slo.violations(&unmeasured)[0].contains("not measured"));
+        // Several rooms: the worst room must meet the MOS and loss bars too.
+        let fleet = TrialFigures {
+            rooms: 20,
+            worst_room: Some("capacity-1-200-7".into()),
+            worst_room_mos_p5: 4.2,
+            ..good.clone()
+        };
+        assert!(slo.violations(&fleet).is_empty());
+        let bad_room = TrialFigures { worst_room_mos_p5: 2.0, worst_room_loss_percent: 5.0, ..fleet };
+        let v = slo.violations(&bad_room);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("worst room capacity-1-200-7: p5 MOS 2.00"), "{v:?}");
+        assert!(v[1].contains("loss 5.00 %"), "{v:?}");
+        // One room: its figures are the overall ones, judged once.
+        let single = TrialFigures { rooms: 1, worst_room_mos_p5: 2.0, ..good };
+        assert!(slo.violations(&single).is_empty());
     }
 }

@@ -12,7 +12,66 @@ use crate::LoadError;
 use crate::capacity::{self, SearchPolicy, Slo, TrialFigures, TrialRunner};
 use crate::cpu::CpuSource;
 use crate::generator::{self, Progress};
+use crate::model::RoomLayout;
 use crate::model::{LoadConfig, SilenceMode};
+use crate::rooms;
+
+/// Flags shared by `tutti load` and `tutti capacity`: the fleet's shape.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// Spread the participants over R rooms named `<room>-0` … of (nearly)
+    /// equal size (the first N mod R rooms hold one more); joins go
+    /// round-robin over the rooms.
+    #[arg(long, conflicts_with = "room_sizes")]
+    pub rooms: Option<usize>,
+    /// A room-size mix, SIZE:PERCENT of rooms (percents add up to 100), e.g.
+    /// `2:30,10:50,100:15,1000:5`: rooms are drawn in those proportions
+    /// (smooth weighted round-robin), each filled to its size, until N is
+    /// reached; the last room holds the rest.
+    #[arg(long, value_parser = parse_mix)]
+    pub room_sizes: Option<RoomLayout>,
+    /// Rooms that get the probe talkers and listeners (the largest rooms;
+    /// mouth-to-ear is measured there).
+    #[arg(long, default_value_t = 1)]
+    pub probe_rooms: usize,
+    /// Join over REST and hold no WebSocket (default: every client joins
+    /// through the room's WebSocket and keeps it open, as the browser page does).
+    #[arg(long)]
+    pub no_ws: bool,
+    /// Share (0 to 1) of clients whose packets carry no RFC 6464 audio level
+    /// (the server must then decode them to measure them); probe talkers always carry one.
+    #[arg(long, default_value_t = 0.0)]
+    pub no_level_share: f64,
+}
+
+fn parse_mix(text: &str) -> Result<RoomLayout, String> {
+    rooms::parse_room_sizes(text).map(RoomLayout::Mix)
+}
+
+impl FleetArgs {
+    /// The room layout these flags ask for.
+    pub fn layout(&self) -> RoomLayout {
+        match (&self.rooms, &self.room_sizes) {
+            (Some(r), _) => RoomLayout::Count(*r),
+            (None, Some(m)) => m.clone(),
+            (None, None) => RoomLayout::Single,
+        }
+    }
+
+    fn apply(&self, cfg: &mut LoadConfig) -> Result<(), LoadError> {
+        if !(0.0..=1.0).contains(&self.no_level_share) {
+            return Err(LoadError::Config(format!("--no-level-share must be 0 to 1, not {}", self.no_level_share)));
+        }
+        if self.rooms == Some(0) {
+            return Err(LoadError::Config("--rooms must be at least 1".into()));
+        }
+        cfg.rooms = self.layout();
+        cfg.probe_rooms = self.probe_rooms;
+        cfg.websocket = !self.no_ws;
+        cfg.no_level_share = self.no_level_share;
+        Ok(())
+    }
+}
 
 /// `tutti load`: N simulated participants against a running server.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,9 +94,12 @@ pub struct LoadArgs {
     /// Milliseconds between summaries.
     #[arg(long, default_value_t = 5000)]
     pub sint: u64,
-    /// The room (created if missing).
+    /// The room (created if missing); with several rooms, the base of their names (`<room>-<i>`).
     #[arg(long, default_value = "load")]
     pub room: String,
+    /// The fleet's shape.
+    #[command(flatten)]
+    pub fleet: FleetArgs,
     /// Share of participants that talk (ITU-T P.59 on/off); the others send silence.
     #[arg(long, default_value_t = 0.1)]
     pub talkers: f64,
@@ -77,6 +139,9 @@ pub struct LoadArgs {
     /// Per-client rows printed at the end (the worst by MOS when there are more).
     #[arg(long, default_value_t = 50)]
     pub details: usize,
+    /// Per-room rows printed at the end (the worst by p5 MOS when there are more).
+    #[arg(long, default_value_t = 30)]
+    pub room_details: usize,
 }
 
 /// `tutti capacity`: the largest room that meets the SLO.
@@ -103,6 +168,13 @@ pub struct CapacityArgs {
     /// What silent participants send.
     #[arg(long, value_enum, default_value_t = SilenceMode::Dtx)]
     pub silence: SilenceMode,
+    /// Search the largest total of participants in rooms of S (a trial of N
+    /// runs ⌈N/S⌉ rooms, the last one holding the rest): the mix `S:100`.
+    #[arg(long, conflicts_with_all = ["rooms", "room_sizes"])]
+    pub room_size: Option<usize>,
+    /// The fleet's shape (each trial splits its N this way).
+    #[command(flatten)]
+    pub fleet: FleetArgs,
     /// First N of the ramp.
     #[arg(long, default_value_t = 100)]
     pub start: usize,
@@ -230,6 +302,8 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     let (api, _) = parse_url(&args.url)?;
     let mut cfg = LoadConfig::new(api, args.clients);
     cfg.room = args.room.clone();
+    args.fleet.apply(&mut cfg)?;
+    let sizes = rooms::sizes(&cfg).map_err(LoadError::Config)?;
     cfg.join_interval = Duration::from_millis(args.cint);
     cfg.life = (args.life > 0).then(|| Duration::from_secs(args.life));
     cfg.summary_interval = Duration::from_millis(args.sint.max(100));
@@ -246,13 +320,17 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     cfg.server_cpu = cpu_source(args.metrics_url.as_deref(), args.server_pid)?;
     let stop = stop_on_signal();
     println!(
-        "tutti load: {} participants into room '{}' at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {} threads; server CPU from {}",
+        "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {:.0} % without level, {}, {} threads; server CPU from {}",
         cfg.clients,
-        cfg.room,
+        cfg.rooms,
+        sizes.len(),
+        rooms::name(&cfg, 0, sizes.len()),
         args.url,
         args.cint,
         100.0 * cfg.talkers,
         cfg.silence,
+        100.0 * cfg.no_level_share,
+        if cfg.websocket { "joins and events over each room's WebSocket" } else { "REST joins, no WebSocket" },
         cfg.threads,
         cfg.server_cpu.describe()
     );
@@ -264,6 +342,9 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     })?;
     println!("\n== final summary ==\n{}", report.summary.to_text());
     println!("\n== clients ==\n{}", report.details_text(args.details));
+    if report.summary.rooms.len() > 1 {
+        println!("\n== rooms ==\n{}", report.rooms_text(args.room_details));
+    }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).map_err(|e| LoadError::Io(e.to_string()))?;
         write_file(path, &json)?;
@@ -388,11 +469,15 @@ impl TrialRunner for LoadRunner {
         let mut cfg = self.base.clone();
         cfg.clients = n;
         cfg.room = format!("capacity-{}-{n}", self.trial);
+        let names: Vec<String> = match rooms::sizes(&cfg) {
+            Ok(sizes) => (0..sizes.len()).map(|r| rooms::name(&cfg, r, sizes.len())).collect(),
+            Err(e) => return Err(LoadError::Config(format!("N = {n}: {e}"))),
+        };
         // Joins take n · cint plus the requests themselves: run until the window has passed.
         cfg.life = None;
         cfg.window = Some(window);
         cfg.leave = false;
-        println!("trial {}: N = {n}, window {} s …", self.trial, window.as_secs());
+        println!("trial {}: N = {n} in {} room(s), window {} s …", self.trial, names.len(), window.as_secs());
         let joined_at = Instant::now();
         let report = generator::run(&cfg, &self.stop, &mut |p| {
             if let Progress::Joining { joined, failed, total } = p
@@ -401,16 +486,18 @@ impl TrialRunner for LoadRunner {
                 println!("  joined {joined}/{total} in {:.1} s ({failed} failed)", joined_at.elapsed().as_secs_f64());
             }
         });
-        // The room goes whatever happened; its peers are closed by the server.
-        let path = format!("/v1/rooms/{}", cfg.room);
-        let _ = tutti_client::request_as(
-            cfg.api,
-            &crate::generator::caller(cfg.token.as_deref()),
-            "DELETE",
-            &path,
-            None,
-            b"",
-        );
+        // The rooms go whatever happened; their peers are closed by the server.
+        for room in &names {
+            let path = format!("/v1/rooms/{room}");
+            let _ = tutti_client::request_as(
+                cfg.api,
+                &crate::generator::caller(cfg.token.as_deref()),
+                "DELETE",
+                &path,
+                None,
+                b"",
+            );
+        }
         if self.local.as_mut().is_some_and(|(s, _, _)| !matches!(s.child.try_wait(), Ok(None))) {
             // The server died during the trial: its figures mean nothing; run it again.
             self.check_local()?;
@@ -446,6 +533,13 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         }
     };
     let mut base = LoadConfig::new(api, 1);
+    args.fleet.apply(&mut base)?;
+    if let Some(s) = args.room_size {
+        if s == 0 || s > rooms::MAX_ROOM_SIZE {
+            return Err(LoadError::Config(format!("--room-size must be 1 to {}", rooms::MAX_ROOM_SIZE)));
+        }
+        base.rooms = RoomLayout::Mix(vec![crate::model::SizeShare { size: s, percent: 100.0 }]);
+    }
     base.join_interval = Duration::from_millis(args.cint);
     base.warmup = Duration::from_secs_f64(args.warmup.max(0.0));
     base.talkers = args.talkers;
@@ -456,8 +550,10 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     base.threads = args.threads;
     base.server_cpu = server_cpu.clone();
     base.summary_interval = Duration::from_secs(3600);
+    // R rooms need at least R participants.
+    let least = if let RoomLayout::Count(r) = base.rooms { r } else { 1 };
     let policy = SearchPolicy {
-        start: args.start.max(1),
+        start: args.start.max(least),
         max: args.max.max(1),
         resolution: (args.resolution / 100.0).clamp(0.001, 0.5),
         short_window: Duration::from_secs(args.short.max(2)),
@@ -472,12 +568,15 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         min_perfect_share: args.min_perfect / 100.0,
     };
     println!(
-        "tutti capacity: SLO p5 MOS ≥ {}, loss ≤ {} %, p95 mouth-to-ear ≤ {} ms, perfect delivery ≥ {} %, no self-echo; {:.0} % talkers; server CPU from {}",
+        "tutti capacity: SLO p5 MOS ≥ {}, loss ≤ {} % (overall and in the worst room), p95 mouth-to-ear ≤ {} ms, perfect delivery ≥ {} %, no self-echo; {}; {:.0} % talkers, {:.0} % without level, {}; server CPU from {}",
         slo.min_mos_p5,
         slo.max_loss_percent,
         slo.max_latency_p95_ms,
         100.0 * slo.min_perfect_share,
+        base.rooms,
         100.0 * args.talkers,
+        100.0 * base.no_level_share,
+        if base.websocket { "WebSockets on" } else { "no WebSockets" },
         server_cpu.describe()
     );
     let mut runner = LoadRunner::new(base, stop.clone(), args.verbose);
@@ -485,12 +584,14 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     let result = capacity::search(&policy, &slo, &mut runner, &|| stop.load(Ordering::Relaxed), &mut |t| {
         let f = &t.figures;
         println!(
-            "  {:?} N = {}: {} | p5 MOS {:.2}, loss {:.3} %, m2e p95 {} ms, perfect {:.1} %, server {} µs/participant/tick, generator {} cores{}",
+            "  {:?} N = {}: {} | p5 MOS {:.2} (worst room {:.2}), loss {:.3} % (worst room {:.3} %), m2e p95 {} ms, perfect {:.1} %, server {} µs/participant/tick, generator {} cores{}",
             t.phase,
             f.n,
             if t.pass { "PASS" } else { "FAIL" },
             f.mos_p5,
+            f.worst_room_mos_p5,
             f.loss_percent,
+            f.worst_room_loss_percent,
             f.latency_p95_ms.map_or("-".into(), |l| if l.is_finite() { format!("{l:.0}") } else { "missed".into() }),
             100.0 * f.perfect_share,
             f.server_us_per_participant_tick.map_or("unknown".into(), |v| format!("{v:.1}")),
@@ -521,5 +622,40 @@ mod tests {
         let (a, p) = parse_url("127.0.0.2:9/metrics").expect("url");
         assert_eq!((a.to_string().as_str(), p.as_str()), ("127.0.0.2:9", "/metrics"));
         assert!(parse_url("https://x:1").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Load {
+        #[command(flatten)]
+        args: LoadArgs,
+    }
+
+    #[derive(clap::Parser)]
+    struct Capacity {
+        #[command(flatten)]
+        args: CapacityArgs,
+    }
+
+    #[test]
+    fn fleet_flags() {
+        use clap::Parser;
+        let l = Load::try_parse_from(["load", "--rooms", "20", "--no-ws", "--no-level-share", "0.5"]).expect("valid");
+        assert_eq!(l.args.fleet.layout(), RoomLayout::Count(20));
+        assert!(l.args.fleet.no_ws);
+        let mut cfg = LoadConfig::new("127.0.0.1:1".parse().expect("addr"), 100);
+        l.args.fleet.apply(&mut cfg).expect("valid");
+        assert!(!cfg.websocket && cfg.no_level_share == 0.5 && cfg.rooms == RoomLayout::Count(20));
+        let l = Load::try_parse_from(["load", "--room-sizes", "2:30,10:70"]).expect("valid");
+        assert!(matches!(l.args.fleet.layout(), RoomLayout::Mix(m) if m.len() == 2));
+        assert!(LoadConfig::new("127.0.0.1:1".parse().expect("addr"), 1).websocket, "WebSockets are on by default");
+        // Bad input: a clear error, no panic.
+        let e = Load::try_parse_from(["load", "--room-sizes", "2:30,10:50"]).err().expect("refused").to_string();
+        assert!(e.contains("add up to 80"), "{e}");
+        assert!(Load::try_parse_from(["load", "--rooms", "2", "--room-sizes", "2:100"]).is_err());
+        let l = Load::try_parse_from(["load", "--no-level-share", "1.5"]).expect("parses");
+        assert!(l.args.fleet.apply(&mut cfg).is_err());
+        let c = Capacity::try_parse_from(["capacity", "--room-size", "10"]).expect("valid");
+        assert_eq!(c.args.room_size, Some(10));
+        assert!(Capacity::try_parse_from(["capacity", "--room-size", "10", "--rooms", "3"]).is_err());
     }
 }

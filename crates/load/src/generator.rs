@@ -1,7 +1,9 @@
-//! The many-client engine: joins N simulated participants one by one over the
-//! HTTP API, then drives them on a few `load-N` threads, each owning a share
-//! of the clients (their sans-IO peers and UDP sockets, readiness by epoll
-//! through `mio`), sending on an absolute 20 ms schedule.
+//! The many-client engine: creates the run's rooms, joins N simulated
+//! participants one by one (round-robin over the rooms) through each room's
+//! WebSocket `join` message as the browser page does (or over REST with
+//! `websocket` off), then drives them on a few `load-N` threads, each owning
+//! a share of the clients (their sans-IO peers, UDP sockets and WebSockets,
+//! readiness by epoll through `mio`), sending on an absolute 20 ms schedule.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -19,12 +21,14 @@ use tutti_rtc::{ClientEvent, ClientPeer};
 use crate::LoadError;
 use crate::audio::{Frame, Material};
 use crate::cpu::CpuMark;
+use crate::events::EventSocket;
 use crate::marker::{MAX_PROBES, MarkerDetector};
 use crate::model::{
-    ClientSnapshot, ClientState, Detection, Lateness, LoadConfig, MarkerSent, Role, SilenceMode, ThreadView,
+    ClientSnapshot, ClientState, Detection, Lateness, LoadConfig, MarkerSent, Role, SilenceMode, ThreadView, WsFigures,
 };
 use crate::quality::StreamQuality;
 use crate::report::{self, LoadReport, Summary};
+use crate::rooms::{self, RoleMix};
 use crate::talk::{Rng, TalkModel};
 
 /// Send slots per 20 ms frame: each client sends in its own 1 ms slot, so a
@@ -38,6 +42,11 @@ const RECEIVES_BETWEEN_SEND_CHECKS: usize = 32;
 
 /// While silent in DTX, one frame in this many is sent (400 ms).
 const DTX_EVERY: u32 = 20;
+/// A client's WebSocket is polled under its index plus this (its UDP socket: the index).
+const WS_TOKEN: usize = 1 << 30;
+/// Reads of one WebSocket per readiness event before the thread looks at its
+/// send schedule (the rest is read on the next round).
+const WS_PUMPS_PER_EVENT: usize = 4;
 /// How often each thread publishes its clients' figures.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 
@@ -75,6 +84,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A client handed from the joiner to its thread.
 struct NewClient {
     index: usize,
+    room: usize,
+    level: bool,
+    ws: Option<EventSocket>,
     role: Role,
     probe: Option<usize>,
     peer: ClientPeer,
@@ -91,6 +103,9 @@ struct Listen {
 
 struct Sim {
     index: usize,
+    room: usize,
+    level: bool,
+    ws: Option<EventSocket>,
     role: Role,
     probe: Option<usize>,
     peer: ClientPeer,
@@ -118,8 +133,24 @@ impl Sim {
         let received = q.loss.received();
         let since = self.since.or(q.first_arrival);
         let span = since.map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
+        let ws = self.ws.as_ref().map(|w| {
+            let span = now.saturating_duration_since(w.since).as_secs_f64();
+            let rate = |v: u64| if span > 0.0 { v as f64 / span } else { 0.0 };
+            WsFigures {
+                open: w.open,
+                snapshot: w.snapshot,
+                messages: w.messages,
+                bytes: w.bytes,
+                messages_per_second: rate(w.messages),
+                bytes_per_second: rate(w.bytes),
+                closed: w.closed.clone(),
+            }
+        });
         ClientSnapshot {
             index: self.index,
+            room: self.room,
+            level: self.level,
+            ws,
             role: self.role,
             state: self.state,
             connect_ms: self.connected_at.map(|c| (c - self.joined_at).as_secs_f64() * 1000.0),
@@ -154,6 +185,8 @@ struct Worker {
     lateness: Lateness,
     measuring: bool,
     buf: Vec<u8>,
+    /// Clients whose WebSocket may have more to read.
+    ws_pending: Vec<usize>,
 }
 
 #[derive(Clone)]
@@ -176,6 +209,9 @@ impl Worker {
         let i = self.clients.len();
         let mut socket = mio::net::UdpSocket::from_std(c.socket);
         self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
+        if let Some(ws) = &c.ws {
+            ws.register(self.poll.registry(), Token(WS_TOKEN + i))?;
+        }
         let talk = (c.role == Role::Talker).then(|| TalkModel::new(self.cfg.seed ^ ((c.index as u64 + 1) * 0x9E37)));
         let mut rng = Rng::new(self.cfg.seed.wrapping_add(c.index as u64));
         let clip_pos = rng.below(self.material.speech.len() as u64) as usize;
@@ -190,6 +226,9 @@ impl Worker {
             });
         let mut sim = Sim {
             index: c.index,
+            room: c.room,
+            level: c.level,
+            ws: c.ws,
             role: c.role,
             probe: c.probe,
             peer: c.peer,
@@ -213,7 +252,20 @@ impl Worker {
         self.slots[c.index % SLOTS].push(i);
         self.clients.push(sim);
         self.reschedule(i);
+        // Whatever arrived between the join and the registration (edge-triggered poll).
+        self.ws_pending.push(i);
         Ok(())
+    }
+
+    /// Reads client `i`'s WebSocket; remembers it when more may be waiting.
+    fn read_ws(&mut self, i: usize) {
+        let Some(ws) = self.clients[i].ws.as_mut() else { return };
+        for _ in 0..WS_PUMPS_PER_EVENT {
+            if !ws.pump() {
+                return;
+            }
+        }
+        self.ws_pending.push(i);
     }
 
     fn reschedule(&mut self, i: usize) {
@@ -302,7 +354,7 @@ impl Worker {
                         c.marker_frame = Some(0);
                         c.next_marker = c.next_marker.map(|t| t + self.cfg.marker_period);
                         let at = Instant::now();
-                        lock(&self.shared.markers).push(MarkerSent { probe: p, client: c.index, at });
+                        lock(&self.shared.markers).push(MarkerSent { room: c.room, probe: p, client: c.index, at });
                     }
                     match c.marker_frame {
                         Some(f) => {
@@ -339,7 +391,7 @@ impl Worker {
                 frame
             };
             if let Some(f) = frame
-                && c.peer.send_audio(f.payload.clone(), Some(f.level), now).is_ok()
+                && c.peer.send_audio(f.payload.clone(), c.level.then_some(f.level), now).is_ok()
             {
                 c.sent += 1;
                 send_all(&mut c.peer, &c.socket);
@@ -397,6 +449,9 @@ impl Worker {
                     c.quality = StreamQuality::default();
                     c.sent = 0;
                     c.since = Some(now);
+                    if let Some(ws) = &mut c.ws {
+                        ws.reset(now);
+                    }
                 }
             }
             let due = self.fire_due(start, &mut slot_n, now);
@@ -425,7 +480,11 @@ impl Worker {
             if let Some(&Reverse((t, _))) = self.timers.peek() {
                 wake = wake.min(t);
             }
-            let timeout = wake.saturating_duration_since(Instant::now());
+            let timeout = if self.ws_pending.is_empty() {
+                wake.saturating_duration_since(Instant::now())
+            } else {
+                Duration::ZERO
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != std::io::ErrorKind::Interrupted
             {
@@ -435,10 +494,15 @@ impl Worker {
             // The server sends every participant's mix at once each tick: a
             // burst of hundreds of datagrams per thread. Sending keeps its
             // schedule through it (a bounded amount of receiving between checks).
+            for i in std::mem::take(&mut self.ws_pending) {
+                self.read_ws(i);
+            }
             for (n, ev) in events.iter().enumerate() {
                 let i = ev.token().0;
                 if i < self.clients.len() {
                     self.receive(i);
+                } else if i >= WS_TOKEN && i - WS_TOKEN < self.clients.len() {
+                    self.read_ws(i - WS_TOKEN);
                 }
                 if n % RECEIVES_BETWEEN_SEND_CHECKS == RECEIVES_BETWEEN_SEND_CHECKS - 1 {
                     self.fire_due(start, &mut slot_n, Instant::now());
@@ -450,34 +514,16 @@ impl Worker {
         for c in &mut self.clients {
             c.peer.close();
             send_all(&mut c.peer, &c.socket);
+            if let Some(ws) = &mut c.ws {
+                ws.close();
+            }
         }
     }
-}
-
-/// Roles for `n` participants: probe talkers first, then talkers and probe
-/// listeners spread evenly over the rest. Returns (role, probe index).
-pub(crate) fn assign_roles(n: usize, talkers: f64, probes: usize, listeners: usize) -> Vec<(Role, Option<usize>)> {
-    let probes = probes.min(MAX_PROBES).min(n);
-    let rest = n - probes;
-    let talkers = ((talkers.clamp(0.0, 1.0) * n as f64).round() as usize).min(rest);
-    let silent = rest - talkers;
-    let listeners = listeners.min(silent);
-    let spread = |j: usize, k: usize, of: usize| of > 0 && (j + 1) * k / of > j * k / of;
-    let mut out: Vec<(Role, Option<usize>)> = (0..probes).map(|p| (Role::ProbeTalker, Some(p))).collect();
-    let mut s = 0;
-    for j in 0..rest {
-        if spread(j, talkers, rest) {
-            out.push((Role::Talker, None));
-        } else {
-            out.push((if spread(s, listeners, silent) { Role::ProbeListener } else { Role::Silent }, None));
-            s += 1;
-        }
-    }
-    out
 }
 
 /// The joiner's record of each participant.
 struct Joined {
+    room: usize,
     role: Role,
     location: Option<String>,
     error: Option<String>,
@@ -488,9 +534,9 @@ pub(crate) fn caller(token: Option<&str>) -> Requester<'_> {
     Requester { token, from: None }
 }
 
-/// The joins that failed: (client, role, why).
-fn failures(joined: &[Joined]) -> Vec<(usize, Role, String)> {
-    joined.iter().enumerate().filter_map(|(i, j)| j.error.as_ref().map(|e| (i, j.role, e.clone()))).collect()
+/// The joins that failed: (client, room, role, why).
+fn failures(joined: &[Joined]) -> Vec<(usize, usize, Role, String)> {
+    joined.iter().enumerate().filter_map(|(i, j)| j.error.as_ref().map(|e| (i, j.room, j.role, e.clone()))).collect()
 }
 
 /// Creates the room unless it exists.
@@ -512,15 +558,36 @@ fn candidate_addr(sdp: &str) -> Option<SocketAddr> {
     format!("{}:{}", f.get(4)?, f.get(5)?).parse().ok()
 }
 
+/// A joined client, before its thread takes it.
+struct JoinedPeer {
+    peer: ClientPeer,
+    socket: UdpSocket,
+    ws: Option<EventSocket>,
+    location: String,
+    media: Option<SocketAddr>,
+}
+
+/// Joins one client into `room`: through the room's WebSocket (`join`
+/// message, the socket kept open) when `websocket`, else over REST.
 fn join_one(
     api: SocketAddr,
     token: Option<&str>,
     room: &str,
-) -> Result<(ClientPeer, UdpSocket, String, Option<SocketAddr>), String> {
+    websocket: bool,
+    name: &str,
+) -> Result<JoinedPeer, String> {
     let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
     socket.set_nonblocking(true).map_err(|e| e.to_string())?;
     let local = socket.local_addr().map_err(|e| e.to_string())?;
     let (mut peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
+    if websocket {
+        let mut ws = EventSocket::connect(api, room, token)?;
+        let (id, answer) = ws.join(&offer, name)?;
+        ws.set_nonblocking()?;
+        peer.accept_answer(&answer, Instant::now()).map_err(|e| e.to_string())?;
+        let location = format!("/v1/rooms/{room}/participants/{id}");
+        return Ok(JoinedPeer { peer, socket, ws: Some(ws), location, media: candidate_addr(&answer) });
+    }
     let path = format!("/v1/rooms/{room}/participants");
     let r = request_as(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes())
         .map_err(|e| format!("join request: {e}"))?;
@@ -529,7 +596,7 @@ fn join_one(
     }
     peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
     let location = r.header("location").unwrap_or_default().to_owned();
-    Ok((peer, socket, location, candidate_addr(&r.body)))
+    Ok(JoinedPeer { peer, socket, ws: None, location, media: candidate_addr(&r.body) })
 }
 
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
@@ -543,14 +610,21 @@ pub fn run(
     if cfg.clients == 0 {
         return Err(LoadError::Config("at least one participant".into()));
     }
+    if !(0.0..=1.0).contains(&cfg.no_level_share) {
+        return Err(LoadError::Config(format!("the no-level share must be 0 to 1, not {}", cfg.no_level_share)));
+    }
+    let sizes = rooms::sizes(cfg).map_err(LoadError::Config)?;
+    let room_names: Vec<String> = (0..sizes.len()).map(|r| rooms::name(cfg, r, sizes.len())).collect();
     let threads = cfg.threads.clamp(1, 64);
-    let probes = cfg.probe_talkers.min(MAX_PROBES).min(cfg.clients);
+    let probes = cfg.probe_talkers.min(MAX_PROBES).min(sizes.iter().copied().max().unwrap_or(0).saturating_sub(1));
     let speech = match &cfg.speech {
         Some(s) => s.clone(),
         None => crate::audio::speech_like(8.0, cfg.seed),
     };
     let material = Arc::new(Material::new(&speech, probes)?);
-    ensure_room(cfg.api, cfg.token.as_deref(), &cfg.room)?;
+    for name in &room_names {
+        ensure_room(cfg.api, cfg.token.as_deref(), name)?;
+    }
 
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -577,6 +651,7 @@ pub fn run(
             lateness: Lateness::default(),
             measuring: false,
             buf: vec![0u8; 2048],
+            ws_pending: Vec::new(),
         };
         let h = std::thread::Builder::new()
             .name(format!("load-{id}"))
@@ -586,7 +661,20 @@ pub fn run(
         handles.push(h);
     }
 
-    let roles = assign_roles(cfg.clients, cfg.talkers, probes, cfg.probe_listeners);
+    let mix = RoleMix {
+        talkers: cfg.talkers,
+        probe_talkers: probes,
+        probe_listeners: cfg.probe_listeners,
+        probe_rooms: cfg.probe_rooms,
+    };
+    let room_roles = rooms::fleet_roles(&sizes, mix);
+    let roles: Vec<(usize, Role, Option<usize>)> = rooms::join_order(&sizes)
+        .into_iter()
+        .map(|(r, place)| {
+            let (role, probe) = room_roles[r][place];
+            (r, role, probe)
+        })
+        .collect();
     let start = Instant::now();
     let mut end = cfg.life.map(|l| start + l);
     let past_end = |now: Instant, end: Option<Instant>| end.is_some_and(|e| now >= e) || stop.load(Ordering::Relaxed);
@@ -604,6 +692,8 @@ pub fn run(
             now,
             window_start: shared.window_start.get().copied().filter(|&w| now >= w),
             views: &views,
+            room_names: &room_names,
+            room_sizes: &sizes,
             failed: failures(joined),
             total: cfg.clients,
             markers: &lock(&shared.markers),
@@ -613,7 +703,7 @@ pub fn run(
         })
     };
 
-    for (index, (role, probe)) in roles.iter().copied().enumerate() {
+    for (index, (room, role, probe)) in roles.iter().copied().enumerate() {
         let due = start + cfg.join_interval.mul_f64(index as f64);
         while Instant::now() < due && !past_end(Instant::now(), end) {
             std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
@@ -621,26 +711,40 @@ pub fn run(
         if past_end(Instant::now(), end) {
             break;
         }
-        match join_one(cfg.api, cfg.token.as_deref(), &cfg.room) {
-            Ok((peer, socket, location, media)) => {
+        let name = format!("load-{index}");
+        match join_one(cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name) {
+            Ok(j) => {
                 if server_media.is_none() {
-                    server_media = media;
+                    server_media = j.media;
                 }
-                let c = NewClient { index, role, probe, peer, socket, joined_at: Instant::now() };
+                let location = j.location;
+                let level = role == Role::ProbeTalker || !rooms::without_level(index, cfg.clients, cfg.no_level_share);
+                let c = NewClient {
+                    index,
+                    room,
+                    level,
+                    ws: j.ws,
+                    role,
+                    probe,
+                    peer: j.peer,
+                    socket: j.socket,
+                    joined_at: Instant::now(),
+                };
                 if senders[index % threads].send(c).is_err() {
                     joined.push(Joined {
+                        room,
                         role,
                         location: Some(location),
                         error: Some("generator thread ended".into()),
                     });
                     failed += 1;
                 } else {
-                    joined.push(Joined { role, location: Some(location), error: None });
+                    joined.push(Joined { room, role, location: Some(location), error: None });
                 }
             }
             Err(e) => {
                 failed += 1;
-                joined.push(Joined { role, location: None, error: Some(e) });
+                joined.push(Joined { room, role, location: None, error: Some(e) });
             }
         }
         let now = Instant::now();
@@ -696,6 +800,8 @@ pub fn run(
         now: cpu_end.at.min(finished),
         window_start: shared.window_start.get().copied().filter(|&w| cpu_end.at >= w),
         views: &views,
+        room_names: &room_names,
+        room_sizes: &sizes,
         failed: failures(&joined),
         total: cfg.clients,
         markers: &lock(&shared.markers),

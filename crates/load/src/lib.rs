@@ -2,21 +2,32 @@
 //!
 //! A voice server is only as good as its measured capacity. This crate runs
 //! N simulated WebRTC participants in one process against a tutti server,
-//! measures what each one receives, and searches the largest room that
-//! meets a quality bar. `tutti load` and `tutti capacity` are its front ends.
+//! as an operator's fleet: one room or many (equal rooms, or a mix of room
+//! sizes; see [`rooms`]), each client holding its room's WebSocket as the
+//! browser page does, some sending no RFC 6464 level. It measures what each
+//! one receives, judges every room as well as the whole, and searches the
+//! largest room (or the largest total in rooms of a size) that meets a
+//! quality bar. `tutti load` and `tutti capacity` are its front ends.
 //!
 //! ## Data flow
 //!
 //! ```text
-//! joiner (caller's thread)   per client: UDP socket on 127.0.0.1:0 ─► ClientPeer offer
-//!                            ─► POST /v1/rooms/{room}/participants ─► answer ─► hand to load-(i mod T)
-//! load-N threads (T)         epoll (mio) over their clients' sockets; per datagram:
+//! joiner (caller's thread)   rooms split and created (POST /v1/rooms, `<room>-<i>`); joins round-robin
+//!                            over the rooms; per client: UDP socket on 127.0.0.1:0 ─► ClientPeer offer
+//!                            ─► WebSocket /v1/rooms/{room}/ws?token= (blocking, bounded): `join {sdp}`
+//!                               ─► `answer {id, sdp}` (the `room` snapshot first, counted)
+//!                            (or with --no-ws: POST /v1/rooms/{room}/participants ─► answer)
+//!                            ─► peer + sockets handed to load-(i mod T)
+//! load-N threads (T)         epoll (mio) over their clients' UDP sockets and (non-blocking)
+//!                            WebSockets: messages and bytes counted, pings answered; per datagram:
 //!                            ClientPeer (ICE, DTLS, SRTP) ─► RTP seq/ts ─► loss, jitter, drift
 //!                            probe clients only: Opus decode ─► marker detector
 //!                            every 1 ms slot (absolute schedule): 1/20 of the clients send
-//!                            one pre-encoded Opus frame with its RFC 6464 level
-//! controller (caller)        every --sint: snapshots of all clients ─► summary; at the end,
-//!                            the report (text, JSON) and the validity verdict
+//!                            one pre-encoded Opus frame with its RFC 6464 level (none for
+//!                            the --no-level-share clients)
+//! controller (caller)        every --sint: snapshots of all clients ─► summary (overall, per
+//!                            room, the worst room, WebSocket traffic); at the end, the
+//!                            report (text, JSON) and the validity verdict
 //! ```
 //!
 //! What the clients send is encoded once at start: a speech clip (a WAV, or
@@ -68,26 +79,31 @@
 //! [`search`] ramps N (doubling) with short trials, bisects between the last
 //! pass and the first failure, then confirms with a full-length trial
 //! (stepping down if it fails). It is generic over a [`TrialRunner`]; the
-//! real one ([`LoadRunner`]) runs each trial in a fresh room. Server CPU per
-//! participant per tick = server cores × 20 000 µs / N.
+//! real one ([`LoadRunner`]) runs each trial in fresh rooms (the trial's N
+//! split by the run's layout; `--room-size S`: ⌈N/S⌉ rooms of S). With
+//! several rooms the worst room must meet the MOS and loss bars too. Server
+//! CPU per participant per tick = server cores × 20 000 µs / N.
 
 //! ## Modules (imports go down the list)
 //!
 //! `cli` (the front ends) → `capacity` (the search) → `generator` (runs the
-//! clients) → `report` (scores them) → `model` (what a run is and what it
-//! observed: configuration, roles, snapshots) → `quality`, `marker`,
-//! `audio`, `talk`, `cpu` (the measuring parts). HTTP and the test client
+//! clients) → `events` (a client's room WebSocket) and `report` (scores
+//! them) → `rooms` (the fleet: split, join order, roles per room) → `model`
+//! (what a run is and what it observed: configuration, roles, snapshots) →
+//! `quality`, `marker`, `audio`, `talk`, `cpu` (the measuring parts). HTTP and the test client
 //! come from `tutti-client`; this crate does not link the server.
 
 mod audio;
 mod capacity;
 mod cli;
 mod cpu;
+mod events;
 mod generator;
 mod marker;
 mod model;
 mod quality;
 mod report;
+pub mod rooms;
 mod talk;
 
 pub use audio::{Material, read_wav, speech_like};
@@ -96,9 +112,10 @@ pub use cli::{CapacityArgs, LoadArgs, LoadRunner, run_capacity, run_load};
 pub use cpu::CpuSource;
 pub use generator::{Progress, run};
 pub use marker::{MarkerDetector, Onset, marker_freq, marker_pcm};
-pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, SilenceMode};
+pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, RoomLayout, SilenceMode, SizeShare, WsFigures};
 pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
-pub use report::{ClientReport, LoadReport, Summary};
+pub use report::{ClientReport, LoadReport, RoomSummary, Summary, WsSummary};
+pub use rooms::parse_room_sizes;
 pub use talk::{Rng, TalkModel};
 
 /// Why a load run or a capacity search could not go on.

@@ -9,11 +9,46 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::cpu::CpuSource;
+use std::fmt;
 
 /// Lateness histogram resolution.
 const LATENESS_BUCKET_US: u64 = 50;
 /// Lateness histogram range (beyond: the last bucket).
 const LATENESS_BUCKETS: usize = 4_000;
+
+/// One size of a room-size mix.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SizeShare {
+    /// Participants per room.
+    pub size: usize,
+    /// Percent of the rooms that have this size.
+    pub percent: f64,
+}
+
+/// How a run's clients are split into rooms.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RoomLayout {
+    /// Everyone in one room, named as configured.
+    #[default]
+    Single,
+    /// This many rooms of (nearly) equal size.
+    Count(usize),
+    /// Rooms drawn from a size mix.
+    Mix(Vec<SizeShare>),
+}
+
+impl fmt::Display for RoomLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Single => write!(f, "one room"),
+            Self::Count(r) => write!(f, "{r} rooms of equal size"),
+            Self::Mix(m) => {
+                let parts: Vec<String> = m.iter().map(|s| format!("{}:{}", s.size, s.percent)).collect();
+                write!(f, "room sizes {}", parts.join(","))
+            }
+        }
+    }
+}
 
 /// What silent participants send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -64,8 +99,18 @@ pub enum ClientState {
 pub struct LoadConfig {
     /// The server's HTTP API.
     pub api: SocketAddr,
-    /// The room (created if missing).
+    /// The room (created if missing); with several rooms, their names are `<room>-<i>` (i from 0).
     pub room: String,
+    /// How the clients are split into rooms.
+    pub rooms: RoomLayout,
+    /// Rooms that get probe talkers and listeners (the largest; see [`crate::rooms`]).
+    pub probe_rooms: usize,
+    /// Every client holds the room's WebSocket and joins through it (`join`
+    /// message), as the browser page does; false: joins over REST, no socket.
+    pub websocket: bool,
+    /// Share of clients (0..1) whose packets carry no RFC 6464 audio level
+    /// (probe talkers always carry one).
+    pub no_level_share: f64,
     /// An access token (admin for the room, or `*`), sent as `Authorization: Bearer`.
     pub token: Option<String>,
     /// Participants.
@@ -109,6 +154,10 @@ impl LoadConfig {
         Self {
             api,
             room: "load".into(),
+            rooms: RoomLayout::Single,
+            probe_rooms: 1,
+            websocket: true,
+            no_level_share: 0.0,
             token: None,
             clients,
             join_interval: Duration::from_millis(20),
@@ -133,6 +182,7 @@ impl LoadConfig {
 /// A marker a probe talker sent.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MarkerSent {
+    pub(crate) room: usize,
     pub(crate) probe: usize,
     pub(crate) client: usize,
     pub(crate) at: Instant,
@@ -151,6 +201,10 @@ pub(crate) struct Detection {
 pub struct ClientSnapshot {
     /// Join order, from 0.
     pub index: usize,
+    /// Its room (index into the run's rooms).
+    pub room: usize,
+    /// Whether its packets carry an RFC 6464 audio level.
+    pub level: bool,
     /// What it does.
     pub role: Role,
     /// Where it is.
@@ -182,12 +236,35 @@ pub struct ClientSnapshot {
     pub own_marker_peak: Option<f32>,
     /// Marker onsets this client heard.
     pub markers_heard: u64,
+    /// Its room WebSocket, when it holds one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws: Option<WsFigures>,
     /// Error message of a failed join.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// When it connected (for matching markers).
     #[serde(skip)]
     pub(crate) connected_at: Option<Instant>,
+}
+
+/// What one client's room WebSocket received.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WsFigures {
+    /// Still open (no close, no error).
+    pub open: bool,
+    /// The `room` snapshot arrived (at any time since the socket opened).
+    pub snapshot: bool,
+    /// Messages received (text and binary; in the measurement window once it has begun).
+    pub messages: u64,
+    /// Payload bytes of those messages.
+    pub bytes: u64,
+    /// Messages per second over the same time.
+    pub messages_per_second: f64,
+    /// Payload bytes per second over the same time.
+    pub bytes_per_second: f64,
+    /// Why it closed, when it did on an error or a close frame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed: Option<String>,
 }
 
 /// Send-tick lateness: how late a thread's 1 ms send slots fire.

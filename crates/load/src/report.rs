@@ -141,6 +141,14 @@ pub struct Summary {
     pub self_echo: usize,
     /// Markers the probe talkers sent (in the window).
     pub markers_sent: usize,
+    /// Clients whose packets carry no RFC 6464 level.
+    pub without_level: usize,
+    /// Every room (one entry for a single-room run).
+    pub rooms: Vec<RoomSummary>,
+    /// Index into `rooms` of the worst: lowest p5 MOS, then most loss.
+    pub worst_room: Option<usize>,
+    /// The room WebSockets' traffic (`None`: no client holds one).
+    pub ws: Option<WsSummary>,
     /// The generator's own CPU and timing.
     pub generator: GeneratorHealth,
     /// The server's CPU in cores over the window, when readable.
@@ -163,6 +171,51 @@ pub struct Summary {
     pub warnings: Vec<String>,
 }
 
+/// One room's figures (the fleet's rooms are judged one by one: the worst
+/// room matters, not only the average).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RoomSummary {
+    /// Index of the room in the run.
+    pub room: usize,
+    /// Its name.
+    pub name: String,
+    /// Participants planned for it.
+    pub size: usize,
+    /// Connected now.
+    pub connected: usize,
+    /// All lost frames over all expected frames of its clients, percent.
+    pub loss_percent: f64,
+    /// RFC 3550 jitter over its receiving clients, ms (avg).
+    pub jitter_ms: f64,
+    /// Largest drift delay of its clients, ms.
+    pub drift_max_ms: f64,
+    /// 5th percentile MOS of its clients.
+    pub mos_p5: f64,
+    /// Share of its clients with perfect delivery (0..1).
+    pub perfect_share: f64,
+    /// Fewest packets per second one of its clients received.
+    pub packets_per_second_min: f64,
+}
+
+/// The room WebSockets' event traffic (clients that hold one).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WsSummary {
+    /// Sockets opened (joins through a WebSocket).
+    pub sockets: usize,
+    /// Still open.
+    pub open: usize,
+    /// Sockets that received the `room` snapshot.
+    pub snapshots: usize,
+    /// Messages received per socket per second.
+    pub messages_per_second: Stat,
+    /// Payload bytes received per socket per second.
+    pub bytes_per_second: Stat,
+    /// Messages received by all sockets (in the window once it has begun).
+    pub messages: u64,
+    /// Payload bytes received by all sockets.
+    pub bytes: u64,
+}
+
 /// One client at the end, with its MOS.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientReport {
@@ -181,8 +234,18 @@ pub struct ClientReport {
 pub struct ConfigEcho {
     /// Server API.
     pub url: String,
-    /// Room.
+    /// Room (the base name with several rooms).
     pub room: String,
+    /// How clients were split into rooms.
+    pub layout: String,
+    /// Rooms.
+    pub rooms: usize,
+    /// Rooms with probes.
+    pub probe_rooms: usize,
+    /// Clients joined through and held the room's WebSocket.
+    pub websocket: bool,
+    /// Share of clients sending no audio level.
+    pub no_level_share: f64,
     /// Participants.
     pub clients: usize,
     /// Join interval, ms.
@@ -227,8 +290,11 @@ pub(crate) struct RunState<'a> {
     pub(crate) now: Instant,
     pub(crate) window_start: Option<Instant>,
     pub(crate) views: &'a [ThreadView],
-    /// Join failures: index, role, error.
-    pub(crate) failed: Vec<(usize, Role, String)>,
+    /// The rooms' names and planned sizes.
+    pub(crate) room_names: &'a [String],
+    pub(crate) room_sizes: &'a [usize],
+    /// Join failures: index, room, role, error.
+    pub(crate) failed: Vec<(usize, usize, Role, String)>,
     pub(crate) total: usize,
     pub(crate) markers: &'a [MarkerSent],
     pub(crate) detections: &'a [Detection],
@@ -257,13 +323,14 @@ fn latencies(s: &RunState<'_>, clients: &[ClientSnapshot]) -> Vec<Option<f64>> {
     }
     let decoders: Vec<&ClientSnapshot> =
         clients.iter().filter(|c| matches!(c.role, Role::ProbeTalker | Role::ProbeListener)).collect();
+    // Probes are heard in their own room only.
     let mut out = Vec::new();
     for m in s.markers {
         if s.window_start.is_some_and(|w| m.at < w) || m.at + MATCH_WINDOW > s.now {
             continue;
         }
         for c in &decoders {
-            if c.index == m.client || c.connected_at.is_none_or(|t| t > m.at) {
+            if c.index == m.client || c.room != m.room || c.connected_at.is_none_or(|t| t > m.at) {
                 continue;
             }
             let times = heard.get(&(c.index, m.probe)).map_or(&[][..], Vec::as_slice);
@@ -295,9 +362,12 @@ fn client_mos(c: &ClientSnapshot, one_way_ms: f64) -> f64 {
 /// The clients known so far (joined ones from the threads, failed joins).
 fn all_clients(s: &RunState<'_>) -> Vec<ClientSnapshot> {
     let mut clients: Vec<ClientSnapshot> = s.views.iter().flat_map(|v| v.clients.iter().cloned()).collect();
-    for (index, role, error) in &s.failed {
+    for (index, room, role, error) in &s.failed {
         clients.push(ClientSnapshot {
             index: *index,
+            room: *room,
+            level: true,
+            ws: None,
             role: *role,
             state: ClientState::JoinFailed,
             connect_ms: None,
@@ -389,6 +459,12 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         warnings.push("no mouth-to-ear latency measured (no probe marker could be judged yet)".into());
     }
     let role_count = |r: Role| clients.iter().filter(|c| c.role == r).count();
+    let rooms = room_summaries(s, clients, one_way);
+    let worst_room = rooms
+        .iter()
+        .min_by(|a, b| a.mos_p5.total_cmp(&b.mos_p5).then(b.loss_percent.total_cmp(&a.loss_percent)))
+        .map(|r| r.room);
+    let ws = ws_summary(clients);
     Summary {
         elapsed_s: s.now.saturating_duration_since(s.start).as_secs_f64(),
         window_s: s.window_start.map_or(0.0, |w| s.now.saturating_duration_since(w).as_secs_f64()),
@@ -422,6 +498,10 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         },
         self_echo: clients.iter().filter(|c| c.own_marker_peak.is_some_and(|p| p > SELF_ECHO_THRESHOLD)).count(),
         markers_sent: s.markers.iter().filter(|m| s.window_start.is_none_or(|w| m.at >= w)).count(),
+        without_level: clients.iter().filter(|c| !c.level && c.state != ClientState::JoinFailed).count(),
+        rooms,
+        worst_room,
+        ws,
         generator,
         server_cpu_cores: cpu.server_cores,
         server_us_per_participant_tick: cpu
@@ -435,6 +515,57 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         invalid_reasons,
         warnings,
     }
+}
+
+fn room_summaries(s: &RunState<'_>, clients: &[ClientSnapshot], one_way: f64) -> Vec<RoomSummary> {
+    let mut by_room: Vec<Vec<&ClientSnapshot>> = vec![Vec::new(); s.room_sizes.len()];
+    for c in clients {
+        if let Some(v) = by_room.get_mut(c.room) {
+            v.push(c);
+        }
+    }
+    by_room
+        .iter()
+        .enumerate()
+        .map(|(r, members)| {
+            let size = s.room_sizes[r];
+            let joined: Vec<&&ClientSnapshot> = members.iter().filter(|c| c.state != ClientState::JoinFailed).collect();
+            let receiving: Vec<&&&ClientSnapshot> = joined.iter().filter(|c| c.received > 0).collect();
+            let (lost, expected) = joined.iter().fold((0u64, 0u64), |(l, e), c| (l + c.lost, e + c.expected));
+            // Clients not joined yet score as receiving nothing, like failed ones.
+            let mut mos_all: Vec<f64> = members.iter().map(|c| client_mos(c, one_way)).collect();
+            mos_all.extend(std::iter::repeat_n(mos(one_way, 0.0, 100.0), size.saturating_sub(members.len())));
+            mos_all.sort_by(f64::total_cmp);
+            RoomSummary {
+                room: r,
+                name: s.room_names.get(r).cloned().unwrap_or_default(),
+                size,
+                connected: members.iter().filter(|c| c.state == ClientState::Connected).count(),
+                loss_percent: if expected == 0 { 0.0 } else { 100.0 * lost as f64 / expected as f64 },
+                jitter_ms: Stat::of(receiving.iter().map(|c| c.jitter_ms)).avg,
+                drift_max_ms: Stat::of(receiving.iter().map(|c| c.drift_ms)).max,
+                mos_p5: percentile(&mos_all, 0.05).unwrap_or(0.0),
+                perfect_share: members.iter().filter(|c| is_perfect(c)).count() as f64 / size.max(1) as f64,
+                packets_per_second_min: Stat::of(joined.iter().map(|c| c.packets_per_second)).min,
+            }
+        })
+        .collect()
+}
+
+fn ws_summary(clients: &[ClientSnapshot]) -> Option<WsSummary> {
+    let sockets: Vec<&crate::model::WsFigures> = clients.iter().filter_map(|c| c.ws.as_ref()).collect();
+    if sockets.is_empty() {
+        return None;
+    }
+    Some(WsSummary {
+        sockets: sockets.len(),
+        open: sockets.iter().filter(|w| w.open).count(),
+        snapshots: sockets.iter().filter(|w| w.snapshot).count(),
+        messages_per_second: Stat::of(sockets.iter().map(|w| w.messages_per_second)),
+        bytes_per_second: Stat::of(sockets.iter().map(|w| w.bytes_per_second)),
+        messages: sockets.iter().map(|w| w.messages).sum(),
+        bytes: sockets.iter().map(|w| w.bytes).sum(),
+    })
 }
 
 /// The summary of a run at `s.now`.
@@ -454,6 +585,11 @@ pub(crate) fn final_report(s: &RunState<'_>) -> LoadReport {
         config: ConfigEcho {
             url: format!("http://{}", cfg.api),
             room: cfg.room.clone(),
+            layout: cfg.rooms.to_string(),
+            rooms: s.room_sizes.len(),
+            probe_rooms: cfg.probe_rooms,
+            websocket: cfg.websocket,
+            no_level_share: cfg.no_level_share,
             clients: cfg.clients,
             cint_ms: cfg.join_interval.as_millis() as u64,
             life_s: cfg.life.map_or(0.0, |l| l.as_secs_f64()),
@@ -552,6 +688,41 @@ impl Summary {
             opt(self.server_us_per_participant_tick, 2),
             self.server_udp_drops.map_or_else(|| "unknown".into(), |d| d.to_string())
         );
+        if self.rooms.len() > 1
+            && let Some(w) = self.worst_room.and_then(|w| self.rooms.get(w))
+        {
+            let _ = write!(
+                t,
+                "\n  {} rooms | worst room {} ({} of {} connected): p5 MOS {:.2}, loss {:.3} %, jitter {:.2} ms, drift max {:.1} ms, perfect {:.1} %",
+                self.rooms.len(),
+                w.name,
+                w.connected,
+                w.size,
+                w.mos_p5,
+                w.loss_percent,
+                w.jitter_ms,
+                w.drift_max_ms,
+                100.0 * w.perfect_share
+            );
+        }
+        if let Some(ws) = &self.ws {
+            let _ = write!(
+                t,
+                "\n  WebSockets {} (open {}, room snapshot {}): messages/socket/s avg/max {:.2}/{:.2}, bytes/socket/s avg/max {:.0}/{:.0} ({} messages, {} bytes) | without level {}",
+                ws.sockets,
+                ws.open,
+                ws.snapshots,
+                ws.messages_per_second.avg,
+                ws.messages_per_second.max,
+                ws.bytes_per_second.avg,
+                ws.bytes_per_second.max,
+                ws.messages,
+                ws.bytes,
+                self.without_level
+            );
+        } else if self.without_level > 0 {
+            let _ = write!(t, "\n  without level {}", self.without_level);
+        }
         if !self.valid {
             let _ = write!(t, "\n  INVALID: {}", self.invalid_reasons.join("; "));
         }
@@ -563,6 +734,47 @@ impl Summary {
 }
 
 impl LoadReport {
+    /// The per-room table; at most `limit` rows, worst p5 MOS first when cut.
+    pub fn rooms_text(&self, limit: usize) -> String {
+        let mut rows: Vec<&RoomSummary> = self.summary.rooms.iter().collect();
+        if rows.len() > limit {
+            rows.sort_by(|a, b| a.mos_p5.total_cmp(&b.mos_p5).then(b.loss_percent.total_cmp(&a.loss_percent)));
+            rows.truncate(limit);
+        }
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "{:<20} {:>6} {:>9} {:>7} {:>7} {:>9} {:>6} {:>8} {:>7}",
+            "room", "size", "connected", "loss%", "jit ms", "drift ms", "p5 MOS", "perfect%", "min pps"
+        );
+        for r in rows {
+            let _ = writeln!(
+                t,
+                "{:<20} {:>6} {:>9} {:>7.3} {:>7.2} {:>9.1} {:>6.2} {:>8.1} {:>7.1}",
+                r.name,
+                r.size,
+                r.connected,
+                r.loss_percent,
+                r.jitter_ms,
+                r.drift_max_ms,
+                r.mos_p5,
+                100.0 * r.perfect_share,
+                r.packets_per_second_min
+            );
+        }
+        if self.summary.rooms.len() > limit {
+            let _ = writeln!(
+                t,
+                "({limit} worst by p5 MOS of {} rooms; all are in the JSON report)",
+                self.summary.rooms.len()
+            );
+        }
+        if let Some(w) = self.summary.worst_room.and_then(|w| self.summary.rooms.get(w)) {
+            let _ = writeln!(t, "worst room: {} (p5 MOS {:.2}, loss {:.3} %)", w.name, w.mos_p5, w.loss_percent);
+        }
+        t
+    }
+
     /// Per-client details as a table; at most `limit` rows, worst MOS first
     /// when cut.
     pub fn details_text(&self, limit: usize) -> String {
@@ -574,15 +786,28 @@ impl LoadReport {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "{:>5} {:<14} {:<11} {:>8} {:>7} {:>7} {:>6} {:>7} {:>8} {:>8} {:>5} {:>7}",
-            "#", "role", "state", "connect", "rx", "pkt/s", "loss%", "jit ms", "drift ms", "max ms", "MOS", "perfect"
+            "{:>5} {:>5} {:<14} {:<11} {:>8} {:>7} {:>7} {:>6} {:>7} {:>8} {:>8} {:>5} {:>7}",
+            "#",
+            "room",
+            "role",
+            "state",
+            "connect",
+            "rx",
+            "pkt/s",
+            "loss%",
+            "jit ms",
+            "drift ms",
+            "max ms",
+            "MOS",
+            "perfect"
         );
         for c in rows {
             let f = &c.figures;
             let _ = writeln!(
                 t,
-                "{:>5} {:<14} {:<11} {:>8} {:>7} {:>7.1} {:>6.2} {:>7.2} {:>8.1} {:>8.1} {:>5.2} {:>7}",
+                "{:>5} {:>5} {:<14} {:<11} {:>8} {:>7} {:>7.1} {:>6.2} {:>7.2} {:>8.1} {:>8.1} {:>5.2} {:>7}",
                 f.index,
+                f.room,
                 format!("{:?}", f.role),
                 format!("{:?}", f.state),
                 f.connect_ms.map_or_else(|| "-".into(), |m| format!("{m:.0}ms")),
