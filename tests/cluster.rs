@@ -105,18 +105,20 @@ impl Drop for Redis {
 struct Node {
     id: String,
     api: SocketAddr,
+    metrics: SocketAddr,
     child: Option<Child>,
     log: PathBuf,
 }
 
 impl Node {
-    fn start(n: u8, http_port: u16, media_port: u16, redis: &Redis) -> Self {
+    fn start(n: u8, (http_port, metrics_port, media_port): (u16, u16, u16), redis: &Redis) -> Self {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
         let api = SocketAddr::new(ip, http_port);
         let id = format!("node-{n}");
         let log = temp_dir("logs").join(format!("{id}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_tutti"))
-            .args(["serve", "--http", &api.to_string(), "--media", &format!("{ip}:{media_port}"), "--metrics", "off"])
+            .args(["serve", "--http", &api.to_string(), "--media", &format!("{ip}:{media_port}")])
+            .args(["--metrics", &format!("{ip}:{metrics_port}")])
             .env("TUTTI_AUTH_SECRET", SECRET)
             .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
             .env("TUTTI_CLUSTER_NODE_ID", &id)
@@ -135,7 +137,7 @@ impl Node {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("tutti serve starts");
-        Self { id, api, child: Some(child), log }
+        Self { id, api, metrics: SocketAddr::new(ip, metrics_port), child: Some(child), log }
     }
 
     fn wait_ready(&self) {
@@ -166,17 +168,21 @@ impl Drop for Node {
     }
 }
 
-/// A TCP and a UDP port free on 127.0.0.2, .3 and .4 alike.
-fn shared_ports() -> (u16, u16) {
+/// Two TCP ports (API, metrics) and a UDP port (media) free on 127.0.0.2, .3 and .4 alike.
+fn shared_ports() -> (u16, u16, u16) {
     for _ in 0..20 {
         let tcp = TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
+        let metrics = TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
         let udp = UdpSocket::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
         let free = (2..=4).all(|n| {
-            TcpListener::bind((Ipv4Addr::new(127, 0, 0, n), tcp)).is_ok()
-                && UdpSocket::bind((Ipv4Addr::new(127, 0, 0, n), udp)).is_ok()
+            let ip = Ipv4Addr::new(127, 0, 0, n);
+            tcp != metrics
+                && TcpListener::bind((ip, tcp)).is_ok()
+                && TcpListener::bind((ip, metrics)).is_ok()
+                && UdpSocket::bind((ip, udp)).is_ok()
         });
         if free {
-            return (tcp, udp);
+            return (tcp, metrics, udp);
         }
     }
     panic!("no port free on all three loopback addresses");
@@ -243,8 +249,8 @@ fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duration) -
 fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     let test_start = Instant::now();
     let mut redis = Redis::start();
-    let (http_port, media_port) = shared_ports();
-    let mut nodes: Vec<Node> = (2..=4).map(|n| Node::start(n, http_port, media_port, &redis)).collect();
+    let ports = shared_ports();
+    let mut nodes: Vec<Node> = (2..=4).map(|n| Node::start(n, ports, &redis)).collect();
     for n in &nodes {
         n.wait_ready();
     }
@@ -274,6 +280,23 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
         assert_eq!(holder(apis[(n + 1) % 3], &admin, &format!("spread-{i}")).as_deref(), Some(nodes[n].id.as_str()));
     }
 
+    // Each node exports the cluster's figures.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = request_as(nodes[0].metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
+        let value = |name: &str| {
+            m.body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+        };
+        let (seen, redirects, up) =
+            (value("tutti_cluster_nodes"), value("tutti_cluster_redirects_total"), value("tutti_cluster_redis_up"));
+        let expected = placed.iter().filter(|&&n| n != 0).count() as f64;
+        if seen == Some(3.0) && redirects == Some(expected) && up == Some(1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nodes {seen:?}, redirects {redirects:?} (want {expected}), up {up:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // 2. Eight concurrent creates of one room, through all three nodes: one owner.
     let results: Vec<(u16, SocketAddr)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
@@ -300,10 +323,19 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     assert_eq!(r.status, 201, "{}", r.body);
     let owner = node_of(at);
     let other = (owner + 1) % 3;
-    let (mut a, hops_a, t_redirect) = join(apis[other], &admin, "call", 440.0, Duration::ZERO);
-    let (mut b, hops_b, t_direct) = join(apis[owner], &admin, "call", 660.0, Duration::ZERO);
+    // Join time, through a redirect and direct (alternated, five each; these clients leave at once).
+    let (mut redirected, mut direct) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        redirected.push(join(apis[other], &admin, "call", 300.0, Duration::ZERO).2);
+        direct.push(join(apis[owner], &admin, "call", 300.0, Duration::ZERO).2);
+    }
+    redirected.sort();
+    direct.sort();
+    eprintln!("join time (median of 5): through a redirect {:?}, direct {:?}", redirected[2], direct[2]);
+    eprintln!("  all: redirected {redirected:?}, direct {direct:?}");
+    let (mut a, hops_a, _) = join(apis[other], &admin, "call", 440.0, Duration::ZERO);
+    let (mut b, hops_b, _) = join(apis[owner], &admin, "call", 660.0, Duration::ZERO);
     assert_eq!((hops_a, hops_b), (1, 0), "one redirect through the non-owner, none at the owner");
-    eprintln!("join time: through a redirect {t_redirect:?}, direct {t_direct:?}");
     assert!(until_they_hear(&mut [&mut a, &mut b], Duration::from_secs(15)), "the two tones hear each other");
     // A redirect's ticket is single-use.
     let (_, offer) = ToneClient::offer(880.0).expect("offer");

@@ -251,6 +251,7 @@ pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tok
             _ = every.tick() => {
                 let participants = u32::try_from(api.rooms.participants()).unwrap_or(u32::MAX);
                 cluster.set_load(Load { participants, ..Load::default() });
+                crate::metrics::cluster(&cluster.stats());
             }
             _ = stop.wait_for(|s| *s) => break,
         }
