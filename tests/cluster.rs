@@ -337,6 +337,26 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     let (mut b, hops_b, _) = join(apis[owner], &admin, "call", 660.0, Duration::ZERO);
     assert_eq!((hops_a, hops_b), (1, 0), "one redirect through the non-owner, none at the owner");
     assert!(until_they_hear(&mut [&mut a, &mut b], Duration::from_secs(15)), "the two tones hear each other");
+    // A WebSocket on a non-owner says where the room is, and closes.
+    let stream = TcpStream::connect(apis[other]).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let (mut ws, _) =
+        tungstenite::client(format!("ws://{}/v1/rooms/call/ws?token={admin}", apis[other]), stream).expect("WebSocket");
+    let moved = match ws.read().expect("a message") {
+        tungstenite::Message::Text(t) => serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON"),
+        m => panic!("not text: {m:?}"),
+    };
+    assert_eq!(moved["type"], "moved", "{moved}");
+    assert_eq!(moved["api_url"].as_str(), Some(format!("http://{}", apis[owner]).as_str()), "{moved}");
+    let closed = loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Close(frame)) => break frame.map(|f| u16::from(f.code)),
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    assert_eq!(closed, Some(4307));
+    drop(ws);
     // A redirect's ticket is single-use.
     let (_, offer) = ToneClient::offer(880.0).expect("offer");
     let path = "/v1/rooms/call/participants";
@@ -397,6 +417,25 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
         "a new join hears the call after Redis returns"
     );
     drop((b, c));
+
+    // SIGTERM: the node leaves the directory (the other one sees it go).
+    let pid = nodes[elsewhere].child.as_ref().expect("running").id();
+    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
+    assert!(status.success());
+    let exited = nodes[elsewhere].child.as_mut().expect("running").wait().expect("wait");
+    assert!(exited.success(), "exits cleanly on SIGTERM: {exited}");
+    nodes[elsewhere].child = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = request_as(nodes[host].metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
+        if m.body.lines().any(|l| l == "tutti_cluster_nodes 1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the survivor sees one node within 5 s");
+        run_until(&mut [&mut a, &mut d], Instant::now() + Duration::from_millis(200), |_| false);
+    }
+    // The call on the survivor never noticed.
+    assert!(until_they_hear(&mut [&mut a, &mut d], Duration::from_secs(5)), "the call goes on");
     let took = test_start.elapsed();
     eprintln!("cluster test took {took:?}");
     assert!(took < Duration::from_secs(90), "bounded: {took:?}");
