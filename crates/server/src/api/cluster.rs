@@ -15,8 +15,9 @@
 //! "api_url"}` and closes with 4307; the web page moves to that origin.
 //! The same token works there, since every node shares `auth.secret`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -224,12 +225,46 @@ fn relay_events(cluster: Cluster, room: &Arc<Room>) {
     });
 }
 
+/// The CPU share of the process's busiest thread since the last reading
+/// (`/proc/self/task/*/stat`; 0 where there is no /proc).
+struct BusiestThread {
+    last: HashMap<u64, f64>,
+    at: Instant,
+}
+
+impl BusiestThread {
+    fn new() -> Self {
+        let mut b = Self { last: HashMap::new(), at: Instant::now() };
+        b.read();
+        b
+    }
+
+    fn read(&mut self) -> f32 {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.at).as_secs_f64();
+        let mut busiest = 0.0f64;
+        let mut next = HashMap::new();
+        for (tid, stat) in tutti_procfs::thread_stats("self") {
+            let cpu = stat.cpu_seconds();
+            if let Some(before) = self.last.get(&tid)
+                && elapsed > 0.0
+            {
+                busiest = busiest.max((cpu - before) / elapsed);
+            }
+            next.insert(tid, cpu);
+        }
+        (self.last, self.at) = (next, now);
+        busiest.clamp(0.0, 1.0) as f32
+    }
+}
+
 /// This node's side of the directory, until `stop`: closes the rooms the
 /// node was fenced out of (their clients rejoin and are redirected to the
-/// new owner), and reports the load every second. The load is the
-/// participants (over `cluster.capacity`); the busiest thread's CPU and
-/// the tick p99 are not measured here yet and go out as 0.
+/// new owner), and reports the load every second: the participants (over
+/// `cluster.capacity`) and the busiest thread's CPU share. The tick p99 is
+/// not measured here yet and goes out as 0.
 pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut busiest = BusiestThread::new();
     let mut fenced = cluster.take_fenced();
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -250,7 +285,8 @@ pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tok
             },
             _ = every.tick() => {
                 let participants = u32::try_from(api.rooms.participants()).unwrap_or(u32::MAX);
-                cluster.set_load(Load { participants, ..Load::default() });
+                let busiest_thread_cpu = busiest.read();
+                cluster.set_load(Load { participants, busiest_thread_cpu, ..Load::default() });
                 crate::metrics::cluster(&cluster.stats());
             }
             _ = stop.wait_for(|s| *s) => break,
