@@ -3,7 +3,9 @@
 //! runs a cluster on one machine. One test, in phases, since the nodes take
 //! a while to start: rooms created through one node spread over all three;
 //! a WHIP join through a non-owner follows the 307 and hears the room (real
-//! WebRTC, tones); eight concurrent creates of one room give one owner;
+//! WebRTC, tones); eight concurrent creates of one room give one owner; a
+//! node frozen (SIGSTOP) past its TTL loses its room and, resumed, closes
+//! its copy (fencing); a WebSocket on a non-owner says `moved`;
 //! `kill -9` of the owner mid-call: clients that rejoin through the other
 //! nodes hear each other again within seconds; Redis killed mid-call: the
 //! call keeps its audio, a cross-node join gets 503 with Retry-After, and
@@ -370,6 +372,30 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     let again = request_as(to, &Requester::default(), "POST", &with_ticket, Some("application/sdp"), offer.as_bytes());
     let again = again.expect("API");
     assert_eq!((again.status, again.code().as_str()), (401, "bad_ticket"), "replayed: {}", again.body);
+
+    // Fencing: a node frozen past its TTL (SIGSTOP) loses its room to the
+    // next join elsewhere; resumed, it finds the lease taken and closes its copy.
+    let (r, at) = send(apis[1], &admin, "POST", "/v1/rooms", r#"{"id":"fence"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let frozen = node_of(at);
+    let (e, _, _) = join(apis[frozen], &admin, "fence", 500.0, Duration::ZERO);
+    let signal = |sig: &str, n: usize| {
+        let pid = nodes[n].child.as_ref().expect("running").id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().expect("kill").success());
+    };
+    signal("-STOP", frozen);
+    std::thread::sleep(Duration::from_millis(2500));
+    let via = (frozen + 1) % 3;
+    let (f, _, _) = join(apis[via], &admin, "fence", 600.0, Duration::from_secs(10));
+    let taker = holder(apis[via], &admin, "fence").expect("fence is held");
+    assert_ne!(taker, nodes[frozen].id, "placed again on a live node");
+    signal("-CONT", frozen);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while holder(apis[frozen], &admin, "fence").as_deref() != Some(taker.as_str()) {
+        assert!(Instant::now() < deadline, "the resumed node closes its fenced copy within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop((e, f));
 
     // 4. kill -9 of the owner mid-call: rejoining through the others works within seconds.
     let killed_at = Instant::now();
