@@ -123,13 +123,43 @@ impl ToneClient {
         freq: f32,
         how: JoinAs,
     ) -> Result<Self, JoinError> {
+        Self::join_following(api, requester, room, freq, how, 0).map(|(client, _)| client)
+    }
+
+    /// [`ToneClient::join_as`], following up to `max_redirects` `307`s (a
+    /// cluster node redirecting to the node holding the room): the request
+    /// goes again to the `Location`, without the token (the redirect's
+    /// ticket stands in for it). Returns the client and the redirects followed.
+    pub fn join_following(
+        api: SocketAddr,
+        requester: &Requester<'_>,
+        room: &str,
+        freq: f32,
+        how: JoinAs,
+        max_redirects: usize,
+    ) -> Result<(Self, usize), JoinError> {
         let (mut client, offer) = Self::offer(freq)?;
-        let path = format!("/v1/rooms/{room}/participants");
-        let r = match how {
-            JoinAs::Whip => request_as(api, requester, "POST", &path, Some("application/sdp"), offer.as_bytes())?,
-            JoinAs::Json => {
-                let body = serde_json::json!({ "sdp": offer, "name": format!("{freq} Hz") }).to_string();
-                request_as(api, requester, "POST", &path, Some("application/json"), body.as_bytes())?
+        let (mut addr, mut path) = (api, format!("/v1/rooms/{room}/participants"));
+        let mut who = *requester;
+        let mut redirects = 0;
+        let r = loop {
+            let r = match how {
+                JoinAs::Whip => request_as(addr, &who, "POST", &path, Some("application/sdp"), offer.as_bytes())?,
+                JoinAs::Json => {
+                    let body = serde_json::json!({ "sdp": offer, "name": format!("{freq} Hz") }).to_string();
+                    request_as(addr, &who, "POST", &path, Some("application/json"), body.as_bytes())?
+                }
+            };
+            let next = (r.status == 307 && redirects < max_redirects)
+                .then(|| r.header("location").and_then(split_location))
+                .flatten();
+            match next {
+                Some((a, p)) => {
+                    (addr, path) = (a, p);
+                    who.token = None;
+                    redirects += 1;
+                }
+                None => break r,
             }
         };
         if r.status != 201 {
@@ -145,7 +175,7 @@ impl ToneClient {
         client.location = r.header("location").unwrap_or_default().to_owned();
         let id = client.location.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
         client.accept_answer(&answer, id)?;
-        Ok(client)
+        Ok((client, redirects))
     }
 
     /// Takes the server's answer; connecting starts.
@@ -236,5 +266,30 @@ pub fn run_until(
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// `http://host:port/path?query` as (address, path and query); `None` for
+/// anything else (another scheme, a host name, no port).
+pub fn split_location(location: &str) -> Option<(SocketAddr, String)> {
+    let rest = location.strip_prefix("http://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    Some((authority.parse().ok()?, path.to_owned()))
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::split_location;
+
+    #[test]
+    fn locations_split_into_address_and_path() {
+        let (addr, path) = split_location("http://127.0.0.3:8080/v1/rooms/r/participants?ticket=a.b").expect("splits");
+        assert_eq!(addr.to_string(), "127.0.0.3:8080");
+        assert_eq!(path, "/v1/rooms/r/participants?ticket=a.b");
+        assert!(split_location("https://x:1/").is_none());
+        assert!(split_location("http://name.example:80/").is_none());
     }
 }

@@ -64,6 +64,9 @@ pub struct Config {
     pub limits: Limits,
     /// Logging.
     pub log: LogConfig,
+    /// Cluster mode (several nodes sharing a Redis directory); off while
+    /// `cluster.redis_url` is empty. See [`tutti_cluster::ClusterConfig`].
+    pub cluster: tutti_cluster::ClusterConfig,
 }
 
 /// Access tokens (see [`crate::auth`]).
@@ -160,6 +163,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             limits: Limits::default(),
             log: LogConfig::default(),
+            cluster: tutti_cluster::ClusterConfig::default(),
         }
     }
 }
@@ -351,6 +355,16 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return invalid("log.format", "must be 'text' or 'json'");
         }
+        if self.cluster.enabled() {
+            self.cluster.validate().map_err(|e| ConfigError::Invalid { key: "cluster", message: e.to_string() })?;
+            if self.auth.disabled || self.auth.secret.is_empty() {
+                return invalid(
+                    "auth.secret",
+                    "cluster mode needs a configured auth.secret (at least 32 bytes), the same on every node: \
+                     tokens and redirect tickets are checked with it on whichever node a client reaches",
+                );
+            }
+        }
         Ok(())
     }
 
@@ -497,5 +511,22 @@ mod tests {
         assert!(err(load_text("advertise = \"somewhere\"\n", &[], &[])).contains("advertise"));
         assert!(err(load_text("room = 3\n", &[], &[])).contains("section"));
         assert_eq!(Config::unknown_env([("TUTTI_HTTPS".to_owned(), String::new())]), ["TUTTI_HTTPS"]);
+    }
+
+    #[test]
+    fn cluster_mode_needs_a_shared_secret_and_addresses() {
+        let redis = [("TUTTI_CLUSTER_REDIS_URL", "redis://127.0.0.1:6379/0")];
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        assert!(err(load_text("", &redis, &[])).contains("api_url"));
+        let addrs = "[cluster]\napi_url = \"http://127.0.0.2:8080\"\nmedia_addr = \"127.0.0.2:4000\"\n";
+        assert!(err(load_text(addrs, &redis, &[])).contains("auth.secret"));
+        let secret = [("auth.secret", "0123456789abcdef0123456789abcdef")];
+        let cfg = load_text(addrs, &redis, &secret).expect("a complete cluster config loads");
+        assert!(cfg.cluster.enabled());
+        assert_eq!(
+            cfg.cluster.redis_url, "redis://127.0.0.1:6379/0",
+            "the environment variable comes from the key path"
+        );
+        assert!(!Config::default().cluster.enabled(), "off by default");
     }
 }

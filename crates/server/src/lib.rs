@@ -27,6 +27,15 @@
 //! WebSocket subscribers. The API also serves a browser client at `/`: a
 //! page that joins through that WebSocket.
 //!
+//! In cluster mode (`[cluster]` in [`Config`], off without a Redis URL)
+//! the node joins a room directory shared with other nodes
+//! ([`tutti_cluster`]): a request for a room hosted here is served as on a
+//! single node, without Redis; any other is placed by the directory and
+//! either hosted here or answered with a `307` to the owning node, carrying
+//! a single-use ticket that stands in for the token there (`api::cluster`).
+//! A room this node was fenced out of is closed; SIGTERM marks the node
+//! draining first.
+//!
 //! Nobody joins a room without a token for it ([`auth`]: JWT, HS256, room,
 //! identity, permissions, expiry); room management needs an admin token; a
 //! listen-only participant's audio is dropped as it arrives. Every input a

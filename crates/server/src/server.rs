@@ -140,9 +140,24 @@ impl Server {
         };
         let (media, threads) = MediaHandle::start(&media_cfg, rooms.clone())?;
         let media_addr = media.addr();
-        let api = Arc::new(ApiState::new(cfg.clone(), rooms, Arc::new(media), auth));
+        // Cluster mode: join the directory (the Redis connection is made
+        // lazily: a node starts while Redis is down, and says so).
+        let cluster = if cfg.cluster.enabled() {
+            let cluster = tutti_cluster::Cluster::start(cfg.cluster.clone(), cfg.auth.secret.as_bytes())
+                .await
+                .map_err(|e| ServerError::Setup(e.to_string()))?;
+            tracing::info!(node = cluster.node_id(), api_url = %cfg.cluster.api_url, "cluster mode: this node joined");
+            Some(cluster)
+        } else {
+            None
+        };
+        let api =
+            Arc::new(ApiState { cluster: cluster.clone(), ..ApiState::new(cfg.clone(), rooms, Arc::new(media), auth) });
         let (stop_http, stopped) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
+        if let Some(cluster) = cluster {
+            tasks.push(tokio::spawn(api::cluster::maintain(api.clone(), cluster, stopped.clone())));
+        }
         if let Some(l) = metrics_listener {
             tasks.push(tokio::spawn(metrics::serve(l, stopped.clone())));
         }
@@ -198,6 +213,16 @@ impl Server {
         self.api.auth.as_ref().and_then(|a| a.mint(grant, ttl, auth::unix_now()).ok())
     }
 
+    /// This node's id in the cluster (`None` on a single node).
+    pub fn cluster_node_id(&self) -> Option<&str> {
+        self.api.cluster.as_ref().map(tutti_cluster::Cluster::node_id)
+    }
+
+    /// The cluster's counters (`None` on a single node).
+    pub fn cluster_stats(&self) -> Option<tutti_cluster::ClusterStats> {
+        self.api.cluster.as_ref().map(tutti_cluster::Cluster::stats)
+    }
+
     /// Whether the token secret was generated at start (none configured).
     pub fn secret_generated(&self) -> bool {
         self.api.auth.as_ref().is_some_and(auth::Auth::is_generated)
@@ -221,6 +246,11 @@ impl Server {
     /// Stops taking joins, tells every WebSocket subscriber, closes every
     /// peer (they get DTLS close_notify), stops the threads and the API.
     pub async fn shutdown(self) {
+        if let Some(cluster) = &self.api.cluster
+            && let Err(e) = cluster.set_draining().await
+        {
+            tracing::warn!(error = %e, "could not mark this node draining in the cluster directory");
+        }
         self.api.rooms.shut_down("the server is shutting down");
         // Give the WebSocket sessions a moment to pass the word on.
         let told = Instant::now() + Duration::from_secs(1);
@@ -234,6 +264,11 @@ impl Server {
         }
         for t in self.threads {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        if let Some(cluster) = &self.api.cluster
+            && let Err(e) = cluster.shutdown().await
+        {
+            tracing::warn!(error = %e, "leaving the cluster: leases and the node entry lapse by themselves");
         }
         tracing::info!("tutti stopped");
     }

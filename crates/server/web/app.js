@@ -202,6 +202,18 @@
       ws.onclose = refused;
       ws.onmessage = (ev) => {
         const msg = parse(ev.data);
+        if (msg && msg.type === 'moved' && msg.api_url) {
+          // Cluster mode: the room is on another node. Go there (same
+          // page, same room; the token works on every node).
+          clearTimeout(timer);
+          ws.onerror = null;
+          ws.onclose = null;
+          const there = new URL(location.pathname + location.search, msg.api_url);
+          there.searchParams.set('room', room);
+          if (token) there.searchParams.set('token', token);
+          location.assign(there.href);
+          return;
+        }
         if (!msg || msg.type !== 'room') return;
         clearTimeout(timer);
         ws.onerror = null;

@@ -63,6 +63,15 @@ impl ApiError {
         }
     }
 
+    /// 503 `cluster_unavailable` with `Retry-After`: the cluster directory
+    /// (Redis) cannot place or find the room now.
+    pub(crate) fn cluster_unavailable(message: impl Into<String>, retry_after_seconds: u32) -> Self {
+        Self {
+            retry_after: Some(retry_after_seconds.into()),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "cluster_unavailable", message)
+        }
+    }
+
     /// 503 `shutting_down`.
     pub(crate) fn shutting_down() -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down")

@@ -13,6 +13,7 @@
 //! (not for this room, or lacking the permission), 429 (join rate), and
 //! only then 404, 409, 400.
 
+pub(crate) mod cluster;
 pub(crate) mod error;
 pub(crate) mod http;
 mod limit;
@@ -48,6 +49,8 @@ pub(crate) struct ApiState {
     pub(crate) joins: AddressLimiter,
     /// Open WebSocket sessions (shutdown waits for them to be told).
     pub(crate) ws_sessions: AtomicUsize,
+    /// The cluster directory; `None` on a single node (no Redis at all).
+    pub(crate) cluster: Option<tutti_cluster::Cluster>,
 }
 
 impl ApiState {
@@ -59,6 +62,7 @@ impl ApiState {
             media,
             auth,
             ws_sessions: AtomicUsize::new(0),
+            cluster: None,
         }
     }
 

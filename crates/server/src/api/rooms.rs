@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+use super::cluster::{self, Access, Located};
 use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate, join_room, may_join, may_see};
 use crate::auth::Grant;
@@ -64,38 +65,86 @@ struct RoomSummary {
     participants: usize,
     max_participants: usize,
     max_speakers: usize,
+    /// The node holding the room (cluster mode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
 }
 
-fn summary(room: &Room) -> RoomSummary {
+fn summary(api: &ApiState, room: &Room) -> RoomSummary {
     RoomSummary {
         id: room.id.clone(),
         participants: room.len(),
         max_participants: room.max_participants,
         max_speakers: room.max_speakers,
+        node: api.cluster.as_ref().map(|c| c.node_id().to_owned()),
     }
+}
+
+/// The query of a request, or none when it does not parse.
+fn access(query: Result<Query<Access>, axum::extract::rejection::QueryRejection>) -> Access {
+    query.map(|Query(a)| a).unwrap_or_default()
 }
 
 pub(crate) async fn create_room(
     State(api): State<Arc<ApiState>>,
     headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let grant = authenticate(&api, &headers, None)?;
+    let access = access(query);
+    // A redirected create names its room in the query, for its ticket.
+    let ticket_room = access.ticket.as_ref().map(|_| access.room.clone().unwrap_or_default());
+    let grant =
+        cluster::caller(&api, &headers, None, access.ticket.as_deref(), ticket_room.as_deref().unwrap_or("")).await?;
     if !grant.admin {
         return Err(ApiError::forbidden("creating a room needs a token with the 'admin' permission"));
     }
     let req: CreateRoom = json(&headers, &body(raw)?, Some(CreateRoom::default()))?;
-    let id = match req.id {
-        Some(id) if !grant.covers(&id) => {
+    let id = match (req.id, access.room) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::bad_request("bad_room_id", "the body's id and the query's room differ"));
+        }
+        (Some(id), _) | (None, Some(id)) if !grant.covers(&id) => {
             return Err(ApiError::forbidden(format!("this token is not for room '{id}'")));
         }
-        Some(id) => id,
+        (Some(id), _) | (None, Some(id)) => id,
         // A room admin's token names its room.
-        None if grant.room != "*" => grant.room.clone(),
-        None => api.rooms.fresh_name(),
+        (None, None) if grant.room != "*" => grant.room.clone(),
+        // Names unique across nodes in cluster mode (each node counts on its own).
+        (None, None) if api.cluster.is_some() => format!("room-{:08x}", getrandom::u32().unwrap_or_default()),
+        (None, None) => api.rooms.fresh_name(),
     };
-    let room = api.rooms.create(&id, req.max_participants, req.max_speakers)?;
-    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/rooms/{id}"))], axum::Json(summary(&room)))
+    let room = match &api.cluster {
+        None => api.rooms.create(&id, req.max_participants, req.max_speakers)?,
+        Some(c) => {
+            if api.rooms.get(&id).is_ok() {
+                return Err(RoomError::RoomExists(id).into());
+            }
+            if !crate::room::valid_room_id(&id) {
+                return Err(RoomError::BadRoomId.into());
+            }
+            let config =
+                serde_json::json!({ "max_participants": req.max_participants, "max_speakers": req.max_speakers })
+                    .to_string();
+            let placement = if ticket_room.is_some() {
+                c.claim(&id, Some(&config)).await
+            } else {
+                c.place(&id, Some(&config)).await
+            };
+            match placement.map_err(|e| cluster::unavailable(&e))? {
+                tutti_cluster::Placement::Local { .. } => {
+                    cluster::host(&api, c, &id, req.max_participants, req.max_speakers, true)?
+                }
+                tutti_cluster::Placement::Remote(owner) => {
+                    // The id goes in the query (once), for the ticket to name it there.
+                    let extra = ticket_room.is_none().then(|| format!("room={id}"));
+                    return cluster::redirect(c, &owner, &id, &uri, extra.as_deref(), &grant);
+                }
+            }
+        }
+    };
+    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/rooms/{id}"))], axum::Json(summary(&api, &room)))
         .into_response())
 }
 
@@ -104,7 +153,23 @@ pub(crate) async fn list_rooms(State(api): State<Arc<ApiState>>, headers: Header
     if !grant.may_list() {
         return Err(ApiError::forbidden("listing rooms needs an admin token for every room ('*')"));
     }
-    Ok(axum::Json(api.rooms.all().iter().map(|r| summary(r)).collect::<Vec<_>>()).into_response())
+    let local: Vec<serde_json::Value> =
+        api.rooms.all().iter().filter_map(|r| serde_json::to_value(summary(&api, r)).ok()).collect();
+    let Some(c) = &api.cluster else { return Ok(axum::Json(local).into_response()) };
+    // Every room of the directory; the ones hosted here with their figures.
+    let mut out = local;
+    for entry in c.list_rooms().await.map_err(|e| cluster::unavailable(&e))? {
+        if api.rooms.get(&entry.room).is_ok() {
+            continue;
+        }
+        out.push(serde_json::json!({
+            "id": entry.room,
+            "node": entry.owner.as_ref().map(|o| o.node_id.clone()),
+            "api_url": entry.owner.as_ref().map(|o| o.api_url.clone()),
+        }));
+    }
+    out.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    Ok(axum::Json(out).into_response())
 }
 
 pub(crate) async fn get_room(
@@ -113,11 +178,24 @@ pub(crate) async fn get_room(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     may_see(&authenticate(&api, &headers, None)?, &room)?;
-    let room = api.rooms.get(&room)?;
+    let state = match (api.rooms.get(&room), &api.cluster) {
+        (Ok(state), _) => state,
+        (Err(e), None) => return Err(e.into()),
+        (Err(e), Some(c)) => {
+            // Held elsewhere: say where (the figures are the owner's to give).
+            let owner = c.locate(&room).await.map_err(|e| cluster::unavailable(&e))?.ok_or(e)?;
+            let body = serde_json::json!({
+                "room": { "id": room, "node": owner.node_id },
+                "node": owner.node_id,
+                "api_url": owner.api_url,
+            });
+            return Ok(axum::Json(body).into_response());
+        }
+    };
     let body = serde_json::json!({
-        "room": summary(&room),
-        "participants": room.member_list(),
-        "speakers": room.speaker_ids(),
+        "room": summary(&api, &state),
+        "participants": state.member_list(),
+        "speakers": state.speaker_ids(),
     });
     Ok(axum::Json(body).into_response())
 }
@@ -126,12 +204,28 @@ pub(crate) async fn delete_room(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
     headers: HeaderMap,
-) -> ApiResult<StatusCode> {
-    if !authenticate(&api, &headers, None)?.may_manage(&room) {
+    uri: Uri,
+    query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let access = access(query);
+    let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
+    if !grant.may_manage(&room) {
         return Err(ApiError::forbidden(format!("deleting room '{room}' needs an admin token for it")));
     }
-    api.apply(api.rooms.delete(&room)?);
-    Ok(StatusCode::NO_CONTENT)
+    match (api.rooms.delete(&room), &api.cluster) {
+        (Ok(effects), cluster) => {
+            api.apply(effects);
+            if let Some(c) = cluster {
+                cluster::release(c, &room);
+            }
+        }
+        (Err(e), None) => return Err(e.into()),
+        (Err(e), Some(c)) => {
+            let owner = c.locate(&room).await.map_err(|e| cluster::unavailable(&e))?.ok_or(e)?;
+            return cluster::redirect(c, &owner, &room, &uri, None, &grant);
+        }
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `POST /v1/rooms/{room}/participants` as JSON.
@@ -154,9 +248,12 @@ pub(crate) async fn join(
     Path(room): Path<String>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let grant = authenticate(&api, &headers, None)?;
+    let access = access(query);
+    let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
     may_join(&api, &grant, &room, client.ip())?;
     let bytes = body(raw)?;
     let whip = content_type(&headers).eq_ignore_ascii_case("application/sdp");
@@ -173,7 +270,13 @@ pub(crate) async fn join(
             }
         })?
     };
-    let state = api.rooms.get(&room)?;
+    let state = match cluster::locate_for_join(&api, &room, access.ticket.is_some()).await? {
+        Located::Here(state) => state,
+        Located::Elsewhere(owner) => {
+            let c = api.cluster.as_ref().ok_or_else(|| ApiError::from(RoomError::NoRoom(room.clone())))?;
+            return cluster::redirect(c, &owner, &room, &uri, None, &grant);
+        }
+    };
     let (id, answer) = join_room(&api, &state, &req.sdp, &req.name, &grant)?;
     let location = format!("/v1/rooms/{room}/participants/{id}");
     if whip {

@@ -8,7 +8,10 @@
 //! reason}`, `talking` `{id, talking}`, `muted` `{id, muted}`,
 //! `room_closed`, `shutdown` `{message}`. At most one `events` message per
 //! tick reaches a socket, however many people join at once, and it is
-//! serialized once for every socket that takes every kind.
+//! serialized once for every socket that takes every kind. In cluster mode
+//! a socket opened on a node that does not hold the room gets `moved`
+//! `{room, node, api_url}` and is closed with 4307: connect there, with the
+//! same token.
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
@@ -39,6 +42,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::cluster::{CLOSE_MOVED, Located};
 use super::error::ApiError;
 use super::http::ConnectionSlot;
 use super::limit::Bucket;
@@ -111,9 +115,9 @@ pub(crate) async fn upgrade(
         Ok(grant) => grant,
         Err(e) => return e.into_response(),
     };
-    let state = match api.rooms.get(&room) {
-        Ok(state) => state,
-        Err(e) => return ApiError::from(e).into_response(),
+    let located = match super::cluster::locate_for_join(&api, &room, false).await {
+        Ok(located) => located,
+        Err(e) => return e.into_response(),
     };
     let ws = match ws {
         Ok(ws) => ws,
@@ -125,6 +129,19 @@ pub(crate) async fn upgrade(
     let max = api.cfg.limits.ws_max_message_bytes;
     // The socket keeps its connection slot for as long as it is open.
     let slot = slot.map(|axum::Extension(s)| s);
+    let state = match located {
+        Located::Here(state) => state,
+        // Handshakes do not follow redirects: say where the room is, then close.
+        Located::Elsewhere(owner) => {
+            return ws.on_upgrade(move |mut socket| async move {
+                let moved = serde_json::json!({ "type": "moved", "room": room, "node": owner.node_id, "api_url": owner.api_url });
+                if socket.send(text(&moved)).await.is_ok() {
+                    close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
+                }
+                drop(slot);
+            });
+        }
+    };
     let ws = ws
         .max_message_size(max)
         .max_frame_size(max)

@@ -513,6 +513,48 @@ pub async fn track_api(req: Request, next: Next) -> Response {
     response
 }
 
+/// The `tutti_cluster_*` names exported in cluster mode (see [`cluster`]), once each.
+pub fn cluster_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> =
+        tutti_cluster::ClusterStats::default().samples().into_iter().map(|s| s.name).collect();
+    names.dedup();
+    names
+}
+
+/// The cluster's figures ([`tutti_cluster::ClusterStats::samples`]) as
+/// `tutti_cluster_*` series, set to their current values; the server calls
+/// it every second in cluster mode. No-op until [`install`].
+pub fn cluster(stats: &tutti_cluster::ClusterStats) {
+    if handles().is_none() {
+        return;
+    }
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    let samples = stats.samples();
+    DESCRIBED.call_once(|| {
+        for s in &samples {
+            match s.kind {
+                tutti_cluster::SampleKind::Counter if !s.name.ends_with("_seconds_total") => {
+                    metrics::describe_counter!(s.name, s.help)
+                }
+                _ => metrics::describe_gauge!(s.name, s.help),
+            }
+        }
+    });
+    for s in samples {
+        // The metrics crate's counters are integers: a counter of seconds
+        // goes out through a gauge (it still only grows; rate() works on it).
+        let kind = if s.name.ends_with("_seconds_total") { tutti_cluster::SampleKind::Gauge } else { s.kind };
+        match (kind, s.label) {
+            (tutti_cluster::SampleKind::Counter, None) => metrics::counter!(s.name).absolute(s.value as u64),
+            (tutti_cluster::SampleKind::Counter, Some((k, v))) => {
+                metrics::counter!(s.name, k => v).absolute(s.value as u64)
+            }
+            (tutti_cluster::SampleKind::Gauge, None) => metrics::gauge!(s.name).set(s.value),
+            (tutti_cluster::SampleKind::Gauge, Some((k, v))) => metrics::gauge!(s.name, k => v).set(s.value),
+        }
+    }
+}
+
 /// Everything, in the Prometheus text format: the recorded metrics, then
 /// per-thread CPU and the process metrics read from /proc now. Empty when
 /// metrics are not installed.

@@ -1,0 +1,295 @@
+//! Cluster mode in the API: where a room a request names lives, the `307`
+//! to the node holding it, redirect tickets standing in for tokens, and the
+//! task that keeps this node's entry in the directory true.
+//!
+//! ```text
+//! request for room r ─► r hosted here? ─► serve it (no Redis needed)
+//!   else Cluster::place(r) (Cluster::claim(r) when the request carries ?ticket=)
+//!     Local  ─► create r here (defaults, or the creator's config), relay its events
+//!     Remote ─► 307 Location: <owner api_url><path>?ticket=<single-use ticket of the caller's grant>
+//!     Unavailable | NoEligibleNode ─► 503 cluster_unavailable + Retry-After
+//! ```
+//!
+//! A WebSocket handshake does not follow redirects: on a node that does
+//! not hold the room the socket opens, says `{"type": "moved", "node",
+//! "api_url"}` and closes with 4307; the web page moves to that origin.
+//! The same token works there, since every node shares `auth.secret`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+use tutti_cluster::{Cluster, ClusterError, Load, Owner, Placement, TicketClaims, TicketError};
+
+use super::error::{ApiError, ApiResult};
+use super::{ApiState, authenticate};
+use crate::auth::Grant;
+use crate::room::{Room, RoomError, RoomEvent, valid_room_id};
+
+/// Close code of a WebSocket whose room is on another node.
+pub(crate) const CLOSE_MOVED: u16 = 4307;
+
+/// The query parameters a request may carry besides its body.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Access {
+    /// A redirect ticket (set by another node's `307`), standing in for the token.
+    pub(crate) ticket: Option<String>,
+    /// The room a redirected `POST /v1/rooms` creates (its id was chosen
+    /// by the node that redirected, so that the ticket names it).
+    pub(crate) room: Option<String>,
+}
+
+/// 503 with `Retry-After` for a directory that cannot answer.
+pub(crate) fn unavailable(e: &ClusterError) -> ApiError {
+    ApiError::cluster_unavailable(e.to_string(), e.retry_after_seconds())
+}
+
+/// The caller's grant: from the redirect ticket when the request carries
+/// one (checked and burnt in Redis: once in the whole cluster), else from
+/// its token as on a single node.
+pub(crate) async fn caller(
+    api: &ApiState,
+    headers: &HeaderMap,
+    query_token: Option<&str>,
+    ticket: Option<&str>,
+    room: &str,
+) -> ApiResult<Grant> {
+    let (Some(ticket), Some(cluster)) = (ticket, &api.cluster) else {
+        return authenticate(api, headers, query_token);
+    };
+    let claims = cluster.verify_ticket(ticket, room).await.map_err(|e| match e {
+        TicketError::Unavailable(m) => {
+            ApiError::cluster_unavailable(format!("the redirect ticket cannot be checked now: {m}"), 2)
+        }
+        e => ApiError::new(StatusCode::UNAUTHORIZED, "bad_ticket", format!("the redirect ticket was refused: {e}")),
+    })?;
+    Ok(grant_of(&claims))
+}
+
+/// What a ticket carries of a grant (the identity goes as the ticket's own field).
+fn grants_json(grant: &Grant) -> serde_json::Value {
+    serde_json::json!({ "room": grant.room, "speak": grant.speak, "listen": grant.listen, "admin": grant.admin })
+}
+
+fn grant_of(claims: &TicketClaims) -> Grant {
+    let g = &claims.grants;
+    let flag = |k: &str| g[k].as_bool().unwrap_or(false);
+    Grant {
+        room: g["room"].as_str().unwrap_or(&claims.room).to_owned(),
+        identity: claims.identity.clone(),
+        speak: flag("speak"),
+        listen: flag("listen"),
+        admin: flag("admin"),
+    }
+}
+
+/// The path and query of a request, without the parameters a redirect
+/// replaces (`ticket`, `token`: the new ticket stands in for both).
+fn forwardable(uri: &Uri) -> String {
+    let path = uri.path();
+    let kept: Vec<&str> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("ticket=") && !p.starts_with("token="))
+        .collect();
+    if kept.is_empty() { path.to_owned() } else { format!("{path}?{}", kept.join("&")) }
+}
+
+/// A `307 Temporary Redirect` to the node holding `room`, carrying a
+/// ticket of `grant` for it. `extra_query` is added to the path (e.g. the
+/// room id of a redirected create).
+pub(crate) fn redirect(
+    cluster: &Cluster,
+    owner: &Owner,
+    room: &str,
+    uri: &Uri,
+    extra_query: Option<&str>,
+    grant: &Grant,
+) -> ApiResult<Response> {
+    let ticket = cluster.mint_ticket(room, &grant.identity, grants_json(grant)).map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("cannot mint a redirect ticket: {e}"))
+    })?;
+    let mut path = forwardable(uri);
+    if let Some(extra) = extra_query {
+        path.push(if path.contains('?') { '&' } else { '?' });
+        path.push_str(extra);
+    }
+    let location = tutti_cluster::redirect_location(&owner.api_url, &path, &ticket);
+    cluster.record_redirect();
+    let body = serde_json::json!({
+        "code": "room_elsewhere",
+        "message": format!("room '{room}' is on node {}", owner.node_id),
+        "node": owner.node_id,
+        "api_url": owner.api_url,
+    });
+    let mut response = (StatusCode::TEMPORARY_REDIRECT, axum::Json(body)).into_response();
+    let value = HeaderValue::from_str(&location)
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "bad redirect location"))?;
+    response.headers_mut().insert(header::LOCATION, value);
+    Ok(response)
+}
+
+/// Where the room of a join is.
+pub(crate) enum Located {
+    /// Hosted here (it was, or it was placed here just now).
+    Here(Arc<Room>),
+    /// Held by another node.
+    Elsewhere(Owner),
+}
+
+/// Finds `room` for a join (REST or WebSocket): here when hosted here
+/// (without asking Redis), else placed by the directory. `ticketed`: the
+/// caller was redirected here, so the room's lease is (most likely) this
+/// node's already: claim it rather than place it afresh.
+pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) -> ApiResult<Located> {
+    if let Ok(r) = api.rooms.get(room) {
+        return Ok(Located::Here(r));
+    }
+    let Some(cluster) = &api.cluster else { return Err(RoomError::NoRoom(room.to_owned()).into()) };
+    if !valid_room_id(room) {
+        return Err(RoomError::BadRoomId.into());
+    }
+    if api.rooms.is_closing() {
+        return Err(RoomError::ShuttingDown.into());
+    }
+    let placement = if ticketed { cluster.claim(room, None).await } else { cluster.place(room, None).await }
+        .map_err(|e| unavailable(&e))?;
+    match placement {
+        Placement::Local { .. } => Ok(Located::Here(host(api, cluster, room, None, None, false)?)),
+        Placement::Remote(owner) => Ok(Located::Elsewhere(owner)),
+    }
+}
+
+/// The local copy of a room whose lease this node holds: created (with
+/// the defaults unless given) when missing; its events go to the other
+/// nodes' watchers. `exclusive` (a create): a room that exists already is
+/// `409 room_exists`, not the room.
+pub(crate) fn host(
+    api: &ApiState,
+    cluster: &Cluster,
+    room: &str,
+    max_participants: Option<usize>,
+    max_speakers: Option<usize>,
+    exclusive: bool,
+) -> ApiResult<Arc<Room>> {
+    match api.rooms.create(room, max_participants, max_speakers) {
+        Ok(r) => {
+            relay_events(cluster.clone(), &r);
+            Ok(r)
+        }
+        Err(e @ RoomError::RoomExists(_)) if exclusive => Err(e.into()),
+        Err(RoomError::RoomExists(_)) => Ok(api.rooms.get(room)?),
+        Err(e) => {
+            // Not hosted after all: give the lease back so another node may take the room.
+            release(cluster, room);
+            Err(e.into())
+        }
+    }
+}
+
+/// Gives `room`'s lease back, in the background (it lapses by itself if Redis is away).
+pub(crate) fn release(cluster: &Cluster, room: &str) {
+    let (cluster, room) = (cluster.clone(), room.to_owned());
+    tokio::spawn(async move {
+        if let Err(e) = cluster.release(&room).await {
+            tracing::debug!(room, error = %e, "room lease not released; it lapses");
+        }
+    });
+}
+
+/// Publishes a hosted room's events to the cluster until the room closes.
+fn relay_events(cluster: Cluster, room: &Arc<Room>) {
+    let mut events = room.subscribe();
+    let name = room.id.clone();
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(batch) => {
+                    // One tick's events, already serialized once for every subscriber.
+                    let last =
+                        batch.events.iter().any(|e| matches!(e, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. }));
+                    cluster.publish_event(&name, String::from_utf8_lossy(&batch.json).into_owned());
+                    if last {
+                        break;
+                    }
+                }
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => break,
+            }
+        }
+    });
+}
+
+/// The CPU share of the process's busiest thread since the last reading
+/// (`/proc/self/task/*/stat`; 0 where there is no /proc).
+struct BusiestThread {
+    last: HashMap<u64, f64>,
+    at: Instant,
+}
+
+impl BusiestThread {
+    fn new() -> Self {
+        let mut b = Self { last: HashMap::new(), at: Instant::now() };
+        b.read();
+        b
+    }
+
+    fn read(&mut self) -> f32 {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.at).as_secs_f64();
+        let mut busiest = 0.0f64;
+        let mut next = HashMap::new();
+        for (tid, stat) in tutti_procfs::thread_stats("self") {
+            let cpu = stat.cpu_seconds();
+            if let Some(before) = self.last.get(&tid)
+                && elapsed > 0.0
+            {
+                busiest = busiest.max((cpu - before) / elapsed);
+            }
+            next.insert(tid, cpu);
+        }
+        (self.last, self.at) = (next, now);
+        busiest.clamp(0.0, 1.0) as f32
+    }
+}
+
+/// This node's side of the directory, until `stop`: closes the rooms the
+/// node was fenced out of (their clients rejoin and are redirected to the
+/// new owner), and reports the load every second: the participants (over
+/// `cluster.capacity`) and the busiest thread's CPU share. The tick p99 is
+/// not measured here yet and goes out as 0.
+pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut busiest = BusiestThread::new();
+    let mut fenced = cluster.take_fenced();
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            notice = async {
+                match fenced.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match notice {
+                Some(notice) => {
+                    tracing::warn!(room = %notice.room, holder = %notice.holder, "room taken over by another node: closing it here");
+                    if let Ok(effects) = api.rooms.delete(&notice.room) {
+                        api.apply(effects);
+                    }
+                }
+                None => fenced = None,
+            },
+            _ = every.tick() => {
+                let participants = u32::try_from(api.rooms.participants()).unwrap_or(u32::MAX);
+                let busiest_thread_cpu = busiest.read();
+                cluster.set_load(Load { participants, busiest_thread_cpu, ..Load::default() });
+                crate::metrics::cluster(&cluster.stats());
+            }
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! Three `tutti serve` processes on 127.0.0.2, .3 and .4 (same ports) and
+//! a real `redis-server` (Debian's, installed when missing), as an operator
+//! runs a cluster on one machine. One test, in phases, since the nodes take
+//! a while to start: rooms created through one node spread over all three;
+//! a WHIP join through a non-owner follows the 307 and hears the room (real
+//! WebRTC, tones); eight concurrent creates of one room give one owner; a
+//! node frozen (SIGSTOP) past its TTL loses its room and, resumed, closes
+//! its copy (fencing); a WebSocket on a non-owner says `moved`;
+//! `kill -9` of the owner mid-call: clients that rejoin through the other
+//! nodes hear each other again within seconds; Redis killed mid-call: the
+//! call keeps its audio, a cross-node join gets 503 with Retry-After, and
+//! all recovers when Redis restarts.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_until, split_location};
+use tutti_server::auth::{Auth, Grant, unix_now};
+
+const SECRET: &str = "cluster-test-secret-0123456789abcdef";
+
+fn temp_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tutti-cluster-test-{}-{what}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `redis-server`, installing Debian's package when it is missing.
+fn redis_binary() -> PathBuf {
+    let path = PathBuf::from("/usr/bin/redis-server");
+    if path.exists() {
+        return path;
+    }
+    eprintln!("redis-server missing: installing Debian's package (apt-get)");
+    for args in [&["update"][..], &["install", "-y", "redis-server"][..]] {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .expect("apt-get runs (root on Debian)");
+        assert!(status.success(), "apt-get {args:?} failed; install redis-server by hand");
+    }
+    assert!(path.exists(), "redis-server still missing after apt-get install");
+    path
+}
+
+/// A redis-server on 127.0.0.1; killed on drop.
+struct Redis {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut r = Self { port, dir: temp_dir("redis"), child: None };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(redis_binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", self.dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 7];
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer within 10 s");
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One `tutti serve` process; killed on drop, its log printed when the test fails.
+struct Node {
+    id: String,
+    api: SocketAddr,
+    metrics: SocketAddr,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Node {
+    fn start(n: u8, (http_port, metrics_port, media_port): (u16, u16, u16), redis: &Redis) -> Self {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+        let api = SocketAddr::new(ip, http_port);
+        let id = format!("node-{n}");
+        let log = temp_dir("logs").join(format!("{id}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+            .args(["serve", "--http", &api.to_string(), "--media", &format!("{ip}:{media_port}")])
+            .args(["--metrics", &format!("{ip}:{metrics_port}")])
+            .env("TUTTI_AUTH_SECRET", SECRET)
+            .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
+            .env("TUTTI_CLUSTER_NODE_ID", &id)
+            .env("TUTTI_CLUSTER_API_URL", format!("http://{api}"))
+            .env("TUTTI_CLUSTER_MEDIA_ADDR", format!("{ip}:{media_port}"))
+            // Short timings: a dead node is noticed in 2 s.
+            .env("TUTTI_CLUSTER_HEARTBEAT_INTERVAL_SECONDS", "0.5")
+            .env("TUTTI_CLUSTER_NODE_TTL_SECONDS", "2")
+            .env("TUTTI_CLUSTER_LEASE_TTL_SECONDS", "4")
+            .env("TUTTI_CLUSTER_CAPACITY", "100")
+            .env("TUTTI_IO_THREADS", "1")
+            .env("TUTTI_MIX_THREADS", "1")
+            .env("TUTTI_LIMITS_JOIN_RATE_PER_SECOND", "0")
+            .env("TUTTI_SHUTDOWN_TIMEOUT_SECONDS", "2")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("tutti serve starts");
+        Self { id, api, metrics: SocketAddr::new(ip, metrics_port), child: Some(child), log }
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if request_as(self.api, &Requester::default(), "GET", "/readyz", None, b"").is_ok_and(|r| r.status == 200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{} not ready within 20 s:\n{}", self.id, std::fs::read_to_string(&self.log).unwrap_or_default());
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("---- {} log ----\n{}", self.id, std::fs::read_to_string(&self.log).unwrap_or_default());
+        }
+    }
+}
+
+/// Two TCP ports (API, metrics) and a UDP port (media) free on 127.0.0.2, .3 and .4 alike.
+fn shared_ports() -> (u16, u16, u16) {
+    for _ in 0..20 {
+        let tcp = TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
+        let metrics = TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
+        let udp = UdpSocket::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
+        let free = (2..=4).all(|n| {
+            let ip = Ipv4Addr::new(127, 0, 0, n);
+            tcp != metrics
+                && TcpListener::bind((ip, tcp)).is_ok()
+                && TcpListener::bind((ip, metrics)).is_ok()
+                && UdpSocket::bind((ip, udp)).is_ok()
+        });
+        if free {
+            return (tcp, metrics, udp);
+        }
+    }
+    panic!("no port free on all three loopback addresses");
+}
+
+/// One request, following up to two redirects (without the token after
+/// the first: the ticket stands in). Returns the answer and the node that gave it.
+fn send(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) -> (Response, SocketAddr) {
+    let (mut addr, mut path) = (api, path.to_owned());
+    let mut who = Requester::token(token);
+    for _ in 0..3 {
+        let r = request_as(addr, &who, method, &path, Some("application/json"), body.as_bytes()).expect("API answers");
+        if r.status != 307 {
+            return (r, addr);
+        }
+        (addr, path) = split_location(r.header("location").expect("a 307 has a Location")).expect("http Location");
+        who.token = None;
+    }
+    panic!("more than two redirects for {method} {path}");
+}
+
+fn json(r: &Response) -> serde_json::Value {
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.body))
+}
+
+/// The node holding `room`, by `GET /v1/rooms/{room}` on `api`.
+fn holder(api: SocketAddr, token: &str, room: &str) -> Option<String> {
+    let r = request_as(api, &Requester::token(token), "GET", &format!("/v1/rooms/{room}"), None, b"").ok()?;
+    (r.status == 200).then(|| json(&r)["room"]["node"].as_str().map(str::to_owned)).flatten()
+}
+
+/// Whether `a` and `b` hear each other's tones (judged over the frames since `since`).
+fn hear_each_other(a: &ToneClient, b: &ToneClient, since: Instant) -> bool {
+    a.hears(b.freq, since) > 0.08 && b.hears(a.freq, since) > 0.08
+}
+
+/// Pumps `clients` until each heard 50 new frames and they hear each other.
+fn until_they_hear(clients: &mut [&mut ToneClient], within: Duration) -> bool {
+    let since = Instant::now();
+    let start: Vec<usize> = clients.iter().map(|c| c.heard.len()).collect();
+    run_until(clients, since + within, |cs| {
+        cs.iter().zip(&start).all(|(c, n)| c.heard.len() >= n + 50) && hear_each_other(cs[0], cs[1], since)
+    })
+}
+
+/// Joins `room` through `api` (retrying while the cluster settles, up to
+/// `within`); the client, the redirects followed and the time taken.
+fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duration) -> (ToneClient, usize, Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let t0 = Instant::now();
+        match ToneClient::join_following(api, &Requester::token(token), room, freq, JoinAs::Whip, 2) {
+            Ok((c, hops)) => return (c, hops, t0.elapsed()),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("join {room} via {api}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => panic!("join {room} via {api} failed for {within:?}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
+    let test_start = Instant::now();
+    let mut redis = Redis::start();
+    let ports = shared_ports();
+    let mut nodes: Vec<Node> = (2..=4).map(|n| Node::start(n, ports, &redis)).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("test"), Duration::from_secs(600), unix_now()).expect("token");
+    let apis: Vec<SocketAddr> = nodes.iter().map(|n| n.api).collect();
+    let node_of = |addr: SocketAddr| nodes.iter().position(|n| n.api == addr).expect("a node's address");
+
+    // 1. Rooms created through one node spread over all three.
+    let mut placed = Vec::new();
+    for i in 0..12 {
+        let (r, at) = send(apis[0], &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"spread-{i}"}}"#));
+        assert_eq!(r.status, 201, "create spread-{i}: {}", r.body);
+        assert_eq!(json(&r)["node"].as_str(), Some(nodes[node_of(at)].id.as_str()), "the answer names its node");
+        placed.push(node_of(at));
+    }
+    let used: BTreeSet<usize> = placed.iter().copied().collect();
+    assert_eq!(used.len(), 3, "12 rooms spread over the three nodes: {placed:?}");
+    // Any node lists every room and says which node holds it.
+    let r = request_as(apis[1], &Requester::token(&admin), "GET", "/v1/rooms", None, b"").expect("list");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let listed = json(&r);
+    for (i, &n) in placed.iter().enumerate() {
+        let entry = listed.as_array().unwrap().iter().find(|e| e["id"] == format!("spread-{i}"));
+        let entry = entry.unwrap_or_else(|| panic!("spread-{i} listed on node 1: {listed}"));
+        assert_eq!(entry["node"].as_str(), Some(nodes[n].id.as_str()), "spread-{i}: {entry}");
+        assert_eq!(holder(apis[(n + 1) % 3], &admin, &format!("spread-{i}")).as_deref(), Some(nodes[n].id.as_str()));
+    }
+
+    // Each node exports the cluster's figures.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = request_as(nodes[0].metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
+        let value = |name: &str| {
+            m.body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+        };
+        let (seen, redirects, up) =
+            (value("tutti_cluster_nodes"), value("tutti_cluster_redirects_total"), value("tutti_cluster_redis_up"));
+        let expected = placed.iter().filter(|&&n| n != 0).count() as f64;
+        if seen == Some(3.0) && redirects == Some(expected) && up == Some(1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nodes {seen:?}, redirects {redirects:?} (want {expected}), up {up:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // 2. Eight concurrent creates of one room, through all three nodes: one owner.
+    let results: Vec<(u16, SocketAddr)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (api, admin) = (apis[i % 3], admin.clone());
+                s.spawn(move || {
+                    let (r, at) = send(api, &admin, "POST", "/v1/rooms", r#"{"id":"race"}"#);
+                    (r.status, at)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let created: Vec<_> = results.iter().filter(|(s, _)| *s == 201).collect();
+    assert_eq!(created.len(), 1, "exactly one create wins: {results:?}");
+    assert!(results.iter().all(|(s, _)| *s == 201 || *s == 409), "the others find it exists: {results:?}");
+    let race_owner = nodes[node_of(created[0].1)].id.clone();
+    for &api in &apis {
+        assert_eq!(holder(api, &admin, "race").as_deref(), Some(race_owner.as_str()), "every node agrees");
+    }
+
+    // 3. A WHIP join through a non-owner follows the 307 and hears the room.
+    let (r, at) = send(apis[0], &admin, "POST", "/v1/rooms", r#"{"id":"call"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let owner = node_of(at);
+    let other = (owner + 1) % 3;
+    // Join time, through a redirect and direct (alternated, five each; these clients leave at once).
+    let (mut redirected, mut direct) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        redirected.push(join(apis[other], &admin, "call", 300.0, Duration::ZERO).2);
+        direct.push(join(apis[owner], &admin, "call", 300.0, Duration::ZERO).2);
+    }
+    redirected.sort();
+    direct.sort();
+    eprintln!("join time (median of 5): through a redirect {:?}, direct {:?}", redirected[2], direct[2]);
+    eprintln!("  all: redirected {redirected:?}, direct {direct:?}");
+    let (mut a, hops_a, _) = join(apis[other], &admin, "call", 440.0, Duration::ZERO);
+    let (mut b, hops_b, _) = join(apis[owner], &admin, "call", 660.0, Duration::ZERO);
+    assert_eq!((hops_a, hops_b), (1, 0), "one redirect through the non-owner, none at the owner");
+    assert!(until_they_hear(&mut [&mut a, &mut b], Duration::from_secs(15)), "the two tones hear each other");
+    // A WebSocket on a non-owner says where the room is, and closes.
+    let stream = TcpStream::connect(apis[other]).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let (mut ws, _) =
+        tungstenite::client(format!("ws://{}/v1/rooms/call/ws?token={admin}", apis[other]), stream).expect("WebSocket");
+    let moved = match ws.read().expect("a message") {
+        tungstenite::Message::Text(t) => serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON"),
+        m => panic!("not text: {m:?}"),
+    };
+    assert_eq!(moved["type"], "moved", "{moved}");
+    assert_eq!(moved["api_url"].as_str(), Some(format!("http://{}", apis[owner]).as_str()), "{moved}");
+    let closed = loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Close(frame)) => break frame.map(|f| u16::from(f.code)),
+            Ok(_) => continue,
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    assert_eq!(closed, Some(4307));
+    drop(ws);
+    // A redirect's ticket is single-use.
+    let (_, offer) = ToneClient::offer(880.0).expect("offer");
+    let path = "/v1/rooms/call/participants";
+    let r = request_as(apis[other], &Requester::token(&admin), "POST", path, Some("application/sdp"), offer.as_bytes())
+        .expect("API");
+    assert_eq!(r.status, 307, "{}", r.body);
+    let (to, with_ticket) = split_location(r.header("location").unwrap()).unwrap();
+    assert_eq!(to, apis[owner]);
+    let first = request_as(to, &Requester::default(), "POST", &with_ticket, Some("application/sdp"), offer.as_bytes());
+    assert_eq!(first.expect("API").status, 201, "the ticket stands in for the token");
+    let again = request_as(to, &Requester::default(), "POST", &with_ticket, Some("application/sdp"), offer.as_bytes());
+    let again = again.expect("API");
+    assert_eq!((again.status, again.code().as_str()), (401, "bad_ticket"), "replayed: {}", again.body);
+
+    // Fencing: a node frozen past its TTL (SIGSTOP) loses its room to the
+    // next join elsewhere; resumed, it finds the lease taken and closes its copy.
+    let (r, at) = send(apis[1], &admin, "POST", "/v1/rooms", r#"{"id":"fence"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let frozen = node_of(at);
+    let (e, _, _) = join(apis[frozen], &admin, "fence", 500.0, Duration::ZERO);
+    let signal = |sig: &str, n: usize| {
+        let pid = nodes[n].child.as_ref().expect("running").id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().expect("kill").success());
+    };
+    signal("-STOP", frozen);
+    std::thread::sleep(Duration::from_millis(2500));
+    let via = (frozen + 1) % 3;
+    let (f, _, _) = join(apis[via], &admin, "fence", 600.0, Duration::from_secs(10));
+    let taker = holder(apis[via], &admin, "fence").expect("fence is held");
+    assert_ne!(taker, nodes[frozen].id, "placed again on a live node");
+    signal("-CONT", frozen);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while holder(apis[frozen], &admin, "fence").as_deref() != Some(taker.as_str()) {
+        assert!(Instant::now() < deadline, "the resumed node closes its fenced copy within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop((e, f));
+
+    // 4. kill -9 of the owner mid-call: rejoining through the others works within seconds.
+    let killed_at = Instant::now();
+    nodes[owner].kill9();
+    drop((a, b));
+    let survivors: Vec<usize> = (0..3).filter(|&n| n != owner).collect();
+    let (mut a, _, _) = join(apis[survivors[0]], &admin, "call", 440.0, Duration::from_secs(15));
+    let (mut b, _, _) = join(apis[survivors[1]], &admin, "call", 660.0, Duration::from_secs(15));
+    assert!(until_they_hear(&mut [&mut a, &mut b], Duration::from_secs(15)), "heard again after fail-over");
+    let failover = killed_at.elapsed();
+    eprintln!("kill -9 of the owner to both clients hearing each other again: {failover:?}");
+    assert!(failover < Duration::from_secs(20), "fail-over took {failover:?}");
+    let new_owner = holder(apis[survivors[0]], &admin, "call").expect("call is held");
+    let host = survivors.iter().copied().find(|&n| nodes[n].id == new_owner).expect("a survivor holds it");
+    let elsewhere = survivors.iter().copied().find(|&n| n != host).expect("two survivors");
+
+    // 5. Redis killed mid-call: no audio lost, cross-node joins get 503, all recovers.
+    redis.kill();
+    assert!(until_they_hear(&mut [&mut a, &mut b], Duration::from_secs(5)), "the call keeps its audio without Redis");
+    let before = (a.heard.len(), b.heard.len());
+    let t = Instant::now();
+    run_until(&mut [&mut a, &mut b], t + Duration::from_secs(2), |_| false);
+    let frames = (a.heard.len() - before.0, b.heard.len() - before.1);
+    assert!(frames.0 >= 90 && frames.1 >= 90, "about 100 frames in 2 s without Redis: {frames:?}");
+    let (_, offer) = ToneClient::offer(880.0).expect("offer");
+    let r =
+        request_as(apis[elsewhere], &Requester::token(&admin), "POST", path, Some("application/sdp"), offer.as_bytes())
+            .expect("API");
+    assert_eq!((r.status, r.code().as_str()), (503, "cluster_unavailable"), "{}", r.body);
+    assert!(r.header("retry-after").is_some_and(|v| v.parse::<u32>().is_ok()), "503 says when to retry");
+    // A join to the room where it is hosted needs no Redis.
+    let (mut c, hops, _) = join(apis[host], &admin, "call", 880.0, Duration::ZERO);
+    assert_eq!(hops, 0);
+    redis.spawn();
+    // The owner writes its lease back; then a join through the other node is redirected again.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while holder(apis[elsewhere], &admin, "call").as_deref() != Some(new_owner.as_str()) {
+        assert!(Instant::now() < deadline, "the directory knows the call's owner again within 15 s");
+        run_until(&mut [&mut a, &mut b, &mut c], Instant::now() + Duration::from_millis(200), |_| false);
+    }
+    let (mut d, hops, _) = join(apis[elsewhere], &admin, "call", 1100.0, Duration::from_secs(5));
+    assert_eq!(hops, 1, "redirected to the owner again");
+    assert!(
+        until_they_hear(&mut [&mut a, &mut d], Duration::from_secs(15)),
+        "a new join hears the call after Redis returns"
+    );
+    drop((b, c));
+
+    // SIGTERM: the node leaves the directory (the other one sees it go).
+    let pid = nodes[elsewhere].child.as_ref().expect("running").id();
+    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill");
+    assert!(status.success());
+    let exited = nodes[elsewhere].child.as_mut().expect("running").wait().expect("wait");
+    assert!(exited.success(), "exits cleanly on SIGTERM: {exited}");
+    nodes[elsewhere].child = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = request_as(nodes[host].metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
+        if m.body.lines().any(|l| l == "tutti_cluster_nodes 1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the survivor sees one node within 5 s");
+        run_until(&mut [&mut a, &mut d], Instant::now() + Duration::from_millis(200), |_| false);
+    }
+    // The call on the survivor never noticed.
+    assert!(until_they_hear(&mut [&mut a, &mut d], Duration::from_secs(5)), "the call goes on");
+    let took = test_start.elapsed();
+    eprintln!("cluster test took {took:?}");
+    assert!(took < Duration::from_secs(90), "bounded: {took:?}");
+}
