@@ -164,6 +164,16 @@ impl Sim {
             max_drift_ms: q.drift.max_ms(),
             packets_per_second: if span > 0.0 { received as f64 / span } else { 0.0 },
             frames_due: (span * 50.0) as u64,
+            frames_covered: match (q.first_arrival, q.last_arrival) {
+                (Some(first), Some(last)) if received > 0 => {
+                    let head = since.map_or(0.0, |s| first.saturating_duration_since(s).as_secs_f64());
+                    let tail = now.saturating_duration_since(last).as_secs_f64();
+                    // A quiet edge counts up to one DTX interval (20 frames) and a frame of slack.
+                    let edge = |secs: f64| ((secs * 50.0) as u64).min(u64::from(DTX_EVERY) + 1);
+                    q.drift.progress_frames() + 1 + edge(head) + edge(tail)
+                }
+                _ => 0,
+            },
             own_marker_peak: self.probe.and_then(|p| self.listen.as_ref().map(|l| l.detector.peak(p))),
             markers_heard: self.listen.as_ref().map_or(0, |l| l.heard),
             error: None,

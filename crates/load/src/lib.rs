@@ -60,8 +60,10 @@
 //!   delay = the run's median mouth-to-ear + the client's positive drift,
 //!   its jitter and its loss ([`mos`] documents the units).
 //! - **fairness**: standard deviation of frames received per client;
-//!   **perfect delivery**: share of clients with no loss that received every
-//!   frame a 20 ms clock owed them (3 frames of slack at the window edges).
+//!   **perfect delivery**: share of clients with no loss whose stream covered
+//!   every 20 ms frame a clock owed them (3 frames of slack): frames received,
+//!   or skipped by the server's DTX with the RTP timestamps showing it (a
+//!   quiet stretch at the window's edges counts up to one DTX interval)
 //!
 //! Figures cover the measurement window: from `warmup` after the last join
 //! to the end (before that, summaries show everything since connect).

@@ -231,6 +231,11 @@ pub struct ClientSnapshot {
     pub packets_per_second: f64,
     /// Frames a 20 ms clock would have delivered over the same time.
     pub frames_due: u64,
+    /// Frames its stream covered in that time: the RTP timestamp progress
+    /// from the first packet to the last, plus the quiet stretches before
+    /// the first and after the last, up to one DTX interval each (a server
+    /// in DTX sends a frame every 400 ms and skips the timestamps between).
+    pub frames_covered: u64,
     /// For decoding clients: the loudest its own marker frequency was heard
     /// (probe talkers; self-echo above the threshold).
     pub own_marker_peak: Option<f32>,

@@ -161,6 +161,11 @@ impl DriftTracker {
         self.current_ms
     }
 
+    /// RTP timestamp progress since the first packet, in 20 ms frames.
+    pub fn progress_frames(&self) -> u64 {
+        (self.progress.max(0) / 960) as u64
+    }
+
     /// The largest drift seen, in ms.
     pub fn max_ms(&self) -> f64 {
         self.max_ms

@@ -349,7 +349,7 @@ fn is_perfect(c: &ClientSnapshot) -> bool {
     c.state == ClientState::Connected
         && c.received > 0
         && c.lost == 0
-        && c.received + PERFECT_SLACK_FRAMES >= c.frames_due
+        && c.frames_covered + PERFECT_SLACK_FRAMES >= c.frames_due
 }
 
 fn client_mos(c: &ClientSnapshot, one_way_ms: f64) -> f64 {
@@ -381,6 +381,7 @@ fn all_clients(s: &RunState<'_>) -> Vec<ClientSnapshot> {
             max_drift_ms: 0.0,
             packets_per_second: 0.0,
             frames_due: 0,
+            frames_covered: 0,
             own_marker_peak: None,
             markers_heard: 0,
             error: Some(error.clone()),
