@@ -29,9 +29,11 @@ fn check(report: &LoadReport) -> Result<(), String> {
         if r.name != format!("fleet-{}", r.room) || r.size != 5 || r.connected != 5 {
             return fail(&format!("room {} not full", r.name));
         }
-        // Every room gets audio: each client ~50 packets a second.
-        if r.packets_per_second_min <= 40.0 {
-            return fail(&format!("room {}: a client under 40 packets/s", r.name));
+        // Every room gets its stream in real time: frames received, or
+        // skipped by the server's DTX while nobody in it talks (a DTX frame
+        // every 400 ms is 2.5 packets a second at least).
+        if r.packets_per_second_min < 2.0 || r.perfect_share < 0.99 {
+            return fail(&format!("room {}: a client's stream fell short", r.name));
         }
         // Quality is the server's business (and this machine may be busy);
         // here: loopback loses nothing and each room is scored.
@@ -167,8 +169,9 @@ fn a_room_size_mix_over_rest() {
     assert_eq!(s.connected, 20, "{text}");
     for r in &s.rooms {
         assert_eq!(r.connected, r.size, "{text}");
-        // Audio arrives (50 a second when the machine is not busy).
-        assert!(r.packets_per_second_min > 25.0, "room {} gets audio\n{text}", r.name);
+        // The stream arrives in real time (DTX while nobody in the room talks).
+        assert!(r.packets_per_second_min >= 2.0, "room {} gets its stream\n{text}", r.name);
+        assert!(r.perfect_share >= 0.99, "room {} is delivered in real time\n{text}", r.name);
     }
     for c in &report.clients {
         if matches!(c.figures.role, Role::ProbeTalker | Role::ProbeListener) {
