@@ -78,5 +78,10 @@ async fn a_dead_owners_room_is_placed_again_and_the_owner_is_fenced() {
     // Its release is now a no-op, and does not disturb the new owner.
     assert!(!a.release("r").await.unwrap());
     assert_eq!(b.locate("r").await.unwrap().expect("owner").node_id, new_owner);
+    // b notices at its next heartbeats (every 0.5 s here).
+    let noticed = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while b.stats().nodes_lost_total == 0 && tokio::time::Instant::now() < noticed {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(b.stats().nodes_lost_total >= 1, "b saw a disappear");
 }

@@ -1,0 +1,102 @@
+//! A mixer that misses its deadline (here: the whole server stopped for
+//! half a second, as a starved machine would stop it) counts the ticks it
+//! skipped, says so in its log, and recovers without lasting delay: the
+//! outgoing RTP timestamps jump by the frames it missed, so listeners
+//! conceal a gap and their stream stays on real time.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tutti_client::{JoinAs, ToneClient, request, run_for, run_until};
+
+/// Wall time minus RTP time of each packet heard in `[from, to)`, in
+/// seconds, both counted from the first packet heard (RTP time wraps).
+fn offsets(c: &ToneClient, from: Instant, to: Instant) -> Vec<f64> {
+    let Some((t0, first)) = c.heard.first().map(|(at, p)| (*at, p.timestamp)) else { return vec![f64::NAN] };
+    c.heard
+        .iter()
+        .filter(|(at, _)| *at >= from && *at < to)
+        .map(|(at, p)| at.duration_since(t0).as_secs_f64() - f64::from(p.timestamp.wrapping_sub(first)) / 48_000.0)
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+#[test]
+fn a_stalled_mixer_counts_logs_and_recovers_without_growing_delay() {
+    let metrics_port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let metrics: SocketAddr = ([127, 0, 0, 1], metrics_port).into();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["serve", "--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", &metrics.to_string()])
+        .args(["--set", "auth.disabled=true", "--set", "limits.join_rate_per_second=0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tutti starts");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let logs = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("banner");
+    let api: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no API address in {line:?}"));
+    // Keep reading stdout so the pipe never fills.
+    std::thread::spawn(move || for _ in stdout.lines() {});
+
+    let r = request(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"stall"}"#).expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let mut talker = ToneClient::join(api, "stall", 440.0, JoinAs::Whip).expect("join");
+    let mut listener = ToneClient::join(api, "stall", 660.0, JoinAs::Whip).expect("join");
+    listener.talking = false;
+    listener.dtx = true;
+    let mut both = [&mut talker, &mut listener];
+    assert!(run_until(&mut both, Instant::now() + Duration::from_secs(10), |cs| cs.iter().all(|c| c.connected)));
+    let t0 = Instant::now();
+    run_for(&mut both, Duration::from_secs(2));
+    let before_end = Instant::now();
+
+    // The stall: nothing of the server runs for half a second (25 ticks).
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(pid, Signal::SIGSTOP).expect("stop");
+    run_for(&mut both, Duration::from_millis(500));
+    kill(pid, Signal::SIGCONT).expect("continue");
+    run_for(&mut both, Duration::from_secs(3));
+    let end = Instant::now();
+    let [_, listener] = both;
+
+    // The stream is back on real time: the offset between arrival and RTP
+    // time after the stall is what it was before it, not half a second more.
+    let before = median(offsets(listener, t0 + Duration::from_millis(500), before_end));
+    let after = median(offsets(listener, end - Duration::from_secs(1), end));
+    eprintln!("arrival − RTP time: {before:.3} s before the stall, {after:.3} s after");
+    assert!((after - before).abs() < 0.1, "delay grew by {:.3} s after the stall", after - before);
+    assert!(listener.hears(440.0, end - Duration::from_secs(1)) > 0.05, "the listener hears the talker again");
+
+    // Counted and logged.
+    let body = request(metrics, "GET", "/metrics", None, b"").expect("metrics").body;
+    let overruns: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("tutti_mix_tick_overruns_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(overruns >= 15.0, "the skipped ticks are counted: {overruns}");
+    kill(pid, Signal::SIGTERM).expect("term");
+    let _ = child.wait();
+    let logs = logs.join().expect("logs");
+    assert!(logs.contains("mixer fell behind; ticks skipped"), "and logged:\n{logs}");
+}
