@@ -447,7 +447,8 @@ impl CapacityResult {
         let mut t = String::new();
         match (self.max_n, &self.at_max) {
             (Some(n), Some(f)) => {
-                let _ = writeln!(t, "capacity: {n} participants in one room meet the SLO");
+                let place = if f.rooms > 1 { format!("in {} rooms", f.rooms) } else { "in one room".to_owned() };
+                let _ = writeln!(t, "capacity: {n} participants {place} meet the SLO");
                 let _ = writeln!(
                     t,
                     "  at N = {n}: server CPU {} cores = {} µs per participant per 20 ms tick; generator CPU {} cores = {} µs per client per tick; p5 MOS {:.2}, loss {:.3} %, mouth-to-ear p50/p95 {}/{} ms, perfect delivery {:.1} %",
