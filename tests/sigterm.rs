@@ -4,46 +4,34 @@
 //! runs on the embedded defaults' auth: a generated secret, and the admin
 //! token the banner prints.
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+mod common;
+
+use std::io::BufRead;
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_until};
 
 #[test]
 fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tutti"))
-        .args(["serve", "--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"])
-        .args(["--set", "shutdown_timeout_seconds=3"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tutti starts");
-    // Read stderr as it comes, so a full pipe never blocks the server.
-    let mut stderr = child.stderr.take().expect("stderr");
-    let logs = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
-        s
-    });
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut served = common::serve(&[
+        "--http",
+        "127.0.0.1:0",
+        "--media",
+        "127.0.0.1:0",
+        "--metrics",
+        "off",
+        "--set",
+        "shutdown_timeout_seconds=3",
+    ]);
+    let api = served.api;
     let mut line = String::new();
-    stdout.read_line(&mut line).expect("banner");
-    // "tutti: API on http://127.0.0.1:PORT  media on udp://…"
-    let api: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no API address in {line:?}"));
     // "admin token (24 h): export TOKEN=eyJ…"
     let mut token = String::new();
     for _ in 0..4 {
         line.clear();
-        stdout.read_line(&mut line).expect("banner");
+        served.stdout.read_line(&mut line).expect("banner");
         if let Some(t) = line.split("export TOKEN=").nth(1) {
             token = t.trim().to_owned();
             break;
@@ -69,7 +57,7 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
         "the call is up"
     );
 
-    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let pid = served.pid();
     kill(pid, Signal::SIGTERM).expect("SIGTERM");
     let signalled = Instant::now();
 
@@ -89,15 +77,14 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
     assert!(closed, "both peers got their close_notify");
     // The process exits, successfully, within the bound.
     let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = served.child.try_wait().expect("wait") {
             break status;
         }
         assert!(signalled.elapsed() < Duration::from_secs(4), "tutti still running 4 s after SIGTERM (bound: 3 s)");
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "exit status {status}");
-    let stderr = logs.join().expect("logs");
-    drop(stdout);
+    let stderr = served.logs();
     assert!(!stderr.contains("panicked"), "no panic: {stderr}");
     assert!(stderr.contains("tutti stopped"), "a clean stop is logged: {stderr}");
 }

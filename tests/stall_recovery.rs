@@ -4,13 +4,12 @@
 //! outgoing RTP timestamps jump by the frames it missed, so listeners
 //! conceal a gap and their stream stays on real time.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use tutti_client::{JoinAs, ToneClient, request, run_for, run_until};
 
 /// Wall time minus RTP time of each packet heard in `[from, to)`, in
@@ -33,30 +32,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn a_stalled_mixer_counts_logs_and_recovers_without_growing_delay() {
     let metrics_port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let metrics: SocketAddr = ([127, 0, 0, 1], metrics_port).into();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tutti"))
-        .args(["serve", "--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", &metrics.to_string()])
-        .args(["--set", "auth.disabled=true", "--set", "limits.join_rate_per_second=0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tutti starts");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let logs = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
-        s
-    });
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("banner");
-    let api: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no API address in {line:?}"));
-    // Keep reading stdout so the pipe never fills.
-    std::thread::spawn(move || for _ in stdout.lines() {});
+    let served = common::serve(&[
+        "--http",
+        "127.0.0.1:0",
+        "--media",
+        "127.0.0.1:0",
+        "--metrics",
+        &metrics.to_string(),
+        "--set",
+        "auth.disabled=true",
+        "--set",
+        "limits.join_rate_per_second=0",
+    ]);
+    let api = served.api;
+    // The rest of the banner is a few lines: the pipe holds them.
 
     let r = request(api, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"stall"}"#).expect("API");
     assert_eq!(r.status, 201, "{}", r.body);
@@ -71,7 +60,7 @@ fn a_stalled_mixer_counts_logs_and_recovers_without_growing_delay() {
     let before_end = Instant::now();
 
     // The stall: nothing of the server runs for half a second (25 ticks).
-    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let pid = served.pid();
     kill(pid, Signal::SIGSTOP).expect("stop");
     run_for(&mut both, Duration::from_millis(500));
     kill(pid, Signal::SIGCONT).expect("continue");
@@ -96,7 +85,8 @@ fn a_stalled_mixer_counts_logs_and_recovers_without_growing_delay() {
         .unwrap_or(0.0);
     assert!(overruns >= 15.0, "the skipped ticks are counted: {overruns}");
     kill(pid, Signal::SIGTERM).expect("term");
-    let _ = child.wait();
-    let logs = logs.join().expect("logs");
+    let mut served = served;
+    let _ = served.child.wait();
+    let logs = served.logs();
     assert!(logs.contains("mixer fell behind; ticks skipped"), "and logged:\n{logs}");
 }

@@ -1,0 +1,59 @@
+//! `tutti serve` as a child process, for the tests that run the binary.
+#![allow(dead_code, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::thread::JoinHandle;
+
+use nix::unistd::Pid;
+
+/// A running `tutti serve`: its process, its API address (from the first
+/// banner line), the rest of its stdout, and its stderr as it is collected.
+pub struct Served {
+    pub child: Child,
+    pub api: SocketAddr,
+    pub stdout: BufReader<ChildStdout>,
+    logs: JoinHandle<String>,
+}
+
+/// Starts `tutti serve ARGS…` and reads its banner's first line.
+pub fn serve(args: &[&str]) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tutti starts");
+    // Read stderr as it comes, so a full pipe never blocks the server.
+    let mut stderr = child.stderr.take().expect("stderr");
+    let logs = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("banner");
+    // "tutti: API on http://127.0.0.1:PORT  media on udp://…"
+    let api: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no API address in {line:?}"));
+    Served { child, api, stdout, logs }
+}
+
+impl Served {
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).expect("pid"))
+    }
+
+    /// Everything it wrote to stderr (waits for it to exit).
+    pub fn logs(self) -> String {
+        drop(self.stdout);
+        self.logs.join().expect("logs")
+    }
+}
