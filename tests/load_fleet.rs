@@ -5,13 +5,13 @@
 //! is measured in the probe rooms only, and the per-room figures are
 //! reported (text and JSON).
 
+mod common;
+
 use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tutti_load::{CpuSource, LoadConfig, LoadReport, Role, RoomLayout, run};
-use tutti_server::auth::Grant;
-use tutti_server::{Config, Server};
 
 /// One server and its clients at a time: the tests measure timing.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -64,18 +64,8 @@ fn check(report: &LoadReport) -> Result<(), String> {
 #[test]
 fn four_rooms_of_five_with_websockets() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let mut cfg = Config {
-        http: "127.0.0.1:0".parse().expect("addr"),
-        media: "127.0.0.1:0".parse().expect("addr"),
-        metrics: "127.0.0.1:0".to_owned(),
-        mix_threads: 2,
-        ..Config::default()
-    };
-    cfg.limits.join_rate_per_second = 0.0;
-    let server = rt.block_on(Server::start(cfg)).expect("server starts");
+    let (rt, server, token) = common::loopback_server();
     // The token travels as ?token= on each WebSocket, as the browser page sends it.
-    let token = server.mint_token(&Grant::admin("load-test"), Duration::from_secs(600)).expect("auth is on");
 
     let mut outcome = Err(String::new());
     for attempt in 1..=3 {
@@ -136,17 +126,7 @@ fn check_renamed(report: &LoadReport, base: &str) -> Result<(), String> {
 #[test]
 fn a_room_size_mix_over_rest() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let mut cfg = Config {
-        http: "127.0.0.1:0".parse().expect("addr"),
-        media: "127.0.0.1:0".parse().expect("addr"),
-        metrics: "127.0.0.1:0".to_owned(),
-        mix_threads: 2,
-        ..Config::default()
-    };
-    cfg.limits.join_rate_per_second = 0.0;
-    let server = rt.block_on(Server::start(cfg)).expect("server starts");
-    let token = server.mint_token(&Grant::admin("load-test"), Duration::from_secs(600)).expect("auth is on");
+    let (rt, server, token) = common::loopback_server();
     let mut load = LoadConfig::new(server.http_addr(), 20);
     load.room = "mix".into();
     load.rooms = RoomLayout::Mix(tutti_load::parse_room_sizes("3:50,7:50").expect("valid mix"));

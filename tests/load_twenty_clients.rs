@@ -7,12 +7,12 @@
 //! (INVALID, or the machine saturated) and that misses the bar is run again,
 //! up to three times; a clean run that misses it fails at once.
 
+mod common;
+
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tutti_load::{CpuSource, LoadConfig, LoadReport, run};
-use tutti_server::auth::Grant;
-use tutti_server::{Config, Server};
 
 fn check(report: &LoadReport) -> Result<(), String> {
     let s = &report.summary;
@@ -57,19 +57,8 @@ fn check(report: &LoadReport) -> Result<(), String> {
 
 #[test]
 fn twenty_clients_get_clean_audio() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let mut cfg = Config {
-        http: "127.0.0.1:0".parse().expect("addr"),
-        media: "127.0.0.1:0".parse().expect("addr"),
-        metrics: "127.0.0.1:0".to_owned(),
-        mix_threads: 2,
-        ..Config::default()
-    };
-    // Every simulated client joins from 127.0.0.1.
-    cfg.limits.join_rate_per_second = 0.0;
-    let server = rt.block_on(Server::start(cfg)).expect("server starts");
+    let (rt, server, token) = common::loopback_server();
     // Auth stays on, as `tutti serve` runs: the tester joins with a token.
-    let token = server.mint_token(&Grant::admin("load-test"), Duration::from_secs(600)).expect("auth is on");
 
     let mut outcome = Err(String::new());
     for attempt in 1..=3 {

@@ -57,3 +57,22 @@ impl Served {
         self.logs.join().expect("logs")
     }
 }
+
+/// A server in this process on ephemeral loopback ports, auth on as `tutti
+/// serve` runs it (every simulated client joins from 127.0.0.1, so no join
+/// rate limit), its runtime, and an admin token for it.
+pub fn loopback_server() -> (tokio::runtime::Runtime, tutti_server::Server, String) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let mut cfg = tutti_server::Config {
+        http: "127.0.0.1:0".parse().expect("addr"),
+        media: "127.0.0.1:0".parse().expect("addr"),
+        metrics: "127.0.0.1:0".to_owned(),
+        mix_threads: 2,
+        ..tutti_server::Config::default()
+    };
+    cfg.limits.join_rate_per_second = 0.0;
+    let server = rt.block_on(tutti_server::Server::start(cfg)).expect("server starts");
+    let grant = tutti_server::auth::Grant::admin("load-test");
+    let token = server.mint_token(&grant, std::time::Duration::from_secs(600)).expect("auth is on");
+    (rt, server, token)
+}
