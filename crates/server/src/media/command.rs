@@ -35,7 +35,6 @@ pub(crate) struct IoCounters {
 }
 
 /// How to reach an I/O thread.
-#[derive(Clone)]
 pub(crate) struct IoHandle {
     pub(crate) tx: Sender<IoCommand>,
     pub(crate) wake: Arc<EventFd>,

@@ -47,7 +47,7 @@ struct Local {
 pub(crate) struct IoShared {
     pub(crate) rooms: Arc<Rooms>,
     /// Every I/O thread, for forwarding; set once they all run.
-    pub(crate) peers_io: std::sync::OnceLock<Vec<IoHandle>>,
+    pub(crate) peers_io: std::sync::OnceLock<Arc<[IoHandle]>>,
     pub(crate) batch_window: Duration,
     /// Nice value of the thread (see `crate::priority`).
     pub(crate) thread_nice: i32,

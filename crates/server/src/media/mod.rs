@@ -131,8 +131,8 @@ impl MediaHandle {
         let (handles, mut threads) =
             io::spawn(&shared, &acceptor, sockets).map_err(io_err("starting the io threads"))?;
         // The threads reach each other (forwarding) through the shared list.
-        let io: Arc<[IoHandle]> = handles.iter().cloned().collect();
-        let _ = shared.peers_io.set(handles);
+        let io: Arc<[IoHandle]> = handles.into();
+        let _ = shared.peers_io.set(io.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let overruns = Arc::new(AtomicU64::new(0));
         let mix_threads = pool.threads();
