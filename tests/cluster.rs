@@ -18,6 +18,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_until, split_location};
@@ -247,8 +248,12 @@ fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duration) -
     }
 }
 
+/// One cluster at a time: each test runs three nodes and a Redis.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let test_start = Instant::now();
     let mut redis = Redis::start();
     let ports = shared_ports();
@@ -465,4 +470,63 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     let took = test_start.elapsed();
     eprintln!("cluster test took {took:?}");
     assert!(took < Duration::from_secs(90), "bounded: {took:?}");
+}
+
+/// `tutti load` given one node's URL: rooms are created and joined through
+/// that node, following the 307s (REST) and `moved` (WebSocket) to the
+/// owners; the report's per-node figures add up to the run's, every node
+/// got rooms, and the audio is fine on each.
+#[test]
+fn a_load_run_through_one_node_spreads_over_all_three() {
+    use tutti_load::{CpuSource, LoadConfig, RoomLayout, run};
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let redis = Redis::start();
+    let ports = shared_ports();
+    let nodes: Vec<Node> = (2..=4).map(|n| Node::start(n, ports, &redis)).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("test"), Duration::from_secs(600), unix_now()).expect("token");
+
+    let mut load = LoadConfig::new(nodes[0].api, 30);
+    load.room = "spread".into();
+    load.rooms = RoomLayout::Count(10);
+    load.websocket = true;
+    load.token = Some(admin);
+    load.join_interval = Duration::from_millis(20);
+    load.warmup = Duration::from_secs(1);
+    load.window = Some(Duration::from_secs(4));
+    load.life = Some(Duration::from_secs(40));
+    load.probe_talkers = 1;
+    load.probe_listeners = 1;
+    load.talkers = 0.3;
+    load.server_cpu = CpuSource::Unknown;
+    let report = run(&load, &AtomicBool::new(false), &mut |_| {}).expect("the run completes");
+    let s = &report.summary;
+    let table = tutti_load::nodes_text(&report.nodes);
+    println!("{}\n{table}", s.to_text());
+    assert_eq!((s.connected, s.join_failed), (30, 0), "every client joined and connected\n{table}");
+    assert_eq!(report.nodes.len(), 3, "three nodes answered joins\n{table}");
+    for (n, node) in report.nodes.iter().zip(&nodes) {
+        assert_eq!(n.api, node.api.to_string(), "in address order");
+        assert!(n.rooms > 0 && n.participants > 0, "every node holds rooms: {table}");
+        assert_eq!(n.node.as_deref(), Some(node.id.as_str()), "named by its API");
+        assert_eq!(n.connected, n.participants, "{table}");
+        assert!(n.pid.is_some() && n.cpu_cores.is_some_and(|c| c > 0.0), "a local node's CPU is read: {table}");
+        assert!(n.loss_percent <= 2.0 && n.mos_p5 >= 1.0, "audio on {}: {table}", n.api);
+        // Node .2 is the one asked: its joins are direct, the others' redirected.
+        let (direct, redirected) = (n.direct.count, n.redirected.count);
+        if n.api == nodes[0].api.to_string() {
+            assert_eq!((direct, redirected), (n.participants, 0), "{table}");
+        } else {
+            assert_eq!((direct, redirected), (0, n.participants), "{table}");
+            assert!(n.redirected.p50_ms > 0.0);
+        }
+    }
+    assert_eq!(report.nodes.iter().map(|n| n.rooms).sum::<usize>(), 10, "{table}");
+    assert_eq!(report.nodes.iter().map(|n| n.participants).sum::<usize>(), 30, "{table}");
+    assert!(s.loss_total_percent <= 2.0, "{}", s.to_text());
+    let json = serde_json::to_string(&report).expect("JSON");
+    assert!(json.contains("\"redirected\"") && json.contains("\"cpu_cores\""));
 }
