@@ -5,7 +5,8 @@
 //! a WHIP join through a non-owner follows the 307 and hears the room (real
 //! WebRTC, tones); eight concurrent creates of one room give one owner; a
 //! node frozen (SIGSTOP) past its TTL loses its room and, resumed, closes
-//! its copy (fencing); a WebSocket on a non-owner says `moved`;
+//! its copy (fencing); a WebSocket on a non-owner says `moved`, then
+//! relays the room's events from the owner (`joined`, `left`);
 //! `kill -9` of the owner mid-call: clients that rejoin through the other
 //! nodes hear each other again within seconds; Redis killed mid-call: the
 //! call keeps its audio, a cross-node join gets 503 with Retry-After, and
@@ -326,7 +327,9 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     }
 
     // 3. A WHIP join through a non-owner follows the 307 and hears the room.
-    let (r, at) = send(apis[0], &admin, "POST", "/v1/rooms", r#"{"id":"call"}"#);
+    // Created with its own config (kept in Redis: a fail-over hosts it with it, not the defaults).
+    let call_config = r#"{"id":"call","max_participants":40,"max_speakers":3}"#;
+    let (r, at) = send(apis[0], &admin, "POST", "/v1/rooms", call_config);
     assert_eq!(r.status, 201, "{}", r.body);
     let owner = node_of(at);
     let other = (owner + 1) % 3;
@@ -355,14 +358,43 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     };
     assert_eq!(moved["type"], "moved", "{moved}");
     assert_eq!(moved["api_url"].as_str(), Some(format!("http://{}", apis[owner]).as_str()), "{moved}");
-    let closed = loop {
-        match ws.read() {
-            Ok(tungstenite::Message::Close(frame)) => break frame.map(|f| u16::from(f.code)),
-            Ok(_) => continue,
-            Err(e) => panic!("no close frame: {e}"),
+    // … and stays open, relaying the room's events from the owner: a
+    // participant joining and leaving there is heard of here.
+    let (mut watcher, _, _) = join(apis[owner], &admin, "call", 1300.0, Duration::ZERO);
+    let id = watcher.id;
+    let mut next_event = |kind: &str| {
+        for _ in 0..200 {
+            let msg = match ws.read() {
+                Ok(tungstenite::Message::Text(t)) => serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON"),
+                Ok(tungstenite::Message::Close(f)) => panic!("relayed socket closed: {f:?}"),
+                Ok(_) => continue,
+                Err(e) => panic!("no '{kind}' event for participant {id} relayed within 5 s: {e}"),
+            };
+            let events = msg["events"].as_array().cloned().unwrap_or_default();
+            if msg["type"] == "events" && events.iter().any(|e| e["type"] == kind && e["id"] == id) {
+                return;
+            }
+        }
+        panic!("no '{kind}' event among 200 messages");
+    };
+    next_event("joined");
+    let left = request_as(apis[owner], &Requester::token(&admin), "DELETE", &watcher.location, None, b"");
+    assert!(left.expect("API").status < 300, "the participant leaves");
+    next_event("left");
+    watcher.close();
+    ws.send(tungstenite::Message::text(r#"{"type":"mute","muted":true}"#)).expect("send");
+    let refused = loop {
+        match ws.read().expect("an answer") {
+            tungstenite::Message::Text(t) => {
+                let v = serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON");
+                if v["type"] == "error" {
+                    break v;
+                }
+            }
+            m => panic!("not text: {m:?}"),
         }
     };
-    assert_eq!(closed, Some(4307));
+    assert_eq!(refused["code"], "room_elsewhere", "{refused}");
     drop(ws);
     // A redirect's ticket is single-use.
     let (_, offer) = ToneClient::offer(880.0).expect("offer");
@@ -415,6 +447,13 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     assert!(failover < Duration::from_secs(20), "fail-over took {failover:?}");
     let new_owner = holder(apis[survivors[0]], &admin, "call").expect("call is held");
     let host = survivors.iter().copied().find(|&n| nodes[n].id == new_owner).expect("a survivor holds it");
+    let r = request_as(apis[host], &Requester::token(&admin), "GET", "/v1/rooms/call", None, b"").expect("API");
+    let placed_again = json(&r)["room"].clone();
+    assert_eq!(
+        (placed_again["max_participants"].as_u64(), placed_again["max_speakers"].as_u64()),
+        (Some(40), Some(3)),
+        "placed again with the config it was created with: {placed_again}"
+    );
     let elsewhere = survivors.iter().copied().find(|&n| n != host).expect("two survivors");
 
     // 5. Redis killed mid-call: no audio lost, cross-node joins get 503, all recovers.
