@@ -365,7 +365,9 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     let mut next_event = |kind: &str| {
         for _ in 0..200 {
             let msg = match ws.read() {
-                Ok(tungstenite::Message::Text(t)) => serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON"),
+                Ok(tungstenite::Message::Text(t)) => {
+                    serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON")
+                }
                 Ok(tungstenite::Message::Close(f)) => panic!("relayed socket closed: {f:?}"),
                 Ok(_) => continue,
                 Err(e) => panic!("no '{kind}' event for participant {id} relayed within 5 s: {e}"),

@@ -23,10 +23,10 @@ use crate::audio::{Frame, Material};
 use crate::cpu::CpuMark;
 use crate::events::EventSocket;
 use crate::marker::{MAX_PROBES, MarkerDetector};
-use crate::nodes::{JoinRecord, Nodes};
 use crate::model::{
     ClientSnapshot, ClientState, Detection, Lateness, LoadConfig, MarkerSent, Role, SilenceMode, ThreadView, WsFigures,
 };
+use crate::nodes::{JoinRecord, Nodes};
 use crate::quality::StreamQuality;
 use crate::report::{self, LoadReport, Summary};
 use crate::rooms::{self, RoleMix};
@@ -574,9 +574,8 @@ pub(crate) fn ensure_room_at(
     )
     .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
     if r.status == 201 || r.code() == "room_exists" {
-        let node = serde_json::from_str::<serde_json::Value>(&r.body)
-            .ok()
-            .and_then(|v| v["node"].as_str().map(str::to_owned));
+        let node =
+            serde_json::from_str::<serde_json::Value>(&r.body).ok().and_then(|v| v["node"].as_str().map(str::to_owned));
         Ok((at, node))
     } else {
         Err(LoadError::Api(format!("creating room '{room}': {} {}", r.status, r.body)))

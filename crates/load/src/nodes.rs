@@ -188,16 +188,7 @@ pub fn nodes_text(nodes: &[NodeSummary]) -> String {
     let _ = writeln!(
         out,
         "{:<22} {:<12} {:>5} {:>6} {:>6}  {:>20}  {:>20}  {:>6} {:>6} {:>7}",
-        "node",
-        "id",
-        "rooms",
-        "joined",
-        "conn",
-        "direct n p50/p95 ms",
-        "redirect n p50/p95",
-        "loss%",
-        "MOSp5",
-        "CPU"
+        "node", "id", "rooms", "joined", "conn", "direct n p50/p95 ms", "redirect n p50/p95", "loss%", "MOSp5", "CPU"
     );
     let times = |t: &JoinTimes| {
         if t.count == 0 { "-".to_owned() } else { format!("{} {:.1}/{:.1}", t.count, t.p50_ms, t.p95_ms) }
