@@ -345,6 +345,9 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     if report.summary.rooms.len() > 1 {
         println!("\n== rooms ==\n{}", report.rooms_text(args.room_details));
     }
+    if report.nodes.len() > 1 {
+        println!("\n== nodes ==\n{}", crate::nodes::nodes_text(&report.nodes));
+    }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).map_err(|e| LoadError::Io(e.to_string()))?;
         write_file(path, &json)?;
@@ -489,13 +492,15 @@ impl TrialRunner for LoadRunner {
         // The rooms go whatever happened; their peers are closed by the server.
         for room in &names {
             let path = format!("/v1/rooms/{room}");
-            let _ = tutti_client::request_as(
+            // On a cluster, through a redirect to the room's node.
+            let _ = tutti_client::request_following(
                 cfg.api,
                 &crate::generator::caller(cfg.token.as_deref()),
                 "DELETE",
                 &path,
                 None,
                 b"",
+                2,
             );
         }
         if self.local.as_mut().is_some_and(|(s, _, _)| !matches!(s.child.try_wait(), Ok(None))) {
@@ -510,6 +515,9 @@ impl TrialRunner for LoadRunner {
         }
         if self.verbose {
             println!("{}", report.summary.to_text());
+        }
+        if report.nodes.len() > 1 {
+            println!("{}", crate::nodes::nodes_text(&report.nodes));
         }
         // Let the server finish closing the old room's peers before the next trial.
         std::thread::sleep(Duration::from_secs(2));

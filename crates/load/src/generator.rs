@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
-use tutti_client::{Requester, request_as};
+use tutti_client::{Requester, request_as, request_following};
 use tutti_mix::FRAME_SAMPLES;
 use tutti_rtc::{ClientEvent, ClientPeer};
 
@@ -26,6 +26,7 @@ use crate::marker::{MAX_PROBES, MarkerDetector};
 use crate::model::{
     ClientSnapshot, ClientState, Detection, Lateness, LoadConfig, MarkerSent, Role, SilenceMode, ThreadView, WsFigures,
 };
+use crate::nodes::{JoinRecord, Nodes};
 use crate::quality::StreamQuality;
 use crate::report::{self, LoadReport, Summary};
 use crate::rooms::{self, RoleMix};
@@ -549,13 +550,33 @@ fn failures(joined: &[Joined]) -> Vec<(usize, usize, Role, String)> {
     joined.iter().enumerate().filter_map(|(i, j)| j.error.as_ref().map(|e| (i, j.room, j.role, e.clone()))).collect()
 }
 
-/// Creates the room unless it exists.
-pub(crate) fn ensure_room(api: SocketAddr, token: Option<&str>, room: &str) -> Result<(), LoadError> {
+/// Redirects (`307`, WebSocket `moved`) a request follows: a cluster
+/// node sends a client to the room's owner once.
+const MAX_REDIRECTS: usize = 2;
+
+/// Creates the room unless it exists, following a cluster's redirect to the
+/// node that holds it. Returns that node's API address and its id (when
+/// the answer names it).
+pub(crate) fn ensure_room_at(
+    api: SocketAddr,
+    token: Option<&str>,
+    room: &str,
+) -> Result<(SocketAddr, Option<String>), LoadError> {
     let body = serde_json::json!({ "id": room }).to_string();
-    let r = request_as(api, &caller(token), "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
-        .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
+    let (r, at, _) = request_following(
+        api,
+        &caller(token),
+        "POST",
+        "/v1/rooms",
+        Some("application/json"),
+        body.as_bytes(),
+        MAX_REDIRECTS,
+    )
+    .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
     if r.status == 201 || r.code() == "room_exists" {
-        Ok(())
+        let node =
+            serde_json::from_str::<serde_json::Value>(&r.body).ok().and_then(|v| v["node"].as_str().map(str::to_owned));
+        Ok((at, node))
     } else {
         Err(LoadError::Api(format!("creating room '{room}': {} {}", r.status, r.body)))
     }
@@ -575,6 +596,10 @@ struct JoinedPeer {
     ws: Option<EventSocket>,
     location: String,
     media: Option<SocketAddr>,
+    /// The API address that answered the join (the room's node).
+    node: SocketAddr,
+    /// Redirects followed to get there.
+    redirects: usize,
 }
 
 /// Joins one client into `room`: through the room's WebSocket (`join`
@@ -591,22 +616,24 @@ fn join_one(
     let local = socket.local_addr().map_err(|e| e.to_string())?;
     let (mut peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
     if websocket {
-        let mut ws = EventSocket::connect(api, room, token)?;
+        let (mut ws, node, redirects) = EventSocket::connect_following(api, room, token, MAX_REDIRECTS)?;
         let (id, answer) = ws.join(&offer, name)?;
         ws.set_nonblocking()?;
         peer.accept_answer(&answer, Instant::now()).map_err(|e| e.to_string())?;
         let location = format!("/v1/rooms/{room}/participants/{id}");
-        return Ok(JoinedPeer { peer, socket, ws: Some(ws), location, media: candidate_addr(&answer) });
+        let media = candidate_addr(&answer);
+        return Ok(JoinedPeer { peer, socket, ws: Some(ws), location, media, node, redirects });
     }
     let path = format!("/v1/rooms/{room}/participants");
-    let r = request_as(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes())
-        .map_err(|e| format!("join request: {e}"))?;
+    let (r, node, redirects) =
+        request_following(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes(), MAX_REDIRECTS)
+            .map_err(|e| format!("join request: {e}"))?;
     if r.status != 201 {
         return Err(format!("join refused: {} {}", r.status, r.body.trim()));
     }
     peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
     let location = r.header("location").unwrap_or_default().to_owned();
-    Ok(JoinedPeer { peer, socket, ws: None, location, media: candidate_addr(&r.body) })
+    Ok(JoinedPeer { peer, socket, ws: None, location, media: candidate_addr(&r.body), node, redirects })
 }
 
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
@@ -632,8 +659,10 @@ pub fn run(
         None => crate::audio::speech_like(8.0, cfg.seed),
     };
     let material = Arc::new(Material::new(&speech, probes)?);
-    for name in &room_names {
-        ensure_room(cfg.api, cfg.token.as_deref(), name)?;
+    let mut nodes = Nodes::default();
+    for (r, name) in room_names.iter().enumerate() {
+        let (at, id) = ensure_room_at(cfg.api, cfg.token.as_deref(), name)?;
+        nodes.room(r, at, id);
     }
 
     let shared = Arc::new(Shared {
@@ -722,8 +751,11 @@ pub fn run(
             break;
         }
         let name = format!("load-{index}");
+        let asked = Instant::now();
         match join_one(cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name) {
             Ok(j) => {
+                let ms = asked.elapsed().as_secs_f64() * 1000.0;
+                nodes.joined(index, JoinRecord { node: j.node, redirects: j.redirects, ms });
                 if server_media.is_none() {
                     server_media = j.media;
                 }
@@ -781,6 +813,7 @@ pub fn run(
         }
         if cpu_window_start.is_none() && now >= window_start {
             cpu_window_start = Some(CpuMark::now(&cfg.server_cpu, server_media));
+            nodes.mark(false);
         }
         if now >= next_summary {
             next_summary += cfg.summary_interval;
@@ -797,6 +830,7 @@ pub fn run(
         std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
     }
     let cpu_end = CpuMark::now(&cfg.server_cpu, server_media);
+    nodes.mark(true);
     shared.stop.store(true, Ordering::Relaxed);
     for h in handles {
         let _ = h.join();
@@ -819,11 +853,14 @@ pub fn run(
         cpu,
         threads,
     };
-    let report = report::final_report(&state);
+    let mut report = report::final_report(&state);
+    report.nodes = nodes.summaries(&report.clients);
     if cfg.leave {
-        for j in &joined {
+        for (index, j) in joined.iter().enumerate() {
             if let Some(loc) = j.location.as_deref().filter(|l| !l.is_empty()) {
-                let _ = request_as(cfg.api, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
+                // On the node that answered the join (a cluster's other nodes would redirect).
+                let at = nodes.node_of(index).unwrap_or(cfg.api);
+                let _ = request_as(at, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
             }
         }
     }

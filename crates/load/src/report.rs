@@ -281,6 +281,8 @@ pub struct LoadReport {
     pub clients: Vec<ClientReport>,
     /// Every measured mouth-to-ear latency, ms.
     pub latencies_ms: Vec<f64>,
+    /// Per node of a cluster (the API addresses that answered the joins).
+    pub nodes: Vec<crate::nodes::NodeSummary>,
 }
 
 /// What a summary is computed from.
@@ -608,6 +610,7 @@ pub(crate) fn final_report(s: &RunState<'_>) -> LoadReport {
             .map(|c| ClientReport { mos: client_mos(&c, summary.mos_one_way_ms), perfect: is_perfect(&c), figures: c })
             .collect(),
         latencies_ms: lat.iter().flatten().copied().collect(),
+        nodes: Vec::new(),
         summary,
     }
 }

@@ -20,6 +20,7 @@ mod limit;
 pub(crate) mod rooms;
 mod web;
 pub(crate) mod ws;
+mod ws_relay;
 
 use std::net::IpAddr;
 use std::sync::Arc;

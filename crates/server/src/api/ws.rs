@@ -10,8 +10,8 @@
 //! tick reaches a socket, however many people join at once, and it is
 //! serialized once for every socket that takes every kind. In cluster mode
 //! a socket opened on a node that does not hold the room gets `moved`
-//! `{room, node, api_url}` and is closed with 4307: connect there, with the
-//! same token.
+//! `{room, node, api_url}` (connect there, with the same token, to join),
+//! then the room's `events` relayed from its owner (`ws_relay`).
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
@@ -42,7 +42,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::cluster::{CLOSE_MOVED, Located};
+use super::cluster::Located;
 use super::error::ApiError;
 use super::http::ConnectionSlot;
 use super::limit::Bucket;
@@ -55,7 +55,7 @@ const CLOSE_TOO_BIG: u16 = 1009;
 /// Close code: the message rate was exceeded (policy violation).
 const CLOSE_POLICY: u16 = 1008;
 /// Close code: nothing arrived for the idle timeout (4000–4999: the application's).
-const CLOSE_IDLE: u16 = 4408;
+pub(super) const CLOSE_IDLE: u16 = 4408;
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct WsParams {
@@ -131,13 +131,11 @@ pub(crate) async fn upgrade(
     let slot = slot.map(|axum::Extension(s)| s);
     let state = match located {
         Located::Here(state) => state,
-        // Handshakes do not follow redirects: say where the room is, then close.
+        // Handshakes do not follow redirects: say where the room is, then
+        // relay the room's events from its owner (see `ws_relay`).
         Located::Elsewhere(owner) => {
-            return ws.on_upgrade(move |mut socket| async move {
-                let moved = serde_json::json!({ "type": "moved", "room": room, "node": owner.node_id, "api_url": owner.api_url });
-                if socket.send(text(&moved)).await.is_ok() {
-                    close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
-                }
+            return ws.on_upgrade(move |socket| async move {
+                super::ws_relay::relay(api, room, owner, socket).await;
                 drop(slot);
             });
         }
@@ -181,7 +179,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Sends a close frame, then reads (and drops) what the client still sends
 /// until its own close, for at most [`CLOSE_WAIT`]: dropping the connection
 /// with unread data would reset it, and the client might never see why.
-async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static str) {
+pub(super) async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static str) {
     if socket.send(close(code, reason)).await.is_err() {
         return;
     }

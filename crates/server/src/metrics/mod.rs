@@ -31,6 +31,9 @@
 //! absent.
 
 mod procfs;
+mod ticks;
+
+pub use ticks::tick_p99;
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -388,6 +391,7 @@ impl TickTotals {
 
 /// One mixer clock tick ran: its wall time and what it did.
 pub fn tick(duration: Duration, totals: &TickTotals) {
+    ticks::record(duration);
     let Some(h) = handles() else { return };
     h.tick_duration.record(duration.as_secs_f64());
     h.ticks.increment(1);
