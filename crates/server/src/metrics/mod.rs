@@ -30,6 +30,7 @@
 //! series only grows (a counter). Linux only: elsewhere these series are
 //! absent.
 
+pub mod outputs;
 mod procfs;
 
 use std::net::SocketAddr;
@@ -335,6 +336,7 @@ fn describe() {
         "Time to answer a successful join (offer in, answer out)."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
+    outputs::describe();
 }
 
 /// What one mixer clock tick did, over every room: add each room's report.
