@@ -146,7 +146,7 @@ fn a_recorded_room_decodes_to_every_talkers_tone_and_errors_have_codes() {
     loop {
         let m = common::scrape(metrics);
         let failed = m.get("tutti_recordings_finished_total{reason=\"error\"}").copied().unwrap_or(0.0);
-        if failed >= 1.0 && m.get("tutti_recordings_active").is_some() {
+        if failed >= 1.0 && m.contains_key("tutti_recordings_active") {
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(5), "the failure is counted: {m:?}");
@@ -307,7 +307,7 @@ fn free_port_pair() -> u16 {
     for _ in 0..50 {
         let a = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
         let port = a.local_addr().expect("addr").port();
-        if port % 2 == 0 && port < 65534 && std::net::UdpSocket::bind(("127.0.0.1", port + 1)).is_ok() {
+        if port.is_multiple_of(2) && port < 65534 && std::net::UdpSocket::bind(("127.0.0.1", port + 1)).is_ok() {
             return port;
         }
     }
