@@ -550,8 +550,10 @@ fn failures(joined: &[Joined]) -> Vec<(usize, usize, Role, String)> {
 }
 
 /// Creates the room unless it exists.
-pub(crate) fn ensure_room(api: SocketAddr, token: Option<&str>, room: &str) -> Result<(), LoadError> {
-    let body = serde_json::json!({ "id": room }).to_string();
+pub(crate) fn ensure_room(api: SocketAddr, token: Option<&str>, room: &str, record: bool) -> Result<(), LoadError> {
+    let body =
+        if record { serde_json::json!({ "id": room, "record": true }) } else { serde_json::json!({ "id": room }) };
+    let body = body.to_string();
     let r = request_as(api, &caller(token), "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
         .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
     if r.status == 201 || r.code() == "room_exists" {
@@ -633,7 +635,7 @@ pub fn run(
     };
     let material = Arc::new(Material::new(&speech, probes)?);
     for name in &room_names {
-        ensure_room(cfg.api, cfg.token.as_deref(), name)?;
+        ensure_room(cfg.api, cfg.token.as_deref(), name, cfg.record)?;
     }
 
     let shared = Arc::new(Shared {

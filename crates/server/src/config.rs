@@ -599,6 +599,18 @@ fn set(table: &mut toml::Table, path: &str, text: &str, origin: &str) -> Result<
                 toml::Value::Integer(_) => toml::Value::Integer(text.trim().parse().map_err(|_| bad("an integer"))?),
                 toml::Value::Float(_) => toml::Value::Float(text.trim().parse().map_err(|_| bad("a number"))?),
                 toml::Value::Boolean(_) => toml::Value::Boolean(text.trim().parse().map_err(|_| bad("true or false"))?),
+                // A list: TOML (`["a", "b"]`), or words separated by commas (`a,b`; empty = none).
+                toml::Value::Array(_) => match format!("v = {text}").parse::<toml::Table>() {
+                    Ok(mut t) if text.trim_start().starts_with('[') => t.remove("v").ok_or_else(|| bad("a list"))?,
+                    _ if text.trim_start().starts_with('[') => return Err(bad("a list like [\"a\", \"b\"]")),
+                    _ => toml::Value::Array(
+                        text.split(',')
+                            .map(str::trim)
+                            .filter(|w| !w.is_empty())
+                            .map(|w| toml::Value::String(w.to_owned()))
+                            .collect(),
+                    ),
+                },
                 _ => return Err(bad("a supported value")),
             };
             return Ok(());
@@ -631,6 +643,23 @@ mod tests {
     fn the_sample_config_is_the_defaults() {
         let sample = include_str!("../../../deploy/tutti.toml");
         assert_eq!(load_text(sample, &[], &[]).expect("the sample loads"), Config::default());
+    }
+
+    #[test]
+    fn lists_are_set_from_flags_and_the_environment() {
+        let cfg = load_text(
+            "[auth]\nsecret = \"0123456789abcdef0123456789abcdef\"\n",
+            &[("TUTTI_RTP_OUT_ALLOWED", "127.0.0.0/8, 10.0.0.0/8")],
+            &[("webhooks.urls", "[\"http://127.0.0.1:9100/\"]")],
+        )
+        .expect("loads");
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        assert_eq!(cfg.rtp_out.allowed, ["127.0.0.0/8", "10.0.0.0/8"]);
+        assert_eq!(cfg.webhooks.urls, ["http://127.0.0.1:9100/"]);
+        assert!(err(load_text("", &[], &[("webhooks.urls", "[oops")])).contains("list"));
+        assert!(err(load_text("", &[], &[("rtp_out.allowed", "10.0.0.0/99")])).contains("rtp_out.allowed"));
+        assert!(err(load_text("", &[], &[("webhooks.urls", "http://127.0.0.1:9/")])).contains("auth.secret"));
+        assert!(err(load_text("[recording]\nmax_bytes = 10\n", &[], &[])).contains("recording"));
     }
 
     #[test]
