@@ -142,6 +142,14 @@ pub struct LoadArgs {
     /// Per-room rows printed at the end (the worst by p5 MOS when there are more).
     #[arg(long, default_value_t = 30)]
     pub room_details: usize,
+    /// Create every room with `"record": true`: the server records each from its first join.
+    #[arg(long)]
+    pub record: bool,
+    /// Listen for the server's webhooks on this address (e.g. 127.0.0.1:9100) and
+    /// print how many of each event arrived; start `tutti serve` with
+    /// `--set 'webhooks.urls=["http://127.0.0.1:9100/"]'` and an `auth.secret`.
+    #[arg(long)]
+    pub webhook_listen: Option<SocketAddr>,
 }
 
 /// `tutti capacity`: the largest room that meets the SLO.
@@ -318,6 +326,11 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     cfg.seed = args.seed;
     cfg.speech = args.clip.as_deref().map(crate::audio::read_wav).transpose()?;
     cfg.server_cpu = cpu_source(args.metrics_url.as_deref(), args.server_pid)?;
+    cfg.record = args.record;
+    let hooks = args.webhook_listen.map(crate::webhooks::Receiver::start).transpose()?;
+    if let Some(h) = &hooks {
+        println!("webhook receiver on http://{}/", h.addr());
+    }
     let stop = stop_on_signal();
     println!(
         "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {:.0} % without level, {}, {} threads; server CPU from {}",
@@ -341,6 +354,11 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
         Progress::Summary(s) => println!("{}", s.to_text()),
     })?;
     println!("\n== final summary ==\n{}", report.summary.to_text());
+    if let Some(h) = &hooks {
+        // The rooms' last events (left, room_finished) come after the run: give them a moment.
+        std::thread::sleep(Duration::from_secs(1));
+        println!("\n== webhooks received ==\n{}", h.counts_text());
+    }
     println!("\n== clients ==\n{}", report.details_text(args.details));
     if report.summary.rooms.len() > 1 {
         println!("\n== rooms ==\n{}", report.rooms_text(args.room_details));

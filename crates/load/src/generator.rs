@@ -556,13 +556,16 @@ const MAX_REDIRECTS: usize = 2;
 
 /// Creates the room unless it exists, following a cluster's redirect to the
 /// node that holds it. Returns that node's API address and its id (when
-/// the answer names it).
+/// the answer names it). With `record`, the room records from its first join.
 pub(crate) fn ensure_room_at(
     api: SocketAddr,
     token: Option<&str>,
     room: &str,
+    record: bool,
 ) -> Result<(SocketAddr, Option<String>), LoadError> {
-    let body = serde_json::json!({ "id": room }).to_string();
+    let body =
+        if record { serde_json::json!({ "id": room, "record": true }) } else { serde_json::json!({ "id": room }) };
+    let body = body.to_string();
     let (r, at, _) = request_following(
         api,
         &caller(token),
@@ -661,7 +664,7 @@ pub fn run(
     let material = Arc::new(Material::new(&speech, probes)?);
     let mut nodes = Nodes::default();
     for (r, name) in room_names.iter().enumerate() {
-        let (at, id) = ensure_room_at(cfg.api, cfg.token.as_deref(), name)?;
+        let (at, id) = ensure_room_at(cfg.api, cfg.token.as_deref(), name, cfg.record)?;
         nodes.room(r, at, id);
     }
 

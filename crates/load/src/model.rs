@@ -146,6 +146,8 @@ pub struct LoadConfig {
     pub server_cpu: CpuSource,
     /// Leave with DELETE at the end (besides closing each peer).
     pub leave: bool,
+    /// Create every room with `"record": true` (the server records it from the first join).
+    pub record: bool,
 }
 
 impl LoadConfig {
@@ -175,6 +177,7 @@ impl LoadConfig {
             speech: None,
             server_cpu: CpuSource::Unknown,
             leave: true,
+            record: false,
         }
     }
 }

@@ -67,6 +67,119 @@ pub struct Config {
     /// Cluster mode (several nodes sharing a Redis directory); off while
     /// `cluster.redis_url` is empty. See [`tutti_cluster::ClusterConfig`].
     pub cluster: tutti_cluster::ClusterConfig,
+    /// Recording rooms to Ogg/Opus files (README "Recording").
+    pub recording: RecordingSettings,
+    /// Signed webhooks to the application's backend (README "Webhooks").
+    pub webhooks: WebhookSettings,
+    /// Forwarding a room's mix as plain RTP (README "RTP out").
+    pub rtp_out: RtpOutSettings,
+}
+
+/// Recording rooms (`POST /v1/rooms/{room}/recording`, or `record: true` at creation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordingSettings {
+    /// Whether rooms may be recorded at all (`false`: 403 `recording_disabled`).
+    pub enabled: bool,
+    /// Directory the files go to (created when the first recording starts).
+    pub dir: String,
+    /// Largest file, in bytes (the recording stops with reason `limit` before exceeding it).
+    pub max_bytes: u64,
+    /// Longest file, in seconds (the recording stops with reason `limit`).
+    pub max_duration_seconds: f64,
+    /// Frames queued to a recording's writer thread (50 = 1 s); beyond: dropped, counted, concealed.
+    pub queue_frames: usize,
+}
+
+impl Default for RecordingSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: "recordings".to_owned(),
+            max_bytes: 512 * 1024 * 1024,
+            max_duration_seconds: 14_400.0,
+            queue_frames: 500,
+        }
+    }
+}
+
+/// Webhooks: events POSTed, signed with `auth.secret`, to every URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookSettings {
+    /// Receivers (`http://host:port/path`); empty = no webhooks.
+    pub urls: Vec<String>,
+    /// The token's issuer (`iss`), naming this server to receivers.
+    pub api_key: String,
+    /// Events queued per URL; beyond: dropped, counted, logged.
+    pub queue: usize,
+    /// Seconds one delivery attempt may take (connecting included).
+    pub timeout_seconds: f64,
+    /// Attempts per event (1 = no retry).
+    pub attempts: u32,
+    /// Seconds before the first retry (doubling after each).
+    pub backoff_seconds: f64,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        Self {
+            urls: Vec::new(),
+            api_key: "tutti".to_owned(),
+            queue: 1024,
+            timeout_seconds: 5.0,
+            attempts: 3,
+            backoff_seconds: 1.0,
+        }
+    }
+}
+
+impl RecordingSettings {
+    /// As the recorder takes it.
+    pub(crate) fn to_config(&self) -> crate::ops::recording::RecordingConfig {
+        let seconds =
+            if self.max_duration_seconds.is_finite() { self.max_duration_seconds.clamp(0.0, 1e9) } else { 0.0 };
+        crate::ops::recording::RecordingConfig {
+            dir: self.dir.clone().into(),
+            max_bytes: self.max_bytes,
+            max_duration: Duration::from_secs_f64(seconds),
+            queue_frames: self.queue_frames,
+            ..crate::ops::recording::RecordingConfig::default()
+        }
+    }
+}
+
+impl WebhookSettings {
+    /// As the webhook sender takes it, signing with `secret`.
+    pub(crate) fn to_config(&self, secret: &[u8]) -> crate::ops::webhook::WebhookConfig {
+        let secs = |v: f64| Duration::from_secs_f64(if v.is_finite() { v.clamp(0.0, 60.0) } else { 0.0 });
+        crate::ops::webhook::WebhookConfig {
+            urls: self.urls.clone(),
+            secret: secret.to_vec(),
+            issuer: self.api_key.clone(),
+            queue: self.queue,
+            connect_timeout: secs(self.timeout_seconds),
+            timeout: secs(self.timeout_seconds),
+            attempts: self.attempts,
+            backoff: secs(self.backoff_seconds),
+        }
+    }
+}
+
+impl RtpOutSettings {
+    /// The allowed networks, parsed; the error names the bad entry.
+    pub(crate) fn networks(&self) -> Result<Vec<crate::ops::network::Network>, String> {
+        self.allowed.iter().map(|n| n.parse()).collect()
+    }
+}
+
+/// Forwarding a room's mix as plain RTP (`POST /v1/rooms/{room}/rtp_out`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RtpOutSettings {
+    /// Networks a stream may be sent to (`"127.0.0.0/8"`, `"10.1.2.3/32"`,
+    /// `"fd00::/8"`); empty = RTP out disabled (403 `rtp_out_disabled`).
+    pub allowed: Vec<String>,
 }
 
 /// Access tokens (see [`crate::auth`]).
@@ -164,6 +277,9 @@ impl Default for Config {
             limits: Limits::default(),
             log: LogConfig::default(),
             cluster: tutti_cluster::ClusterConfig::default(),
+            recording: RecordingSettings::default(),
+            webhooks: WebhookSettings::default(),
+            rtp_out: RtpOutSettings::default(),
         }
     }
 }
@@ -355,6 +471,7 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return invalid("log.format", "must be 'text' or 'json'");
         }
+        self.validate_outputs()?;
         if self.cluster.enabled() {
             self.cluster.validate().map_err(|e| ConfigError::Invalid { key: "cluster", message: e.to_string() })?;
             if self.auth.disabled || self.auth.secret.is_empty() {
@@ -364,6 +481,37 @@ impl Config {
                      tokens and redirect tickets are checked with it on whichever node a client reaches",
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Checks `[recording]`, `[webhooks]` and `[rtp_out]`.
+    fn validate_outputs(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        if let Err(e) = self.recording.to_config().validate() {
+            return invalid("recording", e.to_string());
+        }
+        if !self.webhooks.urls.is_empty() {
+            if self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES {
+                return invalid(
+                    "webhooks.urls",
+                    "webhooks are signed with auth.secret: configure one (at least 32 bytes) the receivers know".into(),
+                );
+            }
+            if let Err(e) = self.webhooks.to_config(self.auth.secret.as_bytes()).validate() {
+                return invalid("webhooks", e.to_string());
+            }
+        }
+        for (key, v) in [
+            ("webhooks.timeout_seconds", self.webhooks.timeout_seconds),
+            ("webhooks.backoff_seconds", self.webhooks.backoff_seconds),
+        ] {
+            if !(v.is_finite() && (0.0..=60.0).contains(&v)) || (key == "webhooks.timeout_seconds" && v < 0.01) {
+                return invalid(key, "must be within 0.01 (backoff: 0) to 60 seconds".into());
+            }
+        }
+        if let Err(e) = self.rtp_out.networks() {
+            return invalid("rtp_out.allowed", e);
         }
         Ok(())
     }
@@ -451,6 +599,18 @@ fn set(table: &mut toml::Table, path: &str, text: &str, origin: &str) -> Result<
                 toml::Value::Integer(_) => toml::Value::Integer(text.trim().parse().map_err(|_| bad("an integer"))?),
                 toml::Value::Float(_) => toml::Value::Float(text.trim().parse().map_err(|_| bad("a number"))?),
                 toml::Value::Boolean(_) => toml::Value::Boolean(text.trim().parse().map_err(|_| bad("true or false"))?),
+                // A list: TOML (`["a", "b"]`), or words separated by commas (`a,b`; empty = none).
+                toml::Value::Array(_) => match format!("v = {text}").parse::<toml::Table>() {
+                    Ok(mut t) if text.trim_start().starts_with('[') => t.remove("v").ok_or_else(|| bad("a list"))?,
+                    _ if text.trim_start().starts_with('[') => return Err(bad("a list like [\"a\", \"b\"]")),
+                    _ => toml::Value::Array(
+                        text.split(',')
+                            .map(str::trim)
+                            .filter(|w| !w.is_empty())
+                            .map(|w| toml::Value::String(w.to_owned()))
+                            .collect(),
+                    ),
+                },
                 _ => return Err(bad("a supported value")),
             };
             return Ok(());
@@ -483,6 +643,23 @@ mod tests {
     fn the_sample_config_is_the_defaults() {
         let sample = include_str!("../../../deploy/tutti.toml");
         assert_eq!(load_text(sample, &[], &[]).expect("the sample loads"), Config::default());
+    }
+
+    #[test]
+    fn lists_are_set_from_flags_and_the_environment() {
+        let cfg = load_text(
+            "[auth]\nsecret = \"0123456789abcdef0123456789abcdef\"\n",
+            &[("TUTTI_RTP_OUT_ALLOWED", "127.0.0.0/8, 10.0.0.0/8")],
+            &[("webhooks.urls", "[\"http://127.0.0.1:9100/\"]")],
+        )
+        .expect("loads");
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        assert_eq!(cfg.rtp_out.allowed, ["127.0.0.0/8", "10.0.0.0/8"]);
+        assert_eq!(cfg.webhooks.urls, ["http://127.0.0.1:9100/"]);
+        assert!(err(load_text("", &[], &[("webhooks.urls", "[oops")])).contains("list"));
+        assert!(err(load_text("", &[], &[("rtp_out.allowed", "10.0.0.0/99")])).contains("rtp_out.allowed"));
+        assert!(err(load_text("", &[], &[("webhooks.urls", "http://127.0.0.1:9/")])).contains("auth.secret"));
+        assert!(err(load_text("[recording]\nmax_bytes = 10\n", &[], &[])).contains("recording"));
     }
 
     #[test]

@@ -64,11 +64,15 @@ pub mod fuzz;
 mod media;
 pub mod metrics;
 pub mod ops;
+mod outputs;
 mod priority;
 mod room;
 mod server;
 mod sync;
 
-pub use config::{AuthConfig, Config, ConfigError, Limits, LogConfig, RoomDefaults};
+pub use config::{
+    AuthConfig, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpOutSettings,
+    WebhookSettings,
+};
 pub use media::MediaStats;
 pub use server::{API_THREAD_NICE, Resources, Server, ServerError, api_runtime, lower_thread_priority};

@@ -17,7 +17,9 @@ pub(crate) mod cluster;
 pub(crate) mod error;
 pub(crate) mod http;
 mod limit;
+mod recording;
 pub(crate) mod rooms;
+mod rtp_out;
 mod web;
 pub(crate) mod ws;
 mod ws_relay;
@@ -52,6 +54,8 @@ pub(crate) struct ApiState {
     pub(crate) ws_sessions: AtomicUsize,
     /// The cluster directory; `None` on a single node (no Redis at all).
     pub(crate) cluster: Option<tutti_cluster::Cluster>,
+    /// Recordings, RTP out, webhooks.
+    pub(crate) outputs: Arc<crate::outputs::Outputs>,
 }
 
 impl ApiState {
@@ -64,6 +68,7 @@ impl ApiState {
             auth,
             ws_sessions: AtomicUsize::new(0),
             cluster: None,
+            outputs: Arc::new(crate::outputs::Outputs::disabled()),
         }
     }
 
@@ -199,6 +204,8 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
             axum::routing::delete(rooms::leave).patch(rooms::update_participant),
         )
         .route("/v1/rooms/{room}/ws", get(ws::upgrade))
+        .merge(recording::routes())
+        .merge(rtp_out::routes())
         .merge(web::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))

@@ -18,7 +18,7 @@ use crate::room::{LeaveReason, Room, RoomError};
 use crate::sync::lock;
 
 /// The body, or the JSON error for why it could not be read (413 when too large).
-fn body(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+pub(super) fn body(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is too large")
@@ -33,7 +33,11 @@ fn content_type(headers: &HeaderMap) -> &str {
 }
 
 /// Parses a JSON body; an empty body is `T::default()` when `T` allows it.
-fn json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes, empty: Option<T>) -> ApiResult<T> {
+pub(super) fn json<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: &Bytes,
+    empty: Option<T>,
+) -> ApiResult<T> {
     if bytes.is_empty()
         && let Some(default) = empty
     {
@@ -57,6 +61,8 @@ pub(crate) struct CreateRoom {
     id: Option<String>,
     max_participants: Option<usize>,
     max_speakers: Option<usize>,
+    /// Record the room from its first join (README "Recording").
+    record: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -101,6 +107,10 @@ pub(crate) async fn create_room(
         return Err(ApiError::forbidden("creating a room needs a token with the 'admin' permission"));
     }
     let req: CreateRoom = json(&headers, &body(raw)?, Some(CreateRoom::default()))?;
+    let record = req.record == Some(true);
+    if record && !api.outputs.recording_enabled() {
+        return Err(super::recording::output_error(crate::outputs::OutputError::RecordingDisabled));
+    }
     let id = match (req.id, access.room) {
         (Some(a), Some(b)) if a != b => {
             return Err(ApiError::bad_request("bad_room_id", "the body's id and the query's room differ"));
@@ -144,6 +154,10 @@ pub(crate) async fn create_room(
             }
         }
     };
+    api.outputs.watch(&room);
+    if record {
+        api.outputs.start_recording(&room).map_err(super::recording::output_error)?;
+    }
     Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/rooms/{id}"))], axum::Json(summary(&api, &room)))
         .into_response())
 }

@@ -74,6 +74,8 @@ pub(crate) struct MediaConfig {
     pub(crate) thread_nice: i32,
     /// Established peers send RTP on tutti-rtc's lean path (else webrtc-rs's).
     pub(crate) lean_send: bool,
+    /// Recordings and RTP out, fed by the clock after each tick.
+    pub(crate) outputs: Option<Arc<crate::outputs::Outputs>>,
 }
 
 /// The media plane, running: what the API and the server hold of it.
@@ -144,6 +146,7 @@ impl MediaHandle {
             stop: stop.clone(),
             overruns: overruns.clone(),
             thread_nice: cfg.thread_nice,
+            outputs: cfg.outputs.clone(),
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
         tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");

@@ -30,6 +30,7 @@
 //! series only grows (a counter). Linux only: elsewhere these series are
 //! absent.
 
+pub mod outputs;
 mod procfs;
 mod ticks;
 
@@ -346,6 +347,7 @@ fn describe() {
         "ICE restarts asked for through the API (a participant's new offer), by result: ok or failed."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
+    outputs::describe();
 }
 
 /// What one mixer clock tick did, over every room: add each room's report.

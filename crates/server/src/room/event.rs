@@ -23,6 +23,18 @@ pub(crate) enum RoomEvent {
     RoomClosed,
     /// The server is shutting down: every peer is about to be closed.
     Shutdown { message: String },
+    /// The room is being recorded, into `file`.
+    RecordingStarted { file: String },
+    /// A recording ended before anyone stopped it: `reason` is `limit` or
+    /// `error` (disk full, directory not writable: `error` says what).
+    RecordingStopped {
+        file: String,
+        reason: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A recording ended (`reason`: `stopped`, `limit`, `error`) and its file is closed.
+    RecordingFinished { file: String, bytes: u64, duration_seconds: f64, reason: &'static str },
 }
 
 /// The kinds of event a subscriber may choose (the others are always sent:
@@ -62,6 +74,10 @@ impl EventKinds {
             RoomEvent::Talking { .. } => 2,
             RoomEvent::Muted { .. } => 3,
             RoomEvent::RoomClosed | RoomEvent::Shutdown { .. } => return true,
+            // Few and for everyone: a recording is everyone's business.
+            RoomEvent::RecordingStarted { .. }
+            | RoomEvent::RecordingStopped { .. }
+            | RoomEvent::RecordingFinished { .. } => return true,
         };
         self.0 & (1 << bit) != 0
     }
