@@ -124,6 +124,10 @@ pub const API_REQUESTS: &str = "tutti_api_requests_total";
 pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
+/// Stage actions by `action` (`grant`, `revoke`, `hand_raised`,
+/// `hand_lowered`, `lock`, `unlock`, `resize`, `mute_all`, `kick`, `ban`) and
+/// joins refused by them (`refused_locked`, `refused_banned`), counter.
+pub const STAGE_ACTIONS: &str = "tutti_stage_actions_total";
 
 /// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
 pub const NAMES: &[&str] = &[
@@ -164,6 +168,7 @@ pub const NAMES: &[&str] = &[
     API_REQUESTS,
     API_JOIN_DURATION_SECONDS,
     BUILD_INFO,
+    STAGE_ACTIONS,
 ];
 
 /// The histograms among [`NAMES`].
@@ -335,6 +340,11 @@ fn describe() {
         "Time to answer a successful join (offer in, answer out)."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
+    describe_counter!(
+        STAGE_ACTIONS,
+        Unit::Count,
+        "Stage actions (speak rights, hands, lock, mute-all, kicks, bans) by action."
+    );
 }
 
 /// What one mixer clock tick did, over every room: add each room's report.
@@ -492,6 +502,13 @@ pub fn api_request(method: &Method, route: &str, status: StatusCode) {
 pub fn join_latency(duration: Duration) {
     if let Some(h) = handles() {
         h.join_duration.record(duration.as_secs_f64());
+    }
+}
+
+/// One stage action (see [`STAGE_ACTIONS`]).
+pub fn stage_action(action: &'static str) {
+    if handles().is_some() {
+        metrics::counter!(STAGE_ACTIONS, "action" => action).increment(1);
     }
 }
 
