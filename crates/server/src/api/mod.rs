@@ -20,6 +20,7 @@ mod limit;
 mod recording;
 pub(crate) mod rooms;
 mod rtp_out;
+mod stage;
 mod web;
 pub(crate) mod ws;
 mod ws_relay;
@@ -127,6 +128,7 @@ pub(crate) fn join_room(
     grant: &Grant,
 ) -> ApiResult<(u64, String)> {
     api.rooms.check_space(room)?;
+    stage::admit(api, room, grant, name)?;
     let now = Instant::now();
     let (peer, answer) = api.media.accept(sdp, now).map_err(|e| match e {
         tutti_rtc::RtcError::BadSdp(_) | tutti_rtc::RtcError::NoAudio => {
@@ -139,6 +141,8 @@ pub(crate) fn join_room(
         name: name.to_owned(),
         identity: grant.identity.clone(),
         listen_only: !grant.speak,
+        // With auth off every caller is an admin: then nobody is spared by mute-all.
+        admin: api.auth.is_some() && grant.may_manage(&room.id),
     };
     let id = api.rooms.join(room, joiner, now)?;
     Ok((id, answer))
@@ -197,7 +201,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/rooms", post(rooms::create_room).get(rooms::list_rooms))
-        .route("/v1/rooms/{room}", get(rooms::get_room).delete(rooms::delete_room))
+        .route("/v1/rooms/{room}", get(rooms::get_room).delete(rooms::delete_room).patch(stage::update_room))
         .route("/v1/rooms/{room}/participants", post(rooms::join))
         .route(
             "/v1/rooms/{room}/participants/{id}",

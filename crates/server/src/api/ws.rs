@@ -6,7 +6,11 @@
 //! `{code, message}`, and `events` `{events: […]}`: the room's events of one
 //! 20 ms tick, in order, each one of `joined` `{id, name}`, `left` `{id,
 //! reason}`, `talking` `{id, talking}`, `muted` `{id, muted}`,
-//! `room_closed`, `shutdown` `{message}`. At most one `events` message per
+//! `room_closed`, `shutdown` `{message}`, and the stage's `permissions`
+//! `{id, speak}`, `hand` `{id, raised}`, `room_updated` `{locked,
+//! max_participants, max_speakers}` and `muted_all` `{count}` (with the
+//! `muted` kind). The snapshot says whether the socket's token is an
+//! admin's for the room (`admin`) and whether the room is `locked`. At most one `events` message per
 //! tick reaches a socket, however many people join at once, and it is
 //! serialized once for every socket that takes every kind. In cluster mode
 //! a socket opened on a node that does not hold the room gets `moved`
@@ -15,8 +19,11 @@
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
-//! participant), `leave`, `subscribe` `{events: ["joined", "left",
-//! "talking", "muted"]}` (the kinds it wants from now on; also
+//! participant), `hand` `{raised, id?}` (the socket's own participant's
+//! hand, or `id`'s: one of the caller's identity, or anyone's for an
+//! admin), `leave`, `subscribe` `{events: ["joined", "left",
+//! "talking", "muted", "permissions", "hand", "room_updated"]}` (the kinds
+//! it wants from now on; also
 //! `?events=joined,left` at the upgrade; default: all; `room_closed` and
 //! `shutdown` always come).
 //!
@@ -49,6 +56,7 @@ use super::limit::Bucket;
 use super::{ApiState, authenticate, join_room, may_join, may_see};
 use crate::auth::Grant;
 use crate::room::{EventKinds, LeaveReason, Room, RoomEvent};
+use crate::sync::lock;
 
 /// Close code: a message over the size limit (RFC 6455 §7.4.1).
 const CLOSE_TOO_BIG: u16 = 1009;
@@ -85,6 +93,13 @@ pub(crate) enum ClientMessage {
     Leave,
     Subscribe {
         events: Vec<String>,
+    },
+    /// Raise or lower a hand: the socket's own participant's, or `id`'s
+    /// (the caller's own identity's, or anyone's for an admin).
+    Hand {
+        raised: bool,
+        #[serde(default)]
+        id: Option<u64>,
     },
 }
 
@@ -160,10 +175,12 @@ fn error(e: &ApiError) -> Message {
     text(&serde_json::json!({ "type": "error", "code": e.code, "message": e.message }))
 }
 
-fn snapshot(room: &Room) -> Message {
+fn snapshot(room: &Room, admin: bool) -> Message {
     text(&serde_json::json!({
         "type": "room",
         "room": room.id,
+        "admin": admin,
+        "locked": room.is_locked(),
         "participants": room.member_list(),
         "speakers": room.speaker_ids(),
     }))
@@ -204,7 +221,8 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
     let mut events = room.subscribe();
     let mut me: Option<u64> = None;
     let mut kinds = kinds;
-    let mut ok = socket.send(snapshot(&room)).await.is_ok();
+    let admin = caller.grant.may_manage(&room.id);
+    let mut ok = socket.send(snapshot(&room, admin)).await.is_ok();
     while ok {
         tokio::select! {
             msg = socket.recv() => {
@@ -271,7 +289,7 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                     }
                 }
                 // Missed events: start again from a fresh snapshot.
-                Err(RecvError::Lagged(_)) => ok = socket.send(snapshot(&room)).await.is_ok(),
+                Err(RecvError::Lagged(_)) => ok = socket.send(snapshot(&room, admin)).await.is_ok(),
                 Err(RecvError::Closed) => break,
             }
         }
@@ -324,6 +342,28 @@ pub(crate) fn handle(
             }
             Err(message) => bad("bad_events", message),
         },
+        ClientMessage::Hand { raised, id } => {
+            let Some(target) = id.or(*me) else {
+                return bad("not_joined", "join first, or name the participant: {\"type\":\"hand\",\"id\":…}".into());
+            };
+            let identity = &caller.grant.identity;
+            let own = Some(target) == *me
+                || lock(&room.members).get(&target).is_some_and(|m| !identity.is_empty() && m.identity == *identity);
+            if !own && !caller.grant.may_manage(&room.id) {
+                return Some(error(&ApiError::forbidden(
+                    "raising or lowering another participant's hand needs an admin token",
+                )));
+            }
+            match api.rooms.set_hand(room, target, raised) {
+                Ok(changed) => {
+                    if changed {
+                        crate::metrics::stage_action(if raised { "hand_raised" } else { "hand_lowered" });
+                    }
+                    None
+                }
+                Err(e) => Some(error(&e.into())),
+            }
+        }
         ClientMessage::Leave => match me.take() {
             Some(id) => {
                 if let Ok(effect) = api.rooms.leave(room, id, LeaveReason::Left) {

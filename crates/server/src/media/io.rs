@@ -37,8 +37,8 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 struct Local {
     room: Arc<Room>,
     connected: bool,
-    /// Its token lacks `speak`: its audio is dropped here.
-    listen_only: bool,
+    /// While set (its token lacks `speak`, or an admin revoked it), its audio is dropped here.
+    listen_only: crate::room::ListenOnly,
     /// The SSRC its packets carry, once seen.
     ssrc: Option<u32>,
 }
@@ -274,7 +274,7 @@ impl IoThread {
             match event {
                 MuxEvent::Audio(peer, a) => {
                     let Some(local) = self.peers.get_mut(&peer) else { continue };
-                    if local.listen_only {
+                    if local.listen_only.get() {
                         self.counters.listen_only_dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }

@@ -130,6 +130,10 @@ pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
 pub const API_ICE_RESTARTS: &str = "tutti_api_ice_restarts_total";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
+/// Stage actions by `action` (`grant`, `revoke`, `hand_raised`,
+/// `hand_lowered`, `lock`, `unlock`, `resize`, `mute_all`, `kick`, `ban`) and
+/// joins refused by them (`refused_locked`, `refused_banned`), counter.
+pub const STAGE_ACTIONS: &str = "tutti_stage_actions_total";
 
 /// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
 pub const NAMES: &[&str] = &[
@@ -171,6 +175,7 @@ pub const NAMES: &[&str] = &[
     API_JOIN_DURATION_SECONDS,
     API_ICE_RESTARTS,
     BUILD_INFO,
+    STAGE_ACTIONS,
 ];
 
 /// The histograms among [`NAMES`].
@@ -348,6 +353,11 @@ fn describe() {
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
     outputs::describe();
+    describe_counter!(
+        STAGE_ACTIONS,
+        Unit::Count,
+        "Stage actions (speak rights, hands, lock, mute-all, kicks, bans) by action."
+    );
 }
 
 /// What one mixer clock tick did, over every room: add each room's report.
@@ -513,6 +523,13 @@ pub fn join_latency(duration: Duration) {
 pub fn ice_restart(ok: bool) {
     if handles().is_some() {
         metrics::counter!(API_ICE_RESTARTS, "result" => if ok { "ok" } else { "failed" }).increment(1);
+    }
+}
+
+/// One stage action (see [`STAGE_ACTIONS`]).
+pub fn stage_action(action: &'static str) {
+    if handles().is_some() {
+        metrics::counter!(STAGE_ACTIONS, "action" => action).increment(1);
     }
 }
 
