@@ -67,6 +67,8 @@ pub struct Config {
     /// Cluster mode (several nodes sharing a Redis directory); off while
     /// `cluster.redis_url` is empty. See [`tutti_cluster::ClusterConfig`].
     pub cluster: tutti_cluster::ClusterConfig,
+    /// Plain RTP/AVP participants (SIP gateways); off while `rtp_in.trusted` is empty.
+    pub rtp_in: RtpInConfig,
 }
 
 /// Access tokens (see [`crate::auth`]).
@@ -164,6 +166,7 @@ impl Default for Config {
             limits: Limits::default(),
             log: LogConfig::default(),
             cluster: tutti_cluster::ClusterConfig::default(),
+            rtp_in: RtpInConfig::default(),
         }
     }
 }
@@ -194,6 +197,24 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self { format: "text".to_owned(), filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=error,rtc_srtp=warn".to_owned() }
     }
+}
+
+/// Plain RTP/AVP participants: a SIP gateway (FreeSWITCH, Asterisk) or
+/// any RTP sender joins with an `RTP/AVP` Opus offer, no ICE, no DTLS.
+/// Plain RTP has NO encryption and NO authentication: allow it only from
+/// networks you trust (the gateway's LAN, loopback).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RtpInConfig {
+    /// Networks (CIDR, e.g. `10.0.0.0/8`, `127.0.0.0/8`) whose API clients
+    /// may join with a plain RTP offer, and whose addresses it may name as
+    /// its RTP address. Empty (the default) = plain RTP is refused (403
+    /// `rtp_in_forbidden`) and no port is opened. Environment and flags:
+    /// comma-separated.
+    pub trusted: Vec<String>,
+    /// UDP port of the plain RTP socket, on the media address's IP; 0 = a
+    /// free port chosen at start (answers carry it).
+    pub port: u16,
 }
 
 /// Why a configuration was refused. Each names the key and the source.
@@ -355,6 +376,8 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return invalid("log.format", "must be 'text' or 'json'");
         }
+        crate::cidr::parse_all(&self.rtp_in.trusted)
+            .map_err(|message| ConfigError::Invalid { key: "rtp_in.trusted", message })?;
         if self.cluster.enabled() {
             self.cluster.validate().map_err(|e| ConfigError::Invalid { key: "cluster", message: e.to_string() })?;
             if self.auth.disabled || self.auth.secret.is_empty() {
@@ -451,6 +474,10 @@ fn set(table: &mut toml::Table, path: &str, text: &str, origin: &str) -> Result<
                 toml::Value::Integer(_) => toml::Value::Integer(text.trim().parse().map_err(|_| bad("an integer"))?),
                 toml::Value::Float(_) => toml::Value::Float(text.trim().parse().map_err(|_| bad("a number"))?),
                 toml::Value::Boolean(_) => toml::Value::Boolean(text.trim().parse().map_err(|_| bad("true or false"))?),
+                // A list of strings, comma-separated: `10.0.0.0/8,127.0.0.0/8`.
+                toml::Value::Array(_) => toml::Value::Array(
+                    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.to_owned().into()).collect(),
+                ),
                 _ => return Err(bad("a supported value")),
             };
             return Ok(());

@@ -57,6 +57,7 @@
 
 mod api;
 pub mod auth;
+mod cidr;
 mod config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -69,6 +70,6 @@ mod room;
 mod server;
 mod sync;
 
-pub use config::{AuthConfig, Config, ConfigError, Limits, LogConfig, RoomDefaults};
+pub use config::{AuthConfig, Config, ConfigError, Limits, LogConfig, RoomDefaults, RtpInConfig};
 pub use media::MediaStats;
 pub use server::{API_THREAD_NICE, Resources, Server, ServerError, api_runtime, lower_thread_priority};

@@ -123,6 +123,7 @@ impl Server {
             mix_threads: cfg.mix_threads,
             thread_nice: cfg.media_thread_nice,
             lean_send: cfg.lean_send,
+            rtp_in: (!cfg.rtp_in.trusted.is_empty()).then(|| SocketAddr::new(cfg.media.ip(), cfg.rtp_in.port)),
         };
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;

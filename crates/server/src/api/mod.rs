@@ -18,6 +18,7 @@ pub(crate) mod error;
 pub(crate) mod http;
 mod limit;
 pub(crate) mod rooms;
+mod rtp_in;
 mod web;
 pub(crate) mod ws;
 

@@ -125,6 +125,18 @@ pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
 
+/// Plain RTP participants now (`[rtp_in]`: SIP gateways), gauge.
+pub const RTP_IN_PARTICIPANTS: &str = "tutti_rtp_in_participants";
+/// Plain RTP audio packets taken into rooms, counter.
+pub const RTP_IN_PACKETS_RECEIVED: &str = "tutti_rtp_in_packets_received_total";
+/// Plain RTP packets sent to plain RTP participants (their mix), counter.
+pub const RTP_IN_PACKETS_SENT: &str = "tutti_rtp_in_packets_sent_total";
+/// Plain RTP refused, by `reason`: `forbidden` (a join from an untrusted
+/// network, or with plain RTP off), `source` (a packet from an address no
+/// participant has), `malformed`, `payload_type` (not the offered Opus
+/// type: DTMF, comfort noise), `rtcp` (ignored); counter.
+pub const RTP_IN_REJECTED: &str = "tutti_rtp_in_rejected_total";
+
 /// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
 pub const NAMES: &[&str] = &[
     THREAD_CPU_SECONDS,
@@ -164,6 +176,10 @@ pub const NAMES: &[&str] = &[
     API_REQUESTS,
     API_JOIN_DURATION_SECONDS,
     BUILD_INFO,
+    RTP_IN_PARTICIPANTS,
+    RTP_IN_PACKETS_RECEIVED,
+    RTP_IN_PACKETS_SENT,
+    RTP_IN_REJECTED,
 ];
 
 /// The histograms among [`NAMES`].
@@ -466,6 +482,44 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     moved(&h.connecting, now.connecting, last.connecting);
     moved(&h.connected, now.connected, last.connected);
     *last = now;
+}
+
+/// The plain RTP thread's figures since its last call: participants now,
+/// packets taken and sent, and packets refused by reason. Registers the
+/// series on first use; a handful of lookups per call (once per loop turn,
+/// not per packet).
+pub fn rtp_in(participants: usize, received: u64, sent: u64, rejected: &[(&'static str, u64)]) {
+    if handles().is_none() {
+        return;
+    }
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        use metrics::{describe_counter, describe_gauge};
+        describe_gauge!(RTP_IN_PARTICIPANTS, Unit::Count, "Plain RTP (rtp_in) participants now.");
+        describe_counter!(RTP_IN_PACKETS_RECEIVED, Unit::Count, "Plain RTP audio packets taken into rooms.");
+        describe_counter!(RTP_IN_PACKETS_SENT, Unit::Count, "Plain RTP packets sent to plain RTP participants.");
+        describe_counter!(
+            RTP_IN_REJECTED,
+            Unit::Count,
+            "Plain RTP refused by reason: forbidden (join), source, malformed, payload_type, rtcp (packets)."
+        );
+        metrics::counter!(RTP_IN_REJECTED, "reason" => "forbidden").increment(0);
+    });
+    metrics::gauge!(RTP_IN_PARTICIPANTS).set(participants as f64);
+    metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(received);
+    metrics::counter!(RTP_IN_PACKETS_SENT).increment(sent);
+    for &(reason, n) in rejected {
+        if n > 0 {
+            metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(n);
+        }
+    }
+}
+
+/// A plain RTP join was refused as not allowed (403 `rtp_in_forbidden`).
+pub fn rtp_in_forbidden() {
+    if handles().is_some() {
+        metrics::counter!(RTP_IN_REJECTED, "reason" => "forbidden").increment(1);
+    }
 }
 
 /// One HTTP API request answered. `route` is the matched route template

@@ -22,6 +22,7 @@
 mod error;
 mod event;
 mod member;
+mod plain;
 mod registry;
 #[allow(clippy::module_inception)]
 mod room;
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 pub(crate) use error::RoomError;
 pub(crate) use event::{EventKinds, RoomEvent};
 pub(crate) use member::{LeaveReason, Member};
+pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inbox, Room, RoomKey, RoomMix};
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
