@@ -425,10 +425,11 @@ impl PlainThread {
 
     /// Publishes the counters (to the server's stats and the metrics).
     fn publish(&mut self) {
+        let change = self.peers.len() as i64 - self.stats.connected as i64;
         self.stats.connected = self.peers.len() as u64;
         let t = std::mem::take(&mut self.tally);
         metrics::rtp_in(
-            self.peers.len(),
+            change,
             t.received,
             t.sent,
             &[("source", t.source), ("malformed", t.malformed), ("payload_type", t.payload_type), ("rtcp", t.rtcp)],

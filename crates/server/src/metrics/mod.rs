@@ -484,11 +484,12 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     *last = now;
 }
 
-/// The plain RTP thread's figures since its last call: participants now,
+/// The plain RTP thread's figures since its last call: the change in its
+/// participants (a delta, so several servers in one process add up),
 /// packets taken and sent, and packets refused by reason. Registers the
 /// series on first use; a handful of lookups per call (once per loop turn,
 /// not per packet).
-pub fn rtp_in(participants: usize, received: u64, sent: u64, rejected: &[(&'static str, u64)]) {
+pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&'static str, u64)]) {
     if handles().is_none() {
         return;
     }
@@ -503,11 +504,23 @@ pub fn rtp_in(participants: usize, received: u64, sent: u64, rejected: &[(&'stat
             Unit::Count,
             "Plain RTP refused by reason: forbidden (join), source, malformed, payload_type, rtcp (packets)."
         );
-        metrics::counter!(RTP_IN_REJECTED, "reason" => "forbidden").increment(0);
+        // Every series present from the start (at 0).
+        metrics::gauge!(RTP_IN_PARTICIPANTS).increment(0.0);
+        metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(0);
+        metrics::counter!(RTP_IN_PACKETS_SENT).increment(0);
+        for reason in ["forbidden", "source", "malformed", "payload_type", "rtcp"] {
+            metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(0);
+        }
     });
-    metrics::gauge!(RTP_IN_PARTICIPANTS).set(participants as f64);
-    metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(received);
-    metrics::counter!(RTP_IN_PACKETS_SENT).increment(sent);
+    if participants_change != 0 {
+        metrics::gauge!(RTP_IN_PARTICIPANTS).increment(participants_change as f64);
+    }
+    if received > 0 {
+        metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(received);
+    }
+    if sent > 0 {
+        metrics::counter!(RTP_IN_PACKETS_SENT).increment(sent);
+    }
     for &(reason, n) in rejected {
         if n > 0 {
             metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(n);
