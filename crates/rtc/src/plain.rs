@@ -69,23 +69,27 @@ fn connection(line: &str) -> Result<IpAddr, PlainSdpError> {
     Ok(ip)
 }
 
+/// The first plain audio section as read so far: port, formats, its own
+/// `c=` address, and its `a=rtpmap` lines (payload type, lowercased codec).
+type AudioSection = (u16, Vec<u8>, Option<IpAddr>, Vec<(u8, String)>);
+
 impl PlainOffer {
     /// Parses a plain RTP/AVP offer: the first `m=audio` line with the
     /// `RTP/AVP` profile, its (or the session's) `c=` address, and the
     /// first of its payload types that `a=rtpmap` maps to `opus/48000`.
     pub fn parse(sdp: &str) -> Result<Self, PlainSdpError> {
         let mut session_c = None;
-        let mut media: Option<(u16, Vec<u8>, Option<IpAddr>, Vec<(u8, String)>)> = None;
+        let mut media: Option<AudioSection> = None;
         let (mut in_audio, mut seen_m) = (false, false);
         for line in sdp.lines().map(str::trim) {
-            if line.starts_with("m=") {
+            if let Some(m_line) = line.strip_prefix("m=") {
                 seen_m = true;
                 if media.is_some() {
                     // Only the first audio section counts.
                     in_audio = false;
                     continue;
                 }
-                let f: Vec<&str> = line[2..].split_whitespace().collect();
+                let f: Vec<&str> = m_line.split_whitespace().collect();
                 if f.first() == Some(&"audio") && f.get(2).is_some_and(|p| p.eq_ignore_ascii_case("RTP/AVP")) {
                     let bad = || PlainSdpError::BadMedia(line.to_owned());
                     // "40000" or "40000/2" (a port count; the first port is ours).
