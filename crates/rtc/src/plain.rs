@@ -278,6 +278,43 @@ mod tests {
         }
     }
 
+    /// Seeded random bytes and mutations of valid inputs (the stable
+    /// counterpart of the `plain_rtp` fuzz target): no panic, and what
+    /// parses is consistent.
+    #[test]
+    fn random_and_mutated_inputs_never_panic() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut valid = Vec::new();
+        write_rtp(&mut valid, 111, false, 1, 960, 7, &[0xF8; 40]);
+        for round in 0..20_000 {
+            let mut data: Vec<u8> =
+                if round % 2 == 0 { valid.clone() } else { (0..next() % 64).map(|_| next() as u8).collect() };
+            for _ in 0..next() % 4 {
+                if !data.is_empty() {
+                    let i = (next() as usize) % data.len();
+                    data[i] = next() as u8;
+                }
+            }
+            if let Ok(v) = parse_rtp(&data) {
+                assert!(!v.payload.is_empty() && v.payload.len() + RTP_HEADER_BYTES <= data.len());
+            }
+            let mut sdp = FFMPEG_OFFER.as_bytes().to_vec();
+            for _ in 0..next() % 6 {
+                let i = (next() as usize) % sdp.len();
+                sdp[i] = b" 0123456789/=:\r\nmcaRTPAVopus"[(next() % 28) as usize];
+            }
+            if let Ok(offer) = PlainOffer::parse(&String::from_utf8_lossy(&sdp)) {
+                assert!(offer.remote.port() > 0 && (96..=127).contains(&offer.payload_type));
+            }
+        }
+    }
+
     #[test]
     fn rtp_round_trips_and_odd_packets_are_refused_not_panicked_on() {
         let mut buf = Vec::new();

@@ -86,6 +86,18 @@ mod tests {
     }
 
     #[test]
+    fn the_trusted_list_comes_from_the_file_the_environment_or_a_flag() {
+        let env = |v: &str| [("TUTTI_RTP_IN_TRUSTED".to_owned(), v.to_owned())];
+        let cfg = crate::Config::load(None, env("10.0.0.0/8, 127.0.0.0/8"), &[]).expect("loads");
+        assert_eq!(cfg.rtp_in.trusted, ["10.0.0.0/8", "127.0.0.0/8"]);
+        let set = [("rtp_in.trusted".to_owned(), "192.0.2.0/24".to_owned())];
+        assert_eq!(crate::Config::load(None, env("10.0.0.0/8"), &set).expect("loads").rtp_in.trusted, ["192.0.2.0/24"]);
+        let err = crate::Config::load(None, env("10.0.0.0/33"), &[]).expect_err("refused").to_string();
+        assert!(err.contains("rtp_in.trusted") && err.contains("10.0.0.0/33"), "{err}");
+        assert!(crate::Config::default().rtp_in.trusted.is_empty(), "off by default");
+    }
+
+    #[test]
     fn bad_networks_are_refused() {
         for bad in ["", "10.0.0.0/33", "fd00::/129", "ten/8", "10.0.0.0/x", "10.0.0/8"] {
             assert!(Cidr::parse(bad).is_err(), "{bad}");
