@@ -202,16 +202,65 @@ fn plain_offers_are_refused_unless_trusted_and_silent_ones_time_out() {
         let _ = stray.send_to(&[0x80, 111, 0, i, 0, 0, 0, 0, 1, 2, 3, 4, 9, 9], ("127.0.0.1", port));
         let _ = stray.send_to(&[i; 5], ("127.0.0.1", port));
     }
-    // Nothing arrives from it: removed after the peer timeout, like a silent WebRTC peer.
-    let left = ws.wait_for(Duration::from_secs(5), |e| e["type"] == "left");
+    // A symmetric gateway (sends from the port it offered, payload type 96) that keeps talking.
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind loopback");
+    let offer = plain_offer("127.0.0.1", gw.local_addr().expect("bound").port(), 96);
+    let r = join_plain(api, "gw", &offer);
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.body.contains("RTP/AVP 96"), "{}", r.body);
+    let gateway: u64 = r.header("location").and_then(|l| l.rsplit('/').next()?.parse().ok()).expect("an id");
+    let frames = ops_tools::tone_frames(700.0, 250);
+    let mut pkt = Vec::new();
+    let start = Instant::now();
+    let mut left = None;
+    for (i, f) in frames.iter().enumerate() {
+        let due = start + Duration::from_millis(20 * i as u64);
+        while Instant::now() < due {
+            if left.is_none() {
+                left = ws.try_next().filter(|e| e["type"] == "left");
+            } else {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        pkt.clear();
+        pkt.extend_from_slice(&[0x80, 96]);
+        pkt.extend_from_slice(&(i as u16).to_be_bytes());
+        pkt.extend_from_slice(&(960 * i as u32).to_be_bytes());
+        pkt.extend_from_slice(&0x6A7E_0001u32.to_be_bytes());
+        pkt.extend_from_slice(f);
+        gw.send_to(&pkt, ("127.0.0.1", port)).expect("send");
+        if i % 50 == 0 {
+            // A DTMF event (payload type 101): not audio, dropped and counted.
+            let _ = gw.send_to(&[0x80, 101, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0x0A, 0, 160], ("127.0.0.1", port));
+        }
+        if left.is_some() && i >= 100 {
+            break;
+        }
+    }
+    // The silent one is removed after the peer timeout, like a silent WebRTC peer; the gateway stays.
+    let left = left.expect("the silent plain participant left within 5 s");
     assert_eq!(left["reason"], "timed_out");
-    assert_eq!(room(api, "gw")["participants"].as_array().expect("participants").len(), 0);
+    let members = room(api, "gw")["participants"].clone();
+    let members = members.as_array().expect("participants");
+    assert_eq!(members.len(), 1, "{members:?}");
+    assert_eq!(members[0]["id"].as_u64(), Some(gateway));
+    let r = http(api, "DELETE", &format!("/v1/rooms/gw/participants/{gateway}"), None, b"");
+    assert_eq!(r.status, 204, "{}", r.body);
     if let Some(m) = server.metrics_addr() {
         let s = scrape(m);
         let get = |labels: &[(&str, &str)]| s.get(&series("tutti_rtp_in_rejected_total", labels)).copied();
         assert!(get(&[("reason", "source")]).unwrap_or(0.0) >= 20.0, "stray packets counted");
         assert!(get(&[("reason", "malformed")]).unwrap_or(0.0) >= 20.0, "garbage counted");
         assert!(get(&[("reason", "forbidden")]).unwrap_or(0.0) >= 1.0, "the refused join counted");
+        assert!(get(&[("reason", "payload_type")]).unwrap_or(0.0) >= 2.0, "DTMF counted");
+        let received = s.get("tutti_rtp_in_packets_received_total").copied().unwrap_or(0.0);
+        assert!(received >= 100.0, "the gateway's packets were taken: {received}");
     }
+    // The WebSocket join takes WebRTC offers only: a plain one is a clear error there.
+    let mut ws = Ws::connect(api, "gw");
+    ws.send(serde_json::json!({ "type": "join", "sdp": plain_offer("127.0.0.1", 40_004, 111) }));
+    let e = ws.wait_for(Duration::from_secs(5), |e| e["type"] == "error");
+    assert_eq!(e["code"], "bad_sdp", "{e}");
+    assert_eq!(room(api, "gw")["participants"].as_array().expect("participants").len(), 0);
     rt.block_on(server.shutdown());
 }

@@ -122,6 +122,13 @@ pub(crate) fn join_room(
     grant: &Grant,
 ) -> ApiResult<(u64, String)> {
     api.rooms.check_space(room)?;
+    if tutti_rtc::plain::is_plain_offer(sdp) {
+        // The REST join takes these (rtp_in::check); here (the WebSocket) they would wait for ICE forever.
+        return Err(ApiError::bad_request(
+            "bad_sdp",
+            "plain RTP/AVP offers join with POST /v1/rooms/{room}/participants",
+        ));
+    }
     let now = Instant::now();
     let (peer, answer) = api.media.accept(sdp, now).map_err(|e| match e {
         tutti_rtc::RtcError::BadSdp(_) | tutti_rtc::RtcError::NoAudio => {
