@@ -256,6 +256,12 @@ impl Acceptor {
         self.local
     }
 
+    /// A fresh peer id from the same sequence as accepted peers' (for a
+    /// participant that is not a WebRTC peer, e.g. plain RTP).
+    pub fn reserve_id(&self) -> PeerId {
+        PeerId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// Answers an SDP offer (non-trickle: the answer carries our one host
     /// candidate). Hand the peer to a [`Mux`] before the answer goes out, so
     /// ICE checks that race the answer find it.

@@ -73,6 +73,8 @@ pub struct Config {
     pub webhooks: WebhookSettings,
     /// Forwarding a room's mix as plain RTP (README "RTP out").
     pub rtp_out: RtpOutSettings,
+    /// Plain RTP/AVP participants (SIP gateways); off while `rtp_in.trusted` is empty.
+    pub rtp_in: RtpInConfig,
 }
 
 /// Recording rooms (`POST /v1/rooms/{room}/recording`, or `record: true` at creation).
@@ -280,6 +282,7 @@ impl Default for Config {
             recording: RecordingSettings::default(),
             webhooks: WebhookSettings::default(),
             rtp_out: RtpOutSettings::default(),
+            rtp_in: RtpInConfig::default(),
         }
     }
 }
@@ -310,6 +313,24 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self { format: "text".to_owned(), filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=error,rtc_srtp=warn".to_owned() }
     }
+}
+
+/// Plain RTP/AVP participants: a SIP gateway (FreeSWITCH, Asterisk) or
+/// any RTP sender joins with an `RTP/AVP` Opus offer, no ICE, no DTLS.
+/// Plain RTP has NO encryption and NO authentication: allow it only from
+/// networks you trust (the gateway's LAN, loopback).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RtpInConfig {
+    /// Networks (CIDR, e.g. `10.0.0.0/8`, `127.0.0.0/8`) whose API clients
+    /// may join with a plain RTP offer, and whose addresses it may name as
+    /// its RTP address. Empty (the default) = plain RTP is refused (403
+    /// `rtp_in_forbidden`) and no port is opened. Environment and flags:
+    /// comma-separated.
+    pub trusted: Vec<String>,
+    /// UDP port of the plain RTP socket, on the media address's IP; 0 = a
+    /// free port chosen at start (answers carry it).
+    pub port: u16,
 }
 
 /// Why a configuration was refused. Each names the key and the source.
@@ -472,6 +493,8 @@ impl Config {
             return invalid("log.format", "must be 'text' or 'json'");
         }
         self.validate_outputs()?;
+        crate::cidr::parse_all(&self.rtp_in.trusted)
+            .map_err(|message| ConfigError::Invalid { key: "rtp_in.trusted", message })?;
         if self.cluster.enabled() {
             self.cluster.validate().map_err(|e| ConfigError::Invalid { key: "cluster", message: e.to_string() })?;
             if self.auth.disabled || self.auth.secret.is_empty() {

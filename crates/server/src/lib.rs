@@ -57,6 +57,7 @@
 
 mod api;
 pub mod auth;
+mod cidr;
 mod config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -71,7 +72,7 @@ mod server;
 mod sync;
 
 pub use config::{
-    AuthConfig, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpOutSettings,
+    AuthConfig, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpInConfig, RtpOutSettings,
     WebhookSettings,
 };
 pub use media::MediaStats;

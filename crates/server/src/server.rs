@@ -127,6 +127,7 @@ impl Server {
             thread_nice: cfg.media_thread_nice,
             lean_send: cfg.lean_send,
             outputs: Some(outputs.clone()),
+            rtp_in: (!cfg.rtp_in.trusted.is_empty()).then(|| SocketAddr::new(cfg.media.ip(), cfg.rtp_in.port)),
         };
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;

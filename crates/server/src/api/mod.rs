@@ -21,6 +21,7 @@ mod recording;
 pub(crate) mod rooms;
 mod rtp_out;
 mod stage;
+mod rtp_in;
 mod web;
 pub(crate) mod ws;
 mod ws_relay;
@@ -129,6 +130,13 @@ pub(crate) fn join_room(
 ) -> ApiResult<(u64, String)> {
     api.rooms.check_space(room)?;
     stage::admit(api, room, grant, name)?;
+    if tutti_rtc::plain::is_plain_offer(sdp) {
+        // The REST join takes these (rtp_in::check); here (the WebSocket) they would wait for ICE forever.
+        return Err(ApiError::bad_request(
+            "bad_sdp",
+            "plain RTP/AVP offers join with POST /v1/rooms/{room}/participants",
+        ));
+    }
     let now = Instant::now();
     let (peer, answer) = api.media.accept(sdp, now).map_err(|e| match e {
         tutti_rtc::RtcError::BadSdp(_) | tutti_rtc::RtcError::NoAudio => {

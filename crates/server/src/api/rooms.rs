@@ -289,6 +289,8 @@ pub(crate) async fn join(
             }
         })?
     };
+    // A plain RTP/AVP offer (SIP gateway): allowed from trusted networks only.
+    let plain = super::rtp_in::check(&api, &req.sdp, client.ip())?;
     let state = match cluster::locate_for_join(&api, &room, access.ticket.is_some()).await? {
         Located::Here(state) => state,
         Located::Elsewhere(owner) => {
@@ -296,7 +298,10 @@ pub(crate) async fn join(
             return cluster::redirect(c, &owner, &room, &uri, None, &grant);
         }
     };
-    let (id, answer) = join_room(&api, &state, &req.sdp, &req.name, &grant)?;
+    let (id, answer) = match plain {
+        Some(offer) => super::rtp_in::join(&api, &state, offer, &req.name, &grant)?,
+        None => join_room(&api, &state, &req.sdp, &req.name, &grant)?,
+    };
     let location = format!("/v1/rooms/{room}/participants/{id}");
     if whip {
         let mut response = (StatusCode::CREATED, answer).into_response();

@@ -15,6 +15,7 @@
 mod clock;
 mod command;
 mod io;
+mod plain;
 mod shed;
 mod socket;
 
@@ -76,6 +77,8 @@ pub(crate) struct MediaConfig {
     pub(crate) lean_send: bool,
     /// Recordings and RTP out, fed by the clock after each tick.
     pub(crate) outputs: Option<Arc<crate::outputs::Outputs>>,
+    /// Where the plain RTP (`rtp_in`) socket binds; `None`: plain RTP is off.
+    pub(crate) rtp_in: Option<SocketAddr>,
 }
 
 /// The media plane, running: what the API and the server hold of it.
@@ -86,6 +89,8 @@ pub(crate) struct MediaHandle {
     stop: Arc<AtomicBool>,
     overruns: Arc<AtomicU64>,
     mix_threads: usize,
+    /// The plain RTP thread, when `rtp_in` is on.
+    plain: Option<plain::PlainHandle>,
 }
 
 /// Why the media plane could not start.
@@ -130,8 +135,20 @@ impl MediaHandle {
             batch_window: cfg.batch_window,
             thread_nice: cfg.thread_nice,
         });
-        let (handles, mut threads) =
+        let (mut handles, mut threads) =
             io::spawn(&shared, &acceptor, sockets).map_err(io_err("starting the io threads"))?;
+        // Plain RTP: one more thread in the list, so mixes, effects and shutdown reach it too.
+        let plain = match cfg.rtp_in {
+            Some(bind) => {
+                let (io, plain, thread) =
+                    plain::spawn(bind, handles.len(), rooms.clone(), cfg.peer_timeout, cfg.thread_nice)
+                        .map_err(io_err(format!("binding the plain RTP socket {bind}")))?;
+                handles.push(io);
+                threads.push(thread);
+                Some(plain)
+            }
+            None => None,
+        };
         // The threads reach each other (forwarding) through the shared list.
         let io: Arc<[IoHandle]> = handles.into();
         let _ = shared.peers_io.set(io.clone());
@@ -150,7 +167,7 @@ impl MediaHandle {
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
         tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
-        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads }, threads))
+        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain }, threads))
     }
 
     /// A media plane with no sockets and no threads: offers are answered,
@@ -166,6 +183,7 @@ impl MediaHandle {
             stop: Arc::new(AtomicBool::new(false)),
             overruns: Arc::new(AtomicU64::new(0)),
             mix_threads: 0,
+            plain: None,
         })
     }
 
@@ -200,6 +218,33 @@ impl MediaHandle {
             h.send(IoCommand::Restart { peer, offer, reply });
         }
         answer
+    }
+
+    /// Plain RTP, when on: the address answers name (the advertised IP,
+    /// the plain socket's port) and the I/O thread index its participants have.
+    pub(crate) fn plain_rtp(&self) -> Option<(SocketAddr, usize)> {
+        let p = self.plain.as_ref()?;
+        Some((SocketAddr::new(self.acceptor.local_addr().ip(), p.bound.port()), p.io))
+    }
+
+    /// A participant id from the peers' sequence (for a plain RTP participant).
+    pub(crate) fn reserve_id(&self) -> tutti_rtc::PeerId {
+        self.acceptor.reserve_id()
+    }
+
+    /// Hands a plain RTP participant, joined to `room` already, to the plain
+    /// RTP thread: its packets from `remote` go into the room, its mix to
+    /// `remote`. False when plain RTP is off or its thread is gone.
+    pub(crate) fn add_plain(
+        &self,
+        id: tutti_rtc::PeerId,
+        room: Arc<crate::room::Room>,
+        remote: SocketAddr,
+        payload_type: u8,
+        listen_only: crate::room::ListenOnly,
+    ) -> bool {
+        let Some(p) = &self.plain else { return false };
+        p.add(plain::NewPlain { id, room, remote, payload_type, listen_only })
     }
 
     /// The bound media address.

@@ -135,6 +135,18 @@ pub const BUILD_INFO: &str = "tutti_build_info";
 /// joins refused by them (`refused_locked`, `refused_banned`), counter.
 pub const STAGE_ACTIONS: &str = "tutti_stage_actions_total";
 
+/// Plain RTP participants now (`[rtp_in]`: SIP gateways), gauge.
+pub const RTP_IN_PARTICIPANTS: &str = "tutti_rtp_in_participants";
+/// Plain RTP audio packets taken into rooms, counter.
+pub const RTP_IN_PACKETS_RECEIVED: &str = "tutti_rtp_in_packets_received_total";
+/// Plain RTP packets sent to plain RTP participants (their mix), counter.
+pub const RTP_IN_PACKETS_SENT: &str = "tutti_rtp_in_packets_sent_total";
+/// Plain RTP refused, by `reason`: `forbidden` (a join from an untrusted
+/// network, or with plain RTP off), `source` (a packet from an address no
+/// participant has), `malformed`, `payload_type` (not the offered Opus
+/// type: DTMF, comfort noise), `rtcp` (ignored); counter.
+pub const RTP_IN_REJECTED: &str = "tutti_rtp_in_rejected_total";
+
 /// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
 pub const NAMES: &[&str] = &[
     THREAD_CPU_SECONDS,
@@ -176,6 +188,10 @@ pub const NAMES: &[&str] = &[
     API_ICE_RESTARTS,
     BUILD_INFO,
     STAGE_ACTIONS,
+    RTP_IN_PARTICIPANTS,
+    RTP_IN_PACKETS_RECEIVED,
+    RTP_IN_PACKETS_SENT,
+    RTP_IN_REJECTED,
 ];
 
 /// The histograms among [`NAMES`].
@@ -490,6 +506,57 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     moved(&h.connecting, now.connecting, last.connecting);
     moved(&h.connected, now.connected, last.connected);
     *last = now;
+}
+
+/// The plain RTP thread's figures since its last call: the change in its
+/// participants (a delta, so several servers in one process add up),
+/// packets taken and sent, and packets refused by reason. Registers the
+/// series on first use; a handful of lookups per call (once per loop turn,
+/// not per packet).
+pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&'static str, u64)]) {
+    if handles().is_none() {
+        return;
+    }
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        use metrics::{describe_counter, describe_gauge};
+        describe_gauge!(RTP_IN_PARTICIPANTS, Unit::Count, "Plain RTP (rtp_in) participants now.");
+        describe_counter!(RTP_IN_PACKETS_RECEIVED, Unit::Count, "Plain RTP audio packets taken into rooms.");
+        describe_counter!(RTP_IN_PACKETS_SENT, Unit::Count, "Plain RTP packets sent to plain RTP participants.");
+        describe_counter!(
+            RTP_IN_REJECTED,
+            Unit::Count,
+            "Plain RTP refused by reason: forbidden (join), source, malformed, payload_type, rtcp (packets)."
+        );
+        // Every series present from the start (at 0).
+        metrics::gauge!(RTP_IN_PARTICIPANTS).increment(0.0);
+        metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(0);
+        metrics::counter!(RTP_IN_PACKETS_SENT).increment(0);
+        for reason in ["forbidden", "source", "malformed", "payload_type", "rtcp"] {
+            metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(0);
+        }
+    });
+    if participants_change != 0 {
+        metrics::gauge!(RTP_IN_PARTICIPANTS).increment(participants_change as f64);
+    }
+    if received > 0 {
+        metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(received);
+    }
+    if sent > 0 {
+        metrics::counter!(RTP_IN_PACKETS_SENT).increment(sent);
+    }
+    for &(reason, n) in rejected {
+        if n > 0 {
+            metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(n);
+        }
+    }
+}
+
+/// A plain RTP join was refused as not allowed (403 `rtp_in_forbidden`).
+pub fn rtp_in_forbidden() {
+    if handles().is_some() {
+        metrics::counter!(RTP_IN_REJECTED, "reason" => "forbidden").increment(1);
+    }
 }
 
 /// One HTTP API request answered. `route` is the matched route template

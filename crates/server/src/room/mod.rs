@@ -22,6 +22,7 @@
 mod error;
 mod event;
 mod member;
+mod plain;
 mod registry;
 #[allow(clippy::module_inception)]
 mod room;
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 pub(crate) use error::RoomError;
 pub(crate) use event::{EventKinds, RoomEvent};
 pub(crate) use member::{LeaveReason, ListenOnly, Member};
+pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inbox, Room, RoomKey, RoomMix};
 pub(crate) use stage::RoomUpdate;

@@ -75,6 +75,12 @@ impl Registry {
         self.pending.insert(ufrag, Pending { peer, since: now });
     }
 
+    /// Registers a participant that is no ICE peer (plain RTP): owned by
+    /// I/O thread `io` from the start, never pending, no ufrag.
+    pub(crate) fn insert_plain(&mut self, id: PeerId, room: Arc<Room>, listen_only: ListenOnly, io: usize) {
+        self.homes.insert(id, Home { room, io: Some(io), ufrag: format!("plain:{}", id.0), listen_only });
+    }
+
     /// Forgets a peer. Returns the I/O thread that owns it, if one adopted it.
     pub(crate) fn remove(&mut self, id: PeerId) -> Option<usize> {
         let home = self.homes.remove(&id)?;
