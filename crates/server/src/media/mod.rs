@@ -17,6 +17,7 @@ mod command;
 mod io;
 mod shed;
 mod socket;
+mod tcp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,6 +55,11 @@ pub struct MediaStats {
     pub peers: u64,
     /// Audio packets of listen-only participants, dropped on arrival.
     pub listen_only_dropped: u64,
+    /// ICE-TCP: connections and frames over TCP (their frames are also
+    /// counted in the datagram counters above).
+    pub tcp: tutti_rtc::TcpStats,
+    /// ICE-TCP frames dropped because their connection was gone.
+    pub tcp_no_connection: u64,
 }
 
 /// How the media plane is set up.
@@ -74,6 +80,11 @@ pub(crate) struct MediaConfig {
     pub(crate) thread_nice: i32,
     /// Established peers send RTP on tutti-rtc's lean path (else webrtc-rs's).
     pub(crate) lean_send: bool,
+    /// Further addresses put in answers after `advertise` (each a UDP and,
+    /// with `tcp`, a TCP candidate); port 0 = the bound media port.
+    pub(crate) advertise_more: Vec<SocketAddr>,
+    /// ICE-TCP on the media port with these limits; `None`: UDP only.
+    pub(crate) tcp: Option<tutti_rtc::TcpLimits>,
 }
 
 /// The media plane, running: what the API and the server hold of it.
@@ -113,12 +124,21 @@ impl MediaHandle {
         let sockets = socket::bind(cfg.bind, cfg.io_threads.max(1), cfg.socket_buffer_bytes)
             .map_err(io_err(format!("binding UDP {}", cfg.bind)))?;
         let bound = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
-        let advertise = cfg.advertise.unwrap_or(bound);
+        let with_port = |a: SocketAddr| if a.port() == 0 { SocketAddr::new(a.ip(), bound.port()) } else { a };
+        let advertise = with_port(cfg.advertise.unwrap_or(bound));
         if advertise.ip().is_unspecified() {
             tracing::warn!(%advertise, "the media address is unspecified: set `advertise` to an address clients can reach");
         }
         let mut acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
         acceptor.set_lean_send(cfg.lean_send);
+        let advertised: Vec<SocketAddr> =
+            std::iter::once(advertise).chain(cfg.advertise_more.iter().copied().map(with_port)).collect();
+        acceptor.set_advertised(&advertised);
+        acceptor.set_tcp(cfg.tcp.is_some());
+        let listeners = match cfg.tcp {
+            Some(_) => tcp::bind(bound, cfg.io_threads.max(1)).map_err(io_err(format!("binding TCP {bound}")))?,
+            None => Vec::new(),
+        };
         let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
         let nice = cfg.thread_nice;
         pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
@@ -127,9 +147,10 @@ impl MediaHandle {
             peers_io: std::sync::OnceLock::new(),
             batch_window: cfg.batch_window,
             thread_nice: cfg.thread_nice,
+            tcp_limits: cfg.tcp.unwrap_or_default(),
         });
         let (handles, mut threads) =
-            io::spawn(&shared, &acceptor, sockets).map_err(io_err("starting the io threads"))?;
+            io::spawn(&shared, &acceptor, sockets, listeners).map_err(io_err("starting the io threads"))?;
         // The threads reach each other (forwarding) through the shared list.
         let io: Arc<[IoHandle]> = handles.into();
         let _ = shared.peers_io.set(io.clone());
@@ -146,7 +167,7 @@ impl MediaHandle {
             thread_nice: cfg.thread_nice,
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
-        tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
+        tracing::info!(media = %bound, advertise = ?advertised, tcp = cfg.tcp.is_some(), io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
         Ok((Self { acceptor, bound, io, stop, overruns, mix_threads }, threads))
     }
 
@@ -217,6 +238,9 @@ impl MediaHandle {
             // Closed peers leave the mux in the turn they close, before it publishes.
             m.peers += s.connecting + s.connected;
             m.listen_only_dropped += get(&c.listen_only_dropped);
+            let (t, no_conn) = *lock(&c.tcp);
+            tcp::add_stats(&mut m.tcp, &t);
+            m.tcp_no_connection += no_conn;
         }
         m
     }

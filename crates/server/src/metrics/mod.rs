@@ -31,6 +31,9 @@
 //! absent.
 
 mod procfs;
+mod tcp;
+
+pub use tcp::{TCP_NAMES, tcp};
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -221,6 +224,11 @@ struct Installed {
 }
 
 static INSTALLED: OnceLock<Result<Installed, String>> = OnceLock::new();
+
+/// Whether the recorder is installed (recording is on).
+fn installed() -> bool {
+    handles().is_some()
+}
 
 fn handles() -> Option<&'static Handles> {
     match INSTALLED.get() {
