@@ -271,6 +271,9 @@ impl ClientPeer {
     /// Returns an error when the connection cannot be made or broke (the
     /// server closed it).
     pub fn pump_tcp(&mut self, link: &mut TcpLink, buf: &mut [u8], now: Instant) -> std::io::Result<()> {
+        if self.poll_timeout().is_some_and(|t| t <= now) {
+            self.handle_timeout(now);
+        }
         while let Some(t) = self.poll_transmit() {
             if link.stream.is_none() {
                 let s = TcpStream::connect_timeout(&t.to, Duration::from_secs(2))?;
@@ -309,9 +312,6 @@ impl ClientPeer {
         }
         for f in frames {
             self.handle_datagram(server, &f, now);
-        }
-        if self.poll_timeout().is_some_and(|t| t <= now) {
-            self.handle_timeout(now);
         }
         Ok(())
     }

@@ -120,6 +120,8 @@ pub struct Limits {
     /// every third of this) arrives for this long is closed with 4408, in seconds.
     pub ws_idle_timeout_seconds: f64,
     /// Open ICE-TCP media connections at most (beyond: refused at once).
+    /// Each I/O thread enforces an even share (rounded up) of this and of
+    /// `tcp_max_per_ip`, so a burst may be refused a little below the cap.
     pub tcp_max_connections: usize,
     /// Open ICE-TCP media connections at most from one IPv4 address or IPv6 /64.
     pub tcp_max_per_ip: usize,

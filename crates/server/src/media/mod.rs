@@ -113,6 +113,15 @@ pub(crate) enum MediaError {
     Setup(String),
 }
 
+/// One I/O thread's share of the TCP connection caps (rounded up).
+fn per_thread(l: tutti_rtc::TcpLimits, threads: usize) -> tutti_rtc::TcpLimits {
+    tutti_rtc::TcpLimits {
+        max_connections: l.max_connections.div_ceil(threads),
+        max_per_ip: l.max_per_ip.div_ceil(threads),
+        ..l
+    }
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MediaError {
     let what = what.into();
     move |source| MediaError::Io { what, source }
@@ -147,7 +156,9 @@ impl MediaHandle {
             peers_io: std::sync::OnceLock::new(),
             batch_window: cfg.batch_window,
             thread_nice: cfg.thread_nice,
-            tcp_limits: cfg.tcp.unwrap_or_default(),
+            // Each I/O thread keeps its own table: the caps are split evenly
+            // (the kernel spreads connections over the threads by their 4-tuple).
+            tcp_limits: cfg.tcp.map(|l| per_thread(l, cfg.io_threads.max(1))).unwrap_or_default(),
         });
         let (handles, mut threads) =
             io::spawn(&shared, &acceptor, sockets, listeners).map_err(io_err("starting the io threads"))?;
