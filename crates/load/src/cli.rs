@@ -42,6 +42,25 @@ pub struct FleetArgs {
     /// (the server must then decode them to measure them); probe talkers always carry one.
     #[arg(long, default_value_t = 0.0)]
     pub no_level_share: f64,
+    /// How clients reach the media port: `udp`, `tcp` (ICE-TCP only: an
+    /// active TCP candidate, as a browser whose network drops UDP) or
+    /// `mixed[:SHARE]`, SHARE (0 to 1, default 0.5) of the clients over TCP.
+    #[arg(long, default_value = "udp", value_parser = parse_transport)]
+    pub transport: f64,
+}
+
+/// `udp` → 0, `tcp` → 1, `mixed` → 0.5, `mixed:0.2` → 0.2: the share of clients over TCP.
+pub fn parse_transport(text: &str) -> Result<f64, String> {
+    let share = match text {
+        "udp" => 0.0,
+        "tcp" => 1.0,
+        "mixed" => 0.5,
+        _ => text
+            .strip_prefix("mixed:")
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| format!("'{text}': expected udp, tcp, mixed or mixed:SHARE"))?,
+    };
+    if (0.0..=1.0).contains(&share) { Ok(share) } else { Err(format!("the TCP share must be 0 to 1, not {share}")) }
 }
 
 fn parse_mix(text: &str) -> Result<RoomLayout, String> {
@@ -69,6 +88,7 @@ impl FleetArgs {
         cfg.probe_rooms = self.probe_rooms;
         cfg.websocket = !self.no_ws;
         cfg.no_level_share = self.no_level_share;
+        cfg.tcp_share = self.transport;
         Ok(())
     }
 }
@@ -333,7 +353,7 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     }
     let stop = stop_on_signal();
     println!(
-        "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {:.0} % without level, {}, {} threads; server CPU from {}",
+        "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {:.0} % without level, {:.0} % over TCP, {}, {} threads; server CPU from {}",
         cfg.clients,
         cfg.rooms,
         sizes.len(),
@@ -343,6 +363,7 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
         100.0 * cfg.talkers,
         cfg.silence,
         100.0 * cfg.no_level_share,
+        100.0 * cfg.tcp_share,
         if cfg.websocket { "joins and events over each room's WebSocket" } else { "REST joins, no WebSocket" },
         cfg.threads,
         cfg.server_cpu.describe()

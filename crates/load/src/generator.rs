@@ -7,6 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use tutti_client::{Requester, request_as, request_following};
 use tutti_mix::FRAME_SAMPLES;
-use tutti_rtc::{ClientEvent, ClientPeer};
+use tutti_rtc::{ClientEvent, ClientPeer, FrameReader, FrameWriter};
 
 use crate::LoadError;
 use crate::audio::{Frame, Material};
@@ -91,8 +92,47 @@ struct NewClient {
     role: Role,
     probe: Option<usize>,
     peer: ClientPeer,
-    socket: UdpSocket,
+    link: NewLink,
     joined_at: Instant,
+}
+
+/// A client's way to the media port, as the joiner made it.
+enum NewLink {
+    Udp(UdpSocket),
+    /// ICE-TCP: connected to the server's passive candidate.
+    Tcp(std::net::TcpStream, SocketAddr),
+}
+
+/// A client's way to the media port, registered with its thread's poll.
+enum Link {
+    Udp(mio::net::UdpSocket),
+    Tcp(Box<TcpSide>),
+}
+
+/// An ICE-TCP client connection: RFC 4571 frames both ways, bounded send buffer.
+struct TcpSide {
+    stream: mio::net::TcpStream,
+    server: SocketAddr,
+    reader: FrameReader,
+    writer: FrameWriter,
+    broken: bool,
+}
+
+impl TcpSide {
+    /// Writes what the buffer holds, without blocking (the rest waits).
+    fn flush(&mut self) {
+        // Bounded: each write takes bytes or stops.
+        while !self.broken && !self.writer.is_empty() {
+            let (a, _) = self.writer.pending();
+            match self.stream.write(a) {
+                Ok(0) => self.broken = true,
+                Ok(n) => self.writer.consume(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => self.broken = true,
+            }
+        }
+    }
 }
 
 struct Listen {
@@ -110,7 +150,7 @@ struct Sim {
     role: Role,
     probe: Option<usize>,
     peer: ClientPeer,
-    socket: mio::net::UdpSocket,
+    link: Link,
     state: ClientState,
     joined_at: Instant,
     connected_at: Option<Instant>,
@@ -208,18 +248,45 @@ struct WorkerConfig {
     probes: usize,
 }
 
-fn send_all(peer: &mut ClientPeer, socket: &mio::net::UdpSocket) {
-    while let Some(t) = peer.poll_transmit() {
-        // A failed send is a lost datagram: the figures will show it.
-        let _ = socket.send_to(&t.data, t.to);
+fn send_all(peer: &mut ClientPeer, link: &mut Link) {
+    match link {
+        Link::Udp(socket) => {
+            while let Some(t) = peer.poll_transmit() {
+                // A failed send is a lost datagram: the figures will show it.
+                let _ = socket.send_to(&t.data, t.to);
+            }
+        }
+        Link::Tcp(side) => {
+            while let Some(t) = peer.poll_transmit() {
+                // A full buffer drops the packet, as a lost datagram.
+                let _ = side.writer.push(&t.data);
+            }
+            side.flush();
+        }
     }
 }
 
 impl Worker {
     fn add(&mut self, c: NewClient, now: Instant) -> std::io::Result<()> {
         let i = self.clients.len();
-        let mut socket = mio::net::UdpSocket::from_std(c.socket);
-        self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
+        let link = match c.link {
+            NewLink::Udp(socket) => {
+                let mut socket = mio::net::UdpSocket::from_std(socket);
+                self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
+                Link::Udp(socket)
+            }
+            NewLink::Tcp(stream, server) => {
+                let mut stream = mio::net::TcpStream::from_std(stream);
+                self.poll.registry().register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)?;
+                Link::Tcp(Box::new(TcpSide {
+                    stream,
+                    server,
+                    reader: FrameReader::new(tutti_rtc::tcp::MAX_RFC4571_FRAME),
+                    writer: FrameWriter::new(256 * 1024),
+                    broken: false,
+                }))
+            }
+        };
         if let Some(ws) = &c.ws {
             ws.register(self.poll.registry(), Token(WS_TOKEN + i))?;
         }
@@ -243,7 +310,7 @@ impl Worker {
             role: c.role,
             probe: c.probe,
             peer: c.peer,
-            socket,
+            link,
             state: ClientState::Connecting,
             joined_at: c.joined_at,
             connected_at: None,
@@ -259,7 +326,7 @@ impl Worker {
             timer: None,
         };
         sim.peer.handle_timeout(now);
-        send_all(&mut sim.peer, &sim.socket);
+        send_all(&mut sim.peer, &mut sim.link);
         self.slots[c.index % SLOTS].push(i);
         self.clients.push(sim);
         self.reschedule(i);
@@ -295,9 +362,14 @@ impl Worker {
         // An RTP packet moves no timer: the deadline is asked for again only
         // after anything else (STUN, DTLS, RTCP) arrived.
         let mut timers_moved = false;
+        if matches!(self.clients[i].link, Link::Tcp(_)) {
+            self.receive_tcp(i);
+            return;
+        }
         loop {
             let c = &mut self.clients[i];
-            let (n, from) = match c.socket.recv_from(&mut self.buf) {
+            let Link::Udp(socket) = &c.link else { break };
+            let (n, from) = match socket.recv_from(&mut self.buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -310,7 +382,60 @@ impl Worker {
             self.events(i, now);
         }
         let c = &mut self.clients[i];
-        send_all(&mut c.peer, &c.socket);
+        send_all(&mut c.peer, &mut c.link);
+        if timers_moved || c.timer.is_none() {
+            self.reschedule(i);
+        }
+    }
+
+    /// Takes every frame waiting on client `i`'s TCP connection (edge-triggered:
+    /// read until it would block), and writes what waits.
+    fn receive_tcp(&mut self, i: usize) {
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        {
+            let c = &mut self.clients[i];
+            let Link::Tcp(side) = &mut c.link else { return };
+            side.flush();
+            loop {
+                match side.stream.read(&mut self.buf) {
+                    Ok(0) => {
+                        side.broken = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        if side.reader.read(&self.buf[..n], |f| frames.push(f.to_vec())).is_err() {
+                            side.broken = true;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        side.broken = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let mut timers_moved = false;
+        for f in frames {
+            let now = Instant::now();
+            timers_moved |= !tutti_rtc::is_rtp(&f);
+            let c = &mut self.clients[i];
+            let Link::Tcp(side) = &c.link else { return };
+            let server = side.server;
+            c.peer.handle_datagram(server, &f, now);
+            self.events(i, now);
+        }
+        let c = &mut self.clients[i];
+        if let Link::Tcp(side) = &c.link
+            && side.broken
+            && c.state != ClientState::Closed
+        {
+            // The server closed the connection: the call is over.
+            c.state = ClientState::Closed;
+        }
+        send_all(&mut c.peer, &mut c.link);
         if timers_moved || c.timer.is_none() {
             self.reschedule(i);
         }
@@ -405,7 +530,7 @@ impl Worker {
                 && c.peer.send_audio(f.payload.clone(), c.level.then_some(f.level), now).is_ok()
             {
                 c.sent += 1;
-                send_all(&mut c.peer, &c.socket);
+                send_all(&mut c.peer, &mut c.link);
                 // Sending sets no earlier timer (RTCP reports run on their own
                 // period); the next received packet reschedules anyway.
             }
@@ -480,7 +605,7 @@ impl Worker {
                 c.peer.handle_timeout(now);
                 self.events(i, now);
                 let c = &mut self.clients[i];
-                send_all(&mut c.peer, &c.socket);
+                send_all(&mut c.peer, &mut c.link);
                 self.reschedule(i);
             }
             if now >= next_publish {
@@ -524,7 +649,7 @@ impl Worker {
         self.publish(now);
         for c in &mut self.clients {
             c.peer.close();
-            send_all(&mut c.peer, &c.socket);
+            send_all(&mut c.peer, &mut c.link);
             if let Some(ws) = &mut c.ws {
                 ws.close();
             }
@@ -592,10 +717,19 @@ fn candidate_addr(sdp: &str) -> Option<SocketAddr> {
     format!("{}:{}", f.get(4)?, f.get(5)?).parse().ok()
 }
 
+/// The address of the first passive TCP candidate in an SDP (ICE-TCP).
+fn tcp_candidate_addr(sdp: &str) -> Option<SocketAddr> {
+    let line =
+        sdp.lines().find(|l| l.starts_with("a=candidate:") && l.contains(" tcp ") && l.contains("tcptype passive"))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let ip: std::net::IpAddr = f.get(4)?.parse().ok()?;
+    Some(SocketAddr::new(ip, f.get(5)?.parse().ok()?))
+}
+
 /// A joined client, before its thread takes it.
 struct JoinedPeer {
     peer: ClientPeer,
-    socket: UdpSocket,
+    link: NewLink,
     ws: Option<EventSocket>,
     location: String,
     media: Option<SocketAddr>,
@@ -613,19 +747,42 @@ fn join_one(
     room: &str,
     websocket: bool,
     name: &str,
+    tcp: bool,
 ) -> Result<JoinedPeer, String> {
-    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
-    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let local = socket.local_addr().map_err(|e| e.to_string())?;
-    let (mut peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
+    let (mut peer, offer, socket) = if tcp {
+        let (peer, offer) =
+            ClientPeer::new_tcp(std::net::Ipv4Addr::LOCALHOST.into(), Instant::now()).map_err(|e| e.to_string())?;
+        (peer, offer, None)
+    } else {
+        let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
+        socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let local = socket.local_addr().map_err(|e| e.to_string())?;
+        let (peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
+        (peer, offer, Some(socket))
+    };
+    // ICE-TCP: the connection goes to the answer's passive TCP candidate.
+    let link = |answer: &str| -> Result<NewLink, String> {
+        match socket {
+            Some(s) => Ok(NewLink::Udp(s)),
+            None => {
+                let server = tcp_candidate_addr(answer).ok_or("the answer has no TCP candidate (is media_tcp off?)")?;
+                let s = std::net::TcpStream::connect_timeout(&server, Duration::from_secs(5))
+                    .map_err(|e| format!("connecting to the TCP candidate {server}: {e}"))?;
+                s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                let _ = s.set_nodelay(true);
+                Ok(NewLink::Tcp(s, server))
+            }
+        }
+    };
     if websocket {
         let (mut ws, node, redirects) = EventSocket::connect_following(api, room, token, MAX_REDIRECTS)?;
         let (id, answer) = ws.join(&offer, name)?;
         ws.set_nonblocking()?;
         peer.accept_answer(&answer, Instant::now()).map_err(|e| e.to_string())?;
         let location = format!("/v1/rooms/{room}/participants/{id}");
+        let link = link(&answer)?;
         let media = candidate_addr(&answer);
-        return Ok(JoinedPeer { peer, socket, ws: Some(ws), location, media, node, redirects });
+        return Ok(JoinedPeer { peer, link, ws: Some(ws), location, media, node, redirects });
     }
     let path = format!("/v1/rooms/{room}/participants");
     let (r, node, redirects) =
@@ -636,7 +793,8 @@ fn join_one(
     }
     peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
     let location = r.header("location").unwrap_or_default().to_owned();
-    Ok(JoinedPeer { peer, socket, ws: None, location, media: candidate_addr(&r.body), node, redirects })
+    let link = link(&r.body)?;
+    Ok(JoinedPeer { peer, link, ws: None, location, media: candidate_addr(&r.body), node, redirects })
 }
 
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
@@ -755,7 +913,8 @@ pub fn run(
         }
         let name = format!("load-{index}");
         let asked = Instant::now();
-        match join_one(cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name) {
+        let tcp = rooms::without_level(index, cfg.clients, cfg.tcp_share);
+        match join_one(cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name, tcp) {
             Ok(j) => {
                 let ms = asked.elapsed().as_secs_f64() * 1000.0;
                 nodes.joined(index, JoinRecord { node: j.node, redirects: j.redirects, ms });
@@ -772,7 +931,7 @@ pub fn run(
                     role,
                     probe,
                     peer: j.peer,
-                    socket: j.socket,
+                    link: j.link,
                     joined_at: Instant::now(),
                 };
                 if senders[index % threads].send(c).is_err() {

@@ -20,8 +20,14 @@ pub struct Config {
     /// UDP media address: one port for every peer.
     pub media: SocketAddr,
     /// Address put in ICE candidates; empty = the media address. Behind
-    /// NAT or in a container, the address clients can reach.
+    /// NAT or in a container, the address clients can reach. Several
+    /// addresses, comma-separated (IPv4 and IPv6, public and private), each
+    /// become a candidate, the first preferred; a bare IP takes the media port.
     pub advertise: String,
+    /// ICE over TCP (RFC 6544, passive) on the media port beside UDP, for
+    /// clients whose network drops UDP; answers then carry a TCP candidate
+    /// per advertised address, with a lower priority than UDP.
+    pub media_tcp: bool,
     /// Prometheus `/metrics` address; empty = no metrics endpoint.
     pub metrics: String,
     /// I/O threads (`io-0`, …), each with its own socket on the media port;
@@ -228,6 +234,18 @@ pub struct Limits {
     /// A WebSocket from which nothing (not even a pong to our pings, sent
     /// every third of this) arrives for this long is closed with 4408, in seconds.
     pub ws_idle_timeout_seconds: f64,
+    /// Open ICE-TCP media connections at most (beyond: refused at once).
+    /// Each I/O thread enforces an even share (rounded up) of this and of
+    /// `tcp_max_per_ip`, so a burst may be refused a little below the cap.
+    pub tcp_max_connections: usize,
+    /// Open ICE-TCP media connections at most from one IPv4 address or IPv6 /64.
+    pub tcp_max_per_ip: usize,
+    /// Time a new TCP media connection has to send its first ICE check, in seconds.
+    pub tcp_handshake_timeout_seconds: f64,
+    /// A TCP media connection with no complete frame for this long is closed, in seconds.
+    pub tcp_idle_timeout_seconds: f64,
+    /// Send buffer per TCP media connection, in bytes (full: packets dropped, counted).
+    pub tcp_send_buffer_bytes: usize,
 }
 
 /// Defaults for new rooms (a room's creator may choose others).
@@ -256,12 +274,31 @@ pub struct LogConfig {
     pub filter: String,
 }
 
+/// `advertise`: comma-separated `ip:port` or bare IPs (port 0: the media
+/// port). `None` if any entry is neither; empty input gives an empty list.
+fn parse_advertise(text: &str) -> Option<Vec<SocketAddr>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<SocketAddr>().ok().or_else(|| {
+                t.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .ok()
+                    .map(|ip| SocketAddr::new(ip, 0))
+            })
+        })
+        .collect()
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
             media: SocketAddr::from(([127, 0, 0, 1], 4000)),
             advertise: String::new(),
+            media_tcp: true,
             metrics: "127.0.0.1:9464".to_owned(),
             io_threads: 0,
             mix_threads: 0,
@@ -299,6 +336,11 @@ impl Default for Limits {
             ws_messages_per_second: 10.0,
             ws_message_burst: 20,
             ws_idle_timeout_seconds: 60.0,
+            tcp_max_connections: 10_000,
+            tcp_max_per_ip: 256,
+            tcp_handshake_timeout_seconds: 5.0,
+            tcp_idle_timeout_seconds: 30.0,
+            tcp_send_buffer_bytes: 64 * 1024,
         }
     }
 }
@@ -424,8 +466,11 @@ impl Config {
     /// Checks every value's range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, message: &str| Err(ConfigError::Invalid { key, message: message.to_owned() });
-        if !self.advertise.is_empty() && self.advertise.parse::<SocketAddr>().is_err() {
-            return invalid("advertise", "must be empty or an address like 203.0.113.7:4000");
+        if !self.advertise.is_empty() && parse_advertise(&self.advertise).is_none() {
+            return invalid(
+                "advertise",
+                "must be empty, an address like 203.0.113.7:4000, or several (comma-separated; a bare IP takes the media port)",
+            );
         }
         if !self.metrics.is_empty() && self.metrics.parse::<SocketAddr>().is_err() {
             return invalid("metrics", "must be empty (off) or an address like 127.0.0.1:9464");
@@ -486,6 +531,23 @@ impl Config {
                 return invalid(key, "must be within 0.1 to 86400 seconds");
             }
         }
+        if l.tcp_max_connections == 0 || l.tcp_max_per_ip == 0 {
+            return invalid(
+                "limits.tcp_max_connections",
+                "limits.tcp_max_connections and tcp_max_per_ip must be at least 1",
+            );
+        }
+        for (key, v) in [
+            ("limits.tcp_handshake_timeout_seconds", l.tcp_handshake_timeout_seconds),
+            ("limits.tcp_idle_timeout_seconds", l.tcp_idle_timeout_seconds),
+        ] {
+            if !(v.is_finite() && (0.1..=3600.0).contains(&v)) {
+                return invalid(key, "must be within 0.1 to 3600 seconds");
+            }
+        }
+        if !(1024..=16 << 20).contains(&l.tcp_send_buffer_bytes) {
+            return invalid("limits.tcp_send_buffer_bytes", "must be within 1 KiB to 16 MiB");
+        }
         if !(128..=16 << 20).contains(&l.ws_max_message_bytes) {
             return invalid("limits.ws_max_message_bytes", "must be within 128 bytes to 16 MiB");
         }
@@ -541,7 +603,28 @@ impl Config {
 
     /// The address advertised in ICE candidates (`media` when `advertise` is empty).
     pub fn advertise_addr(&self, media: SocketAddr) -> SocketAddr {
-        self.advertise.parse().unwrap_or(media)
+        self.advertise_addrs()
+            .first()
+            .map_or(media, |a| if a.port() == 0 { SocketAddr::new(a.ip(), media.port()) } else { *a })
+    }
+
+    /// Every advertised address, the preferred first (port 0: the media
+    /// port, filled in when the socket is bound); empty when `advertise` is.
+    pub fn advertise_addrs(&self) -> Vec<SocketAddr> {
+        parse_advertise(&self.advertise).unwrap_or_default()
+    }
+
+    /// The ICE-TCP limits (see [`Limits`]), if `media_tcp` is on.
+    pub fn tcp_limits(&self) -> Option<tutti_rtc::TcpLimits> {
+        let l = &self.limits;
+        self.media_tcp.then(|| tutti_rtc::TcpLimits {
+            send_buffer: l.tcp_send_buffer_bytes,
+            stun_timeout: Duration::from_secs_f64(l.tcp_handshake_timeout_seconds),
+            idle_timeout: Duration::from_secs_f64(l.tcp_idle_timeout_seconds),
+            max_connections: l.tcp_max_connections,
+            max_per_ip: l.tcp_max_per_ip,
+            ..tutti_rtc::TcpLimits::default()
+        })
     }
 
     /// The metrics address, if metrics are on.

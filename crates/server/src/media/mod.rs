@@ -18,6 +18,7 @@ mod io;
 mod plain;
 mod shed;
 mod socket;
+mod tcp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,6 +56,11 @@ pub struct MediaStats {
     pub peers: u64,
     /// Audio packets of listen-only participants, dropped on arrival.
     pub listen_only_dropped: u64,
+    /// ICE-TCP: connections and frames over TCP (their frames are also
+    /// counted in the datagram counters above).
+    pub tcp: tutti_rtc::TcpStats,
+    /// ICE-TCP frames dropped because their connection was gone.
+    pub tcp_no_connection: u64,
 }
 
 /// How the media plane is set up.
@@ -79,6 +85,11 @@ pub(crate) struct MediaConfig {
     pub(crate) outputs: Option<Arc<crate::outputs::Outputs>>,
     /// Where the plain RTP (`rtp_in`) socket binds; `None`: plain RTP is off.
     pub(crate) rtp_in: Option<SocketAddr>,
+    /// Further addresses put in answers after `advertise` (each a UDP and,
+    /// with `tcp`, a TCP candidate); port 0 = the bound media port.
+    pub(crate) advertise_more: Vec<SocketAddr>,
+    /// ICE-TCP on the media port with these limits; `None`: UDP only.
+    pub(crate) tcp: Option<tutti_rtc::TcpLimits>,
 }
 
 /// The media plane, running: what the API and the server hold of it.
@@ -109,6 +120,15 @@ pub(crate) enum MediaError {
     Setup(String),
 }
 
+/// One I/O thread's share of the TCP connection caps (rounded up).
+fn per_thread(l: tutti_rtc::TcpLimits, threads: usize) -> tutti_rtc::TcpLimits {
+    tutti_rtc::TcpLimits {
+        max_connections: l.max_connections.div_ceil(threads),
+        max_per_ip: l.max_per_ip.div_ceil(threads),
+        ..l
+    }
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MediaError {
     let what = what.into();
     move |source| MediaError::Io { what, source }
@@ -120,12 +140,21 @@ impl MediaHandle {
         let sockets = socket::bind(cfg.bind, cfg.io_threads.max(1), cfg.socket_buffer_bytes)
             .map_err(io_err(format!("binding UDP {}", cfg.bind)))?;
         let bound = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
-        let advertise = cfg.advertise.unwrap_or(bound);
+        let with_port = |a: SocketAddr| if a.port() == 0 { SocketAddr::new(a.ip(), bound.port()) } else { a };
+        let advertise = with_port(cfg.advertise.unwrap_or(bound));
         if advertise.ip().is_unspecified() {
             tracing::warn!(%advertise, "the media address is unspecified: set `advertise` to an address clients can reach");
         }
         let mut acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
         acceptor.set_lean_send(cfg.lean_send);
+        let advertised: Vec<SocketAddr> =
+            std::iter::once(advertise).chain(cfg.advertise_more.iter().copied().map(with_port)).collect();
+        acceptor.set_advertised(&advertised);
+        acceptor.set_tcp(cfg.tcp.is_some());
+        let listeners = match cfg.tcp {
+            Some(_) => tcp::bind(bound, cfg.io_threads.max(1)).map_err(io_err(format!("binding TCP {bound}")))?,
+            None => Vec::new(),
+        };
         let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
         let nice = cfg.thread_nice;
         pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
@@ -134,9 +163,12 @@ impl MediaHandle {
             peers_io: std::sync::OnceLock::new(),
             batch_window: cfg.batch_window,
             thread_nice: cfg.thread_nice,
+            // Each I/O thread keeps its own table: the caps are split evenly
+            // (the kernel spreads connections over the threads by their 4-tuple).
+            tcp_limits: cfg.tcp.map(|l| per_thread(l, cfg.io_threads.max(1))).unwrap_or_default(),
         });
         let (mut handles, mut threads) =
-            io::spawn(&shared, &acceptor, sockets).map_err(io_err("starting the io threads"))?;
+            io::spawn(&shared, &acceptor, sockets, listeners).map_err(io_err("starting the io threads"))?;
         // Plain RTP: one more thread in the list, so mixes, effects and shutdown reach it too.
         let plain = match cfg.rtp_in {
             Some(bind) => {
@@ -166,7 +198,7 @@ impl MediaHandle {
             outputs: cfg.outputs.clone(),
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
-        tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
+        tracing::info!(media = %bound, advertise = ?advertised, tcp = cfg.tcp.is_some(), io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
         Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain }, threads))
     }
 
@@ -280,6 +312,9 @@ impl MediaHandle {
             // Closed peers leave the mux in the turn they close, before it publishes.
             m.peers += s.connecting + s.connected;
             m.listen_only_dropped += get(&c.listen_only_dropped);
+            let (t, no_conn) = *lock(&c.tcp);
+            tcp::add_stats(&mut m.tcp, &t);
+            m.tcp_no_connection += no_conn;
         }
         m
     }

@@ -35,6 +35,9 @@ mod procfs;
 mod ticks;
 
 pub use ticks::tick_p99;
+mod tcp;
+
+pub use tcp::{TCP_NAMES, tcp};
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -249,6 +252,11 @@ struct Installed {
 }
 
 static INSTALLED: OnceLock<Result<Installed, String>> = OnceLock::new();
+
+/// Whether the recorder is installed (recording is on).
+fn installed() -> bool {
+    handles().is_some()
+}
 
 fn handles() -> Option<&'static Handles> {
     match INSTALLED.get() {
