@@ -67,6 +67,9 @@ pub struct Config {
     /// Cluster mode (several nodes sharing a Redis directory); off while
     /// `cluster.redis_url` is empty. See [`tutti_cluster::ClusterConfig`].
     pub cluster: tutti_cluster::ClusterConfig,
+    /// STUN/TURN servers the clients should use (`[[ice_servers]]`; see
+    /// [`crate::ice`]): given to each client before it makes its offer.
+    pub ice_servers: Vec<crate::ice::IceServerEntry>,
 }
 
 /// Access tokens (see [`crate::auth`]).
@@ -164,6 +167,7 @@ impl Default for Config {
             limits: Limits::default(),
             log: LogConfig::default(),
             cluster: tutti_cluster::ClusterConfig::default(),
+            ice_servers: Vec::new(),
         }
     }
 }
@@ -355,6 +359,8 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return invalid("log.format", "must be 'text' or 'json'");
         }
+        crate::ice::validate(&self.ice_servers)
+            .map_err(|message| ConfigError::Invalid { key: "ice_servers", message })?;
         if self.cluster.enabled() {
             self.cluster.validate().map_err(|e| ConfigError::Invalid { key: "cluster", message: e.to_string() })?;
             if self.auth.disabled || self.auth.secret.is_empty() {
@@ -511,6 +517,23 @@ mod tests {
         assert!(err(load_text("advertise = \"somewhere\"\n", &[], &[])).contains("advertise"));
         assert!(err(load_text("room = 3\n", &[], &[])).contains("section"));
         assert_eq!(Config::unknown_env([("TUTTI_HTTPS".to_owned(), String::new())]), ["TUTTI_HTTPS"]);
+    }
+
+    #[test]
+    fn ice_servers_load_from_the_file_and_are_checked() {
+        let text = "[[ice_servers]]\nurls = [\"turn:127.0.0.1:3478?transport=tcp\"]\nsecret = \"s3cret\"\n\
+                    ttl_seconds = 600\n\n[[ice_servers]]\nurls = [\"stun:127.0.0.1:3478\"]\n";
+        let cfg = load_text(text, &[], &[]).expect("loads");
+        assert_eq!(cfg.ice_servers.len(), 2);
+        assert_eq!(cfg.ice_servers[0].secret, "s3cret");
+        assert_eq!(cfg.ice_servers[0].ttl_seconds, 600);
+        assert_eq!(cfg.ice_servers[1].ttl_seconds, 86_400, "the default TTL");
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        let open_turn = "[[ice_servers]]\nurls = [\"turn:127.0.0.1:3478\"]\n";
+        let e = err(load_text(open_turn, &[], &[]));
+        assert!(e.contains("ice_servers") && e.contains("entry 0") && e.contains("credentials"), "{e}");
+        assert!(err(load_text("[[ice_servers]]\nurl = \"stun:x\"\n", &[], &[])).contains("url"));
+        assert!(!format!("{cfg:?}").contains("s3cret"), "Debug hides the secret");
     }
 
     #[test]

@@ -58,6 +58,7 @@
 mod api;
 pub mod auth;
 mod config;
+pub mod ice;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;

@@ -16,6 +16,7 @@
 pub(crate) mod cluster;
 pub(crate) mod error;
 pub(crate) mod http;
+mod ice;
 mod limit;
 pub(crate) mod rooms;
 mod web;
@@ -198,6 +199,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
             axum::routing::delete(rooms::leave).patch(rooms::update_participant),
         )
         .route("/v1/rooms/{room}/ws", get(ws::upgrade))
+        .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(web::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
