@@ -58,10 +58,10 @@
 mod api;
 pub mod auth;
 mod config;
-pub mod ice;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
+pub mod ice;
 mod media;
 pub mod metrics;
 pub mod ops;
