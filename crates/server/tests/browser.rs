@@ -8,6 +8,15 @@
 //! silences a page for the others; leave leaves.
 //! A screenshot of the call is written to `target/browser-test/call.png`.
 //!
+//! The second test takes the page where networks get in the way: Debian's
+//! Firefox ESR (WebDriver BiDi, puppeteer-core) in a network namespace of
+//! its own, a Chromium page in a namespace whose outgoing UDP is dropped,
+//! joining through a real coturn over TCP with TURN REST credentials from
+//! tutti's `[[ice_servers]]`, and an ICE restart when Firefox's UDP is cut.
+//! It needs root (namespaces, nftables), and installs `firefox-esr`,
+//! `coturn` and `nftables` with apt-get when they are missing. The two
+//! tests run one after the other (each keeps both cores busy).
+//!
 //! Prerequisites are ensured here, never skipped: Debian's `chromium` (run
 //! as root, the test installs it with apt-get when /usr/bin/chromium is
 //! missing), Node.js with npm (`npm ci` of the pinned playwright-core into
@@ -755,13 +764,13 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     ff_exec(&["nft", "add chain inet cut out { type filter hook output priority 0 ; policy accept ; }"]);
     ff_exec(&["nft", "add rule inet cut out oifname != \"lo\" meta l4proto udp drop"]);
     let cut_at = Instant::now();
-    let mut say = |p: &mut Killed, what: &[u8]| {
+    let say = |p: &mut Killed, what: &[u8]| {
         if let Some(stdin) = p.0.stdin.as_mut() {
             let _ = std::io::Write::write_all(stdin, what);
         }
     };
     say(&mut procs[1], b"await-restart\n");
-    let mut wait_for = |event: &str, rust: &mut ToneClient, marks: &mut Vec<String>| -> Value {
+    let wait_for = |event: &str, rust: &mut ToneClient, marks: &mut Vec<String>| -> Value {
         let by = Instant::now() + Duration::from_secs(60);
         loop {
             let now = Instant::now();
