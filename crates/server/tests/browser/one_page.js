@@ -167,10 +167,13 @@ function transport(p) {
       };
     };
     const inbound = all.find((r) => r.type === 'inbound-rtp' && (r.kind === 'audio' || r.mediaType === 'audio'));
+    const outbound = all.find((r) => r.type === 'outbound-rtp' && (r.kind === 'audio' || r.mediaType === 'audio'));
     return {
       local: pair ? cand(pair.localCandidateId) : null,
       remote: pair ? cand(pair.remoteCandidateId) : null,
       packetsReceived: inbound ? inbound.packetsReceived : 0,
+      packetsSent: outbound ? outbound.packetsSent : 0,
+      jitterMs: inbound ? inbound.jitter * 1000 : null,
     };
   });
 }
