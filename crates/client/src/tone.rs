@@ -185,6 +185,30 @@ impl ToneClient {
         Ok(())
     }
 
+    /// Moves to a new UDP socket (a new local port, as a phone moving from
+    /// Wi-Fi to mobile data gets a new address) and starts an ICE restart
+    /// from it: returns the offer for the server. The old socket is closed;
+    /// until the answer is applied ([`ToneClient::accept_restart`]) what
+    /// the client sends leaves from the new socket.
+    pub fn move_and_restart(&mut self) -> Result<String, JoinError> {
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        socket.set_nonblocking(true)?;
+        let offer = self.peer.restart_ice(socket.local_addr()?, Instant::now())?;
+        self.socket = socket;
+        Ok(offer)
+    }
+
+    /// Applies the server's answer to [`ToneClient::move_and_restart`]'s offer.
+    pub fn accept_restart(&mut self, answer: &str) -> Result<(), JoinError> {
+        self.peer.accept_restart(answer, Instant::now())?;
+        Ok(())
+    }
+
+    /// The local address it sends from.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.socket.local_addr()
+    }
+
     /// One turn: network in and out, events, and the next frame when due.
     pub fn pump(&mut self, now: Instant) {
         let _ = self.peer.pump_udp(&self.socket, &mut self.buf, now);

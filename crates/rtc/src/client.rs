@@ -65,6 +65,9 @@ impl ClientPeer {
         let slot = Arc::new(ExporterSlot::default());
         let settings = SettingEngineBuilder::new()
             .with_multicast_dns_mode(MulticastDnsMode::Disabled)
+            // An ICE restart here moves to a new socket: the old candidate
+            // names an address nothing listens on any more.
+            .with_discard_local_candidates_during_ice_restart(true)
             .with_crypto_provider(Arc::new(KeyTap::new(provider, slot.clone())))
             .build();
         let mut pc = build_connection(settings, Vec::new(), CLIENT_OPUS_FMTP, now)?;
@@ -91,6 +94,27 @@ impl ClientPeer {
         let answer = RTCSessionDescription::answer(answer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, answer).map_err(bad_sdp)?;
         self.media = Some(Media::new(pc, sender, ssrc, slot, self.lean_send, now)?);
+        self.drain();
+        Ok(())
+    }
+
+    /// Starts an ICE restart from a new local address (the caller moved to a
+    /// new socket or network): returns the offer to send to the server (for
+    /// tutti, a `PATCH` of the participant with `application/sdp`); apply
+    /// the answer with [`ClientPeer::accept_restart`]. The DTLS session,
+    /// keys and streams carry on.
+    pub fn restart_ice(&mut self, local: SocketAddr, now: Instant) -> Result<String, RtcError> {
+        let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
+        let offer = media.offer_restart(local, now)?;
+        self.local = local;
+        self.drain();
+        Ok(offer)
+    }
+
+    /// Applies the server's answer to [`ClientPeer::restart_ice`]'s offer.
+    pub fn accept_restart(&mut self, answer: &str, now: Instant) -> Result<(), RtcError> {
+        let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
+        media.accept_restart(answer, now)?;
         self.drain();
         Ok(())
     }

@@ -28,6 +28,7 @@ use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEng
 use rtc::peer_connection::configuration::setting_engine::SettingEngine;
 use rtc::peer_connection::event::RTCPeerConnectionEvent;
 use rtc::peer_connection::message::RTCMessage;
+use rtc::peer_connection::sdp::RTCSessionDescription;
 use rtc::peer_connection::state::{RTCIceConnectionState, RTCPeerConnectionState};
 use rtc::peer_connection::transport::RTCDtlsRole;
 use rtc::peer_connection::transport::RTCIceCandidateInit;
@@ -576,6 +577,12 @@ pub(crate) struct Media {
     /// (at most a second later) moves it (webrtc-rs announces a new
     /// selected pair in no public event).
     remote: Option<SocketAddr>,
+    /// The source of the SRTP/SRTCP datagram being read (set by the mux
+    /// before handing it over): once webrtc-rs authenticates and decrypts
+    /// it, the lean path follows the peer there (a client that moved and
+    /// restarted ICE sends from its new address at once, while webrtc-rs's
+    /// own next datagram may be a second away).
+    arrived_from: Option<SocketAddr>,
     /// An instant and the wall-clock time then: NTP times of sender reports.
     wall: (Instant, SystemTime),
     last_sender_report: Option<SenderReportInfo>,
@@ -624,6 +631,7 @@ impl Media {
             lean: None,
             keys,
             remote: None,
+            arrived_from: None,
             wall: (now, SystemTime::now()),
             last_sender_report: None,
             connected: false,
@@ -1006,7 +1014,12 @@ impl Media {
                 }
             }
         }
+        let arrived_from = self.arrived_from.take();
         while let Some(msg) = self.pc.poll_read() {
+            if let (Some(from), Some(_)) = (arrived_from, self.remote) {
+                // Authenticated by SRTP: the peer is there now.
+                self.remote = Some(from);
+            }
             match msg.message {
                 RTCMessage::RtpPacket(_, packet) => {
                     on(PeerEvent::Audio(audio_of(packet, self.level_ext, self.csrc_level_ext)));
@@ -1027,6 +1040,47 @@ impl Media {
                 _ => {}
             }
         }
+    }
+
+    /// Notes where the SRTP/SRTCP datagram about to be read came from (see `arrived_from`).
+    pub(crate) fn arriving_from(&mut self, from: SocketAddr) {
+        self.arrived_from = Some(from);
+    }
+
+    /// Answers an ICE-restart offer (new remote ufrag and password, perhaps a
+    /// new address) on the established connection: the DTLS session, SRTP
+    /// keys, SSRC and sequence numbers carry on. Returns the SDP answer.
+    pub(crate) fn answer_restart(&mut self, offer: &str, now: Instant) -> Result<String, RtcError> {
+        if self.closed {
+            return Err(RtcError::NotConnected);
+        }
+        let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
+        self.pc.set_remote_description(now, offer).map_err(bad_sdp)?;
+        // A restart puts gathering back to "gathering"; our candidates stay
+        // (the server's address did not move): end it again.
+        let _ = self.pc.add_local_candidate(RTCIceCandidateInit::default());
+        let answer = self.pc.create_answer(None).map_err(bad_sdp)?;
+        self.pc.set_local_description(now, answer).map_err(bad_sdp)?;
+        local_sdp(&self.pc)
+    }
+
+    /// Starts an ICE restart from `local` (a new socket): an offer with new
+    /// ICE credentials and `local` as the one host candidate.
+    pub(crate) fn offer_restart(&mut self, local: SocketAddr, now: Instant) -> Result<String, RtcError> {
+        if self.closed {
+            return Err(RtcError::NotConnected);
+        }
+        self.pc.restart_ice();
+        let offer = self.pc.create_offer(None).map_err(bad_sdp)?;
+        self.pc.set_local_description(now, offer).map_err(bad_sdp)?;
+        add_host_candidate(&mut self.pc, local)?;
+        local_sdp(&self.pc)
+    }
+
+    /// Applies the answer to [`Media::offer_restart`].
+    pub(crate) fn accept_restart(&mut self, answer: &str, now: Instant) -> Result<(), RtcError> {
+        let answer = RTCSessionDescription::answer(answer.to_owned()).map_err(bad_sdp)?;
+        self.pc.set_remote_description(now, answer).map_err(bad_sdp)
     }
 
     /// Lets `frames` 20 ms frames pass unsent (DTX): the next packet's

@@ -498,6 +498,9 @@ impl Mux {
             },
             message: BytesMut::from(data),
         };
+        if is_rtp(data) {
+            peer.media.arriving_from(from);
+        }
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);
         if is_rtp(data) && peer.deadline.is_some() {
@@ -641,6 +644,21 @@ impl Mux {
     /// The next event.
     pub fn poll_event(&mut self) -> Option<MuxEvent> {
         self.events.pop_front()
+    }
+
+    /// Answers a connected peer's ICE-restart offer (a client that moved to
+    /// a new address or network): same participant, same DTLS session and
+    /// keys, same server ufrag and password (fixed per peer), so its new
+    /// checks route here as before. Returns the SDP answer.
+    pub fn restart(&mut self, id: PeerId, offer: &str, now: Instant) -> Result<String, RtcError> {
+        let peer = self.peers.get_mut(&id).ok_or(RtcError::UnknownPeer(id))?;
+        if !peer.media.is_connected() {
+            return Err(RtcError::NotConnected);
+        }
+        let sdp = peer.media.answer_restart(offer, now)?;
+        peer.last_seen = now;
+        self.drain(id);
+        Ok(with_opus_fmtp(&sdp, SERVER_OPUS_DTX))
     }
 
     /// Closes a peer (DTLS close_notify goes out through `poll_transmit`) and forgets it.

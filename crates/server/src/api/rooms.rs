@@ -344,6 +344,9 @@ pub(crate) async fn update_participant(
 ) -> ApiResult<Response> {
     let grant = authenticate(&api, &headers, None)?;
     may_see(&grant, &room)?;
+    if content_type(&headers).eq_ignore_ascii_case("application/sdp") {
+        return restart_ice(&api, &grant, &room, id, body(raw)?).await;
+    }
     let req: UpdateParticipant = json(&headers, &body(raw)?, None)?;
     let state = member_of(&api, &room, id)?;
     let admin = may_act_on(&grant, &state, id)?;
@@ -358,4 +361,56 @@ pub(crate) async fn update_participant(
     }
     let member = lock(&state.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
     Ok(axum::Json(serde_json::json!({ "id": id, "muted": member.muted, "gain": req.gain })).into_response())
+}
+
+/// How long the API waits for the I/O thread's answer to a restart offer.
+const RESTART_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `PATCH /v1/rooms/{room}/participants/{id}` with `application/sdp`: an
+/// ICE restart. The participant's new offer (new ICE credentials, perhaps a
+/// new address or network) is answered on its existing connection: same
+/// id, mute state, gain and place in the room; the DTLS session and SRTP
+/// keys carry on. Allowed within the peer timeout after its connection
+/// dropped (the grace period); after that the participant has left.
+async fn restart_ice(api: &ApiState, grant: &Grant, room: &str, id: u64, offer: Bytes) -> ApiResult<Response> {
+    let result = restart_answer(api, grant, room, id, offer).await;
+    crate::metrics::ice_restart(result.is_ok());
+    let answer = result?;
+    let mut response = (StatusCode::OK, answer).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/sdp"));
+    Ok(response)
+}
+
+async fn restart_answer(api: &ApiState, grant: &Grant, room: &str, id: u64, offer: Bytes) -> ApiResult<String> {
+    let state = member_of(api, room, id)?;
+    may_act_on(grant, &state, id)?;
+    let offer = String::from_utf8(offer.to_vec())
+        .map_err(|_| ApiError::bad_request("bad_sdp", "the SDP offer is not UTF-8"))?;
+    let not_connected = || {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "not_connected",
+            format!("participant {id} has not connected yet: there is no connection to restart (join again)"),
+        )
+    };
+    let io = api.rooms.peer_io(id).ok_or(RoomError::NoParticipant(id))?.ok_or_else(not_connected)?;
+    let answer = api.media.restart(io, tutti_rtc::PeerId(id), offer);
+    match tokio::time::timeout(RESTART_TIMEOUT, answer).await {
+        Ok(Ok(Ok(sdp))) => {
+            tracing::info!(room, participant = id, "ICE restart answered");
+            Ok(sdp)
+        }
+        Ok(Ok(Err(tutti_rtc::RtcError::BadSdp(e)))) => Err(ApiError::bad_request("bad_sdp", e)),
+        Ok(Ok(Err(tutti_rtc::RtcError::NoAudio))) => {
+            Err(ApiError::bad_request("bad_sdp", "the SDP offer has no Opus audio"))
+        }
+        Ok(Ok(Err(tutti_rtc::RtcError::NotConnected))) => Err(not_connected()),
+        Ok(Ok(Err(tutti_rtc::RtcError::UnknownPeer(_)))) | Ok(Err(_)) => Err(RoomError::NoParticipant(id).into()),
+        Ok(Ok(Err(e))) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "media_busy",
+            "the media thread did not answer the restart in time; try again",
+        )),
+    }
 }

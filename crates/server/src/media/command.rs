@@ -7,7 +7,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use nix::sys::eventfd::EventFd;
-use tutti_rtc::{MuxStats, PeerId};
+use tutti_rtc::{MuxStats, PeerId, RtcError};
 
 use crate::room::RoomMix;
 
@@ -17,6 +17,8 @@ pub(crate) enum IoCommand {
     Deliver(Arc<Vec<RoomMix>>),
     /// Close (DTLS close_notify) and forget a peer.
     Close(PeerId),
+    /// Answer a connected peer's ICE-restart offer; the answer (or why not) goes to `reply`.
+    Restart { peer: PeerId, offer: String, reply: tokio::sync::oneshot::Sender<Result<String, RtcError>> },
     /// A datagram for one of this thread's peers that reached another socket.
     Forward { from: SocketAddr, data: Vec<u8> },
     /// Close every peer and stop.

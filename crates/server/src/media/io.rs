@@ -178,6 +178,10 @@ impl IoThread {
             match cmd {
                 IoCommand::Deliver(mixes) => self.deliver(&mixes, now),
                 IoCommand::Close(id) => self.close(id),
+                IoCommand::Restart { peer, offer, reply } => {
+                    // The API may have given up waiting; the answer then goes nowhere.
+                    let _ = reply.send(self.mux.restart(peer, &offer, now));
+                }
                 IoCommand::Forward { from, data } => self.route(from, &data, now),
                 IoCommand::Shutdown => return false,
             }

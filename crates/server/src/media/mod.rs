@@ -184,6 +184,21 @@ impl MediaHandle {
         }
     }
 
+    /// Asks I/O thread `io` to answer its peer's ICE-restart offer. The
+    /// answer comes on the returned channel (closed if the thread is gone).
+    pub(crate) fn restart(
+        &self,
+        io: usize,
+        peer: tutti_rtc::PeerId,
+        offer: String,
+    ) -> tokio::sync::oneshot::Receiver<Result<String, RtcError>> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if let Some(h) = self.io.get(io) {
+            h.send(IoCommand::Restart { peer, offer, reply });
+        }
+        answer
+    }
+
     /// The bound media address.
     pub(crate) fn addr(&self) -> SocketAddr {
         self.bound

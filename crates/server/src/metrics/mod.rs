@@ -122,6 +122,8 @@ pub const MEDIA_PEERS: &str = "tutti_media_peers";
 pub const API_REQUESTS: &str = "tutti_api_requests_total";
 /// Time to answer a successful join (SDP offer in, answer out), seconds.
 pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
+/// ICE restarts asked for through the API, by `result` (`ok`, `failed`).
+pub const API_ICE_RESTARTS: &str = "tutti_api_ice_restarts_total";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
 
@@ -163,6 +165,7 @@ pub const NAMES: &[&str] = &[
     MEDIA_PEERS,
     API_REQUESTS,
     API_JOIN_DURATION_SECONDS,
+    API_ICE_RESTARTS,
     BUILD_INFO,
 ];
 
@@ -334,6 +337,11 @@ fn describe() {
         Unit::Seconds,
         "Time to answer a successful join (offer in, answer out)."
     );
+    describe_counter!(
+        API_ICE_RESTARTS,
+        Unit::Count,
+        "ICE restarts asked for through the API (a participant's new offer), by result: ok or failed."
+    );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
 }
 
@@ -492,6 +500,13 @@ pub fn api_request(method: &Method, route: &str, status: StatusCode) {
 pub fn join_latency(duration: Duration) {
     if let Some(h) = handles() {
         h.join_duration.record(duration.as_secs_f64());
+    }
+}
+
+/// An ICE restart was answered (`ok`) or refused (`failed`).
+pub fn ice_restart(ok: bool) {
+    if handles().is_some() {
+        metrics::counter!(API_ICE_RESTARTS, "result" => if ok { "ok" } else { "failed" }).increment(1);
     }
 }
 

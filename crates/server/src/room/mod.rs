@@ -317,6 +317,12 @@ impl Rooms {
         self.closing.load(Ordering::Relaxed)
     }
 
+    /// The I/O thread that owns a participant's peer: `None` for no such
+    /// peer, `Some(None)` while it waits for its first ICE check.
+    pub(crate) fn peer_io(&self, id: u64) -> Option<Option<usize>> {
+        lock(&self.registry).io_of(PeerId(id))
+    }
+
     /// (registered peers, pending peers, forwarded addresses).
     pub(crate) fn registry_sizes(&self) -> (usize, usize, usize) {
         lock(&self.registry).sizes()

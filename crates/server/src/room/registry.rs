@@ -125,6 +125,12 @@ impl Registry {
             .collect()
     }
 
+    /// The I/O thread that owns a peer: `None` for no such peer,
+    /// `Some(None)` while it waits for its first ICE check.
+    pub(crate) fn io_of(&self, id: PeerId) -> Option<Option<usize>> {
+        self.homes.get(&id).map(|h| h.io)
+    }
+
     /// (registered, pending, forwarded addresses).
     pub(crate) fn sizes(&self) -> (usize, usize, usize) {
         (self.homes.len(), self.pending.len(), self.forwarded.len())
