@@ -712,36 +712,78 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         spawn_page(&node_dir, Some(&nu_ns.name), &page("dave", "chromium", chromium, Some(&nu_host), &dave_wav), tx),
     ];
 
-    // Pump the Rust client until every page has measured.
+    // Pump the Rust client until every page is ready (in the call, everyone listed and talking).
     let deadline = Instant::now() + Duration::from_secs(150);
-    let mut measured: HashMap<String, Value> = HashMap::new();
+    let mut pages_ready = 0;
     let mut marks: Vec<String> = Vec::new();
-    let mut all_measured_at = None;
-    while measured.len() < procs.len() {
-        let now = Instant::now();
-        rust.pump(now);
-        match rx.try_recv() {
-            Ok((name, msg)) => {
-                let event = msg["event"].as_str().unwrap_or_default().to_owned();
-                marks.push(format!("{name}: {event} at {}", msg["t"]));
-                match event.as_str() {
-                    "measured" => {
-                        measured.insert(name, msg["result"].clone());
+    let next_event = |rust: &mut ToneClient, marks: &mut Vec<String>, deadline: Instant| -> (String, Value) {
+        loop {
+            let now = Instant::now();
+            rust.pump(now);
+            match rx.try_recv() {
+                Ok((name, msg)) => {
+                    marks.push(format!("{name}: {} at {}", msg["event"], msg["t"]));
+                    if msg["event"] == "failed" {
+                        panic!("page {name} failed: {}\nmarks: {marks:?}", msg["message"]);
                     }
-                    "failed" => panic!("page {name} failed: {}\nmarks: {marks:?}", msg["message"]),
-                    _ => {}
+                    return (name, msg);
                 }
-                if measured.len() == procs.len() {
-                    all_measured_at = Some(now);
-                }
+                Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+                Err(mpsc::TryRecvError::Disconnected) => panic!("the pages' output ended; marks: {marks:?}"),
             }
-            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
-            Err(mpsc::TryRecvError::Disconnected) => break,
+            assert!(now < deadline, "the pages did not get there in time; marks: {marks:?}");
         }
-        assert!(now < deadline, "the pages did not all measure within 150 s; marks: {marks:?}");
+    };
+    while pages_ready < procs.len() {
+        if next_event(&mut rust, &mut marks, deadline).1["event"] == "ready" {
+            pages_ready += 1;
+        }
     }
-    let to = all_measured_at.expect("every page measured");
-    let rust_heard = |f| heard_between(&rust, f, to - Duration::from_secs(2), to);
+    // Everyone must be in the mix while the pages listen: on this shared
+    // 2-core machine a debug build's mixer may shed load (3, 2, then 1
+    // speakers mixed; `tutti_mix_shed_level`), and a page would then not
+    // hear everyone. Measure when the room mixes all four, again if it did
+    // not throughout (at most 3 times).
+    let speakers = |rust: &mut ToneClient| -> usize {
+        rust.pump(Instant::now());
+        let r = request_as(api, &requester, "GET", "/v1/rooms/networks", None, b"").expect("the API answers");
+        serde_json::from_str::<Value>(&r.body).ok().and_then(|v| v["speakers"].as_array().map(Vec::len)).unwrap_or(0)
+    };
+    let mut measured: HashMap<String, Value> = HashMap::new();
+    let mut window = (Instant::now(), Instant::now());
+    let mut mixed = 0;
+    for attempt in 1..=3 {
+        let by = Instant::now() + Duration::from_secs(20);
+        while speakers(&mut rust) < 4 && Instant::now() < by {
+            let until = Instant::now() + Duration::from_millis(100);
+            while Instant::now() < until {
+                rust.pump(Instant::now());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        window.0 = Instant::now();
+        for p in &mut procs {
+            if let Some(stdin) = p.0.stdin.as_mut() {
+                let _ = std::io::Write::write_all(stdin, b"measure\n");
+            }
+        }
+        measured.clear();
+        while measured.len() < procs.len() {
+            let (name, msg) = next_event(&mut rust, &mut marks, deadline);
+            if msg["event"] == "measured" {
+                measured.insert(name, msg["result"].clone());
+            }
+        }
+        window.1 = Instant::now();
+        mixed = speakers(&mut rust);
+        if mixed == 4 {
+            break;
+        }
+        println!("measurement {attempt}: the server mixed {mixed} of 4 speakers at its end (shedding load); again");
+    }
+    std::fs::write(out.join("result.json"), serde_json::to_string_pretty(&measured).unwrap_or_default())
+        .expect("write result.json");
+    let rust_heard = |f| heard_between(&rust, f, window.0, window.1);
     let (a, b, f, own_amp) =
         (rust_heard(NS_CAROL_HZ), rust_heard(NS_DAVE_HZ), rust_heard(FIREFOX_HZ), rust_heard(NS_RUST_HZ));
     println!(
@@ -819,8 +861,6 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    std::fs::write(out.join("result.json"), serde_json::to_string_pretty(&measured).unwrap_or_default())
-        .expect("write result.json");
 
     // Each page hears the other three, not itself.
     let own = [("carol", NS_CAROL_HZ), ("fiona", FIREFOX_HZ), ("dave", NS_DAVE_HZ)];
@@ -831,7 +871,10 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         let others: Vec<f32> =
             [NS_CAROL_HZ, NS_DAVE_HZ, NS_RUST_HZ, FIREFOX_HZ].into_iter().filter(|f| *f != mine).collect();
         let quietest = others.iter().map(|f| db(heard, *f)).fold(f64::INFINITY, f64::min);
-        assert!(quietest > NS_HEARD_DB, "{name} hears every other participant (quietest {quietest:.1} dB): {heard}");
+        assert!(
+            quietest > NS_HEARD_DB,
+            "{name} hears every other participant (quietest {quietest:.1} dB; the server mixed {mixed} speakers): {heard}"
+        );
         assert!(db(heard, mine) < quietest - NS_MARGIN_DB, "{name} hears its own {mine} Hz tone: {heard}");
         assert!(db(heard, NS_CONTROL_HZ) < quietest - NS_MARGIN_DB, "{name}'s noise floor: {heard}");
         assert_eq!(r["state"]["phase"], "in-call", "{name}: {}", r["state"]);

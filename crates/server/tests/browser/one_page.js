@@ -5,9 +5,12 @@
 // own (`ip netns exec … node one_page.js`), so node and its browser share
 // that namespace.
 //
-// Input: one JSON argument (see `PageConfig` in browser.rs). Output: lines
-// `@@{json}` on stdout: `connected`, `measured` (what the page heard, its
-// ICE path, its state); then, for each `watch-restart` the test writes on
+// Input: one JSON argument (see `page` in browser.rs). Output: lines
+// `@@{json}` on stdout: `connected`, `ready` (everyone listed and talking);
+// then, for each `measure` the test writes on stdin, `measured` (what the
+// page heard, its ICE path, its state); for `await-restart` (after the test
+// cut the page's UDP), `restarting` (its first restart offer's outcome);
+// for each `watch-restart` the test writes on
 // stdin (after moving the page to another address), `restart` (how the
 // page's ICE restart ended); after `leave`, `done`; or `failed`. Every wait
 // has a timeout.
@@ -262,17 +265,22 @@ async function main() {
       cfg.everyone - 1,
     );
     await sleep(cfg.settleMs || 1500);
-    result.heard = await heard(p, cfg.freqs, cfg.measureMs || 2000);
-    result.transport = await transport(p);
-    result.state = await stateOf(p);
-    result.notice = await p.evaluate(() => {
-      const e = document.getElementById('notice');
-      return e.hidden ? '' : e.textContent;
-    });
-    await p.screenshot(path.join(cfg.out, `${cfg.name}.png`));
-    emit('measured', { result });
+    emit('ready');
     for (;;) {
       const cmd = await command(cfg.holdMs || 120000);
+      if (cmd === 'measure') {
+        // The test says when: everyone is in the room's mix.
+        result.heard = await heard(p, cfg.freqs, cfg.measureMs || 2000);
+        result.transport = await transport(p);
+        result.state = await stateOf(p);
+        result.notice = await p.evaluate(() => {
+          const e = document.getElementById('notice');
+          return e.hidden ? '' : e.textContent;
+        });
+        await p.screenshot(path.join(cfg.out, `${cfg.name}.png`));
+        emit('measured', { result });
+        continue;
+      }
       if (cmd === 'await-restart') {
         // The test cut our UDP: ICE drops; wait for the page's first restart offer.
         const by = Date.now() + (cfg.restartWaitMs || 30000);
