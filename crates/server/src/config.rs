@@ -81,6 +81,9 @@ pub struct Config {
     pub rtp_out: RtpOutSettings,
     /// Plain RTP/AVP participants (SIP gateways); off while `rtp_in.trusted` is empty.
     pub rtp_in: RtpInConfig,
+    /// STUN/TURN servers the clients should use (`[[ice_servers]]`; see
+    /// [`crate::ice`]): given to each client before it makes its offer.
+    pub ice_servers: Vec<crate::ice::IceServerEntry>,
 }
 
 /// Recording rooms (`POST /v1/rooms/{room}/recording`, or `record: true` at creation).
@@ -320,6 +323,7 @@ impl Default for Config {
             webhooks: WebhookSettings::default(),
             rtp_out: RtpOutSettings::default(),
             rtp_in: RtpInConfig::default(),
+            ice_servers: Vec::new(),
         }
     }
 }
@@ -557,6 +561,8 @@ impl Config {
         self.validate_outputs()?;
         crate::cidr::parse_all(&self.rtp_in.trusted)
             .map_err(|message| ConfigError::Invalid { key: "rtp_in.trusted", message })?;
+        crate::ice::validate(&self.ice_servers)
+            .map_err(|message| ConfigError::Invalid { key: "ice_servers", message })?;
         if self.cluster.enabled() {
             self.cluster.validate().map_err(|e| ConfigError::Invalid { key: "cluster", message: e.to_string() })?;
             if self.auth.disabled || self.auth.secret.is_empty() {
@@ -794,6 +800,23 @@ mod tests {
         assert!(err(load_text("advertise = \"somewhere\"\n", &[], &[])).contains("advertise"));
         assert!(err(load_text("room = 3\n", &[], &[])).contains("section"));
         assert_eq!(Config::unknown_env([("TUTTI_HTTPS".to_owned(), String::new())]), ["TUTTI_HTTPS"]);
+    }
+
+    #[test]
+    fn ice_servers_load_from_the_file_and_are_checked() {
+        let text = "[[ice_servers]]\nurls = [\"turn:127.0.0.1:3478?transport=tcp\"]\nsecret = \"s3cret\"\n\
+                    ttl_seconds = 600\n\n[[ice_servers]]\nurls = [\"stun:127.0.0.1:3478\"]\n";
+        let cfg = load_text(text, &[], &[]).expect("loads");
+        assert_eq!(cfg.ice_servers.len(), 2);
+        assert_eq!(cfg.ice_servers[0].secret, "s3cret");
+        assert_eq!(cfg.ice_servers[0].ttl_seconds, 600);
+        assert_eq!(cfg.ice_servers[1].ttl_seconds, 86_400, "the default TTL");
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        let open_turn = "[[ice_servers]]\nurls = [\"turn:127.0.0.1:3478\"]\n";
+        let e = err(load_text(open_turn, &[], &[]));
+        assert!(e.contains("ice_servers") && e.contains("entry 0") && e.contains("credentials"), "{e}");
+        assert!(err(load_text("[[ice_servers]]\nurl = \"stun:x\"\n", &[], &[])).contains("url"));
+        assert!(!format!("{cfg:?}").contains("s3cret"), "Debug hides the secret");
     }
 
     #[test]

@@ -62,6 +62,7 @@ mod config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
+pub mod ice;
 mod media;
 pub mod metrics;
 pub mod ops;

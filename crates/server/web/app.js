@@ -1,10 +1,18 @@
 // tutti's browser client: join a room through its WebSocket with one
 // audio track, hear the room's mix, see who is there and who is talking.
 //
-// Flow: check (or create) the room over REST → microphone → RTCPeerConnection
-// offer with every ICE candidate in it (the server is ICE-lite and does not
+// Flow: check (or create) the room over REST → microphone → the room's
+// ICE servers (STUN/TURN, `GET …/ice-servers`) → RTCPeerConnection offer
+// with every ICE candidate in it (the server is ICE-lite and does not
 // trickle) → WebSocket `join` → `answer` → audio. Room events arrive on the
 // same WebSocket; closing it leaves the room.
+//
+// The level meters (WebAudio) never hold up the call: when the browser
+// cannot start an AudioContext (no audio output device, a headless
+// browser), the call goes on without meters and the page says so. When the
+// connection drops (ICE `disconnected` for a moment, or `failed`), the page
+// restarts ICE: a new offer to `PATCH …/participants/{id}` (application/sdp),
+// whose answer is the 200's body; it gives up after RESTART_GRACE_MS.
 //
 // For tests and debugging the page keeps its state in `window.tuttiState`
 // (plain data) and its WebRTC and WebAudio objects in `window.tuttiDebug`.
@@ -30,6 +38,9 @@
     roomLevelDb: -Infinity,
     offerSdp: '',
     answerSdp: '',
+    meters: 'off', // off | starting | on | unavailable
+    iceServers: 0, // how many ICE servers the server gave
+    iceRestarts: [], // [{at, status, code}]: each restart's offer and what the server said
   };
   window.tuttiState = state;
   const debug = { pc: null, audioContext: null, micAnalyser: null, remoteAnalyser: null, stream: null };
@@ -41,6 +52,14 @@
   const JOIN_TIMEOUT_MS = 15000;
   const GATHER_TIMEOUT_MS = 3000;
   const CONNECT_TIMEOUT_MS = 15000;
+  /** How long the AudioContext may take to start before the meters are given up. */
+  const AUDIO_START_MS = 2000;
+  /** How long ICE may stay `disconnected` before the page restarts it. */
+  const DISCONNECTED_WAIT_MS = 2000;
+  /** How long after the connection dropped the page keeps trying to restore it. */
+  const RESTART_GRACE_MS = 15000;
+  /** Between restart attempts that failed. */
+  const RESTART_RETRY_MS = 2000;
 
   class TuttiError extends Error {
     constructor(code, message, status) {
@@ -91,6 +110,10 @@
         return 'The connection to the server was lost, so the call has ended.';
       case 'ice_failed':
         return 'The audio connection could not be set up: the network may block UDP traffic to the server.';
+      case 'ice_lost':
+        return `The audio connection was lost and could not be restored within ${RESTART_GRACE_MS / 1000} seconds, so the call has ended.`;
+      case 'restart_refused':
+        return `The audio connection was lost, and the server refused to restore it (${(err && err.message) || 'no reason given'}), so the call has ended.`;
       case 'timeout':
         return 'The server did not answer in time. Please try again.';
       case 'timed_out':
@@ -185,6 +208,22 @@
     const info = await r.json();
     const summary = info && info.room;
     if (summary && summary.participants >= summary.max_participants) throw new TuttiError('room_full');
+  }
+
+  /**
+   * The STUN/TURN servers the server wants this client to use, as
+   * `RTCConfiguration.iceServers`. Without them (an older server, an error)
+   * the call is tried directly, as before.
+   */
+  async function iceServers(room, token) {
+    try {
+      const r = await send(apiUrl(`v1/rooms/${encodeURIComponent(room)}/ice-servers`), { headers: authHeaders(token) });
+      if (!r.ok) return [];
+      const body = await r.json();
+      return Array.isArray(body.ice_servers) ? body.ice_servers : [];
+    } catch (_) {
+      return [];
+    }
   }
 
   function socketUrl(room, token) {
@@ -282,7 +321,55 @@
     });
   }
 
+  /**
+   * Starts the AudioContext for the meters without waiting for it: if it
+   * has not started within AUDIO_START_MS (no output device, a headless
+   * browser) or cannot be made at all, the meters are off and a note says
+   * so; the call itself never waits on it.
+   */
+  function startAudio(mine) {
+    let ctx = null;
+    try {
+      ctx = new AudioContext();
+    } catch (_) {
+      metersUnavailable();
+      return null;
+    }
+    state.meters = 'starting';
+    const timer = setTimeout(() => {
+      if (call === mine && ctx.state !== 'running') metersUnavailable();
+    }, AUDIO_START_MS);
+    ctx.resume().then(
+      () => {
+        if (call === mine && ctx.state === 'running') {
+          clearTimeout(timer);
+          state.meters = 'on';
+        }
+      },
+      () => {
+        clearTimeout(timer);
+        if (call === mine) metersUnavailable();
+      },
+    );
+    return ctx;
+  }
+
+  function metersUnavailable() {
+    state.meters = 'unavailable';
+    showNotice('The level meters are off: this browser could not start audio processing (no audio output device?). The call works without them.');
+  }
+
+  /** An analyser of `stream` on `ctx`, or null when there is no context or it refuses. */
   function analyser(ctx, stream) {
+    if (!ctx) return null;
+    try {
+      return analyserNode(ctx, stream);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function analyserNode(ctx, stream) {
     const node = ctx.createAnalyser();
     node.fftSize = 8192;
     node.smoothingTimeConstant = 0.5;
@@ -335,7 +422,20 @@
       return;
     }
     remember(room, name, token);
-    call = { ws: null, pc: null, stream: null, ctx: null, meterTimer: 0, connectTimer: 0, ended: false, token };
+    call = {
+      ws: null,
+      pc: null,
+      stream: null,
+      ctx: null,
+      meterTimer: 0,
+      connectTimer: 0,
+      ended: false,
+      token,
+      disconnectedTimer: 0,
+      restartTimer: 0,
+      lostAt: 0,
+      restarting: false,
+    };
     const mine = call;
     setPhase('joining');
     $('join').disabled = true;
@@ -347,17 +447,20 @@
       if (mine.ended) return;
       debug.stream = mine.stream;
 
-      mine.ctx = new AudioContext();
+      mine.ctx = startAudio(mine);
       debug.audioContext = mine.ctx;
-      await mine.ctx.resume();
       debug.micAnalyser = analyser(mine.ctx, mine.stream);
 
-      const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle', rtcpMuxPolicy: 'require' });
+      const servers = await iceServers(room, token);
+      if (mine.ended) return;
+      state.iceServers = servers.length;
+      const pc = new RTCPeerConnection({ bundlePolicy: 'max-bundle', rtcpMuxPolicy: 'require', iceServers: servers });
       mine.pc = pc;
       debug.pc = pc;
       for (const track of mine.stream.getAudioTracks()) pc.addTrack(track, mine.stream);
       pc.ontrack = (e) => onTrack(mine, e);
       pc.onconnectionstatechange = () => onConnectionState(mine);
+      pc.oniceconnectionstatechange = () => onIceState(mine);
 
       $('join').textContent = 'Connecting…';
       await pc.setLocalDescription(await pc.createOffer());
@@ -529,14 +632,122 @@
     state.connection = s;
     if (s === 'connected') {
       clearTimeout(mine.connectTimer);
+      clearTimeout(mine.restartTimer);
+      mine.lostAt = 0;
       setStatus('Connected');
     } else if (s === 'connecting') {
-      setStatus('Connecting…');
+      setStatus(mine.lostAt ? 'Reconnecting…' : 'Connecting…');
     } else if (s === 'disconnected') {
       setStatus('Connection interrupted, reconnecting…');
     } else if (s === 'failed') {
-      end(new TuttiError('ice_failed'));
+      onIceState(mine);
     }
+  }
+
+  /**
+   * ICE `disconnected` for DISCONNECTED_WAIT_MS, or `failed`: restart ICE.
+   * Before the first answer arrives there is nothing to restart (the
+   * connect timeout covers that).
+   */
+  function onIceState(mine) {
+    if (call !== mine || !mine.pc || state.me === null || state.phase !== 'in-call') return;
+    const s = mine.pc.iceConnectionState;
+    if (s === 'connected' || s === 'completed') {
+      clearTimeout(mine.disconnectedTimer);
+      mine.disconnectedTimer = 0;
+      return;
+    }
+    if (s === 'disconnected' && !mine.disconnectedTimer) {
+      mine.disconnectedTimer = setTimeout(() => {
+        mine.disconnectedTimer = 0;
+        const now = mine.pc && mine.pc.iceConnectionState;
+        if (call === mine && (now === 'disconnected' || now === 'failed')) restartIce(mine);
+      }, DISCONNECTED_WAIT_MS);
+    } else if (s === 'failed') {
+      clearTimeout(mine.disconnectedTimer);
+      mine.disconnectedTimer = 0;
+      restartIce(mine);
+    }
+  }
+
+  /**
+   * One ICE restart: a new offer (new ICE credentials) to the server for our
+   * participant; its answer. Failed attempts are retried until
+   * RESTART_GRACE_MS after the connection dropped; a refusal (the server
+   * does not know us, or cannot restart) ends the call at once.
+   */
+  async function restartIce(mine) {
+    if (call !== mine || mine.restarting) return;
+    if (!mine.lostAt) mine.lostAt = Date.now();
+    if (Date.now() - mine.lostAt > RESTART_GRACE_MS) {
+      end(new TuttiError('ice_lost'));
+      return;
+    }
+    mine.restarting = true;
+    clearTimeout(mine.restartTimer);
+    setStatus('Connection lost, reconnecting…');
+    const attempt = { at: Date.now() - mine.lostAt, status: 0, code: '' };
+    state.iceRestarts.push(attempt);
+    let retry = true;
+    try {
+      const pc = mine.pc;
+      await pc.setLocalDescription(await pc.createOffer({ iceRestart: true }));
+      await gathered(pc);
+      if (call !== mine) return;
+      const url = apiUrl(`v1/rooms/${encodeURIComponent(state.room)}/participants/${state.me}`);
+      const r = await send(url, {
+        method: 'PATCH',
+        headers: authHeaders(mine.token, { 'Content-Type': 'application/sdp' }),
+        body: pc.localDescription.sdp,
+      });
+      attempt.status = r.status;
+      if (call !== mine) return;
+      if (r.status === 200) {
+        const sdp = await r.text();
+        await pc.setRemoteDescription({ type: 'answer', sdp });
+        state.answerSdp = sdp;
+        attempt.code = 'answered';
+        retry = false;
+      } else {
+        const err = await errorOf(r);
+        attempt.code = err.code;
+        // The server no longer knows us, or will not let us: final. Anything
+        // else (busy, briefly unavailable, not ready) is tried again.
+        if (r.status === 401 || r.status === 403 || r.status === 404) {
+          retry = false;
+          end(new TuttiError('restart_refused', err.message || err.code, r.status));
+          return;
+        }
+      }
+    } catch (e) {
+      attempt.code = (e && e.code) || 'error';
+      // Our offer is still pending if the answer never came: roll back for the next try.
+      try {
+        if (call === mine && mine.pc.signalingState === 'have-local-offer') {
+          await mine.pc.setLocalDescription({ type: 'rollback' });
+        }
+      } catch (_) {
+        // nothing to roll back
+      }
+    } finally {
+      mine.restarting = false;
+    }
+    if (call !== mine) return;
+    // Until connected again (which clears the timer), keep trying within the grace period.
+    const left = RESTART_GRACE_MS - (Date.now() - mine.lostAt);
+    mine.restartTimer = setTimeout(
+      () => {
+        if (call !== mine) return;
+        const s = mine.pc.iceConnectionState;
+        if (s === 'connected' || s === 'completed') {
+          mine.lostAt = 0;
+          return;
+        }
+        if (Date.now() - mine.lostAt > RESTART_GRACE_MS) end(new TuttiError('ice_lost'));
+        else restartIce(mine);
+      },
+      Math.max(0, retry ? Math.min(RESTART_RETRY_MS, left) : Math.min(RESTART_GRACE_MS, left)),
+    );
   }
 
   function enterCall() {
@@ -692,6 +903,8 @@
     c.ended = true;
     clearInterval(c.meterTimer);
     clearTimeout(c.connectTimer);
+    clearTimeout(c.disconnectedTimer);
+    clearTimeout(c.restartTimer);
     if (c.pending) c.pending.reject(new TuttiError('socket_lost'));
     if (c.ws) {
       c.ws.onclose = null;
@@ -711,6 +924,7 @@
     state.connection = 'closed';
     state.micLevelDb = -Infinity;
     state.roomLevelDb = -Infinity;
+    state.meters = 'off';
     document.body.classList.remove('muted');
   }
 

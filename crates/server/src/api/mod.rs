@@ -16,6 +16,7 @@
 pub(crate) mod cluster;
 pub(crate) mod error;
 pub(crate) mod http;
+mod ice;
 mod limit;
 mod recording;
 pub(crate) mod rooms;
@@ -218,6 +219,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .route("/v1/rooms/{room}/ws", get(ws::upgrade))
         .merge(recording::routes())
         .merge(rtp_out::routes())
+        .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(web::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))

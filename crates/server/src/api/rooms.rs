@@ -310,10 +310,13 @@ pub(crate) async fn join(
         if let Ok(v) = HeaderValue::from_str(&location) {
             headers.insert(header::LOCATION, v);
         }
+        super::ice::link_headers(&api, &grant, &room, &mut response);
         Ok(response)
     } else {
         let body = axum::Json(JoinResponse { id, sdp: answer });
-        Ok((StatusCode::CREATED, [(header::LOCATION, location)], body).into_response())
+        let mut response = (StatusCode::CREATED, [(header::LOCATION, location)], body).into_response();
+        super::ice::link_headers(&api, &grant, &room, &mut response);
+        Ok(response)
     }
 }
 

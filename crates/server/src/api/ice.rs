@@ -1,0 +1,63 @@
+//! `GET /v1/rooms/{room}/ice-servers`: the STUN/TURN servers a client of
+//! `room` should put in `RTCPeerConnection({iceServers})` before it makes
+//! its offer, with TURN credentials minted for it (see [`crate::ice`]).
+//! The same token as a join (`listen` on the room), as `Authorization:
+//! Bearer` or `?token=`. The join's response carries the same servers as
+//! WHIP `Link` headers ([`link_headers`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::error::{ApiError, ApiResult};
+use super::{ApiState, authenticate, may_see};
+use crate::auth::{Grant, unix_now};
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct TokenQuery {
+    token: Option<String>,
+}
+
+/// Who the TURN REST username names: the token's identity, else the room.
+fn user(grant: &Grant, room: &str) -> String {
+    if grant.identity.is_empty() { room.to_owned() } else { grant.identity.clone() }
+}
+
+/// The servers for `grant` in `room`, now.
+fn servers(api: &ApiState, grant: &Grant, room: &str) -> Vec<tutti_rtc::IceServer> {
+    crate::ice::for_client(&api.cfg.ice_servers, &user(grant, room), unix_now())
+}
+
+pub(crate) async fn ice_servers(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<TokenQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let query = query.map(|Query(q)| q).unwrap_or_default();
+    let grant = authenticate(&api, &headers, query.token.as_deref())?;
+    may_see(&grant, &room)?;
+    if !grant.listen {
+        return Err(ApiError::forbidden("ICE servers are for joining: the token needs the 'listen' permission"));
+    }
+    let body = serde_json::json!({ "ice_servers": servers(&api, &grant, &room) });
+    // Credentials: never cached.
+    Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
+}
+
+/// Adds the WHIP `Link: <url>; rel="ice-server"` headers for `grant` to a join's response.
+pub(crate) fn link_headers(api: &ApiState, grant: &Grant, room: &str, response: &mut Response) {
+    if api.cfg.ice_servers.is_empty() {
+        return;
+    }
+    let headers = response.headers_mut();
+    for link in crate::ice::link_headers(&servers(api, grant, room)) {
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            headers.append(header::LINK, v);
+        }
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
