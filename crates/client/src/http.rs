@@ -127,7 +127,7 @@ pub fn request_following(
     loop {
         let r = request_as(addr, &who, method, &path, content_type, body)?;
         let next = (r.status == 307 && redirects < max_redirects)
-            .then(|| r.header("location").and_then(crate::tone::split_location))
+            .then(|| r.header("location").and_then(split_location))
             .flatten();
         match next {
             Some((a, p)) => {
@@ -159,10 +159,35 @@ fn dechunk(mut raw: &str) -> String {
     body
 }
 
+/// `http://host:port/path?query` as (address, path and query); `None` for
+/// anything else (another scheme, a host name, no port).
+pub fn split_location(location: &str) -> Option<(SocketAddr, String)> {
+    let rest = location.strip_prefix("http://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    Some((authority.parse().ok()?, path.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn chunked_bodies_are_joined() {
         assert_eq!(super::dechunk("5\r\nhello\r\n7;x=1\r\n, world\r\n0\r\n\r\n"), "hello, world");
+    }
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::split_location;
+
+    #[test]
+    fn locations_split_into_address_and_path() {
+        let (addr, path) = split_location("http://127.0.0.3:8080/v1/rooms/r/participants?ticket=a.b").expect("splits");
+        assert_eq!(addr.to_string(), "127.0.0.3:8080");
+        assert_eq!(path, "/v1/rooms/r/participants?ticket=a.b");
+        assert!(split_location("https://x:1/").is_none());
+        assert!(split_location("http://name.example:80/").is_none());
     }
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tutti_mix::{Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, goertzel, level_of, tone};
 use tutti_rtc::{AudioPacket, ClientEvent, ClientPeer, TcpLink};
 
-use crate::http::{Requester, request_as};
+use crate::http::{Requester, request_as, split_location};
 
 /// How a [`ToneClient`] joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,27 +351,3 @@ pub fn run_until(
     }
 }
 
-/// `http://host:port/path?query` as (address, path and query); `None` for
-/// anything else (another scheme, a host name, no port).
-pub fn split_location(location: &str) -> Option<(SocketAddr, String)> {
-    let rest = location.strip_prefix("http://")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    Some((authority.parse().ok()?, path.to_owned()))
-}
-
-#[cfg(test)]
-mod location_tests {
-    use super::split_location;
-
-    #[test]
-    fn locations_split_into_address_and_path() {
-        let (addr, path) = split_location("http://127.0.0.3:8080/v1/rooms/r/participants?ticket=a.b").expect("splits");
-        assert_eq!(addr.to_string(), "127.0.0.3:8080");
-        assert_eq!(path, "/v1/rooms/r/participants?ticket=a.b");
-        assert!(split_location("https://x:1/").is_none());
-        assert!(split_location("http://name.example:80/").is_none());
-    }
-}

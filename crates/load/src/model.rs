@@ -347,3 +347,41 @@ pub(crate) struct ThreadView {
     pub(crate) clients: Vec<ClientSnapshot>,
     pub(crate) lateness: Lateness,
 }
+
+/// Join times of one kind (API request to answer), ms.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JoinTimes {
+    /// Joins.
+    pub count: usize,
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 95th percentile, ms.
+    pub p95_ms: f64,
+}
+
+/// One node's share of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeSummary {
+    /// The node's API address.
+    pub api: String,
+    /// Its node id, as its API named it.
+    pub node: Option<String>,
+    /// Rooms it held.
+    pub rooms: usize,
+    /// Clients that joined on it.
+    pub participants: usize,
+    /// Of those, connected at the end.
+    pub connected: usize,
+    /// Joins answered without a redirect (the client asked this node).
+    pub direct: JoinTimes,
+    /// Joins that reached it through a redirect.
+    pub redirected: JoinTimes,
+    /// Lost frames over expected frames of its clients, percent.
+    pub loss_percent: f64,
+    /// 5th percentile MOS of its clients.
+    pub mos_p5: f64,
+    /// PID of the node's process, when it runs on this machine.
+    pub pid: Option<u32>,
+    /// Its CPU over the measurement window, in cores (local nodes only).
+    pub cpu_cores: Option<f64>,
+}

@@ -22,53 +22,14 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::cpu::process_cpu_seconds;
-use crate::model::ClientState;
+use crate::model::{ClientState, JoinTimes, NodeSummary};
 use crate::report::{ClientReport, percentile};
 
-/// Join times of one kind (API request to answer), ms.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct JoinTimes {
-    /// Joins.
-    pub count: usize,
-    /// Median, ms.
-    pub p50_ms: f64,
-    /// 95th percentile, ms.
-    pub p95_ms: f64,
-}
-
-impl JoinTimes {
-    fn of(mut ms: Vec<f64>) -> Self {
-        ms.sort_by(f64::total_cmp);
-        let q = |p: f64| percentile(&ms, p).unwrap_or(0.0);
-        Self { count: ms.len(), p50_ms: q(0.5), p95_ms: q(0.95) }
-    }
-}
-
-/// One node's share of a run.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct NodeSummary {
-    /// The node's API address.
-    pub api: String,
-    /// Its node id, as its API named it.
-    pub node: Option<String>,
-    /// Rooms it held.
-    pub rooms: usize,
-    /// Clients that joined on it.
-    pub participants: usize,
-    /// Of those, connected at the end.
-    pub connected: usize,
-    /// Joins answered without a redirect (the client asked this node).
-    pub direct: JoinTimes,
-    /// Joins that reached it through a redirect.
-    pub redirected: JoinTimes,
-    /// Lost frames over expected frames of its clients, percent.
-    pub loss_percent: f64,
-    /// 5th percentile MOS of its clients.
-    pub mos_p5: f64,
-    /// PID of the node's process, when it runs on this machine.
-    pub pid: Option<u32>,
-    /// Its CPU over the measurement window, in cores (local nodes only).
-    pub cpu_cores: Option<f64>,
+/// Join times of one kind from their durations, ms.
+fn join_times(mut ms: Vec<f64>) -> JoinTimes {
+    ms.sort_by(f64::total_cmp);
+    let q = |p: f64| percentile(&ms, p).unwrap_or(0.0);
+    JoinTimes { count: ms.len(), p50_ms: q(0.5), p95_ms: q(0.95) }
 }
 
 /// How one client joined.
@@ -148,7 +109,7 @@ impl Nodes {
                     .filter(|c| self.joins.get(&c.figures.index).is_some_and(|j| j.node == *addr))
                     .collect();
                 let times = |redirected: bool| {
-                    JoinTimes::of(
+                    join_times(
                         self.joins
                             .values()
                             .filter(|j| j.node == *addr && (j.redirects > 0) == redirected)

@@ -284,7 +284,7 @@ pub struct LoadReport {
     /// Every measured mouth-to-ear latency, ms.
     pub latencies_ms: Vec<f64>,
     /// Per node of a cluster (the API addresses that answered the joins).
-    pub nodes: Vec<crate::nodes::NodeSummary>,
+    pub nodes: Vec<crate::model::NodeSummary>,
 }
 
 /// What a summary is computed from.

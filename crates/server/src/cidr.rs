@@ -1,6 +1,7 @@
 //! IP networks written as CIDR (`10.0.0.0/8`, `fd00::/8`, or a bare
 //! address for one host), and whether an address is in one of them. Used
-//! for the trusted networks plain RTP may come from (`[rtp_in] trusted`).
+//! for the trusted networks plain RTP may come from (`[rtp_in] trusted`)
+//! and the destinations RTP out may send to (`[rtp_out] allowed`).
 
 use std::net::IpAddr;
 

@@ -179,8 +179,8 @@ impl WebhookSettings {
 
 impl RtpOutSettings {
     /// The allowed networks, parsed; the error names the bad entry.
-    pub(crate) fn networks(&self) -> Result<Vec<crate::ops::network::Network>, String> {
-        self.allowed.iter().map(|n| n.parse()).collect()
+    pub(crate) fn networks(&self) -> Result<Vec<crate::cidr::Cidr>, String> {
+        crate::cidr::parse_all(&self.allowed)
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use tutti_server::metrics::{HISTOGRAMS, NAMES};
+use tutti_server::metrics::HISTOGRAMS;
 
 fn read(path: &str) -> String {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
@@ -26,8 +26,7 @@ fn mentioned(text: &str) -> BTreeSet<String> {
 }
 
 fn exported(name: &str) -> bool {
-    NAMES.contains(&name)
-        || tutti_server::metrics::cluster_names().contains(&name)
+    tutti_server::metrics::all_names().contains(&name)
         || HISTOGRAMS.iter().any(|h| ["_bucket", "_sum", "_count"].iter().any(|s| name == format!("{h}{s}")))
 }
 
@@ -54,8 +53,8 @@ fn alerts_dashboard_and_readme_name_only_exported_metrics() {
         assert!(unknown.is_empty(), "{path} names metrics tutti does not export: {unknown:?}");
     }
     let readme = mentioned(&read("README.md"));
-    let cluster = tutti_server::metrics::cluster_names();
-    let missing: Vec<&&str> = NAMES.iter().chain(&cluster).filter(|n| !readme.contains(**n)).collect();
+    let all = tutti_server::metrics::all_names();
+    let missing: Vec<&&str> = all.iter().filter(|n| !readme.contains(**n)).collect();
     assert!(missing.is_empty(), "the README's metric list lacks {missing:?}");
 }
 

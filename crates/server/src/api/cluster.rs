@@ -15,7 +15,7 @@
 //! not hold the room the socket opens and says `{"type": "moved", "node",
 //! "api_url"}`; the web page moves to that origin (the same token works
 //! there, since every node shares `auth.secret`). A client that stays gets
-//! the room's events relayed from the owner (`ws_relay`); 4307 closes it
+//! the room's events relayed from the owner (`ws::relay`); 4307 closes it
 //! when they cannot be.
 
 use std::collections::HashMap;

@@ -25,7 +25,6 @@ mod stage;
 mod rtp_in;
 mod web;
 pub(crate) mod ws;
-mod ws_relay;
 
 use std::net::IpAddr;
 use std::sync::Arc;

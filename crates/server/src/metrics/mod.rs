@@ -626,6 +626,15 @@ pub async fn track_api(req: Request, next: Next) -> Response {
     response
 }
 
+/// Every metric name tutti can export, once each: [`NAMES`], the
+/// recording, webhook and RTP-out ones ([`outputs::NAMES`]), the ICE-TCP
+/// ones ([`TCP_NAMES`]) and the cluster's ([`cluster_names`]).
+pub fn all_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = NAMES.iter().chain(outputs::NAMES).chain(TCP_NAMES).copied().collect();
+    names.extend(cluster_names());
+    names
+}
+
 /// The `tutti_cluster_*` names exported in cluster mode (see [`cluster`]), once each.
 pub fn cluster_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> =

@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Config;
 use crate::metrics::outputs as m;
-use crate::ops::network::Network;
+use crate::cidr::Cidr;
 use crate::ops::recording::{PushOutcome, Recorder, RecordingConfig, RecordingFinished, StopReason};
 use crate::ops::rtp_out::{RtpForwarder, RtpOutConfig};
 use crate::ops::webhook::{WebhookEvent, WebhookSender};
@@ -129,7 +129,7 @@ impl Forward {
 /// Every room's recordings and forwarders, and the webhook sender.
 pub(crate) struct Outputs {
     recording: Option<RecordingConfig>,
-    networks: Vec<Network>,
+    networks: Vec<Cidr>,
     webhooks: Option<Arc<WebhookSender>>,
     /// Recordings plus forwarders: the clock's fast path when zero.
     active: AtomicUsize,
@@ -147,7 +147,7 @@ impl Outputs {
         Self::with(None, Vec::new(), None)
     }
 
-    fn with(recording: Option<RecordingConfig>, networks: Vec<Network>, webhooks: Option<Arc<WebhookSender>>) -> Self {
+    fn with(recording: Option<RecordingConfig>, networks: Vec<Cidr>, webhooks: Option<Arc<WebhookSender>>) -> Self {
         Self {
             recording,
             networks,

@@ -15,7 +15,7 @@
 //! serialized once for every socket that takes every kind. In cluster mode
 //! a socket opened on a node that does not hold the room gets `moved`
 //! `{room, node, api_url}` (connect there, with the same token, to join),
-//! then the room's `events` relayed from its owner (`ws_relay`).
+//! then the room's `events` relayed from its owner (`relay`).
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
@@ -48,6 +48,8 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
+
+mod relay;
 
 use super::cluster::Located;
 use super::error::ApiError;
@@ -147,10 +149,10 @@ pub(crate) async fn upgrade(
     let state = match located {
         Located::Here(state) => state,
         // Handshakes do not follow redirects: say where the room is, then
-        // relay the room's events from its owner (see `ws_relay`).
+        // relay the room's events from its owner (see `relay`).
         Located::Elsewhere(owner) => {
             return ws.on_upgrade(move |socket| async move {
-                super::ws_relay::relay(api, room, owner, socket).await;
+                relay::relay(api, room, owner, socket).await;
                 drop(slot);
             });
         }

@@ -23,8 +23,8 @@ use axum::extract::ws::{Message, WebSocket};
 use tokio::sync::broadcast::error::RecvError;
 use tutti_cluster::Owner;
 
-use super::ApiState;
-use super::cluster::CLOSE_MOVED;
+use crate::api::ApiState;
+use crate::api::cluster::CLOSE_MOVED;
 
 /// Client messages answered with an error before the relay closes the socket.
 const MAX_CLIENT_MESSAGES: u32 = 32;
@@ -52,7 +52,7 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
         Ok(rx) => rx,
         Err(e) => {
             tracing::debug!(room, error = %e, "room events cannot be relayed here; the socket closes");
-            super::ws::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
+            super::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
             return;
         }
     };
@@ -69,7 +69,7 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
                         break;
                     }
                     if last {
-                        super::ws::close_gracefully(&mut socket, 1000, "room closed").await;
+                        super::close_gracefully(&mut socket, 1000, "room closed").await;
                         break;
                     }
                 }
@@ -89,7 +89,7 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
                             "message": format!("room '{room}' is on node {}: open the socket at {}", owner.node_id, owner.api_url),
                         });
                         if client_messages > MAX_CLIENT_MESSAGES || socket.send(text(&error)).await.is_err() {
-                            super::ws::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
+                            super::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
                             break;
                         }
                     }
@@ -97,7 +97,7 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
             }
             _ = pings.tick() => {
                 if heard_at.elapsed() >= idle {
-                    super::ws::close_gracefully(&mut socket, super::ws::CLOSE_IDLE, "idle timeout").await;
+                    super::close_gracefully(&mut socket, super::CLOSE_IDLE, "idle timeout").await;
                     break;
                 }
                 // Placed here meanwhile (its owner died): this node's own events
@@ -107,7 +107,7 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
                         (c.node_id().to_owned(), c.config().api_url.clone())
                     });
                     if socket.send(moved(&room, &node, &url)).await.is_ok() {
-                        super::ws::close_gracefully(&mut socket, CLOSE_MOVED, "room moved here").await;
+                        super::close_gracefully(&mut socket, CLOSE_MOVED, "room moved here").await;
                     }
                     break;
                 }
