@@ -64,3 +64,52 @@ impl Rooms {
         Ok((id, gate))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+
+    use tutti_mix::{RoomConfig, SpeakerLimit};
+
+    use super::*;
+    use crate::room::{Claim, Effect, LeaveReason};
+
+    fn plain(id: PeerId, name: &str) -> PlainJoiner {
+        PlainJoiner { id, name: name.to_owned(), identity: String::new(), listen_only: false, io: 7 }
+    }
+
+    #[test]
+    fn a_plain_participant_joins_owned_by_its_thread_and_leaves_with_an_effect_for_it() {
+        let cfg = RoomConfig { max_participants: 2, max_speakers: SpeakerLimit::Top(5), ..RoomConfig::default() };
+        let rooms = Rooms::new(cfg, 2, 10).expect("valid defaults");
+        let room = rooms.create("r", None, None).expect("created");
+        let acceptor = tutti_rtc::Acceptor::new(SocketAddr::from(([127, 0, 0, 1], 4000)), Duration::from_secs(10))
+            .expect("acceptor");
+        let (a, b) = (acceptor.reserve_id(), acceptor.reserve_id());
+        assert_ne!(a, b, "ids come from one sequence");
+        let id = rooms.join_plain(&room, plain(a, "phone\u{7}")).expect("joins");
+        assert_eq!(id, a.0);
+        let member = lock(&room.members).get(&id).cloned().expect("a member");
+        assert_eq!((member.name.as_str(), member.connected, member.muted), ("phone", true, false));
+        assert_eq!(rooms.registry_sizes(), (1, 0, 0), "registered, not pending: no ICE check to wait for");
+        // Nothing can claim it by an ICE ufrag, and it never expires as a pending peer.
+        assert!(matches!(
+            rooms.claim(&format!("plain:{id}"), 0, SocketAddr::from(([127, 0, 0, 1], 9))),
+            Claim::Unknown
+        ));
+        rooms.expire_pending(Instant::now() + Duration::from_secs(3600), Duration::from_secs(1));
+        assert_eq!(room.len(), 1);
+        // The room's limits hold as for WebRTC joins.
+        let unnamed = rooms.join_plain(&room, plain(b, "")).expect("joins");
+        assert_eq!(lock(&room.members).get(&unnamed).map(|m| m.name.clone()), Some(format!("rtp-{unnamed}")));
+        let full = rooms.join_plain(&room, plain(acceptor.reserve_id(), "third"));
+        assert!(matches!(full, Err(RoomError::RoomFull { .. })), "{:?}", full.err());
+        // Leaving closes it on its own thread.
+        assert_eq!(
+            rooms.leave(&room, id, LeaveReason::Left).expect("left"),
+            Some(Effect::ClosePeer { peer: a, io: 7 })
+        );
+        assert_eq!((rooms.participants(), rooms.registry_sizes().0), (1, 1));
+    }
+}
