@@ -70,12 +70,12 @@ fn connect_all(clients: &mut [&mut ToneClient]) {
     assert!(up, "everyone connected and hears the mix");
 }
 
-/// Pumps in 100 ms steps until `listener` hears `freq` over the last 200 ms;
+/// Pumps in 20 ms steps until `listener` hears `freq` over the last 200 ms;
 /// the time that took, or `None` within `limit`.
 fn onset(clients: &mut [&mut ToneClient], listener: usize, freq: f32, limit: Duration) -> Option<Duration> {
     let start = Instant::now();
     while start.elapsed() < limit {
-        run_for(clients, Duration::from_millis(100));
+        run_for(clients, Duration::from_millis(20));
         let window = Instant::now() - Duration::from_millis(200);
         if clients[listener].hears(freq, window) > HEARD {
             return Some(start.elapsed());
@@ -101,6 +101,17 @@ fn speak_rights_change_at_runtime_and_hands_go_up_and_down() {
     assert_eq!(call(api, &admin, "POST", "/v1/rooms", r#"{"id":"stage"}"#).status, 201);
     let mut observer = ws(api, "stage", &admin);
     assert_eq!(observer.wait_for(WAIT, |v| v["type"] == "room")["admin"], true, "the page learns it is an admin's");
+
+    // A listener's answer is sendrecv like anyone's: listen-only is the
+    // server's gate, so a grant needs no renegotiation.
+    let (_probe, offer) = ToneClient::offer(100.0).expect("offer");
+    let probe = call(api, &lena_t, "POST", "/v1/rooms/stage/participants", &offer);
+    assert_eq!(probe.status, 201, "{}", probe.body);
+    assert!(probe.body.contains("a=sendrecv") && !probe.body.contains("a=recvonly"), "{}", probe.body);
+    let probe_url = probe.header("location").expect("Location").to_owned();
+    assert_eq!(call(api, &lena_t, "DELETE", &probe_url, "").status, 204, "a listener leaves on its own: not a kick");
+    let left = observer.wait_for(WAIT, |v| v["type"] == "left");
+    assert_eq!(left["reason"], "left");
 
     let mut alice = ToneClient::join_as(api, &Requester::token(&alice_t), "stage", 440.0, JoinAs::Whip).expect("join");
     let mut lena = ToneClient::join_as(api, &Requester::token(&lena_t), "stage", 660.0, JoinAs::Json).expect("join");

@@ -262,7 +262,8 @@ impl Rooms {
     }
 
     /// Mutes or unmutes a participant (and tells the room when it changed).
-    /// A listen-only participant cannot be unmuted: its token decides.
+    /// A listen-only participant cannot be unmuted: its token decides, or
+    /// an admin's grant (`Rooms::set_speak`).
     pub(crate) fn set_muted(&self, room: &Room, id: u64, muted: bool) -> Result<(), RoomError> {
         let mut members = lock(&room.members);
         let member = members.get_mut(&id).ok_or(RoomError::NoParticipant(id))?;
