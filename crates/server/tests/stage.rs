@@ -143,6 +143,13 @@ fn speak_rights_change_at_runtime_and_hands_go_up_and_down() {
     assert_eq!(alice_ws.wait_for(WAIT, |v| v["type"] == "error")["code"], "forbidden", "no such id: same answer");
     assert_eq!(member(api, &admin, "stage", lena_id)["hand"], true);
 
+    // Hands over REST too: one's own, not another's.
+    let alice_url = format!("/v1/rooms/stage/participants/{alice_id}");
+    let r = call(api, &alice_t, "PATCH", &alice_url, r#"{"hand":true}"#);
+    assert_eq!((r.status, r.body.contains(r#""hand":true"#)), (200, true), "{}", r.body);
+    refused(&call(api, &alice_t, "PATCH", &lena_url, r#"{"hand":false}"#), 403, "forbidden", "another's hand");
+    assert_eq!(call(api, &alice_t, "PATCH", &alice_url, r#"{"hand":false}"#).status, 200);
+
     // Only an admin grants: not Lena herself, not Alice.
     refused(&call(api, &lena_t, "PATCH", &lena_url, r#"{"speak":true}"#), 403, "forbidden", "self-grant");
     refused(&call(api, &alice_t, "PATCH", &lena_url, r#"{"speak":true}"#), 403, "forbidden", "peer grants");
@@ -193,9 +200,13 @@ fn speak_rights_change_at_runtime_and_hands_go_up_and_down() {
 
     // An admin lowers a hand over the WebSocket.
     lena_ws.send(json!({ "type": "hand", "raised": true, "id": lena_id }));
-    wait_ws(&mut observer, &mut [&mut alice, &mut lena], |v| v["type"] == "hand" && v["raised"] == true);
+    wait_ws(&mut observer, &mut [&mut alice, &mut lena], |v| {
+        v["type"] == "hand" && v["id"] == lena_id && v["raised"] == true
+    });
     observer.send(json!({ "type": "hand", "raised": false, "id": lena_id }));
-    wait_ws(&mut observer, &mut [&mut alice, &mut lena], |v| v["type"] == "hand" && v["raised"] == false);
+    wait_ws(&mut observer, &mut [&mut alice, &mut lena], |v| {
+        v["type"] == "hand" && v["id"] == lena_id && v["raised"] == false
+    });
     assert_eq!(member(api, &admin, "stage", lena_id)["hand"], false);
     assert!(alice_id != lena_id);
 
