@@ -38,7 +38,8 @@
 //!
 //! Nobody joins a room without a token for it ([`auth`]: JWT, HS256, room,
 //! identity, permissions, expiry); room management needs an admin token; a
-//! listen-only participant's audio is dropped as it arrives. Every input a
+//! listen-only participant's audio is dropped as it arrives (until an admin
+//! grants it speech: `room::stage`). Every input a
 //! client controls has a limit (`[limits]` in [`Config`]): joins per
 //! address, connections, header and request time, WebSocket message size,
 //! rate and idle time, request body, rooms and participants.

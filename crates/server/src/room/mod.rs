@@ -2,7 +2,8 @@
 //!
 //! No sockets, no HTTP, no threads: [`Rooms`] is the single owner of the
 //! rooms map and the peer registry, and every operation a user can cause
-//! (create, join, leave, mute, gain, delete) is a method here that checks,
+//! (create, join, leave, mute, gain, delete, and the stage's speak, hand,
+//! lock, resize, mute-all and kick: `stage`) is a method here that checks,
 //! changes the state, tells the room's subscribers ([`RoomEvent`]) and
 //! returns `Result<_, RoomError>`. What must happen elsewhere is returned as
 //! [`Effect`]s ("close peer P on I/O thread T"), for the caller to carry out:
@@ -264,7 +265,8 @@ impl Rooms {
     }
 
     /// Mutes or unmutes a participant (and tells the room when it changed).
-    /// A listen-only participant cannot be unmuted: its token decides.
+    /// A listen-only participant cannot be unmuted: its token decides, or
+    /// an admin's grant (`Rooms::set_speak`).
     pub(crate) fn set_muted(&self, room: &Room, id: u64, muted: bool) -> Result<(), RoomError> {
         let mut members = lock(&room.members);
         let member = members.get_mut(&id).ok_or(RoomError::NoParticipant(id))?;
