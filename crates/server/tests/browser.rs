@@ -783,6 +783,7 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     }
     std::fs::write(out.join("result.json"), serde_json::to_string_pretty(&measured).unwrap_or_default())
         .expect("write result.json");
+    let ff = measured["fiona"].clone();
     let rust_heard = |f| heard_between(&rust, f, window.0, window.1);
     let (a, b, f, own_amp) =
         (rust_heard(NS_CAROL_HZ), rust_heard(NS_DAVE_HZ), rust_heard(FIREFOX_HZ), rust_heard(NS_RUST_HZ));
@@ -849,6 +850,29 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         noticed.as_secs_f64(),
         restarting["state"]["iceRestarts"]
     );
+    // Back in the call: once the room mixes everyone again, what fiona hears
+    // and what the Rust client hears of her.
+    let mut after_restart = (Value::Null, 0.0f32, 0);
+    if restart["state"]["phase"] == "in-call" {
+        let by = Instant::now() + Duration::from_secs(20);
+        while speakers(&mut rust) < 4 && Instant::now() < by {
+            let until = Instant::now() + Duration::from_millis(100);
+            while Instant::now() < until {
+                rust.pump(Instant::now());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let from = Instant::now();
+        say(&mut procs[1], b"measure\n");
+        let heard = loop {
+            let (name, msg) = next_event(&mut rust, &mut marks, Instant::now() + Duration::from_secs(30));
+            if name == "fiona" && msg["event"] == "measured" {
+                break msg["result"]["heard"].clone();
+            }
+        };
+        after_restart = (heard, heard_between(&rust, FIREFOX_HZ, from, Instant::now()), speakers(&mut rust));
+        println!("fiona's path before the cut: {}; after the restart: {}", ff["transport"], restart["transport"]);
+    }
     for p in &mut procs {
         if let Some(stdin) = p.0.stdin.as_mut() {
             let _ = std::io::Write::write_all(stdin, b"leave\n");
@@ -882,7 +906,7 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     }
     let advertised = format!("{ff_host}:{media_port}");
     // Firefox (NSS DTLS) reached tutti's advertised address directly, over UDP, from its namespace.
-    let ff = &measured["fiona"];
+
     assert!(ff["browser"].as_str().is_some_and(|b| b.starts_with("firefox")), "{}", ff["browser"]);
     assert_eq!(ff["transport"]["remote"]["address"], advertised.as_str(), "{}", ff["transport"]);
     // From a host candidate of its own (Firefox hides its address behind an
@@ -913,11 +937,15 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         // The server restarted ICE for the same participant: in the call again, hearing the room.
         assert_eq!(restart["state"]["phase"], "in-call", "fiona is in the call again: {restart}");
         assert_eq!(restart["state"]["me"], ff["state"]["me"], "as the same participant: {restart}");
-        let heard = &restart["heard"];
+        let (heard, rust_hears_fiona, mixed) = &after_restart;
+        println!(
+            "after the restart fiona hears {heard}; the Rust client hears her at {rust_hears_fiona:.4}; {mixed} speakers mixed"
+        );
         for f in [NS_CAROL_HZ, NS_DAVE_HZ, NS_RUST_HZ] {
-            assert!(db(heard, f) > NS_HEARD_DB, "fiona hears {f} Hz again: {heard}");
+            assert!(db(heard, f) > NS_HEARD_DB, "fiona hears {f} Hz again ({mixed} speakers mixed): {heard}");
         }
-        println!("fiona's ICE restart was answered (statuses {statuses:?}) and she hears the room again");
+        assert!(*rust_hears_fiona > HEARD_AMP, "the Rust client hears fiona again: {rust_hears_fiona:.4}");
+        println!("fiona's ICE restart was answered (statuses {statuses:?}); she hears the room again and is heard");
     } else {
         // A server without the restart route refuses the SDP PATCH (415
         // unsupported_media_type): the page keeps trying through its grace

@@ -304,11 +304,7 @@ async function main() {
           const e = document.getElementById('error');
           return e.hidden ? '' : e.textContent;
         });
-        if (restart.state.phase === 'in-call' && restart.state.connection === 'connected') {
-          await sleep(cfg.settleMs || 1500);
-          restart.heard = await heard(p, cfg.freqs, cfg.measureMs || 2000);
-          restart.transport = await transport(p);
-        }
+        if (restart.state.phase === 'in-call') restart.transport = await transport(p);
         emit('restart', { restart });
         continue;
       }
