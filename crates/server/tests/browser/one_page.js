@@ -41,10 +41,17 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** Lines the test writes on stdin. */
 const commands = [];
 let wake = null;
-readline.createInterface({ input: process.stdin }).on('line', (l) => {
-  commands.push(l.trim());
-  if (wake) wake();
-});
+readline
+  .createInterface({ input: process.stdin })
+  .on('line', (l) => {
+    commands.push(l.trim());
+    if (wake) wake();
+  })
+  .on('close', () => {
+    // The test is gone: stop (the browser is closed on the way out).
+    commands.push('eof');
+    if (wake) wake();
+  });
 async function command(ms) {
   const end = Date.now() + ms;
   while (!commands.length && Date.now() < end) {
