@@ -5,7 +5,8 @@
 //! a WHIP join through a non-owner follows the 307 and hears the room (real
 //! WebRTC, tones); eight concurrent creates of one room give one owner; a
 //! node frozen (SIGSTOP) past its TTL loses its room and, resumed, closes
-//! its copy (fencing); a WebSocket on a non-owner says `moved`;
+//! its copy (fencing); a WebSocket on a non-owner says `moved`, then
+//! relays the room's events from the owner (`joined`, `left`);
 //! `kill -9` of the owner mid-call: clients that rejoin through the other
 //! nodes hear each other again within seconds; Redis killed mid-call: the
 //! call keeps its audio, a cross-node join gets 503 with Retry-After, and
@@ -18,6 +19,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_until, split_location};
@@ -247,8 +249,12 @@ fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duration) -
     }
 }
 
+/// One cluster at a time: each test runs three nodes and a Redis.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let test_start = Instant::now();
     let mut redis = Redis::start();
     let ports = shared_ports();
@@ -321,7 +327,9 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     }
 
     // 3. A WHIP join through a non-owner follows the 307 and hears the room.
-    let (r, at) = send(apis[0], &admin, "POST", "/v1/rooms", r#"{"id":"call"}"#);
+    // Created with its own config (kept in Redis: a fail-over hosts it with it, not the defaults).
+    let call_config = r#"{"id":"call","max_participants":40,"max_speakers":3}"#;
+    let (r, at) = send(apis[0], &admin, "POST", "/v1/rooms", call_config);
     assert_eq!(r.status, 201, "{}", r.body);
     let owner = node_of(at);
     let other = (owner + 1) % 3;
@@ -350,14 +358,45 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     };
     assert_eq!(moved["type"], "moved", "{moved}");
     assert_eq!(moved["api_url"].as_str(), Some(format!("http://{}", apis[owner]).as_str()), "{moved}");
-    let closed = loop {
-        match ws.read() {
-            Ok(tungstenite::Message::Close(frame)) => break frame.map(|f| u16::from(f.code)),
-            Ok(_) => continue,
-            Err(e) => panic!("no close frame: {e}"),
+    // … and stays open, relaying the room's events from the owner: a
+    // participant joining and leaving there is heard of here.
+    let (mut watcher, _, _) = join(apis[owner], &admin, "call", 1300.0, Duration::ZERO);
+    let id = watcher.id;
+    let mut next_event = |kind: &str| {
+        for _ in 0..200 {
+            let msg = match ws.read() {
+                Ok(tungstenite::Message::Text(t)) => {
+                    serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON")
+                }
+                Ok(tungstenite::Message::Close(f)) => panic!("relayed socket closed: {f:?}"),
+                Ok(_) => continue,
+                Err(e) => panic!("no '{kind}' event for participant {id} relayed within 5 s: {e}"),
+            };
+            let events = msg["events"].as_array().cloned().unwrap_or_default();
+            if msg["type"] == "events" && events.iter().any(|e| e["type"] == kind && e["id"] == id) {
+                return;
+            }
+        }
+        panic!("no '{kind}' event among 200 messages");
+    };
+    next_event("joined");
+    let left = request_as(apis[owner], &Requester::token(&admin), "DELETE", &watcher.location, None, b"");
+    assert!(left.expect("API").status < 300, "the participant leaves");
+    next_event("left");
+    watcher.close();
+    ws.send(tungstenite::Message::text(r#"{"type":"mute","muted":true}"#)).expect("send");
+    let refused = loop {
+        match ws.read().expect("an answer") {
+            tungstenite::Message::Text(t) => {
+                let v = serde_json::from_str::<serde_json::Value>(t.as_str()).expect("JSON");
+                if v["type"] == "error" {
+                    break v;
+                }
+            }
+            m => panic!("not text: {m:?}"),
         }
     };
-    assert_eq!(closed, Some(4307));
+    assert_eq!(refused["code"], "room_elsewhere", "{refused}");
     drop(ws);
     // A redirect's ticket is single-use.
     let (_, offer) = ToneClient::offer(880.0).expect("offer");
@@ -410,6 +449,13 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     assert!(failover < Duration::from_secs(20), "fail-over took {failover:?}");
     let new_owner = holder(apis[survivors[0]], &admin, "call").expect("call is held");
     let host = survivors.iter().copied().find(|&n| nodes[n].id == new_owner).expect("a survivor holds it");
+    let r = request_as(apis[host], &Requester::token(&admin), "GET", "/v1/rooms/call", None, b"").expect("API");
+    let placed_again = json(&r)["room"].clone();
+    assert_eq!(
+        (placed_again["max_participants"].as_u64(), placed_again["max_speakers"].as_u64()),
+        (Some(40), Some(3)),
+        "placed again with the config it was created with: {placed_again}"
+    );
     let elsewhere = survivors.iter().copied().find(|&n| n != host).expect("two survivors");
 
     // 5. Redis killed mid-call: no audio lost, cross-node joins get 503, all recovers.
@@ -465,4 +511,63 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     let took = test_start.elapsed();
     eprintln!("cluster test took {took:?}");
     assert!(took < Duration::from_secs(90), "bounded: {took:?}");
+}
+
+/// `tutti load` given one node's URL: rooms are created and joined through
+/// that node, following the 307s (REST) and `moved` (WebSocket) to the
+/// owners; the report's per-node figures add up to the run's, every node
+/// got rooms, and the audio is fine on each.
+#[test]
+fn a_load_run_through_one_node_spreads_over_all_three() {
+    use tutti_load::{CpuSource, LoadConfig, RoomLayout, run};
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let redis = Redis::start();
+    let ports = shared_ports();
+    let nodes: Vec<Node> = (2..=4).map(|n| Node::start(n, ports, &redis)).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("test"), Duration::from_secs(600), unix_now()).expect("token");
+
+    let mut load = LoadConfig::new(nodes[0].api, 30);
+    load.room = "spread".into();
+    load.rooms = RoomLayout::Count(10);
+    load.websocket = true;
+    load.token = Some(admin);
+    load.join_interval = Duration::from_millis(20);
+    load.warmup = Duration::from_secs(1);
+    load.window = Some(Duration::from_secs(4));
+    load.life = Some(Duration::from_secs(40));
+    load.probe_talkers = 1;
+    load.probe_listeners = 1;
+    load.talkers = 0.3;
+    load.server_cpu = CpuSource::Unknown;
+    let report = run(&load, &AtomicBool::new(false), &mut |_| {}).expect("the run completes");
+    let s = &report.summary;
+    let table = tutti_load::nodes_text(&report.nodes);
+    println!("{}\n{table}", s.to_text());
+    assert_eq!((s.connected, s.join_failed), (30, 0), "every client joined and connected\n{table}");
+    assert_eq!(report.nodes.len(), 3, "three nodes answered joins\n{table}");
+    for (n, node) in report.nodes.iter().zip(&nodes) {
+        assert_eq!(n.api, node.api.to_string(), "in address order");
+        assert!(n.rooms > 0 && n.participants > 0, "every node holds rooms: {table}");
+        assert_eq!(n.node.as_deref(), Some(node.id.as_str()), "named by its API");
+        assert_eq!(n.connected, n.participants, "{table}");
+        assert!(n.pid.is_some() && n.cpu_cores.is_some_and(|c| c > 0.0), "a local node's CPU is read: {table}");
+        assert!(n.loss_percent <= 2.0 && n.mos_p5 >= 1.0, "audio on {}: {table}", n.api);
+        // Node .2 is the one asked: its joins are direct, the others' redirected.
+        let (direct, redirected) = (n.direct.count, n.redirected.count);
+        if n.api == nodes[0].api.to_string() {
+            assert_eq!((direct, redirected), (n.participants, 0), "{table}");
+        } else {
+            assert_eq!((direct, redirected), (0, n.participants), "{table}");
+            assert!(n.redirected.p50_ms > 0.0);
+        }
+    }
+    assert_eq!(report.nodes.iter().map(|n| n.rooms).sum::<usize>(), 10, "{table}");
+    assert_eq!(report.nodes.iter().map(|n| n.participants).sum::<usize>(), 30, "{table}");
+    assert!(s.loss_total_percent <= 2.0, "{}", s.to_text());
+    let json = serde_json::to_string(&report).expect("JSON");
+    assert!(json.contains("\"redirected\"") && json.contains("\"cpu_cores\""));
 }

@@ -1,5 +1,6 @@
 //! A minimal blocking HTTP/1.1 client for tutti's tools and tests: no TLS,
-//! no redirects, one request per connection, a 10 s timeout.
+//! one request per connection, a 10 s timeout; redirects (`307` only) followed
+//! on request ([`request_following`]).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -103,6 +104,40 @@ pub fn request_as(
         .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked"));
     let body = if chunked { dechunk(body) } else { body.to_owned() };
     Ok(Response { status, headers, body })
+}
+
+/// [`request_as`], following up to `max_redirects` `307`s (a cluster node
+/// redirecting to the node holding the room): the request goes again, body
+/// and all, to the `Location`, without the token (the redirect's ticket
+/// stands in for it). Returns the last answer, the address that gave it and
+/// the redirects followed. A `307` whose `Location` is not `http://ip:port/…`,
+/// or one past `max_redirects`, is returned as it is.
+pub fn request_following(
+    addr: SocketAddr,
+    requester: &Requester<'_>,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+    max_redirects: usize,
+) -> std::io::Result<(Response, SocketAddr, usize)> {
+    let (mut addr, mut path) = (addr, path.to_owned());
+    let mut who = *requester;
+    let mut redirects = 0;
+    loop {
+        let r = request_as(addr, &who, method, &path, content_type, body)?;
+        let next = (r.status == 307 && redirects < max_redirects)
+            .then(|| r.header("location").and_then(crate::tone::split_location))
+            .flatten();
+        match next {
+            Some((a, p)) => {
+                (addr, path) = (a, p);
+                who.token = None;
+                redirects += 1;
+            }
+            None => return Ok((r, addr, redirects)),
+        }
+    }
 }
 
 /// The body of a `Transfer-Encoding: chunked` response (what could be read of it).

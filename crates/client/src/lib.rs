@@ -28,5 +28,5 @@
 mod http;
 mod tone;
 
-pub use http::{Requester, Response, request, request_as};
-pub use tone::{JoinAs, JoinError, ToneClient, run_for, run_until, split_location};
+pub use http::{Requester, Response, request, request_as, request_following};
+pub use tone::{JoinAs, JoinError, ToneClient, Transport, run_for, run_until, split_location};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tutti_mix::{Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, goertzel, level_of, tone};
-use tutti_rtc::{AudioPacket, ClientEvent, ClientPeer};
+use tutti_rtc::{AudioPacket, ClientEvent, ClientPeer, TcpLink};
 
 use crate::http::{Requester, request_as};
 
@@ -17,6 +17,17 @@ pub enum JoinAs {
     Whip,
     /// `POST …/participants` with JSON `{sdp, name}`.
     Json,
+}
+
+/// Which network a [`ToneClient`] offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// A UDP host candidate on its own socket.
+    #[default]
+    Udp,
+    /// Only an active TCP candidate (ICE-TCP, RFC 6544), as a browser on a
+    /// network that drops UDP: it connects to the server's passive one.
+    Tcp,
 }
 
 /// A real WebRTC participant for tests and tools: its own UDP socket on
@@ -50,6 +61,8 @@ pub struct ToneClient {
     /// Its participant id.
     pub id: u64,
     buf: Vec<u8>,
+    /// Its ICE-TCP connection, when it offered only TCP.
+    tcp: Option<TcpLink>,
 }
 
 impl std::fmt::Debug for ToneClient {
@@ -85,9 +98,17 @@ impl ToneClient {
     /// [`ToneClient::accept_answer`]); for joins through other channels, such
     /// as the WebSocket.
     pub fn offer(freq: f32) -> Result<(Self, String), JoinError> {
+        Self::offer_over(freq, Transport::Udp)
+    }
+
+    /// [`ToneClient::offer`] over `transport`.
+    pub fn offer_over(freq: f32, transport: Transport) -> Result<(Self, String), JoinError> {
         let socket = UdpSocket::bind("127.0.0.1:0")?;
         socket.set_nonblocking(true)?;
-        let (peer, offer) = ClientPeer::new(socket.local_addr()?, Instant::now())?;
+        let (peer, offer) = match transport {
+            Transport::Udp => ClientPeer::new(socket.local_addr()?, Instant::now())?,
+            Transport::Tcp => ClientPeer::new_tcp(std::net::Ipv4Addr::LOCALHOST.into(), Instant::now())?,
+        };
         let mut encoder = Encoder::new(&EncoderConfig::default())?;
         let silence = encoder.encode(&[0.0; FRAME_SAMPLES]);
         let client = Self {
@@ -106,6 +127,7 @@ impl ToneClient {
             location: String::new(),
             id: 0,
             buf: vec![0; 2048],
+            tcp: (transport == Transport::Tcp).then(TcpLink::new),
         };
         Ok((client, offer))
     }
@@ -138,7 +160,21 @@ impl ToneClient {
         how: JoinAs,
         max_redirects: usize,
     ) -> Result<(Self, usize), JoinError> {
-        let (mut client, offer) = Self::offer(freq)?;
+        Self::join_over(api, requester, room, freq, how, max_redirects, Transport::Udp)
+    }
+
+    /// [`ToneClient::join_following`] over `transport` (TCP: the offer has
+    /// only an active TCP candidate, and media goes over ICE-TCP).
+    pub fn join_over(
+        api: SocketAddr,
+        requester: &Requester<'_>,
+        room: &str,
+        freq: f32,
+        how: JoinAs,
+        max_redirects: usize,
+        transport: Transport,
+    ) -> Result<(Self, usize), JoinError> {
+        let (mut client, offer) = Self::offer_over(freq, transport)?;
         let (mut addr, mut path) = (api, format!("/v1/rooms/{room}/participants"));
         let mut who = *requester;
         let mut redirects = 0;
@@ -211,7 +247,17 @@ impl ToneClient {
 
     /// One turn: network in and out, events, and the next frame when due.
     pub fn pump(&mut self, now: Instant) {
-        let _ = self.peer.pump_udp(&self.socket, &mut self.buf, now);
+        match &mut self.tcp {
+            Some(link) => {
+                if self.peer.pump_tcp(link, &mut self.buf, now).is_err() && !self.closed {
+                    // The server closed the connection, or it could not be made.
+                    self.closed = true;
+                }
+            }
+            None => {
+                let _ = self.peer.pump_udp(&self.socket, &mut self.buf, now);
+            }
+        }
         while let Some(event) = self.peer.poll_event() {
             match event {
                 ClientEvent::Connected => {
@@ -263,7 +309,19 @@ impl ToneClient {
     /// Hangs up.
     pub fn close(&mut self) {
         self.peer.close();
-        let _ = self.peer.pump_udp(&self.socket, &mut self.buf, Instant::now());
+        match &mut self.tcp {
+            Some(link) => {
+                let _ = self.peer.pump_tcp(link, &mut self.buf, Instant::now());
+            }
+            None => {
+                let _ = self.peer.pump_udp(&self.socket, &mut self.buf, Instant::now());
+            }
+        }
+    }
+
+    /// The transport it offered.
+    pub fn transport(&self) -> Transport {
+        if self.tcp.is_some() { Transport::Tcp } else { Transport::Udp }
     }
 }
 

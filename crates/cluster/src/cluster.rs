@@ -472,6 +472,17 @@ impl Cluster {
         Ok(parse_node(node, &h).map(|n| Owner { node_id: n.id, epoch, api_url: n.api_url, media_addr: n.media_addr }))
     }
 
+    /// The config JSON stored with `room` when it was created (by the
+    /// claim that made it), if any: a room placed again after its owner
+    /// died is hosted with it rather than with the defaults.
+    pub async fn room_config(&self, room: &str) -> Result<Option<String>, ClusterError> {
+        let mut con = self.inner.con.clone();
+        let key = self.inner.keys.room(room);
+        let config: Option<String> =
+            self.run(async move { redis::cmd("HGET").arg(key).arg("config").query_async(&mut con).await }).await?;
+        Ok(config.filter(|c| !c.is_empty()))
+    }
+
     fn me(&self, epoch: u64) -> Owner {
         Owner {
             node_id: self.inner.node_id.clone(),

@@ -92,6 +92,7 @@
 //! | a [`Fenced`] notice arrives | close the local copy of `room` (disconnect its peers: they rejoin and are redirected to the new owner) | |
 //! | a room event is published locally | [`Cluster::publish_event`]`(room, json)` (never blocks) | |
 //! | WS watching a room held elsewhere | [`Cluster::watch`]`(room)` → events from the owner | |
+//! | hosting a room placed here by a join (not a create) | [`Cluster::room_config`]`(room)` → the config stored at its creation | create the room with it |
 //! | `GET /v1/rooms`, `GET /v1/rooms/{room}` | [`Cluster::list_rooms`], [`Cluster::locate`] (owner id and URL in the answer) | |
 //! | SIGTERM | [`Cluster::set_draining`], then as today; at exit [`Cluster::shutdown`] | |
 //! | `/metrics` | [`Cluster::stats`]`.`[`samples()`](ClusterStats::samples) → `tutti_cluster_*` counters and gauges | |

@@ -42,6 +42,25 @@ pub struct FleetArgs {
     /// (the server must then decode them to measure them); probe talkers always carry one.
     #[arg(long, default_value_t = 0.0)]
     pub no_level_share: f64,
+    /// How clients reach the media port: `udp`, `tcp` (ICE-TCP only: an
+    /// active TCP candidate, as a browser whose network drops UDP) or
+    /// `mixed[:SHARE]`, SHARE (0 to 1, default 0.5) of the clients over TCP.
+    #[arg(long, default_value = "udp", value_parser = parse_transport)]
+    pub transport: f64,
+}
+
+/// `udp` → 0, `tcp` → 1, `mixed` → 0.5, `mixed:0.2` → 0.2: the share of clients over TCP.
+pub fn parse_transport(text: &str) -> Result<f64, String> {
+    let share = match text {
+        "udp" => 0.0,
+        "tcp" => 1.0,
+        "mixed" => 0.5,
+        _ => text
+            .strip_prefix("mixed:")
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| format!("'{text}': expected udp, tcp, mixed or mixed:SHARE"))?,
+    };
+    if (0.0..=1.0).contains(&share) { Ok(share) } else { Err(format!("the TCP share must be 0 to 1, not {share}")) }
 }
 
 fn parse_mix(text: &str) -> Result<RoomLayout, String> {
@@ -69,6 +88,7 @@ impl FleetArgs {
         cfg.probe_rooms = self.probe_rooms;
         cfg.websocket = !self.no_ws;
         cfg.no_level_share = self.no_level_share;
+        cfg.tcp_share = self.transport;
         Ok(())
     }
 }
@@ -142,6 +162,14 @@ pub struct LoadArgs {
     /// Per-room rows printed at the end (the worst by p5 MOS when there are more).
     #[arg(long, default_value_t = 30)]
     pub room_details: usize,
+    /// Create every room with `"record": true`: the server records each from its first join.
+    #[arg(long)]
+    pub record: bool,
+    /// Listen for the server's webhooks on this address (e.g. 127.0.0.1:9100) and
+    /// print how many of each event arrived; start `tutti serve` with
+    /// `--set 'webhooks.urls=["http://127.0.0.1:9100/"]'` and an `auth.secret`.
+    #[arg(long)]
+    pub webhook_listen: Option<SocketAddr>,
 }
 
 /// `tutti capacity`: the largest room that meets the SLO.
@@ -318,9 +346,14 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     cfg.seed = args.seed;
     cfg.speech = args.clip.as_deref().map(crate::audio::read_wav).transpose()?;
     cfg.server_cpu = cpu_source(args.metrics_url.as_deref(), args.server_pid)?;
+    cfg.record = args.record;
+    let hooks = args.webhook_listen.map(crate::webhooks::Receiver::start).transpose()?;
+    if let Some(h) = &hooks {
+        println!("webhook receiver on http://{}/", h.addr());
+    }
     let stop = stop_on_signal();
     println!(
-        "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {:.0} % without level, {}, {} threads; server CPU from {}",
+        "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {:.0} % without level, {:.0} % over TCP, {}, {} threads; server CPU from {}",
         cfg.clients,
         cfg.rooms,
         sizes.len(),
@@ -330,6 +363,7 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
         100.0 * cfg.talkers,
         cfg.silence,
         100.0 * cfg.no_level_share,
+        100.0 * cfg.tcp_share,
         if cfg.websocket { "joins and events over each room's WebSocket" } else { "REST joins, no WebSocket" },
         cfg.threads,
         cfg.server_cpu.describe()
@@ -341,9 +375,17 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
         Progress::Summary(s) => println!("{}", s.to_text()),
     })?;
     println!("\n== final summary ==\n{}", report.summary.to_text());
+    if let Some(h) = &hooks {
+        // The rooms' last events (left, room_finished) come after the run: give them a moment.
+        std::thread::sleep(Duration::from_secs(1));
+        println!("\n== webhooks received ==\n{}", h.counts_text());
+    }
     println!("\n== clients ==\n{}", report.details_text(args.details));
     if report.summary.rooms.len() > 1 {
         println!("\n== rooms ==\n{}", report.rooms_text(args.room_details));
+    }
+    if report.nodes.len() > 1 {
+        println!("\n== nodes ==\n{}", crate::nodes::nodes_text(&report.nodes));
     }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).map_err(|e| LoadError::Io(e.to_string()))?;
@@ -489,13 +531,15 @@ impl TrialRunner for LoadRunner {
         // The rooms go whatever happened; their peers are closed by the server.
         for room in &names {
             let path = format!("/v1/rooms/{room}");
-            let _ = tutti_client::request_as(
+            // On a cluster, through a redirect to the room's node.
+            let _ = tutti_client::request_following(
                 cfg.api,
                 &crate::generator::caller(cfg.token.as_deref()),
                 "DELETE",
                 &path,
                 None,
                 b"",
+                2,
             );
         }
         if self.local.as_mut().is_some_and(|(s, _, _)| !matches!(s.child.try_wait(), Ok(None))) {
@@ -510,6 +554,9 @@ impl TrialRunner for LoadRunner {
         }
         if self.verbose {
             println!("{}", report.summary.to_text());
+        }
+        if report.nodes.len() > 1 {
+            println!("{}", crate::nodes::nodes_text(&report.nodes));
         }
         // Let the server finish closing the old room's peers before the next trial.
         std::thread::sleep(Duration::from_secs(2));

@@ -83,6 +83,36 @@ impl EventSocket {
         Ok(Self { ws, open: true, snapshot: false, messages: 0, bytes: 0, since: Instant::now(), closed: None })
     }
 
+    /// [`EventSocket::connect`] on a cluster: a node that does not hold the
+    /// room says `moved` (with the owner's `api_url`) as its first message;
+    /// the socket is then opened again there, at most `max_moves` times.
+    /// Returns the socket, the API address it is open on and the moves followed.
+    pub(crate) fn connect_following(
+        api: SocketAddr,
+        room: &str,
+        token: Option<&str>,
+        max_moves: usize,
+    ) -> Result<(Self, SocketAddr, usize), String> {
+        let mut at = api;
+        for moves in 0..=max_moves {
+            let mut s = Self::connect(at, room, token)?;
+            let msg = s.ws.read().map_err(|e| format!("WebSocket (first message): {e}"))?;
+            let Some(text) = s.count(&msg) else { return Ok((s, at, moves)) };
+            if kind(&text) != Some("moved") {
+                return Ok((s, at, moves));
+            }
+            let url = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["api_url"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let (next, _) = tutti_client::split_location(&format!("{}/", url.trim_end_matches('/')))
+                .ok_or_else(|| format!("WebSocket moved to an unusable api_url '{url}'"))?;
+            s.close();
+            at = next;
+        }
+        Err(format!("WebSocket moved more than {max_moves} times"))
+    }
+
     fn count(&mut self, msg: &Message) -> Option<String> {
         let text = match msg {
             Message::Text(t) => Some(t.as_str().to_owned()),

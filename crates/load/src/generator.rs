@@ -7,6 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -14,9 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
-use tutti_client::{Requester, request_as};
+use tutti_client::{Requester, request_as, request_following};
 use tutti_mix::FRAME_SAMPLES;
-use tutti_rtc::{ClientEvent, ClientPeer};
+use tutti_rtc::{ClientEvent, ClientPeer, FrameReader, FrameWriter};
 
 use crate::LoadError;
 use crate::audio::{Frame, Material};
@@ -26,6 +27,7 @@ use crate::marker::{MAX_PROBES, MarkerDetector};
 use crate::model::{
     ClientSnapshot, ClientState, Detection, Lateness, LoadConfig, MarkerSent, Role, SilenceMode, ThreadView, WsFigures,
 };
+use crate::nodes::{JoinRecord, Nodes};
 use crate::quality::StreamQuality;
 use crate::report::{self, LoadReport, Summary};
 use crate::rooms::{self, RoleMix};
@@ -90,8 +92,47 @@ struct NewClient {
     role: Role,
     probe: Option<usize>,
     peer: ClientPeer,
-    socket: UdpSocket,
+    link: NewLink,
     joined_at: Instant,
+}
+
+/// A client's way to the media port, as the joiner made it.
+enum NewLink {
+    Udp(UdpSocket),
+    /// ICE-TCP: connected to the server's passive candidate.
+    Tcp(std::net::TcpStream, SocketAddr),
+}
+
+/// A client's way to the media port, registered with its thread's poll.
+enum Link {
+    Udp(mio::net::UdpSocket),
+    Tcp(Box<TcpSide>),
+}
+
+/// An ICE-TCP client connection: RFC 4571 frames both ways, bounded send buffer.
+struct TcpSide {
+    stream: mio::net::TcpStream,
+    server: SocketAddr,
+    reader: FrameReader,
+    writer: FrameWriter,
+    broken: bool,
+}
+
+impl TcpSide {
+    /// Writes what the buffer holds, without blocking (the rest waits).
+    fn flush(&mut self) {
+        // Bounded: each write takes bytes or stops.
+        while !self.broken && !self.writer.is_empty() {
+            let (a, _) = self.writer.pending();
+            match self.stream.write(a) {
+                Ok(0) => self.broken = true,
+                Ok(n) => self.writer.consume(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => self.broken = true,
+            }
+        }
+    }
 }
 
 struct Listen {
@@ -109,7 +150,7 @@ struct Sim {
     role: Role,
     probe: Option<usize>,
     peer: ClientPeer,
-    socket: mio::net::UdpSocket,
+    link: Link,
     state: ClientState,
     joined_at: Instant,
     connected_at: Option<Instant>,
@@ -207,18 +248,45 @@ struct WorkerConfig {
     probes: usize,
 }
 
-fn send_all(peer: &mut ClientPeer, socket: &mio::net::UdpSocket) {
-    while let Some(t) = peer.poll_transmit() {
-        // A failed send is a lost datagram: the figures will show it.
-        let _ = socket.send_to(&t.data, t.to);
+fn send_all(peer: &mut ClientPeer, link: &mut Link) {
+    match link {
+        Link::Udp(socket) => {
+            while let Some(t) = peer.poll_transmit() {
+                // A failed send is a lost datagram: the figures will show it.
+                let _ = socket.send_to(&t.data, t.to);
+            }
+        }
+        Link::Tcp(side) => {
+            while let Some(t) = peer.poll_transmit() {
+                // A full buffer drops the packet, as a lost datagram.
+                let _ = side.writer.push(&t.data);
+            }
+            side.flush();
+        }
     }
 }
 
 impl Worker {
     fn add(&mut self, c: NewClient, now: Instant) -> std::io::Result<()> {
         let i = self.clients.len();
-        let mut socket = mio::net::UdpSocket::from_std(c.socket);
-        self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
+        let link = match c.link {
+            NewLink::Udp(socket) => {
+                let mut socket = mio::net::UdpSocket::from_std(socket);
+                self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
+                Link::Udp(socket)
+            }
+            NewLink::Tcp(stream, server) => {
+                let mut stream = mio::net::TcpStream::from_std(stream);
+                self.poll.registry().register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)?;
+                Link::Tcp(Box::new(TcpSide {
+                    stream,
+                    server,
+                    reader: FrameReader::new(tutti_rtc::tcp::MAX_RFC4571_FRAME),
+                    writer: FrameWriter::new(256 * 1024),
+                    broken: false,
+                }))
+            }
+        };
         if let Some(ws) = &c.ws {
             ws.register(self.poll.registry(), Token(WS_TOKEN + i))?;
         }
@@ -242,7 +310,7 @@ impl Worker {
             role: c.role,
             probe: c.probe,
             peer: c.peer,
-            socket,
+            link,
             state: ClientState::Connecting,
             joined_at: c.joined_at,
             connected_at: None,
@@ -258,7 +326,7 @@ impl Worker {
             timer: None,
         };
         sim.peer.handle_timeout(now);
-        send_all(&mut sim.peer, &sim.socket);
+        send_all(&mut sim.peer, &mut sim.link);
         self.slots[c.index % SLOTS].push(i);
         self.clients.push(sim);
         self.reschedule(i);
@@ -294,9 +362,14 @@ impl Worker {
         // An RTP packet moves no timer: the deadline is asked for again only
         // after anything else (STUN, DTLS, RTCP) arrived.
         let mut timers_moved = false;
+        if matches!(self.clients[i].link, Link::Tcp(_)) {
+            self.receive_tcp(i);
+            return;
+        }
         loop {
             let c = &mut self.clients[i];
-            let (n, from) = match c.socket.recv_from(&mut self.buf) {
+            let Link::Udp(socket) = &c.link else { break };
+            let (n, from) = match socket.recv_from(&mut self.buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -309,7 +382,60 @@ impl Worker {
             self.events(i, now);
         }
         let c = &mut self.clients[i];
-        send_all(&mut c.peer, &c.socket);
+        send_all(&mut c.peer, &mut c.link);
+        if timers_moved || c.timer.is_none() {
+            self.reschedule(i);
+        }
+    }
+
+    /// Takes every frame waiting on client `i`'s TCP connection (edge-triggered:
+    /// read until it would block), and writes what waits.
+    fn receive_tcp(&mut self, i: usize) {
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        {
+            let c = &mut self.clients[i];
+            let Link::Tcp(side) = &mut c.link else { return };
+            side.flush();
+            loop {
+                match side.stream.read(&mut self.buf) {
+                    Ok(0) => {
+                        side.broken = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        if side.reader.read(&self.buf[..n], |f| frames.push(f.to_vec())).is_err() {
+                            side.broken = true;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        side.broken = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let mut timers_moved = false;
+        for f in frames {
+            let now = Instant::now();
+            timers_moved |= !tutti_rtc::is_rtp(&f);
+            let c = &mut self.clients[i];
+            let Link::Tcp(side) = &c.link else { return };
+            let server = side.server;
+            c.peer.handle_datagram(server, &f, now);
+            self.events(i, now);
+        }
+        let c = &mut self.clients[i];
+        if let Link::Tcp(side) = &c.link
+            && side.broken
+            && c.state != ClientState::Closed
+        {
+            // The server closed the connection: the call is over.
+            c.state = ClientState::Closed;
+        }
+        send_all(&mut c.peer, &mut c.link);
         if timers_moved || c.timer.is_none() {
             self.reschedule(i);
         }
@@ -404,7 +530,7 @@ impl Worker {
                 && c.peer.send_audio(f.payload.clone(), c.level.then_some(f.level), now).is_ok()
             {
                 c.sent += 1;
-                send_all(&mut c.peer, &c.socket);
+                send_all(&mut c.peer, &mut c.link);
                 // Sending sets no earlier timer (RTCP reports run on their own
                 // period); the next received packet reschedules anyway.
             }
@@ -479,7 +605,7 @@ impl Worker {
                 c.peer.handle_timeout(now);
                 self.events(i, now);
                 let c = &mut self.clients[i];
-                send_all(&mut c.peer, &c.socket);
+                send_all(&mut c.peer, &mut c.link);
                 self.reschedule(i);
             }
             if now >= next_publish {
@@ -523,7 +649,7 @@ impl Worker {
         self.publish(now);
         for c in &mut self.clients {
             c.peer.close();
-            send_all(&mut c.peer, &c.socket);
+            send_all(&mut c.peer, &mut c.link);
             if let Some(ws) = &mut c.ws {
                 ws.close();
             }
@@ -549,13 +675,36 @@ fn failures(joined: &[Joined]) -> Vec<(usize, usize, Role, String)> {
     joined.iter().enumerate().filter_map(|(i, j)| j.error.as_ref().map(|e| (i, j.room, j.role, e.clone()))).collect()
 }
 
-/// Creates the room unless it exists.
-pub(crate) fn ensure_room(api: SocketAddr, token: Option<&str>, room: &str) -> Result<(), LoadError> {
-    let body = serde_json::json!({ "id": room }).to_string();
-    let r = request_as(api, &caller(token), "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
-        .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
+/// Redirects (`307`, WebSocket `moved`) a request follows: a cluster
+/// node sends a client to the room's owner once.
+const MAX_REDIRECTS: usize = 2;
+
+/// Creates the room unless it exists, following a cluster's redirect to the
+/// node that holds it. Returns that node's API address and its id (when
+/// the answer names it). With `record`, the room records from its first join.
+pub(crate) fn ensure_room_at(
+    api: SocketAddr,
+    token: Option<&str>,
+    room: &str,
+    record: bool,
+) -> Result<(SocketAddr, Option<String>), LoadError> {
+    let body =
+        if record { serde_json::json!({ "id": room, "record": true }) } else { serde_json::json!({ "id": room }) };
+    let body = body.to_string();
+    let (r, at, _) = request_following(
+        api,
+        &caller(token),
+        "POST",
+        "/v1/rooms",
+        Some("application/json"),
+        body.as_bytes(),
+        MAX_REDIRECTS,
+    )
+    .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
     if r.status == 201 || r.code() == "room_exists" {
-        Ok(())
+        let node =
+            serde_json::from_str::<serde_json::Value>(&r.body).ok().and_then(|v| v["node"].as_str().map(str::to_owned));
+        Ok((at, node))
     } else {
         Err(LoadError::Api(format!("creating room '{room}': {} {}", r.status, r.body)))
     }
@@ -568,13 +717,26 @@ fn candidate_addr(sdp: &str) -> Option<SocketAddr> {
     format!("{}:{}", f.get(4)?, f.get(5)?).parse().ok()
 }
 
+/// The address of the first passive TCP candidate in an SDP (ICE-TCP).
+fn tcp_candidate_addr(sdp: &str) -> Option<SocketAddr> {
+    let line =
+        sdp.lines().find(|l| l.starts_with("a=candidate:") && l.contains(" tcp ") && l.contains("tcptype passive"))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let ip: std::net::IpAddr = f.get(4)?.parse().ok()?;
+    Some(SocketAddr::new(ip, f.get(5)?.parse().ok()?))
+}
+
 /// A joined client, before its thread takes it.
 struct JoinedPeer {
     peer: ClientPeer,
-    socket: UdpSocket,
+    link: NewLink,
     ws: Option<EventSocket>,
     location: String,
     media: Option<SocketAddr>,
+    /// The API address that answered the join (the room's node).
+    node: SocketAddr,
+    /// Redirects followed to get there.
+    redirects: usize,
 }
 
 /// Joins one client into `room`: through the room's WebSocket (`join`
@@ -585,28 +747,54 @@ fn join_one(
     room: &str,
     websocket: bool,
     name: &str,
+    tcp: bool,
 ) -> Result<JoinedPeer, String> {
-    let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
-    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let local = socket.local_addr().map_err(|e| e.to_string())?;
-    let (mut peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
+    let (mut peer, offer, socket) = if tcp {
+        let (peer, offer) =
+            ClientPeer::new_tcp(std::net::Ipv4Addr::LOCALHOST.into(), Instant::now()).map_err(|e| e.to_string())?;
+        (peer, offer, None)
+    } else {
+        let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
+        socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let local = socket.local_addr().map_err(|e| e.to_string())?;
+        let (peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
+        (peer, offer, Some(socket))
+    };
+    // ICE-TCP: the connection goes to the answer's passive TCP candidate.
+    let link = |answer: &str| -> Result<NewLink, String> {
+        match socket {
+            Some(s) => Ok(NewLink::Udp(s)),
+            None => {
+                let server = tcp_candidate_addr(answer).ok_or("the answer has no TCP candidate (is media_tcp off?)")?;
+                let s = std::net::TcpStream::connect_timeout(&server, Duration::from_secs(5))
+                    .map_err(|e| format!("connecting to the TCP candidate {server}: {e}"))?;
+                s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                let _ = s.set_nodelay(true);
+                Ok(NewLink::Tcp(s, server))
+            }
+        }
+    };
     if websocket {
-        let mut ws = EventSocket::connect(api, room, token)?;
+        let (mut ws, node, redirects) = EventSocket::connect_following(api, room, token, MAX_REDIRECTS)?;
         let (id, answer) = ws.join(&offer, name)?;
         ws.set_nonblocking()?;
         peer.accept_answer(&answer, Instant::now()).map_err(|e| e.to_string())?;
         let location = format!("/v1/rooms/{room}/participants/{id}");
-        return Ok(JoinedPeer { peer, socket, ws: Some(ws), location, media: candidate_addr(&answer) });
+        let link = link(&answer)?;
+        let media = candidate_addr(&answer);
+        return Ok(JoinedPeer { peer, link, ws: Some(ws), location, media, node, redirects });
     }
     let path = format!("/v1/rooms/{room}/participants");
-    let r = request_as(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes())
-        .map_err(|e| format!("join request: {e}"))?;
+    let (r, node, redirects) =
+        request_following(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes(), MAX_REDIRECTS)
+            .map_err(|e| format!("join request: {e}"))?;
     if r.status != 201 {
         return Err(format!("join refused: {} {}", r.status, r.body.trim()));
     }
     peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
     let location = r.header("location").unwrap_or_default().to_owned();
-    Ok(JoinedPeer { peer, socket, ws: None, location, media: candidate_addr(&r.body) })
+    let link = link(&r.body)?;
+    Ok(JoinedPeer { peer, link, ws: None, location, media: candidate_addr(&r.body), node, redirects })
 }
 
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
@@ -632,8 +820,10 @@ pub fn run(
         None => crate::audio::speech_like(8.0, cfg.seed),
     };
     let material = Arc::new(Material::new(&speech, probes)?);
-    for name in &room_names {
-        ensure_room(cfg.api, cfg.token.as_deref(), name)?;
+    let mut nodes = Nodes::default();
+    for (r, name) in room_names.iter().enumerate() {
+        let (at, id) = ensure_room_at(cfg.api, cfg.token.as_deref(), name, cfg.record)?;
+        nodes.room(r, at, id);
     }
 
     let shared = Arc::new(Shared {
@@ -722,8 +912,12 @@ pub fn run(
             break;
         }
         let name = format!("load-{index}");
-        match join_one(cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name) {
+        let asked = Instant::now();
+        let tcp = rooms::without_level(index, cfg.clients, cfg.tcp_share);
+        match join_one(cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name, tcp) {
             Ok(j) => {
+                let ms = asked.elapsed().as_secs_f64() * 1000.0;
+                nodes.joined(index, JoinRecord { node: j.node, redirects: j.redirects, ms });
                 if server_media.is_none() {
                     server_media = j.media;
                 }
@@ -737,7 +931,7 @@ pub fn run(
                     role,
                     probe,
                     peer: j.peer,
-                    socket: j.socket,
+                    link: j.link,
                     joined_at: Instant::now(),
                 };
                 if senders[index % threads].send(c).is_err() {
@@ -781,6 +975,7 @@ pub fn run(
         }
         if cpu_window_start.is_none() && now >= window_start {
             cpu_window_start = Some(CpuMark::now(&cfg.server_cpu, server_media));
+            nodes.mark(false);
         }
         if now >= next_summary {
             next_summary += cfg.summary_interval;
@@ -797,6 +992,7 @@ pub fn run(
         std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
     }
     let cpu_end = CpuMark::now(&cfg.server_cpu, server_media);
+    nodes.mark(true);
     shared.stop.store(true, Ordering::Relaxed);
     for h in handles {
         let _ = h.join();
@@ -819,11 +1015,14 @@ pub fn run(
         cpu,
         threads,
     };
-    let report = report::final_report(&state);
+    let mut report = report::final_report(&state);
+    report.nodes = nodes.summaries(&report.clients);
     if cfg.leave {
-        for j in &joined {
+        for (index, j) in joined.iter().enumerate() {
             if let Some(loc) = j.location.as_deref().filter(|l| !l.is_empty()) {
-                let _ = request_as(cfg.api, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
+                // On the node that answered the join (a cluster's other nodes would redirect).
+                let at = nodes.node_of(index).unwrap_or(cfg.api);
+                let _ = request_as(at, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
             }
         }
     }

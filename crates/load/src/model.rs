@@ -111,6 +111,10 @@ pub struct LoadConfig {
     /// Share of clients (0..1) whose packets carry no RFC 6464 audio level
     /// (probe talkers always carry one).
     pub no_level_share: f64,
+    /// Share of clients (0..1) that offer only ICE-TCP (RFC 6544: an active
+    /// TCP candidate, media framed per RFC 4571 on one TCP connection), as
+    /// browsers on networks that drop UDP; the rest use UDP.
+    pub tcp_share: f64,
     /// An access token (admin for the room, or `*`), sent as `Authorization: Bearer`.
     pub token: Option<String>,
     /// Participants.
@@ -146,6 +150,8 @@ pub struct LoadConfig {
     pub server_cpu: CpuSource,
     /// Leave with DELETE at the end (besides closing each peer).
     pub leave: bool,
+    /// Create every room with `"record": true` (the server records it from the first join).
+    pub record: bool,
 }
 
 impl LoadConfig {
@@ -158,6 +164,7 @@ impl LoadConfig {
             probe_rooms: 1,
             websocket: true,
             no_level_share: 0.0,
+            tcp_share: 0.0,
             token: None,
             clients,
             join_interval: Duration::from_millis(20),
@@ -175,6 +182,7 @@ impl LoadConfig {
             speech: None,
             server_cpu: CpuSource::Unknown,
             leave: true,
+            record: false,
         }
     }
 }

@@ -246,6 +246,8 @@ pub struct ConfigEcho {
     pub websocket: bool,
     /// Share of clients sending no audio level.
     pub no_level_share: f64,
+    /// Share of clients over ICE-TCP (the rest over UDP).
+    pub tcp_share: f64,
     /// Participants.
     pub clients: usize,
     /// Join interval, ms.
@@ -281,6 +283,8 @@ pub struct LoadReport {
     pub clients: Vec<ClientReport>,
     /// Every measured mouth-to-ear latency, ms.
     pub latencies_ms: Vec<f64>,
+    /// Per node of a cluster (the API addresses that answered the joins).
+    pub nodes: Vec<crate::nodes::NodeSummary>,
 }
 
 /// What a summary is computed from.
@@ -591,6 +595,7 @@ pub(crate) fn final_report(s: &RunState<'_>) -> LoadReport {
             probe_rooms: cfg.probe_rooms,
             websocket: cfg.websocket,
             no_level_share: cfg.no_level_share,
+            tcp_share: cfg.tcp_share,
             clients: cfg.clients,
             cint_ms: cfg.join_interval.as_millis() as u64,
             life_s: cfg.life.map_or(0.0, |l| l.as_secs_f64()),
@@ -608,6 +613,7 @@ pub(crate) fn final_report(s: &RunState<'_>) -> LoadReport {
             .map(|c| ClientReport { mos: client_mos(&c, summary.mos_one_way_ms), perfect: is_perfect(&c), figures: c })
             .collect(),
         latencies_ms: lat.iter().flatten().copied().collect(),
+        nodes: Vec::new(),
         summary,
     }
 }

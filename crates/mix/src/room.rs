@@ -496,6 +496,25 @@ impl Room {
         Ok(())
     }
 
+    /// Changes how many speakers are mixed, from the next tick on (fewer:
+    /// the weakest selected speakers leave the mix then). Fails on a limit
+    /// [`RoomConfig::validate`] refuses.
+    pub fn set_max_speakers(&mut self, limit: SpeakerLimit) -> Result<(), MixError> {
+        let cfg = RoomConfig { max_speakers: limit, ..self.cfg.clone() };
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
+    }
+
+    /// Changes how many participants the room accepts. Participants already
+    /// in stay (a lower limit only refuses new ones until enough left).
+    pub fn set_max_participants(&mut self, max: usize) -> Result<(), MixError> {
+        let cfg = RoomConfig { max_participants: max, ..self.cfg.clone() };
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
+    }
+
     /// Hands a received packet to the participant's jitter buffer.
     pub fn push_packet(&mut self, id: ParticipantId, packet: Packet) -> Result<PushOutcome, MixError> {
         let outcome = self.participant_mut(id)?.jitter.push(packet);

@@ -160,3 +160,35 @@ fn leaving_frees_the_speaker_slot() {
     assert_eq!(speakers(&r), vec![ParticipantId(2)]);
     assert_eq!(r.participants, 1);
 }
+
+#[test]
+fn the_speaker_limit_and_room_size_change_at_runtime() {
+    let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(3), max_participants: 5, ..Default::default() };
+    let (pool, mut room, mut clients) = setup(cfg, 4);
+    let levels = [Some(40), Some(20), Some(60), Some(30)];
+    let mut t = 0;
+    for _ in 0..10 {
+        step(&mut room, &pool, &mut clients, t, &levels);
+        t += 1;
+    }
+    assert_eq!(room.speakers().count(), 3);
+    // Down to one: the weakest leave at the next tick, the loudest stays.
+    room.set_max_speakers(SpeakerLimit::Top(1)).expect("valid");
+    let r = step(&mut room, &pool, &mut clients, t, &levels);
+    t += 1;
+    assert_eq!(speakers(&r), vec![ParticipantId(2)]);
+    // Up to four: every talker is mixed again.
+    room.set_max_speakers(SpeakerLimit::Top(4)).expect("valid");
+    for _ in 0..3 {
+        step(&mut room, &pool, &mut clients, t, &levels);
+        t += 1;
+    }
+    assert_eq!(room.speakers().count(), 4);
+    assert!(room.set_max_speakers(SpeakerLimit::Top(0)).is_err(), "zero speakers refused");
+    assert_eq!(room.config().max_speakers, SpeakerLimit::Top(4), "a refused limit changes nothing");
+    // A smaller room keeps who is in, refuses newcomers.
+    room.set_max_participants(4).expect("valid");
+    assert_eq!(room.len(), 4);
+    assert!(room.add_participant(ParticipantId(99)).is_err(), "full at the new size");
+    assert!(room.set_max_participants(0).is_err());
+}

@@ -2,9 +2,10 @@
 //! as tutti's tests and load tester use it. Sans-IO, like [`crate::Mux`].
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rtc::ice::mdns::MulticastDnsMode;
@@ -16,8 +17,9 @@ use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, Media, PeerEvent, RtcError, SendPath, SenderReportInfo, Transmit, add_audio_track,
-    add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
+    add_candidates, add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
 };
+use crate::tcp::{FrameReader, FrameWriter};
 
 /// What a [`ClientPeer`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +40,8 @@ type Pending = (rtc::peer_connection::RTCPeerConnection, rtc::rtp_transceiver::R
 /// takes the lean send path by default ([`ClientPeer::set_lean_send`]).
 pub struct ClientPeer {
     local: SocketAddr,
+    /// Offers only an active TCP candidate (ICE-TCP): everything goes over TCP.
+    tcp: bool,
     /// Set once the answer is in.
     media: Option<Media>,
     /// Until then, the connection being negotiated.
@@ -61,6 +65,18 @@ fn is_dtls_alert(data: &[u8]) -> bool {
 impl ClientPeer {
     /// A peer that will send one Opus track from `local`; returns it and its SDP offer.
     pub fn new(local: SocketAddr, now: Instant) -> Result<(Self, String), RtcError> {
+        Self::build(local, false, now)
+    }
+
+    /// A peer whose offer carries only an active TCP host candidate on
+    /// `local_ip` (RFC 6544; port 9, as browsers write it): as a browser
+    /// behind a network that drops UDP, it reaches the server's passive TCP
+    /// candidate and nothing else. Drive it with [`ClientPeer::pump_tcp`].
+    pub fn new_tcp(local_ip: IpAddr, now: Instant) -> Result<(Self, String), RtcError> {
+        Self::build(SocketAddr::new(local_ip, 9), true, now)
+    }
+
+    fn build(local: SocketAddr, tcp: bool, now: Instant) -> Result<(Self, String), RtcError> {
         let provider = rtc::crypto::default_provider().map_err(internal)?;
         let slot = Arc::new(ExporterSlot::default());
         let settings = SettingEngineBuilder::new()
@@ -72,12 +88,18 @@ impl ClientPeer {
             .build();
         let mut pc = build_connection(settings, Vec::new(), CLIENT_OPUS_FMTP, now)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
-        add_host_candidate(&mut pc, local)?;
+        if tcp {
+            let line = format!("candidate:1 1 tcp 1518280447 {} 9 typ host tcptype active", local.ip());
+            add_candidates(&mut pc, [line])?;
+        } else {
+            add_host_candidate(&mut pc, local)?;
+        }
         let offer = pc.create_offer(None).map_err(bad_sdp)?;
         pc.set_local_description(now, offer).map_err(bad_sdp)?;
         let sdp = local_sdp(&pc)?;
         let peer = Self {
             local,
+            tcp,
             media: None,
             pending: Some((pc, sender, ssrc, slot)),
             lean_send: true,
@@ -130,7 +152,7 @@ impl ClientPeer {
             let transport = TransportContext {
                 local_addr: self.local,
                 peer_addr: from,
-                transport_protocol: TransportProtocol::UDP,
+                transport_protocol: if self.tcp { TransportProtocol::TCP } else { TransportProtocol::UDP },
                 ecn: None,
             };
             let _ = media.pc.handle_read(TaggedBytesMut { now, transport, message: BytesMut::from(data) });
@@ -261,6 +283,63 @@ impl ClientPeer {
         Ok(())
     }
 
+    /// Whether this peer offered only TCP (see [`ClientPeer::new_tcp`]).
+    pub fn is_tcp(&self) -> bool {
+        self.tcp
+    }
+
+    /// One turn of a plain ICE-TCP driver (for a peer made by
+    /// [`ClientPeer::new_tcp`]): connects `link` to the server's passive
+    /// candidate when the first check goes out, frames what is queued onto
+    /// it (RFC 4571), takes every frame waiting, and runs due timers.
+    /// Returns an error when the connection cannot be made or broke (the
+    /// server closed it).
+    pub fn pump_tcp(&mut self, link: &mut TcpLink, buf: &mut [u8], now: Instant) -> std::io::Result<()> {
+        if self.poll_timeout().is_some_and(|t| t <= now) {
+            self.handle_timeout(now);
+        }
+        while let Some(t) = self.poll_transmit() {
+            if link.stream.is_none() {
+                let s = TcpStream::connect_timeout(&t.to, Duration::from_secs(2))?;
+                s.set_nonblocking(true)?;
+                s.set_nodelay(true)?;
+                link.server = Some(t.to);
+                link.stream = Some(s);
+            }
+            // A full buffer drops the packet, as a lost datagram; ICE and SRTP cope.
+            let _ = link.writer.push(&t.data);
+        }
+        let Some(stream) = &mut link.stream else { return Ok(()) };
+        let server = link.server.unwrap_or(self.local);
+        // Bounded: the writer holds at most its limit; each write takes some or stops.
+        while !link.writer.is_empty() {
+            let (a, _) = link.writer.pending();
+            match stream.write(a) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => link.writer.consume(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut frames = Vec::new();
+        for _ in 0..64 {
+            match stream.read(buf) {
+                Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    link.reader
+                        .read(&buf[..n], |f| frames.push(f.to_vec()))
+                        .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        for f in frames {
+            self.handle_datagram(server, &f, now);
+        }
+        Ok(())
+    }
+
     /// Hangs up.
     pub fn close(&mut self) {
         if let Some(media) = &mut self.media {
@@ -279,5 +358,44 @@ impl ClientPeer {
                 PeerEvent::Audio(packet) => ClientEvent::Audio(packet),
             })
         });
+    }
+}
+
+/// A client's ICE-TCP connection for [`ClientPeer::pump_tcp`]: made when
+/// the first packet goes out, framed per RFC 4571 both ways, with a bounded
+/// send buffer.
+#[derive(Debug)]
+pub struct TcpLink {
+    server: Option<SocketAddr>,
+    stream: Option<TcpStream>,
+    reader: FrameReader,
+    writer: FrameWriter,
+}
+
+impl Default for TcpLink {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TcpLink {
+    /// Not connected yet; 256 KiB of send buffer.
+    pub fn new() -> Self {
+        Self {
+            server: None,
+            stream: None,
+            reader: FrameReader::new(crate::tcp::MAX_RFC4571_FRAME),
+            writer: FrameWriter::new(256 * 1024),
+        }
+    }
+
+    /// The connection, once made.
+    pub fn stream(&self) -> Option<&TcpStream> {
+        self.stream.as_ref()
+    }
+
+    /// Drops the connection (the next packet makes a new one).
+    pub fn reset(&mut self) {
+        *self = Self::new();
     }
 }

@@ -35,12 +35,13 @@ mod client;
 mod keys;
 mod media;
 mod mux;
+pub mod plain;
 pub mod srtp;
 pub mod stun;
 pub mod tcp;
 pub mod turn;
 
-pub use client::{ClientEvent, ClientPeer};
+pub use client::{ClientEvent, ClientPeer, TcpLink};
 pub use media::{
     AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, SendPath,
     SenderReportInfo, Transmit, is_rtp,
@@ -52,6 +53,7 @@ pub use media::{RawRtp, parse_rtcp, parse_rtp};
 pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
 pub use srtp::SrtpProfile;
 pub use tcp::{
-    ConnId, FrameReader, FrameWriter, FramingError, Received, TcpClose, TcpConnections, TcpLimits, TcpStats,
+    ConnId, DetachedConn, FrameReader, FrameWriter, FramingError, Received, TcpClose, TcpConnections, TcpLimits,
+    TcpStats,
 };
 pub use turn::{IceServer, IceServerConfig, TurnCredentials, TurnError};

@@ -40,6 +40,7 @@ use rtc::rtp_transceiver::rtp_sender::{
     RTCRtpHeaderExtensionCapability, RtpCodecKind,
 };
 use rtc::sansio::Protocol;
+use rtc::shared::TransportProtocol;
 #[cfg(feature = "fuzzing")]
 use rtc::shared::marshal::{Marshal, MarshalSize};
 use rtc::statistics::StatsSelector;
@@ -135,6 +136,9 @@ pub struct Transmit {
     pub to: SocketAddr,
     /// What.
     pub data: BytesMut,
+    /// Over TCP (ICE-TCP, RFC 6544: framed per RFC 4571 on the connection
+    /// from `to`); else a UDP datagram.
+    pub tcp: bool,
 }
 
 /// Why an offer or answer could not be negotiated, or a call could not be made.
@@ -329,8 +333,25 @@ pub(crate) fn add_audio_track(pc: &mut RTCPeerConnection, fmtp: &str) -> Result<
 
 /// Adds our one host candidate and ends gathering (non-trickle).
 pub(crate) fn add_host_candidate(pc: &mut RTCPeerConnection, addr: SocketAddr) -> Result<(), RtcError> {
-    let candidate = format!("candidate:1 1 udp 2130706431 {} {} typ host", addr.ip(), addr.port());
-    pc.add_local_candidate(RTCIceCandidateInit { candidate, ..Default::default() }).map_err(internal)?;
+    add_candidates(pc, [udp_candidate(1, addr, 0)])
+}
+
+/// The SDP candidate line (without `a=`) of a UDP host candidate; `rank` 0
+/// is the preferred address (priority 2130706431, RFC 8445 §5.1.2.1 with
+/// local preference 65535 − rank).
+pub(crate) fn udp_candidate(foundation: u32, addr: SocketAddr, rank: u16) -> String {
+    let priority = (126u32 << 24) + ((65535 - u32::from(rank)) << 8) + 255;
+    format!("candidate:{foundation} 1 udp {priority} {} {} typ host", addr.ip(), addr.port())
+}
+
+/// Adds these candidate lines and ends gathering (non-trickle).
+pub(crate) fn add_candidates(
+    pc: &mut RTCPeerConnection,
+    lines: impl IntoIterator<Item = String>,
+) -> Result<(), RtcError> {
+    for candidate in lines {
+        pc.add_local_candidate(RTCIceCandidateInit { candidate, ..Default::default() }).map_err(internal)?;
+    }
     pc.add_local_candidate(RTCIceCandidateInit::default()).map_err(internal)
 }
 
@@ -582,7 +603,9 @@ pub(crate) struct Media {
     /// it, the lean path follows the peer there (a client that moved and
     /// restarted ICE sends from its new address at once, while webrtc-rs's
     /// own next datagram may be a second away).
-    arrived_from: Option<SocketAddr>,
+    arrived_from: Option<(SocketAddr, bool)>,
+    /// Whether `remote` is reached over TCP (the selected pair's protocol).
+    remote_tcp: bool,
     /// An instant and the wall-clock time then: NTP times of sender reports.
     wall: (Instant, SystemTime),
     last_sender_report: Option<SenderReportInfo>,
@@ -632,6 +655,7 @@ impl Media {
             keys,
             remote: None,
             arrived_from: None,
+            remote_tcp: false,
             wall: (now, SystemTime::now()),
             last_sender_report: None,
             connected: false,
@@ -854,7 +878,7 @@ impl Media {
         }
         buf.extend_from_slice(payload);
         lean.srtp.protect_rtp(&mut buf, header_len, self.ssrc, slot.seq, slot.roc).map_err(internal)?;
-        transmits.push_back(Transmit { to, data: buf });
+        transmits.push_back(Transmit { to, data: buf, tcp: self.remote_tcp });
         lean.packets = lean.packets.wrapping_add(1);
         lean.octets = lean.octets.wrapping_add(payload.len() as u32);
         lean.last = Some((slot.timestamp, now));
@@ -875,10 +899,12 @@ impl Media {
             let to = msg.transport.peer_addr;
             // DTLS, SRTP and SRTCP go to the selected candidate pair; STUN
             // answers go to whoever asked.
+            let tcp = msg.transport.transport_protocol == TransportProtocol::TCP;
             if !crate::stun::is_stun(&msg.message) {
                 self.remote = Some(to);
+                self.remote_tcp = tcp;
             }
-            transmits.push_back(Transmit { to, data: msg.message });
+            transmits.push_back(Transmit { to, data: msg.message, tcp });
         }
     }
 
@@ -919,7 +945,7 @@ impl Media {
             let marshalled = packet.marshal().map_err(|_| RtcError::BadPacket("the RTP packet does not marshal"))?;
             let mut buf = BytesMut::from(&marshalled[..]);
             lean.srtp.protect_rtp(&mut buf, header_len, self.ssrc, raw.seq, self.numbering.roc).map_err(internal)?;
-            transmits.push_back(Transmit { to, data: buf });
+            transmits.push_back(Transmit { to, data: buf, tcp: self.remote_tcp });
             return Ok(());
         }
         let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
@@ -1016,9 +1042,10 @@ impl Media {
         }
         let arrived_from = self.arrived_from.take();
         while let Some(msg) = self.pc.poll_read() {
-            if let (Some(from), Some(_)) = (arrived_from, self.remote) {
+            if let (Some((from, tcp)), Some(_)) = (arrived_from, self.remote) {
                 // Authenticated by SRTP: the peer is there now.
                 self.remote = Some(from);
+                self.remote_tcp = tcp;
             }
             match msg.message {
                 RTCMessage::RtpPacket(_, packet) => {
@@ -1043,8 +1070,8 @@ impl Media {
     }
 
     /// Notes where the SRTP/SRTCP datagram about to be read came from (see `arrived_from`).
-    pub(crate) fn arriving_from(&mut self, from: SocketAddr) {
-        self.arrived_from = Some(from);
+    pub(crate) fn arriving_from(&mut self, from: SocketAddr, tcp: bool) {
+        self.arrived_from = Some((from, tcp));
     }
 
     /// Answers an ICE-restart offer (new remote ufrag and password, perhaps a

@@ -20,8 +20,8 @@ use rtc::crypto::RTCCryptoProvider;
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, Contributor, Media, PeerEvent, PeerFailure, PeerState, RtcError, SERVER_OPUS_DTX,
-    SendPath, SenderReportInfo, Transmit, add_audio_track, add_host_candidate, bad_sdp, build_connection, internal,
-    is_rtp, local_sdp,
+    SendPath, SenderReportInfo, Transmit, add_audio_track, add_candidates, bad_sdp, build_connection, internal, is_rtp,
+    local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
 use crate::stun;
@@ -141,6 +141,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct Acceptor {
     local: SocketAddr,
+    /// Every address put in answers, `local` first (see [`Acceptor::set_advertised`]).
+    advertised: Vec<SocketAddr>,
+    /// Answers also offer a passive TCP candidate per address (ICE-TCP).
+    tcp: bool,
     cert: RTCCertificate,
     idle_timeout: Duration,
     next_id: Arc<AtomicU64>,
@@ -153,6 +157,8 @@ impl std::fmt::Debug for Acceptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Acceptor")
             .field("local", &self.local)
+            .field("advertised", &self.advertised)
+            .field("tcp", &self.tcp)
             .field("idle_timeout", &self.idle_timeout)
             .field("lean_send", &self.lean_send)
             .field("srtp_profiles", &self.srtp_profiles)
@@ -221,6 +227,8 @@ impl Acceptor {
             .map_err(internal)?;
         Ok(Self {
             local,
+            advertised: vec![local],
+            tcp: false,
             cert,
             idle_timeout,
             next_id: Arc::new(AtomicU64::new(1)),
@@ -251,9 +259,76 @@ impl Acceptor {
         }
     }
 
-    /// The advertised address.
+    /// The advertised address (the first, when there are several).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// A fresh peer id from the same sequence as accepted peers' (for a
+    /// participant that is not a WebRTC peer, e.g. plain RTP).
+    pub fn reserve_id(&self) -> PeerId {
+        PeerId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The addresses answers advertise, each as a UDP host candidate (and a
+    /// passive TCP one with [`Acceptor::set_tcp`]), in order of preference:
+    /// IPv4 and IPv6, public and private. An empty list keeps the current one.
+    pub fn set_advertised(&mut self, addrs: &[SocketAddr]) {
+        if let Some(&first) = addrs.first() {
+            self.local = first;
+            self.advertised = addrs.to_vec();
+        }
+    }
+
+    /// Every advertised address, the preferred first.
+    pub fn advertised(&self) -> &[SocketAddr] {
+        &self.advertised
+    }
+
+    /// Whether answers from now on also offer ICE-TCP (RFC 6544): a
+    /// `tcptype passive` host candidate on each advertised address, with a
+    /// lower priority than every UDP one. The caller listens on those ports.
+    pub fn set_tcp(&mut self, tcp: bool) {
+        self.tcp = tcp;
+    }
+
+    /// Whether answers offer ICE-TCP.
+    pub fn tcp(&self) -> bool {
+        self.tcp
+    }
+
+    /// The candidate lines of an answer: one UDP host candidate per
+    /// advertised address, then the passive TCP ones.
+    pub fn candidate_lines(&self) -> Vec<String> {
+        let mut lines = Vec::with_capacity(self.advertised.len() * 2);
+        for (rank, &addr) in self.advertised.iter().enumerate() {
+            let rank = u16::try_from(rank).unwrap_or(u16::MAX).min(8191);
+            lines.push(udp_candidate(1 + 2 * u32::from(rank), addr, rank));
+        }
+        if self.tcp {
+            for (rank, &addr) in self.advertised.iter().enumerate() {
+                let rank = u16::try_from(rank).unwrap_or(u16::MAX).min(8191);
+                lines.push(crate::tcp::tcp_candidate(2 + 2 * u32::from(rank), addr, 8191 - rank));
+            }
+        }
+        lines
+    }
+
+    /// The advertised address a packet from `from` is stamped as arriving
+    /// on, for the ICE agent (it picks the local candidate by address and
+    /// protocol): the first of the sender's address family (an IPv4-mapped
+    /// sender counts as IPv4), else the preferred one. With several
+    /// addresses of one family the agent pairs the first; the socket's
+    /// replies leave from whatever address the kernel routes them from.
+    fn local_for(&self, from: SocketAddr) -> SocketAddr {
+        if self.advertised.len() == 1 {
+            return self.local;
+        }
+        let v4 = match from.ip() {
+            std::net::IpAddr::V4(_) => true,
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some(),
+        };
+        self.advertised.iter().copied().find(|a| a.is_ipv4() == v4).unwrap_or(self.local)
     }
 
     /// Answers an SDP offer (non-trickle: the answer carries our one host
@@ -283,7 +358,7 @@ impl Acceptor {
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, offer).map_err(bad_sdp)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
-        add_host_candidate(&mut pc, self.local)?;
+        add_candidates(&mut pc, self.candidate_lines())?;
         let answer = pc.create_answer(None).map_err(bad_sdp)?;
         pc.set_local_description(now, answer).map_err(bad_sdp)?;
         // webrtc-rs answers with the offer's Opus parameters and refuses an
@@ -339,8 +414,8 @@ fn answers_audio(answer: &str, ufrag: &str) -> bool {
 struct Peer {
     media: Box<Media>,
     ufrag: String,
-    /// Remote addresses routed to this peer (forgotten with it).
-    addrs: Vec<SocketAddr>,
+    /// Remote (transport, address) pairs routed to this peer (forgotten with it).
+    addrs: Vec<(bool, SocketAddr)>,
     deadline: Option<Instant>,
     last_seen: Instant,
     /// Not connected by then: given up ([`CONNECT_TIMEOUT`]).
@@ -364,7 +439,8 @@ pub struct Mux {
     acceptor: Acceptor,
     peers: HashMap<PeerId, Peer>,
     by_ufrag: HashMap<String, PeerId>,
-    by_addr: HashMap<SocketAddr, PeerId>,
+    /// Routes by remote (over TCP, address): a UDP and a TCP source may share ip:port.
+    by_addr: HashMap<(bool, SocketAddr), PeerId>,
     deadlines: BinaryHeap<Reverse<(Instant, PeerId)>>,
     /// Idle checks: (when, peer); re-armed from `last_seen` when they fire.
     idle: BinaryHeap<Reverse<(Instant, PeerId)>>,
@@ -461,9 +537,21 @@ impl Mux {
 
     /// Takes one received datagram and says where it went.
     pub fn handle_datagram(&mut self, from: SocketAddr, data: &[u8], now: Instant) -> Route {
+        self.handle_packet(from, false, data, now)
+    }
+
+    /// Takes one RFC 4571 frame received on the TCP connection from `from`
+    /// (ICE-TCP; see [`crate::tcp`]) and says where it went. What the peer
+    /// answers comes out of [`Mux::poll_transmit`] with `tcp` set.
+    pub fn handle_tcp_frame(&mut self, from: SocketAddr, data: &[u8], now: Instant) -> Route {
+        self.handle_packet(from, true, data, now)
+    }
+
+    /// Takes one packet, over UDP or TCP, and says where it went.
+    pub fn handle_packet(&mut self, from: SocketAddr, tcp: bool, data: &[u8], now: Instant) -> Route {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
-        let id = match self.by_addr.get(&from) {
+        let id = match self.by_addr.get(&(tcp, from)) {
             Some(&id) => id,
             None => {
                 let Some(ufrag) = stun::username(data).and_then(stun::local_ufrag) else {
@@ -476,9 +564,9 @@ impl Mux {
                 // ICE checks this request's integrity; only then does the
                 // agent answer, so a forged USERNAME gains nothing but a
                 // routing entry, replaced by the real peer's next check.
-                self.by_addr.insert(from, id);
+                self.by_addr.insert((tcp, from), id);
                 if let Some(peer) = self.peers.get_mut(&id) {
-                    peer.addrs.push(from);
+                    peer.addrs.push((tcp, from));
                 }
                 id
             }
@@ -491,15 +579,15 @@ impl Mux {
         let msg = TaggedBytesMut {
             now,
             transport: TransportContext {
-                local_addr: self.acceptor.local,
+                local_addr: self.acceptor.local_for(from),
                 peer_addr: from,
-                transport_protocol: TransportProtocol::UDP,
+                transport_protocol: if tcp { TransportProtocol::TCP } else { TransportProtocol::UDP },
                 ecn: None,
             },
             message: BytesMut::from(data),
         };
         if is_rtp(data) {
-            peer.media.arriving_from(from);
+            peer.media.arriving_from(from, tcp);
         }
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);
@@ -667,10 +755,10 @@ impl Mux {
         self.stats.leave(peer.media.state());
         peer.media.close(&mut self.transmits);
         self.by_ufrag.remove(&peer.ufrag);
-        for addr in &peer.addrs {
+        for key in &peer.addrs {
             // Only if still ours: a later check may have moved it to another peer.
-            if self.by_addr.get(addr) == Some(&id) {
-                self.by_addr.remove(addr);
+            if self.by_addr.get(key) == Some(&id) {
+                self.by_addr.remove(key);
             }
         }
         Ok(())

@@ -20,8 +20,14 @@ pub struct Config {
     /// UDP media address: one port for every peer.
     pub media: SocketAddr,
     /// Address put in ICE candidates; empty = the media address. Behind
-    /// NAT or in a container, the address clients can reach.
+    /// NAT or in a container, the address clients can reach. Several
+    /// addresses, comma-separated (IPv4 and IPv6, public and private), each
+    /// become a candidate, the first preferred; a bare IP takes the media port.
     pub advertise: String,
+    /// ICE over TCP (RFC 6544, passive) on the media port beside UDP, for
+    /// clients whose network drops UDP; answers then carry a TCP candidate
+    /// per advertised address, with a lower priority than UDP.
+    pub media_tcp: bool,
     /// Prometheus `/metrics` address; empty = no metrics endpoint.
     pub metrics: String,
     /// I/O threads (`io-0`, …), each with its own socket on the media port;
@@ -67,9 +73,124 @@ pub struct Config {
     /// Cluster mode (several nodes sharing a Redis directory); off while
     /// `cluster.redis_url` is empty. See [`tutti_cluster::ClusterConfig`].
     pub cluster: tutti_cluster::ClusterConfig,
+    /// Recording rooms to Ogg/Opus files (README "Recording").
+    pub recording: RecordingSettings,
+    /// Signed webhooks to the application's backend (README "Webhooks").
+    pub webhooks: WebhookSettings,
+    /// Forwarding a room's mix as plain RTP (README "RTP out").
+    pub rtp_out: RtpOutSettings,
+    /// Plain RTP/AVP participants (SIP gateways); off while `rtp_in.trusted` is empty.
+    pub rtp_in: RtpInConfig,
     /// STUN/TURN servers the clients should use (`[[ice_servers]]`; see
     /// [`crate::ice`]): given to each client before it makes its offer.
     pub ice_servers: Vec<crate::ice::IceServerEntry>,
+}
+
+/// Recording rooms (`POST /v1/rooms/{room}/recording`, or `record: true` at creation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordingSettings {
+    /// Whether rooms may be recorded at all (`false`: 403 `recording_disabled`).
+    pub enabled: bool,
+    /// Directory the files go to (created when the first recording starts).
+    pub dir: String,
+    /// Largest file, in bytes (the recording stops with reason `limit` before exceeding it).
+    pub max_bytes: u64,
+    /// Longest file, in seconds (the recording stops with reason `limit`).
+    pub max_duration_seconds: f64,
+    /// Frames queued to a recording's writer thread (50 = 1 s); beyond: dropped, counted, concealed.
+    pub queue_frames: usize,
+}
+
+impl Default for RecordingSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: "recordings".to_owned(),
+            max_bytes: 512 * 1024 * 1024,
+            max_duration_seconds: 14_400.0,
+            queue_frames: 500,
+        }
+    }
+}
+
+/// Webhooks: events POSTed, signed with `auth.secret`, to every URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookSettings {
+    /// Receivers (`http://host:port/path`); empty = no webhooks.
+    pub urls: Vec<String>,
+    /// The token's issuer (`iss`), naming this server to receivers.
+    pub api_key: String,
+    /// Events queued per URL; beyond: dropped, counted, logged.
+    pub queue: usize,
+    /// Seconds one delivery attempt may take (connecting included).
+    pub timeout_seconds: f64,
+    /// Attempts per event (1 = no retry).
+    pub attempts: u32,
+    /// Seconds before the first retry (doubling after each).
+    pub backoff_seconds: f64,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        Self {
+            urls: Vec::new(),
+            api_key: "tutti".to_owned(),
+            queue: 1024,
+            timeout_seconds: 5.0,
+            attempts: 3,
+            backoff_seconds: 1.0,
+        }
+    }
+}
+
+impl RecordingSettings {
+    /// As the recorder takes it.
+    pub(crate) fn to_config(&self) -> crate::ops::recording::RecordingConfig {
+        let seconds =
+            if self.max_duration_seconds.is_finite() { self.max_duration_seconds.clamp(0.0, 1e9) } else { 0.0 };
+        crate::ops::recording::RecordingConfig {
+            dir: self.dir.clone().into(),
+            max_bytes: self.max_bytes,
+            max_duration: Duration::from_secs_f64(seconds),
+            queue_frames: self.queue_frames,
+            ..crate::ops::recording::RecordingConfig::default()
+        }
+    }
+}
+
+impl WebhookSettings {
+    /// As the webhook sender takes it, signing with `secret`.
+    pub(crate) fn to_config(&self, secret: &[u8]) -> crate::ops::webhook::WebhookConfig {
+        let secs = |v: f64| Duration::from_secs_f64(if v.is_finite() { v.clamp(0.0, 60.0) } else { 0.0 });
+        crate::ops::webhook::WebhookConfig {
+            urls: self.urls.clone(),
+            secret: secret.to_vec(),
+            issuer: self.api_key.clone(),
+            queue: self.queue,
+            connect_timeout: secs(self.timeout_seconds),
+            timeout: secs(self.timeout_seconds),
+            attempts: self.attempts,
+            backoff: secs(self.backoff_seconds),
+        }
+    }
+}
+
+impl RtpOutSettings {
+    /// The allowed networks, parsed; the error names the bad entry.
+    pub(crate) fn networks(&self) -> Result<Vec<crate::ops::network::Network>, String> {
+        self.allowed.iter().map(|n| n.parse()).collect()
+    }
+}
+
+/// Forwarding a room's mix as plain RTP (`POST /v1/rooms/{room}/rtp_out`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RtpOutSettings {
+    /// Networks a stream may be sent to (`"127.0.0.0/8"`, `"10.1.2.3/32"`,
+    /// `"fd00::/8"`); empty = RTP out disabled (403 `rtp_out_disabled`).
+    pub allowed: Vec<String>,
 }
 
 /// Access tokens (see [`crate::auth`]).
@@ -116,6 +237,18 @@ pub struct Limits {
     /// A WebSocket from which nothing (not even a pong to our pings, sent
     /// every third of this) arrives for this long is closed with 4408, in seconds.
     pub ws_idle_timeout_seconds: f64,
+    /// Open ICE-TCP media connections at most (beyond: refused at once).
+    /// Each I/O thread enforces an even share (rounded up) of this and of
+    /// `tcp_max_per_ip`, so a burst may be refused a little below the cap.
+    pub tcp_max_connections: usize,
+    /// Open ICE-TCP media connections at most from one IPv4 address or IPv6 /64.
+    pub tcp_max_per_ip: usize,
+    /// Time a new TCP media connection has to send its first ICE check, in seconds.
+    pub tcp_handshake_timeout_seconds: f64,
+    /// A TCP media connection with no complete frame for this long is closed, in seconds.
+    pub tcp_idle_timeout_seconds: f64,
+    /// Send buffer per TCP media connection, in bytes (full: packets dropped, counted).
+    pub tcp_send_buffer_bytes: usize,
 }
 
 /// Defaults for new rooms (a room's creator may choose others).
@@ -144,12 +277,31 @@ pub struct LogConfig {
     pub filter: String,
 }
 
+/// `advertise`: comma-separated `ip:port` or bare IPs (port 0: the media
+/// port). `None` if any entry is neither; empty input gives an empty list.
+fn parse_advertise(text: &str) -> Option<Vec<SocketAddr>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<SocketAddr>().ok().or_else(|| {
+                t.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .ok()
+                    .map(|ip| SocketAddr::new(ip, 0))
+            })
+        })
+        .collect()
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
             media: SocketAddr::from(([127, 0, 0, 1], 4000)),
             advertise: String::new(),
+            media_tcp: true,
             metrics: "127.0.0.1:9464".to_owned(),
             io_threads: 0,
             mix_threads: 0,
@@ -167,6 +319,10 @@ impl Default for Config {
             limits: Limits::default(),
             log: LogConfig::default(),
             cluster: tutti_cluster::ClusterConfig::default(),
+            recording: RecordingSettings::default(),
+            webhooks: WebhookSettings::default(),
+            rtp_out: RtpOutSettings::default(),
+            rtp_in: RtpInConfig::default(),
             ice_servers: Vec::new(),
         }
     }
@@ -184,6 +340,11 @@ impl Default for Limits {
             ws_messages_per_second: 10.0,
             ws_message_burst: 20,
             ws_idle_timeout_seconds: 60.0,
+            tcp_max_connections: 10_000,
+            tcp_max_per_ip: 256,
+            tcp_handshake_timeout_seconds: 5.0,
+            tcp_idle_timeout_seconds: 30.0,
+            tcp_send_buffer_bytes: 64 * 1024,
         }
     }
 }
@@ -198,6 +359,24 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self { format: "text".to_owned(), filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=error,rtc_srtp=warn".to_owned() }
     }
+}
+
+/// Plain RTP/AVP participants: a SIP gateway (FreeSWITCH, Asterisk) or
+/// any RTP sender joins with an `RTP/AVP` Opus offer, no ICE, no DTLS.
+/// Plain RTP has NO encryption and NO authentication: allow it only from
+/// networks you trust (the gateway's LAN, loopback).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RtpInConfig {
+    /// Networks (CIDR, e.g. `10.0.0.0/8`, `127.0.0.0/8`) whose API clients
+    /// may join with a plain RTP offer, and whose addresses it may name as
+    /// its RTP address. Empty (the default) = plain RTP is refused (403
+    /// `rtp_in_forbidden`) and no port is opened. Environment and flags:
+    /// comma-separated.
+    pub trusted: Vec<String>,
+    /// UDP port of the plain RTP socket, on the media address's IP; 0 = a
+    /// free port chosen at start (answers carry it).
+    pub port: u16,
 }
 
 /// Why a configuration was refused. Each names the key and the source.
@@ -291,8 +470,11 @@ impl Config {
     /// Checks every value's range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, message: &str| Err(ConfigError::Invalid { key, message: message.to_owned() });
-        if !self.advertise.is_empty() && self.advertise.parse::<SocketAddr>().is_err() {
-            return invalid("advertise", "must be empty or an address like 203.0.113.7:4000");
+        if !self.advertise.is_empty() && parse_advertise(&self.advertise).is_none() {
+            return invalid(
+                "advertise",
+                "must be empty, an address like 203.0.113.7:4000, or several (comma-separated; a bare IP takes the media port)",
+            );
         }
         if !self.metrics.is_empty() && self.metrics.parse::<SocketAddr>().is_err() {
             return invalid("metrics", "must be empty (off) or an address like 127.0.0.1:9464");
@@ -353,12 +535,32 @@ impl Config {
                 return invalid(key, "must be within 0.1 to 86400 seconds");
             }
         }
+        if l.tcp_max_connections == 0 || l.tcp_max_per_ip == 0 {
+            return invalid(
+                "limits.tcp_max_connections",
+                "limits.tcp_max_connections and tcp_max_per_ip must be at least 1",
+            );
+        }
+        for (key, v) in [
+            ("limits.tcp_handshake_timeout_seconds", l.tcp_handshake_timeout_seconds),
+            ("limits.tcp_idle_timeout_seconds", l.tcp_idle_timeout_seconds),
+        ] {
+            if !(v.is_finite() && (0.1..=3600.0).contains(&v)) {
+                return invalid(key, "must be within 0.1 to 3600 seconds");
+            }
+        }
+        if !(1024..=16 << 20).contains(&l.tcp_send_buffer_bytes) {
+            return invalid("limits.tcp_send_buffer_bytes", "must be within 1 KiB to 16 MiB");
+        }
         if !(128..=16 << 20).contains(&l.ws_max_message_bytes) {
             return invalid("limits.ws_max_message_bytes", "must be within 128 bytes to 16 MiB");
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return invalid("log.format", "must be 'text' or 'json'");
         }
+        self.validate_outputs()?;
+        crate::cidr::parse_all(&self.rtp_in.trusted)
+            .map_err(|message| ConfigError::Invalid { key: "rtp_in.trusted", message })?;
         crate::ice::validate(&self.ice_servers)
             .map_err(|message| ConfigError::Invalid { key: "ice_servers", message })?;
         if self.cluster.enabled() {
@@ -374,9 +576,61 @@ impl Config {
         Ok(())
     }
 
+    /// Checks `[recording]`, `[webhooks]` and `[rtp_out]`.
+    fn validate_outputs(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        if let Err(e) = self.recording.to_config().validate() {
+            return invalid("recording", e.to_string());
+        }
+        if !self.webhooks.urls.is_empty() {
+            if self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES {
+                return invalid(
+                    "webhooks.urls",
+                    "webhooks are signed with auth.secret: configure one (at least 32 bytes) the receivers know".into(),
+                );
+            }
+            if let Err(e) = self.webhooks.to_config(self.auth.secret.as_bytes()).validate() {
+                return invalid("webhooks", e.to_string());
+            }
+        }
+        for (key, v) in [
+            ("webhooks.timeout_seconds", self.webhooks.timeout_seconds),
+            ("webhooks.backoff_seconds", self.webhooks.backoff_seconds),
+        ] {
+            if !(v.is_finite() && (0.0..=60.0).contains(&v)) || (key == "webhooks.timeout_seconds" && v < 0.01) {
+                return invalid(key, "must be within 0.01 (backoff: 0) to 60 seconds".into());
+            }
+        }
+        if let Err(e) = self.rtp_out.networks() {
+            return invalid("rtp_out.allowed", e);
+        }
+        Ok(())
+    }
+
     /// The address advertised in ICE candidates (`media` when `advertise` is empty).
     pub fn advertise_addr(&self, media: SocketAddr) -> SocketAddr {
-        self.advertise.parse().unwrap_or(media)
+        self.advertise_addrs()
+            .first()
+            .map_or(media, |a| if a.port() == 0 { SocketAddr::new(a.ip(), media.port()) } else { *a })
+    }
+
+    /// Every advertised address, the preferred first (port 0: the media
+    /// port, filled in when the socket is bound); empty when `advertise` is.
+    pub fn advertise_addrs(&self) -> Vec<SocketAddr> {
+        parse_advertise(&self.advertise).unwrap_or_default()
+    }
+
+    /// The ICE-TCP limits (see [`Limits`]), if `media_tcp` is on.
+    pub fn tcp_limits(&self) -> Option<tutti_rtc::TcpLimits> {
+        let l = &self.limits;
+        self.media_tcp.then(|| tutti_rtc::TcpLimits {
+            send_buffer: l.tcp_send_buffer_bytes,
+            stun_timeout: Duration::from_secs_f64(l.tcp_handshake_timeout_seconds),
+            idle_timeout: Duration::from_secs_f64(l.tcp_idle_timeout_seconds),
+            max_connections: l.tcp_max_connections,
+            max_per_ip: l.tcp_max_per_ip,
+            ..tutti_rtc::TcpLimits::default()
+        })
     }
 
     /// The metrics address, if metrics are on.
@@ -457,6 +711,18 @@ fn set(table: &mut toml::Table, path: &str, text: &str, origin: &str) -> Result<
                 toml::Value::Integer(_) => toml::Value::Integer(text.trim().parse().map_err(|_| bad("an integer"))?),
                 toml::Value::Float(_) => toml::Value::Float(text.trim().parse().map_err(|_| bad("a number"))?),
                 toml::Value::Boolean(_) => toml::Value::Boolean(text.trim().parse().map_err(|_| bad("true or false"))?),
+                // A list: TOML (`["a", "b"]`), or words separated by commas (`a,b`; empty = none).
+                toml::Value::Array(_) => match format!("v = {text}").parse::<toml::Table>() {
+                    Ok(mut t) if text.trim_start().starts_with('[') => t.remove("v").ok_or_else(|| bad("a list"))?,
+                    _ if text.trim_start().starts_with('[') => return Err(bad("a list like [\"a\", \"b\"]")),
+                    _ => toml::Value::Array(
+                        text.split(',')
+                            .map(str::trim)
+                            .filter(|w| !w.is_empty())
+                            .map(|w| toml::Value::String(w.to_owned()))
+                            .collect(),
+                    ),
+                },
                 _ => return Err(bad("a supported value")),
             };
             return Ok(());
@@ -489,6 +755,23 @@ mod tests {
     fn the_sample_config_is_the_defaults() {
         let sample = include_str!("../../../deploy/tutti.toml");
         assert_eq!(load_text(sample, &[], &[]).expect("the sample loads"), Config::default());
+    }
+
+    #[test]
+    fn lists_are_set_from_flags_and_the_environment() {
+        let cfg = load_text(
+            "[auth]\nsecret = \"0123456789abcdef0123456789abcdef\"\n",
+            &[("TUTTI_RTP_OUT_ALLOWED", "127.0.0.0/8, 10.0.0.0/8")],
+            &[("webhooks.urls", "[\"http://127.0.0.1:9100/\"]")],
+        )
+        .expect("loads");
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        assert_eq!(cfg.rtp_out.allowed, ["127.0.0.0/8", "10.0.0.0/8"]);
+        assert_eq!(cfg.webhooks.urls, ["http://127.0.0.1:9100/"]);
+        assert!(err(load_text("", &[], &[("webhooks.urls", "[oops")])).contains("list"));
+        assert!(err(load_text("", &[], &[("rtp_out.allowed", "10.0.0.0/99")])).contains("rtp_out.allowed"));
+        assert!(err(load_text("", &[], &[("webhooks.urls", "http://127.0.0.1:9/")])).contains("auth.secret"));
+        assert!(err(load_text("[recording]\nmax_bytes = 10\n", &[], &[])).contains("recording"));
     }
 
     #[test]

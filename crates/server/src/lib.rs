@@ -57,6 +57,7 @@
 
 mod api;
 pub mod auth;
+mod cidr;
 mod config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -65,11 +66,15 @@ pub mod ice;
 mod media;
 pub mod metrics;
 pub mod ops;
+mod outputs;
 mod priority;
 mod room;
 mod server;
 mod sync;
 
-pub use config::{AuthConfig, Config, ConfigError, Limits, LogConfig, RoomDefaults};
+pub use config::{
+    AuthConfig, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpInConfig, RtpOutSettings,
+    WebhookSettings,
+};
 pub use media::MediaStats;
 pub use server::{API_THREAD_NICE, Resources, Server, ServerError, api_runtime, lower_thread_priority};

@@ -113,16 +113,23 @@ impl Server {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let rooms = Arc::new(rooms_from(&cfg)?);
         let auth = auth_from(&cfg)?;
+        let outputs = Arc::new(
+            crate::outputs::Outputs::new(&cfg, &tokio::runtime::Handle::current()).map_err(ServerError::Setup)?,
+        );
         let media_cfg = MediaConfig {
             bind: cfg.media,
             io_threads: if cfg.io_threads == 0 { cores } else { cfg.io_threads },
             socket_buffer_bytes: cfg.socket_buffer_bytes,
-            advertise: cfg.advertise.parse().ok(),
+            advertise: cfg.advertise_addrs().first().copied(),
+            advertise_more: cfg.advertise_addrs().into_iter().skip(1).collect(),
+            tcp: cfg.tcp_limits(),
             peer_timeout: cfg.peer_timeout(),
             batch_window: cfg.io_batch_window(),
             mix_threads: cfg.mix_threads,
             thread_nice: cfg.media_thread_nice,
             lean_send: cfg.lean_send,
+            outputs: Some(outputs.clone()),
+            rtp_in: (!cfg.rtp_in.trusted.is_empty()).then(|| SocketAddr::new(cfg.media.ip(), cfg.rtp_in.port)),
         };
         let listener =
             tokio::net::TcpListener::bind(cfg.http).await.map_err(io_err(format!("binding HTTP {}", cfg.http)))?;
@@ -151,8 +158,11 @@ impl Server {
         } else {
             None
         };
-        let api =
-            Arc::new(ApiState { cluster: cluster.clone(), ..ApiState::new(cfg.clone(), rooms, Arc::new(media), auth) });
+        let api = Arc::new(ApiState {
+            cluster: cluster.clone(),
+            outputs,
+            ..ApiState::new(cfg.clone(), rooms, Arc::new(media), auth)
+        });
         let (stop_http, stopped) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
         if let Some(cluster) = cluster {
@@ -162,6 +172,7 @@ impl Server {
             tasks.push(tokio::spawn(metrics::serve(l, stopped.clone())));
         }
         tasks.push(tokio::spawn(api::housekeeping(api.clone(), stopped.clone())));
+        tasks.push(tokio::spawn(api.outputs.clone().housekeeping(api.rooms.clone(), stopped.clone())));
         let limits = api::http::HttpLimits {
             max_connections: cfg.limits.max_connections,
             header_timeout: Duration::from_secs_f64(cfg.limits.http_header_timeout_seconds),
@@ -223,6 +234,11 @@ impl Server {
         self.api.cluster.as_ref().map(tutti_cluster::Cluster::stats)
     }
 
+    /// The webhook sender's counters (`None` without webhooks).
+    pub fn webhook_stats(&self) -> Option<crate::ops::webhook::WebhookStats> {
+        self.api.outputs.webhooks().map(|w| w.stats())
+    }
+
     /// Whether the token secret was generated at start (none configured).
     pub fn secret_generated(&self) -> bool {
         self.api.auth.as_ref().is_some_and(auth::Auth::is_generated)
@@ -258,6 +274,8 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.api.media.shutdown();
+        // Recordings end with the calls: their files are closed, not cut.
+        self.api.outputs.shutdown(Duration::from_secs(3)).await;
         let _ = self.stop_http.send(true);
         for task in self.tasks {
             let _ = task.await;

@@ -5,7 +5,8 @@
 //! hears the other two tones and not its own; the talking indicators light
 //! up from the WebSocket events; a third page finds the room full and a
 //! fourth is refused the microphone, each told so in a sentence; mute
-//! silences a page for the others; leave leaves.
+//! silences a page for the others; a raised hand shows on the other page,
+//! whose moderator controls lower it and lock the room; leave leaves.
 //! A screenshot of the call is written to `target/browser-test/call.png`.
 //!
 //! The second test takes the page where networks get in the way: Debian's
@@ -399,6 +400,14 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
     assert!(heard_between(&rust, BOB_HZ, from, to) > HEARD_AMP, "the Rust client hears bob");
     let unmuted = &result["unmutedHeardB"];
     assert!(db(unmuted, ALICE_HZ) > HEARD_DB, "bob hears alice again once she unmutes: {unmuted}");
+
+    // The stage: a raised hand shows, a moderator lowers it and locks the room.
+    let stage = &result["stage"];
+    assert_eq!(stage["adminBar"], true, "a moderator's page shows its controls: {stage}");
+    assert_eq!(stage["handTag"], true, "alice's page shows bob's hand: {stage}");
+    assert_eq!(stage["handButton"], "Lower hand", "{stage}");
+    assert_eq!(stage["actions"], json!(["revoke", "lower", "kick", "ban"]), "{stage}");
+    assert_eq!(stage["lockButton"], "Unlock room", "{stage}");
 
     // Leaving.
     let after = &result["afterLeave"];

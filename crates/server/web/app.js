@@ -28,7 +28,9 @@
     name: '',
     me: null, // our participant id
     muted: false,
-    participants: [], // [{id, name, talking, muted, you}]
+    participants: [], // [{id, name, talking, muted, you, hand, listenOnly}]
+    admin: false, // our token is an admin's for the room: the stage controls show
+    locked: false, // the room takes no new joins
     connection: 'new', // RTCPeerConnection.connectionState
     error: null, // {code, text}
     notice: '',
@@ -72,6 +74,8 @@
   function explain(err) {
     const code = (err && err.code) || '';
     const status = (err && err.status) || 0;
+    // A ban is a 403, but not the token's fault.
+    if (code === 'banned') return 'A moderator removed you from this room; you cannot rejoin it for now.';
     if (status === 401 || status === 403 || /token|unauthori[sz]ed|forbidden/i.test(code)) {
       return 'Your access token was refused. Check the token (or the link you were given) and try again.';
     }
@@ -120,6 +124,10 @@
         return 'The room was closed, so the call has ended.';
       case 'removed':
         return 'You were removed from the room.';
+      case 'kicked':
+        return 'A moderator removed you from the room.';
+      case 'room_locked':
+        return `The room “${state.room}” is locked: it takes no new participants right now.`;
       case 'shutdown':
         return 'The server is shutting down, so the call has ended. Please try again in a moment.';
       default:
@@ -558,6 +566,19 @@
         update(msg.id, { muted: !!msg.muted });
         if (msg.id === state.me) applyMute(!!msg.muted);
         break;
+      case 'hand':
+        update(msg.id, { hand: !!msg.raised });
+        break;
+      case 'permissions':
+        update(msg.id, { listenOnly: !msg.speak });
+        break;
+      case 'room_updated':
+        state.locked = !!msg.locked;
+        renderStage();
+        break;
+      case 'muted_all':
+        if (!state.admin) showNotice('A moderator muted everyone.');
+        break;
       case 'room_closed':
         end(new TuttiError('room_closed'));
         return;
@@ -577,11 +598,15 @@
       talking: !!p.talking,
       muted: !!p.muted,
       you: p.id === state.me,
+      hand: !!p.hand,
+      listenOnly: !!p.listen_only,
     };
   }
 
   function applySnapshot(msg) {
     state.participants = (msg.participants || []).map(member);
+    state.admin = !!msg.admin;
+    state.locked = !!msg.locked;
     renderParticipants();
   }
 
@@ -764,6 +789,97 @@
     if (call.ws.readyState === WebSocket.OPEN) call.ws.send(JSON.stringify({ type: 'mute', muted }));
   }
 
+  // ---- The stage: hands, and the moderator's controls -----------------------
+
+  function me() {
+    return state.participants.find((p) => p.id === state.me);
+  }
+
+  function toggleHand() {
+    const self = me();
+    if (!call || !call.ws || !self || call.ws.readyState !== WebSocket.OPEN) return;
+    call.ws.send(JSON.stringify({ type: 'hand', raised: !self.hand }));
+  }
+
+  /** A moderator's REST call on the room; a refusal is shown, the call goes on. */
+  async function stageRequest(method, path, body) {
+    if (!call) return;
+    const headers = authHeaders(call.token, body ? { 'Content-Type': 'application/json' } : {});
+    const options = { method, headers };
+    if (body) options.body = JSON.stringify(body);
+    try {
+      const r = await send(apiUrl(`v1/rooms/${encodeURIComponent(state.room)}${path}`), options);
+      if (!r.ok) showError(await errorOf(r));
+    } catch (e) {
+      showError(e);
+    }
+  }
+
+  /** What a moderator's button on a participant does (`data-action`). */
+  function onParticipantAction(ev) {
+    const button = ev.target.closest('button[data-action]');
+    if (!button || !state.admin) return;
+    const id = Number(button.closest('li').dataset.id);
+    const path = `/participants/${id}`;
+    switch (button.dataset.action) {
+      case 'grant':
+        stageRequest('PATCH', path, { speak: true });
+        break;
+      case 'revoke':
+        stageRequest('PATCH', path, { speak: false });
+        break;
+      case 'lower':
+        if (call && call.ws && call.ws.readyState === WebSocket.OPEN) {
+          call.ws.send(JSON.stringify({ type: 'hand', raised: false, id }));
+        }
+        break;
+      case 'kick':
+        stageRequest('DELETE', path);
+        break;
+      case 'ban':
+        stageRequest('DELETE', `${path}?ban_seconds=3600`);
+        break;
+      default:
+    }
+  }
+
+  function participantActions(p) {
+    const box = document.createElement('span');
+    box.className = 'pactions';
+    const add = (action, text) => {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.dataset.action = action;
+      b.textContent = text;
+      box.append(b);
+    };
+    if (p.listenOnly) add('grant', 'Let speak');
+    else if (!p.you) add('revoke', 'Make listener');
+    if (p.hand) add('lower', 'Lower hand');
+    if (!p.you) {
+      add('kick', 'Remove');
+      add('ban', 'Ban 1 h');
+    }
+    return box;
+  }
+
+  /** The hand button, the listener's mute button and the moderator's bar. */
+  function renderStage() {
+    const self = me();
+    const hand = !!(self && self.hand);
+    $('hand').textContent = hand ? 'Lower hand' : 'Raise hand';
+    $('hand').setAttribute('aria-pressed', String(hand));
+    $('hand').classList.toggle('active', hand);
+    const listenOnly = !!(self && self.listenOnly);
+    $('mute').disabled = listenOnly;
+    if (listenOnly) $('mute').textContent = 'Listening only';
+    else $('mute').textContent = state.muted ? 'Unmute' : 'Mute';
+    $('admin-bar').hidden = !state.admin;
+    $('lock').textContent = state.locked ? 'Unlock room' : 'Lock room';
+    $('lock').setAttribute('aria-pressed', String(state.locked));
+    $('lock').classList.toggle('active', state.locked);
+  }
+
   function leave() {
     if (!call) return;
     if (call.ws && call.ws.readyState === WebSocket.OPEN) call.ws.send(JSON.stringify({ type: 'leave' }));
@@ -803,6 +919,8 @@
     state.me = null;
     state.muted = false;
     state.participants = [];
+    state.admin = false;
+    state.locked = false;
     state.connection = 'closed';
     state.micLevelDb = -Infinity;
     state.roomLevelDb = -Infinity;
@@ -840,13 +958,17 @@
         name.textContent = p.name;
         li.append(avatar, name);
         if (p.you) li.append(tag('you', 'you'));
-        if (p.muted) li.append(tag('muted', 'muted'));
+        if (p.hand) li.append(tag('hand', 'hand raised'));
+        if (p.listenOnly) li.append(tag('listener', 'listener'));
+        else if (p.muted) li.append(tag('muted', 'muted'));
         else if (p.talking) li.append(tag('talking', 'talking'));
+        if (state.admin) li.append(participantActions(p));
         return li;
       }),
     );
     const n = state.participants.length;
     $('count').textContent = n === 1 ? 'In the room: just you' : `In the room: ${n} people`;
+    renderStage();
   }
 
   function tag(cls, text) {
@@ -894,6 +1016,10 @@
     $('join-form').addEventListener('submit', join);
     $('mute').addEventListener('click', toggleMute);
     $('leave').addEventListener('click', leave);
+    $('hand').addEventListener('click', toggleHand);
+    $('participants').addEventListener('click', onParticipantAction);
+    $('mute-all').addEventListener('click', () => stageRequest('PATCH', '', { mute_all: true }));
+    $('lock').addEventListener('click', () => stageRequest('PATCH', '', { locked: !state.locked }));
     window.addEventListener('pagehide', () => {
       if (call) leave();
     });

@@ -5,15 +5,18 @@
 //! ```text
 //! request for room r ─► r hosted here? ─► serve it (no Redis needed)
 //!   else Cluster::place(r) (Cluster::claim(r) when the request carries ?ticket=)
-//!     Local  ─► create r here (defaults, or the creator's config), relay its events
+//!     Local  ─► create r here (with the config stored at its creation, else the
+//!               defaults; a create: the creator's config), relay its events
 //!     Remote ─► 307 Location: <owner api_url><path>?ticket=<single-use ticket of the caller's grant>
 //!     Unavailable | NoEligibleNode ─► 503 cluster_unavailable + Retry-After
 //! ```
 //!
 //! A WebSocket handshake does not follow redirects: on a node that does
-//! not hold the room the socket opens, says `{"type": "moved", "node",
-//! "api_url"}` and closes with 4307; the web page moves to that origin.
-//! The same token works there, since every node shares `auth.secret`.
+//! not hold the room the socket opens and says `{"type": "moved", "node",
+//! "api_url"}`; the web page moves to that origin (the same token works
+//! there, since every node shares `auth.secret`). A client that stays gets
+//! the room's events relayed from the owner (`ws_relay`); 4307 closes it
+//! when they cannot be.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -160,8 +163,27 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
     let placement = if ticketed { cluster.claim(room, None).await } else { cluster.place(room, None).await }
         .map_err(|e| unavailable(&e))?;
     match placement {
-        Placement::Local { .. } => Ok(Located::Here(host(api, cluster, room, None, None, false)?)),
+        Placement::Local { .. } => {
+            // Created elsewhere (or here, before a restart): host it as it was created.
+            let stored = cluster.room_config(room).await.map_err(|e| unavailable(&e))?;
+            let config = StoredConfig::parse(stored.as_deref());
+            Ok(Located::Here(host(api, cluster, room, config.max_participants, config.max_speakers, false)?))
+        }
         Placement::Remote(owner) => Ok(Located::Elsewhere(owner)),
+    }
+}
+
+/// The config a room's creator gave, as stored in the directory (JSON);
+/// fields missing or unreadable take the defaults.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct StoredConfig {
+    pub(crate) max_participants: Option<usize>,
+    pub(crate) max_speakers: Option<usize>,
+}
+
+impl StoredConfig {
+    pub(crate) fn parse(json: Option<&str>) -> Self {
+        json.and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
     }
 }
 
@@ -261,8 +283,8 @@ impl BusiestThread {
 /// This node's side of the directory, until `stop`: closes the rooms the
 /// node was fenced out of (their clients rejoin and are redirected to the
 /// new owner), and reports the load every second: the participants (over
-/// `cluster.capacity`) and the busiest thread's CPU share. The tick p99 is
-/// not measured here yet and goes out as 0.
+/// `cluster.capacity`), the busiest thread's CPU share and the mixer's
+/// tick p99 over its last ~5 s (`metrics::tick_p99`).
 pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut busiest = BusiestThread::new();
     let mut fenced = cluster.take_fenced();
@@ -286,10 +308,26 @@ pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tok
             _ = every.tick() => {
                 let participants = u32::try_from(api.rooms.participants()).unwrap_or(u32::MAX);
                 let busiest_thread_cpu = busiest.read();
-                cluster.set_load(Load { participants, busiest_thread_cpu, ..Load::default() });
+                let tick_p99 = crate::metrics::tick_p99();
+                cluster.set_load(Load { participants, busiest_thread_cpu, tick_p99 });
                 crate::metrics::cluster(&cluster.stats());
             }
             _ = stop.wait_for(|s| *s) => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoredConfig;
+
+    #[test]
+    fn a_stored_config_is_read_back_and_bad_ones_take_the_defaults() {
+        let c = StoredConfig::parse(Some(r#"{"max_participants":7,"max_speakers":2}"#));
+        assert_eq!((c.max_participants, c.max_speakers), (Some(7), Some(2)));
+        let c = StoredConfig::parse(Some(r#"{"max_participants":7,"max_speakers":null,"later":1}"#));
+        assert_eq!((c.max_participants, c.max_speakers), (Some(7), None));
+        assert_eq!(StoredConfig::parse(Some("not json")), StoredConfig::default());
+        assert_eq!(StoredConfig::parse(None), StoredConfig::default());
     }
 }

@@ -93,6 +93,8 @@ impl From<RoomError> for ApiError {
             RoomError::ListenOnly(_) => return Self::forbidden(e.to_string()),
             RoomError::BadValue(_) => (StatusCode::BAD_REQUEST, "bad_value"),
             RoomError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            RoomError::Locked(_) => (StatusCode::LOCKED, "room_locked"),
+            RoomError::Banned(_) => (StatusCode::FORBIDDEN, "banned"),
         };
         Self::new(status, code, e.to_string())
     }

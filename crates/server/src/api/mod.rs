@@ -18,9 +18,14 @@ pub(crate) mod error;
 pub(crate) mod http;
 mod ice;
 mod limit;
+mod recording;
 pub(crate) mod rooms;
+mod rtp_out;
+mod stage;
+mod rtp_in;
 mod web;
 pub(crate) mod ws;
+mod ws_relay;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -52,6 +57,8 @@ pub(crate) struct ApiState {
     pub(crate) ws_sessions: AtomicUsize,
     /// The cluster directory; `None` on a single node (no Redis at all).
     pub(crate) cluster: Option<tutti_cluster::Cluster>,
+    /// Recordings, RTP out, webhooks.
+    pub(crate) outputs: Arc<crate::outputs::Outputs>,
 }
 
 impl ApiState {
@@ -64,6 +71,7 @@ impl ApiState {
             auth,
             ws_sessions: AtomicUsize::new(0),
             cluster: None,
+            outputs: Arc::new(crate::outputs::Outputs::disabled()),
         }
     }
 
@@ -122,6 +130,14 @@ pub(crate) fn join_room(
     grant: &Grant,
 ) -> ApiResult<(u64, String)> {
     api.rooms.check_space(room)?;
+    stage::admit(api, room, grant, name)?;
+    if tutti_rtc::plain::is_plain_offer(sdp) {
+        // The REST join takes these (rtp_in::check); here (the WebSocket) they would wait for ICE forever.
+        return Err(ApiError::bad_request(
+            "bad_sdp",
+            "plain RTP/AVP offers join with POST /v1/rooms/{room}/participants",
+        ));
+    }
     let now = Instant::now();
     let (peer, answer) = api.media.accept(sdp, now).map_err(|e| match e {
         tutti_rtc::RtcError::BadSdp(_) | tutti_rtc::RtcError::NoAudio => {
@@ -134,6 +150,8 @@ pub(crate) fn join_room(
         name: name.to_owned(),
         identity: grant.identity.clone(),
         listen_only: !grant.speak,
+        // With auth off every caller is an admin: then nobody is spared by mute-all.
+        admin: api.auth.is_some() && grant.may_manage(&room.id),
     };
     let id = api.rooms.join(room, joiner, now)?;
     Ok((id, answer))
@@ -192,13 +210,15 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/rooms", post(rooms::create_room).get(rooms::list_rooms))
-        .route("/v1/rooms/{room}", get(rooms::get_room).delete(rooms::delete_room))
+        .route("/v1/rooms/{room}", get(rooms::get_room).delete(rooms::delete_room).patch(stage::update_room))
         .route("/v1/rooms/{room}/participants", post(rooms::join))
         .route(
             "/v1/rooms/{room}/participants/{id}",
             axum::routing::delete(rooms::leave).patch(rooms::update_participant),
         )
         .route("/v1/rooms/{room}/ws", get(ws::upgrade))
+        .merge(recording::routes())
+        .merge(rtp_out::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(web::routes())
         .fallback(not_found)

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -18,7 +19,7 @@ use crate::room::{LeaveReason, Room, RoomError};
 use crate::sync::lock;
 
 /// The body, or the JSON error for why it could not be read (413 when too large).
-fn body(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+pub(super) fn body(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is too large")
@@ -33,7 +34,11 @@ fn content_type(headers: &HeaderMap) -> &str {
 }
 
 /// Parses a JSON body; an empty body is `T::default()` when `T` allows it.
-fn json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, bytes: &Bytes, empty: Option<T>) -> ApiResult<T> {
+pub(super) fn json<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: &Bytes,
+    empty: Option<T>,
+) -> ApiResult<T> {
     if bytes.is_empty()
         && let Some(default) = empty
     {
@@ -57,25 +62,30 @@ pub(crate) struct CreateRoom {
     id: Option<String>,
     max_participants: Option<usize>,
     max_speakers: Option<usize>,
+    /// Record the room from its first join (README "Recording").
+    record: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
-struct RoomSummary {
+pub(super) struct RoomSummary {
     id: String,
     participants: usize,
     max_participants: usize,
     max_speakers: usize,
+    /// No new joins (`PATCH` `locked`).
+    locked: bool,
     /// The node holding the room (cluster mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
 }
 
-fn summary(api: &ApiState, room: &Room) -> RoomSummary {
+pub(super) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
     RoomSummary {
         id: room.id.clone(),
         participants: room.len(),
-        max_participants: room.max_participants,
-        max_speakers: room.max_speakers,
+        max_participants: room.max_participants(),
+        max_speakers: room.max_speakers(),
+        locked: room.is_locked(),
         node: api.cluster.as_ref().map(|c| c.node_id().to_owned()),
     }
 }
@@ -101,6 +111,10 @@ pub(crate) async fn create_room(
         return Err(ApiError::forbidden("creating a room needs a token with the 'admin' permission"));
     }
     let req: CreateRoom = json(&headers, &body(raw)?, Some(CreateRoom::default()))?;
+    let record = req.record == Some(true);
+    if record && !api.outputs.recording_enabled() {
+        return Err(super::recording::output_error(crate::outputs::OutputError::RecordingDisabled));
+    }
     let id = match (req.id, access.room) {
         (Some(a), Some(b)) if a != b => {
             return Err(ApiError::bad_request("bad_room_id", "the body's id and the query's room differ"));
@@ -144,6 +158,10 @@ pub(crate) async fn create_room(
             }
         }
     };
+    api.outputs.watch(&room);
+    if record {
+        api.outputs.start_recording(&room).map_err(super::recording::output_error)?;
+    }
     Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/rooms/{id}"))], axum::Json(summary(&api, &room)))
         .into_response())
 }
@@ -196,6 +214,7 @@ pub(crate) async fn get_room(
         "room": summary(&api, &state),
         "participants": state.member_list(),
         "speakers": state.speaker_ids(),
+        "bans": api.rooms.bans(&state, Instant::now()),
     });
     Ok(axum::Json(body).into_response())
 }
@@ -270,6 +289,8 @@ pub(crate) async fn join(
             }
         })?
     };
+    // A plain RTP/AVP offer (SIP gateway): allowed from trusted networks only.
+    let plain = super::rtp_in::check(&api, &req.sdp, client.ip())?;
     let state = match cluster::locate_for_join(&api, &room, access.ticket.is_some()).await? {
         Located::Here(state) => state,
         Located::Elsewhere(owner) => {
@@ -277,7 +298,10 @@ pub(crate) async fn join(
             return cluster::redirect(c, &owner, &room, &uri, None, &grant);
         }
     };
-    let (id, answer) = join_room(&api, &state, &req.sdp, &req.name, &grant)?;
+    let (id, answer) = match plain {
+        Some(offer) => super::rtp_in::join(&api, &state, offer, &req.name, &grant)?,
+        None => join_room(&api, &state, &req.sdp, &req.name, &grant)?,
+    };
     let location = format!("/v1/rooms/{room}/participants/{id}");
     if whip {
         let mut response = (StatusCode::CREATED, answer).into_response();
@@ -315,16 +339,47 @@ fn may_act_on(grant: &Grant, room: &Room, id: u64) -> ApiResult<bool> {
     if own { Ok(false) } else { Err(ApiError::forbidden("acting on another participant needs an admin token")) }
 }
 
+/// The query of `DELETE …/participants/{id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LeaveParams {
+    /// Keep the participant's identity out of the room this long (admin only).
+    ban_seconds: Option<u64>,
+}
+
+/// `DELETE …/participants/{id}`: a participant leaves (its own token), or an
+/// admin removes it (reason `kicked`), with `?ban_seconds=` banning its
+/// identity from the room for that long.
 pub(crate) async fn leave(
     State(api): State<Arc<ApiState>>,
     Path((room, id)): Path<(String, u64)>,
     headers: HeaderMap,
+    params: Result<Query<LeaveParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<StatusCode> {
     let grant = authenticate(&api, &headers, None)?;
     may_see(&grant, &room)?;
+    let Query(params) = params.map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
+    if params.ban_seconds.is_some() && !grant.may_manage(&room) {
+        return Err(ApiError::forbidden("banning a participant needs an admin token"));
+    }
     let state = member_of(&api, &room, id)?;
-    may_act_on(&grant, &state, id)?;
-    api.apply(api.rooms.leave(&state, id, LeaveReason::Left)?);
+    let admin = may_act_on(&grant, &state, id)?;
+    let own = lock(&state.members).get(&id).is_some_and(|m| m.identity == grant.identity);
+    let effect = match params.ban_seconds {
+        Some(secs) => {
+            let effect = api.rooms.kick(&state, id, Some(std::time::Duration::from_secs(secs)), Instant::now())?;
+            crate::metrics::stage_action("ban");
+            effect
+        }
+        // An admin removing someone else kicks it (with auth off, every caller is an admin with no identity: it leaves).
+        None if admin && !own => {
+            let effect = api.rooms.kick(&state, id, None, Instant::now())?;
+            crate::metrics::stage_action("kick");
+            effect
+        }
+        None => api.rooms.leave(&state, id, LeaveReason::Left)?,
+    };
+    api.apply(effect);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -334,6 +389,10 @@ pub(crate) async fn leave(
 pub(crate) struct UpdateParticipant {
     muted: Option<bool>,
     gain: Option<f32>,
+    /// Grant or revoke the right to speak (admin only).
+    speak: Option<bool>,
+    /// Raise or lower the hand (its own, or an admin).
+    hand: Option<bool>,
 }
 
 pub(crate) async fn update_participant(
@@ -353,14 +412,35 @@ pub(crate) async fn update_participant(
     if req.gain.is_some() && !admin {
         return Err(ApiError::forbidden("changing a participant's gain needs an admin token"));
     }
+    if req.speak.is_some() && !admin {
+        return Err(ApiError::forbidden("granting or revoking the right to speak needs an admin token"));
+    }
     if let Some(gain) = req.gain {
         api.rooms.set_gain(&state, id, gain)?;
+    }
+    // Speak first: a grant unmutes, so `{"speak": true, "muted": true}` ends muted.
+    if let Some(speak) = req.speak
+        && api.rooms.set_speak(&state, id, speak)?
+    {
+        crate::metrics::stage_action(if speak { "grant" } else { "revoke" });
+    }
+    if let Some(raised) = req.hand
+        && api.rooms.set_hand(&state, id, raised)?
+    {
+        crate::metrics::stage_action(if raised { "hand_raised" } else { "hand_lowered" });
     }
     if let Some(muted) = req.muted {
         api.rooms.set_muted(&state, id, muted)?;
     }
     let member = lock(&state.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
-    Ok(axum::Json(serde_json::json!({ "id": id, "muted": member.muted, "gain": req.gain })).into_response())
+    let body = serde_json::json!({
+        "id": id,
+        "muted": member.muted,
+        "gain": req.gain,
+        "speak": !member.listen_only,
+        "hand": member.hand,
+    });
+    Ok(axum::Json(body).into_response())
 }
 
 /// How long the API waits for the I/O thread's answer to a restart offer.

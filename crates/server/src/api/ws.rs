@@ -6,17 +6,24 @@
 //! `{code, message}`, and `events` `{events: […]}`: the room's events of one
 //! 20 ms tick, in order, each one of `joined` `{id, name}`, `left` `{id,
 //! reason}`, `talking` `{id, talking}`, `muted` `{id, muted}`,
-//! `room_closed`, `shutdown` `{message}`. At most one `events` message per
+//! `room_closed`, `shutdown` `{message}`, and the stage's `permissions`
+//! `{id, speak}`, `hand` `{id, raised}`, `room_updated` `{locked,
+//! max_participants, max_speakers}` and `muted_all` `{count}` (with the
+//! `muted` kind). The snapshot says whether the socket's token is an
+//! admin's for the room (`admin`) and whether the room is `locked`. At most one `events` message per
 //! tick reaches a socket, however many people join at once, and it is
 //! serialized once for every socket that takes every kind. In cluster mode
 //! a socket opened on a node that does not hold the room gets `moved`
-//! `{room, node, api_url}` and is closed with 4307: connect there, with the
-//! same token.
+//! `{room, node, api_url}` (connect there, with the same token, to join),
+//! then the room's `events` relayed from its owner (`ws_relay`).
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
-//! participant), `leave`, `subscribe` `{events: ["joined", "left",
-//! "talking", "muted"]}` (the kinds it wants from now on; also
+//! participant), `hand` `{raised, id?}` (the socket's own participant's
+//! hand, or `id`'s: one of the caller's identity, or anyone's for an
+//! admin), `leave`, `subscribe` `{events: ["joined", "left",
+//! "talking", "muted", "permissions", "hand", "room_updated"]}` (the kinds
+//! it wants from now on; also
 //! `?events=joined,left` at the upgrade; default: all; `room_closed` and
 //! `shutdown` always come).
 //!
@@ -42,20 +49,21 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::cluster::{CLOSE_MOVED, Located};
+use super::cluster::Located;
 use super::error::ApiError;
 use super::http::ConnectionSlot;
 use super::limit::Bucket;
 use super::{ApiState, authenticate, join_room, may_join, may_see};
 use crate::auth::Grant;
 use crate::room::{EventKinds, LeaveReason, Room, RoomEvent};
+use crate::sync::lock;
 
 /// Close code: a message over the size limit (RFC 6455 §7.4.1).
 const CLOSE_TOO_BIG: u16 = 1009;
 /// Close code: the message rate was exceeded (policy violation).
 const CLOSE_POLICY: u16 = 1008;
 /// Close code: nothing arrived for the idle timeout (4000–4999: the application's).
-const CLOSE_IDLE: u16 = 4408;
+pub(super) const CLOSE_IDLE: u16 = 4408;
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct WsParams {
@@ -85,6 +93,13 @@ pub(crate) enum ClientMessage {
     Leave,
     Subscribe {
         events: Vec<String>,
+    },
+    /// Raise or lower a hand: the socket's own participant's, or `id`'s
+    /// (the caller's own identity's, or anyone's for an admin).
+    Hand {
+        raised: bool,
+        #[serde(default)]
+        id: Option<u64>,
     },
 }
 
@@ -131,13 +146,11 @@ pub(crate) async fn upgrade(
     let slot = slot.map(|axum::Extension(s)| s);
     let state = match located {
         Located::Here(state) => state,
-        // Handshakes do not follow redirects: say where the room is, then close.
+        // Handshakes do not follow redirects: say where the room is, then
+        // relay the room's events from its owner (see `ws_relay`).
         Located::Elsewhere(owner) => {
-            return ws.on_upgrade(move |mut socket| async move {
-                let moved = serde_json::json!({ "type": "moved", "room": room, "node": owner.node_id, "api_url": owner.api_url });
-                if socket.send(text(&moved)).await.is_ok() {
-                    close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
-                }
+            return ws.on_upgrade(move |socket| async move {
+                super::ws_relay::relay(api, room, owner, socket).await;
                 drop(slot);
             });
         }
@@ -162,10 +175,12 @@ fn error(e: &ApiError) -> Message {
     text(&serde_json::json!({ "type": "error", "code": e.code, "message": e.message }))
 }
 
-fn snapshot(room: &Room) -> Message {
+fn snapshot(room: &Room, admin: bool) -> Message {
     text(&serde_json::json!({
         "type": "room",
         "room": room.id,
+        "admin": admin,
+        "locked": room.is_locked(),
         "participants": room.member_list(),
         "speakers": room.speaker_ids(),
     }))
@@ -181,7 +196,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Sends a close frame, then reads (and drops) what the client still sends
 /// until its own close, for at most [`CLOSE_WAIT`]: dropping the connection
 /// with unread data would reset it, and the client might never see why.
-async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static str) {
+pub(super) async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static str) {
     if socket.send(close(code, reason)).await.is_err() {
         return;
     }
@@ -206,7 +221,8 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
     let mut events = room.subscribe();
     let mut me: Option<u64> = None;
     let mut kinds = kinds;
-    let mut ok = socket.send(snapshot(&room)).await.is_ok();
+    let admin = caller.grant.may_manage(&room.id);
+    let mut ok = socket.send(snapshot(&room, admin)).await.is_ok();
     while ok {
         tokio::select! {
             msg = socket.recv() => {
@@ -273,7 +289,7 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                     }
                 }
                 // Missed events: start again from a fresh snapshot.
-                Err(RecvError::Lagged(_)) => ok = socket.send(snapshot(&room)).await.is_ok(),
+                Err(RecvError::Lagged(_)) => ok = socket.send(snapshot(&room, admin)).await.is_ok(),
                 Err(RecvError::Closed) => break,
             }
         }
@@ -326,6 +342,28 @@ pub(crate) fn handle(
             }
             Err(message) => bad("bad_events", message),
         },
+        ClientMessage::Hand { raised, id } => {
+            let Some(target) = id.or(*me) else {
+                return bad("not_joined", "join first, or name the participant: {\"type\":\"hand\",\"id\":…}".into());
+            };
+            let identity = &caller.grant.identity;
+            let own = Some(target) == *me
+                || lock(&room.members).get(&target).is_some_and(|m| !identity.is_empty() && m.identity == *identity);
+            if !own && !caller.grant.may_manage(&room.id) {
+                return Some(error(&ApiError::forbidden(
+                    "raising or lowering another participant's hand needs an admin token",
+                )));
+            }
+            match api.rooms.set_hand(room, target, raised) {
+                Ok(changed) => {
+                    if changed {
+                        crate::metrics::stage_action(if raised { "hand_raised" } else { "hand_lowered" });
+                    }
+                    None
+                }
+                Err(e) => Some(error(&e.into())),
+            }
+        }
         ClientMessage::Leave => match me.take() {
             Some(id) => {
                 if let Ok(effect) = api.rooms.leave(room, id, LeaveReason::Left) {

@@ -33,6 +33,8 @@ pub(crate) struct Clock {
     pub(crate) overruns: Arc<AtomicU64>,
     /// Nice value of the thread (see `crate::priority`).
     pub(crate) thread_nice: i32,
+    /// Recordings and RTP out: handed each tick's mixes (never blocks).
+    pub(crate) outputs: Option<Arc<crate::outputs::Outputs>>,
 }
 
 impl Clock {
@@ -78,6 +80,9 @@ impl Clock {
                 let mixes = Arc::new(mixes);
                 for io in self.io.iter() {
                     io.send(IoCommand::Deliver(mixes.clone()));
+                }
+                if let Some(outputs) = &self.outputs {
+                    outputs.feed(&mixes);
                 }
             }
             let took = started.elapsed();

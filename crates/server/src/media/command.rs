@@ -23,6 +23,10 @@ pub(crate) enum IoCommand {
     Forward { from: SocketAddr, data: Vec<u8> },
     /// Close every peer and stop.
     Shutdown,
+    /// A TCP media connection whose first check named one of this thread's
+    /// peers, moved here from the thread that accepted it, with the frames
+    /// read from it there and not yet handed on.
+    TcpConn(Box<super::tcp::MovingConn>, Vec<Vec<u8>>),
 }
 
 /// Counters of one I/O thread (read by the stats and the metrics).
@@ -34,6 +38,9 @@ pub(crate) struct IoCounters {
     pub(crate) unknown_ufrag: AtomicU64,
     pub(crate) send_errors: AtomicU64,
     pub(crate) listen_only_dropped: AtomicU64,
+    /// The thread's TCP connection table's counters (ICE-TCP), and the TCP
+    /// transmits dropped for want of a connection.
+    pub(crate) tcp: Mutex<(tutti_rtc::TcpStats, u64)>,
 }
 
 /// How to reach an I/O thread.

@@ -9,7 +9,7 @@
 //! turn) → everything to send, [`BATCH`] datagrams per syscall.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
@@ -24,6 +24,7 @@ use tutti_rtc::{Acceptor, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, T
 
 use super::command::{IoCommand, IoCounters, IoHandle};
 use super::socket::{BATCH, BatchSocket};
+use super::tcp::{Frame, TcpPlane};
 use crate::metrics;
 use crate::room::{Claim, Effect, Inbox, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
@@ -32,13 +33,15 @@ use crate::sync::lock;
 pub(crate) const RECV_BATCHES: usize = 8;
 /// Longest wait for work when no timer is due.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// Longest wait while bytes wait for a TCP connection's kernel buffer to drain.
+const TCP_RETRY: Duration = Duration::from_millis(5);
 
 /// A peer as its I/O thread knows it.
 struct Local {
     room: Arc<Room>,
     connected: bool,
-    /// Its token lacks `speak`: its audio is dropped here.
-    listen_only: bool,
+    /// While set (its token lacks `speak`, or an admin revoked it), its audio is dropped here.
+    listen_only: crate::room::ListenOnly,
     /// The SSRC its packets carry, once seen.
     ssrc: Option<u32>,
 }
@@ -51,6 +54,8 @@ pub(crate) struct IoShared {
     pub(crate) batch_window: Duration,
     /// Nice value of the thread (see `crate::priority`).
     pub(crate) thread_nice: i32,
+    /// ICE-TCP limits (see `tcp`); the listeners come with `spawn`.
+    pub(crate) tcp_limits: tutti_rtc::TcpLimits,
 }
 
 impl IoShared {
@@ -74,6 +79,11 @@ struct IoThread {
     inbox: HashMap<RoomKey, (Arc<Room>, Inbox)>,
     transmits: Vec<Transmit>,
     last_stats: MuxStats,
+    /// ICE-TCP on the media port (`None`: off).
+    tcp: Option<TcpPlane>,
+    /// Frames read from TCP connections this turn.
+    tcp_frames: Vec<Frame>,
+    last_tcp: (tutti_rtc::TcpStats, u64),
 }
 
 /// Starts one I/O thread per socket; returns their handles and threads.
@@ -81,10 +91,16 @@ pub(crate) fn spawn(
     shared: &Arc<IoShared>,
     acceptor: &Acceptor,
     sockets: Vec<UdpSocket>,
+    listeners: Vec<TcpListener>,
 ) -> std::io::Result<(Vec<IoHandle>, Vec<JoinHandle<()>>)> {
     let mut handles = Vec::new();
     let mut threads = Vec::new();
+    let mut listeners = listeners.into_iter();
     for (index, socket) in sockets.into_iter().enumerate() {
+        let tcp = match listeners.next() {
+            Some(l) => Some(TcpPlane::new(l, shared.tcp_limits)?),
+            None => None,
+        };
         let (tx, rx) = mpsc::channel();
         let wake = Arc::new(
             EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
@@ -109,6 +125,9 @@ pub(crate) fn spawn(
                 inbox: HashMap::new(),
                 transmits: Vec::new(),
                 last_stats: MuxStats::default(),
+                tcp,
+                tcp_frames: Vec::new(),
+                last_tcp: Default::default(),
             }
             .run()
         })?;
@@ -129,7 +148,12 @@ impl IoThread {
                 break;
             }
             (received, busy) = self.receive(now);
-            self.mux.handle_timeout(Instant::now());
+            self.receive_tcp(now);
+            let now = Instant::now();
+            self.mux.handle_timeout(now);
+            if let Some(tcp) = &mut self.tcp {
+                tcp.handle_timeout(now);
+            }
             self.events();
             self.flush_inbox();
             self.flush_transmits();
@@ -152,6 +176,15 @@ impl IoThread {
     fn wait(&mut self, batching: bool) {
         let now = Instant::now();
         let mut until = self.mux.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now)).min(IDLE_WAIT);
+        if let Some(tcp) = &self.tcp {
+            if let Some(t) = tcp.poll_timeout() {
+                until = until.min(t.saturating_duration_since(now));
+            }
+            if tcp.has_pending_writes() {
+                // A connection's kernel buffer was full: try again soon.
+                until = until.min(TCP_RETRY);
+            }
+        }
         let window = self.shared.batch_window;
         let batching = batching && !window.is_zero();
         if batching {
@@ -159,10 +192,20 @@ impl IoThread {
         }
         let timeout = nix::sys::time::TimeSpec::from_duration(until);
         let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
-        match (&self.socket, batching) {
-            (Some(s), false) => {
+        // TCP connections (one epoll descriptor for all) wake the thread even
+        // while UDP batches: they are few, and their reads are bounded per turn.
+        let tcp = self.tcp.as_ref().map(|t| PollFd::new(t.fd(), PollFlags::POLLIN));
+        match (&self.socket, batching, tcp) {
+            (Some(s), false, Some(tcp)) => {
+                let socket = PollFd::new(s.socket.as_fd(), PollFlags::POLLIN);
+                let _ = ppoll(&mut [socket, wake, tcp], Some(timeout), None);
+            }
+            (Some(s), false, None) => {
                 let socket = PollFd::new(s.socket.as_fd(), PollFlags::POLLIN);
                 let _ = ppoll(&mut [socket, wake], Some(timeout), None);
+            }
+            (_, _, Some(tcp)) => {
+                let _ = ppoll(&mut [wake, tcp], Some(timeout), None);
             }
             _ => {
                 let _ = ppoll(&mut [wake], Some(timeout), None);
@@ -184,6 +227,7 @@ impl IoThread {
                 }
                 IoCommand::Forward { from, data } => self.route(from, &data, now),
                 IoCommand::Shutdown => return false,
+                IoCommand::TcpConn(moving, frames) => self.attach_tcp(*moving, frames, now),
             }
         }
         true
@@ -262,6 +306,84 @@ impl IoThread {
         }
     }
 
+    /// Reads the TCP connections that are ready and routes their frames.
+    fn receive_tcp(&mut self, now: Instant) {
+        let Some(tcp) = &mut self.tcp else { return };
+        let mut frames = std::mem::take(&mut self.tcp_frames);
+        tcp.receive(now, &mut frames);
+        let mut i = 0;
+        // Bounded by the frames read this turn.
+        while i < frames.len() {
+            let conn = frames[i].conn;
+            if let Some(owner) = self.route_tcp(conn, frames[i].from, &frames[i].data, now) {
+                // The connection moves to its peer's thread with the rest of its frames.
+                let rest: Vec<Vec<u8>> =
+                    frames[i..].iter().filter(|f| f.conn == conn).map(|f| f.data.clone()).collect();
+                frames.retain(|f| f.conn != conn);
+                self.move_tcp(conn, owner, rest);
+                continue;
+            }
+            i += 1;
+        }
+        frames.clear();
+        self.tcp_frames = frames;
+    }
+
+    /// Hands one TCP frame to its peer, as [`IoThread::route`] does a
+    /// datagram. Returns the I/O thread the connection must move to, if its
+    /// peer lives there. A frame that reaches no peer closes its connection
+    /// (its peer is gone, or it never had one).
+    fn route_tcp(&mut self, conn: tutti_rtc::ConnId, from: SocketAddr, data: &[u8], now: Instant) -> Option<usize> {
+        let close = match self.mux.handle_tcp_frame(from, data, now) {
+            Route::Peer(_) => false,
+            Route::UnknownUfrag(ufrag) => match self.shared.rooms.claim(&ufrag, self.index, from) {
+                Claim::Adopt { peer, room, listen_only } => {
+                    let id = peer.id();
+                    self.mux.adopt(peer, now);
+                    self.peers.insert(id, Local { room, connected: false, listen_only, ssrc: None });
+                    self.mux.handle_tcp_frame(from, data, now);
+                    false
+                }
+                Claim::Forward(owner) if owner != self.index => return Some(owner),
+                Claim::Forward(_) | Claim::Unknown => {
+                    self.counters.unknown_ufrag.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+            },
+            Route::Unrouted => true,
+        };
+        if close && let Some(tcp) = &mut self.tcp {
+            tcp.close(conn, tutti_rtc::TcpClose::Local);
+        }
+        None
+    }
+
+    /// Sends a TCP connection, and frames read from it, to the thread `owner`.
+    fn move_tcp(&mut self, conn: tutti_rtc::ConnId, owner: usize, frames: Vec<Vec<u8>>) {
+        let Some(tcp) = &mut self.tcp else { return };
+        let Some(moving) = tcp.detach(conn) else { return };
+        match self.shared.io(owner) {
+            Some(io) => io.send(IoCommand::TcpConn(Box::new(moving), frames)),
+            None => drop(moving),
+        }
+    }
+
+    /// Takes in a TCP connection another thread accepted, and routes its frames.
+    fn attach_tcp(&mut self, moving: super::tcp::MovingConn, frames: Vec<Vec<u8>>, now: Instant) {
+        let from = moving.conn.peer_addr();
+        let Some(tcp) = &mut self.tcp else { return };
+        let Some(conn) = tcp.attach(moving) else { return };
+        for data in frames {
+            // Its peer is here: it does not move again (a peer gone meanwhile closes it).
+            if self.route_tcp(conn, from, &data, now).is_some() {
+                if let Some(tcp) = &mut self.tcp {
+                    tcp.close(conn, tutti_rtc::TcpClose::Local);
+                }
+                return;
+            }
+        }
+    }
+
     fn forward(&self, owner: usize, from: SocketAddr, data: &[u8]) {
         if let Some(io) = self.shared.io(owner) {
             io.send(IoCommand::Forward { from, data: data.to_vec() });
@@ -274,7 +396,7 @@ impl IoThread {
             match event {
                 MuxEvent::Audio(peer, a) => {
                     let Some(local) = self.peers.get_mut(&peer) else { continue };
-                    if local.listen_only {
+                    if local.listen_only.get() {
                         self.counters.listen_only_dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
@@ -351,7 +473,14 @@ impl IoThread {
 
     fn drain_transmits(&mut self) {
         while let Some(t) = self.mux.poll_transmit() {
-            self.transmits.push(t);
+            if t.tcp {
+                // Framed into the connection's bounded buffer; written at flush.
+                if let Some(tcp) = &mut self.tcp {
+                    tcp.send(&t);
+                }
+            } else {
+                self.transmits.push(t);
+            }
         }
     }
 
@@ -366,10 +495,21 @@ impl IoThread {
             }
         }
         self.transmits.clear();
+        if let Some(tcp) = &mut self.tcp {
+            tcp.flush();
+        }
     }
 
     /// Publishes the mux's counters (to the server's stats and the metrics).
     fn count(&mut self) {
+        if let Some(tcp) = &self.tcp {
+            let t = tcp.stats();
+            if t != self.last_tcp {
+                metrics::tcp(&self.last_tcp, &t);
+                self.last_tcp = t;
+                *lock(&self.counters.tcp) = t;
+            }
+        }
         let s = self.mux.stats();
         if s == self.last_stats {
             return;

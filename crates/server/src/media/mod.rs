@@ -15,8 +15,10 @@
 mod clock;
 mod command;
 mod io;
+mod plain;
 mod shed;
 mod socket;
+mod tcp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,6 +56,11 @@ pub struct MediaStats {
     pub peers: u64,
     /// Audio packets of listen-only participants, dropped on arrival.
     pub listen_only_dropped: u64,
+    /// ICE-TCP: connections and frames over TCP (their frames are also
+    /// counted in the datagram counters above).
+    pub tcp: tutti_rtc::TcpStats,
+    /// ICE-TCP frames dropped because their connection was gone.
+    pub tcp_no_connection: u64,
 }
 
 /// How the media plane is set up.
@@ -74,6 +81,15 @@ pub(crate) struct MediaConfig {
     pub(crate) thread_nice: i32,
     /// Established peers send RTP on tutti-rtc's lean path (else webrtc-rs's).
     pub(crate) lean_send: bool,
+    /// Recordings and RTP out, fed by the clock after each tick.
+    pub(crate) outputs: Option<Arc<crate::outputs::Outputs>>,
+    /// Where the plain RTP (`rtp_in`) socket binds; `None`: plain RTP is off.
+    pub(crate) rtp_in: Option<SocketAddr>,
+    /// Further addresses put in answers after `advertise` (each a UDP and,
+    /// with `tcp`, a TCP candidate); port 0 = the bound media port.
+    pub(crate) advertise_more: Vec<SocketAddr>,
+    /// ICE-TCP on the media port with these limits; `None`: UDP only.
+    pub(crate) tcp: Option<tutti_rtc::TcpLimits>,
 }
 
 /// The media plane, running: what the API and the server hold of it.
@@ -84,6 +100,8 @@ pub(crate) struct MediaHandle {
     stop: Arc<AtomicBool>,
     overruns: Arc<AtomicU64>,
     mix_threads: usize,
+    /// The plain RTP thread, when `rtp_in` is on.
+    plain: Option<plain::PlainHandle>,
 }
 
 /// Why the media plane could not start.
@@ -102,6 +120,15 @@ pub(crate) enum MediaError {
     Setup(String),
 }
 
+/// One I/O thread's share of the TCP connection caps (rounded up).
+fn per_thread(l: tutti_rtc::TcpLimits, threads: usize) -> tutti_rtc::TcpLimits {
+    tutti_rtc::TcpLimits {
+        max_connections: l.max_connections.div_ceil(threads),
+        max_per_ip: l.max_per_ip.div_ceil(threads),
+        ..l
+    }
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MediaError {
     let what = what.into();
     move |source| MediaError::Io { what, source }
@@ -113,12 +140,21 @@ impl MediaHandle {
         let sockets = socket::bind(cfg.bind, cfg.io_threads.max(1), cfg.socket_buffer_bytes)
             .map_err(io_err(format!("binding UDP {}", cfg.bind)))?;
         let bound = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
-        let advertise = cfg.advertise.unwrap_or(bound);
+        let with_port = |a: SocketAddr| if a.port() == 0 { SocketAddr::new(a.ip(), bound.port()) } else { a };
+        let advertise = with_port(cfg.advertise.unwrap_or(bound));
         if advertise.ip().is_unspecified() {
             tracing::warn!(%advertise, "the media address is unspecified: set `advertise` to an address clients can reach");
         }
         let mut acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
         acceptor.set_lean_send(cfg.lean_send);
+        let advertised: Vec<SocketAddr> =
+            std::iter::once(advertise).chain(cfg.advertise_more.iter().copied().map(with_port)).collect();
+        acceptor.set_advertised(&advertised);
+        acceptor.set_tcp(cfg.tcp.is_some());
+        let listeners = match cfg.tcp {
+            Some(_) => tcp::bind(bound, cfg.io_threads.max(1)).map_err(io_err(format!("binding TCP {bound}")))?,
+            None => Vec::new(),
+        };
         let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
         let nice = cfg.thread_nice;
         pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
@@ -127,9 +163,24 @@ impl MediaHandle {
             peers_io: std::sync::OnceLock::new(),
             batch_window: cfg.batch_window,
             thread_nice: cfg.thread_nice,
+            // Each I/O thread keeps its own table: the caps are split evenly
+            // (the kernel spreads connections over the threads by their 4-tuple).
+            tcp_limits: cfg.tcp.map(|l| per_thread(l, cfg.io_threads.max(1))).unwrap_or_default(),
         });
-        let (handles, mut threads) =
-            io::spawn(&shared, &acceptor, sockets).map_err(io_err("starting the io threads"))?;
+        let (mut handles, mut threads) =
+            io::spawn(&shared, &acceptor, sockets, listeners).map_err(io_err("starting the io threads"))?;
+        // Plain RTP: one more thread in the list, so mixes, effects and shutdown reach it too.
+        let plain = match cfg.rtp_in {
+            Some(bind) => {
+                let (io, plain, thread) =
+                    plain::spawn(bind, handles.len(), rooms.clone(), cfg.peer_timeout, cfg.thread_nice)
+                        .map_err(io_err(format!("binding the plain RTP socket {bind}")))?;
+                handles.push(io);
+                threads.push(thread);
+                Some(plain)
+            }
+            None => None,
+        };
         // The threads reach each other (forwarding) through the shared list.
         let io: Arc<[IoHandle]> = handles.into();
         let _ = shared.peers_io.set(io.clone());
@@ -144,10 +195,11 @@ impl MediaHandle {
             stop: stop.clone(),
             overruns: overruns.clone(),
             thread_nice: cfg.thread_nice,
+            outputs: cfg.outputs.clone(),
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
-        tracing::info!(media = %bound, %advertise, io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
-        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads }, threads))
+        tracing::info!(media = %bound, advertise = ?advertised, tcp = cfg.tcp.is_some(), io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, "media plane running");
+        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain }, threads))
     }
 
     /// A media plane with no sockets and no threads: offers are answered,
@@ -163,6 +215,7 @@ impl MediaHandle {
             stop: Arc::new(AtomicBool::new(false)),
             overruns: Arc::new(AtomicU64::new(0)),
             mix_threads: 0,
+            plain: None,
         })
     }
 
@@ -199,6 +252,33 @@ impl MediaHandle {
         answer
     }
 
+    /// Plain RTP, when on: the address answers name (the advertised IP,
+    /// the plain socket's port) and the I/O thread index its participants have.
+    pub(crate) fn plain_rtp(&self) -> Option<(SocketAddr, usize)> {
+        let p = self.plain.as_ref()?;
+        Some((SocketAddr::new(self.acceptor.local_addr().ip(), p.bound.port()), p.io))
+    }
+
+    /// A participant id from the peers' sequence (for a plain RTP participant).
+    pub(crate) fn reserve_id(&self) -> tutti_rtc::PeerId {
+        self.acceptor.reserve_id()
+    }
+
+    /// Hands a plain RTP participant, joined to `room` already, to the plain
+    /// RTP thread: its packets from `remote` go into the room, its mix to
+    /// `remote`. False when plain RTP is off or its thread is gone.
+    pub(crate) fn add_plain(
+        &self,
+        id: tutti_rtc::PeerId,
+        room: Arc<crate::room::Room>,
+        remote: SocketAddr,
+        payload_type: u8,
+        listen_only: crate::room::ListenOnly,
+    ) -> bool {
+        let Some(p) = &self.plain else { return false };
+        p.add(plain::NewPlain { id, room, remote, payload_type, listen_only })
+    }
+
     /// The bound media address.
     pub(crate) fn addr(&self) -> SocketAddr {
         self.bound
@@ -232,6 +312,9 @@ impl MediaHandle {
             // Closed peers leave the mux in the turn they close, before it publishes.
             m.peers += s.connecting + s.connected;
             m.listen_only_dropped += get(&c.listen_only_dropped);
+            let (t, no_conn) = *lock(&c.tcp);
+            tcp::add_stats(&mut m.tcp, &t);
+            m.tcp_no_connection += no_conn;
         }
         m
     }

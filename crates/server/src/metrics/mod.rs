@@ -30,7 +30,14 @@
 //! series only grows (a counter). Linux only: elsewhere these series are
 //! absent.
 
+pub mod outputs;
 mod procfs;
+mod ticks;
+
+pub use ticks::tick_p99;
+mod tcp;
+
+pub use tcp::{TCP_NAMES, tcp};
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -126,6 +133,22 @@ pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
 pub const API_ICE_RESTARTS: &str = "tutti_api_ice_restarts_total";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
+/// Stage actions by `action` (`grant`, `revoke`, `hand_raised`,
+/// `hand_lowered`, `lock`, `unlock`, `resize`, `mute_all`, `kick`, `ban`) and
+/// joins refused by them (`refused_locked`, `refused_banned`), counter.
+pub const STAGE_ACTIONS: &str = "tutti_stage_actions_total";
+
+/// Plain RTP participants now (`[rtp_in]`: SIP gateways), gauge.
+pub const RTP_IN_PARTICIPANTS: &str = "tutti_rtp_in_participants";
+/// Plain RTP audio packets taken into rooms, counter.
+pub const RTP_IN_PACKETS_RECEIVED: &str = "tutti_rtp_in_packets_received_total";
+/// Plain RTP packets sent to plain RTP participants (their mix), counter.
+pub const RTP_IN_PACKETS_SENT: &str = "tutti_rtp_in_packets_sent_total";
+/// Plain RTP refused, by `reason`: `forbidden` (a join from an untrusted
+/// network, or with plain RTP off), `source` (a packet from an address no
+/// participant has), `malformed`, `payload_type` (not the offered Opus
+/// type: DTMF, comfort noise), `rtcp` (ignored); counter.
+pub const RTP_IN_REJECTED: &str = "tutti_rtp_in_rejected_total";
 
 /// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
 pub const NAMES: &[&str] = &[
@@ -167,6 +190,11 @@ pub const NAMES: &[&str] = &[
     API_JOIN_DURATION_SECONDS,
     API_ICE_RESTARTS,
     BUILD_INFO,
+    STAGE_ACTIONS,
+    RTP_IN_PARTICIPANTS,
+    RTP_IN_PACKETS_RECEIVED,
+    RTP_IN_PACKETS_SENT,
+    RTP_IN_REJECTED,
 ];
 
 /// The histograms among [`NAMES`].
@@ -224,6 +252,11 @@ struct Installed {
 }
 
 static INSTALLED: OnceLock<Result<Installed, String>> = OnceLock::new();
+
+/// Whether the recorder is installed (recording is on).
+fn installed() -> bool {
+    handles().is_some()
+}
 
 fn handles() -> Option<&'static Handles> {
     match INSTALLED.get() {
@@ -343,6 +376,12 @@ fn describe() {
         "ICE restarts asked for through the API (a participant's new offer), by result: ok or failed."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
+    outputs::describe();
+    describe_counter!(
+        STAGE_ACTIONS,
+        Unit::Count,
+        "Stage actions (speak rights, hands, lock, mute-all, kicks, bans) by action."
+    );
 }
 
 /// What one mixer clock tick did, over every room: add each room's report.
@@ -388,6 +427,7 @@ impl TickTotals {
 
 /// One mixer clock tick ran: its wall time and what it did.
 pub fn tick(duration: Duration, totals: &TickTotals) {
+    ticks::record(duration);
     let Some(h) = handles() else { return };
     h.tick_duration.record(duration.as_secs_f64());
     h.ticks.increment(1);
@@ -476,6 +516,57 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     *last = now;
 }
 
+/// The plain RTP thread's figures since its last call: the change in its
+/// participants (a delta, so several servers in one process add up),
+/// packets taken and sent, and packets refused by reason. Registers the
+/// series on first use; a handful of lookups per call (once per loop turn,
+/// not per packet).
+pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&'static str, u64)]) {
+    if handles().is_none() {
+        return;
+    }
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        use metrics::{describe_counter, describe_gauge};
+        describe_gauge!(RTP_IN_PARTICIPANTS, Unit::Count, "Plain RTP (rtp_in) participants now.");
+        describe_counter!(RTP_IN_PACKETS_RECEIVED, Unit::Count, "Plain RTP audio packets taken into rooms.");
+        describe_counter!(RTP_IN_PACKETS_SENT, Unit::Count, "Plain RTP packets sent to plain RTP participants.");
+        describe_counter!(
+            RTP_IN_REJECTED,
+            Unit::Count,
+            "Plain RTP refused by reason: forbidden (join), source, malformed, payload_type, rtcp (packets)."
+        );
+        // Every series present from the start (at 0).
+        metrics::gauge!(RTP_IN_PARTICIPANTS).increment(0.0);
+        metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(0);
+        metrics::counter!(RTP_IN_PACKETS_SENT).increment(0);
+        for reason in ["forbidden", "source", "malformed", "payload_type", "rtcp"] {
+            metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(0);
+        }
+    });
+    if participants_change != 0 {
+        metrics::gauge!(RTP_IN_PARTICIPANTS).increment(participants_change as f64);
+    }
+    if received > 0 {
+        metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(received);
+    }
+    if sent > 0 {
+        metrics::counter!(RTP_IN_PACKETS_SENT).increment(sent);
+    }
+    for &(reason, n) in rejected {
+        if n > 0 {
+            metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(n);
+        }
+    }
+}
+
+/// A plain RTP join was refused as not allowed (403 `rtp_in_forbidden`).
+pub fn rtp_in_forbidden() {
+    if handles().is_some() {
+        metrics::counter!(RTP_IN_REJECTED, "reason" => "forbidden").increment(1);
+    }
+}
+
 /// One HTTP API request answered. `route` is the matched route template
 /// (never the raw path, which carries room and participant ids).
 pub fn api_request(method: &Method, route: &str, status: StatusCode) {
@@ -507,6 +598,13 @@ pub fn join_latency(duration: Duration) {
 pub fn ice_restart(ok: bool) {
     if handles().is_some() {
         metrics::counter!(API_ICE_RESTARTS, "result" => if ok { "ok" } else { "failed" }).increment(1);
+    }
+}
+
+/// One stage action (see [`STAGE_ACTIONS`]).
+pub fn stage_action(action: &'static str) {
+    if handles().is_some() {
+        metrics::counter!(STAGE_ACTIONS, "action" => action).increment(1);
     }
 }
 

@@ -17,6 +17,7 @@
 //! take work through bounded queues (`try_send`, overflow counted), the
 //! RTP forwarder writes to a non-blocking socket (failures counted).
 
+pub mod network;
 pub mod ogg;
 pub mod recording;
 pub mod rtp_out;

@@ -39,6 +39,12 @@ pub(crate) enum RoomError {
     /// A value out of its range.
     #[error("{0}")]
     BadValue(String),
+    /// The room is locked: no new joins.
+    #[error("room '{0}' is locked: it takes no new participants")]
+    Locked(String),
+    /// The identity was removed from the room and may not rejoin yet.
+    #[error("you were removed from this room and may not rejoin for {0} s")]
+    Banned(u64),
     /// The server is shutting down and takes no joins.
     #[error("the server is shutting down")]
     ShuttingDown,

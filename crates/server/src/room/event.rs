@@ -13,16 +13,37 @@ use serde::Serialize;
 pub(crate) enum RoomEvent {
     /// Someone joined.
     Joined { id: u64, name: String },
-    /// Someone left (`left`, `timed_out`, `failed`, `room_closed`).
+    /// Someone left (`left`, `timed_out`, `failed`, `room_closed`, `kicked`).
     Left { id: u64, reason: &'static str },
     /// Someone started or stopped talking.
     Talking { id: u64, talking: bool },
     /// Someone was muted or unmuted.
     Muted { id: u64, muted: bool },
+    /// An admin granted or revoked someone's right to speak.
+    Permissions { id: u64, speak: bool },
+    /// Someone raised or lowered their hand (or an admin lowered it).
+    Hand { id: u64, raised: bool },
+    /// An admin changed the room (`PATCH /v1/rooms/{room}`): its settings now.
+    RoomUpdated { locked: bool, max_participants: usize, max_speakers: usize },
+    /// An admin muted everyone but the admins (`count` were muted; each also
+    /// gets a `muted` event).
+    MutedAll { count: usize },
     /// The room was deleted.
     RoomClosed,
     /// The server is shutting down: every peer is about to be closed.
     Shutdown { message: String },
+    /// The room is being recorded, into `file`.
+    RecordingStarted { file: String },
+    /// A recording ended before anyone stopped it: `reason` is `limit` or
+    /// `error` (disk full, directory not writable: `error` says what).
+    RecordingStopped {
+        file: String,
+        reason: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A recording ended (`reason`: `stopped`, `limit`, `error`) and its file is closed.
+    RecordingFinished { file: String, bytes: u64, duration_seconds: f64, reason: &'static str },
 }
 
 /// The kinds of event a subscriber may choose (the others are always sent:
@@ -32,8 +53,8 @@ pub(crate) struct EventKinds(u8);
 
 impl EventKinds {
     /// Every kind.
-    pub(crate) const ALL: Self = Self(0b1111);
-    const NAMES: [&'static str; 4] = ["joined", "left", "talking", "muted"];
+    pub(crate) const ALL: Self = Self(0b111_1111);
+    const NAMES: [&'static str; 7] = ["joined", "left", "talking", "muted", "permissions", "hand", "room_updated"];
 
     /// Parses a comma-separated list of kinds (`joined,left,talking,muted`);
     /// an unknown one is named in the error.
@@ -60,8 +81,15 @@ impl EventKinds {
             RoomEvent::Joined { .. } => 0,
             RoomEvent::Left { .. } => 1,
             RoomEvent::Talking { .. } => 2,
-            RoomEvent::Muted { .. } => 3,
+            RoomEvent::Muted { .. } | RoomEvent::MutedAll { .. } => 3,
+            RoomEvent::Permissions { .. } => 4,
+            RoomEvent::Hand { .. } => 5,
+            RoomEvent::RoomUpdated { .. } => 6,
             RoomEvent::RoomClosed | RoomEvent::Shutdown { .. } => return true,
+            // Few and for everyone: a recording is everyone's business.
+            RoomEvent::RecordingStarted { .. }
+            | RoomEvent::RecordingStopped { .. }
+            | RoomEvent::RecordingFinished { .. } => return true,
         };
         self.0 & (1 << bit) != 0
     }

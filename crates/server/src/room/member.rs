@@ -1,6 +1,31 @@
 //! A participant as the room (and the API) knows it, and why one leaves.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde::Serialize;
+
+/// Whether a participant's audio is dropped on arrival: shared between the
+/// room domain, which sets it when an admin grants or revokes speaking, and
+/// the I/O thread that owns the peer, which reads it per packet (one
+/// relaxed load, no lock).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListenOnly(Arc<AtomicBool>);
+
+impl ListenOnly {
+    pub(crate) fn new(listen_only: bool) -> Self {
+        Self(Arc::new(AtomicBool::new(listen_only)))
+    }
+
+    /// Whether its audio is dropped.
+    pub(crate) fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set(&self, listen_only: bool) {
+        self.0.store(listen_only, Ordering::Relaxed);
+    }
+}
 
 /// What the room knows about a participant.
 #[derive(Debug, Clone, Serialize)]
@@ -11,10 +36,18 @@ pub(crate) struct Member {
     pub(crate) identity: String,
     pub(crate) talking: bool,
     pub(crate) muted: bool,
-    /// Its token lacks `speak`: muted for good, its packets dropped on arrival.
+    /// It may not speak (its token lacks `speak`, or an admin revoked it):
+    /// muted, its packets dropped on arrival, until an admin grants it.
     pub(crate) listen_only: bool,
     /// Whether ICE and DTLS are up.
     pub(crate) connected: bool,
+    /// Its hand is raised (the stage: asking to speak).
+    pub(crate) hand: bool,
+    /// It joined with an admin token for the room (`mute_all` spares it).
+    pub(crate) admin: bool,
+    /// The I/O thread's copy of `listen_only`.
+    #[serde(skip)]
+    pub(crate) gate: ListenOnly,
 }
 
 /// Why a participant is removed (the `reason` of the `left` event).
@@ -28,6 +61,8 @@ pub(crate) enum LeaveReason {
     Failed,
     /// Its room was deleted.
     RoomClosed,
+    /// An admin removed it.
+    Kicked,
 }
 
 impl LeaveReason {
@@ -38,6 +73,7 @@ impl LeaveReason {
             Self::TimedOut => "timed_out",
             Self::Failed => "failed",
             Self::RoomClosed => "room_closed",
+            Self::Kicked => "kicked",
         }
     }
 }

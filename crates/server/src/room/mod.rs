@@ -22,9 +22,11 @@
 mod error;
 mod event;
 mod member;
+mod plain;
 mod registry;
 #[allow(clippy::module_inception)]
 mod room;
+mod stage;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -33,9 +35,11 @@ use std::time::{Duration, Instant};
 
 pub(crate) use error::RoomError;
 pub(crate) use event::{EventKinds, RoomEvent};
-pub(crate) use member::{LeaveReason, Member};
+pub(crate) use member::{LeaveReason, ListenOnly, Member};
+pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inbox, Room, RoomKey, RoomMix};
+pub(crate) use stage::RoomUpdate;
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};
 
@@ -68,6 +72,8 @@ pub(crate) struct Joiner {
     pub(crate) identity: String,
     /// Its token lacks `speak`.
     pub(crate) listen_only: bool,
+    /// Its token is an admin's for the room (`mute_all` spares it).
+    pub(crate) admin: bool,
 }
 
 /// Every room of the server, and where every peer is.
@@ -199,8 +205,8 @@ impl Rooms {
         if room.is_closed() {
             return Err(RoomError::NoRoom(room.id.clone()));
         }
-        if room.len() >= room.max_participants {
-            return Err(RoomError::RoomFull { room: room.id.clone(), max: room.max_participants });
+        if room.len() >= room.max_participants() {
+            return Err(RoomError::RoomFull { room: room.id.clone(), max: room.max_participants() });
         }
         if self.participants() >= self.max_participants {
             return Err(RoomError::TooManyParticipants(self.max_participants));
@@ -212,7 +218,8 @@ impl Rooms {
     /// by its first ICE check. Returns its participant id.
     pub(crate) fn join(&self, room: &Arc<Room>, joiner: Joiner, now: Instant) -> Result<u64, RoomError> {
         self.check_space(room)?;
-        let Joiner { peer, name, identity, listen_only } = joiner;
+        let Joiner { peer, name, identity, listen_only, admin } = joiner;
+        self.admit(room, &identity, &name, now)?;
         let id = peer.id().0;
         let mut name = clean_name(if name.is_empty() { &identity } else { &name });
         if name.is_empty() {
@@ -220,7 +227,7 @@ impl Rooms {
         }
         // Listen-only: belt and braces, its packets never reach the mixer anyway.
         room.add(ParticipantId(id), listen_only)
-            .map_err(|_| RoomError::RoomFull { room: room.id.clone(), max: room.max_participants })?;
+            .map_err(|_| RoomError::RoomFull { room: room.id.clone(), max: room.max_participants() })?;
         self.participants.fetch_add(1, Ordering::Relaxed);
         let member = Member {
             id,
@@ -230,9 +237,13 @@ impl Rooms {
             muted: listen_only,
             listen_only,
             connected: false,
+            hand: false,
+            admin,
+            gate: ListenOnly::new(listen_only),
         };
+        let gate = member.gate.clone();
         lock(&room.members).insert(id, member);
-        lock(&self.registry).insert(peer, room.clone(), listen_only, now);
+        lock(&self.registry).insert(peer, room.clone(), gate, now);
         room.publish(RoomEvent::Joined { id, name });
         tracing::info!(room = %room.id, participant = id, listen_only, "participant joined");
         Ok(id)

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tutti_rtc::{PeerId, ServerPeer};
 
+use super::member::ListenOnly;
 use super::room::Room;
 
 /// Most client addresses remembered as reaching another I/O thread's socket.
@@ -25,8 +26,8 @@ pub(crate) struct Home {
     /// The I/O thread that adopted it; `None` while it waits for its first ICE check.
     pub(crate) io: Option<usize>,
     pub(crate) ufrag: String,
-    /// Its audio is dropped on arrival (see `Member::listen_only`).
-    pub(crate) listen_only: bool,
+    /// Its audio is dropped on arrival while set (see `Member::listen_only`).
+    pub(crate) listen_only: ListenOnly,
 }
 
 /// A peer accepted by the API, waiting for the I/O thread its first ICE check reaches.
@@ -43,8 +44,8 @@ pub(crate) enum Claim {
         peer: ServerPeer,
         /// Its room.
         room: Arc<Room>,
-        /// Its audio is dropped on arrival.
-        listen_only: bool,
+        /// Its audio is dropped on arrival while set (an admin may change it).
+        listen_only: ListenOnly,
     },
     /// Another I/O thread owns the peer: pass the datagram there.
     Forward(usize),
@@ -68,10 +69,16 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// Registers a peer accepted for `room`; it waits for its first ICE check.
-    pub(crate) fn insert(&mut self, peer: ServerPeer, room: Arc<Room>, listen_only: bool, now: Instant) {
+    pub(crate) fn insert(&mut self, peer: ServerPeer, room: Arc<Room>, listen_only: ListenOnly, now: Instant) {
         let ufrag = peer.ufrag().to_owned();
         self.homes.insert(peer.id(), Home { room, io: None, ufrag: ufrag.clone(), listen_only });
         self.pending.insert(ufrag, Pending { peer, since: now });
+    }
+
+    /// Registers a participant that is no ICE peer (plain RTP): owned by
+    /// I/O thread `io` from the start, never pending, no ufrag.
+    pub(crate) fn insert_plain(&mut self, id: PeerId, room: Arc<Room>, listen_only: ListenOnly, io: usize) {
+        self.homes.insert(id, Home { room, io: Some(io), ufrag: format!("plain:{}", id.0), listen_only });
     }
 
     /// Forgets a peer. Returns the I/O thread that owns it, if one adopted it.
@@ -91,7 +98,7 @@ impl Registry {
             let id = p.peer.id();
             let Some(home) = self.homes.get_mut(&id) else { return Claim::Unknown };
             home.io = Some(io);
-            let (room, listen_only) = (home.room.clone(), home.listen_only);
+            let (room, listen_only) = (home.room.clone(), home.listen_only.clone());
             self.ufrags.insert(ufrag.to_owned(), id);
             return Claim::Adopt { peer: p.peer, room, listen_only };
         }

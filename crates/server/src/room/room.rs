@@ -3,7 +3,7 @@
 //! every participant is sent ([`RoomMix`], O(K) in size).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use tutti_rtc::Contributor;
 
 use super::event::{EventBatch, RoomEvent};
 use super::member::Member;
+use super::stage::Stage;
 use crate::sync::lock;
 
 /// A room's number on the media plane: I/O threads key their per-room
@@ -48,9 +49,12 @@ pub(crate) struct Room {
     /// The speakers of the last tick.
     speakers: Mutex<Arc<[ActiveSpeaker]>>,
     closed: AtomicBool,
-    /// Its configuration (fixed at creation).
-    pub(crate) max_participants: usize,
-    pub(crate) max_speakers: usize,
+    /// Its size and speaker limit (set at creation, changed by `PATCH`):
+    /// read them with [`Room::max_participants`] and [`Room::max_speakers`].
+    pub(crate) max_participants: AtomicUsize,
+    pub(crate) max_speakers: AtomicUsize,
+    /// Lock and bans (see `stage`).
+    pub(crate) stage: Mutex<Stage>,
 }
 
 /// A payload with its RFC 6464 level and RFC 6465 contributors: what one
@@ -94,9 +98,39 @@ impl Room {
             events: broadcast::channel(EVENT_QUEUE).0,
             speakers: Mutex::new(Arc::from([])),
             closed: AtomicBool::new(false),
-            max_participants,
-            max_speakers,
+            max_participants: AtomicUsize::new(max_participants),
+            max_speakers: AtomicUsize::new(max_speakers),
+            stage: Mutex::new(Stage::default()),
         }
+    }
+
+    /// Most participants it takes.
+    pub(crate) fn max_participants(&self) -> usize {
+        self.max_participants.load(Ordering::Relaxed)
+    }
+
+    /// Most speakers mixed at once.
+    pub(crate) fn max_speakers(&self) -> usize {
+        self.max_speakers.load(Ordering::Relaxed)
+    }
+
+    /// Changes its size and speaker limit on the mixer (from the next tick)
+    /// and in what the API shows.
+    pub(super) fn set_limits(
+        &self,
+        max_participants: Option<usize>,
+        max_speakers: Option<usize>,
+    ) -> Result<(), tutti_mix::MixError> {
+        let mut m = lock(&self.mixing);
+        if let Some(k) = max_speakers {
+            m.mixer.set_max_speakers(tutti_mix::SpeakerLimit::Top(k))?;
+            self.max_speakers.store(k, Ordering::Relaxed);
+        }
+        if let Some(n) = max_participants {
+            m.mixer.set_max_participants(n)?;
+            self.max_participants.store(n, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Tells the room's subscribers with the next batch (at the end of the

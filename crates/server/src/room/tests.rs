@@ -29,7 +29,13 @@ fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str, listen_only: bool) -> (Joi
     let (peer, _answer) = acceptor.accept(&offer, now).expect("accepted");
     let ufrag = peer.ufrag().to_owned();
     (
-        Joiner { peer, name: name.to_owned(), identity: format!("id-{}", name.trim_end_matches('\u{7}')), listen_only },
+        Joiner {
+            peer,
+            name: name.to_owned(),
+            identity: format!("id-{}", name.trim_end_matches('\u{7}')),
+            listen_only,
+            admin: false,
+        },
         ufrag,
     )
 }
@@ -53,7 +59,7 @@ fn rooms_are_created_found_refused_and_deleted() {
     assert_eq!(rooms.create("a b", None, None).err(), Some(RoomError::BadRoomId));
     assert!(matches!(rooms.create("x", None, Some(0)), Err(RoomError::BadRoomConfig(_))));
     let a = rooms.create("a", Some(2), None).expect("created");
-    assert_eq!((a.max_participants, a.max_speakers), (2, 5));
+    assert_eq!((a.max_participants(), a.max_speakers()), (2, 5));
     assert_eq!(rooms.create("a", None, None).err(), Some(RoomError::RoomExists("a".into())));
     rooms.create("b", None, None).expect("created");
     assert_eq!(rooms.create("c", None, None).err(), Some(RoomError::TooManyRooms(2)));
@@ -84,7 +90,7 @@ fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
         Claim::Adopt { peer, room: r, listen_only } => {
             assert_eq!(peer.id().0, id);
             assert_eq!(r.key, room.key);
-            assert!(!listen_only);
+            assert!(!listen_only.get());
         }
         _ => panic!("the first check adopts"),
     }

@@ -245,6 +245,33 @@ async function main() {
     await sleep(cfg.settleMs);
     result.unmutedHeardB = await tones(pageB, freqs, cfg.measureMs);
 
+    // The stage (auth is off: every page is a moderator's). B raises her
+    // hand; A sees it and lowers it with the button on B's row; A locks and
+    // unlocks the room, and B's page follows.
+    {
+      const bId = (await state(pageB)).me;
+      const handOf = (id) => window.tuttiState.participants.some((p) => p.id === id && p.hand);
+      await pageB.click('#hand');
+      await until(pageA, 'alice sees bob raise his hand', handOf, bId);
+      const row = `#participants li[data-id="${bId}"]`;
+      const stage = {
+        adminBar: await pageA.$eval('#admin-bar', (e) => !e.hidden),
+        handTag: await pageA.$eval(row, (e) => !!e.querySelector('.tag.hand')),
+        actions: await pageA.$$eval(`${row} button[data-action]`, (els) => els.map((e) => e.dataset.action)),
+        handButton: await pageB.$eval('#hand', (e) => e.textContent),
+      };
+      await pageA.click(`${row} button[data-action="lower"]`);
+      await until(pageB, 'bob sees his hand lowered', (id) => !window.tuttiState.participants.some((p) => p.id === id && p.hand), bId);
+      await pageA.click('#lock');
+      await until(pageB, 'bob sees the room locked', () => window.tuttiState.locked);
+      stage.lockButton = await pageA.$eval('#lock', (e) => e.textContent);
+      await pageA.click('#lock');
+      await until(pageB, 'bob sees the room unlocked', () => !window.tuttiState.locked);
+      await pageA.screenshot({ path: path.join(cfg.out, 'stage.png') });
+      result.stage = stage;
+      emit('stage');
+    }
+
     // A leaves: B sees her go; A's page says so.
     await pageA.click('#leave');
     await until(pageB, 'bob sees alice leave', (id) => !window.tuttiState.participants.some((p) => p.id === id), aId);

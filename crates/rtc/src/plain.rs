@@ -1,0 +1,343 @@
+//! Plain RTP/AVP audio (no ICE, no DTLS, no SRTP): the SDP offer a SIP
+//! gateway (FreeSWITCH, Asterisk) or `ffmpeg` sends, the answer, and the
+//! RTP packets themselves (RFC 3550 header, Opus payload per RFC 7587).
+//!
+//! ```text
+//! offer  c=IN IP4 10.0.0.5 / m=audio 40000 RTP/AVP 111 / a=rtpmap:111 opus/48000/2
+//!   ─► PlainOffer::parse ─► { remote 10.0.0.5:40000, payload type 111 }
+//! answer c=IN IP4 <server> / m=audio <server port> RTP/AVP 111 / a=rtpmap:111 opus/48000/2
+//! ```
+//!
+//! Pure functions, no sockets and no clock; nothing here panics on input.
+//! Plain RTP carries no encryption and no authentication: whoever can send
+//! to the server's port from the right address speaks in the room. The
+//! server allows it only from configured trusted networks.
+
+use std::net::{IpAddr, SocketAddr};
+
+/// The RTP header length without CSRCs or extension.
+pub const RTP_HEADER_BYTES: usize = 12;
+
+/// Why a plain RTP/AVP offer was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlainSdpError {
+    /// No `m=audio … RTP/AVP …` line.
+    #[error("no m=audio line with the RTP/AVP profile")]
+    NoAudio,
+    /// The `m=audio` line is malformed or has port 0.
+    #[error("the m=audio line is malformed or has port 0: {0}")]
+    BadMedia(String),
+    /// No `c=` line (session or media level), or one that is not an IP address.
+    #[error("no usable c= connection address (an IPv4 or IPv6 literal, not 0.0.0.0): {0}")]
+    BadConnection(String),
+    /// No payload type of the m= line maps to `opus/48000`.
+    #[error("no Opus payload type (a=rtpmap:<pt> opus/48000/2) among the m=audio formats")]
+    NoOpus,
+}
+
+/// A plain RTP/AVP Opus offer: where the participant receives, and the payload type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlainOffer {
+    /// The address and port the participant receives RTP on (`c=` and `m=audio`).
+    pub remote: SocketAddr,
+    /// The Opus payload type it offered.
+    pub payload_type: u8,
+}
+
+/// Whether an SDP offer is a plain RTP/AVP one: its first `m=audio` line
+/// uses the `RTP/AVP` profile (a WebRTC offer says `UDP/TLS/RTP/SAVPF`).
+pub fn is_plain_offer(sdp: &str) -> bool {
+    sdp.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("m=audio"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .is_some_and(|proto| proto.eq_ignore_ascii_case("RTP/AVP"))
+}
+
+fn connection(line: &str) -> Result<IpAddr, PlainSdpError> {
+    // c=IN IP4 10.0.0.5 (a multicast "/ttl" suffix is not for us).
+    let mut parts = line.trim_start_matches("c=").split_whitespace();
+    let (net, kind, addr) = (parts.next(), parts.next(), parts.next());
+    let bad = || PlainSdpError::BadConnection(line.to_owned());
+    if net != Some("IN") || !matches!(kind, Some("IP4" | "IP6")) {
+        return Err(bad());
+    }
+    let ip: IpAddr = addr.ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    if ip.is_unspecified() || ip.is_multicast() || (kind == Some("IP4")) != ip.is_ipv4() {
+        return Err(bad());
+    }
+    Ok(ip)
+}
+
+/// The first plain audio section as read so far: port, formats, its own
+/// `c=` address, and its `a=rtpmap` lines (payload type, lowercased codec).
+type AudioSection = (u16, Vec<u8>, Option<IpAddr>, Vec<(u8, String)>);
+
+impl PlainOffer {
+    /// Parses a plain RTP/AVP offer: the first `m=audio` line with the
+    /// `RTP/AVP` profile, its (or the session's) `c=` address, and the
+    /// first of its payload types that `a=rtpmap` maps to `opus/48000`.
+    pub fn parse(sdp: &str) -> Result<Self, PlainSdpError> {
+        let mut session_c = None;
+        let mut media: Option<AudioSection> = None;
+        let (mut in_audio, mut seen_m) = (false, false);
+        for line in sdp.lines().map(str::trim) {
+            if let Some(m_line) = line.strip_prefix("m=") {
+                seen_m = true;
+                if media.is_some() {
+                    // Only the first audio section counts.
+                    in_audio = false;
+                    continue;
+                }
+                let f: Vec<&str> = m_line.split_whitespace().collect();
+                if f.first() == Some(&"audio") && f.get(2).is_some_and(|p| p.eq_ignore_ascii_case("RTP/AVP")) {
+                    let bad = || PlainSdpError::BadMedia(line.to_owned());
+                    // "40000" or "40000/2" (a port count; the first port is ours).
+                    let port: u16 = f[1].split('/').next().unwrap_or("").parse().map_err(|_| bad())?;
+                    if port == 0 {
+                        return Err(bad());
+                    }
+                    let fmts = f[3..].iter().map(|p| p.parse::<u8>().map_err(|_| bad())).collect::<Result<_, _>>()?;
+                    media = Some((port, fmts, None, Vec::new()));
+                    in_audio = true;
+                } else {
+                    in_audio = false;
+                }
+                continue;
+            }
+            if line.starts_with("c=") {
+                match &mut media {
+                    Some(m) if in_audio => m.2 = Some(connection(line)?),
+                    _ if !seen_m => session_c = Some(connection(line)?),
+                    _ => {}
+                }
+                continue;
+            }
+            if in_audio
+                && let Some(rest) = line.strip_prefix("a=rtpmap:")
+                && let Some(m) = &mut media
+                && let Some((pt, codec)) = rest.split_once(char::is_whitespace)
+                && let Ok(pt) = pt.parse::<u8>()
+            {
+                m.3.push((pt, codec.trim().to_ascii_lowercase()));
+            }
+        }
+        let (port, fmts, media_c, maps) = media.ok_or(PlainSdpError::NoAudio)?;
+        let ip = media_c.or(session_c).ok_or_else(|| PlainSdpError::BadConnection("no c= line".to_owned()))?;
+        let payload_type = fmts
+            .iter()
+            .copied()
+            .find(|pt| {
+                (96..=127).contains(pt)
+                    && maps.iter().any(|(p, c)| p == pt && (c == "opus/48000/2" || c == "opus/48000"))
+            })
+            .ok_or(PlainSdpError::NoOpus)?;
+        Ok(Self { remote: SocketAddr::new(ip, port), payload_type })
+    }
+
+    /// The answer: receive on `local` (the server's address and port), Opus
+    /// on the offered payload type, 20 ms frames, send and receive.
+    pub fn answer(&self, local: SocketAddr, session_id: u64) -> String {
+        let ip = local.ip();
+        let kind = if ip.is_ipv4() { "IP4" } else { "IP6" };
+        let pt = self.payload_type;
+        format!(
+            "v=0\r\no=tutti {session_id} 1 IN {kind} {ip}\r\ns=tutti\r\nc=IN {kind} {ip}\r\nt=0 0\r\n\
+             m=audio {port} RTP/AVP {pt}\r\na=rtpmap:{pt} opus/48000/2\r\n\
+             a=fmtp:{pt} minptime=10;useinbandfec=1\r\na=ptime:20\r\na=sendrecv\r\n",
+            port = local.port()
+        )
+    }
+}
+
+/// Why a datagram is not an RTP packet we take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RtpParseError {
+    /// Shorter than its header says, not version 2, or empty payload.
+    #[error("not a well-formed RTP packet")]
+    Malformed,
+    /// An RTCP packet (payload type 200 to 204 in the second byte): not audio.
+    #[error("an RTCP packet")]
+    Rtcp,
+}
+
+/// The fields of a received RTP packet that the mixer needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtpView<'a> {
+    /// Payload type.
+    pub payload_type: u8,
+    /// Sequence number.
+    pub seq: u16,
+    /// Timestamp (48 kHz for Opus).
+    pub timestamp: u32,
+    /// Synchronization source.
+    pub ssrc: u32,
+    /// The payload, without CSRCs, extension or padding.
+    pub payload: &'a [u8],
+}
+
+/// Parses an RTP packet (RFC 3550 §5.1): CSRCs, a header extension and
+/// padding are skipped. RTCP (multiplexed or not) is told apart.
+pub fn parse_rtp(data: &[u8]) -> Result<RtpView<'_>, RtpParseError> {
+    if data.len() < RTP_HEADER_BYTES || data[0] >> 6 != 2 {
+        return Err(RtpParseError::Malformed);
+    }
+    if (200..=204).contains(&data[1]) {
+        return Err(RtpParseError::Rtcp);
+    }
+    let csrcs = usize::from(data[0] & 0x0F);
+    let mut start = RTP_HEADER_BYTES + 4 * csrcs;
+    if data[0] & 0x10 != 0 {
+        let ext = data.get(start..start + 4).ok_or(RtpParseError::Malformed)?;
+        start += 4 + 4 * usize::from(u16::from_be_bytes([ext[2], ext[3]]));
+    }
+    let mut end = data.len();
+    if data[0] & 0x20 != 0 {
+        let pad = usize::from(data[end - 1]);
+        end = end.checked_sub(pad).ok_or(RtpParseError::Malformed)?;
+    }
+    if start >= end {
+        return Err(RtpParseError::Malformed);
+    }
+    Ok(RtpView {
+        payload_type: data[1] & 0x7F,
+        seq: u16::from_be_bytes([data[2], data[3]]),
+        timestamp: u32::from_be_bytes([data[4], data[5], data[6], data[7]]),
+        ssrc: u32::from_be_bytes([data[8], data[9], data[10], data[11]]),
+        payload: &data[start..end],
+    })
+}
+
+/// Writes a 12-byte RTP header and `payload` into `out` (cleared first).
+pub fn write_rtp(
+    out: &mut Vec<u8>,
+    payload_type: u8,
+    marker: bool,
+    seq: u16,
+    timestamp: u32,
+    ssrc: u32,
+    payload: &[u8],
+) {
+    out.clear();
+    out.push(0x80);
+    out.push((payload_type & 0x7F) | if marker { 0x80 } else { 0 });
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&timestamp.to_be_bytes());
+    out.extend_from_slice(&ssrc.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FFMPEG_OFFER: &str = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=No Name\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+        a=tool:libavformat\r\nm=audio 40000 RTP/AVP 97\r\nb=AS:64\r\na=rtpmap:97 opus/48000/2\r\n\
+        a=fmtp:97 sprop-stereo=0\r\n";
+
+    #[test]
+    fn an_ffmpeg_style_offer_parses_and_is_answered() {
+        assert!(is_plain_offer(FFMPEG_OFFER));
+        let offer = PlainOffer::parse(FFMPEG_OFFER).expect("parses");
+        assert_eq!(offer, PlainOffer { remote: "127.0.0.1:40000".parse().expect("addr"), payload_type: 97 });
+        let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7);
+        assert!(answer.contains("c=IN IP4 10.1.2.3\r\n"), "{answer}");
+        assert!(answer.contains("m=audio 5000 RTP/AVP 97\r\n"), "{answer}");
+        assert!(answer.contains("a=rtpmap:97 opus/48000/2\r\n"), "{answer}");
+    }
+
+    #[test]
+    fn media_level_connection_wins_and_the_first_opus_type_is_taken() {
+        let sdp = "v=0\nc=IN IP4 10.0.0.1\nm=audio 4002 RTP/AVP 0 8 111 101\nc=IN IP6 fd00::5\n\
+                   a=rtpmap:0 PCMU/8000\na=rtpmap:111 OPUS/48000/2\na=rtpmap:101 telephone-event/8000\n";
+        let offer = PlainOffer::parse(sdp).expect("parses");
+        assert_eq!(offer.remote, "[fd00::5]:4002".parse::<SocketAddr>().expect("addr"));
+        assert_eq!(offer.payload_type, 111);
+        assert!(offer.answer("[fd00::1]:6000".parse().expect("addr"), 1).contains("c=IN IP6 fd00::1"));
+    }
+
+    #[test]
+    fn bad_offers_name_what_is_wrong() {
+        let webrtc = "v=0\nm=audio 9 UDP/TLS/RTP/SAVPF 111\nc=IN IP4 0.0.0.0\na=rtpmap:111 opus/48000/2\n";
+        assert!(!is_plain_offer(webrtc));
+        assert_eq!(PlainOffer::parse(webrtc), Err(PlainSdpError::NoAudio));
+        let pcmu = "v=0\nc=IN IP4 10.0.0.1\nm=audio 4000 RTP/AVP 0\na=rtpmap:0 PCMU/8000\n";
+        assert_eq!(PlainOffer::parse(pcmu), Err(PlainSdpError::NoOpus));
+        let port0 = "v=0\nc=IN IP4 10.0.0.1\nm=audio 0 RTP/AVP 111\na=rtpmap:111 opus/48000/2\n";
+        assert!(matches!(PlainOffer::parse(port0), Err(PlainSdpError::BadMedia(_))));
+        let host = "v=0\nc=IN IP4 gw.example\nm=audio 4000 RTP/AVP 111\na=rtpmap:111 opus/48000/2\n";
+        assert!(matches!(PlainOffer::parse(host), Err(PlainSdpError::BadConnection(_))));
+        let hold = "v=0\nc=IN IP4 0.0.0.0\nm=audio 4000 RTP/AVP 111\na=rtpmap:111 opus/48000/2\n";
+        assert!(matches!(PlainOffer::parse(hold), Err(PlainSdpError::BadConnection(_))));
+        let none = "v=0\nm=audio 4000 RTP/AVP 111\na=rtpmap:111 opus/48000/2\n";
+        assert!(matches!(PlainOffer::parse(none), Err(PlainSdpError::BadConnection(_))));
+        let junk = "v=0\nc=IN IP4 10.0.0.1\nm=audio 99999 RTP/AVP x\n";
+        assert!(matches!(PlainOffer::parse(junk), Err(PlainSdpError::BadMedia(_))));
+        for garbage in ["", "m=audio", "m=audio 1 RTP/AVP", "\u{0}\u{ff}m=\n", "c=\nm=audio 5 RTP/AVP 300\n"] {
+            assert!(PlainOffer::parse(garbage).is_err(), "{garbage:?}");
+        }
+    }
+
+    /// Seeded random bytes and mutations of valid inputs (the stable
+    /// counterpart of the `plain_rtp` fuzz target): no panic, and what
+    /// parses is consistent.
+    #[test]
+    fn random_and_mutated_inputs_never_panic() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut valid = Vec::new();
+        write_rtp(&mut valid, 111, false, 1, 960, 7, &[0xF8; 40]);
+        for round in 0..20_000 {
+            let mut data: Vec<u8> =
+                if round % 2 == 0 { valid.clone() } else { (0..next() % 64).map(|_| next() as u8).collect() };
+            for _ in 0..next() % 4 {
+                if !data.is_empty() {
+                    let i = (next() as usize) % data.len();
+                    data[i] = next() as u8;
+                }
+            }
+            if let Ok(v) = parse_rtp(&data) {
+                assert!(!v.payload.is_empty() && v.payload.len() + RTP_HEADER_BYTES <= data.len());
+            }
+            let mut sdp = FFMPEG_OFFER.as_bytes().to_vec();
+            for _ in 0..next() % 6 {
+                let i = (next() as usize) % sdp.len();
+                sdp[i] = b" 0123456789/=:\r\nmcaRTPAVopus"[(next() % 28) as usize];
+            }
+            if let Ok(offer) = PlainOffer::parse(&String::from_utf8_lossy(&sdp)) {
+                assert!(offer.remote.port() > 0 && (96..=127).contains(&offer.payload_type));
+            }
+        }
+    }
+
+    #[test]
+    fn rtp_round_trips_and_odd_packets_are_refused_not_panicked_on() {
+        let mut buf = Vec::new();
+        write_rtp(&mut buf, 111, true, 65_535, 4_000_000_000, 0xDEAD_BEEF, &[1, 2, 3]);
+        assert_eq!(buf[1], 0x80 | 111);
+        let v = parse_rtp(&buf).expect("parses");
+        assert_eq!(
+            (v.payload_type, v.seq, v.timestamp, v.ssrc, v.payload),
+            (111, 65_535, 4_000_000_000, 0xDEAD_BEEF, &[1u8, 2, 3][..])
+        );
+        // One CSRC, a one-word extension and two bytes of padding around the payload.
+        let mut odd = vec![0x80 | 0x20 | 0x10 | 1, 111, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3];
+        odd.extend_from_slice(&[9, 9, 9, 9]);
+        odd.extend_from_slice(&[0xBE, 0xDE, 0, 1, 7, 7, 7, 7]);
+        odd.extend_from_slice(&[42, 43, 0, 2]);
+        assert_eq!(parse_rtp(&odd).expect("parses").payload, &[42, 43]);
+        assert_eq!(parse_rtp(&[0x80, 200, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0]), Err(RtpParseError::Rtcp));
+        for bad in [&[][..], &[0x80; 11][..], &[0x40; 20][..], &[0x90, 111, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0][..]] {
+            assert_eq!(parse_rtp(bad), Err(RtpParseError::Malformed), "{bad:?}");
+        }
+        let mut padded_away = vec![0xA0, 111, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+        assert_eq!(parse_rtp(&padded_away), Err(RtpParseError::Malformed));
+        padded_away[12] = 200;
+        assert_eq!(parse_rtp(&padded_away), Err(RtpParseError::Malformed));
+    }
+}

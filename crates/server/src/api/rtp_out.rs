@@ -1,0 +1,68 @@
+//! `POST`/`GET`/`DELETE /v1/rooms/{room}/rtp_out`: forwarding a room's mix
+//! as plain RTP/Opus to an address in `[rtp_out] allowed` (see
+//! [`crate::outputs`]). `POST {"address": "127.0.0.1:5004"}` answers with
+//! the SDP a receiver (ffmpeg, a broadcast encoder) opens.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::Deserialize;
+
+use super::error::{ApiError, ApiResult};
+use super::recording::{may_manage, output_error};
+use super::rooms::{body, json};
+use super::{ApiState, authenticate, may_see};
+use crate::outputs::OutputError;
+
+/// The routes.
+pub(super) fn routes() -> Router<Arc<ApiState>> {
+    Router::new().route("/v1/rooms/{room}/rtp_out", post(start).get(show).delete(stop))
+}
+
+/// `POST /v1/rooms/{room}/rtp_out`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartRtpOut {
+    /// `host:port` of the receiver, an IP address (no names: the allow-list is by address).
+    address: String,
+}
+
+async fn start(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    may_manage(&api, &headers, &room, "forwarding a room")?;
+    let req: StartRtpOut = json(&headers, &body(raw)?, None)?;
+    let dest: SocketAddr = req.address.parse().map_err(|_| {
+        ApiError::bad_request("bad_address", format!("'{}' is not an address like 127.0.0.1:5004", req.address))
+    })?;
+    if dest.ip().is_unspecified() || dest.ip().is_multicast() || dest.port() == 0 {
+        return Err(output_error(OutputError::BadValue(format!("{dest} is not a unicast address with a port"))));
+    }
+    let state = api.rooms.get(&room)?;
+    let body = api.outputs.start_rtp_out(&state, dest).map_err(output_error)?;
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+async fn show(State(api): State<Arc<ApiState>>, Path(room): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
+    may_see(&authenticate(&api, &headers, None)?, &room)?;
+    let state = api.rooms.get(&room)?;
+    let body = api.outputs.rtp_out_state(&state).ok_or_else(|| output_error(OutputError::RtpOutNotFound(room)))?;
+    Ok(axum::Json(body).into_response())
+}
+
+async fn stop(State(api): State<Arc<ApiState>>, Path(room): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
+    may_manage(&api, &headers, &room, "stopping a room's RTP out")?;
+    let state = api.rooms.get(&room)?;
+    let body = api.outputs.stop_rtp_out(&state).map_err(output_error)?;
+    Ok(axum::Json(body).into_response())
+}

@@ -1,0 +1,92 @@
+//! The stage routes: `PATCH /v1/rooms/{room}` (lock, size, speaker limit,
+//! mute-all), and the checks a join passes first (lock, bans). Speak
+//! rights and hands ride on `PATCH …/participants/{id}` and kicks on
+//! `DELETE …/participants/{id}?ban_seconds=` (in `rooms`); hands also on
+//! the WebSocket (`ws`). The rules themselves are the room domain's
+//! (`room::stage`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::cluster::{self, Access};
+use super::error::{ApiError, ApiResult};
+use super::{ApiState, rooms};
+use crate::auth::Grant;
+use crate::room::{Room, RoomError, RoomUpdate};
+
+/// `PATCH /v1/rooms/{room}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UpdateRoom {
+    locked: Option<bool>,
+    max_participants: Option<usize>,
+    max_speakers: Option<usize>,
+    #[serde(default)]
+    mute_all: bool,
+}
+
+/// Refuses a join into a locked room or by a banned identity (counted),
+/// before the offer is looked at.
+pub(crate) fn admit(api: &ApiState, room: &Room, grant: &Grant, name: &str) -> ApiResult<()> {
+    api.rooms.admit(room, &grant.identity, name, Instant::now()).map_err(|e| {
+        crate::metrics::stage_action(if matches!(e, RoomError::Locked(_)) {
+            "refused_locked"
+        } else {
+            "refused_banned"
+        });
+        ApiError::from(e)
+    })
+}
+
+pub(crate) async fn update_room(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
+    raw: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let access = query.map(|Query(a)| a).unwrap_or_default();
+    let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
+    if !grant.may_manage(&room) {
+        return Err(ApiError::forbidden(format!("changing room '{room}' needs an admin token for it")));
+    }
+    let req: UpdateRoom = rooms::json(&headers, &rooms::body(raw)?, None)?;
+    let state = match (api.rooms.get(&room), &api.cluster) {
+        (Ok(state), _) => state,
+        (Err(e), None) => return Err(e.into()),
+        (Err(e), Some(c)) => {
+            let owner = c.locate(&room).await.map_err(|e| cluster::unavailable(&e))?.ok_or(e)?;
+            return cluster::redirect(c, &owner, &room, &uri, None, &grant);
+        }
+    };
+    let was_locked = state.is_locked();
+    let update = RoomUpdate {
+        locked: req.locked,
+        max_participants: req.max_participants,
+        max_speakers: req.max_speakers,
+        mute_all: req.mute_all,
+    };
+    let muted = api.rooms.update_room(&state, update)?;
+    match req.locked {
+        Some(true) if !was_locked => crate::metrics::stage_action("lock"),
+        Some(false) if was_locked => crate::metrics::stage_action("unlock"),
+        _ => {}
+    }
+    if req.max_participants.is_some() || req.max_speakers.is_some() {
+        crate::metrics::stage_action("resize");
+    }
+    if req.mute_all {
+        crate::metrics::stage_action("mute_all");
+    }
+    let mut body = serde_json::to_value(rooms::summary(&api, &state)).unwrap_or_default();
+    body["muted"] = muted.into();
+    Ok(axum::Json(body).into_response())
+}

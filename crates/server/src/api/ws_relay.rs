@@ -1,0 +1,120 @@
+//! A room WebSocket on a cluster node that does not hold the room: the
+//! room's events reach it anyway, relayed from the owner through Redis
+//! pub/sub (`tutti_cluster::Cluster::watch`).
+//!
+//! ```text
+//! WS /v1/rooms/r/ws on node B, r held by A
+//!   B ─► "moved" {room, node, api_url}      (a client that wants to join goes there; the page does)
+//!   A: room r's event batch ─► PUBLISH events:r ─► B: watch(r) ─► this socket, as A's sockets get it
+//!   client sends anything but close ─► error room_elsewhere (joining needs the owner's socket)
+//!   r closed (room_closed / shutdown) ─► close 1000; r now hosted on B ─► "moved" to B, close 4307
+//!   Redis unavailable ─► close 4307 after "moved" (the socket cannot be served here)
+//! ```
+//!
+//! The relay is best effort like the cluster's event channel: no `room`
+//! snapshot (ask the owner, `GET /v1/rooms/{room}` on any node, or open
+//! the socket there), no `subscribe` filtering; a watcher that falls
+//! behind loses the oldest batches (counted as `lagged` in the log).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{Message, WebSocket};
+use tokio::sync::broadcast::error::RecvError;
+use tutti_cluster::Owner;
+
+use super::ApiState;
+use super::cluster::CLOSE_MOVED;
+
+/// Client messages answered with an error before the relay closes the socket.
+const MAX_CLIENT_MESSAGES: u32 = 32;
+
+fn text(value: &serde_json::Value) -> Message {
+    Message::Text(value.to_string().into())
+}
+
+fn moved(room: &str, node: &str, api_url: &str) -> Message {
+    text(&serde_json::json!({ "type": "moved", "room": room, "node": node, "api_url": api_url }))
+}
+
+/// Serves a socket for `room`, held by `owner`, until the client leaves,
+/// the room closes or moves here, or the socket idles out.
+pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut socket: WebSocket) {
+    // Subscribed before `moved` goes out: every batch published after it reaches the client.
+    let watched = match &api.cluster {
+        Some(c) => c.watch(&room).await,
+        None => return,
+    };
+    if socket.send(moved(&room, &owner.node_id, &owner.api_url)).await.is_err() {
+        return;
+    }
+    let mut events = match watched {
+        Ok(rx) => rx,
+        Err(e) => {
+            tracing::debug!(room, error = %e, "room events cannot be relayed here; the socket closes");
+            super::ws::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
+            return;
+        }
+    };
+    let idle = Duration::from_secs_f64(api.cfg.limits.ws_idle_timeout_seconds.max(1.0));
+    let mut heard_at = Instant::now();
+    let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
+    let mut client_messages = 0u32;
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(e) => {
+                    let last = e.event.contains(r#""type":"room_closed""#) || e.event.contains(r#""type":"shutdown""#);
+                    if socket.send(Message::Text(e.event.into())).await.is_err() {
+                        break;
+                    }
+                    if last {
+                        super::ws::close_gracefully(&mut socket, 1000, "room closed").await;
+                        break;
+                    }
+                }
+                Err(RecvError::Lagged(n)) => tracing::info!(room, lagged = n, "relayed WebSocket fell behind"),
+                Err(RecvError::Closed) => break,
+            },
+            msg = socket.recv() => {
+                heard_at = Instant::now();
+                match msg {
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                    Some(Ok(_)) => {
+                        client_messages += 1;
+                        let error = serde_json::json!({
+                            "type": "error",
+                            "code": "room_elsewhere",
+                            "message": format!("room '{room}' is on node {}: open the socket at {}", owner.node_id, owner.api_url),
+                        });
+                        if client_messages > MAX_CLIENT_MESSAGES || socket.send(text(&error)).await.is_err() {
+                            super::ws::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
+                            break;
+                        }
+                    }
+                }
+            }
+            _ = pings.tick() => {
+                if heard_at.elapsed() >= idle {
+                    super::ws::close_gracefully(&mut socket, super::ws::CLOSE_IDLE, "idle timeout").await;
+                    break;
+                }
+                // Placed here meanwhile (its owner died): this node's own events
+                // are not relayed; send the client to this node's socket.
+                if api.rooms.get(&room).is_ok() {
+                    let (node, url) = api.cluster.as_ref().map_or((String::new(), String::new()), |c| {
+                        (c.node_id().to_owned(), c.config().api_url.clone())
+                    });
+                    if socket.send(moved(&room, &node, &url)).await.is_ok() {
+                        super::ws::close_gracefully(&mut socket, CLOSE_MOVED, "room moved here").await;
+                    }
+                    break;
+                }
+                if socket.send(Message::Ping(Default::default())).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! The `rtp-in` thread: plain RTP/AVP participants (SIP gateways, ffmpeg),
+//! no ICE, no DTLS, no SRTP, on a UDP socket of their own.
+//!
+//! ```text
+//! API join (RTP/AVP offer, trusted) ─► Rooms::join_plain ─► PlainHandle::add ─► this thread
+//! socket ─► RTP (source address checked) ─► the room's inbox, as any participant's packets
+//! mix-clock ─► IoCommand::Deliver ─► each participant's N-minus-self feed as plain RTP to its offered address
+//! ```
+//!
+//! The thread sits in the media plane's list of I/O threads, so the clock's
+//! mixes, room effects (`ClosePeer`) and shutdown reach it as they reach
+//! the others; the WebRTC I/O threads never see its socket.
+//!
+//! Which packets count as a participant's (documented in the README): its
+//! mix goes to the `c=`/`m=` address of its offer. Its packets are taken
+//! from that exact address (symmetric RTP, as FreeSWITCH and Asterisk send)
+//! or, when they come from another port, from the first address with the
+//! offer's IP that sends while it is the only participant of that IP not
+//! latched yet (e.g. ffmpeg, which sends from a port of its own); the
+//! address is latched for the rest of the call. Packets from any other
+//! address, RTCP, other payload types (DTMF, comfort noise) and malformed
+//! packets are dropped and counted.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use tutti_mix::{Packet, ParticipantId};
+use tutti_rtc::plain::{RtpParseError, parse_rtp, write_rtp};
+use tutti_rtc::{MuxStats, PeerId};
+
+use super::command::{IoCommand, IoCounters, IoHandle};
+use crate::metrics;
+use crate::room::{Inbox, LeaveReason, Room, RoomKey, RoomMix, Rooms};
+use crate::sync::lock;
+
+/// Datagrams read per loop turn at most (commands and timers are never starved).
+const RECV_PER_TURN: usize = 256;
+/// Longest wait for work.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// How often silent participants are looked for.
+const TIMEOUT_CHECK: Duration = Duration::from_millis(500);
+/// Samples per 20 ms tick: the RTP clock advance per tick.
+const TICK_SAMPLES: u32 = 960;
+
+/// A plain RTP participant to serve.
+pub(crate) struct NewPlain {
+    pub(crate) id: PeerId,
+    pub(crate) room: Arc<Room>,
+    /// Where its mix goes (its offer's `c=`/`m=` address).
+    pub(crate) remote: SocketAddr,
+    pub(crate) payload_type: u8,
+    /// Its speak right, as the room sets it (an admin may grant or revoke it).
+    pub(crate) listen_only: crate::room::ListenOnly,
+}
+
+/// How the API reaches the `rtp-in` thread.
+pub(crate) struct PlainHandle {
+    add: Sender<NewPlain>,
+    wake: Arc<EventFd>,
+    /// The bound socket's address.
+    pub(crate) bound: SocketAddr,
+    /// Its index in the media plane's list of I/O threads (the `io` of its `ClosePeer` effects).
+    pub(crate) io: usize,
+}
+
+impl PlainHandle {
+    /// Hands a joined participant to the thread. False when the thread is gone.
+    pub(crate) fn add(&self, peer: NewPlain) -> bool {
+        let ok = self.add.send(peer).is_ok();
+        if ok {
+            let _ = self.wake.write(1);
+        }
+        ok
+    }
+}
+
+struct Peer {
+    room: Arc<Room>,
+    remote: SocketAddr,
+    /// The address its packets come from, once seen.
+    latched: Option<SocketAddr>,
+    payload_type: u8,
+    listen_only: crate::room::ListenOnly,
+    last_heard: Instant,
+    /// The SSRC its packets carry, once seen.
+    their_ssrc: Option<u32>,
+    ssrc: u32,
+    seq: u16,
+    ts_offset: u32,
+    /// The last tick sent; a later tick that is not the next one is a gap (marker bit).
+    last_tick: Option<u64>,
+}
+
+/// Packets and participants counted since the last publish.
+#[derive(Default)]
+struct Tally {
+    received: u64,
+    sent: u64,
+    source: u64,
+    malformed: u64,
+    payload_type: u64,
+    rtcp: u64,
+}
+
+struct PlainThread {
+    rooms: Arc<Rooms>,
+    socket: UdpSocket,
+    rx: Receiver<IoCommand>,
+    adds: Receiver<NewPlain>,
+    wake: Arc<EventFd>,
+    counters: Arc<IoCounters>,
+    peer_timeout: Duration,
+    peers: HashMap<PeerId, Peer>,
+    /// Participants by the address their packets come from (latched, or offered until then).
+    by_addr: HashMap<SocketAddr, PeerId>,
+    by_room: HashMap<RoomKey, Vec<PeerId>>,
+    inbox: HashMap<RoomKey, (Arc<Room>, Inbox)>,
+    stats: MuxStats,
+    last_stats: MuxStats,
+    tally: Tally,
+    buf: Vec<u8>,
+    next_timeout_check: Instant,
+}
+
+/// Binds the plain RTP socket on `bind` and starts the `rtp-in` thread as
+/// I/O thread number `index`. Returns its I/O handle (for the media plane's
+/// list), the handle the API adds participants through, and the thread.
+pub(crate) fn spawn(
+    bind: SocketAddr,
+    index: usize,
+    rooms: Arc<Rooms>,
+    peer_timeout: Duration,
+    thread_nice: i32,
+) -> std::io::Result<(IoHandle, PlainHandle, JoinHandle<()>)> {
+    let socket = UdpSocket::bind(bind)?;
+    socket.set_nonblocking(true)?;
+    let bound = socket.local_addr()?;
+    let wake = Arc::new(
+        EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(std::io::Error::from)?,
+    );
+    let (tx, rx) = mpsc::channel();
+    let (add, adds) = mpsc::channel();
+    let counters = Arc::new(IoCounters::default());
+    let io = IoHandle { tx, wake: wake.clone(), counters: counters.clone() };
+    let handle = PlainHandle { add, wake: wake.clone(), bound, io: index };
+    let thread = std::thread::Builder::new().name("rtp-in".into()).spawn(move || {
+        crate::priority::media_thread(thread_nice);
+        PlainThread {
+            rooms,
+            socket,
+            rx,
+            adds,
+            wake,
+            counters,
+            peer_timeout,
+            peers: HashMap::new(),
+            by_addr: HashMap::new(),
+            by_room: HashMap::new(),
+            inbox: HashMap::new(),
+            stats: MuxStats::default(),
+            last_stats: MuxStats::default(),
+            tally: Tally::default(),
+            buf: Vec::with_capacity(1500),
+            next_timeout_check: Instant::now() + TIMEOUT_CHECK,
+        }
+        .run()
+    })?;
+    tracing::info!(%bound, "plain RTP (rtp_in) socket open: no encryption, trusted networks only");
+    Ok((io, handle, thread))
+}
+
+fn random_u32s() -> [u32; 3] {
+    let mut b = [0u8; 12];
+    // Without randomness the stream still works; only its SSRC/offsets are predictable.
+    let _ = getrandom::fill(&mut b);
+    [0, 4, 8].map(|i| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]))
+}
+
+impl PlainThread {
+    fn run(&mut self) {
+        loop {
+            self.wait();
+            let now = Instant::now();
+            while let Ok(p) = self.adds.try_recv() {
+                self.add(p, now);
+            }
+            if !self.commands() {
+                break;
+            }
+            self.receive(now);
+            self.flush_inbox();
+            if now >= self.next_timeout_check {
+                self.next_timeout_check = now + TIMEOUT_CHECK;
+                self.expire(now);
+            }
+            self.publish();
+        }
+        self.peers.clear();
+        self.publish();
+    }
+
+    fn wait(&self) {
+        let timeout = nix::sys::time::TimeSpec::from_duration(IDLE_WAIT);
+        let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
+        let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
+        let _ = ppoll(&mut [socket, wake], Some(timeout), None);
+        let _ = self.wake.read();
+    }
+
+    fn add(&mut self, p: NewPlain, now: Instant) {
+        if p.room.is_closed() {
+            return;
+        }
+        let [ssrc, seq, ts_offset] = random_u32s();
+        self.by_addr.entry(p.remote).or_insert(p.id);
+        self.by_room.entry(p.room.key).or_default().push(p.id);
+        tracing::debug!(room = %p.room.id, peer = %p.id, remote = %p.remote, "plain RTP participant added");
+        self.peers.insert(
+            p.id,
+            Peer {
+                room: p.room,
+                remote: p.remote,
+                latched: None,
+                payload_type: p.payload_type,
+                listen_only: p.listen_only,
+                last_heard: now,
+                their_ssrc: None,
+                ssrc,
+                seq: seq as u16,
+                ts_offset,
+                last_tick: None,
+            },
+        );
+    }
+
+    /// Runs queued commands. Returns false on shutdown.
+    fn commands(&mut self) -> bool {
+        while let Ok(cmd) = self.rx.try_recv() {
+            match cmd {
+                IoCommand::Deliver(mixes) => self.deliver(&mixes),
+                IoCommand::Close(id) => {
+                    self.forget(id);
+                }
+                IoCommand::Shutdown => return false,
+                // Nothing is forwarded to this thread (its peers have no ICE);
+                // other commands are the WebRTC threads'.
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+        }
+        true
+    }
+
+    fn forget(&mut self, id: PeerId) -> Option<Peer> {
+        let peer = self.peers.remove(&id)?;
+        self.by_addr.retain(|_, p| *p != id);
+        if let Some(list) = self.by_room.get_mut(&peer.room.key) {
+            list.retain(|p| *p != id);
+            if list.is_empty() {
+                self.by_room.remove(&peer.room.key);
+            }
+        }
+        Some(peer)
+    }
+
+    /// Sends each participant its feed of each room's mix.
+    fn deliver(&mut self, mixes: &[RoomMix]) {
+        for mix in mixes {
+            let Some(ids) = self.by_room.get(&mix.key) else { continue };
+            for id in ids {
+                let Some(peer) = self.peers.get_mut(id) else { continue };
+                let feed = mix.feed_for(ParticipantId(id.0));
+                if feed.payload.is_empty() {
+                    continue;
+                }
+                // A tick that is not the next after the last sent: a gap (DTX,
+                // a skipped tick), the start of a talkspurt (RFC 3551 marker).
+                let marker = peer.last_tick.is_none_or(|t| mix.tick != t + 1);
+                if peer.last_tick.is_some_and(|t| mix.tick <= t) {
+                    continue;
+                }
+                peer.last_tick = Some(mix.tick);
+                peer.seq = peer.seq.wrapping_add(1);
+                let ts = peer.ts_offset.wrapping_add((mix.tick as u32).wrapping_mul(TICK_SAMPLES));
+                write_rtp(&mut self.buf, peer.payload_type, marker, peer.seq, ts, peer.ssrc, &feed.payload);
+                match self.socket.send_to(&self.buf, peer.remote) {
+                    Ok(n) => {
+                        self.stats.datagrams_out += 1;
+                        self.stats.bytes_out += n as u64;
+                        self.stats.audio_out += 1;
+                        self.tally.sent += 1;
+                    }
+                    Err(_) => {
+                        // Buffer full, or an ICMP unreachable from an earlier send: this frame is lost.
+                        self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                        metrics::packets_out(0, 0, 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads what is waiting, at most [`RECV_PER_TURN`] datagrams.
+    fn receive(&mut self, now: Instant) {
+        let mut buf = [0u8; 1500];
+        for _ in 0..RECV_PER_TURN {
+            let (n, from) = match self.socket.recv_from(&mut buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                // ICMP errors of earlier sends surface here (ECONNREFUSED): keep reading.
+                Err(_) => continue,
+            };
+            self.stats.datagrams_in += 1;
+            self.stats.bytes_in += n as u64;
+            self.packet(from, &buf[..n], now);
+        }
+    }
+
+    /// The participant whose packets come from `from`, latching it if need be.
+    fn source(&mut self, from: SocketAddr) -> Option<PeerId> {
+        if let Some(&id) = self.by_addr.get(&from) {
+            if let Some(p) = self.peers.get_mut(&id) {
+                p.latched.get_or_insert(from);
+            }
+            return Some(id);
+        }
+        // Another port of an offered IP: latch it if exactly one participant of that IP still waits.
+        let mut waiting = self.peers.iter().filter(|(_, p)| p.latched.is_none() && p.remote.ip() == from.ip());
+        let (&id, _) = waiting.next()?;
+        if waiting.next().is_some() {
+            return None;
+        }
+        let peer = self.peers.get_mut(&id)?;
+        peer.latched = Some(from);
+        let offered = peer.remote;
+        if self.by_addr.get(&offered) == Some(&id) {
+            self.by_addr.remove(&offered);
+        }
+        self.by_addr.insert(from, id);
+        tracing::debug!(peer = %id, %from, %offered, "plain RTP source latched");
+        Some(id)
+    }
+
+    fn packet(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
+        let rtp = match parse_rtp(data) {
+            Ok(rtp) => rtp,
+            Err(RtpParseError::Rtcp) => {
+                self.tally.rtcp += 1;
+                return;
+            }
+            Err(RtpParseError::Malformed) => {
+                self.tally.malformed += 1;
+                return;
+            }
+        };
+        let Some(id) = self.source(from) else {
+            self.tally.source += 1;
+            self.stats.unrouted += 1;
+            return;
+        };
+        let Some(peer) = self.peers.get_mut(&id) else { return };
+        peer.last_heard = now;
+        if rtp.payload_type != peer.payload_type {
+            self.tally.payload_type += 1;
+            return;
+        }
+        if peer.listen_only.get() {
+            self.counters.listen_only_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let pid = ParticipantId(id.0);
+        if peer.their_ssrc != Some(rtp.ssrc) {
+            peer.their_ssrc = Some(rtp.ssrc);
+            peer.room.set_source(pid, rtp.ssrc);
+        }
+        self.stats.audio_in += 1;
+        self.tally.received += 1;
+        let packet = Packet {
+            seq: rtp.seq,
+            timestamp: rtp.timestamp,
+            payload: Bytes::copy_from_slice(rtp.payload),
+            level: None,
+        };
+        let (_, batch) = self.inbox.entry(peer.room.key).or_insert_with(|| (peer.room.clone(), Vec::new()));
+        batch.push((pid, packet));
+    }
+
+    /// Appends this turn's packets to their rooms' inboxes: one lock per room.
+    fn flush_inbox(&mut self) {
+        for (room, batch) in self.inbox.values_mut() {
+            if !batch.is_empty() {
+                room.deliver(batch);
+            }
+        }
+        self.inbox.retain(|_, (room, _)| !room.is_closed());
+    }
+
+    /// Removes participants nothing arrived from for the peer timeout (like
+    /// WebRTC peers' idle timeout; a joined participant that never sends, too).
+    fn expire(&mut self, now: Instant) {
+        let silent: Vec<PeerId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > self.peer_timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in silent {
+            let Some(peer) = self.forget(id) else { continue };
+            self.stats.timed_out += 1;
+            tracing::info!(room = %peer.room.id, peer = %id, "plain RTP participant silent for the peer timeout: removed");
+            // Its ClosePeer effect names this thread, where it is gone already.
+            let _ = self.rooms.leave(&peer.room, id.0, LeaveReason::TimedOut);
+        }
+    }
+
+    /// Publishes the counters (to the server's stats and the metrics).
+    fn publish(&mut self) {
+        let change = self.peers.len() as i64 - self.stats.connected as i64;
+        self.stats.connected = self.peers.len() as u64;
+        let t = std::mem::take(&mut self.tally);
+        metrics::rtp_in(
+            change,
+            t.received,
+            t.sent,
+            &[("source", t.source), ("malformed", t.malformed), ("payload_type", t.payload_type), ("rtcp", t.rtcp)],
+        );
+        let s = self.stats;
+        if s == self.last_stats {
+            return;
+        }
+        let last = self.last_stats;
+        metrics::packets_in(s.datagrams_in - last.datagrams_in, s.bytes_in - last.bytes_in);
+        metrics::packets_out(s.datagrams_out - last.datagrams_out, s.bytes_out - last.bytes_out, 0);
+        metrics::media(&mut self.last_stats, s);
+        *lock(&self.counters.mux) = s;
+    }
+}

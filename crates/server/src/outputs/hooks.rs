@@ -1,0 +1,78 @@
+//! Room events as webhooks: one task per room subscribes to the room's
+//! event batches (the same broadcast the WebSockets read) and hands
+//! `room_started`, `participant_joined`, `participant_left` and
+//! `room_finished` to the [`WebhookSender`], whose `send` never blocks.
+//! A watcher that falls more than the broadcast's queue behind loses
+//! batches: counted and logged, never waited for.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use tokio::sync::broadcast::error::RecvError;
+
+use super::Outputs;
+use crate::metrics::outputs as m;
+use crate::ops::webhook::{ParticipantInfo, WebhookEvent, WebhookSender};
+use crate::room::{Room, RoomEvent};
+use crate::sync::lock;
+
+/// Watches `room` until it is closed (or dropped).
+pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<WebhookSender>) {
+    let key = room.key;
+    let id = room.id.clone();
+    // Subscribe first, then look: a join in between is seen twice, and the
+    // set of known participants drops the second.
+    let mut rx = room.subscribe();
+    let mut known: HashMap<u64, ParticipantInfo> = HashMap::new();
+    sender.send(&WebhookEvent::RoomStarted { room: id.clone() });
+    for member in room.member_list() {
+        let info = ParticipantInfo { id: member.id.to_string(), identity: member.identity.clone() };
+        sender.send(&WebhookEvent::ParticipantJoined { room: id.clone(), participant: info.clone() });
+        known.insert(member.id, info);
+    }
+    let weak: Weak<Room> = Arc::downgrade(&room);
+    drop(room);
+    let mut finished = false;
+    while !finished {
+        let batch = match rx.recv().await {
+            Ok(batch) => batch,
+            Err(RecvError::Lagged(n)) => {
+                m::webhook_events_lost(n);
+                tracing::warn!(room = %id, batches = n, "webhook watcher fell behind: room events lost");
+                continue;
+            }
+            Err(RecvError::Closed) => break,
+        };
+        for event in &batch.events {
+            match event {
+                RoomEvent::Joined { id: pid, name } => {
+                    if known.contains_key(pid) {
+                        continue;
+                    }
+                    let identity = weak
+                        .upgrade()
+                        .and_then(|r| lock(&r.members).get(pid).map(|m| m.identity.clone()))
+                        .filter(|i| !i.is_empty())
+                        .unwrap_or_else(|| name.clone());
+                    let info = ParticipantInfo { id: pid.to_string(), identity };
+                    sender.send(&WebhookEvent::ParticipantJoined { room: id.clone(), participant: info.clone() });
+                    known.insert(*pid, info);
+                }
+                RoomEvent::Left { id: pid, reason } => {
+                    let participant = known
+                        .remove(pid)
+                        .unwrap_or_else(|| ParticipantInfo { id: pid.to_string(), identity: String::new() });
+                    sender.send(&WebhookEvent::ParticipantLeft {
+                        room: id.clone(),
+                        participant,
+                        reason: (*reason).to_owned(),
+                    });
+                }
+                RoomEvent::RoomClosed => finished = true,
+                _ => {}
+            }
+        }
+    }
+    sender.send(&WebhookEvent::RoomFinished { room: id });
+    outputs.unwatch(key);
+}

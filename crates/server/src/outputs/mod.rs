@@ -1,0 +1,450 @@
+//! # Outputs: what leaves a room besides its participants' streams
+//!
+//! The wiring of [`crate::ops`] into a running server: recording a room
+//! ([`crate::ops::recording::Recorder`]), forwarding its mix as plain RTP
+//! ([`crate::ops::rtp_out::RtpForwarder`]) and telling the application's
+//! backend what happens through signed webhooks
+//! ([`crate::ops::webhook::WebhookSender`], see [`hooks`]).
+//!
+//! ```text
+//! mix-clock ── after each tick: feed(&mixes) ─┬─► Recorder::push (try_send, overflow counted) ─► writer thread ─► file
+//!                                             └─► RtpForwarder::send (non-blocking UDP)
+//! api ── start/stop ──► Outputs (maps by RoomKey) ◄── housekeeping (250 ms): reap deleted rooms, metrics, watch rooms
+//! room events (broadcast) ──► one watcher task per room ──► WebhookSender::send (bounded per-URL queues)
+//! ```
+//!
+//! The clock only ever takes two uncontended locks per tick here, and none
+//! when nothing records or forwards (one atomic load): no disk, no thread
+//! start, no blocking send. Starting a recording (a thread) and a forwarder
+//! (a socket) happens on the API's threads.
+
+pub(crate) mod hooks;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::Config;
+use crate::metrics::outputs as m;
+use crate::ops::network::Network;
+use crate::ops::recording::{PushOutcome, Recorder, RecordingConfig, RecordingFinished, StopReason};
+use crate::ops::rtp_out::{RtpForwarder, RtpOutConfig};
+use crate::ops::webhook::{WebhookEvent, WebhookSender};
+use crate::room::{Room, RoomEvent, RoomKey, RoomMix, Rooms};
+use crate::sync::lock;
+
+/// How often [`Outputs::housekeeping`] runs.
+const HOUSEKEEPING: Duration = Duration::from_millis(250);
+
+/// Why an output could not be started or stopped. The API turns each into
+/// a JSON error with a stable code.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OutputError {
+    /// `[recording] enabled = false`.
+    #[error("recording is disabled on this server ([recording] enabled = false)")]
+    RecordingDisabled,
+    /// The room is recorded already.
+    #[error("room '{0}' is being recorded already")]
+    RecordingActive(String),
+    /// The room is not being recorded.
+    #[error("room '{0}' is not being recorded")]
+    RecordingNotFound(String),
+    /// `[rtp_out] allowed` is empty.
+    #[error("RTP out is disabled on this server ([rtp_out] allowed is empty)")]
+    RtpOutDisabled,
+    /// The destination is not in `[rtp_out] allowed`.
+    #[error("{0} is not in [rtp_out] allowed")]
+    RtpOutForbidden(SocketAddr),
+    /// The room forwards already.
+    #[error("room '{0}' forwards its mix already")]
+    RtpOutActive(String),
+    /// The room does not forward.
+    #[error("room '{0}' does not forward its mix")]
+    RtpOutNotFound(String),
+    /// A bad value (the message says which).
+    #[error("{0}")]
+    BadValue(String),
+    /// A thread or socket could not be made.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// A recording in progress.
+pub(crate) struct Recording {
+    room: Arc<Room>,
+    pub(crate) recorder: Recorder,
+    pub(crate) file: String,
+    pub(crate) started: SystemTime,
+    /// Set by the writer thread once the file is closed.
+    done: Arc<AtomicBool>,
+    /// Bytes already counted in the metric.
+    counted: Arc<AtomicU64>,
+}
+
+impl Recording {
+    /// Its state, as `GET …/recording` shows it.
+    pub(crate) fn state(&self) -> serde_json::Value {
+        let s = self.recorder.stats();
+        serde_json::json!({
+            "active": !self.done.load(Ordering::Relaxed),
+            "file": self.file,
+            "path": self.recorder.path().display().to_string(),
+            "started_at": self.started.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "bytes": s.bytes,
+            "frames": s.frames,
+            "gap_frames": s.gap_frames,
+            "dropped_frames": s.dropped,
+        })
+    }
+}
+
+/// A room's mix on its way out as RTP.
+pub(crate) struct Forward {
+    room: Arc<Room>,
+    fwd: RtpForwarder,
+    dest: SocketAddr,
+    sdp: String,
+    /// Packets and failures already counted in the metrics.
+    counted: (u64, u64),
+}
+
+impl Forward {
+    /// Its state, as the API shows it.
+    pub(crate) fn state(&self) -> serde_json::Value {
+        let s = self.fwd.stats();
+        serde_json::json!({
+            "address": self.dest.to_string(),
+            "ssrc": self.fwd.ssrc(),
+            "payload_type": 111,
+            "sdp": self.sdp,
+            "packets": s.packets,
+            "bytes": s.bytes,
+            "failed": s.failed,
+        })
+    }
+}
+
+/// Every room's recordings and forwarders, and the webhook sender.
+pub(crate) struct Outputs {
+    recording: Option<RecordingConfig>,
+    networks: Vec<Network>,
+    webhooks: Option<Arc<WebhookSender>>,
+    /// Recordings plus forwarders: the clock's fast path when zero.
+    active: AtomicUsize,
+    recordings: Mutex<HashMap<RoomKey, Recording>>,
+    forwarders: Mutex<HashMap<RoomKey, Forward>>,
+    /// Rooms with a webhook watcher.
+    watched: Mutex<HashSet<RoomKey>>,
+    /// Frames the recorders' queues refused (counted here, on push).
+    dropped: AtomicU64,
+}
+
+impl Outputs {
+    /// Nothing on: no recording, no RTP out, no webhooks (for the fuzzer's API state).
+    pub(crate) fn disabled() -> Self {
+        Self::with(None, Vec::new(), None)
+    }
+
+    fn with(recording: Option<RecordingConfig>, networks: Vec<Network>, webhooks: Option<Arc<WebhookSender>>) -> Self {
+        Self {
+            recording,
+            networks,
+            webhooks,
+            active: AtomicUsize::new(0),
+            recordings: Mutex::new(HashMap::new()),
+            forwarders: Mutex::new(HashMap::new()),
+            watched: Mutex::new(HashSet::new()),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// As `cfg` asks (validated already); the webhook senders' tasks run on `runtime`.
+    pub(crate) fn new(cfg: &Config, runtime: &tokio::runtime::Handle) -> Result<Self, String> {
+        let recording = cfg.recording.enabled.then(|| cfg.recording.to_config());
+        let networks = cfg.rtp_out.networks()?;
+        let webhooks = if cfg.webhooks.urls.is_empty() {
+            None
+        } else {
+            let wc = cfg.webhooks.to_config(cfg.auth.secret.as_bytes());
+            let sender = WebhookSender::start(&wc, runtime).map_err(|e| format!("webhooks: {e}"))?;
+            tracing::info!(urls = cfg.webhooks.urls.len(), "webhooks on");
+            Some(Arc::new(sender))
+        };
+        Ok(Self::with(recording, networks, webhooks))
+    }
+
+    /// Whether rooms may be recorded.
+    pub(crate) fn recording_enabled(&self) -> bool {
+        self.recording.is_some()
+    }
+
+    /// The webhook sender, when webhooks are configured.
+    pub(crate) fn webhooks(&self) -> Option<&Arc<WebhookSender>> {
+        self.webhooks.as_ref()
+    }
+
+    /// Called by the clock after every tick with every room's output. Never blocks.
+    pub(crate) fn feed(&self, mixes: &[RoomMix]) {
+        if self.active.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        {
+            let recs = lock(&self.recordings);
+            if !recs.is_empty() {
+                for mix in mixes {
+                    // An empty payload is a DTX pause: the recorder conceals the gap by tick.
+                    if let Some(r) = recs.get(&mix.key)
+                        && !mix.listeners.payload.is_empty()
+                        && r.recorder.push(mix.tick, mix.listeners.payload.clone()) == PushOutcome::Dropped
+                    {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        let mut fwds = lock(&self.forwarders);
+        if !fwds.is_empty() {
+            for mix in mixes {
+                if let Some(f) = fwds.get_mut(&mix.key)
+                    && !mix.listeners.payload.is_empty()
+                {
+                    let _ = f.fwd.send(mix.tick, &mix.listeners.payload);
+                }
+            }
+        }
+    }
+
+    /// Starts recording `room`: the file is opened by its writer thread;
+    /// frames flow from the next tick (the first join's, in an empty room).
+    pub(crate) fn start_recording(&self, room: &Arc<Room>) -> Result<serde_json::Value, OutputError> {
+        let cfg = self.recording.as_ref().ok_or(OutputError::RecordingDisabled)?;
+        let mut recs = lock(&self.recordings);
+        if recs.contains_key(&room.key) {
+            return Err(OutputError::RecordingActive(room.id.clone()));
+        }
+        let started = SystemTime::now();
+        let done = Arc::new(AtomicBool::new(false));
+        let counted = Arc::new(AtomicU64::new(0));
+        let on_finish = {
+            let (room, done, counted, webhooks) = (room.clone(), done.clone(), counted.clone(), self.webhooks.clone());
+            Box::new(move |f: &RecordingFinished| finished(&room, f, &done, &counted, webhooks.as_deref()))
+        };
+        let recorder = Recorder::start(&room.id, started, cfg, Some(on_finish))
+            .map_err(|e| OutputError::Internal(e.to_string()))?;
+        let file = recorder.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        room.publish(RoomEvent::RecordingStarted { file: file.clone() });
+        tracing::info!(room = %room.id, path = %recorder.path().display(), "recording started");
+        let rec = Recording { room: room.clone(), recorder, file, started, done, counted };
+        let state = rec.state();
+        recs.insert(room.key, rec);
+        self.active.fetch_add(1, Ordering::Relaxed);
+        m::recordings_active(recs.len());
+        Ok(state)
+    }
+
+    /// Stops recording `room`: the caller waits for the writer with
+    /// [`Recording::recorder`] (`outcome`), off the media threads.
+    pub(crate) fn stop_recording(&self, room: &Room) -> Result<Recording, OutputError> {
+        let mut recs = lock(&self.recordings);
+        let rec = recs.remove(&room.key).ok_or_else(|| OutputError::RecordingNotFound(room.id.clone()))?;
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        m::recordings_active(recs.len());
+        drop(recs);
+        rec.recorder.stop();
+        Ok(rec)
+    }
+
+    /// The state of `room`'s recording, if it has one.
+    pub(crate) fn recording_state(&self, room: &Room) -> Option<serde_json::Value> {
+        lock(&self.recordings).get(&room.key).map(Recording::state)
+    }
+
+    /// Starts forwarding `room`'s mix to `dest` (which the allow-list must contain).
+    pub(crate) fn start_rtp_out(&self, room: &Arc<Room>, dest: SocketAddr) -> Result<serde_json::Value, OutputError> {
+        if self.networks.is_empty() {
+            return Err(OutputError::RtpOutDisabled);
+        }
+        if !self.networks.iter().any(|n| n.contains(dest.ip())) {
+            return Err(OutputError::RtpOutForbidden(dest));
+        }
+        let mut fwds = lock(&self.forwarders);
+        if fwds.contains_key(&room.key) {
+            return Err(OutputError::RtpOutActive(room.id.clone()));
+        }
+        let fwd = RtpForwarder::new(RtpOutConfig::new(dest)).map_err(|e| match e {
+            crate::ops::rtp_out::RtpOutError::Socket(e) => OutputError::Internal(format!("cannot open a socket: {e}")),
+            e => OutputError::BadValue(e.to_string()),
+        })?;
+        let sdp = fwd.sdp(&format!("tutti room {}", room.id));
+        tracing::info!(room = %room.id, %dest, ssrc = fwd.ssrc(), "rtp_out started");
+        let f = Forward { room: room.clone(), fwd, dest, sdp, counted: (0, 0) };
+        let state = f.state();
+        fwds.insert(room.key, f);
+        self.active.fetch_add(1, Ordering::Relaxed);
+        m::rtp_out_active(fwds.len());
+        Ok(state)
+    }
+
+    /// Stops forwarding `room`'s mix; returns what was sent.
+    pub(crate) fn stop_rtp_out(&self, room: &Room) -> Result<serde_json::Value, OutputError> {
+        let mut fwds = lock(&self.forwarders);
+        let mut f = fwds.remove(&room.key).ok_or_else(|| OutputError::RtpOutNotFound(room.id.clone()))?;
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        m::rtp_out_active(fwds.len());
+        drop(fwds);
+        count_rtp(&mut f);
+        tracing::info!(room = %room.id, dest = %f.dest, "rtp_out stopped");
+        Ok(f.state())
+    }
+
+    /// The state of `room`'s forwarder, if it has one.
+    pub(crate) fn rtp_out_state(&self, room: &Room) -> Option<serde_json::Value> {
+        lock(&self.forwarders).get(&room.key).map(Forward::state)
+    }
+
+    /// Every 250 ms until `stop`: outputs of deleted rooms end, counters
+    /// reach the metrics, new rooms get a webhook watcher.
+    pub(crate) async fn housekeeping(self: Arc<Self>, rooms: Arc<Rooms>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(HOUSEKEEPING);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => self.tidy(&rooms),
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+    }
+
+    fn tidy(self: &Arc<Self>, rooms: &Rooms) {
+        let mut ended = Vec::new();
+        {
+            let mut recs = lock(&self.recordings);
+            let before = recs.len();
+            recs.retain(|_, r| {
+                count_bytes(&r.counted, r.recorder.stats().bytes);
+                let keep = !r.room.is_closed() && !r.done.load(Ordering::Relaxed);
+                if !keep {
+                    r.recorder.stop();
+                }
+                keep
+            });
+            if recs.len() != before {
+                self.active.fetch_sub(before - recs.len(), Ordering::Relaxed);
+                m::recordings_active(recs.len());
+            }
+        }
+        {
+            let mut fwds = lock(&self.forwarders);
+            let before = fwds.len();
+            for f in fwds.values_mut() {
+                count_rtp(f);
+            }
+            fwds.retain(|_, f| {
+                let keep = !f.room.is_closed();
+                if !keep {
+                    ended.push((f.room.id.clone(), f.dest));
+                }
+                keep
+            });
+            if fwds.len() != before {
+                self.active.fetch_sub(before - fwds.len(), Ordering::Relaxed);
+                m::rtp_out_active(fwds.len());
+            }
+        }
+        for (room, dest) in ended {
+            tracing::info!(%room, %dest, "rtp_out ended with its room");
+        }
+        m::recording_dropped_frames(self.dropped.load(Ordering::Relaxed));
+        if let Some(w) = &self.webhooks {
+            m::webhooks(&w.stats());
+            for room in rooms.all() {
+                self.watch(&room);
+            }
+        }
+    }
+
+    /// Starts the webhook watcher of `room` (once; nothing without webhooks).
+    /// The API calls it as a room is created; housekeeping catches the rest.
+    pub(crate) fn watch(self: &Arc<Self>, room: &Arc<Room>) {
+        let Some(w) = &self.webhooks else { return };
+        if room.is_closed() || !lock(&self.watched).insert(room.key) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(hooks::watch(self.clone(), room.clone(), w.clone()));
+    }
+
+    fn unwatch(&self, key: RoomKey) {
+        lock(&self.watched).remove(&key);
+    }
+
+    /// Stops every recording and waits (up to `timeout`, off the async
+    /// threads) for their files to be closed. For shutdown.
+    pub(crate) async fn shutdown(&self, timeout: Duration) {
+        let recs: Vec<Recording> = lock(&self.recordings).drain().map(|(_, r)| r).collect();
+        lock(&self.forwarders).clear();
+        self.active.store(0, Ordering::Relaxed);
+        if recs.is_empty() {
+            return;
+        }
+        for r in &recs {
+            r.recorder.stop();
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + timeout;
+            for r in &recs {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let _ = r.recorder.stop_and_wait(left);
+            }
+        })
+        .await;
+    }
+}
+
+/// Counts `now` bytes of a recording in the metric, once.
+fn count_bytes(counted: &AtomicU64, now: u64) {
+    let before = counted.fetch_max(now, Ordering::Relaxed);
+    if now > before {
+        m::recording_bytes(now - before);
+    }
+}
+
+fn count_rtp(f: &mut Forward) {
+    let s = f.fwd.stats();
+    m::rtp_out(s.packets.saturating_sub(f.counted.0), s.failed.saturating_sub(f.counted.1));
+    f.counted = (s.packets, s.failed);
+}
+
+/// A recording's file is closed (on its writer thread): the room hears it,
+/// the webhooks are told, the metrics count it.
+fn finished(
+    room: &Room,
+    f: &RecordingFinished,
+    done: &AtomicBool,
+    counted: &AtomicU64,
+    webhooks: Option<&WebhookSender>,
+) {
+    let file = f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let reason = f.reason.code();
+    if !matches!(f.reason, StopReason::Stopped) {
+        let error = match &f.reason {
+            StopReason::Error(e) => Some(e.clone()),
+            _ => None,
+        };
+        room.publish(RoomEvent::RecordingStopped { file: file.clone(), reason, error });
+    }
+    room.publish(RoomEvent::RecordingFinished {
+        file,
+        bytes: f.bytes,
+        duration_seconds: f.duration.as_secs_f64(),
+        reason,
+    });
+    count_bytes(counted, f.bytes);
+    m::recording_finished(reason);
+    if let Some(w) = webhooks {
+        w.send(&WebhookEvent::RecordingFinished { room: f.room.clone(), recording: f.into() });
+    }
+    done.store(true, Ordering::Relaxed);
+}
