@@ -446,6 +446,8 @@ const FIREFOX_HZ: f32 = 1000.0;
 const NS_CAROL_HZ: f32 = 790.0;
 const NS_DAVE_HZ: f32 = 1310.0;
 const NS_RUST_HZ: f32 = 1430.0;
+/// The page that joins over ICE-TCP (its UDP dropped, tutti's TCP candidate reachable).
+const NS_ERIN_HZ: f32 = 2170.0;
 const NS_CONTROL_HZ: f32 = 2530.0;
 /// Levels (dB, 20·log10 of a Goertzel amplitude; full-scale sine = 0 dB) of
 /// what a page recorded: heard tones (−10 to −25 dB; Firefox's fake
@@ -523,15 +525,26 @@ impl Drop for Netns {
     }
 }
 
-/// A child process killed on drop.
+/// A child process ended on drop: its stdin closed and SIGTERM (so that a
+/// driver closes its browser: puppeteer starts Firefox in a process group
+/// of its own, which a SIGKILL of node would leave running), then SIGKILL
+/// after 5 s.
 struct Killed(Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return;
         }
+        drop(self.0.stdin.take());
+        let pid = self.0.id().to_string();
+        let _ = run(Command::new("kill").args(["-TERM", &pid]), "kill -TERM", Duration::from_secs(5));
+        let by = Instant::now() + Duration::from_secs(5);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < by {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -586,10 +599,11 @@ fn spawn_page(node_dir: &Path, netns: Option<&str>, cfg: &Value, tx: mpsc::Sende
 
 /// Debian's Firefox ESR in a network namespace of its own (headless Firefox
 /// gathers no loopback candidate), a Chromium page on the host, a Chromium
-/// page in a namespace whose outgoing UDP is dropped (it joins through a
-/// real coturn over TCP, with TURN REST credentials from tutti's
-/// `[[ice_servers]]`), and the Rust client: each hears the other three and
-/// not itself. Firefox's AudioContext cannot start (no output device): its
+/// page in a namespace whose outgoing UDP is dropped and with no route to
+/// tutti (it joins through a real coturn over TCP, with TURN REST
+/// credentials from tutti's `[[ice_servers]]`), a Chromium page whose UDP
+/// is dropped but which reaches tutti's media port over TCP (ICE-TCP), and
+/// the Rust client: each hears the other four and not itself. Firefox's AudioContext cannot start (no output device): its
 /// page joins all the same, with its meters off and a note saying so.
 #[test]
 fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
@@ -608,8 +622,12 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     let n = std::process::id() % 200 + 20;
     let (ff_host, ff_inside) = (format!("10.200.{n}.1"), format!("10.200.{n}.2"));
     let (nu_host, nu_inside) = (format!("10.201.{n}.1"), format!("10.201.{n}.2"));
+    let (tcp_host, tcp_inside) = (format!("10.202.{n}.1"), format!("10.202.{n}.2"));
     let ff_ns = Netns::new(&format!("tff{n}"), &ff_host, &ff_inside, false);
     let nu_ns = Netns::new(&format!("tnu{n}"), &nu_host, &nu_inside, true);
+    // UDP dropped too, but a route to tutti's address: ICE over TCP to its media port.
+    let tcp_ns = Netns::new(&format!("ttc{n}"), &tcp_host, &tcp_inside, true);
+    sh(&["ip", "netns", "exec", &tcp_ns.name, "ip", "route", "add", "default", "via", &tcp_host]);
 
     // coturn on the host side of the UDP-blocked namespace, REST secret shared with tutti.
     let turn_port = free_port(&nu_host);
@@ -687,9 +705,12 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     assert!(run_until(&mut [&mut rust], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
 
     let (carol_wav, dave_wav) = (out.join("tone-790.wav"), out.join("tone-1310.wav"));
+    let erin_wav = out.join("tone-2170.wav");
     write_tone_wav(&carol_wav, NS_CAROL_HZ, 2);
     write_tone_wav(&dave_wav, NS_DAVE_HZ, 2);
-    let freqs = [NS_CAROL_HZ, NS_DAVE_HZ, NS_RUST_HZ, FIREFOX_HZ, NS_CONTROL_HZ];
+    write_tone_wav(&erin_wav, NS_ERIN_HZ, 2);
+    let freqs = [NS_CAROL_HZ, NS_DAVE_HZ, NS_RUST_HZ, FIREFOX_HZ, NS_ERIN_HZ, NS_CONTROL_HZ];
+    let everyone = 5;
     let page = |name: &str, browser: &str, exe: &str, host: Option<&str>, wav: &Path| {
         json!({
             "name": name,
@@ -700,7 +721,7 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
             "room": "networks",
             "token": token,
             "wav": wav,
-            "everyone": 4,
+            "everyone": everyone,
             "freqs": freqs,
             "settleMs": 1500,
             "measureMs": 2500,
@@ -718,7 +739,13 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
             &page("fiona", "firefox", FIREFOX, Some(&ff_host), &carol_wav),
             tx.clone(),
         ),
-        spawn_page(&node_dir, Some(&nu_ns.name), &page("dave", "chromium", chromium, Some(&nu_host), &dave_wav), tx),
+        spawn_page(
+            &node_dir,
+            Some(&nu_ns.name),
+            &page("dave", "chromium", chromium, Some(&nu_host), &dave_wav),
+            tx.clone(),
+        ),
+        spawn_page(&node_dir, Some(&tcp_ns.name), &page("erin", "chromium", chromium, Some(&tcp_host), &erin_wav), tx),
     ];
 
     // Pump the Rust client until every page is ready (in the call, everyone listed and talking).
@@ -748,55 +775,55 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
             pages_ready += 1;
         }
     }
-    // Everyone must be in the mix while the pages listen: on this shared
+    // Everyone should be in the mix while the pages listen: on this shared
     // 2-core machine a debug build's mixer may shed load (3, 2, then 1
-    // speakers mixed; `tutti_mix_shed_level`), and a page would then not
-    // hear everyone. Measure when the room mixes all four, again if it did
-    // not throughout (at most 3 times).
+    // speakers mixed), and a page would then not hear everyone. Wait (10 s
+    // at most) until the room lists all four as speakers, then measure.
     let speakers = |rust: &mut ToneClient| -> usize {
         rust.pump(Instant::now());
         let r = request_as(api, &requester, "GET", "/v1/rooms/networks", None, b"").expect("the API answers");
         serde_json::from_str::<Value>(&r.body).ok().and_then(|v| v["speakers"].as_array().map(Vec::len)).unwrap_or(0)
     };
-    let mut measured: HashMap<String, Value> = HashMap::new();
-    let mut window = (Instant::now(), Instant::now());
-    let mut mixed = 0;
-    for attempt in 1..=3 {
-        let by = Instant::now() + Duration::from_secs(20);
-        while speakers(&mut rust) < 4 && Instant::now() < by {
+    let await_speakers = |rust: &mut ToneClient| {
+        let by = Instant::now() + Duration::from_secs(10);
+        while speakers(rust) < everyone && Instant::now() < by {
             let until = Instant::now() + Duration::from_millis(100);
             while Instant::now() < until {
                 rust.pump(Instant::now());
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        window.0 = Instant::now();
-        for p in &mut procs {
-            if let Some(stdin) = p.0.stdin.as_mut() {
-                let _ = std::io::Write::write_all(stdin, b"measure\n");
-            }
+    };
+    await_speakers(&mut rust);
+    let mut measured: HashMap<String, Value> = HashMap::new();
+    let from = Instant::now();
+    for p in &mut procs {
+        if let Some(stdin) = p.0.stdin.as_mut() {
+            let _ = std::io::Write::write_all(stdin, b"measure\n");
         }
-        measured.clear();
-        while measured.len() < procs.len() {
-            let (name, msg) = next_event(&mut rust, &mut marks, deadline);
-            if msg["event"] == "measured" {
-                measured.insert(name, msg["result"].clone());
-            }
-        }
-        window.1 = Instant::now();
-        mixed = speakers(&mut rust);
-        if mixed == 4 {
-            break;
-        }
-        println!("measurement {attempt}: the server mixed {mixed} of 4 speakers at its end (shedding load); again");
     }
+    while measured.len() < procs.len() {
+        let (name, msg) = next_event(&mut rust, &mut marks, deadline);
+        if msg["event"] == "measured" {
+            measured.insert(name, msg["result"].clone());
+        }
+    }
+    let window = (from, Instant::now());
+    let mixed = speakers(&mut rust);
     std::fs::write(out.join("result.json"), serde_json::to_string_pretty(&measured).unwrap_or_default())
         .expect("write result.json");
+    let ff = measured["fiona"].clone();
     let rust_heard = |f| heard_between(&rust, f, window.0, window.1);
-    let (a, b, f, own_amp) =
-        (rust_heard(NS_CAROL_HZ), rust_heard(NS_DAVE_HZ), rust_heard(FIREFOX_HZ), rust_heard(NS_RUST_HZ));
+    let (a, b, f, e, own_amp) = (
+        rust_heard(NS_CAROL_HZ),
+        rust_heard(NS_DAVE_HZ),
+        rust_heard(FIREFOX_HZ),
+        rust_heard(NS_ERIN_HZ),
+        rust_heard(NS_RUST_HZ),
+    );
     println!(
-        "the Rust client hears: {NS_CAROL_HZ} Hz {a:.4}, {NS_DAVE_HZ} Hz {b:.4}, {FIREFOX_HZ} Hz (Firefox) {f:.4}, own {own_amp:.4}"
+        "the Rust client hears: {NS_CAROL_HZ} Hz {a:.4}, {NS_DAVE_HZ} Hz {b:.4}, {FIREFOX_HZ} Hz (Firefox) {f:.4}, \
+         {NS_ERIN_HZ} Hz {e:.4}, own {own_amp:.4}"
     );
     let room_then =
         request_as(api, &requester, "GET", "/v1/rooms/networks", None, b"").map(|r| r.body).unwrap_or_default();
@@ -858,6 +885,22 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         noticed.as_secs_f64(),
         restarting["state"]["iceRestarts"]
     );
+    // Back in the call: once the room mixes everyone again, what fiona hears
+    // and what the Rust client hears of her.
+    let mut after_restart = (Value::Null, 0.0f32, 0);
+    if restart["state"]["phase"] == "in-call" {
+        await_speakers(&mut rust);
+        let from = Instant::now();
+        say(&mut procs[1], b"measure\n");
+        let heard = loop {
+            let (name, msg) = next_event(&mut rust, &mut marks, Instant::now() + Duration::from_secs(30));
+            if name == "fiona" && msg["event"] == "measured" {
+                break msg["result"]["heard"].clone();
+            }
+        };
+        after_restart = (heard, heard_between(&rust, FIREFOX_HZ, from, Instant::now()), speakers(&mut rust));
+        println!("fiona's path before the cut: {}; after the restart: {}", ff["transport"], restart["transport"]);
+    }
     for p in &mut procs {
         if let Some(stdin) = p.0.stdin.as_mut() {
             let _ = std::io::Write::write_all(stdin, b"leave\n");
@@ -872,13 +915,13 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     }
 
     // Each page hears the other three, not itself.
-    let own = [("carol", NS_CAROL_HZ), ("fiona", FIREFOX_HZ), ("dave", NS_DAVE_HZ)];
+    let own = [("carol", NS_CAROL_HZ), ("fiona", FIREFOX_HZ), ("dave", NS_DAVE_HZ), ("erin", NS_ERIN_HZ)];
     for (name, mine) in own {
         let r = &measured[name];
         let heard = &r["heard"];
         println!("{name} ({}) hears: {heard}; path: {}", r["browser"], r["transport"]);
         let others: Vec<f32> =
-            [NS_CAROL_HZ, NS_DAVE_HZ, NS_RUST_HZ, FIREFOX_HZ].into_iter().filter(|f| *f != mine).collect();
+            [NS_CAROL_HZ, NS_DAVE_HZ, NS_RUST_HZ, FIREFOX_HZ, NS_ERIN_HZ].into_iter().filter(|f| *f != mine).collect();
         let quietest = others.iter().map(|f| db(heard, *f)).fold(f64::INFINITY, f64::min);
         assert!(
             quietest > NS_HEARD_DB,
@@ -891,7 +934,7 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     }
     let advertised = format!("{ff_host}:{media_port}");
     // Firefox (NSS DTLS) reached tutti's advertised address directly, over UDP, from its namespace.
-    let ff = &measured["fiona"];
+
     assert!(ff["browser"].as_str().is_some_and(|b| b.starts_with("firefox")), "{}", ff["browser"]);
     assert_eq!(ff["transport"]["remote"]["address"], advertised.as_str(), "{}", ff["transport"]);
     // From a host candidate of its own (Firefox hides its address behind an
@@ -912,6 +955,12 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     assert_eq!(dave["local"]["relayProtocol"], "tcp", "dave reached coturn over TCP: {dave}");
     assert_eq!(dave["remote"]["address"], advertised.as_str(), "{dave}");
     assert_eq!(measured["dave"]["state"]["iceServers"], 1, "the page used the server's ICE servers");
+    // The other UDP-blocked page reached tutti's media port over TCP (ICE-TCP, RFC 6544), no relay.
+    let erin = &measured["erin"]["transport"];
+    assert_eq!(erin["local"]["protocol"], "tcp", "erin joined over ICE-TCP: {erin}");
+    assert_ne!(erin["local"]["type"], "relay", "erin reached tutti directly: {erin}");
+    assert_eq!(erin["remote"]["protocol"], "tcp", "{erin}");
+    assert_eq!(erin["remote"]["address"], advertised.as_str(), "{erin}");
 
     // The cut: the page noticed, and sent the server a restart offer.
     let attempts = restart["state"]["iceRestarts"].as_array().cloned().unwrap_or_default();
@@ -922,11 +971,15 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         // The server restarted ICE for the same participant: in the call again, hearing the room.
         assert_eq!(restart["state"]["phase"], "in-call", "fiona is in the call again: {restart}");
         assert_eq!(restart["state"]["me"], ff["state"]["me"], "as the same participant: {restart}");
-        let heard = &restart["heard"];
+        let (heard, rust_hears_fiona, mixed) = &after_restart;
+        println!(
+            "after the restart fiona hears {heard}; the Rust client hears her at {rust_hears_fiona:.4}; {mixed} speakers mixed"
+        );
         for f in [NS_CAROL_HZ, NS_DAVE_HZ, NS_RUST_HZ] {
-            assert!(db(heard, f) > NS_HEARD_DB, "fiona hears {f} Hz again: {heard}");
+            assert!(db(heard, f) > NS_HEARD_DB, "fiona hears {f} Hz again ({mixed} speakers mixed): {heard}");
         }
-        println!("fiona's ICE restart was answered (statuses {statuses:?}) and she hears the room again");
+        assert!(*rust_hears_fiona > HEARD_AMP, "the Rust client hears fiona again: {rust_hears_fiona:.4}");
+        println!("fiona's ICE restart was answered (statuses {statuses:?}); she hears the room again and is heard");
     } else {
         // A server without the restart route refuses the SDP PATCH (415
         // unsupported_media_type): the page keeps trying through its grace
@@ -943,13 +996,13 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         );
     }
 
-    // The Rust client hears the three pages, not itself.
-    assert!(a > HEARD_AMP && b > HEARD_AMP && f > HEARD_AMP, "the Rust client hears the three pages");
+    // The Rust client hears the four pages, not itself.
+    assert!(a > HEARD_AMP && b > HEARD_AMP && f > HEARD_AMP && e > HEARD_AMP, "the Rust client hears the four pages");
     assert!(own_amp < ABSENT_AMP, "the Rust client does not hear itself");
 
     rust.close();
     rt.block_on(server.shutdown());
-    drop((nu_ns, ff_ns));
+    drop((tcp_ns, nu_ns, ff_ns));
     println!(
         "browser network test: {:.1} s in all ({:.1} s making sure Chromium, Firefox ESR, coturn and node modules are there)",
         t0.elapsed().as_secs_f64(),

@@ -20,9 +20,9 @@ mod ice;
 mod limit;
 mod recording;
 pub(crate) mod rooms;
+mod rtp_in;
 mod rtp_out;
 mod stage;
-mod rtp_in;
 mod web;
 pub(crate) mod ws;
 

@@ -41,10 +41,17 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** Lines the test writes on stdin. */
 const commands = [];
 let wake = null;
-readline.createInterface({ input: process.stdin }).on('line', (l) => {
-  commands.push(l.trim());
-  if (wake) wake();
-});
+readline
+  .createInterface({ input: process.stdin })
+  .on('line', (l) => {
+    commands.push(l.trim());
+    if (wake) wake();
+  })
+  .on('close', () => {
+    // The test is gone: stop (the browser is closed on the way out).
+    commands.push('eof');
+    if (wake) wake();
+  });
 async function command(ms) {
   const end = Date.now() + ms;
   while (!commands.length && Date.now() < end) {
@@ -304,11 +311,7 @@ async function main() {
           const e = document.getElementById('error');
           return e.hidden ? '' : e.textContent;
         });
-        if (restart.state.phase === 'in-call' && restart.state.connection === 'connected') {
-          await sleep(cfg.settleMs || 1500);
-          restart.heard = await heard(p, cfg.freqs, cfg.measureMs || 2000);
-          restart.transport = await transport(p);
-        }
+        if (restart.state.phase === 'in-call') restart.transport = await transport(p);
         emit('restart', { restart });
         continue;
       }
