@@ -350,4 +350,3 @@ pub fn run_until(
         std::thread::sleep(Duration::from_millis(1));
     }
 }
-

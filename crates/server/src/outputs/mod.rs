@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Config;
-use crate::metrics::outputs as m;
 use crate::cidr::Cidr;
+use crate::metrics::outputs as m;
 use crate::ops::recording::{PushOutcome, Recorder, RecordingConfig, RecordingFinished, StopReason};
 use crate::ops::rtp_out::{RtpForwarder, RtpOutConfig};
 use crate::ops::webhook::{WebhookEvent, WebhookSender};

@@ -76,7 +76,7 @@ mod tests {
     use crate::room::{Claim, Effect, LeaveReason};
 
     fn plain(id: PeerId, name: &str) -> PlainJoiner {
-        PlainJoiner { id, name: name.to_owned(), identity: String::new(), listen_only: false, io: 7 }
+        PlainJoiner { id, name: name.to_owned(), identity: String::new(), listen_only: false, admin: false, io: 7 }
     }
 
     #[test]
@@ -88,7 +88,8 @@ mod tests {
             .expect("acceptor");
         let (a, b) = (acceptor.reserve_id(), acceptor.reserve_id());
         assert_ne!(a, b, "ids come from one sequence");
-        let id = rooms.join_plain(&room, plain(a, "phone\u{7}")).expect("joins");
+        let (id, gate) = rooms.join_plain(&room, plain(a, "phone\u{7}")).expect("joins");
+        assert!(!gate.get(), "it may speak");
         assert_eq!(id, a.0);
         let member = lock(&room.members).get(&id).cloned().expect("a member");
         assert_eq!((member.name.as_str(), member.connected, member.muted), ("phone", true, false));
@@ -101,7 +102,7 @@ mod tests {
         rooms.expire_pending(Instant::now() + Duration::from_secs(3600), Duration::from_secs(1));
         assert_eq!(room.len(), 1);
         // The room's limits hold as for WebRTC joins.
-        let unnamed = rooms.join_plain(&room, plain(b, "")).expect("joins");
+        let (unnamed, _) = rooms.join_plain(&room, plain(b, "")).expect("joins");
         assert_eq!(lock(&room.members).get(&unnamed).map(|m| m.name.clone()), Some(format!("rtp-{unnamed}")));
         let full = rooms.join_plain(&room, plain(acceptor.reserve_id(), "third"));
         assert!(matches!(full, Err(RoomError::RoomFull { .. })), "{:?}", full.err());
