@@ -46,9 +46,10 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
     let r = request_as(api, &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"call"}"#).expect("API");
     assert_eq!(r.status, 201, "{}", r.body);
     let stream = TcpStream::connect(api).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     let (mut ws, _) =
         tungstenite::client(format!("ws://{api}/v1/rooms/call/ws?token={token}"), stream).expect("WebSocket");
+    ws.get_ref().set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
     let mut a = ToneClient::join_as(api, &admin, "call", 440.0, JoinAs::Whip).expect("join");
     let mut b = ToneClient::join_as(api, &admin, "call", 660.0, JoinAs::Json).expect("join");
     let mut both = [&mut a, &mut b];

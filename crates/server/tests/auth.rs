@@ -162,9 +162,10 @@ fn tokens_decide_who_joins_sees_and_manages() {
 
     // Over the WebSocket too: a listener's socket cannot unmute its participant.
     let stream = TcpStream::connect(api).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     let (mut sock, _) =
         tungstenite::client(format!("ws://{api}/v1/rooms/a/ws?token={lena}"), stream).expect("WebSocket");
+    sock.get_ref().set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
     let (_, ws_offer) = ToneClient::offer(770.0).expect("offer");
     sock.send(tungstenite::Message::text(json!({"type":"join","sdp":ws_offer}).to_string())).expect("send");
     sock.send(tungstenite::Message::text(json!({"type":"mute","muted":false}).to_string())).expect("send");
