@@ -142,8 +142,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn token(args: &TokenArgs) -> anyhow::Result<()> {
-    let cfg = Config::load(args.config.as_deref(), std::env::vars(), &key_values(&args.set)?)
-        .context("reading the configuration")?;
+    // A node's cluster settings (its own api_url, …) are no business of a
+    // token: minting works in a shell set up to start a cluster node.
+    let env = std::env::vars().filter(|(k, _)| !k.starts_with("TUTTI_CLUSTER_"));
+    let cfg =
+        Config::load(args.config.as_deref(), env, &key_values(&args.set)?).context("reading the configuration")?;
     if cfg.auth.disabled {
         anyhow::bail!("auth.disabled is true in this configuration: the server takes no tokens");
     }

@@ -133,6 +133,9 @@ impl Node {
             .env("TUTTI_CLUSTER_NODE_TTL_SECONDS", "2")
             .env("TUTTI_CLUSTER_LEASE_TTL_SECONDS", "4")
             .env("TUTTI_CLUSTER_CAPACITY", "100")
+            // Debug builds on a busy machine tick slowly (10-30 ms p99): a
+            // 20 ms budget would count every node full and refuse new rooms.
+            .env("TUTTI_CLUSTER_TICK_BUDGET_SECONDS", "1")
             .env("TUTTI_IO_THREADS", "1")
             .env("TUTTI_MIX_THREADS", "1")
             .env("TUTTI_LIMITS_JOIN_RATE_PER_SECOND", "0")

@@ -42,6 +42,17 @@ fn tutti_token_mints_with_the_configured_secret() {
         .expect("tutti runs");
     let token = String::from_utf8(out.stdout).expect("UTF-8");
     assert_eq!(auth.verify(token.trim(), unix_now()).map(|g| g.identity), Ok("carol".to_owned()));
+
+    // In a shell set up for a cluster node (README "Running a cluster"): its
+    // node settings, incomplete for a node, do not stop the minting.
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["token", "--room", "demo", "--identity", "dave"])
+        .env("TUTTI_AUTH_SECRET", SECRET)
+        .env("TUTTI_CLUSTER_REDIS_URL", "redis://127.0.0.1:6379/0")
+        .output()
+        .expect("tutti runs");
+    let token = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(auth.verify(token.trim(), unix_now()).map(|g| g.identity), Ok("dave".to_owned()), "{out:?}");
 }
 
 #[test]
