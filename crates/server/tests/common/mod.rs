@@ -65,8 +65,10 @@ impl Ws {
     /// A socket on `path` (with its query, e.g. `?events=muted`).
     pub fn connect_to(api: SocketAddr, path: &str) -> Self {
         let stream = TcpStream::connect(api).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
+        // The handshake may wait on a busy machine; reads after it poll every 20 ms.
+        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
         let (ws, _) = tungstenite::client(format!("ws://{api}{path}"), stream).expect("WebSocket handshake");
+        ws.get_ref().set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
         Self(ws, Default::default())
     }
 
