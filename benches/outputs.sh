@@ -60,13 +60,14 @@ one_run() { # NAME
     # The final summary: the last block the load tester printed before the rooms table.
     sed -n '/== final summary ==/,/== clients ==/p' "$log-load-$name.log" |
         grep -E 'MOS|loss %|server CPU|INVALID|warning' | sed 's/^/   /' || true
-    sed -n '/== webhooks received ==/,$p' "$log-load-$name.log" | sed 's/^/   /'
+    sed -n '/== webhooks received ==/,/== clients ==/p' "$log-load-$name.log" | grep -v -e '== clients' -e '^$' |
+        sed 's/^/   /' || true
 }
 
 names=(plain record hooks)
 echo "$clients clients in $rooms rooms; $rounds rounds of ${names[*]}"
 for r in $(seq "$rounds"); do
     for i in 0 1 2; do
-        one_run "${names[$(((i + r - 1) % 3))]}"
+        one_run "${names[$(((i + r - 1 + ${TUTTI_BENCH_ROTATE:-0}) % 3))]}"
     done
 done
