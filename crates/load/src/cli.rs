@@ -684,6 +684,17 @@ mod tests {
     }
 
     #[test]
+    fn recording_and_webhook_flags() {
+        use clap::Parser;
+        let l = Load::try_parse_from(["load", "--record", "--webhook-listen", "127.0.0.1:9100"]).expect("valid");
+        assert!(l.args.record);
+        assert_eq!(l.args.webhook_listen, Some("127.0.0.1:9100".parse().expect("addr")));
+        let l = Load::try_parse_from(["load"]).expect("valid");
+        assert!(!l.args.record && l.args.webhook_listen.is_none(), "both off by default");
+        assert!(Load::try_parse_from(["load", "--webhook-listen", "localhost"]).is_err(), "an address, not a name");
+    }
+
+    #[test]
     fn fleet_flags() {
         use clap::Parser;
         let l = Load::try_parse_from(["load", "--rooms", "20", "--no-ws", "--no-level-share", "0.5"]).expect("valid");

@@ -108,7 +108,7 @@ mod quality;
 mod report;
 pub mod rooms;
 mod talk;
-mod webhooks;
+pub mod webhooks;
 
 pub use audio::{Material, read_wav, speech_like};
 pub use capacity::{CapacityResult, Phase, SearchPolicy, Slo, Trial, TrialFigures, TrialRunner, search};

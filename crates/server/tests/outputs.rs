@@ -159,16 +159,39 @@ fn a_recorded_room_decodes_to_every_talkers_tone_and_errors_have_codes() {
     }
     rt.block_on(server.shutdown());
 
-    // Recording disabled: a clear error, at creation too.
+    // With tokens: starting and stopping need an admin token for the room.
+    // Recording disabled, RTP out not allowed anywhere: clear errors, at creation too.
     let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = "an-outputs-test-secret-of-32-bytes-or-more".to_owned();
     cfg.recording.enabled = false;
     let (rt, server) = start_with(cfg);
     let api = server.http_addr();
-    create_room(api, "off");
-    let r = http(api, "POST", "/v1/rooms/off/recording", None, b"");
+    let mint = |g: tutti_server::auth::Grant| server.mint_token(&g, Duration::from_secs(600)).expect("a token");
+    let (admin, alice) =
+        (mint(tutti_server::auth::Grant::admin("ops")), mint(tutti_server::auth::Grant::participant("off", "alice")));
+    let call = |token: Option<&str>, method: &str, path: &str, body: &[u8]| {
+        let who = tutti_client::Requester { token, from: None };
+        tutti_client::request_as(api, &who, method, path, if body.is_empty() { None } else { JSON }, body)
+            .expect("the API answers")
+    };
+    assert_eq!(call(Some(&admin), "POST", "/v1/rooms", br#"{"id":"off"}"#).status, 201);
+    let r = call(None, "POST", "/v1/rooms/off/recording", b"");
+    assert_eq!((r.status, r.code()), (401, "unauthorized".into()), "{}", r.body);
+    let r = call(Some(&alice), "POST", "/v1/rooms/off/recording", b"");
+    assert_eq!((r.status, r.code()), (403, "forbidden".into()), "a participant may not record: {}", r.body);
+    let r = call(Some(&alice), "GET", "/v1/rooms/off/recording", b"");
+    assert_eq!(r.status, 200, "a participant may look: {}", r.body);
+    let r = call(Some(&admin), "POST", "/v1/rooms/off/recording", b"");
     assert_eq!((r.status, r.code()), (403, "recording_disabled".into()), "{}", r.body);
-    let r = http(api, "POST", "/v1/rooms", JSON, br#"{"id":"off2","record":true}"#);
+    let r = call(Some(&admin), "POST", "/v1/rooms", br#"{"id":"off2","record":true}"#);
     assert_eq!((r.status, r.code()), (403, "recording_disabled".into()), "{}", r.body);
+    let r = call(Some(&alice), "POST", "/v1/rooms/off/rtp_out", br#"{"address":"127.0.0.1:5004"}"#);
+    assert_eq!((r.status, r.code()), (403, "forbidden".into()), "{}", r.body);
+    let r = call(Some(&admin), "POST", "/v1/rooms/off/rtp_out", br#"{"address":"127.0.0.1:5004"}"#);
+    assert_eq!((r.status, r.code()), (403, "rtp_out_disabled".into()), "{}", r.body);
+    let r = call(Some(&admin), "GET", "/v1/rooms/nope/rtp_out", b"");
+    assert_eq!((r.status, r.code()), (404, "room_not_found".into()), "{}", r.body);
     rt.block_on(server.shutdown());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -220,8 +220,8 @@ impl Outputs {
     /// frames flow from the next tick (the first join's, in an empty room).
     pub(crate) fn start_recording(&self, room: &Arc<Room>) -> Result<serde_json::Value, OutputError> {
         let cfg = self.recording.as_ref().ok_or(OutputError::RecordingDisabled)?;
-        let mut recs = lock(&self.recordings);
-        if recs.contains_key(&room.key) {
+        // The thread starts outside the lock the clock takes every tick.
+        if lock(&self.recordings).contains_key(&room.key) {
             return Err(OutputError::RecordingActive(room.id.clone()));
         }
         let started = SystemTime::now();
@@ -234,6 +234,12 @@ impl Outputs {
         let recorder = Recorder::start(&room.id, started, cfg, Some(on_finish))
             .map_err(|e| OutputError::Internal(e.to_string()))?;
         let file = recorder.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut recs = lock(&self.recordings);
+        if recs.contains_key(&room.key) {
+            // Another request won the race: this one's file is closed at once (its writer sees the stop).
+            recorder.stop();
+            return Err(OutputError::RecordingActive(room.id.clone()));
+        }
         room.publish(RoomEvent::RecordingStarted { file: file.clone() });
         tracing::info!(room = %room.id, path = %recorder.path().display(), "recording started");
         let rec = Recording { room: room.clone(), recorder, file, started, done, counted };
@@ -269,8 +275,8 @@ impl Outputs {
         if !self.networks.iter().any(|n| n.contains(dest.ip())) {
             return Err(OutputError::RtpOutForbidden(dest));
         }
-        let mut fwds = lock(&self.forwarders);
-        if fwds.contains_key(&room.key) {
+        // The socket is opened outside the lock the clock takes every tick.
+        if lock(&self.forwarders).contains_key(&room.key) {
             return Err(OutputError::RtpOutActive(room.id.clone()));
         }
         let fwd = RtpForwarder::new(RtpOutConfig::new(dest)).map_err(|e| match e {
@@ -281,6 +287,10 @@ impl Outputs {
         tracing::info!(room = %room.id, %dest, ssrc = fwd.ssrc(), "rtp_out started");
         let f = Forward { room: room.clone(), fwd, dest, sdp, counted: (0, 0) };
         let state = f.state();
+        let mut fwds = lock(&self.forwarders);
+        if fwds.contains_key(&room.key) {
+            return Err(OutputError::RtpOutActive(room.id.clone()));
+        }
         fwds.insert(room.key, f);
         self.active.fetch_add(1, Ordering::Relaxed);
         m::rtp_out_active(fwds.len());

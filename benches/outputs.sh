@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What recording and webhooks cost the server: the same load (`tutti load`,
+# CLIENTS participants in ROOMS rooms) against a fresh server three ways,
+# alternated ROUNDS times in one session (the order rotates each round):
+#   plain     no recording, no webhooks
+#   record    every room recorded from its first join (`tutti load --record`)
+#   hooks     recorded, and webhooks on: the server posts every event to the
+#             load tester's own receiver (`tutti load --webhook-listen`)
+# Each prints the load tester's final summary (server CPU per participant
+# per tick from /proc/PID, quality, validity) and, for `hooks`, the events
+# the receiver counted.
+#
+#   cargo build --release --bin tutti
+#   benches/outputs.sh CLIENTS ROOMS ROUNDS [load args…]
+#   e.g. benches/outputs.sh 1000 20 2 --life 40 --no-ws
+#
+# Loopback only; every loop is bounded; recordings go to a temporary
+# directory removed after each run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+clients=$1 rooms=$2 rounds=$3
+shift 3
+load_args=("$@")
+bin=target/release/tutti
+http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
+media=127.0.0.1:${TUTTI_BENCH_MEDIA_PORT:-24000}
+hooks=127.0.0.1:${TUTTI_BENCH_HOOK_PORT:-28090}
+if curl -s -o /dev/null "http://$http/"; then echo "$http is taken; set TUTTI_BENCH_HTTP_PORT" >&2; exit 1; fi
+log=${TMPDIR:-/tmp}/tutti-outputs
+secret=bench-secret-bench-secret-bench-secret-0123
+
+one_run() { # NAME
+    local name=$1 dir
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/tutti-outputs-rec.XXXXXX")
+    local serve=(--set "recording.dir=$dir") load=()
+    case $name in
+        record) load=(--record) ;;
+        hooks)
+            load=(--record --webhook-listen "$hooks")
+            serve+=(--set "auth.secret=$secret" --set "webhooks.urls=http://$hooks/")
+            ;;
+    esac
+    # Loopback: no tokens, no per-address join limit (every client is 127.0.0.1).
+    ("$bin" serve --http "$http" --media "$media" --metrics off \
+        --set auth.disabled=true --set limits.join_rate_per_second=0 "${serve[@]}" >"$log-server-$name.log" 2>&1) &
+    local server=$!
+    for _ in $(seq 100); do
+        curl -sf "http://$http/healthz" >/dev/null && break
+        kill -0 "$server" 2>/dev/null || { echo "$name: the server exited: see $log-server-$name.log" >&2; exit 1; }
+        sleep 0.1
+    done
+    local pid
+    pid=$(pgrep -P "$server" -x tutti || echo "$server")
+    "$bin" load --url "http://$http" -n "$clients" --rooms "$rooms" --cint 10 --server-pid "$pid" --details 0 \
+        --room-details 0 "${load[@]}" "${load_args[@]}" >"$log-load-$name.log" 2>&1 || true
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    echo "== $name ($(du -sh "$dir" | cut -f1) recorded)"
+    rm -rf "$dir"
+    # The final summary: the last block the load tester printed before the rooms table.
+    sed -n '/== final summary ==/,/== clients ==/p' "$log-load-$name.log" |
+        grep -E 'MOS|loss %|server CPU|INVALID|warning' | sed 's/^/   /' || true
+    sed -n '/== webhooks received ==/,/== clients ==/p' "$log-load-$name.log" | grep -v -e '== clients' -e '^$' |
+        sed 's/^/   /' || true
+}
+
+names=(plain record hooks)
+echo "$clients clients in $rooms rooms; $rounds rounds of ${names[*]}"
+for r in $(seq "$rounds"); do
+    for i in 0 1 2; do
+        one_run "${names[$(((i + r - 1 + ${TUTTI_BENCH_ROTATE:-0}) % 3))]}"
+    done
+done
