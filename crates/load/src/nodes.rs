@@ -19,7 +19,6 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-
 use crate::cpu::process_cpu_seconds;
 use crate::model::{ClientState, JoinTimes, NodeSummary};
 use crate::report::{ClientReport, percentile};
