@@ -28,6 +28,7 @@ fn mentioned(text: &str) -> BTreeSet<String> {
 fn exported(name: &str) -> bool {
     NAMES.contains(&name)
         || tutti_server::metrics::cluster_names().contains(&name)
+        || tutti_server::metrics::TCP_NAMES.contains(&name)
         || HISTOGRAMS.iter().any(|h| ["_bucket", "_sum", "_count"].iter().any(|s| name == format!("{h}{s}")))
 }
 

@@ -113,6 +113,32 @@ pub(crate) enum MediaError {
     Setup(String),
 }
 
+/// Binds the UDP sockets and, with ICE-TCP, the TCP listeners on the same
+/// port. With port 0 the UDP sockets pick it; should that port be taken for
+/// TCP (another connection's ephemeral port), both are bound again on a new
+/// one, a few times.
+fn bind_media(cfg: &MediaConfig) -> Result<(Vec<std::net::UdpSocket>, Vec<std::net::TcpListener>), MediaError> {
+    const ATTEMPTS: usize = 8;
+    let n = cfg.io_threads.max(1);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let sockets =
+            socket::bind(cfg.bind, n, cfg.socket_buffer_bytes).map_err(io_err(format!("binding UDP {}", cfg.bind)))?;
+        let bound = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
+        if cfg.tcp.is_none() {
+            return Ok((sockets, Vec::new()));
+        }
+        match tcp::bind(bound, n) {
+            Ok(listeners) => return Ok((sockets, listeners)),
+            Err(e) if cfg.bind.port() == 0 && attempt < ATTEMPTS => {
+                tracing::debug!(%bound, error = %e, "the UDP port is taken for TCP; binding both again");
+            }
+            Err(e) => return Err(io_err(format!("binding TCP {bound}"))(e)),
+        }
+    }
+}
+
 /// One I/O thread's share of the TCP connection caps (rounded up).
 fn per_thread(l: tutti_rtc::TcpLimits, threads: usize) -> tutti_rtc::TcpLimits {
     tutti_rtc::TcpLimits {
@@ -130,8 +156,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MediaError 
 impl MediaHandle {
     /// Binds the media sockets and starts the I/O threads and the clock.
     pub(crate) fn start(cfg: &MediaConfig, rooms: Arc<Rooms>) -> Result<(Self, Vec<JoinHandle<()>>), MediaError> {
-        let sockets = socket::bind(cfg.bind, cfg.io_threads.max(1), cfg.socket_buffer_bytes)
-            .map_err(io_err(format!("binding UDP {}", cfg.bind)))?;
+        let (sockets, listeners) = bind_media(cfg)?;
         let bound = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
         let with_port = |a: SocketAddr| if a.port() == 0 { SocketAddr::new(a.ip(), bound.port()) } else { a };
         let advertise = with_port(cfg.advertise.unwrap_or(bound));
@@ -144,10 +169,6 @@ impl MediaHandle {
             std::iter::once(advertise).chain(cfg.advertise_more.iter().copied().map(with_port)).collect();
         acceptor.set_advertised(&advertised);
         acceptor.set_tcp(cfg.tcp.is_some());
-        let listeners = match cfg.tcp {
-            Some(_) => tcp::bind(bound, cfg.io_threads.max(1)).map_err(io_err(format!("binding TCP {bound}")))?,
-            None => Vec::new(),
-        };
         let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
         let nice = cfg.thread_nice;
         pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
