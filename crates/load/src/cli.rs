@@ -663,6 +663,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn transport_names_a_tcp_share() {
+        assert_eq!(parse_transport("udp"), Ok(0.0));
+        assert_eq!(parse_transport("tcp"), Ok(1.0));
+        assert_eq!(parse_transport("mixed"), Ok(0.5));
+        assert_eq!(parse_transport("mixed:0.2"), Ok(0.2));
+        assert!(parse_transport("mixed:2").is_err());
+        assert!(parse_transport("quic").is_err());
+    }
+
+    #[test]
     fn urls() {
         let (a, p) = parse_url("http://127.0.0.1:8080").expect("url");
         assert_eq!((a.port(), p.as_str()), (8080, "/"));

@@ -511,6 +511,22 @@ impl Mux {
         self.peers.get(&id).map(|p| p.ufrag.as_str())
     }
 
+    /// Routes a peer's ICE checks by a new server ufrag from now on (an ICE
+    /// restart that changed the server's credentials; the old one no longer
+    /// routes). Its known remote addresses, UDP and TCP, keep routing, and a
+    /// new one (a new socket, a new TCP connection) is learnt from its first
+    /// check. Returns whether the peer is here and the ufrag was free.
+    pub fn set_ufrag(&mut self, id: PeerId, ufrag: &str) -> bool {
+        if self.by_ufrag.get(ufrag).is_some_and(|&other| other != id) {
+            return false;
+        }
+        let Some(peer) = self.peers.get_mut(&id) else { return false };
+        self.by_ufrag.remove(&peer.ufrag);
+        peer.ufrag = ufrag.to_owned();
+        self.by_ufrag.insert(ufrag.to_owned(), id);
+        true
+    }
+
     /// The ids of every peer here.
     pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
         self.peers.keys().copied()

@@ -53,8 +53,8 @@
 //!   the local candidate's protocol (`rtc-0.21.1/src/peer_connection/handler/ice.rs:116-129`);
 //!   STUN responses likewise (`agent/mod.rs:1501-1530` `send_stun`). So
 //!   `poll_write()`'s `msg.transport.transport_protocol` says which socket a
-//!   packet goes to. tutti's `Transmit` drops it today (`media.rs:454-457`):
-//!   the lead must carry it (see the integration notes below).
+//!   packet goes to; tutti's [`crate::Transmit`] carries it as `tcp`, and the
+//!   lean path sends on the selected pair's protocol.
 //! * **Priority:** `Candidate::local_preference` follows RFC 6544 §4.2
 //!   (`candidate/mod.rs:479-537`): `2^13 * direction_pref + other_pref`,
 //!   passive host → 4·8192+8191 = 40959, against 65535 for UDP. But the
@@ -102,18 +102,17 @@
 //! * The offerer side has `RTCPeerConnection::restart_ice`
 //!   (`mod.rs:1801-1803`), so a Rust test client can restart too.
 //!
-//! ## What the mux/io threads must change (not in this module)
+//! ## How the mux and tutti's io threads use it
 //!
-//! `tests/tcp_spike.rs` is the working reference: rtc peers connect, carry
-//! RTP and restart ICE over this module on loopback. In short, the mux
-//! takes a transport with each packet (UDP, or TCP), keys `by_addr` on
-//! (transport, address), stamps `TransportProtocol::TCP` and the TCP
-//! listening address in the `TransportContext`; `Transmit` carries the
-//! protocol so the io thread sends TCP packets through
-//! [`TcpConnections::send`] to the connection [`TcpConnections::find`]
+//! [`crate::Mux::handle_tcp_frame`] takes each frame with its connection's
+//! remote address, keys its routes on (transport, address) and stamps
+//! `TransportProtocol::TCP` and the advertised address in the
+//! `TransportContext`; its transmits come out with `tcp` set, and the io
+//! thread (tutti-server's `media/tcp.rs`) queues them with
+//! [`TcpConnections::send`] on the connection [`TcpConnections::find`]
 //! names; a connection whose first check names a peer of another io thread
 //! moves there with [`TcpConnections::detach`] / [`TcpConnections::attach`].
-//! The branch report lists the exact edits.
+//! The client side is [`crate::ClientPeer::new_tcp`] with [`crate::ClientPeer::pump_tcp`].
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
