@@ -237,6 +237,10 @@ pub struct Limits {
     /// A WebSocket from which nothing (not even a pong to our pings, sent
     /// every third of this) arrives for this long is closed with 4408, in seconds.
     pub ws_idle_timeout_seconds: f64,
+    /// A participant that joined over a WebSocket and lost it (no close
+    /// frame: a network change) stays this long for a new socket to
+    /// `resume` it, in seconds; 0 = it leaves with its socket.
+    pub ws_resume_seconds: f64,
     /// Open ICE-TCP media connections at most (beyond: refused at once).
     /// Each I/O thread enforces an even share (rounded up) of this and of
     /// `tcp_max_per_ip`, so a burst may be refused a little below the cap.
@@ -340,6 +344,7 @@ impl Default for Limits {
             ws_messages_per_second: 10.0,
             ws_message_burst: 20,
             ws_idle_timeout_seconds: 60.0,
+            ws_resume_seconds: 10.0,
             tcp_max_connections: 10_000,
             tcp_max_per_ip: 256,
             tcp_handshake_timeout_seconds: 5.0,
@@ -525,6 +530,9 @@ impl Config {
         }
         if l.max_connections == 0 {
             return invalid("limits.max_connections", "must be at least 1");
+        }
+        if !(l.ws_resume_seconds.is_finite() && (0.0..=3_600.0).contains(&l.ws_resume_seconds)) {
+            return invalid("limits.ws_resume_seconds", "must be within 0 to 3600 seconds");
         }
         for (key, v) in [
             ("limits.http_header_timeout_seconds", l.http_header_timeout_seconds),

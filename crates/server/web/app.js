@@ -58,6 +58,9 @@
   const DISCONNECTED_WAIT_MS = 2000;
   /** How long after the connection dropped the page keeps trying to restore it. */
   const RESTART_GRACE_MS = 15000;
+  // How long the page tries to take its participant over with a new socket
+  // after losing one (within the server's limits.ws_resume_seconds, 10 s).
+  const RESUME_WINDOW_MS = 9000;
   /** Between restart attempts that failed. */
   const RESTART_RETRY_MS = 2000;
 
@@ -476,6 +479,9 @@
       applySnapshot(snapshot);
       const answer = await exchange(mine, { type: 'join', sdp: state.offerSdp, name });
       state.me = answer.id;
+      // A lost socket (a network change) is taken over by a new one with this key.
+      mine.room = room;
+      mine.resumeKey = answer.resume || '';
       state.answerSdp = answer.sdp;
       await pc.setRemoteDescription({ type: 'answer', sdp: answer.sdp });
       mine.connectTimer = setTimeout(() => {
@@ -510,12 +516,65 @@
         },
       };
       ws.onmessage = (ev) => onMessage(mine, parse(ev.data));
-      ws.onclose = () => {
-        if (mine.pending) mine.pending.reject(new TuttiError('socket_lost'));
-        else if (call === mine && !mine.ended) end(new TuttiError('socket_lost'));
-      };
+      ws.onclose = () => socketLost(mine);
       ws.send(JSON.stringify(message));
     });
+  }
+
+  /**
+   * The room's socket closed under a call (a network change, a reset). The
+   * server keeps the participant for a while (`limits.ws_resume_seconds`,
+   * 10 s by default): open a new socket and `resume` it with the answer's
+   * key, retrying every second for RESUME_WINDOW_MS; the media restarts
+   * ICE on its own (onIceState). Refused or out of time: the call ends.
+   */
+  function socketLost(mine) {
+    if (mine.pending) {
+      mine.pending.reject(new TuttiError('socket_lost'));
+      return;
+    }
+    if (call !== mine || mine.ended) return;
+    if (!mine.resumeKey || state.me == null) {
+      end(new TuttiError('socket_lost'));
+      return;
+    }
+    const since = Date.now();
+    state.socketResumes = (state.socketResumes || 0) + 1;
+    const attempt = async () => {
+      if (call !== mine || mine.ended) return;
+      if (Date.now() - since > RESUME_WINDOW_MS) {
+        end(new TuttiError('socket_lost'));
+        return;
+      }
+      let ws;
+      let snapshot;
+      try {
+        ({ ws, snapshot } = await openSocket(mine.room, mine.token));
+      } catch (_) {
+        setTimeout(attempt, 1000);
+        return;
+      }
+      if (call !== mine || mine.ended) {
+        ws.close();
+        return;
+      }
+      ws.onmessage = (ev) => {
+        const msg = parse(ev.data);
+        if (msg && msg.type === 'resumed') {
+          mine.ws = ws;
+          applySnapshot(snapshot);
+          ws.onmessage = (e) => onMessage(mine, parse(e.data));
+          ws.onclose = () => socketLost(mine);
+        } else if (msg && msg.type === 'error') {
+          ws.onclose = null;
+          ws.close();
+          end(new TuttiError('socket_lost'));
+        }
+      };
+      ws.onclose = () => setTimeout(attempt, 1000);
+      ws.send(JSON.stringify({ type: 'resume', id: state.me, key: mine.resumeKey }));
+    };
+    attempt();
   }
 
   function onMessage(mine, msg) {

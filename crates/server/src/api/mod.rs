@@ -58,6 +58,8 @@ pub(crate) struct ApiState {
     pub(crate) cluster: Option<tutti_cluster::Cluster>,
     /// Recordings, RTP out, webhooks.
     pub(crate) outputs: Arc<crate::outputs::Outputs>,
+    /// WebSocket-joined participants a new socket may resume.
+    pub(crate) ws_resumes: ws::Resumes,
 }
 
 impl ApiState {
@@ -71,6 +73,7 @@ impl ApiState {
             ws_sessions: AtomicUsize::new(0),
             cluster: None,
             outputs: Arc::new(crate::outputs::Outputs::disabled()),
+            ws_resumes: ws::Resumes::default(),
         }
     }
 

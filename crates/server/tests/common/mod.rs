@@ -26,6 +26,8 @@ pub fn test_config() -> Config {
     };
     cfg.auth.disabled = true;
     cfg.limits.join_rate_per_second = 0.0;
+    // A dropped test socket leaves at once (tests of resuming set it).
+    cfg.limits.ws_resume_seconds = 0.0;
     cfg
 }
 
@@ -70,6 +72,20 @@ impl Ws {
         let (ws, _) = tungstenite::client(format!("ws://{api}{path}"), stream).expect("WebSocket handshake");
         ws.get_ref().set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
         Self(ws, Default::default())
+    }
+
+    /// Closes with a close frame (the client means to go), and waits briefly for the server's.
+    pub fn close(&mut self) {
+        let _ = self.0.close(None);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            match self.0.read() {
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
     }
 
     pub fn send(&mut self, value: serde_json::Value) {

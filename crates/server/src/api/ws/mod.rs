@@ -50,6 +50,9 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
 mod relay;
+mod resume;
+
+pub(crate) use resume::Resumes;
 
 use super::cluster::Located;
 use super::error::ApiError;
@@ -93,6 +96,11 @@ pub(crate) enum ClientMessage {
         muted: bool,
     },
     Leave,
+    /// Take over a participant whose socket was lost (see [`resume`]).
+    Resume {
+        id: u64,
+        key: String,
+    },
     Subscribe {
         events: Vec<String>,
     },
@@ -222,6 +230,8 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
     let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
     let mut events = room.subscribe();
     let mut me: Option<u64> = None;
+    // The client closed with a close frame (it meant to go), or the socket was lost.
+    let mut clean = false;
     let mut kinds = kinds;
     let admin = caller.grant.may_manage(&room.id);
     let mut ok = socket.send(snapshot(&room, admin)).await.is_ok();
@@ -246,7 +256,11 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                         Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, "bad_message", "send JSON text messages")))
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => None,
-                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Ok(Message::Close(_))) => {
+                        clean = true;
+                        break;
+                    }
+                    None => break,
                     Some(Err(e)) => {
                         // The one read error a client can cause on purpose: a
                         // message over the limit. Say so, if the socket still takes it.
@@ -277,7 +291,10 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                         RoomEvent::RoomClosed => Some("room closed"),
                         _ => None,
                     });
-                    if batch.events.iter().any(|e| matches!(e, RoomEvent::Left { id, .. } if Some(*id) == me)) {
+                    if let Some(id) = me
+                        && batch.events.iter().any(|e| matches!(e, RoomEvent::Left { id: left, .. } if *left == id))
+                    {
+                        api.ws_resumes.forget(id);
                         me = None;
                     }
                     if let Some(json) = batch.for_kinds(kinds)
@@ -296,10 +313,8 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
             }
         }
     }
-    if let Some(id) = me
-        && let Ok(effect) = api.rooms.leave(&room, id, LeaveReason::Left)
-    {
-        api.apply(effect);
+    if let Some(id) = me {
+        resume::socket_gone(&api, &room, id, clean);
     }
     api.ws_sessions.fetch_sub(1, Ordering::Relaxed);
 }
@@ -328,7 +343,8 @@ pub(crate) fn handle(
             match joined {
                 Ok((id, answer)) => {
                     *me = Some(id);
-                    Some(text(&serde_json::json!({ "type": "answer", "id": id, "sdp": answer })))
+                    let key = api.ws_resumes.issue(&room.id, id);
+                    Some(text(&serde_json::json!({ "type": "answer", "id": id, "sdp": answer, "resume": key })))
                 }
                 Err(e) => Some(error(&e)),
             }
@@ -366,8 +382,28 @@ pub(crate) fn handle(
                 Err(e) => Some(error(&e.into())),
             }
         }
+        ClientMessage::Resume { id, key } => {
+            if me.is_some() {
+                return bad("already_joined", "this socket holds a participant already".into());
+            }
+            match api.ws_resumes.resume(&room.id, id, &key) {
+                Ok(()) => {
+                    *me = Some(id);
+                    tracing::info!(room = %room.id, participant = id, "WebSocket resumed");
+                    Some(text(&serde_json::json!({ "type": "resumed", "id": id })))
+                }
+                Err(_) => Some(error(&ApiError::new(
+                    axum::http::StatusCode::NOT_FOUND,
+                    "resume_failed",
+                    format!(
+                        "participant {id} is not waiting for a socket here (it left, the grace period ended, or the key is wrong): join again"
+                    ),
+                ))),
+            }
+        }
         ClientMessage::Leave => match me.take() {
             Some(id) => {
+                api.ws_resumes.forget(id);
                 if let Ok(effect) = api.rooms.leave(room, id, LeaveReason::Left) {
                     api.apply(effect);
                 }
