@@ -685,6 +685,8 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     cfg.auth.secret = AUTH_SECRET.to_owned();
     // Longer than the page takes to notice the move and restart ICE.
     cfg.peer_timeout_seconds = 30.0;
+    // The page takes its participant back over a new WebSocket after the cut.
+    cfg.limits.ws_resume_seconds = 10.0;
     cfg.ice_servers = vec![tutti_server::ice::IceServerEntry {
         urls: vec![format!("turn:{nu_host}:{turn_port}?transport=tcp")],
         secret: TURN_SECRET.to_owned(),
@@ -841,6 +843,11 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     ff_exec(&["nft", "add", "table", "inet", "cut"]);
     ff_exec(&["nft", "add chain inet cut out { type filter hook output priority 0 ; policy accept ; }"]);
     ff_exec(&["nft", "add rule inet cut out oifname != \"lo\" meta l4proto udp drop"]);
+    // A network change loses the room's WebSocket too: reset Firefox's TCP
+    // connections to the API (no close frame). The page must resume its
+    // participant over a new socket, not end the call.
+    let api_port = format!(":{http_port}");
+    ff_exec(&["ss", "-K", "dport", "=", api_port.as_str()]);
     let cut_at = Instant::now();
     let say = |p: &mut Killed, what: &[u8]| {
         if let Some(stdin) = p.0.stdin.as_mut() {
@@ -971,6 +978,10 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         // The server restarted ICE for the same participant: in the call again, hearing the room.
         assert_eq!(restart["state"]["phase"], "in-call", "fiona is in the call again: {restart}");
         assert_eq!(restart["state"]["me"], ff["state"]["me"], "as the same participant: {restart}");
+        assert!(
+            restart["state"]["socketResumes"].as_u64().unwrap_or(0) >= 1,
+            "fiona's page took its participant over a new WebSocket after losing it: {restart}"
+        );
         let (heard, rust_hears_fiona, mixed) = &after_restart;
         println!(
             "after the restart fiona hears {heard}; the Rust client hears her at {rust_hears_fiona:.4}; {mixed} speakers mixed"
