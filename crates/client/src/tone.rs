@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tutti_mix::{Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, goertzel, level_of, tone};
 use tutti_rtc::{AudioPacket, ClientEvent, ClientPeer, TcpLink};
 
-use crate::http::{Requester, request_as, split_location};
+use crate::http::{Requester, request_following};
 
 /// How a [`ToneClient`] joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,29 +175,15 @@ impl ToneClient {
         transport: Transport,
     ) -> Result<(Self, usize), JoinError> {
         let (mut client, offer) = Self::offer_over(freq, transport)?;
-        let (mut addr, mut path) = (api, format!("/v1/rooms/{room}/participants"));
-        let mut who = *requester;
-        let mut redirects = 0;
-        let r = loop {
-            let r = match how {
-                JoinAs::Whip => request_as(addr, &who, "POST", &path, Some("application/sdp"), offer.as_bytes())?,
-                JoinAs::Json => {
-                    let body = serde_json::json!({ "sdp": offer, "name": format!("{freq} Hz") }).to_string();
-                    request_as(addr, &who, "POST", &path, Some("application/json"), body.as_bytes())?
-                }
-            };
-            let next = (r.status == 307 && redirects < max_redirects)
-                .then(|| r.header("location").and_then(split_location))
-                .flatten();
-            match next {
-                Some((a, p)) => {
-                    (addr, path) = (a, p);
-                    who.token = None;
-                    redirects += 1;
-                }
-                None => break r,
+        let (content_type, body) = match how {
+            JoinAs::Whip => ("application/sdp", offer),
+            JoinAs::Json => {
+                ("application/json", serde_json::json!({ "sdp": offer, "name": format!("{freq} Hz") }).to_string())
             }
         };
+        let path = format!("/v1/rooms/{room}/participants");
+        let (r, _, redirects) =
+            request_following(api, requester, "POST", &path, Some(content_type), body.as_bytes(), max_redirects)?;
         if r.status != 201 {
             return Err(JoinError::Refused { status: r.status, body: r.body });
         }
