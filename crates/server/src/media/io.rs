@@ -26,7 +26,7 @@ use super::command::{IoCommand, IoCounters, IoHandle};
 use super::socket::{BATCH, BatchSocket};
 use super::tcp::{Frame, TcpPlane};
 use crate::metrics;
-use crate::room::{Claim, Effect, Inbox, LeaveReason, Room, RoomKey, RoomMix, Rooms};
+use crate::room::{Claim, Effect, Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
 
 /// Receive batches per loop turn, so commands and timers are never starved.
@@ -76,7 +76,7 @@ struct IoThread {
     /// Connected peers by room: who gets each room's mix.
     rooms: HashMap<RoomKey, Vec<PeerId>>,
     /// Packets received this turn, by room, for the rooms' inboxes.
-    inbox: HashMap<RoomKey, (Arc<Room>, Inbox)>,
+    inbox: Inboxes,
     transmits: Vec<Transmit>,
     last_stats: MuxStats,
     /// ICE-TCP on the media port (`None`: off).
@@ -122,7 +122,7 @@ pub(crate) fn spawn(
                 counters,
                 peers: HashMap::new(),
                 rooms: HashMap::new(),
-                inbox: HashMap::new(),
+                inbox: Inboxes::default(),
                 transmits: Vec::new(),
                 last_stats: MuxStats::default(),
                 tcp,
@@ -155,7 +155,7 @@ impl IoThread {
                 tcp.handle_timeout(now);
             }
             self.events();
-            self.flush_inbox();
+            self.inbox.flush();
             self.flush_transmits();
             self.count();
         }
@@ -406,9 +406,7 @@ impl IoThread {
                         local.room.set_source(id, a.ssrc);
                     }
                     let packet = Packet { seq: a.seq, timestamp: a.timestamp, payload: a.payload, level: a.level };
-                    let (_, batch) =
-                        self.inbox.entry(local.room.key).or_insert_with(|| (local.room.clone(), Vec::new()));
-                    batch.push((id, packet));
+                    self.inbox.push(&local.room, id, packet);
                 }
                 MuxEvent::Connected(peer) => {
                     let Some(local) = self.peers.get_mut(&peer) else { continue };
@@ -458,17 +456,6 @@ impl IoThread {
             }
         }
         Some(local)
-    }
-
-    /// Appends this turn's packets to their rooms' inboxes: one lock per room.
-    fn flush_inbox(&mut self) {
-        for (room, batch) in self.inbox.values_mut() {
-            if !batch.is_empty() {
-                room.deliver(batch);
-            }
-        }
-        // Forget closed rooms so the map does not keep them alive.
-        self.inbox.retain(|_, (room, _)| !room.is_closed());
     }
 
     fn drain_transmits(&mut self) {

@@ -40,7 +40,7 @@ use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
 use crate::metrics;
-use crate::room::{Inbox, LeaveReason, Room, RoomKey, RoomMix, Rooms};
+use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
 
 /// Datagrams read per loop turn at most (commands and timers are never starved).
@@ -124,7 +124,7 @@ struct PlainThread {
     /// Participants by the address their packets come from (latched, or offered until then).
     by_addr: HashMap<SocketAddr, PeerId>,
     by_room: HashMap<RoomKey, Vec<PeerId>>,
-    inbox: HashMap<RoomKey, (Arc<Room>, Inbox)>,
+    inbox: Inboxes,
     stats: MuxStats,
     last_stats: MuxStats,
     tally: Tally,
@@ -167,7 +167,7 @@ pub(crate) fn spawn(
             peers: HashMap::new(),
             by_addr: HashMap::new(),
             by_room: HashMap::new(),
-            inbox: HashMap::new(),
+            inbox: Inboxes::default(),
             stats: MuxStats::default(),
             last_stats: MuxStats::default(),
             tally: Tally::default(),
@@ -199,7 +199,7 @@ impl PlainThread {
                 break;
             }
             self.receive(now);
-            self.flush_inbox();
+            self.inbox.flush();
             if now >= self.next_timeout_check {
                 self.next_timeout_check = now + TIMEOUT_CHECK;
                 self.expire(now);
@@ -392,18 +392,7 @@ impl PlainThread {
             payload: Bytes::copy_from_slice(rtp.payload),
             level: None,
         };
-        let (_, batch) = self.inbox.entry(peer.room.key).or_insert_with(|| (peer.room.clone(), Vec::new()));
-        batch.push((pid, packet));
-    }
-
-    /// Appends this turn's packets to their rooms' inboxes: one lock per room.
-    fn flush_inbox(&mut self) {
-        for (room, batch) in self.inbox.values_mut() {
-            if !batch.is_empty() {
-                room.deliver(batch);
-            }
-        }
-        self.inbox.retain(|_, (room, _)| !room.is_closed());
+        self.inbox.push(&peer.room, pid, packet);
     }
 
     /// Removes participants nothing arrived from for the peer timeout (like

@@ -28,6 +28,30 @@ const EVENT_QUEUE: usize = 1024;
 /// Received packets on their way to a room's mixer.
 pub(crate) type Inbox = Vec<(ParticipantId, Packet)>;
 
+/// One receiving thread's packets of a loop turn, by room, delivered at
+/// the end of the turn with one lock per room.
+#[derive(Default)]
+pub(crate) struct Inboxes(HashMap<RoomKey, (Arc<Room>, Inbox)>);
+
+impl Inboxes {
+    /// Queues a packet of participant `id` for `room`.
+    pub(crate) fn push(&mut self, room: &Arc<Room>, id: ParticipantId, packet: Packet) {
+        let (_, batch) = self.0.entry(room.key).or_insert_with(|| (room.clone(), Vec::new()));
+        batch.push((id, packet));
+    }
+
+    /// Appends the queued packets to their rooms' inboxes, and forgets
+    /// closed rooms so the map does not keep them alive.
+    pub(crate) fn flush(&mut self) {
+        for (room, batch) in self.0.values_mut() {
+            if !batch.is_empty() {
+                room.deliver(batch);
+            }
+        }
+        self.0.retain(|_, (room, _)| !room.is_closed());
+    }
+}
+
 /// The mixer and what it needs beside the packets: each participant's
 /// sending SSRC, as its packets carry it (named in RFC 6465 CSRC lists).
 struct Mixing {
