@@ -39,7 +39,7 @@ pub(crate) use event::{EventKinds, RoomEvent};
 pub(crate) use member::{LeaveReason, ListenOnly, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
-pub(crate) use room::{Inbox, Room, RoomKey, RoomMix};
+pub(crate) use room::{Inboxes, Room, RoomKey, RoomMix};
 pub(crate) use stage::RoomUpdate;
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};
@@ -75,6 +75,19 @@ pub(crate) struct Joiner {
     pub(crate) listen_only: bool,
     /// Its token is an admin's for the room (`mute_all` spares it).
     pub(crate) admin: bool,
+}
+
+/// A participant about to join (see [`Rooms::add_member`]).
+struct NewMember {
+    id: u64,
+    name: String,
+    identity: String,
+    listen_only: bool,
+    admin: bool,
+    /// Already connected (a plain RTP participant has no ICE or DTLS to wait for).
+    connected: bool,
+    /// Its name's prefix when it has neither a name nor an identity.
+    unnamed: &'static str,
 }
 
 /// Every room of the server, and where every peer is.
@@ -218,18 +231,34 @@ impl Rooms {
     /// Adds an accepted peer to `room` as a participant and makes it findable
     /// by its first ICE check. Returns its participant id.
     pub(crate) fn join(&self, room: &Arc<Room>, joiner: Joiner, now: Instant) -> Result<u64, RoomError> {
-        self.check_space(room)?;
         let Joiner { peer, name, identity, listen_only, admin } = joiner;
-        self.admit(room, &identity, &name, now)?;
         let id = peer.id().0;
+        let new = NewMember { id, name, identity, listen_only, admin, connected: false, unnamed: "participant" };
+        let (name, gate) = self.add_member(room, new, now)?;
+        lock(&self.registry).insert(peer, room.clone(), gate, now);
+        room.publish(RoomEvent::Joined { id, name });
+        tracing::info!(room = %room.id, participant = id, listen_only, "participant joined");
+        Ok(id)
+    }
+
+    /// What every join does, whatever carries the participant's media:
+    /// space, lock and ban checks, its name (cleaned; else its identity;
+    /// else `{unnamed}-{id}`), its place in the mixer and the member list.
+    /// Returns its name and its speak gate; the caller registers its media
+    /// and then publishes `joined`.
+    fn add_member(&self, room: &Arc<Room>, new: NewMember, now: Instant) -> Result<(String, ListenOnly), RoomError> {
+        self.check_space(room)?;
+        let NewMember { id, name, identity, listen_only, admin, connected, unnamed } = new;
+        self.admit(room, &identity, &name, now)?;
         let mut name = clean_name(if name.is_empty() { &identity } else { &name });
         if name.is_empty() {
-            name = format!("participant-{id}");
+            name = format!("{unnamed}-{id}");
         }
         // Listen-only: belt and braces, its packets never reach the mixer anyway.
         room.add(ParticipantId(id), listen_only)
             .map_err(|_| RoomError::RoomFull { room: room.id.clone(), max: room.max_participants() })?;
         self.participants.fetch_add(1, Ordering::Relaxed);
+        let gate = ListenOnly::new(listen_only);
         let member = Member {
             id,
             name: name.clone(),
@@ -237,17 +266,13 @@ impl Rooms {
             talking: false,
             muted: listen_only,
             listen_only,
-            connected: false,
+            connected,
             hand: false,
             admin,
-            gate: ListenOnly::new(listen_only),
+            gate: gate.clone(),
         };
-        let gate = member.gate.clone();
         lock(&room.members).insert(id, member);
-        lock(&self.registry).insert(peer, room.clone(), gate, now);
-        room.publish(RoomEvent::Joined { id, name });
-        tracing::info!(room = %room.id, participant = id, listen_only, "participant joined");
-        Ok(id)
+        Ok((name, gate))
     }
 
     /// Removes participant `id` from `room`. `Ok(None)` when its peer was not

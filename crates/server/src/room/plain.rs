@@ -5,10 +5,9 @@
 
 use std::sync::Arc;
 
-use tutti_mix::ParticipantId;
 use tutti_rtc::PeerId;
 
-use super::{ListenOnly, Member, Room, RoomError, RoomEvent, Rooms, clean_name};
+use super::{ListenOnly, NewMember, Room, RoomError, RoomEvent, Rooms};
 use crate::sync::lock;
 
 /// What a new plain RTP participant brings.
@@ -32,32 +31,11 @@ impl Rooms {
     /// identity is refused as for any join). Returns its participant id and
     /// its speak gate (for the thread that drops a listener's packets).
     pub(crate) fn join_plain(&self, room: &Arc<Room>, joiner: PlainJoiner) -> Result<(u64, ListenOnly), RoomError> {
-        self.check_space(room)?;
         let PlainJoiner { id: peer, name, identity, listen_only, admin, io } = joiner;
-        self.admit(room, &identity, &name, std::time::Instant::now())?;
         let id = peer.0;
-        let mut name = clean_name(if name.is_empty() { &identity } else { &name });
-        if name.is_empty() {
-            name = format!("rtp-{id}");
-        }
-        room.add(ParticipantId(id), listen_only)
-            .map_err(|_| RoomError::RoomFull { room: room.id.clone(), max: room.max_participants() })?;
-        self.participants.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let member = Member {
-            id,
-            name: name.clone(),
-            identity,
-            talking: false,
-            muted: listen_only,
-            listen_only,
-            // No ICE or DTLS to wait for: it is as connected as it gets.
-            connected: true,
-            hand: false,
-            admin,
-            gate: ListenOnly::new(listen_only),
-        };
-        let gate = member.gate.clone();
-        lock(&room.members).insert(id, member);
+        // No ICE or DTLS to wait for: it is as connected as it gets.
+        let new = NewMember { id, name, identity, listen_only, admin, connected: true, unnamed: "rtp" };
+        let (name, gate) = self.add_member(room, new, std::time::Instant::now())?;
         lock(&self.registry).insert_plain(peer, room.clone(), gate.clone(), io);
         room.publish(RoomEvent::Joined { id, name });
         tracing::info!(room = %room.id, participant = id, listen_only, "plain RTP participant joined");
