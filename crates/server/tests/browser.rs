@@ -108,28 +108,8 @@ fn run(cmd: &mut Command, what: &str, timeout: Duration) -> Result<String, Strin
 
 /// Debian's Chromium, installed with apt-get when missing and we are root.
 fn ensure_chromium() -> PathBuf {
-    let path = PathBuf::from(CHROMIUM);
-    if path.exists() {
-        return path;
-    }
-    let root = run(Command::new("id").arg("-u"), "id -u", Duration::from_secs(10)).is_ok_and(|uid| uid.trim() == "0");
-    assert!(
-        root,
-        "the browser test needs Chromium at {CHROMIUM}: install it (Debian: `sudo apt-get install -y chromium`), \
-         or run the tests as root and the test installs it"
-    );
-    eprintln!("browser test: {CHROMIUM} is missing, installing Debian's chromium with apt-get (about a minute)");
-    let apt = |args: &[&str], what: &str| {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        if let Err(e) = run(&mut cmd, what, Duration::from_secs(600)) {
-            panic!("installing Chromium failed: {e}");
-        }
-    };
-    apt(&["update"], "apt-get update");
-    apt(&["install", "-y", "chromium"], "apt-get install -y chromium");
-    assert!(path.exists(), "apt-get installed chromium, but {CHROMIUM} is still missing");
-    path
+    ensure_package(CHROMIUM, "chromium");
+    PathBuf::from(CHROMIUM)
 }
 
 /// playwright-core, as pinned by tests/browser/package-lock.json, in

@@ -52,16 +52,7 @@ fn wait_ws(
     clients: &mut [&mut ToneClient],
     want: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        run_for(clients, Duration::from_millis(5));
-        if let Some(v) = ws.try_next()
-            && want(&v)
-        {
-            return v;
-        }
-    }
-    panic!("no such WebSocket message within {WAIT:?}");
+    ws.wait_pumping(WAIT, clients, want)
 }
 
 /// Pumps until every client hears the room.

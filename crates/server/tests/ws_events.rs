@@ -18,16 +18,7 @@ fn wait_event(
     clients: &mut [&mut ToneClient],
     want: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        run_for(clients, Duration::from_millis(5));
-        if let Some(v) = ws.try_next()
-            && want(&v)
-        {
-            return v;
-        }
-    }
-    panic!("no such event within {WAIT:?}");
+    ws.wait_pumping(WAIT, clients, want)
 }
 
 #[test]

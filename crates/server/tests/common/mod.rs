@@ -117,6 +117,26 @@ impl Ws {
         }
     }
 
+    /// Reads until a message satisfies `want`, pumping `clients` (their
+    /// media keeps flowing) meanwhile; panics after `timeout`.
+    pub fn wait_pumping(
+        &mut self,
+        timeout: Duration,
+        clients: &mut [&mut tutti_client::ToneClient],
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            tutti_client::run_for(clients, Duration::from_millis(5));
+            if let Some(v) = self.try_next()
+                && want(&v)
+            {
+                return v;
+            }
+        }
+        panic!("no such WebSocket message within {timeout:?}");
+    }
+
     /// Reads until a message satisfies `want` or `timeout` passes.
     pub fn wait_for(&mut self, timeout: Duration, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + timeout;
