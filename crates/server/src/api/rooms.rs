@@ -398,12 +398,16 @@ pub(crate) struct UpdateParticipant {
 pub(crate) async fn update_participant(
     State(api): State<Arc<ApiState>>,
     Path((room, id)): Path<(String, u64)>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let grant = authenticate(&api, &headers, None)?;
     may_see(&grant, &room)?;
     if content_type(&headers).eq_ignore_ascii_case("application/sdp") {
+        // An answer is SDP work on a media thread: restarts count against
+        // the client address's join rate, like joins.
+        api.joins.check(client.ip(), std::time::Instant::now()).map_err(ApiError::rate_limited)?;
         return restart_ice(&api, &grant, &room, id, body(raw)?).await;
     }
     let req: UpdateParticipant = json(&headers, &body(raw)?, None)?;
