@@ -4,16 +4,27 @@
 //! state, 64 per call as the io threads do. What the server spends per
 //! participant per tick above this is RTP/SRTP and bookkeeping.
 //!
-//!   cargo run --release --example send_floor [-- N [TICKS]]
+//!   cargo run --release --example send_floor [-- N [TICKS] [--drain]]
 //!
 //! Prints the sender thread's CPU per participant per tick (its own
 //! CLOCK_THREAD_CPUTIME_ID, so other processes on the box do not count).
+//!
+//! On loopback the sender's `sendmmsg` also delivers each datagram into its
+//! receiver's socket, and wakes whoever waits on it. By default nobody reads
+//! the receivers (a full buffer drops on delivery: no wake-ups). With
+//! `--drain`, two threads read them through edge-triggered epoll, as
+//! `tutti load`'s two workers read their clients, so the sender pays the
+//! wake-ups a server under `tutti load` pays: that is the floor to compare
+//! a `tutti load` run with.
 
 use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, sendmmsg};
 use nix::time::{ClockId, clock_gettime};
 
@@ -26,7 +37,28 @@ fn thread_cpu() -> Duration {
     Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
 }
 
+/// Reads `sockets` until `stop`, through one edge-triggered epoll, until
+/// each would block: what one `tutti load` worker does with its clients.
+fn drain(sockets: Vec<UdpSocket>, stop: Arc<AtomicBool>) {
+    let epoll = Epoll::new(EpollCreateFlags::empty()).expect("epoll");
+    for (i, s) in sockets.iter().enumerate() {
+        s.set_nonblocking(true).expect("non-blocking");
+        epoll.add(s, EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, i as u64)).expect("epoll add");
+    }
+    let mut events = vec![EpollEvent::empty(); 256];
+    let mut buf = [0u8; 1500];
+    // Bounded by `stop`, which main sets after its last tick.
+    while !stop.load(Ordering::Relaxed) {
+        let n = epoll.wait(&mut events, EpollTimeout::from(50u16)).unwrap_or(0);
+        for e in &events[..n] {
+            let s = &sockets[e.data() as usize];
+            while s.recv(&mut buf).is_ok() {}
+        }
+    }
+}
+
 fn main() {
+    let drained = std::env::args().any(|a| a == "--drain");
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let ticks: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(250);
@@ -35,6 +67,19 @@ fn main() {
     let receivers: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind")).collect();
     let addrs: Vec<SockaddrStorage> =
         receivers.iter().map(|s| SockaddrStorage::from(s.local_addr().expect("addr"))).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    let receivers = if drained {
+        let mut all: Vec<UdpSocket> = receivers;
+        let half = all.split_off(all.len() / 2);
+        for part in [all, half] {
+            let stop = stop.clone();
+            readers.push(std::thread::spawn(move || drain(part, stop)));
+        }
+        Vec::new()
+    } else {
+        receivers
+    };
     let sender = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let payload = vec![0x5au8; DATAGRAM];
     let mut headers: MultiHeaders<SockaddrStorage> = MultiHeaders::preallocate(BATCH, None);
@@ -56,11 +101,16 @@ fn main() {
         }
     }
     let cpu = thread_cpu() - cpu0;
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        let _ = r.join();
+    }
     let per = cpu.as_secs_f64() * 1e6 / (n * ticks) as f64;
     let _: Vec<SocketAddr> = receivers.iter().filter_map(|r| r.local_addr().ok()).collect();
     println!(
-        "send floor: {n} participants x {ticks} ticks, {sent} datagrams of {DATAGRAM} bytes by sendmmsg ({BATCH}/call): \
+        "send floor{}: {n} participants x {ticks} ticks, {sent} datagrams of {DATAGRAM} bytes by sendmmsg ({BATCH}/call): \
          sender CPU {:.3} s = {per:.2} us per participant per tick ({:.0} ns per datagram)",
+        if drained { " (receivers drained by 2 epoll threads)" } else { "" },
         cpu.as_secs_f64(),
         cpu.as_secs_f64() * 1e9 / sent.max(1) as f64
     );

@@ -35,6 +35,7 @@ mod client;
 mod keys;
 mod media;
 mod mux;
+mod reception;
 pub mod plain;
 pub mod srtp;
 pub mod stun;

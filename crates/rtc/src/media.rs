@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use rtc::interceptor::{Attribute, Interceptor, Packet as InterceptorPacket, Slot, StreamInfo, TaggedPacket};
+use rtc::interceptor::{
+    Attribute, Interceptor, Packet as InterceptorPacket, SenderReportBuilder, Slot, StreamInfo, TaggedPacket,
+};
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::certificate::RTCCertificate;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
@@ -232,11 +234,30 @@ pub(crate) fn build_connection(
     fmtp: &str,
     now: Instant,
 ) -> Result<RTCPeerConnection, RtcError> {
+    build_connection_with(settings, certificates, fmtp, true, now)
+}
+
+/// [`build_connection`], with webrtc-rs's receiver reports or without them
+/// (`receiver_reports` false: the lean receive path reads the audio and
+/// writes the reports; webrtc-rs's interceptor would report a stream it
+/// never sees).
+pub(crate) fn build_connection_with(
+    settings: SettingEngine,
+    certificates: Vec<RTCCertificate>,
+    fmtp: &str,
+    receiver_reports: bool,
+    now: Instant,
+) -> Result<RTCPeerConnection, RtcError> {
     let mut config = RTCConfigurationBuilder::new();
     if !certificates.is_empty() {
         config = config.with_certificates(certificates);
     }
-    let registry = configure_rtcp_reports(Registry::new()).with(Slot::Custom(20_000), DeliverSenderReports::default());
+    let registry = if receiver_reports {
+        configure_rtcp_reports(Registry::new())
+    } else {
+        Registry::new().with(Slot::SenderReport, SenderReportBuilder::new().build())
+    };
+    let registry = registry.with(Slot::Custom(20_000), DeliverSenderReports::default());
     RTCPeerConnectionBuilder::new()
         .with_configuration(config.build())
         .with_setting_engine(settings)
@@ -574,6 +595,14 @@ fn put_one_byte_extensions(buf: &mut BytesMut, elements: &[(u8, &[u8])]) {
     buf.extend_from_slice(&[0u8; 3][..words * 4 - body]);
 }
 
+/// How often, at most, a connected peer's timers run. Connected, they are
+/// ICE liveness (webrtc-rs asks every 200 ms, whatever its keepalive and
+/// timeouts: a walk of every handler, 5 times a second per peer) and RTCP
+/// reports (every second): nothing there needs a finer grain than a second.
+/// The handshake's retransmissions (not connected yet) and ICE checks
+/// (connecting, or restarting) keep their own times.
+pub(crate) const CONNECTED_TIMER_GRAIN: Duration = Duration::from_secs(1);
+
 /// One negotiated audio peer connection: the connection and our sending state.
 pub(crate) struct Media {
     pub(crate) pc: RTCPeerConnection,
@@ -590,6 +619,11 @@ pub(crate) struct Media {
     /// Set at the first packet: `None` is webrtc-rs's path.
     decided: bool,
     lean: Option<Box<LeanSender>>,
+    /// DTLS exported new keys since the lean sender took its own: it takes
+    /// them before its next packet. Set by [`Media::drain_io`] (keys change
+    /// only while webrtc-rs reads a handshake), so that a send reads a flag
+    /// of its own and not the shared capture (a cache miss per packet).
+    rekey_pending: bool,
     /// The DTLS exporter capture for this connection.
     keys: Arc<ExporterSlot>,
     /// Where webrtc-rs last sent a non-STUN datagram: the selected
@@ -606,6 +640,8 @@ pub(crate) struct Media {
     arrived_from: Option<(SocketAddr, bool)>,
     /// Whether `remote` is reached over TCP (the selected pair's protocol).
     remote_tcp: bool,
+    /// When the connection's timers last ran (see [`CONNECTED_TIMER_GRAIN`]).
+    timers_ran: Instant,
     /// An instant and the wall-clock time then: NTP times of sender reports.
     wall: (Instant, SystemTime),
     last_sender_report: Option<SenderReportInfo>,
@@ -613,6 +649,8 @@ pub(crate) struct Media {
     closed: bool,
     /// ICE reached connected (or completed) at some point.
     ice_up: bool,
+    /// ICE is connected (or completed) now: not checking, as during a restart.
+    ice_steady: bool,
 }
 
 impl Media {
@@ -652,15 +690,18 @@ impl Media {
             lean_wanted: lean,
             decided: false,
             lean: None,
+            rekey_pending: false,
             keys,
             remote: None,
             arrived_from: None,
             remote_tcp: false,
+            timers_ran: now,
             wall: (now, SystemTime::now()),
             last_sender_report: None,
             connected: false,
             closed: false,
             ice_up: false,
+            ice_steady: false,
         })
     }
 
@@ -701,6 +742,12 @@ impl Media {
     /// Whether ICE and DTLS are up.
     pub(crate) fn is_connected(&self) -> bool {
         self.connected && !self.closed
+    }
+
+    /// Reads the first bytes a send reads (the connection's flags, the lean
+    /// sender and its SRTP context), to have them in cache (see [`crate::Mux::warm`]).
+    pub(crate) fn touch_send_state(&self) -> (bool, Option<SrtpProfile>) {
+        (self.is_connected(), self.lean.as_ref().map(|l| l.srtp.profile()))
     }
 
     /// The path outgoing RTP takes.
@@ -757,15 +804,16 @@ impl Media {
 
     /// A new DTLS session (new keys): a new SRTP context, whose rollover
     /// counter starts again at 0 (as the receiver's new context does).
+    /// Until it can, nothing is sent (the old keys would not decrypt).
     fn rekey_if_needed(&mut self, now: Instant) -> Result<(), RtcError> {
         let Some(lean) = &mut self.lean else { return Ok(()) };
-        if self.keys.generation() == lean.generation {
-            return Ok(());
+        if self.keys.generation() != lean.generation {
+            let (generation, keys) = lean_keys(&mut self.pc, &self.keys, now).ok_or(RtcError::NotConnected)?;
+            lean.srtp = SrtpContext::new(&keys).map_err(internal)?;
+            lean.generation = generation;
+            self.numbering.roc = 0;
         }
-        let (generation, keys) = lean_keys(&mut self.pc, &self.keys, now).ok_or(RtcError::NotConnected)?;
-        lean.srtp = SrtpContext::new(&keys).map_err(internal)?;
-        lean.generation = generation;
-        self.numbering.roc = 0;
+        self.rekey_pending = false;
         Ok(())
     }
 
@@ -794,7 +842,9 @@ impl Media {
         let slot = self.numbering.slot(tick);
         let contributors = &contributors[..contributors.len().min(MAX_CONTRIBUTORS)];
         if self.lean.is_some() {
-            self.rekey_if_needed(now)?;
+            if self.rekey_pending {
+                self.rekey_if_needed(now)?;
+            }
             let armed = self.send_lean(&slot, payload, level, contributors, now, transmits)?;
             self.numbering.sent(tick);
             return Ok(armed);
@@ -967,6 +1017,7 @@ impl Media {
     /// Runs the connection's due timers, and sends the lean path's sender
     /// report when due.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        self.timers_ran = now;
         let _ = self.pc.handle_timeout(now);
         if !self.is_connected() {
             return;
@@ -994,11 +1045,17 @@ impl Media {
     }
 
     /// When [`Media::handle_timeout`] has work next.
+    /// Connected, at most every [`CONNECTED_TIMER_GRAIN`].
     pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
         let report = self.lean.as_ref().and_then(|l| l.next_report).filter(|_| self.is_connected());
-        match (self.pc.poll_timeout(), report) {
+        let next = match (self.pc.poll_timeout(), report) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        if self.is_connected() && self.ice_steady {
+            next.map(|at| at.max(self.timers_ran + CONNECTED_TIMER_GRAIN))
+        } else {
+            next
         }
     }
 
@@ -1014,12 +1071,15 @@ impl Media {
     /// work on the hottest path.
     pub(crate) fn drain_io(&mut self, transmits: &mut VecDeque<Transmit>, mut on: impl FnMut(PeerEvent)) {
         self.flush(transmits);
+        if let Some(lean) = &self.lean
+            && self.keys.generation() != lean.generation
+        {
+            self.rekey_pending = true;
+        }
         while let Some(event) = self.pc.poll_event() {
-            if let RTCPeerConnectionEvent::OnIceConnectionStateChangeEvent(
-                RTCIceConnectionState::Connected | RTCIceConnectionState::Completed,
-            ) = event
-            {
-                self.ice_up = true;
+            if let RTCPeerConnectionEvent::OnIceConnectionStateChangeEvent(state) = event {
+                self.ice_steady = matches!(state, RTCIceConnectionState::Connected | RTCIceConnectionState::Completed);
+                self.ice_up |= self.ice_steady;
             }
             if let RTCPeerConnectionEvent::OnConnectionStateChangeEvent(state) = event {
                 match state {

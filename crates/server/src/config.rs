@@ -48,6 +48,11 @@ pub struct Config {
     /// place, SRTP by tutti-rtc's own context) instead of webrtc-rs's
     /// generic write pipeline. `false` falls back to the old path.
     pub lean_send: bool,
+    /// Established peers' incoming SRTP audio is authenticated, decrypted and
+    /// parsed by tutti-rtc (its own SRTP context, replay window and receiver
+    /// reports) instead of webrtc-rs's generic read pipeline; ICE, DTLS and
+    /// RTCP stay webrtc-rs's. `false` falls back to the old path.
+    pub lean_receive: bool,
     /// Receive and send buffer asked for each media socket, in bytes (the
     /// kernel may grant less; the granted size is logged).
     pub socket_buffer_bytes: usize,
@@ -312,6 +317,7 @@ impl Default for Config {
             io_batch_window_seconds: 0.002,
             media_thread_nice: -10,
             lean_send: true,
+            lean_receive: true,
             socket_buffer_bytes: 4 << 20,
             peer_timeout_seconds: 10.0,
             shutdown_timeout_seconds: 5.0,

@@ -128,6 +128,7 @@ impl Server {
             mix_threads: cfg.mix_threads,
             thread_nice: cfg.media_thread_nice,
             lean_send: cfg.lean_send,
+            lean_receive: cfg.lean_receive,
             outputs: Some(outputs.clone()),
             rtp_in: (!cfg.rtp_in.trusted.is_empty()).then(|| SocketAddr::new(cfg.media.ip(), cfg.rtp_in.port)),
         };

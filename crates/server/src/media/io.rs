@@ -244,6 +244,7 @@ impl IoThread {
     fn deliver(&mut self, mixes: &[RoomMix], now: Instant) {
         for mix in mixes {
             let Some(peers) = self.rooms.get(&mix.key) else { continue };
+            self.mux.warm(peers);
             for &peer in peers {
                 let feed = mix.feed_for(ParticipantId(peer.0));
                 if feed.payload.is_empty() {

@@ -110,6 +110,8 @@ pub const MEDIA_AUDIO_PACKETS_RECEIVED: &str = "tutti_media_audio_packets_receiv
 pub const MEDIA_AUDIO_PACKETS_SENT: &str = "tutti_media_audio_packets_sent_total";
 /// Of the audio packets sent, those sent on the lean RTP/SRTP path, counter.
 pub const MEDIA_LEAN_PACKETS_SENT: &str = "tutti_media_lean_packets_sent_total";
+/// Of the audio packets received, those read on the lean SRTP path, counter.
+pub const MEDIA_LEAN_PACKETS_RECEIVED: &str = "tutti_media_lean_packets_received_total";
 /// Datagrams that belonged to no peer (dropped).
 pub const MEDIA_UNROUTED_PACKETS: &str = "tutti_media_unrouted_packets_total";
 /// Audio packets the jitter buffers dropped because their turn had passed.
@@ -180,6 +182,7 @@ pub const NAMES: &[&str] = &[
     MEDIA_AUDIO_PACKETS_RECEIVED,
     MEDIA_AUDIO_PACKETS_SENT,
     MEDIA_LEAN_PACKETS_SENT,
+    MEDIA_LEAN_PACKETS_RECEIVED,
     MEDIA_UNROUTED_PACKETS,
     MEDIA_JITTER_LATE_PACKETS,
     MEDIA_JITTER_LOST_FRAMES,
@@ -233,6 +236,7 @@ struct Handles {
     audio_in: Counter,
     audio_out: Counter,
     lean_out: Counter,
+    lean_in: Counter,
     unrouted: Counter,
     late: Counter,
     lost: Counter,
@@ -298,6 +302,7 @@ pub fn install() -> Result<(), String> {
             audio_in: metrics::counter!(MEDIA_AUDIO_PACKETS_RECEIVED),
             audio_out: metrics::counter!(MEDIA_AUDIO_PACKETS_SENT),
             lean_out: metrics::counter!(MEDIA_LEAN_PACKETS_SENT),
+            lean_in: metrics::counter!(MEDIA_LEAN_PACKETS_RECEIVED),
             unrouted: metrics::counter!(MEDIA_UNROUTED_PACKETS),
             late: metrics::counter!(MEDIA_JITTER_LATE_PACKETS),
             lost: metrics::counter!(MEDIA_JITTER_LOST_FRAMES),
@@ -349,6 +354,11 @@ fn describe() {
         MEDIA_LEAN_PACKETS_SENT,
         Unit::Count,
         "Audio RTP packets sent on the lean path (tutti's own RTP and SRTP), of all sent."
+    );
+    describe_counter!(
+        MEDIA_LEAN_PACKETS_RECEIVED,
+        Unit::Count,
+        "Audio RTP packets read on the lean path (tutti's own SRTP), of all received."
     );
     describe_counter!(MEDIA_UNROUTED_PACKETS, Unit::Count, "Datagrams that belonged to no peer (dropped).");
     describe_counter!(
@@ -501,6 +511,7 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     grew(&h.audio_in, now.audio_in, last.audio_in);
     grew(&h.audio_out, now.audio_out, last.audio_out);
     grew(&h.lean_out, now.lean_out, last.lean_out);
+    grew(&h.lean_in, now.lean_in, last.lean_in);
     grew(&h.unrouted, now.unrouted, last.unrouted);
     grew(&h.ice_failures, now.ice_failures, last.ice_failures);
     grew(&h.dtls_failures, now.dtls_failures, last.dtls_failures);
