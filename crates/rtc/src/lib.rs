@@ -45,7 +45,7 @@ pub mod turn;
 pub use client::{ClientEvent, ClientPeer, TcpLink};
 pub use media::{
     AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, SendPath,
-    SenderReportInfo, Transmit, is_rtp,
+    ReceptionBlock, SenderReportInfo, Transmit, is_rtp,
 };
 /// Raw-packet helpers for the fuzz targets (the `fuzzing` feature; not API).
 #[cfg(feature = "fuzzing")]

@@ -35,6 +35,7 @@ use rtc::peer_connection::state::{RTCIceConnectionState, RTCPeerConnectionState}
 use rtc::peer_connection::transport::RTCDtlsRole;
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use rtc::peer_connection::{RTCPeerConnection, RTCPeerConnectionBuilder};
+use rtc::rtcp::receiver_report::ReceiverReport;
 use rtc::rtcp::sender_report::SenderReport;
 use rtc::rtp_transceiver::RTCRtpSenderId;
 use rtc::rtp_transceiver::rtp_sender::{
@@ -48,6 +49,7 @@ use rtc::shared::marshal::{Marshal, MarshalSize};
 use rtc::statistics::StatsSelector;
 
 use crate::keys::ExporterSlot;
+use crate::reception::Reception;
 use crate::srtp::{SrtpContext, SrtpKeys, SrtpProfile};
 
 /// RFC 6464: the level of the audio in the packet, set by its sender.
@@ -487,6 +489,24 @@ pub struct SenderReportInfo {
     pub packet_count: u32,
     /// Payload octets it sent so far.
     pub octet_count: u32,
+    /// Its first reception report block: what it got of our stream.
+    pub reception: Option<ReceptionBlock>,
+}
+
+/// A reception report block (RFC 3550 §6.4.1): what the remote side got of
+/// one of our streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceptionBlock {
+    /// The stream reported on (our SSRC).
+    pub ssrc: u32,
+    /// Lost since the previous report, in 1/256.
+    pub fraction_lost: u8,
+    /// Lost in all (24 bits).
+    pub total_lost: u32,
+    /// The extended highest sequence number received (wraps in the high 16 bits).
+    pub highest_sequence: u32,
+    /// Interarrival jitter, in timestamp units.
+    pub jitter: u32,
 }
 
 /// How often a lean sender reports (as webrtc-rs's sender-report interceptor).
@@ -640,6 +660,12 @@ pub(crate) struct Media {
     arrived_from: Option<(SocketAddr, bool)>,
     /// Whether `remote` is reached over TCP (the selected pair's protocol).
     remote_tcp: bool,
+    /// What the lean receive path got of the remote stream: the reception
+    /// report block of our RTCP (webrtc-rs's receiver-report interceptor
+    /// never sees those packets, and is left out of such a connection).
+    reception: Option<Reception>,
+    /// When the next reception report is due.
+    next_receiver_report: Option<Instant>,
     /// When the connection's timers last ran (see [`CONNECTED_TIMER_GRAIN`]).
     timers_ran: Instant,
     /// An instant and the wall-clock time then: NTP times of sender reports.
@@ -695,6 +721,8 @@ impl Media {
             remote: None,
             arrived_from: None,
             remote_tcp: false,
+            reception: None,
+            next_receiver_report: None,
             timers_ran: now,
             wall: (now, SystemTime::now()),
             last_sender_report: None,
@@ -1022,25 +1050,53 @@ impl Media {
         if !self.is_connected() {
             return;
         }
-        let Some(lean) = self.lean.as_deref_mut() else { return };
-        let (Some(due), Some((ts, at))) = (lean.next_report, lean.last) else { return };
-        if now < due {
-            return;
+        let receiver_report_due = self.next_receiver_report.is_some_and(|due| now >= due);
+        let mut report: Option<Box<dyn rtc::rtcp::Packet>> = None;
+        if let Some(lean) = self.lean.as_deref_mut()
+            && let (Some(due), Some((ts, at))) = (lean.next_report, lean.last)
+            && now >= due
+        {
+            lean.next_report = Some(now + REPORT_INTERVAL);
+            let elapsed = now.saturating_duration_since(at);
+            // The reception report block rides on the sender report.
+            let block = self.reception.as_mut().and_then(|r| r.report(now));
+            if block.is_some() {
+                self.next_receiver_report = Some(now + REPORT_INTERVAL);
+            }
+            report = Some(Box::new(SenderReport {
+                ssrc: self.ssrc,
+                ntp_time: ntp_time(self.wall, now),
+                rtp_time: ts.wrapping_add((elapsed.as_secs_f64() * 48_000.0) as u32),
+                packet_count: lean.packets,
+                octet_count: lean.octets,
+                reports: block.into_iter().collect(),
+                ..Default::default()
+            }));
+        } else if receiver_report_due {
+            // Nothing sent on the lean path to carry it: a receiver report of its own.
+            self.next_receiver_report = Some(now + REPORT_INTERVAL);
+            if let Some(block) = self.reception.as_mut().and_then(|r| r.report(now)) {
+                report = Some(Box::new(ReceiverReport { ssrc: self.ssrc, reports: vec![block], ..Default::default() }));
+            }
         }
-        lean.next_report = Some(now + REPORT_INTERVAL);
-        let elapsed = now.saturating_duration_since(at);
-        let report = SenderReport {
-            ssrc: self.ssrc,
-            ntp_time: ntp_time(self.wall, now),
-            rtp_time: ts.wrapping_add((elapsed.as_secs_f64() * 48_000.0) as u32),
-            packet_count: lean.packets,
-            octet_count: lean.octets,
-            ..Default::default()
-        };
-        if let Some(mut sender) = self.pc.rtp_sender(self.sender) {
+        if let Some(report) = report
+            && let Some(mut sender) = self.pc.rtp_sender(self.sender)
+        {
             // A report that cannot be written is a lost report; the next one
             // carries the totals.
-            let _ = sender.write_rtcp(now, vec![Box::new(report)]);
+            let _ = sender.write_rtcp(now, vec![report]);
+        }
+    }
+
+    /// Counts an audio packet the lean receive path authenticated (for the
+    /// reception report), arriving at `now`; a new SSRC starts new statistics.
+    pub(crate) fn note_received(&mut self, ssrc: u32, seq: u16, timestamp: u32, now: Instant) {
+        if self.reception.as_ref().is_none_or(|r| r.ssrc() != ssrc) {
+            self.reception = Some(Reception::new(ssrc, 48_000));
+            self.next_receiver_report.get_or_insert(now + REPORT_INTERVAL);
+        }
+        if let Some(r) = &mut self.reception {
+            r.on_packet(seq, timestamp, now);
         }
     }
 
@@ -1048,10 +1104,10 @@ impl Media {
     /// Connected, at most every [`CONNECTED_TIMER_GRAIN`].
     pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
         let report = self.lean.as_ref().and_then(|l| l.next_report).filter(|_| self.is_connected());
-        let next = match (self.pc.poll_timeout(), report) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [self.pc.poll_timeout(), report, self.next_receiver_report.filter(|_| self.is_connected())]
+            .into_iter()
+            .flatten()
+            .min();
         if self.is_connected() && self.ice_steady {
             next.map(|at| at.max(self.timers_ran + CONNECTED_TIMER_GRAIN))
         } else {
@@ -1102,6 +1158,7 @@ impl Media {
         }
         let arrived_from = self.arrived_from.take();
         while let Some(msg) = self.pc.poll_read() {
+            let at = msg.now;
             if let (Some((from, tcp)), Some(_)) = (arrived_from, self.remote) {
                 // Authenticated by SRTP: the peer is there now.
                 self.remote = Some(from);
@@ -1114,12 +1171,22 @@ impl Media {
                 RTCMessage::RtcpPacket(_, packets) => {
                     for p in &packets {
                         if let Some(sr) = p.as_any().downcast_ref::<SenderReport>() {
+                            if let Some(r) = &mut self.reception {
+                                r.on_sender_report(sr.ntp_time, at);
+                            }
                             self.last_sender_report = Some(SenderReportInfo {
                                 ssrc: sr.ssrc,
                                 ntp_time: sr.ntp_time,
                                 rtp_time: sr.rtp_time,
                                 packet_count: sr.packet_count,
                                 octet_count: sr.octet_count,
+                                reception: sr.reports.first().map(|b| ReceptionBlock {
+                                    ssrc: b.ssrc,
+                                    fraction_lost: b.fraction_lost,
+                                    total_lost: b.total_lost,
+                                    highest_sequence: b.last_sequence_number,
+                                    jitter: b.jitter,
+                                }),
                             });
                         }
                     }
