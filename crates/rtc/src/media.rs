@@ -1023,11 +1023,10 @@ impl Media {
     }
 
     /// Whether received SRTP is read on the lean path ([`Media::read_lean`]).
+    /// Switching off keeps the receive state (rollover counter, replay
+    /// window): switched on again, it goes on from there.
     pub(crate) fn set_lean_receive(&mut self, lean: bool) {
         self.lean_receive = lean;
-        if !lean {
-            self.lean_rx = None;
-        }
     }
 
     /// The path received RTP takes now.
