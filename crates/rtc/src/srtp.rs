@@ -224,6 +224,35 @@ const LABEL_SRTP_SALT: u8 = 0x02;
 type HmacSha1 = hmac::Hmac<sha1::Sha1>;
 type Aes128Ctr = ctr::Ctr128BE<aes::Aes128>;
 
+/// RFC 7714 §8.1: IV = (00 00 || SSRC || ROC || SEQ) XOR salt.
+fn gcm_iv(salt: &[u8; 12], ssrc: u32, roc: u32, seq: u16) -> [u8; 12] {
+    let mut iv = [0u8; 12];
+    iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
+    iv[6..10].copy_from_slice(&roc.to_be_bytes());
+    iv[10..12].copy_from_slice(&seq.to_be_bytes());
+    for (v, s) in iv.iter_mut().zip(salt) {
+        *v ^= s;
+    }
+    iv
+}
+
+/// RFC 3711 §4.1.1: the AES-CM keystream of one packet, from
+/// IV = (salt << 16) XOR (SSRC << 64) XOR (index << 16).
+fn cm_keystream(aes: &aes::Aes128, salt: &[u8; 14], ssrc: u32, roc: u32, seq: u16) -> Aes128Ctr {
+    let mut iv = [0u8; 16];
+    iv[..14].copy_from_slice(salt);
+    for (v, s) in iv[4..8].iter_mut().zip(ssrc.to_be_bytes()) {
+        *v ^= s;
+    }
+    for (v, s) in iv[8..12].iter_mut().zip(roc.to_be_bytes()) {
+        *v ^= s;
+    }
+    for (v, s) in iv[12..14].iter_mut().zip(seq.to_be_bytes()) {
+        *v ^= s;
+    }
+    Aes128Ctr::from_core(ctr::CtrCore::inner_iv_init(aes.clone(), &iv.into()))
+}
+
 /// Both variants hold an expanded key of some hundred bytes; the context
 /// lives boxed in its sender.
 enum Cipher {
@@ -331,14 +360,7 @@ impl SrtpContext {
         }
         match &self.cipher {
             Cipher::Gcm { key, salt } => {
-                // RFC 7714 §8.1: IV = (00 00 || SSRC || ROC || SEQ) XOR salt.
-                let mut iv = [0u8; 12];
-                iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
-                iv[6..10].copy_from_slice(&roc.to_be_bytes());
-                iv[10..12].copy_from_slice(&seq.to_be_bytes());
-                for (v, s) in iv.iter_mut().zip(salt) {
-                    *v ^= s;
-                }
+                let iv = gcm_iv(salt, ssrc, roc, seq);
                 let (aad, payload) = packet.split_at_mut(header_len);
                 let tag = key
                     .seal_in_place_separate_tag(
@@ -350,19 +372,7 @@ impl SrtpContext {
                 packet.extend_from_slice(tag.as_ref());
             }
             Cipher::Cm { aes, auth, salt, tag_len } => {
-                // RFC 3711 §4.1.1: IV = (salt << 16) XOR (SSRC << 64) XOR (index << 16).
-                let mut iv = [0u8; 16];
-                iv[..14].copy_from_slice(salt);
-                for (v, s) in iv[4..8].iter_mut().zip(ssrc.to_be_bytes()) {
-                    *v ^= s;
-                }
-                for (v, s) in iv[8..12].iter_mut().zip(roc.to_be_bytes()) {
-                    *v ^= s;
-                }
-                for (v, s) in iv[12..14].iter_mut().zip(seq.to_be_bytes()) {
-                    *v ^= s;
-                }
-                let mut ctr = Aes128Ctr::from_core(ctr::CtrCore::inner_iv_init(aes.clone(), &iv.into()));
+                let mut ctr = cm_keystream(aes, salt, ssrc, roc, seq);
                 ctr.apply_keystream(&mut packet[header_len..]);
                 // RFC 3711 §4.2: tag over the authenticated portion, then the ROC.
                 let mut mac = HmacSha1::clone(auth);
@@ -395,13 +405,7 @@ impl SrtpContext {
         let end = packet.len() - tag_len;
         match &self.cipher {
             Cipher::Gcm { key, salt } => {
-                let mut iv = [0u8; 12];
-                iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
-                iv[6..10].copy_from_slice(&roc.to_be_bytes());
-                iv[10..12].copy_from_slice(&seq.to_be_bytes());
-                for (v, s) in iv.iter_mut().zip(salt) {
-                    *v ^= s;
-                }
+                let iv = gcm_iv(salt, ssrc, roc, seq);
                 let (aad, rest) = packet.split_at_mut(header_len);
                 key.open_in_place(ring::aead::Nonce::assume_unique_for_key(iv), ring::aead::Aad::from(&*aad), rest)
                     .map_err(|_| SrtpError::Auth)?;
@@ -412,18 +416,7 @@ impl SrtpContext {
                 mac.update(authenticated);
                 mac.update(&roc.to_be_bytes());
                 mac.verify_truncated_left(tag).map_err(|_| SrtpError::Auth)?;
-                let mut iv = [0u8; 16];
-                iv[..14].copy_from_slice(salt);
-                for (v, s) in iv[4..8].iter_mut().zip(ssrc.to_be_bytes()) {
-                    *v ^= s;
-                }
-                for (v, s) in iv[8..12].iter_mut().zip(roc.to_be_bytes()) {
-                    *v ^= s;
-                }
-                for (v, s) in iv[12..14].iter_mut().zip(seq.to_be_bytes()) {
-                    *v ^= s;
-                }
-                let mut ctr = Aes128Ctr::from_core(ctr::CtrCore::inner_iv_init(aes.clone(), &iv.into()));
+                let mut ctr = cm_keystream(aes, salt, ssrc, roc, seq);
                 ctr.apply_keystream(&mut authenticated[header_len..]);
             }
         }

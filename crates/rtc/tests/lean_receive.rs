@@ -30,21 +30,18 @@ fn frame(i: usize) -> (Bytes, Option<u8>, Vec<Contributor>) {
     (payload, level, contributors.collect())
 }
 
-/// What a packet carries, its numbering relative to the stream's first
-/// (each peer's stream starts at its own random sequence number and timestamp).
-fn relative(packets: &[AudioPacket]) -> Vec<(u16, u32, bool, Bytes, Option<u8>, Vec<Contributor>)> {
+/// The packets with their numbering relative to the stream's first and no
+/// SSRC (each peer's stream has its own SSRC, random first sequence number
+/// and timestamp): what they carry.
+fn relative(packets: &[AudioPacket]) -> Vec<AudioPacket> {
     let (s0, t0) = (packets[0].seq, packets[0].timestamp);
     packets
         .iter()
-        .map(|p| {
-            (
-                p.seq.wrapping_sub(s0),
-                p.timestamp.wrapping_sub(t0),
-                p.marker,
-                p.payload.clone(),
-                p.level,
-                p.contributors.clone(),
-            )
+        .map(|p| AudioPacket {
+            ssrc: 0,
+            seq: p.seq.wrapping_sub(s0),
+            timestamp: p.timestamp.wrapping_sub(t0),
+            ..p.clone()
         })
         .collect()
 }
@@ -169,7 +166,7 @@ impl Call {
     }
 
     /// The server's datagrams to the client, taken; the client's delivered.
-    fn from_server(&mut self) -> Vec<Bytes> {
+    fn take_server_datagrams(&mut self) -> Vec<Bytes> {
         while let Some(t) = self.client.poll_transmit() {
             let _ = self.mux.handle_datagram(self.me, &t.data, self.now);
         }
@@ -207,7 +204,7 @@ impl Call {
             self.mux.handle_timeout(self.now);
             self.client.handle_timeout(self.now);
             for _ in 0..10 {
-                let datagrams = self.from_server();
+                let datagrams = self.take_server_datagrams();
                 if datagrams.is_empty() && self.client.poll_timeout().is_none_or(|t| t > self.now) {
                     break;
                 }
@@ -233,7 +230,7 @@ impl Call {
     fn server_frame(&mut self, i: usize) -> Vec<Bytes> {
         let (payload, level, contributors) = frame(i);
         self.mux.send_audio(self.peer, payload, level, &contributors, self.now).expect("server sends");
-        let datagrams = self.from_server();
+        let datagrams = self.take_server_datagrams();
         assert!(datagrams.iter().all(|d| is_rtp(d)), "one RTP packet");
         datagrams
     }
