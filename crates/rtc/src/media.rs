@@ -12,6 +12,11 @@
 //!   [`crate::srtp::SrtpContext`], keyed from the DTLS exporter
 //!   ([`crate::keys`]); tutti then sends the RTCP sender reports for that
 //!   SSRC itself, through webrtc-rs (which keeps SRTCP).
+//!
+//! Incoming RTP on a client ([`Media::read_lean`], the load generator's
+//! peers) may take a lean path as well: opened by tutti's own
+//! [`crate::srtp::SrtpReceiver`] and parsed straight into an
+//! [`AudioPacket`], webrtc-rs keeping ICE, DTLS and RTCP.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -516,7 +521,7 @@ pub enum SendPath {
     Lean(SrtpProfile),
 }
 
-/// How a client's received RTP is read (see [`Media::read_lean`]).
+/// How a client's received RTP is read (see [`crate::ClientPeer::set_lean_receive`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReceivePath {
     /// Nothing read on the lean path yet: it is tried at the first SRTP
@@ -532,7 +537,7 @@ pub enum ReceivePath {
     Lean(SrtpProfile),
 }
 
-/// What the lean receive path did (see [`Media::read_lean`]).
+/// What the lean receive path did (see [`crate::ClientPeer::receive_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReceiveStats {
     /// RTP packets read on the lean path and passed on.
@@ -1050,7 +1055,10 @@ impl Media {
     /// exporter (new keys, new receiver, with a new DTLS session), and
     /// parsed as webrtc-rs's path would ([`audio_from`]). webrtc-rs never
     /// sees it: its receiver reports then count no RTP, which nothing in
-    /// tutti reads (no code looks at a received `ReceiverReport`).
+    /// tutti reads (no code looks at a received `ReceiverReport`). Nor does
+    /// its ICE agent, which needs not: it sends consent checks every
+    /// keepalive interval whatever the media does (RFC 7675), and the
+    /// answers keep the pair alive.
     pub(crate) fn read_lean(&mut self, data: &[u8], now: Instant) -> LeanRead {
         if !self.lean_receive || !self.is_connected() || !is_rtp(data) {
             return LeanRead::Rtc;
