@@ -265,12 +265,29 @@ fn the_same_datagrams_read_both_ways_give_equal_packets_across_a_wrap() {
         }
         assert_eq!(call.client.receive_path(), ReceivePath::Lean(profile));
         assert_eq!(call.client.receive_stats(), ReceiveStats { lean: 24, dropped: 48 }, "{profile:?}");
+        // RTP-looking garbage (any CSRC count, extension bit, length): dropped
+        // and counted, never a panic, and the stream goes on.
+        let mut sprayed = 0;
+        for i in 0..300usize {
+            let mut junk: Vec<u8> = (0..(i % 180)).map(|j| (i.wrapping_mul(131) ^ (j * 29)) as u8).collect();
+            if let Some(b) = junk.first_mut() {
+                *b = 0x80 | (i as u8 & 0x1F);
+            }
+            if let Some(b) = junk.get_mut(1) {
+                *b = 111;
+            }
+            sprayed += usize::from(is_rtp(&junk));
+            assert!(call.deliver(&junk).is_empty());
+        }
+        assert_eq!(call.client.receive_stats().dropped, 48 + sprayed as u64, "{profile:?}");
+        let next = call.server_frame(24);
+        assert_eq!(call.deliver(&next[0]).len(), 1, "{profile:?}: the stream goes on");
         assert_eq!(lean_got[0].seq, 65_528);
         assert_eq!(lean_got[8].seq, 0, "wrapped: ROC 1");
         // The server's sender reports still arrive, through webrtc-rs.
         call.run(1_500);
         let sr = call.client.last_sender_report().expect("a sender report");
-        assert_eq!(sr.packet_count, 24, "{profile:?}");
+        assert_eq!(sr.packet_count, 25, "{profile:?}");
     }
 }
 
