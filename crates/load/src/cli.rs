@@ -47,6 +47,11 @@ pub struct FleetArgs {
     /// `mixed[:SHARE]`, SHARE (0 to 1, default 0.5) of the clients over TCP.
     #[arg(long, default_value = "udp", value_parser = parse_transport)]
     pub transport: f64,
+    /// Clients read the server's audio through webrtc-rs's whole receive
+    /// pipeline instead of tutti's lean SRTP receive (for A/B runs of the
+    /// generator's own cost; the report's `receive_path` says which).
+    #[arg(long)]
+    pub rtc_receive: bool,
 }
 
 /// `udp` → 0, `tcp` → 1, `mixed` → 0.5, `mixed:0.2` → 0.2: the share of clients over TCP.
@@ -89,6 +94,7 @@ impl FleetArgs {
         cfg.websocket = !self.no_ws;
         cfg.no_level_share = self.no_level_share;
         cfg.tcp_share = self.transport;
+        cfg.rtc_receive = self.rtc_receive;
         Ok(())
     }
 }
@@ -716,6 +722,10 @@ mod tests {
         let l = Load::try_parse_from(["load", "--room-sizes", "2:30,10:70"]).expect("valid");
         assert!(matches!(l.args.fleet.layout(), RoomLayout::Mix(m) if m.len() == 2));
         assert!(LoadConfig::new("127.0.0.1:1".parse().expect("addr"), 1).websocket, "WebSockets are on by default");
+        assert!(!cfg.rtc_receive, "the lean receive path by default");
+        let l = Load::try_parse_from(["load", "--rtc-receive"]).expect("valid");
+        l.args.fleet.apply(&mut cfg).expect("valid");
+        assert!(cfg.rtc_receive, "--rtc-receive puts the clients on webrtc-rs's receive");
         // Bad input: a clear error, no panic.
         let e = Load::try_parse_from(["load", "--room-sizes", "2:30,10:50"]).err().expect("refused").to_string();
         assert!(e.contains("add up to 80"), "{e}");

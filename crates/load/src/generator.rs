@@ -219,6 +219,10 @@ impl Sim {
             markers_heard: self.listen.as_ref().map_or(0, |l| l.heard),
             error: None,
             connected_at: self.connected_at,
+            lean_receive: {
+                let r = self.peer.receive_stats();
+                (r.lean, r.dropped)
+            },
         }
     }
 }
@@ -925,6 +929,8 @@ pub fn run(
                     server_media = j.media;
                 }
                 let location = j.location;
+                let mut peer = j.peer;
+                peer.set_lean_receive(!cfg.rtc_receive);
                 let level = role == Role::ProbeTalker || !rooms::without_level(index, cfg.clients, cfg.no_level_share);
                 let c = NewClient {
                     index,
@@ -933,7 +939,7 @@ pub fn run(
                     ws: j.ws,
                     role,
                     probe,
-                    peer: j.peer,
+                    peer,
                     link: j.link,
                     joined_at: Instant::now(),
                 };

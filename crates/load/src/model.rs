@@ -115,6 +115,9 @@ pub struct LoadConfig {
     /// TCP candidate, media framed per RFC 4571 on one TCP connection), as
     /// browsers on networks that drop UDP; the rest use UDP.
     pub tcp_share: f64,
+    /// Clients read received audio through webrtc-rs's whole pipeline
+    /// instead of tutti's lean SRTP receive (`--rtc-receive`, for A/B runs).
+    pub rtc_receive: bool,
     /// An access token (admin for the room, or `*`), sent as `Authorization: Bearer`.
     pub token: Option<String>,
     /// Participants.
@@ -165,6 +168,7 @@ impl LoadConfig {
             websocket: true,
             no_level_share: 0.0,
             tcp_share: 0.0,
+            rtc_receive: false,
             token: None,
             clients,
             join_interval: Duration::from_millis(20),
@@ -258,6 +262,9 @@ pub struct ClientSnapshot {
     /// When it connected (for matching markers).
     #[serde(skip)]
     pub(crate) connected_at: Option<Instant>,
+    /// Packets its peer read on the lean receive path, and dropped there.
+    #[serde(skip)]
+    pub(crate) lean_receive: (u64, u64),
 }
 
 /// What one client's room WebSocket received.

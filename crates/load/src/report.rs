@@ -88,6 +88,13 @@ pub struct GeneratorHealth {
     pub lateness_p99_ms: f64,
     /// Worst send-slot lateness, ms.
     pub lateness_max_ms: f64,
+    /// How the clients read received audio: "lean" (tutti's own SRTP
+    /// receive) or "rtc" (webrtc-rs's pipeline, `--rtc-receive`).
+    pub receive_path: &'static str,
+    /// Packets read on the lean receive path, all clients.
+    pub lean_received: u64,
+    /// Packets the lean receive path dropped (authentication, replay).
+    pub lean_dropped: u64,
 }
 
 /// One summary: the whole room at one instant.
@@ -390,6 +397,7 @@ fn all_clients(s: &RunState<'_>) -> Vec<ClientSnapshot> {
             markers_heard: 0,
             error: Some(error.clone()),
             connected_at: None,
+            lean_receive: (0, 0),
         });
     }
     clients.sort_by_key(|c| c.index);
@@ -440,6 +448,9 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         lateness_p50_ms: lateness.quantile_ms(0.5),
         lateness_p99_ms: lateness.quantile_ms(0.99),
         lateness_max_ms: lateness.max_ms(),
+        receive_path: if s.cfg.rtc_receive { "rtc" } else { "lean" },
+        lean_received: clients.iter().map(|c| c.lean_receive.0).sum(),
+        lean_dropped: clients.iter().map(|c| c.lean_receive.1).sum(),
     };
     let connected = count(ClientState::Connected);
     let mut invalid_reasons = Vec::new();
@@ -684,10 +695,13 @@ impl Summary {
         let g = &self.generator;
         let _ = write!(
             t,
-            "  generator CPU {} cores = {} µs/client/tick (busiest thread {} %), send lateness ms p50/p99/max {:.2}/{:.2}/{:.2} | server CPU {} cores, {} µs/participant/tick, media socket drops {}",
+            "  generator CPU {} cores = {} µs/client/tick (busiest thread {} %, receive {}: {} lean, {} dropped), send lateness ms p50/p99/max {:.2}/{:.2}/{:.2} | server CPU {} cores, {} µs/participant/tick, media socket drops {}",
             opt(g.cpu_cores, 2),
             opt(g.us_per_client_tick, 1),
             opt(g.busiest_thread.map(|b| b * 100.0), 0),
+            g.receive_path,
+            g.lean_received,
+            g.lean_dropped,
             g.lateness_p50_ms,
             g.lateness_p99_ms,
             g.lateness_max_ms,

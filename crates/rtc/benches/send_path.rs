@@ -5,8 +5,12 @@
 //! datagrams drained and dropped. Each pair is connected in memory (no
 //! sockets) on a virtual clock. Also the SRTP protection alone.
 //!
+//! The receive side too: `ClientPeer::handle_datagram` of the server's
+//! lean-protected packets (as above) read on the client's lean receive path
+//! or through webrtc-rs's read pipeline, and the SRTP open alone.
+//!
 //! `cargo bench -p tutti-rtc --bench send_path -- --warm-up-time 1 --measurement-time 3`
-//! runs criterion, then prints a table of ns per packet from interleaved
+//! runs criterion, then prints tables of ns per packet from interleaved
 //! rounds (min and median of 15), the figures to compare in one run.
 
 use std::hint::black_box;
@@ -16,7 +20,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, criterion_group};
 use tutti_rtc::srtp::{SrtpContext, SrtpKeys};
-use tutti_rtc::{Acceptor, ClientEvent, ClientPeer, Contributor, Mux, MuxEvent, PeerId, SendPath, SrtpProfile};
+use tutti_rtc::{
+    Acceptor, ClientEvent, ClientPeer, Contributor, Mux, MuxEvent, PeerId, ReceivePath, SendPath, SrtpProfile,
+};
 
 const PAYLOAD: [u8; 80] = [0x5A; 80];
 const MIXED: [Contributor; 2] = [Contributor { ssrc: 0xA11CE, level: 30 }, Contributor { ssrc: 0xB0B, level: 40 }];
@@ -141,12 +147,120 @@ fn cases() -> Vec<Case> {
     v
 }
 
+/// A receive case: `n` fresh packets made (untimed), then the timed part
+/// takes them in; returns the time that took.
+type ReceiveCase = (&'static str, Box<dyn FnMut(u64) -> Duration>);
+
+impl Pair {
+    /// The server's next `n` datagrams to the client (each packet can be
+    /// received once: a replay costs less).
+    fn server_datagrams(&mut self, n: u64) -> Vec<BytesMut> {
+        let mut out = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let payload = Bytes::from_static(&PAYLOAD);
+            self.mux.send_audio(self.peer, payload, Some(20), &MIXED, self.now).expect("connected");
+            while let Some(t) = self.mux.poll_transmit() {
+                out.push(t.data);
+            }
+        }
+        out
+    }
+
+    /// The client takes `datagrams` in and hands out their audio.
+    fn client_receive(&mut self, datagrams: &[BytesMut]) {
+        let server: SocketAddr = "127.0.0.1:4000".parse().expect("literal address");
+        for d in datagrams {
+            self.client.handle_datagram(server, d, self.now);
+            while let Some(e) = self.client.poll_event() {
+                black_box(e);
+            }
+            while let Some(t) = self.client.poll_transmit() {
+                black_box(t);
+            }
+        }
+    }
+}
+
+fn receive_cases() -> Vec<ReceiveCase> {
+    let mut v: Vec<ReceiveCase> = Vec::new();
+    for (lean, profile, name) in [
+        (false, SrtpProfile::AeadAes128Gcm, "client rtc  GCM"),
+        (true, SrtpProfile::AeadAes128Gcm, "client lean GCM"),
+        (false, SrtpProfile::Aes128CmHmacSha1_80, "client rtc  CM80"),
+        (true, SrtpProfile::Aes128CmHmacSha1_80, "client lean CM80"),
+    ] {
+        // The server sends on the lean path either way (it is the cheaper to make).
+        let mut pair = Pair::new(true, profile);
+        pair.client.set_lean_receive(lean);
+        let first = pair.server_datagrams(1);
+        pair.client_receive(&first);
+        let path = pair.client.receive_path();
+        assert_eq!(path, if lean { ReceivePath::Lean(profile) } else { ReceivePath::Rtc }, "{name}");
+        v.push((
+            name,
+            Box::new(move |n| {
+                let datagrams = pair.server_datagrams(n);
+                let t = Instant::now();
+                pair.client_receive(&datagrams);
+                t.elapsed()
+            }),
+        ));
+    }
+    for (profile, name) in
+        [(SrtpProfile::AeadAes128Gcm, "srtp open only GCM"), (SrtpProfile::Aes128CmHmacSha1_80, "srtp open only CM80")]
+    {
+        let ctx = context(profile);
+        let packet = protect(&ctx, 1);
+        v.push((
+            name,
+            Box::new(move |n| {
+                let t = Instant::now();
+                for _ in 0..n {
+                    // A copy per packet, as the lean path reads into its own buffer.
+                    let mut buf = packet.clone();
+                    black_box(ctx.unprotect_rtp(&mut buf, 24, 1, 1, 0).expect("authentic"));
+                }
+                t.elapsed()
+            }),
+        ));
+    }
+    v
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("send_path");
     for (name, mut f) in cases() {
         g.bench_function(name, |b| b.iter(&mut f));
     }
     g.finish();
+    let mut g = c.benchmark_group("receive_path");
+    for (name, mut f) in receive_cases() {
+        g.bench_function(name, |b| b.iter_custom(&mut f));
+    }
+    g.finish();
+}
+
+/// [`table`] for the receive cases.
+fn receive_table() {
+    const ROUNDS: usize = 15;
+    const PER_ROUND: u64 = 10_000;
+    let mut cases = receive_cases();
+    let mut samples = vec![Vec::with_capacity(ROUNDS); cases.len()];
+    for (_, f) in cases.iter_mut() {
+        f(2_000);
+    }
+    for _ in 0..ROUNDS {
+        for (i, (_, f)) in cases.iter_mut().enumerate() {
+            samples[i].push(f(PER_ROUND).as_nanos() as f64 / PER_ROUND as f64);
+        }
+    }
+    println!("\nns per received packet (80-byte Opus, 2 CSRCs), {ROUNDS} interleaved rounds of {PER_ROUND}:");
+    println!("{:<24} {:>9} {:>9}", "case", "min", "median");
+    for (i, (name, _)) in cases.iter().enumerate() {
+        let s = &mut samples[i];
+        s.sort_by(f64::total_cmp);
+        println!("{name:<24} {:>9.0} {:>9.0}", s[0], s[ROUNDS / 2]);
+    }
 }
 
 /// Interleaved rounds, so that a noisy neighbour hits every case alike.
@@ -188,4 +302,5 @@ fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
     table();
+    receive_table();
 }

@@ -16,8 +16,9 @@ use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
-    AudioPacket, CLIENT_OPUS_FMTP, Media, PeerEvent, RtcError, SendPath, SenderReportInfo, Transmit, add_audio_track,
-    add_candidates, add_host_candidate, bad_sdp, build_connection, internal, local_sdp,
+    AudioPacket, CLIENT_OPUS_FMTP, LeanRead, Media, PeerEvent, ReceivePath, ReceiveStats, RtcError, SendPath,
+    SenderReportInfo, Transmit, add_audio_track, add_candidates, add_host_candidate, bad_sdp, build_connection,
+    internal, local_sdp,
 };
 use crate::tcp::{FrameReader, FrameWriter};
 
@@ -37,7 +38,8 @@ pub enum ClientEvent {
 type Pending = (rtc::peer_connection::RTCPeerConnection, rtc::rtp_transceiver::RTCRtpSenderId, u32, Arc<ExporterSlot>);
 
 /// An offering peer (full ICE, controlling) bound to `local`. Its audio
-/// takes the lean send path by default ([`ClientPeer::set_lean_send`]).
+/// takes the lean send path by default ([`ClientPeer::set_lean_send`]), and
+/// the audio it receives the lean receive path ([`ClientPeer::set_lean_receive`]).
 pub struct ClientPeer {
     local: SocketAddr,
     /// Offers only an active TCP candidate (ICE-TCP): everything goes over TCP.
@@ -47,6 +49,7 @@ pub struct ClientPeer {
     /// Until then, the connection being negotiated.
     pending: Option<Pending>,
     lean_send: bool,
+    lean_receive: bool,
     transmits: VecDeque<Transmit>,
     events: VecDeque<ClientEvent>,
 }
@@ -103,6 +106,7 @@ impl ClientPeer {
             media: None,
             pending: Some((pc, sender, ssrc, slot)),
             lean_send: true,
+            lean_receive: true,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
         };
@@ -115,7 +119,9 @@ impl ClientPeer {
             self.pending.take().ok_or_else(|| bad_sdp("an answer was already applied"))?;
         let answer = RTCSessionDescription::answer(answer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, answer).map_err(bad_sdp)?;
-        self.media = Some(Media::new(pc, sender, ssrc, slot, self.lean_send, now)?);
+        let mut media = Media::new(pc, sender, ssrc, slot, self.lean_send, now)?;
+        media.set_lean_receive(self.lean_receive);
+        self.media = Some(media);
         self.drain();
         Ok(())
     }
@@ -146,9 +152,20 @@ impl ClientPeer {
         self.media.as_ref().is_some_and(Media::is_connected)
     }
 
-    /// Takes one datagram received on `local`.
+    /// Takes one datagram received on `local`. Received SRTP audio takes
+    /// the lean receive path when it can ([`ClientPeer::set_lean_receive`]);
+    /// everything else (ICE, DTLS, RTCP: the server's sender reports) goes
+    /// through webrtc-rs.
     pub fn handle_datagram(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
         if let Some(media) = &mut self.media {
+            match media.read_lean(data, now) {
+                LeanRead::Audio(packet) => {
+                    self.events.push_back(ClientEvent::Audio(packet));
+                    return;
+                }
+                LeanRead::Dropped => return,
+                LeanRead::Rtc => {}
+            }
             let transport = TransportContext {
                 local_addr: self.local,
                 peer_addr: from,
@@ -191,6 +208,28 @@ impl ClientPeer {
                 true
             }
         }
+    }
+
+    /// Whether received SRTP audio is read on the lean path (tutti's own
+    /// SRTP receive once DTLS is up, webrtc-rs for ICE, DTLS and RTCP; the
+    /// default) or entirely by webrtc-rs's read pipeline. Takes effect at
+    /// the next datagram.
+    pub fn set_lean_receive(&mut self, lean: bool) {
+        self.lean_receive = lean;
+        if let Some(media) = &mut self.media {
+            media.set_lean_receive(lean);
+        }
+    }
+
+    /// The path received RTP takes now.
+    pub fn receive_path(&self) -> ReceivePath {
+        self.media.as_ref().map_or(ReceivePath::Undecided { lean: self.lean_receive }, Media::receive_path)
+    }
+
+    /// What the lean receive path did: packets passed on, and dropped
+    /// (failed authentication, replays, too old).
+    pub fn receive_stats(&self) -> ReceiveStats {
+        self.media.as_ref().map(Media::receive_stats).unwrap_or_default()
     }
 
     /// The path this peer's outgoing RTP takes (decided at its first packet).

@@ -21,6 +21,12 @@
 //! provider); its RTCP sender reports are ours, sent through webrtc-rs,
 //! which keeps ICE, DTLS, SRTCP and the whole receive side.
 //!
+//! Received audio takes a lean path too, on the client side only (the load
+//! generator's [`ClientPeer`]; [`ClientPeer::set_lean_receive`] switches it
+//! off): once DTLS is up, an SRTP datagram is opened by tutti's own
+//! [`srtp::SrtpReceiver`] (rollover counter, replay window) and parsed
+//! straight into an [`AudioPacket`]; STUN, DTLS and RTCP stay webrtc-rs's.
+//!
 //! Like the mixing core it holds no socket and reads no clock: the caller's
 //! I/O loop passes datagrams and `Instant`s in and sends what comes out.
 //! Every peer answers with ICE-lite and our one host candidate, mDNS off, one
@@ -35,8 +41,8 @@ mod client;
 mod keys;
 mod media;
 mod mux;
-mod reception;
 pub mod plain;
+mod reception;
 pub mod srtp;
 pub mod stun;
 pub mod tcp;
@@ -44,8 +50,8 @@ pub mod turn;
 
 pub use client::{ClientEvent, ClientPeer, TcpLink};
 pub use media::{
-    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, RtcError, SSRC_AUDIO_LEVEL_URI, SendPath,
-    ReceptionBlock, SenderReportInfo, Transmit, is_rtp,
+    AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, ReceivePath, ReceiveStats, ReceptionBlock,
+    RtcError, SSRC_AUDIO_LEVEL_URI, SendPath, SenderReportInfo, Transmit, is_rtp,
 };
 /// Raw-packet helpers for the fuzz targets (the `fuzzing` feature; not API).
 #[cfg(feature = "fuzzing")]

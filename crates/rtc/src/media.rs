@@ -12,6 +12,11 @@
 //!   [`crate::srtp::SrtpContext`], keyed from the DTLS exporter
 //!   ([`crate::keys`]); tutti then sends the RTCP sender reports for that
 //!   SSRC itself, through webrtc-rs (which keeps SRTCP).
+//!
+//! Incoming RTP on a client ([`Media::read_lean`], the load generator's
+//! peers) may take a lean path as well: opened by tutti's own
+//! [`crate::srtp::SrtpReceiver`] and parsed straight into an
+//! [`AudioPacket`], webrtc-rs keeping ICE, DTLS and RTCP.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -50,7 +55,7 @@ use rtc::statistics::StatsSelector;
 
 use crate::keys::ExporterSlot;
 use crate::reception::Reception;
-use crate::srtp::{SrtpContext, SrtpKeys, SrtpProfile};
+use crate::srtp::{SrtpContext, SrtpError, SrtpKeys, SrtpProfile, SrtpReceiver};
 
 /// RFC 6464: the level of the audio in the packet, set by its sender.
 pub const SSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
@@ -409,24 +414,87 @@ pub(crate) enum PeerFailure {
 /// `level_ext`, the contributors from the CSRCs with RFC 6465 levels from
 /// `csrc_level_ext`.
 fn audio_of(packet: rtc::rtp::Packet, level_ext: Option<u8>, csrc_level_ext: Option<u8>) -> AudioPacket {
-    let header = &packet.header;
-    let level = level_ext.and_then(|ext| header.get_extension(ext)).and_then(|b| b.first().map(|v| v & 0x7F));
-    let contributors = if header.csrc.is_empty() {
-        Vec::new()
-    } else {
-        let levels = csrc_level_ext.and_then(|ext| header.get_extension(ext));
-        let level_of = |i: usize| levels.as_ref().and_then(|l| l.get(i)).map_or(127, |v| v & 0x7F);
-        header.csrc.iter().enumerate().map(|(i, &ssrc)| Contributor { ssrc, level: level_of(i) }).collect()
-    };
-    AudioPacket {
+    let rtc::rtp::Packet { header, payload } = packet;
+    let fields = RtpFields {
         ssrc: header.ssrc,
         seq: header.sequence_number,
         timestamp: header.timestamp,
         marker: header.marker,
-        payload: packet.payload,
+    };
+    audio_from(fields, payload, header.csrc.iter().copied(), |id| header.get_extension(id), level_ext, csrc_level_ext)
+}
+
+/// The fixed RTP header fields an [`AudioPacket`] keeps.
+struct RtpFields {
+    ssrc: u32,
+    seq: u16,
+    timestamp: u32,
+    marker: bool,
+}
+
+/// An [`AudioPacket`] from a parsed RTP packet, whichever parser read it
+/// (webrtc-rs's for [`audio_of`], tutti's for [`Media::read_lean`]): the
+/// RFC 6464 level from extension `level_ext`, the contributors from the
+/// CSRCs with RFC 6465 levels from `csrc_level_ext` (127 when missing).
+fn audio_from<E: AsRef<[u8]>>(
+    fields: RtpFields,
+    payload: Bytes,
+    csrc: impl ExactSizeIterator<Item = u32>,
+    extension: impl Fn(u8) -> Option<E>,
+    level_ext: Option<u8>,
+    csrc_level_ext: Option<u8>,
+) -> AudioPacket {
+    let level = level_ext.and_then(&extension).and_then(|b| b.as_ref().first().map(|v| v & 0x7F));
+    let contributors = if csrc.len() == 0 {
+        Vec::new()
+    } else {
+        let levels = csrc_level_ext.and_then(&extension);
+        let level_of = |i: usize| levels.as_ref().and_then(|l| l.as_ref().get(i)).map_or(127, |v| v & 0x7F);
+        csrc.enumerate().map(|(i, ssrc)| Contributor { ssrc, level: level_of(i) }).collect()
+    };
+    AudioPacket {
+        ssrc: fields.ssrc,
+        seq: fields.seq,
+        timestamp: fields.timestamp,
+        marker: fields.marker,
+        payload,
         level,
         contributors,
     }
+}
+
+/// The value of header extension `id` in the RTP header `header` (RFC 8285
+/// one-byte or two-byte form), as webrtc-rs's `Header::get_extension` finds it.
+fn rtp_extension(header: &[u8], id: u8) -> Option<&[u8]> {
+    let cc = usize::from(header.first()? & 0x0F);
+    if header[0] & 0x10 == 0 {
+        return None;
+    }
+    let at = 12 + 4 * cc;
+    let profile = u16::from_be_bytes([*header.get(at)?, *header.get(at + 1)?]);
+    let words = usize::from(u16::from_be_bytes([*header.get(at + 2)?, *header.get(at + 3)?]));
+    let block = header.get(at + 4..at + 4 + 4 * words)?;
+    let mut i = 0;
+    // Each turn consumes at least one byte of a bounded block.
+    while i < block.len() {
+        let b = block[i];
+        if b == 0 {
+            i += 1;
+            continue;
+        }
+        let (ext, len, start) = match profile {
+            0xBEDE if b >> 4 == 15 => return None,
+            0xBEDE => (b >> 4, usize::from(b & 0x0F) + 1, i + 1),
+            0x1000 => (b, usize::from(*block.get(i + 1)?), i + 2),
+            _ => return None,
+        };
+        let value = block.get(start..start + len)?;
+        if ext == id {
+            return Some(value);
+        }
+        i = start + len;
+    }
+    None
 }
 
 /// For fuzz targets: decrypted bytes as webrtc-rs parses them into an RTP
@@ -474,6 +542,60 @@ pub enum SendPath {
     Rtc,
     /// tutti's own RTP and SRTP, with this profile.
     Lean(SrtpProfile),
+}
+
+/// How a client's received RTP is read (see [`crate::ClientPeer::set_lean_receive`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceivePath {
+    /// Nothing read on the lean path yet: it is tried at the first SRTP
+    /// packet once ICE and DTLS are up.
+    Undecided {
+        /// Whether the lean path will be tried.
+        lean: bool,
+    },
+    /// webrtc-rs's read pipeline (the lean path is off, its keys could not
+    /// be had, or nothing authenticated on it).
+    Rtc,
+    /// tutti's own SRTP receive, with this profile.
+    Lean(SrtpProfile),
+}
+
+/// What the lean receive path did (see [`crate::ClientPeer::receive_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiveStats {
+    /// RTP packets read on the lean path and passed on.
+    pub lean: u64,
+    /// Packets the lean path dropped: failed authentication, replayed,
+    /// older than the replay window, or malformed once decrypted.
+    pub dropped: u64,
+}
+
+/// What [`Media::read_lean`] made of a datagram.
+pub(crate) enum LeanRead {
+    /// An authentic new audio packet.
+    Audio(AudioPacket),
+    /// SRTP that must not be passed on (counted in [`ReceiveStats::dropped`]);
+    /// not for webrtc-rs either, whose own replay state never saw it.
+    Dropped,
+    /// Not the lean path's: for webrtc-rs.
+    Rtc,
+}
+
+/// Packets that fail on a fresh lean receiver, none authenticating, before
+/// it gives up for this DTLS session and leaves reading to webrtc-rs (keys
+/// that do not fit, or a first packet whose rollover counter it guessed
+/// wrong: the sender's sequence number wrapped before we were connected).
+const LEAN_RECEIVE_GIVE_UP: u32 = 16;
+
+/// The lean receive path's state for one DTLS session.
+struct LeanReceiver {
+    srtp: SrtpReceiver,
+    /// The [`ExporterSlot`] generation the keys came from.
+    generation: u64,
+    /// Some packet authenticated with these keys.
+    opened: bool,
+    /// Packets refused before any authenticated.
+    failures: u32,
 }
 
 /// The last RTCP sender report (RFC 3550 §6.4.1) received from the remote side.
@@ -584,6 +706,11 @@ struct LeanSender {
 /// Where the lean sender's keys come from: the tap's exporter capture, the
 /// profile and DTLS role from webrtc-rs's transport statistics.
 fn lean_keys(pc: &mut RTCPeerConnection, slot: &ExporterSlot, now: Instant) -> Option<(u64, SrtpKeys)> {
+    lean_key_pair(pc, slot, now).map(|(generation, local, _)| (generation, local))
+}
+
+/// Both directions' keys: (generation, local, remote).
+fn lean_key_pair(pc: &mut RTCPeerConnection, slot: &ExporterSlot, now: Instant) -> Option<(u64, SrtpKeys, SrtpKeys)> {
     let (profile, is_client) = {
         let report = pc.get_stats(now, StatsSelector::None);
         let transport = report.transport()?;
@@ -596,8 +723,8 @@ fn lean_keys(pc: &mut RTCPeerConnection, slot: &ExporterSlot, now: Instant) -> O
         (profile, is_client)
     };
     let (generation, material) = slot.keying_material(profile.keying_material_len())?;
-    let (local, _remote) = SrtpKeys::from_keying_material(profile, &material, is_client).ok()?;
-    Some((generation, local))
+    let (local, remote) = SrtpKeys::from_keying_material(profile, &material, is_client).ok()?;
+    Some((generation, local, remote))
 }
 
 /// The one-byte header extension block (RFC 8285 §4.2) for these elements,
@@ -677,6 +804,15 @@ pub(crate) struct Media {
     ice_up: bool,
     /// ICE is connected (or completed) now: not checking, as during a restart.
     ice_steady: bool,
+    /// Whether received SRTP is to be read on the lean path.
+    lean_receive: bool,
+    /// The connection has no receiver-report interceptor: what the lean
+    /// path reads is reported by us ([`Media::note_received`]).
+    own_reports: bool,
+    lean_rx: Option<Box<LeanReceiver>>,
+    /// The key generation the lean receive path gave up for.
+    lean_rx_off: Option<u64>,
+    rx_stats: ReceiveStats,
 }
 
 impl Media {
@@ -730,6 +866,11 @@ impl Media {
             closed: false,
             ice_up: false,
             ice_steady: false,
+            lean_receive: false,
+            own_reports: false,
+            lean_rx: None,
+            lean_rx_off: None,
+            rx_stats: ReceiveStats::default(),
         })
     }
 
@@ -968,6 +1109,128 @@ impl Media {
         })
     }
 
+    /// That this connection was built without webrtc-rs's receiver reports
+    /// ([`build_connection_with`]): the lean path's reception statistics go
+    /// out in our own RTCP instead (see [`Media::handle_timeout`]).
+    pub(crate) fn set_own_reports(&mut self) {
+        self.own_reports = true;
+    }
+
+    /// An authenticated packet came from `from`: the lean sender follows the
+    /// peer there (a client that moved and restarted ICE sends from its new
+    /// address at once; see `arrived_from`).
+    pub(crate) fn authenticated_from(&mut self, from: SocketAddr, tcp: bool) {
+        if self.remote.is_some() {
+            self.remote = Some(from);
+            self.remote_tcp = tcp;
+        }
+    }
+
+    /// Whether received SRTP is read on the lean path ([`Media::read_lean`]).
+    /// Switching off keeps the receive state (rollover counter, replay
+    /// window): switched on again, it goes on from there.
+    pub(crate) fn set_lean_receive(&mut self, lean: bool) {
+        self.lean_receive = lean;
+    }
+
+    /// The path received RTP takes now.
+    pub(crate) fn receive_path(&self) -> ReceivePath {
+        match (&self.lean_rx, self.lean_receive) {
+            (_, false) => ReceivePath::Rtc,
+            (Some(rx), true) => ReceivePath::Lean(rx.srtp.profile()),
+            (None, true) if self.lean_rx_off.is_some_and(|g| g == self.keys.generation()) => ReceivePath::Rtc,
+            (None, true) => ReceivePath::Undecided { lean: true },
+        }
+    }
+
+    /// What the lean receive path did.
+    pub(crate) fn receive_stats(&self) -> ReceiveStats {
+        self.rx_stats
+    }
+
+    /// The lean receive path: an SRTP-protected RTP datagram (not STUN,
+    /// DTLS or RTCP, which stay webrtc-rs's) on a connected peer is opened
+    /// by tutti's own [`SrtpReceiver`] with the remote keys from the DTLS
+    /// exporter (new keys, new receiver, with a new DTLS session), and
+    /// parsed as webrtc-rs's path would ([`audio_from`]). webrtc-rs never
+    /// sees it: its receiver reports then count no RTP, which nothing in
+    /// tutti reads (no code looks at a received `ReceiverReport`). Nor does
+    /// its ICE agent, which needs not: it sends consent checks every
+    /// keepalive interval whatever the media does (RFC 7675), and the
+    /// answers keep the pair alive.
+    pub(crate) fn read_lean(&mut self, data: &[u8], now: Instant) -> LeanRead {
+        if !self.lean_receive || !self.is_connected() || !is_rtp(data) {
+            return LeanRead::Rtc;
+        }
+        let generation = self.keys.generation();
+        if self.lean_rx_off == Some(generation) {
+            return LeanRead::Rtc;
+        }
+        if self.lean_rx.as_ref().is_none_or(|rx| rx.generation != generation) {
+            let keyed = lean_key_pair(&mut self.pc, &self.keys, now)
+                .and_then(|(generation, _, remote)| Some((generation, SrtpReceiver::new(&remote).ok()?)));
+            let Some((generation, srtp)) = keyed else {
+                self.lean_rx = None;
+                self.lean_rx_off = Some(generation);
+                return LeanRead::Rtc;
+            };
+            self.lean_rx = Some(Box::new(LeanReceiver { srtp, generation, opened: false, failures: 0 }));
+        }
+        let Some(rx) = self.lean_rx.as_deref_mut() else { return LeanRead::Rtc };
+        let mut buf = BytesMut::from(data);
+        let (header_len, payload) = match rx.srtp.unprotect(&mut buf) {
+            Ok(opened) => opened,
+            // Another SSRC than the few a receiver follows: webrtc-rs's.
+            Err(SrtpError::Streams) => return LeanRead::Rtc,
+            Err(_) => {
+                self.rx_stats.dropped += 1;
+                if !rx.opened {
+                    rx.failures += 1;
+                    if rx.failures >= LEAN_RECEIVE_GIVE_UP {
+                        self.lean_rx_off = Some(rx.generation);
+                        self.lean_rx = None;
+                    }
+                }
+                return LeanRead::Dropped;
+            }
+        };
+        rx.opened = true;
+        let packet = buf.freeze();
+        let mut end = payload.end;
+        if packet[0] & 0x20 != 0 {
+            // RFC 3550 §5.1: the last payload byte counts the padding (webrtc-rs's reading).
+            match payload.end.checked_sub(1).filter(|&last| last >= payload.start).map(|last| packet[last]) {
+                Some(pad) if usize::from(pad) <= payload.len() => end -= usize::from(pad),
+                _ => {
+                    self.rx_stats.dropped += 1;
+                    return LeanRead::Dropped;
+                }
+            }
+        }
+        let header = &packet[..header_len];
+        let fields = RtpFields {
+            ssrc: u32::from_be_bytes([header[8], header[9], header[10], header[11]]),
+            seq: u16::from_be_bytes([header[2], header[3]]),
+            timestamp: u32::from_be_bytes([header[4], header[5], header[6], header[7]]),
+            marker: header[1] & 0x80 != 0,
+        };
+        let cc = usize::from(header[0] & 0x0F);
+        let csrc = header[12..12 + 4 * cc].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        let audio = audio_from(
+            fields,
+            packet.slice(payload.start..end),
+            csrc,
+            |id| rtp_extension(header, id),
+            self.level_ext,
+            self.csrc_level_ext,
+        );
+        self.rx_stats.lean += 1;
+        if self.own_reports {
+            self.note_received(audio.ssrc, audio.seq, audio.timestamp, now);
+        }
+        LeanRead::Audio(audio)
+    }
+
     /// Moves what the connection has to send into `transmits`, and nothing
     /// else: all an RTP write produces. (A full [`Media::drain`] also walks
     /// every handler's timers, which an RTP write does not move: a tenth of
@@ -1159,10 +1422,9 @@ impl Media {
         let arrived_from = self.arrived_from.take();
         while let Some(msg) = self.pc.poll_read() {
             let at = msg.now;
-            if let (Some((from, tcp)), Some(_)) = (arrived_from, self.remote) {
+            if let Some((from, tcp)) = arrived_from {
                 // Authenticated by SRTP: the peer is there now.
-                self.remote = Some(from);
-                self.remote_tcp = tcp;
+                self.authenticated_from(from, tcp);
             }
             match msg.message {
                 RTCMessage::RtpPacket(_, packet) => {

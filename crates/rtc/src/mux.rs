@@ -19,9 +19,9 @@ use rtc::crypto::RTCCryptoProvider;
 
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
-    AudioPacket, CLIENT_OPUS_FMTP, Contributor, Media, PeerEvent, PeerFailure, PeerState, RtcError, SERVER_OPUS_DTX,
-    SendPath, SenderReportInfo, Transmit, add_audio_track, add_candidates, bad_sdp, build_connection, internal, is_rtp,
-    local_sdp, udp_candidate,
+    AudioPacket, CLIENT_OPUS_FMTP, Contributor, LeanRead, Media, PeerEvent, PeerFailure, PeerState, RtcError,
+    SERVER_OPUS_DTX, SendPath, SenderReportInfo, Transmit, add_audio_track, add_candidates, bad_sdp,
+    build_connection_with, internal, is_rtp, local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
 use crate::stun;
@@ -371,7 +371,9 @@ impl Acceptor {
             .with_srtp_protection_profiles(self.srtp_profiles.iter().map(|p| p.to_dtls()).collect())
             .with_crypto_provider(Arc::new(KeyTap::new(self.provider.clone(), slot.clone())))
             .build();
-        let mut pc = build_connection(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, now)?;
+        // On the lean receive path we report what we receive ourselves.
+        let mut pc =
+            build_connection_with(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, !self.lean_receive, now)?;
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, offer).map_err(bad_sdp)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
@@ -388,7 +390,11 @@ impl Acceptor {
         if !answers_audio(&sdp, &ufrag) {
             return Err(RtcError::NoAudio);
         }
-        let media = Box::new(Media::new(pc, sender, ssrc, slot, self.lean_send, now)?);
+        let mut media = Box::new(Media::new(pc, sender, ssrc, slot, self.lean_send, now)?);
+        if self.lean_receive {
+            media.set_lean_receive(true);
+            media.set_own_reports();
+        }
         Ok((ServerPeer { id, ufrag, media }, sdp))
     }
 }
@@ -620,7 +626,17 @@ impl Mux {
             message: BytesMut::from(data),
         };
         if is_rtp(data) {
-            peer.media.arriving_from(from, tcp);
+            match peer.media.read_lean(data, now) {
+                LeanRead::Audio(packet) => {
+                    peer.media.authenticated_from(from, tcp);
+                    self.stats.lean_in += 1;
+                    push_event(&mut self.events, &mut self.stats, id, PeerEvent::Audio(packet));
+                    return Route::Peer(id);
+                }
+                // Failed authentication or a replay: counted, and nobody's.
+                LeanRead::Dropped => return Route::Peer(id),
+                LeanRead::Rtc => peer.media.arriving_from(from, tcp),
+            }
         }
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);

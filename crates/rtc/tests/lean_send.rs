@@ -28,12 +28,18 @@ impl Call {
     /// A call whose server offers only `profiles`, each side on the lean
     /// path or not.
     fn new(profiles: &[SrtpProfile], server_lean: bool, client_lean: bool) -> Self {
+        Self::with_receive(profiles, server_lean, client_lean, true)
+    }
+
+    /// As [`Call::new`], with the server's lean receive path on or off.
+    fn with_receive(profiles: &[SrtpProfile], server_lean: bool, client_lean: bool, server_lean_receive: bool) -> Self {
         let server: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
         let me: SocketAddr = "127.0.0.1:50000".parse().expect("addr");
         let now = Instant::now();
         let mut acceptor = tutti_rtc::Acceptor::new(server, Duration::from_secs(10)).expect("acceptor");
         acceptor.set_srtp_profiles(profiles);
         acceptor.set_lean_send(server_lean);
+        acceptor.set_lean_receive(server_lean_receive);
         let mut mux = Mux::with_acceptor(acceptor);
         let (mut client, offer) = ClientPeer::new(me, now).expect("client");
         assert!(client.set_lean_send(client_lean));
@@ -210,6 +216,42 @@ fn sender_reports_count_what_the_receiver_got() {
         let path = call.mux.send_path(call.peer);
         assert_eq!(matches!(path, Some(SendPath::Lean(_))), server_lean, "{path:?}");
         assert_eq!(call.client.send_path() == SendPath::Rtc, !client_lean);
+    }
+}
+
+#[test]
+fn the_servers_reception_report_counts_what_it_read_on_the_lean_path() {
+    const LOST: [usize; 3] = [10, 11, 70];
+    for lean_receive in [true, false] {
+        let mut call = Call::with_receive(&[SrtpProfile::AeadAes128Gcm], true, true, lean_receive);
+        call.connect();
+        for i in 0..100 {
+            let payload = Bytes::from(vec![i as u8; 40]);
+            call.client.send_audio(payload.clone(), Some(30), call.now).expect("client sends");
+            if LOST.contains(&i) {
+                // Lost on the way: the server never sees it.
+                while call.client.poll_transmit().is_some() {}
+            }
+            call.mux.send_audio(call.peer, payload, Some(20), &[], call.now).expect("server sends");
+            call.exchange();
+            call.run(20);
+        }
+        call.run(2_500);
+        assert_eq!(call.at_server.len(), 100 - LOST.len());
+        assert_eq!(call.mux.stats().lean_in, if lean_receive { 97 } else { 0 });
+        let report = call.client.last_sender_report().expect("the server reports");
+        if lean_receive {
+            // The server's own reception statistics ride on its sender report.
+            let block = report.reception.expect("a reception report block");
+            let last = call.at_server.last().expect("audio").seq;
+            assert_eq!(block.ssrc, call.at_server[0].ssrc);
+            assert_eq!(block.total_lost, LOST.len() as u32);
+            assert_eq!(block.highest_sequence & 0xFFFF, u32::from(last));
+            assert_eq!(block.fraction_lost, 0, "nothing lost in the last interval");
+        } else {
+            // webrtc-rs reports in receiver reports of its own, not in ours.
+            assert_eq!(report.reception, None);
+        }
     }
 }
 
