@@ -754,7 +754,11 @@ mod tests {
     use super::*;
 
     fn load_text(text: &str, env: &[(&str, &str)], sets: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let dir = std::env::temp_dir().join(format!("tutti-config-{}-{}", std::process::id(), text.len()));
+        // A directory per call: tests run in parallel, and two texts of one
+        // length once shared a file (a flaky race).
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tutti-config-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("tutti.toml");
         std::fs::write(&path, text).expect("write");
