@@ -46,6 +46,10 @@ pub struct MediaStats {
     pub bytes_out: u64,
     /// Datagrams that belonged to no peer (garbage, strays), dropped.
     pub unrouted: u64,
+    /// Audio packets received from peers.
+    pub audio_in: u64,
+    /// Of those, packets read on the lean receive path (`lean_receive`).
+    pub lean_in: u64,
     /// Datagrams the OS refused to send.
     pub send_errors: u64,
     /// Peers whose ICE or DTLS failed.
@@ -330,6 +334,8 @@ impl MediaHandle {
             m.datagrams_out += s.datagrams_out;
             m.bytes_out += s.bytes_out;
             m.unrouted += s.unrouted + get(&c.unknown_ufrag);
+            m.audio_in += s.audio_in;
+            m.lean_in += s.lean_in;
             m.send_errors += get(&c.send_errors);
             m.peers_failed += s.ice_failures + s.dtls_failures + s.lost;
             m.peers_timed_out += s.timed_out;
