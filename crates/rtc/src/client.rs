@@ -89,7 +89,10 @@ impl ClientPeer {
             .with_discard_local_candidates_during_ice_restart(true)
             .with_crypto_provider(Arc::new(KeyTap::new(provider, slot.clone())))
             .build();
-        let mut pc = build_connection(settings, Vec::new(), CLIENT_OPUS_FMTP, now)?;
+        // Its reception reports are its own, whichever path reads its audio:
+        // one compound RTCP packet a second (sender report and reception
+        // block), as a browser sends, not webrtc-rs's extra receiver report.
+        let mut pc = build_connection(settings, Vec::new(), CLIENT_OPUS_FMTP, false, now)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
         if tcp {
             let line = format!("candidate:1 1 tcp 1518280447 {} 9 typ host tcptype active", local.ip());
@@ -121,6 +124,7 @@ impl ClientPeer {
         pc.set_remote_description(now, answer).map_err(bad_sdp)?;
         let mut media = Media::new(pc, sender, ssrc, slot, self.lean_send, now)?;
         media.set_lean_receive(self.lean_receive);
+        media.set_own_reports();
         self.media = Some(media);
         self.drain();
         Ok(())

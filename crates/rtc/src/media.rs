@@ -235,20 +235,12 @@ pub(crate) fn random_u32() -> Result<u32, RtcError> {
 /// A peer connection as both ends of a tutti call use it: Opus with the
 /// audio-level extensions, and RTCP reports as the only interceptor (no NACK
 /// or TWCC for audio).
+///
+/// With `receiver_reports` false webrtc-rs's receiver-report interceptor is
+/// left out: the connection's [`Media`] then reports what it received itself
+/// ([`Media::set_own_reports`]); the lean receive path reads audio that
+/// interceptor would never see.
 pub(crate) fn build_connection(
-    settings: SettingEngine,
-    certificates: Vec<RTCCertificate>,
-    fmtp: &str,
-    now: Instant,
-) -> Result<RTCPeerConnection, RtcError> {
-    build_connection_with(settings, certificates, fmtp, true, now)
-}
-
-/// [`build_connection`], with webrtc-rs's receiver reports or without them
-/// (`receiver_reports` false: the lean receive path reads the audio and
-/// writes the reports; webrtc-rs's interceptor would report a stream it
-/// never sees).
-pub(crate) fn build_connection_with(
     settings: SettingEngine,
     certificates: Vec<RTCCertificate>,
     fmtp: &str,
@@ -806,8 +798,8 @@ pub(crate) struct Media {
     ice_steady: bool,
     /// Whether received SRTP is to be read on the lean path.
     lean_receive: bool,
-    /// The connection has no receiver-report interceptor: what the lean
-    /// path reads is reported by us ([`Media::note_received`]).
+    /// The connection has no receiver-report interceptor: the audio it
+    /// receives, on either path, is reported by us ([`Media::note_received`]).
     own_reports: bool,
     lean_rx: Option<Box<LeanReceiver>>,
     /// The key generation the lean receive path gave up for.
@@ -1110,8 +1102,8 @@ impl Media {
     }
 
     /// That this connection was built without webrtc-rs's receiver reports
-    /// ([`build_connection_with`]): the lean path's reception statistics go
-    /// out in our own RTCP instead (see [`Media::handle_timeout`]).
+    /// ([`build_connection`]): the reception statistics of what it receives
+    /// go out in our own RTCP instead (see [`Media::handle_timeout`]).
     pub(crate) fn set_own_reports(&mut self) {
         self.own_reports = true;
     }
@@ -1428,6 +1420,10 @@ impl Media {
             }
             match msg.message {
                 RTCMessage::RtpPacket(_, packet) => {
+                    if self.own_reports {
+                        let h = &packet.header;
+                        self.note_received(h.ssrc, h.sequence_number, h.timestamp, at);
+                    }
                     on(PeerEvent::Audio(audio_of(packet, self.level_ext, self.csrc_level_ext)));
                 }
                 RTCMessage::RtcpPacket(_, packets) => {

@@ -20,8 +20,8 @@ use rtc::crypto::RTCCryptoProvider;
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, Contributor, LeanRead, Media, PeerEvent, PeerFailure, PeerState, RtcError,
-    SERVER_OPUS_DTX, SendPath, SenderReportInfo, Transmit, add_audio_track, add_candidates, bad_sdp,
-    build_connection_with, internal, is_rtp, local_sdp, udp_candidate,
+    SERVER_OPUS_DTX, SendPath, SenderReportInfo, Transmit, add_audio_track, add_candidates, bad_sdp, build_connection,
+    internal, is_rtp, local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
 use crate::stun;
@@ -372,8 +372,7 @@ impl Acceptor {
             .with_crypto_provider(Arc::new(KeyTap::new(self.provider.clone(), slot.clone())))
             .build();
         // On the lean receive path we report what we receive ourselves.
-        let mut pc =
-            build_connection_with(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, !self.lean_receive, now)?;
+        let mut pc = build_connection(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, !self.lean_receive, now)?;
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, offer).map_err(bad_sdp)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;

@@ -252,6 +252,12 @@ fn the_servers_reception_report_counts_what_it_read_on_the_lean_path() {
             // webrtc-rs reports in receiver reports of its own, not in ours.
             assert_eq!(report.reception, None);
         }
+        // The client reports what it got of the server's stream the same way.
+        let at_server = call.mux.last_sender_report(call.peer).expect("the client reports");
+        let block = at_server.reception.expect("the client's reception block");
+        let last = call.at_client.last().expect("audio").seq;
+        assert_eq!((block.total_lost, block.highest_sequence & 0xFFFF), (0, u32::from(last)));
+        assert_eq!(call.at_client.len(), 100);
     }
 }
 
