@@ -25,12 +25,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use rtc::interceptor::{
-    Attribute, Interceptor, Packet as InterceptorPacket, SenderReportBuilder, Slot, StreamInfo, TaggedPacket,
+    Attribute, Interceptor, Packet as InterceptorPacket, ReceiverReportBuilder, SenderReportBuilder, Slot, StreamInfo,
+    TaggedPacket,
 };
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::certificate::RTCCertificate;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
-use rtc::peer_connection::configuration::interceptor_registry::{Registry, configure_rtcp_reports};
+use rtc::peer_connection::configuration::interceptor_registry::Registry;
 use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEngine};
 use rtc::peer_connection::configuration::setting_engine::SettingEngine;
 use rtc::peer_connection::event::RTCPeerConnectionEvent;
@@ -251,10 +252,12 @@ pub(crate) fn build_connection(
     if !certificates.is_empty() {
         config = config.with_certificates(certificates);
     }
+    let registry =
+        Registry::new().with(Slot::SenderReport, SenderReportBuilder::new().with_interval(REPORT_INTERVAL).build());
     let registry = if receiver_reports {
-        configure_rtcp_reports(Registry::new())
+        registry.with(Slot::ReceiverReport, ReceiverReportBuilder::new().with_interval(REPORT_INTERVAL).build())
     } else {
-        Registry::new().with(Slot::SenderReport, SenderReportBuilder::new().build())
+        registry
     };
     let registry = registry.with(Slot::Custom(20_000), DeliverSenderReports::default());
     RTCPeerConnectionBuilder::new()
@@ -623,8 +626,16 @@ pub struct ReceptionBlock {
     pub jitter: u32,
 }
 
-/// How often a lean sender reports (as webrtc-rs's sender-report interceptor).
-const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a connection sends its RTCP report (sender report with a
+/// reception block, or a receiver report): every 5 s, as browsers do for
+/// audio (Chrome's default audio report interval; RFC 3550 §6.2's minimum),
+/// on both paths (webrtc-rs's report interceptors are set to it too).
+pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The first report goes out this soon after the first packet (RFC 3550
+/// §6.2 halves the first interval; a receiver learns the RTP–NTP mapping
+/// early).
+const FIRST_REPORT: Duration = Duration::from_secs(1);
 
 /// Seconds from the NTP epoch (1900) to the Unix epoch (1970).
 const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
@@ -1094,7 +1105,7 @@ impl Media {
         lean.octets = lean.octets.wrapping_add(payload.len() as u32);
         lean.last = Some((slot.timestamp, now));
         Ok(if lean.next_report.is_none() {
-            lean.next_report = Some(now + REPORT_INTERVAL);
+            lean.next_report = Some(now + FIRST_REPORT);
             true
         } else {
             false
@@ -1348,7 +1359,7 @@ impl Media {
     pub(crate) fn note_received(&mut self, ssrc: u32, seq: u16, timestamp: u32, now: Instant) {
         if self.reception.as_ref().is_none_or(|r| r.ssrc() != ssrc) {
             self.reception = Some(Reception::new(ssrc, 48_000));
-            self.next_receiver_report.get_or_insert(now + REPORT_INTERVAL);
+            self.next_receiver_report.get_or_insert(now + FIRST_REPORT);
         }
         if let Some(r) = &mut self.reception {
             r.on_packet(seq, timestamp, now);

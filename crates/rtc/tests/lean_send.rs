@@ -193,7 +193,7 @@ fn sender_reports_count_what_the_receiver_got() {
             call.run(20);
         }
         // Quiet for over a report interval: the last report has the totals.
-        call.run(2_500);
+        call.run(5_500);
         let at_client = call.client.last_sender_report().expect("the server reports");
         let at_server = call.mux.last_sender_report(call.peer).expect("the client reports");
         let octets = |v: &[AudioPacket]| v.iter().map(|p| p.payload.len() as u32).sum::<u32>();
@@ -236,7 +236,7 @@ fn the_servers_reception_report_counts_what_it_read_on_the_lean_path() {
             call.exchange();
             call.run(20);
         }
-        call.run(2_500);
+        call.run(5_500);
         assert_eq!(call.at_server.len(), 100 - LOST.len());
         assert_eq!(call.mux.stats().lean_in, if lean_receive { 97 } else { 0 });
         let report = call.client.last_sender_report().expect("the server reports");
@@ -247,7 +247,10 @@ fn the_servers_reception_report_counts_what_it_read_on_the_lean_path() {
             assert_eq!(block.ssrc, call.at_server[0].ssrc);
             assert_eq!(block.total_lost, LOST.len() as u32);
             assert_eq!(block.highest_sequence & 0xFFFF, u32::from(last));
-            assert_eq!(block.fraction_lost, 0, "nothing lost in the last interval");
+            // Reports go out 1 s after the first packet, then every 5 s: the
+            // last interval holds the second half of the call, one packet lost
+            // of about 50 (1/50 in 1/256: 5).
+            assert!((4..=6).contains(&block.fraction_lost), "{block:?}");
         } else {
             // webrtc-rs reports in receiver reports of its own, not in ours.
             assert_eq!(report.reception, None);
