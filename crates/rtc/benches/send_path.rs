@@ -7,7 +7,9 @@
 //!
 //! The receive side too: `ClientPeer::handle_datagram` of the server's
 //! lean-protected packets (as above) read on the client's lean receive path
-//! or through webrtc-rs's read pipeline, and the SRTP open alone.
+//! or through webrtc-rs's read pipeline; the server's `Mux::handle_datagram`
+//! of the client's packets, on its lean receive path or webrtc-rs's; and the
+//! SRTP open alone.
 //!
 //! `cargo bench -p tutti-rtc --bench send_path -- --warm-up-time 1 --measurement-time 3`
 //! runs criterion, then prints tables of ns per packet from interleaved
@@ -37,11 +39,17 @@ struct Pair {
 
 impl Pair {
     fn new(lean: bool, profile: SrtpProfile) -> Self {
+        Self::with_receive(lean, profile, true)
+    }
+
+    /// As [`Pair::new`], with the server's lean receive path on or off.
+    fn with_receive(lean: bool, profile: SrtpProfile, server_lean_receive: bool) -> Self {
         let server: SocketAddr = "127.0.0.1:4000".parse().expect("literal address");
         let me: SocketAddr = "127.0.0.1:50000".parse().expect("literal address");
         let mut now = Instant::now();
         let mut acceptor = Acceptor::new(server, Duration::from_secs(3600)).expect("acceptor");
         acceptor.set_lean_send(lean);
+        acceptor.set_lean_receive(server_lean_receive);
         acceptor.set_srtp_profiles(&[profile]);
         let mut mux = Mux::with_acceptor(acceptor);
         let (mut client, offer) = ClientPeer::new(me, now).expect("client");
@@ -166,6 +174,32 @@ impl Pair {
         out
     }
 
+    /// The client's next `n` datagrams to the server.
+    fn client_datagrams(&mut self, n: u64) -> Vec<BytesMut> {
+        let mut out = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            self.client.send_audio(Bytes::from_static(&PAYLOAD), Some(20), self.now).expect("connected");
+            while let Some(t) = self.client.poll_transmit() {
+                out.push(t.data);
+            }
+        }
+        out
+    }
+
+    /// The server takes `datagrams` in and hands out their audio.
+    fn server_receive(&mut self, datagrams: &[BytesMut]) {
+        let me: SocketAddr = "127.0.0.1:50000".parse().expect("literal address");
+        for d in datagrams {
+            self.mux.handle_datagram(me, d, self.now);
+            while let Some(e) = self.mux.poll_event() {
+                black_box(e);
+            }
+            while let Some(t) = self.mux.poll_transmit() {
+                black_box(t);
+            }
+        }
+    }
+
     /// The client takes `datagrams` in and hands out their audio.
     fn client_receive(&mut self, datagrams: &[BytesMut]) {
         let server: SocketAddr = "127.0.0.1:4000".parse().expect("literal address");
@@ -202,6 +236,23 @@ fn receive_cases() -> Vec<ReceiveCase> {
                 let datagrams = pair.server_datagrams(n);
                 let t = Instant::now();
                 pair.client_receive(&datagrams);
+                t.elapsed()
+            }),
+        ));
+    }
+    for (lean, profile, name) in [
+        (false, SrtpProfile::AeadAes128Gcm, "server rtc  GCM"),
+        (true, SrtpProfile::AeadAes128Gcm, "server lean GCM"),
+    ] {
+        // The server's Mux::handle_datagram of the client's audio (the
+        // client sends on the lean path either way).
+        let mut pair = Pair::with_receive(true, profile, lean);
+        v.push((
+            name,
+            Box::new(move |n| {
+                let datagrams = pair.client_datagrams(n);
+                let t = Instant::now();
+                pair.server_receive(&datagrams);
                 t.elapsed()
             }),
         ));
