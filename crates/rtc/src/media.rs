@@ -13,10 +13,14 @@
 //!   ([`crate::keys`]); tutti then sends the RTCP sender reports for that
 //!   SSRC itself, through webrtc-rs (which keeps SRTCP).
 //!
-//! Incoming RTP on a client ([`Media::read_lean`], the load generator's
-//! peers) may take a lean path as well: opened by tutti's own
+//! Incoming RTP on an established peer takes a lean path as well, on the
+//! server (`Acceptor::set_lean_receive`) and on a client
+//! ([`Media::read_lean`]): opened by tutti's own
 //! [`crate::srtp::SrtpReceiver`] and parsed straight into an
-//! [`AudioPacket`], webrtc-rs keeping ICE, DTLS and RTCP.
+//! [`AudioPacket`], webrtc-rs keeping ICE, DTLS and RTCP. What was received
+//! is then reported by us ([`Media::set_own_reports`]: a reception report
+//! block on our RTCP every [`REPORT_INTERVAL`]), webrtc-rs's
+//! receiver-report interceptor being left out of such a connection.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -1156,10 +1160,10 @@ impl Media {
     /// by tutti's own [`SrtpReceiver`] with the remote keys from the DTLS
     /// exporter (new keys, new receiver, with a new DTLS session), and
     /// parsed as webrtc-rs's path would ([`audio_from`]). webrtc-rs never
-    /// sees it: its receiver reports then count no RTP, which nothing in
-    /// tutti reads (no code looks at a received `ReceiverReport`). Nor does
-    /// its ICE agent, which needs not: it sends consent checks every
-    /// keepalive interval whatever the media does (RFC 7675), and the
+    /// sees it: a connection that reads this way reports its reception
+    /// itself ([`Media::set_own_reports`], [`Media::note_received`]). Nor
+    /// does its ICE agent, which needs not: consent checks come every
+    /// keepalive interval whatever the media does (RFC 7675), and their
     /// answers keep the pair alive.
     pub(crate) fn read_lean(&mut self, data: &[u8], now: Instant) -> LeanRead {
         if !self.lean_receive || !self.is_connected() || !is_rtp(data) {
