@@ -240,10 +240,9 @@ fn receive_cases() -> Vec<ReceiveCase> {
             }),
         ));
     }
-    for (lean, profile, name) in [
-        (false, SrtpProfile::AeadAes128Gcm, "server rtc  GCM"),
-        (true, SrtpProfile::AeadAes128Gcm, "server lean GCM"),
-    ] {
+    for (lean, profile, name) in
+        [(false, SrtpProfile::AeadAes128Gcm, "server rtc  GCM"), (true, SrtpProfile::AeadAes128Gcm, "server lean GCM")]
+    {
         // The server's Mux::handle_datagram of the client's audio (the
         // client sends on the lean path either way).
         let mut pair = Pair::with_receive(true, profile, lean);
