@@ -1537,6 +1537,63 @@ fn ntp_time(wall: (Instant, SystemTime), now: Instant) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use rtc::shared::marshal::Unmarshal;
+
+    /// An RTP header with CSRC count `cc` and these extension elements, in
+    /// the one-byte (RFC 8285 §4.2) or two-byte (§4.3) form, padded to words.
+    fn header_with(cc: usize, two_byte: bool, elements: &[(u8, Vec<u8>)]) -> Vec<u8> {
+        let mut h = vec![0x90 | cc as u8, 111, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3];
+        h.extend(std::iter::repeat_n(7u8, 4 * cc));
+        let mut block = Vec::new();
+        for (id, value) in elements {
+            if two_byte {
+                block.extend([*id, value.len() as u8]);
+            } else {
+                block.push((id << 4) | (value.len() as u8 - 1));
+            }
+            block.extend(value);
+        }
+        block.resize(block.len().div_ceil(4) * 4, 0);
+        h.extend(if two_byte { [0x10, 0x00] } else { [0xBE, 0xDE] });
+        h.extend(((block.len() / 4) as u16).to_be_bytes());
+        h.extend(block);
+        h
+    }
+
+    proptest! {
+        /// The lean receive path's extension reader (network input, after
+        /// SRTP) never panics on any bytes.
+        #[test]
+        fn the_extension_reader_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..96)) {
+            for id in 0..=255u8 {
+                let _ = rtp_extension(&bytes, id);
+            }
+        }
+
+        /// On well-formed headers it finds what webrtc-rs's `get_extension`
+        /// finds, for every id, in both forms. (On a malformed block it is
+        /// stricter: an element that overruns the block is no value, where
+        /// webrtc-rs may read on into the payload.)
+        #[test]
+        fn the_extension_reader_agrees_with_webrtc_rs(
+            cc in 0usize..4,
+            two_byte in any::<bool>(),
+            ids in proptest::collection::btree_set(1u8..=14, 0..5),
+            lens in proptest::collection::vec(1usize..=16, 5),
+            payload in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let elements: Vec<(u8, Vec<u8>)> =
+                ids.iter().zip(&lens).map(|(&id, &len)| (id, (0..len).map(|i| id ^ i as u8).collect())).collect();
+            let mut bytes = header_with(cc, two_byte, &elements);
+            bytes.extend(&payload);
+            let parsed = rtc::rtp::Header::unmarshal(&mut &bytes[..]).expect("a well-formed header");
+            for id in 1..=255u8 {
+                let theirs = parsed.get_extension(id);
+                prop_assert_eq!(rtp_extension(&bytes, id), theirs.as_deref(), "id {}", id);
+            }
+        }
+    }
 
     #[test]
     fn timestamps_follow_the_tick_and_the_marker_flags_gaps() {
