@@ -92,6 +92,9 @@ pub struct MuxStats {
     pub lean_out: u64,
     /// Of the audio packets received, those read on the lean path (tutti's own SRTP).
     pub lean_in: u64,
+    /// SRTP packets the lean receive path dropped: failed authentication,
+    /// replayed or too old (garbage or an attack from a peer's address).
+    pub lean_dropped: u64,
     /// Peers now answered but not connected yet (ICE and DTLS under way).
     pub connecting: u64,
     /// Peers now connected.
@@ -633,7 +636,10 @@ impl Mux {
                     return Route::Peer(id);
                 }
                 // Failed authentication or a replay: counted, and nobody's.
-                LeanRead::Dropped => return Route::Peer(id),
+                LeanRead::Dropped => {
+                    self.stats.lean_dropped += 1;
+                    return Route::Peer(id);
+                }
                 LeanRead::Rtc => peer.media.arriving_from(from, tcp),
             }
         }

@@ -265,6 +265,35 @@ fn the_servers_reception_report_counts_what_it_read_on_the_lean_path() {
 }
 
 #[test]
+fn garbage_and_replays_from_a_peer_are_dropped_and_counted_by_the_server() {
+    let mut call = Call::new(&[SrtpProfile::AeadAes128Gcm], true, true);
+    call.connect();
+    call.frame(0, 40);
+    // A real packet, kept to be replayed.
+    call.client.send_audio(Bytes::from_static(&[9; 40]), Some(30), call.now).expect("client sends");
+    let real = call.client.poll_transmit().expect("a datagram").data;
+    call.mux.handle_datagram(call.me, &real, call.now);
+    let before = (call.mux.stats().lean_in, call.at_server.len());
+    // From the peer's own address: RTP-looking garbage, a tampered copy, the replay.
+    let mut tampered = real.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    call.mux.handle_datagram(call.me, &tampered, call.now);
+    call.mux.handle_datagram(call.me, &real, call.now);
+    for i in 0..50u8 {
+        let junk: Vec<u8> = [0x80, 111].into_iter().chain((0..30).map(|j| i.wrapping_mul(31) ^ j)).collect();
+        call.mux.handle_datagram(call.me, &junk, call.now);
+    }
+    call.exchange();
+    assert_eq!(call.mux.stats().lean_dropped, 52, "tampered, replayed and 50 garbage packets");
+    assert_eq!(call.at_server.len(), before.1 + 1, "only the real packet became audio");
+    // The stream goes on, on the lean path.
+    call.frame(2, 40);
+    assert_eq!(call.mux.stats().lean_in, before.0 + 1);
+    assert_eq!(call.at_server.len(), before.1 + 2);
+}
+
+#[test]
 fn server_timestamps_follow_the_mixer_tick_with_a_marker_after_gaps() {
     for lean in [true, false] {
         let mut call = Call::new(&[SrtpProfile::AeadAes128Gcm], lean, true);

@@ -50,6 +50,8 @@ pub struct MediaStats {
     pub audio_in: u64,
     /// Of those, packets read on the lean receive path (`lean_receive`).
     pub lean_in: u64,
+    /// SRTP packets the lean receive path dropped (failed authentication, replays).
+    pub lean_dropped: u64,
     /// Datagrams the OS refused to send.
     pub send_errors: u64,
     /// Peers whose ICE or DTLS failed.
@@ -336,6 +338,7 @@ impl MediaHandle {
             m.unrouted += s.unrouted + get(&c.unknown_ufrag);
             m.audio_in += s.audio_in;
             m.lean_in += s.lean_in;
+            m.lean_dropped += s.lean_dropped;
             m.send_errors += get(&c.send_errors);
             m.peers_failed += s.ice_failures + s.dtls_failures + s.lost;
             m.peers_timed_out += s.timed_out;

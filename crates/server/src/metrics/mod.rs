@@ -112,6 +112,8 @@ pub const MEDIA_AUDIO_PACKETS_SENT: &str = "tutti_media_audio_packets_sent_total
 pub const MEDIA_LEAN_PACKETS_SENT: &str = "tutti_media_lean_packets_sent_total";
 /// Of the audio packets received, those read on the lean SRTP path, counter.
 pub const MEDIA_LEAN_PACKETS_RECEIVED: &str = "tutti_media_lean_packets_received_total";
+/// SRTP packets the lean receive path dropped (failed authentication, replays), counter.
+pub const MEDIA_LEAN_PACKETS_DROPPED: &str = "tutti_media_lean_packets_dropped_total";
 /// Datagrams that belonged to no peer (dropped).
 pub const MEDIA_UNROUTED_PACKETS: &str = "tutti_media_unrouted_packets_total";
 /// Audio packets the jitter buffers dropped because their turn had passed.
@@ -183,6 +185,7 @@ pub const NAMES: &[&str] = &[
     MEDIA_AUDIO_PACKETS_SENT,
     MEDIA_LEAN_PACKETS_SENT,
     MEDIA_LEAN_PACKETS_RECEIVED,
+    MEDIA_LEAN_PACKETS_DROPPED,
     MEDIA_UNROUTED_PACKETS,
     MEDIA_JITTER_LATE_PACKETS,
     MEDIA_JITTER_LOST_FRAMES,
@@ -237,6 +240,7 @@ struct Handles {
     audio_out: Counter,
     lean_out: Counter,
     lean_in: Counter,
+    lean_dropped: Counter,
     unrouted: Counter,
     late: Counter,
     lost: Counter,
@@ -303,6 +307,7 @@ pub fn install() -> Result<(), String> {
             audio_out: metrics::counter!(MEDIA_AUDIO_PACKETS_SENT),
             lean_out: metrics::counter!(MEDIA_LEAN_PACKETS_SENT),
             lean_in: metrics::counter!(MEDIA_LEAN_PACKETS_RECEIVED),
+            lean_dropped: metrics::counter!(MEDIA_LEAN_PACKETS_DROPPED),
             unrouted: metrics::counter!(MEDIA_UNROUTED_PACKETS),
             late: metrics::counter!(MEDIA_JITTER_LATE_PACKETS),
             lost: metrics::counter!(MEDIA_JITTER_LOST_FRAMES),
@@ -359,6 +364,11 @@ fn describe() {
         MEDIA_LEAN_PACKETS_RECEIVED,
         Unit::Count,
         "Audio RTP packets read on the lean path (tutti's own SRTP), of all received."
+    );
+    describe_counter!(
+        MEDIA_LEAN_PACKETS_DROPPED,
+        Unit::Count,
+        "SRTP packets the lean receive path dropped: failed authentication, replayed or too old."
     );
     describe_counter!(MEDIA_UNROUTED_PACKETS, Unit::Count, "Datagrams that belonged to no peer (dropped).");
     describe_counter!(
@@ -512,6 +522,7 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     grew(&h.audio_out, now.audio_out, last.audio_out);
     grew(&h.lean_out, now.lean_out, last.lean_out);
     grew(&h.lean_in, now.lean_in, last.lean_in);
+    grew(&h.lean_dropped, now.lean_dropped, last.lean_dropped);
     grew(&h.unrouted, now.unrouted, last.unrouted);
     grew(&h.ice_failures, now.ice_failures, last.ice_failures);
     grew(&h.dtls_failures, now.dtls_failures, last.dtls_failures);
