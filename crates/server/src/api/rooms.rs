@@ -91,7 +91,7 @@ pub(super) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
 }
 
 /// The query of a request, or none when it does not parse.
-fn access(query: Result<Query<Access>, axum::extract::rejection::QueryRejection>) -> Access {
+pub(super) fn access(query: Result<Query<Access>, axum::extract::rejection::QueryRejection>) -> Access {
     query.map(|Query(a)| a).unwrap_or_default()
 }
 

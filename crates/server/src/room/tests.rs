@@ -40,8 +40,9 @@ fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str, listen_only: bool) -> (Joi
     )
 }
 
-/// What subscribers get once the room's next batch goes out.
-fn events(room: &Room, rx: &mut tokio::sync::broadcast::Receiver<Arc<EventBatch>>) -> Vec<RoomEvent> {
+/// What subscribers get once the room's next batch goes out (also the
+/// stage's tests).
+pub(super) fn events(room: &Room, rx: &mut tokio::sync::broadcast::Receiver<Arc<EventBatch>>) -> Vec<RoomEvent> {
     room.flush_events();
     let mut out = Vec::new();
     loop {

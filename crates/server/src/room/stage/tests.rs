@@ -2,13 +2,11 @@
 //! sockets or threads.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::broadcast::error::TryRecvError;
 use tutti_mix::{RoomConfig, SpeakerLimit};
 
-use super::super::event::EventBatch;
+use super::super::tests::events;
 use super::super::{Joiner, LeaveReason, Room, RoomError, RoomEvent, Rooms};
 use super::RoomUpdate;
 use crate::sync::lock;
@@ -33,18 +31,6 @@ fn joiner(identity: &str, listen_only: bool, admin: bool) -> Joiner {
         tutti_rtc::ClientPeer::new(SocketAddr::from(([127, 0, 0, 1], 50_000)), now).expect("client offer");
     let (peer, _answer) = acceptor.accept(&offer, now).expect("accepted");
     Joiner { peer, name: String::new(), identity: identity.to_owned(), listen_only, admin }
-}
-
-fn events(room: &Room, rx: &mut tokio::sync::broadcast::Receiver<Arc<EventBatch>>) -> Vec<RoomEvent> {
-    room.flush_events();
-    let mut out = Vec::new();
-    loop {
-        match rx.try_recv() {
-            Ok(batch) => out.extend(batch.events.iter().cloned()),
-            Err(TryRecvError::Empty | TryRecvError::Closed) => return out,
-            Err(TryRecvError::Lagged(_)) => {}
-        }
-    }
 }
 
 /// (listen_only, muted, hand, the I/O thread's gate) of a member.
