@@ -19,30 +19,18 @@ clients=$1 rounds=$2 name_a=$3 cmd_a=$4 name_b=$5 cmd_b=$6
 shift 6
 load_args=("$@")
 load=target/release/tutti
-http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
-media=127.0.0.1:${TUTTI_BENCH_MEDIA_PORT:-24000}
-if curl -s -o /dev/null "http://$http/"; then echo "$http is taken; set TUTTI_BENCH_HTTP_PORT" >&2; exit 1; fi
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+bench_ports
 log=${TMPDIR:-/tmp}/tutti-ab
 
 one_run() { # NAME 'CMD…'
     local name=$1 bin extra
     read -r bin extra <<<"$2"
-    # Loopback: no tokens, no per-address join limit (every client is 127.0.0.1).
     # shellcheck disable=SC2086
-    ("$bin" serve --http "$http" --media "$media" --metrics off \
-        --set auth.disabled=true --set limits.join_rate_per_second=0 $extra >"$log-server-$name.log" 2>&1) &
-    local server=$!
-    for _ in $(seq 100); do
-        curl -sf "http://$http/healthz" >/dev/null && break
-        kill -0 "$server" 2>/dev/null || { echo "$name: the server exited: see $log-server-$name.log" >&2; exit 1; }
-        sleep 0.1
-    done
-    # The server process itself, not a wrapper shell.
-    local pid
-    pid=$(pgrep -P "$server" -x tutti || echo "$server")
-    "$load" load --url "http://$http" -n "$clients" --cint 10 --server-pid "$pid" --details 0 "${load_args[@]}" >"$log-load-$name.log" 2>&1 || true
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
+    start_server "$log-server-$name.log" "$bin" $extra
+    "$load" load --url "http://$http" -n "$clients" --cint 10 --server-pid "$server_pid" --details 0 "${load_args[@]}" >"$log-load-$name.log" 2>&1 || true
+    stop_server
     echo "== $name"
     # The final summary: the last block the load tester printed.
     awk '/^\[/{block=""} {block=block $0 "\n"} END {printf "%s", block}' "$log-load-$name.log" |

@@ -22,10 +22,10 @@ clients=$1 rooms=$2 rounds=$3
 shift 3
 load_args=("$@")
 bin=target/release/tutti
-http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
-media=127.0.0.1:${TUTTI_BENCH_MEDIA_PORT:-24000}
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+bench_ports
 hooks=127.0.0.1:${TUTTI_BENCH_HOOK_PORT:-28090}
-if curl -s -o /dev/null "http://$http/"; then echo "$http is taken; set TUTTI_BENCH_HTTP_PORT" >&2; exit 1; fi
 log=${TMPDIR:-/tmp}/tutti-outputs
 secret=bench-secret-bench-secret-bench-secret-0123
 
@@ -40,21 +40,10 @@ one_run() { # NAME
             serve+=(--set "auth.secret=$secret" --set "webhooks.urls=http://$hooks/")
             ;;
     esac
-    # Loopback: no tokens, no per-address join limit (every client is 127.0.0.1).
-    ("$bin" serve --http "$http" --media "$media" --metrics off \
-        --set auth.disabled=true --set limits.join_rate_per_second=0 "${serve[@]}" >"$log-server-$name.log" 2>&1) &
-    local server=$!
-    for _ in $(seq 100); do
-        curl -sf "http://$http/healthz" >/dev/null && break
-        kill -0 "$server" 2>/dev/null || { echo "$name: the server exited: see $log-server-$name.log" >&2; exit 1; }
-        sleep 0.1
-    done
-    local pid
-    pid=$(pgrep -P "$server" -x tutti || echo "$server")
-    "$bin" load --url "http://$http" -n "$clients" --rooms "$rooms" --cint 10 --server-pid "$pid" --details 0 \
+    start_server "$log-server-$name.log" "$bin" "${serve[@]}"
+    "$bin" load --url "http://$http" -n "$clients" --rooms "$rooms" --cint 10 --server-pid "$server_pid" --details 0 \
         --room-details 0 "${load[@]}" "${load_args[@]}" >"$log-load-$name.log" 2>&1 || true
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
+    stop_server
     echo "== $name ($(du -sh "$dir" | cut -f1) recorded)"
     rm -rf "$dir"
     # The final summary: the last block the load tester printed before the rooms table.
