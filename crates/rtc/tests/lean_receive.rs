@@ -6,7 +6,8 @@
 //! counted (and reach neither path), and a lean receiver that authenticates
 //! nothing hands over to webrtc-rs.
 
-use std::io::ErrorKind;
+mod common;
+
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -72,19 +73,7 @@ fn lean_and_rtc_receivers_get_the_same_audio_over_loopback() {
     loop {
         let now = Instant::now();
         assert!(now < limit, "timed out: {sent} frames sent");
-        while let Some(t) = mux.poll_transmit() {
-            let _ = server_sock.send_to(&t.data, t.to);
-        }
-        loop {
-            match server_sock.recv_from(&mut buf) {
-                Ok((n, from)) => {
-                    mux.handle_datagram(from, &buf[..n], now);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => panic!("server socket: {e}"),
-            }
-        }
-        mux.handle_timeout(now);
+        common::pump_server(&mut mux, &server_sock, &mut buf, now);
         while let Some(event) = mux.poll_event() {
             match event {
                 MuxEvent::Connected(id) => {

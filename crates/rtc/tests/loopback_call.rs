@@ -2,8 +2,9 @@
 //! ICE (lite on the server), DTLS, SRTP, Opus both ways, RFC 6464 levels
 //! read on the server; garbage datagrams on the media port change nothing.
 
+mod common;
+
 use std::collections::HashMap;
-use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
@@ -60,19 +61,7 @@ fn a_call_over_loopback_carries_audio_and_levels_both_ways() {
 
     while Instant::now() < limit && (at_server.len() < 100 || at_client.len() < 100) {
         let now = Instant::now();
-        while let Some(t) = mux.poll_transmit() {
-            let _ = server_sock.send_to(&t.data, t.to);
-        }
-        loop {
-            match server_sock.recv_from(&mut buf) {
-                Ok((n, from)) => {
-                    mux.handle_datagram(from, &buf[..n], now);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => panic!("server socket: {e}"),
-            }
-        }
-        mux.handle_timeout(now);
+        common::pump_server(&mut mux, &server_sock, &mut buf, now);
         client.pump_udp(&client_sock, &mut buf, now).expect("client socket");
         while let Some(event) = mux.poll_event() {
             match event {
