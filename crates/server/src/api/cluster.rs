@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::extract::Query;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -44,6 +45,11 @@ pub(crate) struct Access {
     /// The room a redirected `POST /v1/rooms` creates (its id was chosen
     /// by the node that redirected, so that the ticket names it).
     pub(crate) room: Option<String>,
+}
+
+/// The query of a request, or none when it does not parse.
+pub(crate) fn access(query: Result<Query<Access>, axum::extract::rejection::QueryRejection>) -> Access {
+    query.map(|Query(a)| a).unwrap_or_default()
 }
 
 /// 503 with `Retry-After` for a directory that cannot answer.

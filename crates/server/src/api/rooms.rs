@@ -90,11 +90,6 @@ pub(super) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
     }
 }
 
-/// The query of a request, or none when it does not parse.
-pub(super) fn access(query: Result<Query<Access>, axum::extract::rejection::QueryRejection>) -> Access {
-    query.map(|Query(a)| a).unwrap_or_default()
-}
-
 pub(crate) async fn create_room(
     State(api): State<Arc<ApiState>>,
     headers: HeaderMap,
@@ -102,7 +97,7 @@ pub(crate) async fn create_room(
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let access = access(query);
+    let access = cluster::access(query);
     // A redirected create names its room in the query, for its ticket.
     let ticket_room = access.ticket.as_ref().map(|_| access.room.clone().unwrap_or_default());
     let grant =
@@ -226,7 +221,7 @@ pub(crate) async fn delete_room(
     uri: Uri,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
-    let access = access(query);
+    let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
     if !grant.may_manage(&room) {
         return Err(ApiError::forbidden(format!("deleting room '{room}' needs an admin token for it")));
@@ -271,7 +266,7 @@ pub(crate) async fn join(
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let access = access(query);
+    let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
     may_join(&api, &grant, &room, client.ip())?;
     let bytes = body(raw)?;

@@ -53,7 +53,7 @@ pub(crate) async fn update_room(
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let access = super::rooms::access(query);
+    let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
     if !grant.may_manage(&room) {
         return Err(ApiError::forbidden(format!("changing room '{room}' needs an admin token for it")));
