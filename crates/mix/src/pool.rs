@@ -31,6 +31,6 @@ impl MixPool {
     /// Ticks every room once, rooms in parallel (and each big room's shards
     /// in parallel within it). Reports are in the rooms' order.
     pub fn tick_rooms(&self, rooms: &mut [Room], tick: u64) -> Vec<TickReport> {
-        self.pool.install(|| rooms.par_iter_mut().map(|room| room.run_tick(tick)).collect())
+        self.pool.install(|| rooms.par_iter_mut().map(|room| room.run_tick(tick, true)).collect())
     }
 }

@@ -666,11 +666,20 @@ impl Room {
     /// grow by one each call (a skipped number is a tick that overran and was
     /// not run; a repeated or older one is ignored and reported empty).
     pub fn tick(&mut self, pool: &MixPool, tick: u64) -> TickReport {
-        pool.install(|| self.run_tick(tick))
+        pool.install(|| self.run_tick(tick, true))
     }
 
-    /// The tick itself, on whatever rayon pool the caller is in.
-    pub(crate) fn run_tick(&mut self, tick: u64) -> TickReport {
+    /// Runs one tick as [`Room::tick`] does, but all of it on the calling
+    /// thread: no pool, no hand-off. For ticks small enough (a few ms) that
+    /// waking pool threads, and their idle spinning after, costs more CPU
+    /// than splitting the work saves.
+    pub fn tick_inline(&mut self, tick: u64) -> TickReport {
+        self.run_tick(tick, false)
+    }
+
+    /// The tick itself: with `parallel`, shards and encodes are split on
+    /// whatever rayon pool the caller is in; without, all on this thread.
+    pub(crate) fn run_tick(&mut self, tick: u64, parallel: bool) -> TickReport {
         if self.last_tick.is_some_and(|last| tick <= last) {
             return TickReport {
                 tick,
@@ -700,6 +709,11 @@ impl Room {
         let phase_a = if let [shard] = &mut self.shards[..] {
             // One shard (every room up to `shard_size`): no pool round trip.
             shard.observe(cfg, tick, k, decode_speakers)
+        } else if !parallel {
+            self.shards
+                .iter_mut()
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers))
+                .fold(Observed::default(), Observed::sum)
         } else {
             self.shards
                 .par_iter_mut()
@@ -800,15 +814,19 @@ impl Room {
                 }
                 let listener = &mut self.listener;
                 let selected = &mut self.selected;
-                rayon::join(
-                    || listener.encode(&total, None),
-                    || {
-                        selected.par_iter_mut().zip(own.par_iter()).for_each(|(sel, own)| {
-                            sel.stream.encode(&total, *own);
-                            sel.out = Delivery::Mix(sel.stream.payload.clone());
-                        })
-                    },
-                );
+                let speaker = |(sel, own): (&mut Selected, &Option<&Pcm>)| {
+                    sel.stream.encode(&total, *own);
+                    sel.out = Delivery::Mix(sel.stream.payload.clone());
+                };
+                if parallel {
+                    rayon::join(
+                        || listener.encode(&total, None),
+                        || selected.par_iter_mut().zip(own.par_iter()).for_each(speaker),
+                    );
+                } else {
+                    listener.encode(&total, None);
+                    selected.iter_mut().zip(own.iter()).for_each(speaker);
+                }
                 drop(own);
                 self.listener_out = Delivery::Mix(self.listener.payload.clone());
                 if self.independent_left > 0 {

@@ -195,3 +195,34 @@ fn a_missing_frame_of_the_forwarded_speaker_is_a_gap() {
     }
     assert_eq!(nothing, 1, "one gap for the one lost frame");
 }
+
+#[test]
+fn a_tick_inline_sends_what_a_tick_on_the_pool_sends() {
+    // Small shards so that phase A runs over several, as in a big room.
+    let cfg = RoomConfig { shard_size: 4, ..RoomConfig::default() };
+    let (mut pooled, mut inline) = (Scene::new(cfg.clone(), 4, 9), Scene::new(cfg, 4, 9));
+    pooled.pool = MixPool::new(2).expect("pool");
+    let mut mixed = 0;
+    for t in 0..150 {
+        // Talkers come and go: silence, one (forwarded), several (mixed).
+        let talking = |i: usize| (t / 10 + i as u64) % 3 != 0 && t >= 20;
+        let (a, _) = pooled.tick(t, talking);
+        let mut sent = Vec::new();
+        for (i, c) in inline.talkers.iter_mut().enumerate() {
+            let packet = c.next_packet(if talking(i) { 0.3 } else { 0.0 });
+            sent.push(packet.payload.clone());
+            inline.room.push_packet(c.id, packet).expect("in room");
+        }
+        for c in &mut inline.silent {
+            let packet = c.next_packet(0.0);
+            inline.room.push_packet(c.id, packet).expect("in room");
+        }
+        let b = inline.room.tick_inline(t);
+        assert_eq!((a.mode, a.decodes, a.encodes, a.dtx), (b.mode, b.decodes, b.encodes, b.dtx), "tick {t}");
+        assert_eq!(a.speakers, b.speakers, "tick {t}");
+        let (da, db): (Vec<_>, Vec<_>) = (pooled.room.deliveries().collect(), inline.room.deliveries().collect());
+        assert_eq!(da, db, "tick {t}: the same bytes for everyone");
+        mixed += usize::from(a.mode == MixMode::Mix);
+    }
+    assert!(mixed > 30, "both encoded mixes ({mixed} ticks), not only forwarded or DTX ones");
+}

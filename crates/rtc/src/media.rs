@@ -920,10 +920,19 @@ impl Media {
         self.connected && !self.closed
     }
 
-    /// Reads the first bytes a send reads (the connection's flags, the lean
-    /// sender and its SRTP context), to have them in cache (see [`crate::Mux::warm`]).
-    pub(crate) fn touch_send_state(&self) -> (bool, Option<SrtpProfile>) {
-        (self.is_connected(), self.lean.as_ref().map(|l| l.srtp.profile()))
+    /// Reads what a lean send reads first in each place it reads (the
+    /// connection's flags and address, the stream's numbering, the lean
+    /// sender and its SRTP context), to have it in cache (see
+    /// [`crate::Mux::warm`]). Changes nothing.
+    pub(crate) fn touch_send_state(&self) -> (bool, u64, Option<SocketAddr>, Option<(u32, u8)>) {
+        let n = &self.numbering;
+        let numbering = u64::from(n.seq) ^ u64::from(n.roc) ^ u64::from(n.ts_offset) ^ n.next_tick;
+        (
+            self.is_connected() && !self.rekey_pending,
+            numbering,
+            self.remote,
+            self.lean.as_ref().map(|l| (l.packets, l.srtp.touch())),
+        )
     }
 
     /// The path outgoing RTP takes.

@@ -3,6 +3,11 @@
 //! parallel within it) and hands the I/O threads one O(K) result per room.
 //! A tick that starts more than one period late is counted as an overrun
 //! and the schedule skips to the present; none is dropped silently.
+//!
+//! A light tick (one room of 1,000 takes about 2 ms) runs on this thread
+//! alone: handing it to the pool costs wake-ups, and the pool's threads
+//! spin (`sched_yield`) after each piece of work, which cost more CPU than
+//! the split saved (see [`Spread`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +24,68 @@ use crate::room::{RoomMix, Rooms};
 
 /// One 20 ms tick.
 pub(crate) const TICK: Duration = Duration::from_millis(20);
+
+/// An inline tick that used more CPU than this (or took more than
+/// [`INLINE_WALL_MAX`]) moves the next ones to the pool.
+const INLINE_MAX: Duration = Duration::from_millis(8);
+/// See [`INLINE_MAX`].
+const INLINE_WALL_MAX: Duration = Duration::from_millis(15);
+/// On the pool, every this many ticks (5 s) …
+const PROBE_TICKS: u32 = 250;
+/// … if at least half of them took less than this, the next tick is tried inline.
+const PROBE_BELOW: Duration = Duration::from_millis(4);
+
+/// Whether the next tick runs on the clock thread alone or is split on the
+/// `mix-N` pool. Inline while a tick's work (this thread's CPU time, which a
+/// preemption does not inflate) stays under [`INLINE_MAX`]; on the pool as
+/// soon as it does not. On the pool, ticks' wall times are noisy (the pool's
+/// threads wait for cores the I/O threads hold), so the way back is a probe:
+/// every 5 s, if most pool ticks were short, one tick runs inline and its
+/// CPU time decides. With two threads a probed tick's work is at most about
+/// twice [`PROBE_BELOW`], far from the deadline.
+#[derive(Debug, Default)]
+pub(crate) struct Spread {
+    pooled: bool,
+    window: u32,
+    short: u32,
+}
+
+impl Spread {
+    /// True: tick on the pool; false: on this thread.
+    pub(crate) fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// Takes the tick just run into account: its wall time, and for an
+    /// inline tick this thread's CPU time. Returns the new choice when it changed.
+    pub(crate) fn after_tick(&mut self, took: Duration, work: Option<Duration>) -> Option<bool> {
+        if !self.pooled {
+            if took > INLINE_WALL_MAX || work.is_some_and(|w| w > INLINE_MAX) {
+                self.pooled = true;
+                (self.window, self.short) = (0, 0);
+                return Some(true);
+            }
+            return None;
+        }
+        self.window += 1;
+        self.short += u32::from(took < PROBE_BELOW);
+        if self.window < PROBE_TICKS {
+            return None;
+        }
+        let probe = self.short * 2 >= self.window;
+        (self.window, self.short) = (0, 0);
+        if probe {
+            self.pooled = false;
+            return Some(false);
+        }
+        None
+    }
+}
+
+/// CPU time this thread has used (zero if the clock cannot be read).
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
+}
 
 /// Peers whose ICE never started are looked for every this many ticks (1 s).
 const HOUSEKEEPING_TICKS: u64 = 50;
@@ -48,6 +115,7 @@ impl Clock {
         let start = Instant::now();
         let mut tick = 0u64;
         let mut shed = Shedder::default();
+        let mut spread = Spread::default();
         while !self.stop.load(Ordering::Relaxed) {
             let due = start + TICK * u32::try_from(tick).unwrap_or(u32::MAX);
             let now = Instant::now();
@@ -64,8 +132,14 @@ impl Clock {
             let started = Instant::now();
             let level = shed.level();
             let rooms = self.rooms.all();
-            let ticked: Vec<(RoomMix, TickReport)> =
-                self.pool.install(|| rooms.par_iter().filter_map(|room| room.tick(&self.pool, tick, level)).collect());
+            let (ticked, work): (Vec<(RoomMix, TickReport)>, _) = if spread.pooled() {
+                let pool = Some(&*self.pool);
+                (self.pool.install(|| rooms.par_iter().filter_map(|room| room.tick(pool, tick, level)).collect()), None)
+            } else {
+                let cpu = thread_cpu();
+                let ticked = rooms.iter().filter_map(|room| room.tick(None, tick, level)).collect();
+                (ticked, Some(thread_cpu().saturating_sub(cpu)))
+            };
             let mut totals = metrics::TickTotals::default();
             let mixes: Vec<RoomMix> = ticked
                 .into_iter()
@@ -87,6 +161,9 @@ impl Clock {
             }
             let took = started.elapsed();
             metrics::tick(took, &totals);
+            if let Some(pooled) = spread.after_tick(took, work) {
+                tracing::debug!(pooled, took_ms = took.as_secs_f64() * 1e3, "mixer work moves");
+            }
             if let Some(new) = shed.after_tick(took, TICK) {
                 metrics::shed_level(new);
                 if new > level {
@@ -104,5 +181,39 @@ impl Clock {
             }
             tick += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn light_ticks_stay_inline_heavy_work_moves_to_the_pool_and_a_probe_brings_it_back() {
+        let ms = Duration::from_millis;
+        let mut s = Spread::default();
+        assert!(!s.pooled(), "inline at start");
+        // A preempted tick (long wall time, little work) does not move it.
+        for _ in 0..500 {
+            assert_eq!(s.after_tick(ms(9), Some(ms(3))), None);
+        }
+        assert_eq!(s.after_tick(ms(9), Some(ms(9))), Some(true), "more work than INLINE_MAX");
+        assert!(s.pooled());
+        // Mostly long pool ticks: no probe.
+        for i in 0..3 * PROBE_TICKS {
+            let took = if i % 3 == 0 { ms(1) } else { ms(5) };
+            assert_eq!(s.after_tick(took, None), None);
+        }
+        // Mostly short ones: the window's last tick brings a probe.
+        for i in 0..PROBE_TICKS - 1 {
+            let took = if i % 3 == 0 { ms(5) } else { ms(1) };
+            assert_eq!(s.after_tick(took, None), None);
+        }
+        assert_eq!(s.after_tick(ms(1), None), Some(false));
+        // The probe was too heavy: back to the pool at once …
+        assert_eq!(s.after_tick(ms(6), Some(ms(12))), Some(true));
+        // … and a wall time past INLINE_WALL_MAX moves it too.
+        let mut s = Spread::default();
+        assert_eq!(s.after_tick(ms(16), Some(ms(2))), Some(true));
     }
 }

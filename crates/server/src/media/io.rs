@@ -243,6 +243,10 @@ impl IoThread {
     /// Sends each of this thread's connected peers its mix.
     fn deliver(&mut self, mixes: &[RoomMix], now: Instant) {
         for mix in mixes {
+            // A silent room's peers are not even looked at (their state is cold).
+            if mix.sends_nothing() {
+                continue;
+            }
             let Some(peers) = self.rooms.get(&mix.key) else { continue };
             self.mux.warm(peers);
             for &peer in peers {

@@ -107,6 +107,11 @@ impl RoomMix {
     pub(crate) fn feed_for(&self, id: ParticipantId) -> &Feed {
         self.speakers.iter().find(|(s, _)| *s == id).map_or(&self.listeners, |(_, f)| f)
     }
+
+    /// Nobody is sent anything this tick (a silent room between its DTX frames).
+    pub(crate) fn sends_nothing(&self) -> bool {
+        self.listeners.payload.is_empty() && self.speakers.iter().all(|(_, f)| f.payload.is_empty())
+    }
 }
 
 impl Room {
@@ -245,13 +250,14 @@ impl Room {
     /// room with nobody in it.
     /// `shed` is the load-shedding level the clock asks for
     /// (`tutti_mix::Room::set_shed_level`).
-    pub(crate) fn tick(&self, pool: &MixPool, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
+    /// `pool`: split the tick's work on it; `None`: all on this thread.
+    pub(crate) fn tick(&self, pool: Option<&MixPool>, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
         let out = self.mix(pool, tick, shed);
         self.flush_events();
         out
     }
 
-    fn mix(&self, pool: &MixPool, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
+    fn mix(&self, pool: Option<&MixPool>, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
         let packets = std::mem::take(&mut *lock(&self.inbox));
         let mut m = lock(&self.mixing);
         if m.mixer.is_empty() {
@@ -264,7 +270,10 @@ impl Room {
             // Packets of a participant removed since they arrived are dropped here.
             let _ = m.mixer.push_packet(id, packet);
         }
-        let report = m.mixer.tick(pool, tick);
+        let report = match pool {
+            Some(pool) => m.mixer.tick(pool, tick),
+            None => m.mixer.tick_inline(tick),
+        };
         let all: Vec<(ParticipantId, Contributor)> = report
             .speakers
             .iter()

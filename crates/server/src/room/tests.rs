@@ -221,7 +221,7 @@ fn a_tick_feeds_listeners_one_shared_payload_and_keeps_sources_for_csrcs() {
     let (rooms, acc) = (rooms(), acceptor());
     let room = rooms.create("r", None, None).expect("room");
     let pool = tutti_mix::MixPool::new(1).expect("pool");
-    assert!(room.tick(&pool, 0, 0).is_none(), "an empty room has nothing to tick");
+    assert!(room.tick(Some(&pool), 0, 0).is_none(), "an empty room has nothing to tick");
     let a = rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
     let b = rooms.join(&room, joiner(&acc, "b", false).0, Instant::now()).expect("joined");
     room.set_source(ParticipantId(a), 0xA11CE);
@@ -232,7 +232,7 @@ fn a_tick_feeds_listeners_one_shared_payload_and_keeps_sources_for_csrcs() {
         let packet =
             tutti_mix::Packet { seq: t, timestamp: u32::from(t) * 960, payload: enc.encode(&pcm), level: Some(10) };
         room.deliver(&mut vec![(ParticipantId(a), packet)]);
-        let (mix, _) = room.tick(&pool, u64::from(t), 0).expect("a mix");
+        let (mix, _) = room.tick(Some(&pool), u64::from(t), 0).expect("a mix");
         assert_eq!(mix.key, room.key);
         if let Some((id, own)) = mix.speakers.first() {
             speaker_seen = true;
@@ -257,8 +257,8 @@ fn a_ticks_events_go_out_as_one_batch_serialized_once_and_filtered_by_kind() {
     let b = rooms.join(&room, joiner(&acc, "b", false).0, Instant::now()).expect("joined");
     rooms.set_muted(&room, a, true).expect("muted");
     assert!(rx.try_recv().is_err(), "nothing goes out before the tick");
-    let pool = tutti_mix::MixPool::new(1).expect("pool");
-    let _ = room.tick(&pool, 0, 0);
+    // Ticked inline (no pool), as the clock ticks a light load.
+    let _ = room.tick(None, 0, 0);
     let batch = rx.try_recv().expect("one batch per tick");
     assert!(rx.try_recv().is_err(), "and only one");
     assert_eq!(batch.events.len(), 3);
@@ -271,10 +271,27 @@ fn a_ticks_events_go_out_as_one_batch_serialized_once_and_filtered_by_kind() {
     assert!(batch.for_kinds(EventKinds::parse("talking").expect("kinds")).is_none(), "nothing for it");
     assert!(EventKinds::parse("joined,dance").expect_err("unknown").contains("'dance'"));
     // An empty tick sends nothing; the last words go at once.
-    let _ = room.tick(&pool, 1, 0);
+    let _ = room.tick(None, 1, 0);
     assert!(rx.try_recv().is_err());
     rooms.delete("r").expect("deleted");
     let last = rx.try_recv().expect("at once");
     assert!(last.events.contains(&RoomEvent::RoomClosed));
     assert!(EventKinds::parse("").expect("none").wants(&RoomEvent::RoomClosed), "always sent");
+}
+
+#[test]
+fn a_silent_rooms_mix_sends_nothing_between_its_dtx_frames() {
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
+    rooms.join(&room, joiner(&acc, "b", false).0, Instant::now()).expect("joined");
+    let mut silent = 0;
+    for t in 0..tutti_mix::DTX_INTERVAL_TICKS * 2 {
+        let (mix, _) = room.tick(None, t, 0).expect("a mix");
+        let dtx = !mix.listeners.payload.is_empty();
+        assert_eq!(mix.sends_nothing(), !dtx, "tick {t}");
+        silent += usize::from(mix.sends_nothing());
+    }
+    assert!(silent > 0, "most ticks of a silent room send nothing");
+    assert!(silent < 2 * tutti_mix::DTX_INTERVAL_TICKS as usize, "but its DTX frames go out");
 }
