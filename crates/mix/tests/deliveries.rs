@@ -205,7 +205,7 @@ fn a_tick_inline_sends_what_a_tick_on_the_pool_sends() {
     let mut mixed = 0;
     for t in 0..150 {
         // Talkers come and go: silence, one (forwarded), several (mixed).
-        let talking = |i: usize| (t / 10 + i as u64) % 3 != 0 && t >= 20;
+        let talking = |i: usize| !(t / 10 + i as u64).is_multiple_of(3) && t >= 20;
         let (a, _) = pooled.tick(t, talking);
         let mut sent = Vec::new();
         for (i, c) in inline.talkers.iter_mut().enumerate() {
