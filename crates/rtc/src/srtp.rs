@@ -2,8 +2,8 @@
 //! AES-CM with HMAC-SHA1 (RFC 3711), the profiles WebRTC negotiates over
 //! DTLS-SRTP (RFC 5764).
 //!
-//! Send side: stateless per packet; the caller (the lean sender in
-//! [`crate::media`]) owns the sequence number and rollover counter of its
+//! Send side: stateless per packet; the caller (the lean sender in the
+//! crate's `media` module) owns the sequence number and rollover counter of its
 //! one SSRC and passes them in, so that state lives in one place.
 //!
 //! Receive side ([`SrtpReceiver`]): verify the tag (constant time), decrypt
