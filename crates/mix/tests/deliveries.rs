@@ -36,6 +36,12 @@ impl Scene {
     /// One tick; `talking(i)` says whether talker i talks. Returns the report
     /// and each talker's pushed payload.
     fn tick(&mut self, t: u64, talking: impl Fn(usize) -> bool) -> (TickReport, Vec<Bytes>) {
+        let sent = self.push(talking);
+        (self.room.tick(&self.pool, t), sent)
+    }
+
+    /// Pushes everyone's next packet; returns each talker's payload.
+    fn push(&mut self, talking: impl Fn(usize) -> bool) -> Vec<Bytes> {
         let mut sent = Vec::new();
         for (i, c) in self.talkers.iter_mut().enumerate() {
             let packet = c.next_packet(if talking(i) { 0.3 } else { 0.0 });
@@ -46,7 +52,7 @@ impl Scene {
             let packet = c.next_packet(0.0);
             self.room.push_packet(c.id, packet).expect("in room");
         }
-        (self.room.tick(&self.pool, t), sent)
+        sent
     }
 }
 
@@ -207,16 +213,7 @@ fn a_tick_inline_sends_what_a_tick_on_the_pool_sends() {
         // Talkers come and go: silence, one (forwarded), several (mixed).
         let talking = |i: usize| !(t / 10 + i as u64).is_multiple_of(3) && t >= 20;
         let (a, _) = pooled.tick(t, talking);
-        let mut sent = Vec::new();
-        for (i, c) in inline.talkers.iter_mut().enumerate() {
-            let packet = c.next_packet(if talking(i) { 0.3 } else { 0.0 });
-            sent.push(packet.payload.clone());
-            inline.room.push_packet(c.id, packet).expect("in room");
-        }
-        for c in &mut inline.silent {
-            let packet = c.next_packet(0.0);
-            inline.room.push_packet(c.id, packet).expect("in room");
-        }
+        inline.push(talking);
         let b = inline.room.tick_inline(t);
         assert_eq!((a.mode, a.decodes, a.encodes, a.dtx), (b.mode, b.decodes, b.encodes, b.dtx), "tick {t}");
         assert_eq!(a.speakers, b.speakers, "tick {t}");
