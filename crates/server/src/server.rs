@@ -103,6 +103,8 @@ pub struct Server {
     threads: Vec<JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     stop_http: tokio::sync::watch::Sender<bool>,
+    /// `shutdown_timeout_seconds`: what [`Server::shutdown`] keeps within.
+    shutdown_timeout: Duration,
 }
 
 impl Server {
@@ -180,7 +182,7 @@ impl Server {
         };
         tasks.push(tokio::spawn(api::http::serve(listener, api::router(api.clone()), limits, stopped)));
         tracing::info!(%http, media = %media_addr, ?metrics, "tutti is serving");
-        Ok(Self { http, metrics, api, threads, tasks, stop_http })
+        Ok(Self { http, metrics, api, threads, tasks, stop_http, shutdown_timeout: cfg.shutdown_timeout() })
     }
 
     /// The bound HTTP address.
@@ -263,6 +265,7 @@ impl Server {
     /// Stops taking joins, tells every WebSocket subscriber, closes every
     /// peer (they get DTLS close_notify), stops the threads and the API.
     pub async fn shutdown(self) {
+        let deadline = Instant::now() + self.shutdown_timeout;
         if let Some(cluster) = &self.api.cluster
             && let Err(e) = cluster.set_draining().await
         {
@@ -274,9 +277,20 @@ impl Server {
         while self.api.ws_sessions.load(Ordering::Relaxed) > 0 && Instant::now() < told {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // The calls end with the server: every participant leaves (reason
+        // room_closed) and every room closes, as a delete would, so that the
+        // webhooks say so (in a cluster the room's lease is kept: it lapses,
+        // and the room starts again on another node as its clients rejoin).
+        // The peers are closed with the I/O threads just after.
+        for room in self.api.rooms.all() {
+            let _ = self.api.rooms.delete(&room.id);
+        }
         self.api.media.shutdown();
-        // Recordings end with the calls: their files are closed, not cut.
-        self.api.outputs.shutdown(Duration::from_secs(3)).await;
+        // Recordings end with the calls: their files are closed, not cut;
+        // and the webhooks that say so (and that the rooms finished) go out.
+        // Within `shutdown_timeout`, keeping a second for what follows.
+        let webhooks = deadline.saturating_duration_since(Instant::now()).saturating_sub(SHUTDOWN_RESERVE);
+        self.api.outputs.shutdown(Duration::from_secs(3), webhooks).await;
         let _ = self.stop_http.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -292,6 +306,10 @@ impl Server {
         tracing::info!("tutti stopped");
     }
 }
+
+/// What a shutdown keeps of `shutdown_timeout_seconds` for stopping the
+/// threads and leaving the cluster after waiting for webhooks.
+const SHUTDOWN_RESERVE: Duration = Duration::from_secs(1);
 
 /// How much lower than the media threads `tutti serve` runs the API threads
 /// (see [`lower_thread_priority`]).

@@ -199,7 +199,8 @@ fn a_recorded_room_decodes_to_every_talkers_tone_and_errors_have_codes() {
 /// What the test's receiver got: (path, Authorization, body).
 type Received = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
 
-/// A webhook receiver on loopback: `/ok` answers 200, `/fail` 500, `/hang` never.
+/// A webhook receiver on loopback: `/ok` answers 200, `/fail` 500, `/hang`
+/// never, `/slow` 200 after 700 ms (and records the event only then).
 fn receiver(rt: &tokio::runtime::Runtime) -> (SocketAddr, Received) {
     use axum::http::{HeaderMap, StatusCode};
     let got: Received = Arc::default();
@@ -208,6 +209,9 @@ fn receiver(rt: &tokio::runtime::Runtime) -> (SocketAddr, Received) {
             let got = got.clone();
             async move {
                 let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                if path == "/slow" {
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                }
                 got.lock().expect("not poisoned").push((path.to_owned(), auth, body.to_vec()));
                 match path {
                     "/fail" => StatusCode::INTERNAL_SERVER_ERROR,
@@ -223,7 +227,8 @@ fn receiver(rt: &tokio::runtime::Runtime) -> (SocketAddr, Received) {
     let app = axum::Router::new()
         .route("/ok", axum::routing::post(record(got.clone(), "/ok")))
         .route("/fail", axum::routing::post(record(got.clone(), "/fail")))
-        .route("/hang", axum::routing::post(record(got.clone(), "/hang")));
+        .route("/hang", axum::routing::post(record(got.clone(), "/hang")))
+        .route("/slow", axum::routing::post(record(got.clone(), "/slow")));
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
     let addr = listener.local_addr().expect("addr");
     rt.spawn(async move { axum::serve(listener, app).await });
@@ -323,6 +328,55 @@ fn webhooks_reach_a_real_receiver_signed_while_a_hanging_and_a_failing_one_affec
         c.close();
     }
     rt.block_on(server.shutdown());
+}
+
+/// The events a receiver path has got so far, by name.
+fn events_at(got: &Received, path: &str) -> Vec<String> {
+    got.lock()
+        .expect("not poisoned")
+        .iter()
+        .filter(|(p, _, _)| p == path)
+        .filter_map(|(_, _, body)| serde_json::from_slice::<serde_json::Value>(body).ok())
+        .map(|e| e["event"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn a_shutdown_delivers_the_webhooks_it_causes_and_a_hanging_receiver_only_bounds_the_wait() {
+    let mut cfg = test_config();
+    cfg.auth.secret = "a-webhook-test-secret-of-32-bytes-or-more".to_owned();
+    let rt = tutti_server::api_runtime(2).expect("runtime");
+    let (hooks, got) = receiver(&rt);
+    cfg.webhooks.urls = vec![format!("http://{hooks}/slow"), format!("http://{hooks}/hang")];
+    cfg.webhooks.timeout_seconds = 60.0;
+    cfg.webhooks.attempts = 1;
+    let server = rt.block_on(tutti_server::Server::start(cfg)).expect("server starts");
+    let api = server.http_addr();
+    create_room(api, "bye");
+    let mut clients = talk(api, "bye", &[440.0], 10);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !events_at(&got, "/slow").iter().any(|e| e == "participant_joined") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(events_at(&got, "/slow"), ["room_started", "participant_joined"]);
+
+    // The shutdown closes the room: its participant_left and room_finished
+    // (700 ms each at /slow) are delivered before shutdown() returns, as the
+    // process exits then. /hang never answers: it costs the wait's bound, no more.
+    let t = Instant::now();
+    rt.block_on(server.shutdown());
+    let took = t.elapsed();
+    assert_eq!(
+        events_at(&got, "/slow"),
+        ["room_started", "participant_joined", "participant_left", "room_finished"],
+        "delivered by the time the shutdown returned"
+    );
+    // It waits for /hang's queue as long as shutdown_timeout_seconds allows (5 s, less 1 s kept for the rest).
+    assert!(took >= Duration::from_secs(3), "it waited for /hang's queue: {took:?}");
+    assert!(took < Duration::from_secs(6), "but only within the shutdown timeout: {took:?}");
+    for c in &mut clients {
+        c.close();
+    }
 }
 
 /// An even loopback UDP port with the next one free too (ffmpeg binds RTP and RTCP).

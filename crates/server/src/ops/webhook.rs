@@ -426,6 +426,13 @@ impl WebhookSender {
         queued
     }
 
+    /// Events queued and neither delivered nor given up yet.
+    pub fn pending(&self) -> u64 {
+        let c = &self.counters;
+        let done = c.sent.load(Ordering::Acquire) + c.failed.load(Ordering::Acquire);
+        c.queued.load(Ordering::Acquire).saturating_sub(done)
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> WebhookStats {
         let c = &self.counters;

@@ -391,25 +391,37 @@ impl Outputs {
     }
 
     /// Stops every recording and waits (up to `timeout`, off the async
-    /// threads) for their files to be closed. For shutdown.
-    pub(crate) async fn shutdown(&self, timeout: Duration) {
+    /// threads) for their files to be closed; then gives the webhooks up to
+    /// `webhooks_timeout` to deliver what is queued, the shutdown's own
+    /// `participant_left`, `recording_finished` and `room_finished`
+    /// included. For shutdown, after the rooms were closed.
+    pub(crate) async fn shutdown(&self, timeout: Duration, webhooks_timeout: Duration) {
         let recs: Vec<Recording> = lock(&self.recordings).drain().map(|(_, r)| r).collect();
         lock(&self.forwarders).clear();
         self.active.store(0, Ordering::Relaxed);
-        if recs.is_empty() {
-            return;
-        }
-        for r in &recs {
-            r.recorder.stop();
-        }
-        let _ = tokio::task::spawn_blocking(move || {
-            let deadline = std::time::Instant::now() + timeout;
+        if !recs.is_empty() {
             for r in &recs {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                let _ = r.recorder.stop_and_wait(left);
+                r.recorder.stop();
             }
-        })
-        .await;
+            let _ = tokio::task::spawn_blocking(move || {
+                let deadline = std::time::Instant::now() + timeout;
+                for r in &recs {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    let _ = r.recorder.stop_and_wait(left);
+                }
+            })
+            .await;
+        }
+        let Some(w) = &self.webhooks else { return };
+        // The rooms' watchers send room_finished and end; then the queues empty.
+        let deadline = tokio::time::Instant::now() + webhooks_timeout;
+        while (!lock(&self.watched).is_empty() || w.pending() > 0) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        match w.pending() {
+            0 => {}
+            left => tracing::warn!(events = left, "shutting down: webhook events not delivered in time are given up"),
+        }
     }
 }
 
