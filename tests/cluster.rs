@@ -401,6 +401,16 @@ fn three_nodes_place_redirect_fail_over_and_ride_out_a_redis_outage() {
     };
     assert_eq!(refused["code"], "room_elsewhere", "{refused}");
     drop(ws);
+    // The room's other routes follow it too: a 307 from the non-owner, then
+    // the owner answers (its outputs, a participant's PATCH).
+    for (path, status) in [("/v1/rooms/call/recording", 200), ("/v1/rooms/call/rtp_out", 404)] {
+        let r = request_as(apis[other], &Requester::token(&admin), "GET", path, None, b"").expect("API");
+        assert_eq!((r.status, r.code().as_str()), (307, "room_elsewhere"), "{path}: {}", r.body);
+        let (r, at) = send(apis[other], &admin, "GET", path, "");
+        assert_eq!((r.status, at), (status, apis[owner]), "{path}: {}", r.body);
+    }
+    let (r, at) = send(apis[other], &admin, "PATCH", &b.location, r#"{"muted":true}"#);
+    assert!(r.status < 300 && at == apis[owner], "PATCH {}: {} {}", b.location, r.status, r.body);
     // A redirect's ticket is single-use.
     let (_, offer) = ToneClient::offer(880.0).expect("offer");
     let path = "/v1/rooms/call/participants";

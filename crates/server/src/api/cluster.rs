@@ -143,6 +143,26 @@ pub(crate) fn redirect(
     Ok(response)
 }
 
+/// The room a request names if this node holds it (`Ok(Ok(room))`); in
+/// cluster mode, else, the `307` to the node that does (`Ok(Err(redirect))`,
+/// with a ticket of `grant`); else the error (`no_room`, 503). Check what
+/// `grant` may do before: the ticket carries it.
+pub(crate) async fn here(
+    api: &ApiState,
+    room: &str,
+    uri: &Uri,
+    grant: &Grant,
+) -> ApiResult<Result<Arc<Room>, Response>> {
+    match (api.rooms.get(room), &api.cluster) {
+        (Ok(state), _) => Ok(Ok(state)),
+        (Err(e), None) => Err(e.into()),
+        (Err(e), Some(c)) => {
+            let owner = c.locate(room).await.map_err(|e| unavailable(&e))?.ok_or(e)?;
+            redirect(c, &owner, room, uri, None, grant).map(Err)
+        }
+    }
+}
+
 /// Where the room of a join is.
 pub(crate) enum Located {
     /// Hosted here (it was, or it was placed here just now).

@@ -2,21 +2,25 @@
 //! listener stream to an Ogg/Opus file (see [`crate::outputs`]).
 //!
 //! Starting and stopping need an admin token for the room; looking, one
-//! that may see it. The room must be on this node (in cluster mode, send
-//! these to the node holding it: `GET /v1/rooms/{room}` says which).
+//! that may see it. In cluster mode a node that does not hold the room
+//! answers with a `307` to the one that does (see `cluster`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
+use super::cluster::{self, Access};
 use super::error::{ApiError, ApiResult};
-use super::{ApiState, authenticate, may_see};
+use super::{ApiState, may_see};
+use crate::auth::Grant;
 use crate::outputs::OutputError;
+use crate::room::Room;
 
 /// How long `DELETE` waits for the writer to close the file before answering with what it knows.
 const STOP_WAIT: Duration = Duration::from_secs(5);
@@ -42,10 +46,9 @@ pub(super) fn output_error(e: OutputError) -> ApiError {
     ApiError::new(status, code, e.to_string())
 }
 
-/// 403 unless the caller manages `room`.
-pub(super) fn may_manage(api: &ApiState, headers: &HeaderMap, room: &str, what: &str) -> ApiResult<()> {
-    let grant = authenticate(api, headers, None)?;
-    may_see(&grant, room)?;
+/// 403 unless `grant` manages `room`.
+pub(super) fn may_manage(grant: &Grant, room: &str, what: &str) -> ApiResult<()> {
+    may_see(grant, room)?;
     if grant.may_manage(room) {
         Ok(())
     } else {
@@ -53,23 +56,65 @@ pub(super) fn may_manage(api: &ApiState, headers: &HeaderMap, room: &str, what: 
     }
 }
 
-async fn start(State(api): State<Arc<ApiState>>, Path(room): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
-    may_manage(&api, &headers, &room, "recording a room")?;
-    let state = api.rooms.get(&room)?;
+/// A request about `room`'s outputs: the caller's grant (token or redirect
+/// ticket), checked by `allowed`, then the room if it is here, or the `307`
+/// to the node holding it.
+pub(super) async fn room_for(
+    api: &ApiState,
+    headers: &HeaderMap,
+    uri: &Uri,
+    query: Result<Query<Access>, QueryRejection>,
+    room: &str,
+    allowed: impl FnOnce(&Grant) -> ApiResult<()>,
+) -> ApiResult<Result<Arc<Room>, Response>> {
+    let grant = cluster::caller(api, headers, None, cluster::access(query).ticket.as_deref(), room).await?;
+    allowed(&grant)?;
+    cluster::here(api, room, uri, &grant).await
+}
+
+async fn start(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, QueryRejection>,
+) -> ApiResult<Response> {
+    let allowed = |g: &Grant| may_manage(g, &room, "recording a room");
+    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+        Ok(state) => state,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     let body = api.outputs.start_recording(&state).map_err(output_error)?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-async fn show(State(api): State<Arc<ApiState>>, Path(room): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
-    may_see(&authenticate(&api, &headers, None)?, &room)?;
-    let state = api.rooms.get(&room)?;
+async fn show(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, QueryRejection>,
+) -> ApiResult<Response> {
+    let state = match room_for(&api, &headers, &uri, query, &room, |g| may_see(g, &room)).await? {
+        Ok(state) => state,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     let body = api.outputs.recording_state(&state).unwrap_or_else(|| serde_json::json!({ "active": false }));
     Ok(axum::Json(body).into_response())
 }
 
-async fn stop(State(api): State<Arc<ApiState>>, Path(room): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
-    may_manage(&api, &headers, &room, "stopping a recording")?;
-    let state = api.rooms.get(&room)?;
+async fn stop(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, QueryRejection>,
+) -> ApiResult<Response> {
+    let allowed = |g: &Grant| may_manage(g, &room, "stopping a recording");
+    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+        Ok(state) => state,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     let rec = api.outputs.stop_recording(&state).map_err(output_error)?;
     // The writer closes the file on its own thread; wait here without blocking a worker.
     let deadline = Instant::now() + STOP_WAIT;

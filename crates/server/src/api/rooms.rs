@@ -340,6 +340,8 @@ fn may_act_on(grant: &Grant, room: &Room, id: u64) -> ApiResult<bool> {
 pub(crate) struct LeaveParams {
     /// Keep the participant's identity out of the room this long (admin only).
     ban_seconds: Option<u64>,
+    /// A redirect ticket standing in for the token (another node's `307`).
+    ticket: Option<String>,
 }
 
 /// `DELETE …/participants/{id}`: a participant leaves (its own token), or an
@@ -349,13 +351,17 @@ pub(crate) async fn leave(
     State(api): State<Arc<ApiState>>,
     Path((room, id)): Path<(String, u64)>,
     headers: HeaderMap,
+    uri: Uri,
     params: Result<Query<LeaveParams>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<StatusCode> {
-    let grant = authenticate(&api, &headers, None)?;
-    may_see(&grant, &room)?;
+) -> ApiResult<Response> {
     let Query(params) = params.map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
+    let grant = cluster::caller(&api, &headers, None, params.ticket.as_deref(), &room).await?;
+    may_see(&grant, &room)?;
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
         return Err(ApiError::forbidden("banning a participant needs an admin token"));
+    }
+    if let Err(elsewhere) = cluster::here(&api, &room, &uri, &grant).await? {
+        return Ok(elsewhere);
     }
     let state = member_of(&api, &room, id)?;
     let admin = may_act_on(&grant, &state, id)?;
@@ -375,7 +381,7 @@ pub(crate) async fn leave(
         None => api.rooms.leave(&state, id, LeaveReason::Left)?,
     };
     api.apply(effect);
-    Ok(StatusCode::NO_CONTENT)
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `PATCH /v1/rooms/{room}/participants/{id}`.
@@ -395,10 +401,15 @@ pub(crate) async fn update_participant(
     Path((room, id)): Path<(String, u64)>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let grant = authenticate(&api, &headers, None)?;
+    let grant = cluster::caller(&api, &headers, None, cluster::access(query).ticket.as_deref(), &room).await?;
     may_see(&grant, &room)?;
+    if let Err(elsewhere) = cluster::here(&api, &room, &uri, &grant).await? {
+        return Ok(elsewhere);
+    }
     if content_type(&headers).eq_ignore_ascii_case("application/sdp") {
         // An answer is SDP work on a media thread: restarts count against
         // the client address's join rate, like joins.

@@ -8,17 +8,19 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 
+use super::cluster::Access;
 use super::error::{ApiError, ApiResult};
-use super::recording::{may_manage, output_error};
+use super::recording::{may_manage, output_error, room_for};
 use super::rooms::{body, json};
-use super::{ApiState, authenticate, may_see};
+use super::{ApiState, may_see};
+use crate::auth::Grant;
 use crate::outputs::OutputError;
 
 /// The routes.
@@ -38,9 +40,15 @@ async fn start(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
     headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    may_manage(&api, &headers, &room, "forwarding a room")?;
+    let allowed = |g: &Grant| may_manage(g, &room, "forwarding a room");
+    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+        Ok(state) => state,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     let req: StartRtpOut = json(&headers, &body(raw)?, None)?;
     let dest: SocketAddr = req.address.parse().map_err(|_| {
         ApiError::bad_request("bad_address", format!("'{}' is not an address like 127.0.0.1:5004", req.address))
@@ -48,21 +56,37 @@ async fn start(
     if dest.ip().is_unspecified() || dest.ip().is_multicast() || dest.port() == 0 {
         return Err(output_error(OutputError::BadValue(format!("{dest} is not a unicast address with a port"))));
     }
-    let state = api.rooms.get(&room)?;
     let body = api.outputs.start_rtp_out(&state, dest).map_err(output_error)?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-async fn show(State(api): State<Arc<ApiState>>, Path(room): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
-    may_see(&authenticate(&api, &headers, None)?, &room)?;
-    let state = api.rooms.get(&room)?;
+async fn show(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, QueryRejection>,
+) -> ApiResult<Response> {
+    let state = match room_for(&api, &headers, &uri, query, &room, |g| may_see(g, &room)).await? {
+        Ok(state) => state,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     let body = api.outputs.rtp_out_state(&state).ok_or_else(|| output_error(OutputError::RtpOutNotFound(room)))?;
     Ok(axum::Json(body).into_response())
 }
 
-async fn stop(State(api): State<Arc<ApiState>>, Path(room): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
-    may_manage(&api, &headers, &room, "stopping a room's RTP out")?;
-    let state = api.rooms.get(&room)?;
+async fn stop(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Access>, QueryRejection>,
+) -> ApiResult<Response> {
+    let allowed = |g: &Grant| may_manage(g, &room, "stopping a room's RTP out");
+    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+        Ok(state) => state,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     let body = api.outputs.stop_rtp_out(&state).map_err(output_error)?;
     Ok(axum::Json(body).into_response())
 }

@@ -59,13 +59,9 @@ pub(crate) async fn update_room(
         return Err(ApiError::forbidden(format!("changing room '{room}' needs an admin token for it")));
     }
     let req: UpdateRoom = rooms::json(&headers, &rooms::body(raw)?, None)?;
-    let state = match (api.rooms.get(&room), &api.cluster) {
-        (Ok(state), _) => state,
-        (Err(e), None) => return Err(e.into()),
-        (Err(e), Some(c)) => {
-            let owner = c.locate(&room).await.map_err(|e| cluster::unavailable(&e))?.ok_or(e)?;
-            return cluster::redirect(c, &owner, &room, &uri, None, &grant);
-        }
+    let state = match cluster::here(&api, &room, &uri, &grant).await? {
+        Ok(state) => state,
+        Err(elsewhere) => return Ok(elsewhere),
     };
     let was_locked = state.is_locked();
     let update = RoomUpdate {
