@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -56,31 +56,44 @@ pub(super) fn may_manage(grant: &Grant, room: &str, what: &str) -> ApiResult<()>
     }
 }
 
-/// A request about `room`'s outputs: the caller's grant (token or redirect
-/// ticket), checked by `allowed`, then the room if it is here, or the `307`
-/// to the node holding it.
-pub(super) async fn room_for(
-    api: &ApiState,
-    headers: &HeaderMap,
-    uri: &Uri,
-    query: Result<Query<Access>, QueryRejection>,
-    room: &str,
-    allowed: impl FnOnce(&Grant) -> ApiResult<()>,
-) -> ApiResult<Result<Arc<Room>, Response>> {
-    let grant = cluster::caller(api, headers, None, cluster::access(query).ticket.as_deref(), room).await?;
-    allowed(&grant)?;
-    cluster::here(api, room, uri, &grant).await
+/// What a route about a room's outputs reads of its request: the room in
+/// the path, the headers (the token), the path and query as sent (for a
+/// `307`), and a redirect ticket standing in for the token.
+pub(super) struct RoomRequest {
+    room: String,
+    pub(super) headers: HeaderMap,
+    uri: Uri,
+    ticket: Option<String>,
 }
 
-async fn start(
-    State(api): State<Arc<ApiState>>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    query: Result<Query<Access>, QueryRejection>,
-) -> ApiResult<Response> {
-    let allowed = |g: &Grant| may_manage(g, &room, "recording a room");
-    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+impl FromRequestParts<Arc<ApiState>> for RoomRequest {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<ApiState>) -> Result<Self, ApiError> {
+        let Path(room) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
+        let access = cluster::access(Query::<Access>::from_request_parts(parts, state).await);
+        Ok(Self { room, headers: parts.headers.clone(), uri: parts.uri.clone(), ticket: access.ticket })
+    }
+}
+
+impl RoomRequest {
+    /// The caller's grant (token or ticket), checked by `allowed`; then the
+    /// room if it is here, or the `307` to the node holding it.
+    pub(super) async fn room(
+        &self,
+        api: &ApiState,
+        allowed: impl FnOnce(&Grant, &str) -> ApiResult<()>,
+    ) -> ApiResult<Result<Arc<Room>, Response>> {
+        let grant = cluster::caller(api, &self.headers, None, self.ticket.as_deref(), &self.room).await?;
+        allowed(&grant, &self.room)?;
+        cluster::here(api, &self.room, &self.uri, &grant).await
+    }
+}
+
+async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+    let state = match req.room(&api, |g, room| may_manage(g, room, "recording a room")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
@@ -88,14 +101,8 @@ async fn start(
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-async fn show(
-    State(api): State<Arc<ApiState>>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    query: Result<Query<Access>, QueryRejection>,
-) -> ApiResult<Response> {
-    let state = match room_for(&api, &headers, &uri, query, &room, |g| may_see(g, &room)).await? {
+async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+    let state = match req.room(&api, may_see).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
@@ -103,15 +110,8 @@ async fn show(
     Ok(axum::Json(body).into_response())
 }
 
-async fn stop(
-    State(api): State<Arc<ApiState>>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    query: Result<Query<Access>, QueryRejection>,
-) -> ApiResult<Response> {
-    let allowed = |g: &Grant| may_manage(g, &room, "stopping a recording");
-    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+    let state = match req.room(&api, |g, room| may_manage(g, room, "stopping a recording")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };

@@ -8,19 +8,17 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 
-use super::cluster::Access;
 use super::error::{ApiError, ApiResult};
-use super::recording::{may_manage, output_error, room_for};
+use super::recording::{RoomRequest, may_manage, output_error};
 use super::rooms::{body, json};
 use super::{ApiState, may_see};
-use crate::auth::Grant;
 use crate::outputs::OutputError;
 
 /// The routes.
@@ -38,18 +36,14 @@ struct StartRtpOut {
 
 async fn start(
     State(api): State<Arc<ApiState>>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    query: Result<Query<Access>, QueryRejection>,
+    req: RoomRequest,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let allowed = |g: &Grant| may_manage(g, &room, "forwarding a room");
-    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+    let state = match req.room(&api, |g, room| may_manage(g, room, "forwarding a room")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let req: StartRtpOut = json(&headers, &body(raw)?, None)?;
+    let req: StartRtpOut = json(&req.headers, &body(raw)?, None)?;
     let dest: SocketAddr = req.address.parse().map_err(|_| {
         ApiError::bad_request("bad_address", format!("'{}' is not an address like 127.0.0.1:5004", req.address))
     })?;
@@ -60,30 +54,18 @@ async fn start(
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-async fn show(
-    State(api): State<Arc<ApiState>>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    query: Result<Query<Access>, QueryRejection>,
-) -> ApiResult<Response> {
-    let state = match room_for(&api, &headers, &uri, query, &room, |g| may_see(g, &room)).await? {
+async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+    let state = match req.room(&api, may_see).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let body = api.outputs.rtp_out_state(&state).ok_or_else(|| output_error(OutputError::RtpOutNotFound(room)))?;
+    let body =
+        api.outputs.rtp_out_state(&state).ok_or_else(|| output_error(OutputError::RtpOutNotFound(state.id.clone())))?;
     Ok(axum::Json(body).into_response())
 }
 
-async fn stop(
-    State(api): State<Arc<ApiState>>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    query: Result<Query<Access>, QueryRejection>,
-) -> ApiResult<Response> {
-    let allowed = |g: &Grant| may_manage(g, &room, "stopping a room's RTP out");
-    let state = match room_for(&api, &headers, &uri, query, &room, allowed).await? {
+async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+    let state = match req.room(&api, |g, room| may_manage(g, room, "stopping a room's RTP out")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
