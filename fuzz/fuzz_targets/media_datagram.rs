@@ -19,6 +19,15 @@
 //!
 //! Every audio packet the mux hands out is pushed into a jitter buffer,
 //! popped once per 20 ms of virtual time.
+//!
+//! The server reads audio on its lean receive path (tutti's own SRTP,
+//! `Media::read_lean`, the default), which turns itself off for good after
+//! 16 failures before the first authentic packet. So each thread keeps two
+//! pairs and the input's first byte picks one: a warm pair, whose client
+//! sent one real audio packet after the handshake (the lean path stays on
+//! whatever follows: forged SRTP from the client's address is dropped by
+//! it, `Rtp` ops are read by it), and a cold one, left to the inputs (its
+//! lean path opens or falls back to webrtc-rs as they make it).
 #![no_main]
 
 use std::cell::RefCell;
@@ -61,8 +70,15 @@ enum Op {
     Wait(u16),
 }
 
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// The warm pair (lean receive path open) or the cold one.
+    warm: bool,
+    ops: Vec<Op>,
+}
+
 thread_local! {
-    static PAIR: RefCell<Option<Pair>> = const { RefCell::new(None) };
+    static PAIRS: RefCell<[Option<Pair>; 2]> = const { RefCell::new([None, None]) };
     static JITTER: RefCell<Option<JitterBuffer>> = const { RefCell::new(None) };
 }
 
@@ -91,11 +107,17 @@ fn stun(class: u8, transaction: [u8; 12], ufrag: &str, remote: &[u8], attrs: &[u
     m
 }
 
-fuzz_target!(|ops: Vec<Op>| {
-    PAIR.with_borrow_mut(|slot| {
+fuzz_target!(|input: Input| {
+    let Input { warm, ops } = input;
+    PAIRS.with_borrow_mut(|pairs| {
+        let slot = &mut pairs[usize::from(warm)];
         if slot.as_ref().is_none_or(|p| p.closed) {
             // In memory, with no loss, a handshake always completes.
-            *slot = Some(Pair::connect().expect("a fresh pair connects"));
+            let mut pair = Pair::connect().expect("a fresh pair connects");
+            if warm {
+                assert!(pair.open_lean(), "the server reads a real client's first audio on the lean path");
+            }
+            *slot = Some(pair);
         }
         let Some(pair) = slot.as_mut() else { return };
         JITTER.with_borrow_mut(|jb| {

@@ -68,6 +68,21 @@ impl Pair {
         None
     }
 
+    /// Sends one real audio packet from the client and returns whether the
+    /// server read it on its lean receive path (the default,
+    /// `Acceptor::lean_receive`). After that first authentic packet the
+    /// lean receiver never falls back to webrtc-rs, whatever garbage
+    /// follows; before it, 16 failed packets would turn it off.
+    pub fn open_lean(&mut self) -> bool {
+        let before = self.mux.stats().lean_in;
+        if self.client.send_audio(bytes::Bytes::from_static(&[0xF8, 0xFF, 0xFE]), Some(30), self.now).is_err() {
+            return false;
+        }
+        self.pump();
+        let read = self.audio.drain(..).count();
+        read == 1 && self.mux.stats().lean_in == before + 1
+    }
+
     /// Moves datagrams both ways and runs due timers until quiet (bounded).
     /// Returns whether the server reported the peer connected.
     pub fn pump(&mut self) -> bool {
