@@ -315,9 +315,8 @@ pub(crate) async fn join(
     }
 }
 
-/// A room and one of its participants, or the 404 for whichever is missing.
-fn member_of(api: &ApiState, room: &str, id: u64) -> ApiResult<Arc<Room>> {
-    let state = api.rooms.get(room)?;
+/// The room back if `id` is one of its participants, else the 404.
+fn member_of(state: Arc<Room>, id: u64) -> ApiResult<Arc<Room>> {
     if !lock(&state.members).contains_key(&id) {
         return Err(RoomError::NoParticipant(id).into());
     }
@@ -360,10 +359,10 @@ pub(crate) async fn leave(
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
         return Err(ApiError::forbidden("banning a participant needs an admin token"));
     }
-    if let Err(elsewhere) = cluster::here(&api, &room, &uri, &grant).await? {
-        return Ok(elsewhere);
-    }
-    let state = member_of(&api, &room, id)?;
+    let state = match cluster::here(&api, &room, &uri, &grant).await? {
+        Ok(state) => member_of(state, id)?,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     let admin = may_act_on(&grant, &state, id)?;
     let own = lock(&state.members).get(&id).is_some_and(|m| m.identity == grant.identity);
     let effect = match params.ban_seconds {
@@ -407,17 +406,18 @@ pub(crate) async fn update_participant(
 ) -> ApiResult<Response> {
     let grant = cluster::caller(&api, &headers, None, cluster::access(query).ticket.as_deref(), &room).await?;
     may_see(&grant, &room)?;
-    if let Err(elsewhere) = cluster::here(&api, &room, &uri, &grant).await? {
-        return Ok(elsewhere);
-    }
+    let here = match cluster::here(&api, &room, &uri, &grant).await? {
+        Ok(here) => here,
+        Err(elsewhere) => return Ok(elsewhere),
+    };
     if content_type(&headers).eq_ignore_ascii_case("application/sdp") {
         // An answer is SDP work on a media thread: restarts count against
         // the client address's join rate, like joins.
         api.joins.check(client.ip(), std::time::Instant::now()).map_err(ApiError::rate_limited)?;
-        return restart_ice(&api, &grant, &room, id, body(raw)?).await;
+        return restart_ice(&api, &grant, here, id, body(raw)?).await;
     }
     let req: UpdateParticipant = json(&headers, &body(raw)?, None)?;
-    let state = member_of(&api, &room, id)?;
+    let state = member_of(here, id)?;
     let admin = may_act_on(&grant, &state, id)?;
     if req.gain.is_some() && !admin {
         return Err(ApiError::forbidden("changing a participant's gain needs an admin token"));
@@ -462,7 +462,7 @@ const RESTART_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// id, mute state, gain and place in the room; the DTLS session and SRTP
 /// keys carry on. Allowed within the peer timeout after its connection
 /// dropped (the grace period); after that the participant has left.
-async fn restart_ice(api: &ApiState, grant: &Grant, room: &str, id: u64, offer: Bytes) -> ApiResult<Response> {
+async fn restart_ice(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64, offer: Bytes) -> ApiResult<Response> {
     let result = restart_answer(api, grant, room, id, offer).await;
     crate::metrics::ice_restart(result.is_ok());
     let answer = result?;
@@ -471,9 +471,9 @@ async fn restart_ice(api: &ApiState, grant: &Grant, room: &str, id: u64, offer: 
     Ok(response)
 }
 
-async fn restart_answer(api: &ApiState, grant: &Grant, room: &str, id: u64, offer: Bytes) -> ApiResult<String> {
-    let state = member_of(api, room, id)?;
-    may_act_on(grant, &state, id)?;
+async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64, offer: Bytes) -> ApiResult<String> {
+    let room = member_of(room, id)?;
+    may_act_on(grant, &room, id)?;
     let offer = String::from_utf8(offer.to_vec())
         .map_err(|_| ApiError::bad_request("bad_sdp", "the SDP offer is not UTF-8"))?;
     let not_connected = || {
@@ -487,7 +487,7 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: &str, id: u64, offe
     let answer = api.media.restart(io, tutti_rtc::PeerId(id), offer);
     match tokio::time::timeout(RESTART_TIMEOUT, answer).await {
         Ok(Ok(Ok(sdp))) => {
-            tracing::info!(room, participant = id, "ICE restart answered");
+            tracing::info!(room = %room.id, participant = id, "ICE restart answered");
             Ok(sdp)
         }
         Ok(Ok(Err(tutti_rtc::RtcError::BadSdp(e)))) => Err(ApiError::bad_request("bad_sdp", e)),
