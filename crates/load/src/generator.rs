@@ -258,12 +258,14 @@ fn send_all(peer: &mut ClientPeer, link: &mut Link) {
             while let Some(t) = peer.poll_transmit() {
                 // A failed send is a lost datagram: the figures will show it.
                 let _ = socket.send_to(&t.data, t.to);
+                peer.recycle(t.data);
             }
         }
         Link::Tcp(side) => {
             while let Some(t) = peer.poll_transmit() {
                 // A full buffer drops the packet, as a lost datagram.
                 let _ = side.writer.push(&t.data);
+                peer.recycle(t.data);
             }
             side.flush();
         }

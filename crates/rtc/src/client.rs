@@ -17,7 +17,7 @@ use rtc::shared::{TaggedBytesMut, TransportContext, TransportProtocol};
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, LeanRead, Media, PeerEvent, ReceivePath, ReceiveStats, RtcError, SendPath,
-    SenderReportInfo, Transmit, add_audio_track, add_candidates, add_host_candidate, bad_sdp, build_connection,
+    SenderReportInfo, Spare, Transmit, add_audio_track, add_candidates, add_host_candidate, bad_sdp, build_connection,
     internal, local_sdp,
 };
 use crate::tcp::{FrameReader, FrameWriter};
@@ -51,6 +51,8 @@ pub struct ClientPeer {
     lean_send: bool,
     lean_receive: bool,
     transmits: VecDeque<Transmit>,
+    /// Sent datagrams' buffers, for the next lean packets.
+    spare: Spare,
     events: VecDeque<ClientEvent>,
 }
 
@@ -111,6 +113,7 @@ impl ClientPeer {
             lean_send: true,
             lean_receive: true,
             transmits: VecDeque::new(),
+            spare: Spare::default(),
             events: VecDeque::new(),
         };
         Ok((peer, sdp))
@@ -196,7 +199,7 @@ impl ClientPeer {
     /// after the last one sent or skipped.
     pub fn send_audio(&mut self, payload: Bytes, level: Option<u8>, now: Instant) -> Result<(), RtcError> {
         let media = self.media.as_mut().ok_or(RtcError::NotConnected)?;
-        media.send_audio(None, &payload, level, &[], now, &mut self.transmits)?;
+        media.send_audio(None, &payload, level, &[], now, &mut self.transmits, &mut self.spare)?;
         Ok(())
     }
 
@@ -299,6 +302,19 @@ impl ClientPeer {
         self.transmits.pop_front()
     }
 
+    /// Hands back the buffer of a datagram from
+    /// [`ClientPeer::poll_transmit`] once it is sent, for the next lean
+    /// packet (as `Mux::recycle`). Optional.
+    pub fn recycle(&mut self, data: BytesMut) {
+        self.spare.give(data);
+    }
+
+    /// For tests: how many sent buffers are kept for the next packets.
+    #[doc(hidden)]
+    pub fn spare_buffers(&self) -> usize {
+        self.spare.len()
+    }
+
     /// The next event.
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
         self.events.pop_front()
@@ -312,6 +328,7 @@ impl ClientPeer {
         while let Some(t) = self.poll_transmit() {
             // A send that fails is a lost datagram; ICE and SRTP cope with loss.
             let _ = socket.send_to(&t.data, t.to);
+            self.recycle(t.data);
         }
         loop {
             match socket.recv_from(buf) {

@@ -155,6 +155,50 @@ pub struct Transmit {
     pub tcp: bool,
 }
 
+/// Datagram buffers that were sent, kept for the next lean packets, so that
+/// the lean send path allocates nothing per packet: the owner of the queue
+/// hands each sent [`Transmit`]'s buffer back (`Mux::recycle`,
+/// `ClientPeer::recycle`). Bounded: a buffer past [`Spare::MAX`], or one
+/// bigger than a datagram ever is, is dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Spare(Vec<BytesMut>);
+
+impl Spare {
+    /// Buffers kept at most: a few ticks' worth of one I/O thread's packets.
+    const MAX: usize = 4096;
+    /// A new buffer's capacity: any lean audio packet fits.
+    const CAPACITY: usize = 256;
+    /// A buffer of more capacity is not kept (a TCP frame, a DTLS flight).
+    const KEEP_MAX: usize = 2048;
+
+    /// An empty buffer of at least `len` bytes of capacity.
+    pub(crate) fn take(&mut self, len: usize) -> BytesMut {
+        match self.0.pop() {
+            Some(mut buf) => {
+                buf.reserve(len);
+                buf
+            }
+            None => BytesMut::with_capacity(len.max(Self::CAPACITY)),
+        }
+    }
+
+    /// A sent datagram's buffer, kept when there is room.
+    pub(crate) fn give(&mut self, mut buf: BytesMut) {
+        if self.0.len() >= Self::MAX || buf.capacity() > Self::KEEP_MAX {
+            return;
+        }
+        buf.clear();
+        // Shared with a `Bytes` still alive, or small: not worth keeping.
+        if buf.try_reclaim(Self::CAPACITY) {
+            self.0.push(buf);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// Why an offer or answer could not be negotiated, or a call could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum RtcError {
@@ -1009,6 +1053,7 @@ impl Media {
     /// most [`MAX_CONTRIBUTORS`]). The datagram goes to `transmits`. Returns
     /// whether timers moved (the first packet arms the sender reports):
     /// then the caller should ask for the next deadline.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_audio(
         &mut self,
         tick: Option<u64>,
@@ -1017,6 +1062,7 @@ impl Media {
         contributors: &[Contributor],
         now: Instant,
         transmits: &mut VecDeque<Transmit>,
+        spare: &mut Spare,
     ) -> Result<bool, RtcError> {
         if !self.is_connected() {
             return Err(RtcError::NotConnected);
@@ -1030,7 +1076,7 @@ impl Media {
             if self.rekey_pending {
                 self.rekey_if_needed(now)?;
             }
-            let armed = self.send_lean(&slot, payload, level, contributors, now, transmits)?;
+            let armed = self.send_lean(&slot, payload, level, contributors, now, transmits, spare)?;
             self.numbering.sent(tick);
             return Ok(armed);
         }
@@ -1062,8 +1108,10 @@ impl Media {
         Ok(first)
     }
 
-    /// The lean path: the packet built into its datagram buffer, protected
-    /// in place, queued. One allocation: the buffer.
+    /// The lean path: the packet built into a datagram buffer (a sent one,
+    /// from `spare`), protected in place, queued. No allocation once the
+    /// sent buffers come back.
+    #[allow(clippy::too_many_arguments)]
     fn send_lean(
         &mut self,
         slot: &PacketFields,
@@ -1072,6 +1120,7 @@ impl Media {
         contributors: &[Contributor],
         now: Instant,
         transmits: &mut VecDeque<Transmit>,
+        spare: &mut Spare,
     ) -> Result<bool, RtcError> {
         let to = self.remote.ok_or(RtcError::NotConnected)?;
         let Some(lean) = self.lean.as_deref_mut() else { return Err(RtcError::NotConnected) };
@@ -1099,7 +1148,7 @@ impl Media {
             4 + elements.iter().map(|(_, v)| 1 + v.len()).sum::<usize>().div_ceil(4) * 4
         };
         let header_len = 12 + 4 * contributors.len() + ext_len;
-        let mut buf = BytesMut::with_capacity(header_len + payload.len() + lean.srtp.tag_len());
+        let mut buf = spare.take(header_len + payload.len() + lean.srtp.tag_len());
         let x = if ext_len > 0 { 0x10 } else { 0 };
         buf.extend_from_slice(&[0x80 | x | contributors.len() as u8, (u8::from(slot.marker) << 7) | self.payload_type]);
         buf.extend_from_slice(&slot.seq.to_be_bytes());
@@ -1548,6 +1597,35 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use rtc::shared::marshal::Unmarshal;
+
+    #[test]
+    fn spare_buffers_are_reused_and_bounded() {
+        let mut spare = Spare::default();
+        let mut first = spare.take(100);
+        assert!(first.capacity() >= Spare::CAPACITY);
+        first.extend_from_slice(&[9; 100]);
+        let at = first.as_ptr();
+        spare.give(first);
+        let again = spare.take(180);
+        assert_eq!((again.as_ptr(), again.len()), (at, 0), "the same buffer, empty");
+        assert!(again.capacity() >= 180);
+        // Its storage shared with a live `Bytes`, and its own part too
+        // small for a packet: not kept.
+        let mut shared = spare.take(64);
+        shared.extend_from_slice(&[1; 64]);
+        let head = shared.split_to(32).freeze();
+        spare.give(shared);
+        assert_eq!(spare.len(), 0);
+        assert_eq!(&head[..], &[1; 32]);
+        // Too big to keep.
+        spare.give(BytesMut::with_capacity(Spare::KEEP_MAX + 1));
+        assert_eq!(spare.len(), 0);
+        // Bounded.
+        for _ in 0..Spare::MAX + 10 {
+            spare.give(BytesMut::with_capacity(Spare::CAPACITY));
+        }
+        assert_eq!(spare.len(), Spare::MAX);
+    }
 
     /// An RTP header with CSRC count `cc` and these extension elements, in
     /// the one-byte (RFC 8285 §4.2) or two-byte (§4.3) form, padded to words.

@@ -20,8 +20,8 @@ use rtc::crypto::RTCCryptoProvider;
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, Contributor, LeanRead, Media, PeerEvent, PeerFailure, PeerState, RtcError,
-    SERVER_OPUS_DTX, SendPath, SenderReportInfo, Transmit, add_audio_track, add_candidates, bad_sdp, build_connection,
-    internal, is_rtp, local_sdp, udp_candidate,
+    SERVER_OPUS_DTX, SendPath, SenderReportInfo, Spare, Transmit, add_audio_track, add_candidates, bad_sdp,
+    build_connection, internal, is_rtp, local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
 use crate::stun;
@@ -471,6 +471,8 @@ pub struct Mux {
     idle: BinaryHeap<Reverse<(Instant, PeerId)>>,
     events: VecDeque<MuxEvent>,
     transmits: VecDeque<Transmit>,
+    /// Sent datagrams' buffers, for the next lean packets.
+    spare: Spare,
     stats: MuxStats,
 }
 
@@ -497,6 +499,7 @@ impl Mux {
             idle: BinaryHeap::new(),
             events: VecDeque::new(),
             transmits: VecDeque::new(),
+            spare: Spare::default(),
             stats: MuxStats::default(),
         }
     }
@@ -696,7 +699,8 @@ impl Mux {
         now: Instant,
     ) -> Result<(), RtcError> {
         let peer = self.peers.get_mut(&id).ok_or(RtcError::UnknownPeer(id))?;
-        let timers_moved = peer.media.send_audio(tick, payload, level, contributors, now, &mut self.transmits)?;
+        let timers_moved =
+            peer.media.send_audio(tick, payload, level, contributors, now, &mut self.transmits, &mut self.spare)?;
         self.stats.audio_out += 1;
         if matches!(peer.media.send_path(), SendPath::Lean(_)) {
             self.stats.lean_out += 1;
@@ -795,6 +799,20 @@ impl Mux {
         self.stats.datagrams_out += 1;
         self.stats.bytes_out += t.data.len() as u64;
         Some(t)
+    }
+
+    /// Hands back the buffer of a datagram from [`Mux::poll_transmit`] once
+    /// it is sent: the lean path builds its next packets in such buffers
+    /// instead of allocating one per packet. Optional (a buffer not handed
+    /// back is freed); the mux keeps a bounded number.
+    pub fn recycle(&mut self, data: BytesMut) {
+        self.spare.give(data);
+    }
+
+    /// For tests: how many sent buffers are kept for the next packets.
+    #[doc(hidden)]
+    pub fn spare_buffers(&self) -> usize {
+        self.spare.len()
     }
 
     /// The next event.

@@ -470,6 +470,7 @@ impl IoThread {
                 if let Some(tcp) = &mut self.tcp {
                     tcp.send(&t);
                 }
+                self.mux.recycle(t.data);
             } else {
                 self.transmits.push(t);
             }
@@ -486,7 +487,9 @@ impl IoThread {
                 metrics::packets_out(0, 0, failed);
             }
         }
-        self.transmits.clear();
+        for t in self.transmits.drain(..) {
+            self.mux.recycle(t.data);
+        }
         if let Some(tcp) = &mut self.tcp {
             tcp.flush();
         }
