@@ -32,6 +32,11 @@ use crate::sync::lock;
 /// Receive batches per loop turn, so commands and timers are never starved.
 pub(crate) const RECV_BATCHES: usize = 8;
 /// Longest wait for work when no timer is due.
+/// Peers whose send state is read ahead at a time ([`Mux::warm`]): enough
+/// for their cache misses to overlap, few enough that what was read is still
+/// in the L1 cache when their packets are built (a big room's whole state is
+/// not: each packet also reads its peer's cold SRTP key).
+const WARM_AHEAD: usize = 32;
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// Longest wait while bytes wait for a TCP connection's kernel buffer to drain.
 const TCP_RETRY: Duration = Duration::from_millis(5);
@@ -248,16 +253,18 @@ impl IoThread {
                 continue;
             }
             let Some(peers) = self.rooms.get(&mix.key) else { continue };
-            self.mux.warm(peers);
-            for &peer in peers {
-                let feed = mix.feed_for(ParticipantId(peer.0));
-                if feed.payload.is_empty() {
-                    continue;
+            for ahead in peers.chunks(WARM_AHEAD) {
+                self.mux.warm(ahead);
+                for &peer in ahead {
+                    let feed = mix.feed_for(ParticipantId(peer.0));
+                    if feed.payload.is_empty() {
+                        continue;
+                    }
+                    // Stamped from the tick: a skipped tick or a DTX pause is a gap the
+                    // receiver conceals, never delay that grows. A peer closed since its
+                    // last event is reported by the mux; nothing to do here.
+                    let _ = self.mux.send_audio_at(peer, mix.tick, &feed.payload, feed.level, &feed.contributors, now);
                 }
-                // Stamped from the tick: a skipped tick or a DTX pause is a gap the
-                // receiver conceals, never delay that grows. A peer closed since its
-                // last event is reported by the mux; nothing to do here.
-                let _ = self.mux.send_audio_at(peer, mix.tick, &feed.payload, feed.level, &feed.contributors, now);
             }
             self.drain_transmits();
             if self.transmits.len() >= BATCH * 4 {
