@@ -252,7 +252,8 @@ impl IoThread {
             if mix.sends_nothing() {
                 continue;
             }
-            let Some(peers) = self.rooms.get(&mix.key) else { continue };
+            // Taken out while sending (sending changes no room's peers), and put back.
+            let Some(peers) = self.rooms.get_mut(&mix.key).map(std::mem::take) else { continue };
             for ahead in peers.chunks(WARM_AHEAD) {
                 self.mux.warm(ahead);
                 for &peer in ahead {
@@ -265,10 +266,16 @@ impl IoThread {
                     // last event is reported by the mux; nothing to do here.
                     let _ = self.mux.send_audio_at(peer, mix.tick, &feed.payload, feed.level, &feed.contributors, now);
                 }
+                // Out in batches as they fill, also within a big room: the
+                // sent buffers come back to the mux while still in cache, and
+                // the next peers' packets are built in them.
+                self.drain_transmits();
+                if self.transmits.len() >= BATCH * 4 {
+                    self.flush_transmits();
+                }
             }
-            self.drain_transmits();
-            if self.transmits.len() >= BATCH * 4 {
-                self.flush_transmits();
+            if let Some(list) = self.rooms.get_mut(&mix.key) {
+                *list = peers;
             }
         }
     }
