@@ -3,7 +3,8 @@
 //! offer for its existing participant (`PATCH` with `application/sdp`), and
 //! hears the room and is heard again within 2 s, without rejoining: same
 //! participant id, same mute state and gain, no `left`/`joined`. Bad restart
-//! requests are refused with clear errors and the call goes on.
+//! requests are refused with clear errors and the call goes on. A restart
+//! lost on the way, then a second one, brings the call back too.
 
 mod common;
 
@@ -133,5 +134,43 @@ fn a_client_that_moves_restarts_ice_and_hears_the_room_again_within_two_seconds(
     let metrics = common::scrape(server.metrics_addr().expect("metrics"));
     let ok = metrics.get(&common::series("tutti_api_ice_restarts_total", &[("result", "ok")])).copied();
     assert_eq!(ok, Some(1.0), "one restart counted ok");
+
+    // A restart whose checks never get through (the client restarted while
+    // its network was still cut, as a browser test once saw Firefox do) and
+    // a second one from yet another address: the second brings the call
+    // back as fast as a first does, also just short of the 10 s peer timeout.
+    let restart = |mover: &mut ToneClient| {
+        let offer = mover.move_and_restart().expect("restart offer");
+        let r = http(api, "PATCH", &path, Some("application/sdp"), offer.as_bytes());
+        assert_eq!(r.status, 200, "{}", r.body);
+        mover.accept_restart(&r.body).expect("answer applied");
+    };
+    for lost in [Duration::from_secs(4), Duration::from_secs(9)] {
+        restart(&mut mover);
+        // Nothing the mover sends from its new socket gets out.
+        run_until(&mut [&mut stayer], Instant::now() + lost, |_| false);
+        restart(&mut mover);
+        let restarted = Instant::now();
+        {
+            let mut both = [&mut mover, &mut stayer];
+            run_until(&mut both, restarted + Duration::from_secs(5), |cs| {
+                !voiced_after(cs[0], restarted).is_empty() && !voiced_after(cs[1], restarted).is_empty()
+            });
+        }
+        let hears_at = voiced_after(&mover, restarted).first().map(|t| *t - restarted);
+        let heard_at = voiced_after(&stayer, restarted).first().map(|t| *t - restarted);
+        eprintln!(
+            "first restart lost for {lost:?}: after the second the mover hears in {hears_at:?}, is heard in {heard_at:?}"
+        );
+        for (what, took) in [("hears the room", hears_at), ("is heard", heard_at)] {
+            let took = took.unwrap_or_else(|| panic!("the mover {what} again after the second restart ({lost:?})"));
+            assert!(took < Duration::from_secs(2), "the mover {what} again within 2 s: {took:?}");
+        }
+    }
+    let members = room(api, ROOM)["participants"].as_array().expect("participants").clone();
+    assert!(members.iter().any(|m| m["id"].as_u64() == Some(mover.id)), "same participant: {members:?}");
+    let metrics = common::scrape(server.metrics_addr().expect("metrics"));
+    let ok = metrics.get(&common::series("tutti_api_ice_restarts_total", &[("result", "ok")])).copied();
+    assert_eq!(ok, Some(5.0), "five restarts counted ok");
     rt.block_on(server.shutdown());
 }
