@@ -844,9 +844,14 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         all.extend_from_slice(args);
         sh(&all);
     };
+    // Dropped on the way in, silently, as a network that stops carrying UDP
+    // does. (Dropped on the way out, Firefox's sends fail at once with
+    // EPERM, and its ICE agent fails a pair on its first failed send
+    // without retrying: a restart whose first check went out before the
+    // test lifted the cut failed, and the page had to restart twice.)
     ff_exec(&["nft", "add", "table", "inet", "cut"]);
-    ff_exec(&["nft", "add chain inet cut out { type filter hook output priority 0 ; policy accept ; }"]);
-    ff_exec(&["nft", "add rule inet cut out oifname != \"lo\" meta l4proto udp drop"]);
+    ff_exec(&["nft", "add chain inet cut in { type filter hook input priority 0 ; policy accept ; }"]);
+    ff_exec(&["nft", "add rule inet cut in iifname != \"lo\" meta l4proto udp drop"]);
     // A network change loses the room's WebSocket too: reset Firefox's TCP
     // connections to the API (no close frame). The page must resume its
     // participant over a new socket, not end the call.
@@ -901,12 +906,9 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     let mut after_restart = (Value::Null, 0.0f32, 0);
     if restart["state"]["phase"] == "in-call" {
         await_speakers(&mut rust);
-        // Her audio may take longer to flow: when her first restart's
-        // checks ran into the cut, Firefox declares ICE failed and restarts
-        // again (2 of 28 runs), and then both ways were silent for tens of
-        // seconds after the second restart connected. (A Rust client
-        // restarting twice is heard again within 40 ms: `ice_restart.rs`.)
-        // Until the Rust client hears her over the last second, 40 s at most.
+        // Until the Rust client hears her over the last second (40 s at
+        // most; at once in every run so far), then measure: a slow return
+        // fails below with how long it waited.
         let waiting = Instant::now();
         let by = waiting + Duration::from_secs(40);
         while Instant::now() < by {
@@ -1001,7 +1003,9 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     // The cut: the page noticed, and sent the server a restart offer.
     let attempts = restart["state"]["iceRestarts"].as_array().cloned().unwrap_or_default();
     assert!(!attempts.is_empty(), "fiona's page restarted ICE when its UDP was cut: {restart}");
-    assert!(noticed < Duration::from_secs(10), "the page restarts ICE within seconds of the cut ({noticed:?})");
+    // Firefox notices a silent drop when its consent checks go unanswered
+    // (about 10 s), then the page waits 2 s more before restarting.
+    assert!(noticed < Duration::from_secs(20), "the page restarts ICE within seconds of the cut ({noticed:?})");
     let statuses: Vec<u64> = attempts.iter().filter_map(|a| a["status"].as_u64()).collect();
     if statuses.contains(&200) {
         // The server restarted ICE for the same participant: in the call again, hearing the room.

@@ -80,6 +80,11 @@ async function open(url) {
         // The page's origin (the namespace's view of the server) counts as secure.
         'dom.securecontext.allowlist': cfg.secureHost || '',
         'media.autoplay.default': 0,
+        // fiona is the page whose UDP is cut and restored: without this,
+        // Firefox once nominated tutti's TCP candidate first (1 run in 38,
+        // and the cut then cut nothing), and its restarts always recovered
+        // over TCP, so the UDP restart was never tested.
+        'media.peerconnection.ice.tcp': false,
       },
     });
     const page = await browser.newPage();
