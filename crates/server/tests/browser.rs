@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use common::{http, start_with, test_config};
 use serde_json::{Value, json};
-use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_until};
+use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_for, run_until};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
 use tutti_server::auth::Grant;
 
@@ -793,11 +793,7 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     let await_speakers = |rust: &mut ToneClient| {
         let by = Instant::now() + Duration::from_secs(10);
         while speakers(rust) < everyone && Instant::now() < by {
-            let until = Instant::now() + Duration::from_millis(100);
-            while Instant::now() < until {
-                rust.pump(Instant::now());
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            run_for(&mut [&mut *rust], Duration::from_millis(100));
         }
     };
     await_speakers(&mut rust);
@@ -916,11 +912,7 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
             if heard_between(&rust, FIREFOX_HZ, now - Duration::from_secs(1), now) > HEARD_AMP {
                 break;
             }
-            let until = now + Duration::from_millis(200);
-            while Instant::now() < until {
-                rust.pump(Instant::now());
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            run_for(&mut [&mut rust], Duration::from_millis(200));
         }
         println!("fiona heard again by the Rust client after {:.1} s", waiting.elapsed().as_secs_f64());
         let from = Instant::now();

@@ -20,6 +20,21 @@ fn voiced_after(c: &ToneClient, since: Instant) -> Vec<Instant> {
     c.heard.iter().filter(|(at, p)| *at >= since && !p.contributors.is_empty()).map(|(at, _)| *at).collect()
 }
 
+/// Runs both clients until each is voiced in what the other receives after
+/// `restarted` (5 s at most), and asserts that both were within 2 s.
+fn back_both_ways_within_two_seconds(mover: &mut ToneClient, stayer: &mut ToneClient, restarted: Instant, after: &str) {
+    run_until(&mut [&mut *mover, &mut *stayer], restarted + Duration::from_secs(5), |cs| {
+        !voiced_after(cs[0], restarted).is_empty() && !voiced_after(cs[1], restarted).is_empty()
+    });
+    let hears_at = voiced_after(mover, restarted).first().map(|t| *t - restarted);
+    let heard_at = voiced_after(stayer, restarted).first().map(|t| *t - restarted);
+    eprintln!("{after}: the mover hears the room in {hears_at:?}, is heard in {heard_at:?}");
+    for (what, took) in [("hears the room", hears_at), ("is heard", heard_at)] {
+        let took = took.unwrap_or_else(|| panic!("audio flows both ways again {after}: the mover never {what}"));
+        assert!(took < Duration::from_secs(2), "the mover {what} again within 2 s {after}: {took:?}");
+    }
+}
+
 #[test]
 fn a_client_that_moves_restarts_ice_and_hears_the_room_again_within_two_seconds() {
     let (rt, server) = start();
@@ -84,25 +99,7 @@ fn a_client_that_moves_restarts_ice_and_hears_the_room_again_within_two_seconds(
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.starts_with("v=0"), "the body is the SDP answer: {}", r.body);
     mover.accept_restart(&r.body).expect("answer applied");
-    let restarted = Instant::now();
-    let back = {
-        let mut both = [&mut mover, &mut stayer];
-        run_until(&mut both, restarted + Duration::from_secs(5), |cs| {
-            !voiced_after(cs[0], restarted).is_empty() && !voiced_after(cs[1], restarted).is_empty()
-        })
-    };
-    let hears_at = voiced_after(&mover, restarted).first().copied();
-    let heard_at = voiced_after(&stayer, restarted).first().copied();
-    eprintln!(
-        "after the restart answer: the mover hears the room in {:?}, is heard in {:?}",
-        hears_at.map(|t| t - restarted),
-        heard_at.map(|t| t - restarted)
-    );
-    assert!(back, "audio flows both ways again after the restart");
-    for (what, at) in [("hears the room", hears_at), ("is heard", heard_at)] {
-        let took = at.expect("measured") - restarted;
-        assert!(took < Duration::from_secs(2), "the mover {what} again within 2 s: {took:?}");
-    }
+    back_both_ways_within_two_seconds(&mut mover, &mut stayer, Instant::now(), "after the restart answer");
 
     // And it is the room's sound: a second more of both tones.
     let since = Instant::now();
@@ -150,22 +147,8 @@ fn a_client_that_moves_restarts_ice_and_hears_the_room_again_within_two_seconds(
         // Nothing the mover sends from its new socket gets out.
         run_until(&mut [&mut stayer], Instant::now() + lost, |_| false);
         restart(&mut mover);
-        let restarted = Instant::now();
-        {
-            let mut both = [&mut mover, &mut stayer];
-            run_until(&mut both, restarted + Duration::from_secs(5), |cs| {
-                !voiced_after(cs[0], restarted).is_empty() && !voiced_after(cs[1], restarted).is_empty()
-            });
-        }
-        let hears_at = voiced_after(&mover, restarted).first().map(|t| *t - restarted);
-        let heard_at = voiced_after(&stayer, restarted).first().map(|t| *t - restarted);
-        eprintln!(
-            "first restart lost for {lost:?}: after the second the mover hears in {hears_at:?}, is heard in {heard_at:?}"
-        );
-        for (what, took) in [("hears the room", hears_at), ("is heard", heard_at)] {
-            let took = took.unwrap_or_else(|| panic!("the mover {what} again after the second restart ({lost:?})"));
-            assert!(took < Duration::from_secs(2), "the mover {what} again within 2 s: {took:?}");
-        }
+        let after = format!("after a second restart, the first lost for {lost:?}");
+        back_both_ways_within_two_seconds(&mut mover, &mut stayer, Instant::now(), &after);
     }
     let members = room(api, ROOM)["participants"].as_array().expect("participants").clone();
     assert!(members.iter().any(|m| m["id"].as_u64() == Some(mover.id)), "same participant: {members:?}");

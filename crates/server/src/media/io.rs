@@ -31,12 +31,12 @@ use crate::sync::lock;
 
 /// Receive batches per loop turn, so commands and timers are never starved.
 pub(crate) const RECV_BATCHES: usize = 8;
-/// Longest wait for work when no timer is due.
 /// Peers whose send state is read ahead at a time ([`Mux::warm`]): enough
 /// for their cache misses to overlap, few enough that what was read is still
 /// in the L1 cache when their packets are built (a big room's whole state is
 /// not: each packet also reads its peer's cold SRTP key).
 const WARM_AHEAD: usize = 32;
+/// Longest wait for work when no timer is due.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// Longest wait while bytes wait for a TCP connection's kernel buffer to drain.
 const TCP_RETRY: Duration = Duration::from_millis(5);
