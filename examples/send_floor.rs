@@ -12,10 +12,11 @@
 //! On loopback the sender's `sendmmsg` also delivers each datagram into its
 //! receiver's socket, and wakes whoever waits on it. By default nobody reads
 //! the receivers (a full buffer drops on delivery: no wake-ups). With
-//! `--drain`, two threads read them through edge-triggered epoll, as
-//! `tutti load`'s two workers read their clients, so the sender pays the
-//! wake-ups a server under `tutti load` pays: that is the floor to compare
-//! a `tutti load` run with.
+//! `--drain`, two threads read them as `tutti load`'s two workers read their
+//! clients (asleep to the next 1 ms send slot, then an edge-triggered epoll
+//! look without waiting), so the sender pays what it pays under `tutti load`
+//! (the epoll bookkeeping of each delivery, no wake-up): that is the floor to
+//! compare a `tutti load` run with.
 
 use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
@@ -38,7 +39,8 @@ fn thread_cpu() -> Duration {
 }
 
 /// Reads `sockets` until `stop`, through one edge-triggered epoll, until
-/// each would block: what one `tutti load` worker does with its clients.
+/// each would block, once a millisecond: what one `tutti load` worker does
+/// with its clients between its send slots.
 fn drain(sockets: Vec<UdpSocket>, stop: Arc<AtomicBool>) {
     let epoll = Epoll::new(EpollCreateFlags::empty()).expect("epoll");
     for (i, s) in sockets.iter().enumerate() {
@@ -49,7 +51,8 @@ fn drain(sockets: Vec<UdpSocket>, stop: Arc<AtomicBool>) {
     let mut buf = [0u8; 1500];
     // Bounded by `stop`, which main sets after its last tick.
     while !stop.load(Ordering::Relaxed) {
-        let n = epoll.wait(&mut events, EpollTimeout::from(50u16)).unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(1));
+        let n = epoll.wait(&mut events, EpollTimeout::ZERO).unwrap_or(0);
         for e in &events[..n] {
             let s = &sockets[e.data() as usize];
             while s.recv(&mut buf).is_ok() {}

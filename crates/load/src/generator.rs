@@ -4,6 +4,11 @@
 //! `websocket` off), then drives them on a few `load-N` threads, each owning
 //! a share of the clients (their sans-IO peers, UDP sockets and WebSockets,
 //! readiness by epoll through `mio`), sending on an absolute 20 ms schedule.
+//! A worker sleeps to its next 1 ms send slot and then reads what arrived,
+//! without letting a datagram wake it: on loopback the sender pays for the
+//! receiver's wake-up, and each datagram of the server's burst that found a
+//! worker waiting would wake it. The figures take each UDP datagram's kernel
+//! arrival stamp (ICE-TCP clients: the read time).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -20,6 +25,7 @@ use tutti_mix::FRAME_SAMPLES;
 use tutti_rtc::{ClientEvent, ClientPeer, FrameReader, FrameWriter};
 
 use crate::LoadError;
+use crate::arrival;
 use crate::audio::{Frame, Material};
 use crate::cpu::CpuMark;
 use crate::events::EventSocket;
@@ -378,17 +384,17 @@ impl Worker {
         loop {
             let c = &mut self.clients[i];
             let Link::Udp(socket) = &c.link else { break };
-            let (n, from) = match socket.recv_from(&mut self.buf) {
+            let (n, from, arrived) = match arrival::recv(socket, &mut self.buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 // ICMP errors (e.g. the server went away) end nothing here.
                 Err(_) => break,
             };
-            let now = Instant::now();
             timers_moved |= !tutti_rtc::is_rtp(&self.buf[..n]);
-            c.peer.handle_datagram(from, &self.buf[..n], now);
-            self.events(i, now);
+            // The peer's clock only moves forward; the figures take the arrival.
+            c.peer.handle_datagram(from, &self.buf[..n], Instant::now());
+            self.events(i, arrived);
         }
         let c = &mut self.clients[i];
         send_all(&mut c.peer, &mut c.link);
@@ -630,7 +636,15 @@ impl Worker {
             } else {
                 Duration::ZERO
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+            // Asleep to the next deadline with no socket able to wake the
+            // thread, then a look without waiting: the server's burst is read
+            // in one pass (with the kernel's arrival stamps), and on loopback,
+            // where the sender pays the receiver's wake-ups, the server's
+            // `sendmmsg` wakes nobody.
+            if !timeout.is_zero() {
+                std::thread::sleep(timeout);
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO))
                 && e.kind() != std::io::ErrorKind::Interrupted
             {
                 eprintln!("load-{}: poll failed: {e}", self.id);
@@ -765,6 +779,7 @@ fn join_one(
     } else {
         let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("binding a UDP socket: {e}"))?;
         socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+        arrival::enable(&socket).map_err(|e| format!("SO_TIMESTAMPNS: {e}"))?;
         let local = socket.local_addr().map_err(|e| e.to_string())?;
         let (peer, offer) = ClientPeer::new(local, Instant::now()).map_err(|e| e.to_string())?;
         (peer, offer, Some(socket))

@@ -18,8 +18,9 @@
 //!                               ─► `answer {id, sdp}` (the `room` snapshot first, counted)
 //!                            (or with --no-ws: POST /v1/rooms/{room}/participants ─► answer)
 //!                            ─► peer + sockets handed to load-(i mod T)
-//! load-N threads (T)         epoll (mio) over their clients' UDP sockets and (non-blocking)
-//!                            WebSockets: messages and bytes counted, pings answered; per datagram:
+//! load-N threads (T)         asleep to the next 1 ms slot, then epoll (mio, no wait) over their
+//!                            clients' UDP sockets and (non-blocking) WebSockets: messages and
+//!                            bytes counted, pings answered; per datagram (kernel arrival stamp):
 //!                            ClientPeer (ICE, DTLS, SRTP) ─► RTP seq/ts ─► loss, jitter, drift
 //!                            probe clients only: Opus decode ─► marker detector
 //!                            every 1 ms slot (absolute schedule): 1/20 of the clients send
@@ -42,7 +43,10 @@
 //!
 //! - **loss**: gap-based over the RTP sequence (u16, wrap-counted) with a
 //!   64-packet reorder window: a late packet inside it fills its gap.
-//! - **jitter**: RFC 3550 §6.4.1, `J += (|D| − J)/16`, in ms.
+//! - **jitter**: RFC 3550 §6.4.1, `J += (|D| − J)/16`, in ms, over the
+//!   kernel's arrival stamps (`SO_TIMESTAMPNS`; see `arrival`), so a worker
+//!   busy with other clients does not add its own delay. Mouth-to-ear and
+//!   drift take the same arrival (ICE-TCP clients: the read time).
 //! - **drift delay**: wall time since the first packet − RTP timestamp
 //!   progress: how far the stream fell behind real time.
 //! - **mouth-to-ear latency**: a few probe talkers send a 100 ms tone burst
@@ -95,6 +99,7 @@
 //! `quality`, `marker`, `audio`, `talk`, `cpu` (the measuring parts). HTTP and the test client
 //! come from `tutti-client`; this crate does not link the server.
 
+mod arrival;
 mod audio;
 mod capacity;
 mod cli;

@@ -1,0 +1,101 @@
+//! When a datagram arrived, as the kernel stamped it (`SO_TIMESTAMPNS`),
+//! not when a worker got round to reading it: a worker reads its clients'
+//! sockets after its sleep to the next send slot (up to 1 ms later) and one
+//! after another through a burst of hundreds, and jitter and mouth-to-ear
+//! are measured from the arrival.
+
+use std::io::IoSliceMut;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt};
+use nix::sys::time::TimeSpec;
+
+/// A kernel stamp further back than this is not believed (the wall clock
+/// was stepped): the read time stands in.
+const MAX_AGE: Duration = Duration::from_secs(1);
+
+/// Asks the kernel to stamp each datagram `socket` receives.
+pub(crate) fn enable(socket: &impl AsFd) -> std::io::Result<()> {
+    setsockopt(socket, sockopt::ReceiveTimestampns, &true).map_err(std::io::Error::from)
+}
+
+/// Reads one datagram without waiting: its length, sender and arrival
+/// (the kernel's stamp mapped onto [`Instant`], or the read time without one).
+pub(crate) fn recv(socket: &impl AsFd, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, Instant)> {
+    let mut cmsg = nix::cmsg_space!(TimeSpec);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<SockaddrStorage>(socket.as_fd().as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
+        .map_err(std::io::Error::from)?;
+    let from = msg.address.as_ref().and_then(to_socket_addr).ok_or(std::io::ErrorKind::InvalidData)?;
+    let stamp = msg.cmsgs().ok().and_then(|mut c| {
+        c.find_map(|m| match m {
+            ControlMessageOwned::ScmTimestampns(t) => Some(t),
+            _ => None,
+        })
+    });
+    Ok((msg.bytes, from, arrival(stamp, SystemTime::now(), Instant::now())))
+}
+
+/// The instant `stamp` (wall clock) was, given that `wall` and `now` are the same moment.
+fn arrival(stamp: Option<TimeSpec>, wall: SystemTime, now: Instant) -> Instant {
+    let Some(stamp) = stamp else { return now };
+    let Ok(secs) = u64::try_from(stamp.tv_sec()) else { return now };
+    let at = SystemTime::UNIX_EPOCH + Duration::new(secs, stamp.tv_nsec().clamp(0, 999_999_999) as u32);
+    match wall.duration_since(at) {
+        Ok(age) if age <= MAX_AGE => now.checked_sub(age).unwrap_or(now),
+        _ => now,
+    }
+}
+
+fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::from(std::net::SocketAddrV4::from(*v4)));
+    }
+    a.as_sockaddr_in6().map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_datagram_read_late_keeps_its_arrival() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        enable(&rx).expect("SO_TIMESTAMPNS");
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        tx.send_to(b"one", rx.local_addr().expect("addr")).expect("send");
+        let sent = Instant::now();
+        std::thread::sleep(Duration::from_millis(40));
+        let mut buf = [0u8; 64];
+        let (n, from, at) = recv(&rx, &mut buf).expect("a datagram waits");
+        assert_eq!((&buf[..n], from), (&b"one"[..], tx.local_addr().expect("addr")));
+        let read = Instant::now();
+        // Stamped on arrival, 40 ms before this read: not the read time.
+        assert!(read.duration_since(at) >= Duration::from_millis(35), "arrival {:?} before the read", read - at);
+        assert!(
+            at.saturating_duration_since(sent) < Duration::from_millis(20),
+            "arrival {:?} after the send",
+            at - sent
+        );
+        // Nothing more: it would block.
+        assert_eq!(
+            recv(&rx, &mut buf).map(|_| ()).expect_err("nothing more waits").kind(),
+            std::io::ErrorKind::WouldBlock
+        );
+    }
+
+    #[test]
+    fn an_unbelievable_stamp_gives_the_read_time() {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).expect("after 1970");
+        let ts = |d: Duration| TimeSpec::new(d.as_secs() as i64, d.subsec_nanos() as i64);
+        assert_eq!(arrival(None, wall, now), now);
+        // In the future (the clock was stepped back), or far in the past.
+        assert_eq!(arrival(Some(ts(secs(wall) + Duration::from_secs(3))), wall, now), now);
+        assert_eq!(arrival(Some(ts(secs(wall) - Duration::from_secs(5))), wall, now), now);
+        assert_eq!(arrival(Some(ts(secs(wall) - Duration::from_millis(7))), wall, now), now - Duration::from_millis(7));
+    }
+}
