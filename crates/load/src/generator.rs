@@ -246,6 +246,8 @@ struct Worker {
     lateness: Lateness,
     measuring: bool,
     buf: Vec<u8>,
+    /// Reads the UDP sockets with the kernel's arrival stamps.
+    stamps: arrival::Stamps,
     /// Clients whose WebSocket may have more to read.
     ws_pending: Vec<usize>,
 }
@@ -384,7 +386,7 @@ impl Worker {
         loop {
             let c = &mut self.clients[i];
             let Link::Udp(socket) = &c.link else { break };
-            let (n, from, arrived) = match arrival::recv(socket, &mut self.buf) {
+            let (n, from, arrived) = match self.stamps.recv(socket, &mut self.buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -644,6 +646,7 @@ impl Worker {
             if !timeout.is_zero() {
                 std::thread::sleep(timeout);
             }
+            self.stamps.refresh();
             if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO))
                 && e.kind() != std::io::ErrorKind::Interrupted
             {
@@ -875,6 +878,7 @@ pub fn run(
             lateness: Lateness::default(),
             measuring: false,
             buf: vec![0u8; 2048],
+            stamps: arrival::Stamps::new(),
             ws_pending: Vec::new(),
         };
         let h = std::thread::Builder::new()
