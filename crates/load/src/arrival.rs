@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant, SystemTime};
 
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt};
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrIn, recvmsg, setsockopt, sockopt};
 use nix::sys::time::TimeSpec;
 
 /// A kernel stamp further back than this is not believed (the wall clock
@@ -45,14 +45,14 @@ impl Stamps {
     /// (the kernel's stamp mapped onto [`Instant`], or the read time without one).
     pub(crate) fn recv(&mut self, socket: &impl AsFd, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr, Instant)> {
         let mut iov = [IoSliceMut::new(buf)];
-        let msg = recvmsg::<SockaddrStorage>(
-            socket.as_fd().as_raw_fd(),
-            &mut iov,
-            Some(&mut self.cmsg),
-            MsgFlags::MSG_DONTWAIT,
-        )
-        .map_err(std::io::Error::from)?;
-        let from = msg.address.as_ref().and_then(to_socket_addr).ok_or(std::io::ErrorKind::InvalidData)?;
+        let msg =
+            recvmsg::<SockaddrIn>(socket.as_fd().as_raw_fd(), &mut iov, Some(&mut self.cmsg), MsgFlags::MSG_DONTWAIT)
+                .map_err(std::io::Error::from)?;
+        // The clients' sockets are bound to 127.0.0.1: IPv4 senders only.
+        let from = msg
+            .address
+            .map(|a| SocketAddr::from(std::net::SocketAddrV4::from(a)))
+            .ok_or(std::io::ErrorKind::InvalidData)?;
         let stamp = msg.cmsgs().ok().and_then(|mut c| {
             c.find_map(|m| match m {
                 ControlMessageOwned::ScmTimestampns(t) => Some(t),
@@ -76,13 +76,6 @@ fn arrival(stamp: Option<TimeSpec>, wall: SystemTime, now: Instant) -> Option<In
         Err(after) if after.duration() <= MAX_AGE => now.checked_add(after.duration()),
         _ => None,
     }
-}
-
-fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(SocketAddr::from(std::net::SocketAddrV4::from(*v4)));
-    }
-    a.as_sockaddr_in6().map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
 }
 
 #[cfg(test)]
