@@ -157,6 +157,9 @@ struct Sim {
     probe: Option<usize>,
     peer: ClientPeer,
     link: Link,
+    /// Its UDP socket is on the worker's epoll: until connected. A connected
+    /// client's socket is read in its send slot instead (see [`Worker::fire`]).
+    polled: bool,
     state: ClientState,
     joined_at: Instant,
     connected_at: Option<Instant>,
@@ -328,6 +331,7 @@ impl Worker {
             probe: c.probe,
             peer: c.peer,
             link,
+            polled: true,
             state: ClientState::Connecting,
             joined_at: c.joined_at,
             connected_at: None,
@@ -466,6 +470,13 @@ impl Worker {
             match event {
                 ClientEvent::Connected => {
                     c.state = ClientState::Connected;
+                    if let Link::Udp(socket) = &mut c.link
+                        && c.polled
+                    {
+                        // Off the epoll: on loopback the server's `sendmmsg`
+                        // ran its callback for every datagram delivered.
+                        c.polled = self.poll.registry().deregister(socket).is_err();
+                    }
                     c.connected_at = Some(now);
                     if let Some(p) = c.probe {
                         // Probes take turns: probe p fires p/P of a period after the others.
@@ -492,8 +503,15 @@ impl Worker {
         }
     }
 
-    /// Sends this slot's clients their next frame.
+    /// Reads this slot's connected UDP clients (what arrived since their
+    /// last slot, with its kernel arrival stamps), then sends each its next frame.
     fn fire(&mut self, slot: usize, now: Instant) {
+        for k in 0..self.slots[slot].len() {
+            let i = self.slots[slot][k];
+            if !self.clients[i].polled {
+                self.receive(i);
+            }
+        }
         for k in 0..self.slots[slot].len() {
             let i = self.slots[slot][k];
             let c = &mut self.clients[i];

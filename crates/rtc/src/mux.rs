@@ -620,16 +620,6 @@ impl Mux {
             return Route::Unrouted;
         };
         peer.last_seen = now;
-        let msg = TaggedBytesMut {
-            now,
-            transport: TransportContext {
-                local_addr: self.acceptor.local_for(from),
-                peer_addr: from,
-                transport_protocol: if tcp { TransportProtocol::TCP } else { TransportProtocol::UDP },
-                ecn: None,
-            },
-            message: BytesMut::from(data),
-        };
         if is_rtp(data) {
             match peer.media.read_lean(data, now) {
                 LeanRead::Audio(packet) => {
@@ -646,6 +636,17 @@ impl Mux {
                 LeanRead::Rtc => peer.media.arriving_from(from, tcp),
             }
         }
+        // Copied for webrtc-rs only here: a lean read needs no copy.
+        let msg = TaggedBytesMut {
+            now,
+            transport: TransportContext {
+                local_addr: self.acceptor.local_for(from),
+                peer_addr: from,
+                transport_protocol: if tcp { TransportProtocol::TCP } else { TransportProtocol::UDP },
+                ecn: None,
+            },
+            message: BytesMut::from(data),
+        };
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);
         if is_rtp(data) && peer.deadline.is_some() {
