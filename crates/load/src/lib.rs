@@ -19,8 +19,9 @@
 //!                            (or with --no-ws: POST /v1/rooms/{room}/participants ─► answer)
 //!                            ─► peer + sockets handed to load-(i mod T)
 //! load-N threads (T)         asleep to the next 1 ms slot, then epoll (mio, no wait) over their
-//!                            clients' UDP sockets and (non-blocking) WebSockets: messages and
-//!                            bytes counted, pings answered; per datagram (kernel arrival stamp):
+//!                            connecting clients' UDP sockets and (non-blocking) WebSockets:
+//!                            messages and bytes counted, pings answered; a connected client's
+//!                            UDP socket is read in its send slot; per datagram (kernel stamp):
 //!                            ClientPeer (ICE, DTLS, SRTP) ─► RTP seq/ts ─► loss, jitter, drift
 //!                            probe clients only: Opus decode ─► marker detector
 //!                            every 1 ms slot (absolute schedule): 1/20 of the clients send
