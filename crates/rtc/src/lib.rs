@@ -48,7 +48,7 @@ pub mod stun;
 pub mod tcp;
 pub mod turn;
 
-pub use client::{ClientEvent, ClientPeer, TcpLink};
+pub use client::{CONSENT_INTERVAL, ClientEvent, ClientPeer, TcpLink};
 pub use media::{
     AudioPacket, CSRC_AUDIO_LEVEL_URI, Contributor, MAX_CONTRIBUTORS, ReceivePath, ReceiveStats, ReceptionBlock,
     RtcError, SSRC_AUDIO_LEVEL_URI, SendPath, SenderReportInfo, Transmit, is_rtp,

@@ -61,6 +61,7 @@ use rtc::statistics::StatsSelector;
 use crate::keys::ExporterSlot;
 use crate::reception::Reception;
 use crate::srtp::{SrtpContext, SrtpError, SrtpKeys, SrtpProfile, SrtpReceiver};
+use crate::stun::{ANSWER_MAX, CheckAnswerer};
 
 /// RFC 6464: the level of the audio in the packet, set by its sender.
 pub const SSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:ssrc-audio-level";
@@ -864,6 +865,23 @@ pub(crate) struct Media {
     /// The key generation the lean receive path gave up for.
     lean_rx_off: Option<u64>,
     rx_stats: ReceiveStats,
+    /// Consent checks answered without webrtc-rs ([`Media::answer_check`]).
+    checks: Option<Box<LeanChecks>>,
+}
+
+/// A connection's consent checks, answered on the lean receive path: all
+/// but one every `feed_every`, which webrtc-rs's agent answers, so that it
+/// sees the peer alive (its disconnect timeout is longer; see `Acceptor::accept`).
+#[derive(Debug)]
+struct LeanChecks {
+    answerer: CheckAnswerer,
+    feed_every: Duration,
+    /// Until then every check is webrtc-rs's: after a restart, its agent
+    /// takes the new credentials' checks (and a nomination) itself, while
+    /// its state still says connected.
+    all_to_agent_until: Option<Instant>,
+    /// The last authenticated check webrtc-rs got: when, from where, over TCP.
+    fed: Option<(Instant, SocketAddr, bool)>,
 }
 
 impl Media {
@@ -922,6 +940,7 @@ impl Media {
             lean_rx: None,
             lean_rx_off: None,
             rx_stats: ReceiveStats::default(),
+            checks: None,
         })
     }
 
@@ -1174,6 +1193,59 @@ impl Media {
         })
     }
 
+    /// Answers consent checks with `answerer` (the current ICE credentials:
+    /// set again after a restart, with `all_to_agent_until`), but hands
+    /// webrtc-rs's agent one authenticated check every `feed_every`, and
+    /// every check until `all_to_agent_until`.
+    pub(crate) fn set_check_answerer(
+        &mut self,
+        answerer: CheckAnswerer,
+        feed_every: Duration,
+        all_to_agent_until: Option<Instant>,
+    ) {
+        self.checks = Some(Box::new(LeanChecks { answerer, feed_every, all_to_agent_until, fed: None }));
+    }
+
+    /// The lean receive path for STUN: answers a consent check (see
+    /// [`CheckAnswerer`]) from the selected pair's remote address of a
+    /// connected peer whose ICE is steady, into `transmits`. Returns false
+    /// when the datagram is webrtc-rs's: anything else, every check for a
+    /// while after a restart, and the check due to feed its agent (the
+    /// first from an address, then one every `feed_every`).
+    pub(crate) fn answer_check(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        tcp: bool,
+        now: Instant,
+        transmits: &mut VecDeque<Transmit>,
+        spare: &mut Spare,
+    ) -> bool {
+        let steady = self.lean_receive && self.is_connected() && self.ice_steady;
+        let Some(checks) = self.checks.as_mut().filter(|_| steady) else { return false };
+        if self.remote != Some(from) || self.remote_tcp != tcp || checks.all_to_agent_until.is_some_and(|t| now < t) {
+            return false;
+        }
+        let due = checks.fed.is_none_or(|(at, addr, on_tcp)| {
+            addr != from || on_tcp != tcp || now.saturating_duration_since(at) >= checks.feed_every
+        });
+        if due {
+            // Only an authenticated check counts as fed: a forged one (the
+            // peer's address spoofed) cannot starve the agent of real ones.
+            if checks.answerer.verify(data) {
+                checks.fed = Some((now, from, tcp));
+            }
+            return false;
+        }
+        let mut buf = spare.take(ANSWER_MAX);
+        if !checks.answerer.answer(data, from, &mut buf) {
+            spare.give(buf);
+            return false;
+        }
+        transmits.push_back(Transmit { to: from, data: buf, tcp });
+        true
+    }
+
     /// That this connection was built without webrtc-rs's receiver reports
     /// ([`build_connection`]): the reception statistics of what it receives
     /// go out in our own RTCP instead (see [`Media::handle_timeout`]).
@@ -1223,7 +1295,7 @@ impl Media {
     /// does its ICE agent, which needs not: consent checks come every
     /// keepalive interval whatever the media does (RFC 7675), and their
     /// answers keep the pair alive.
-    pub(crate) fn read_lean(&mut self, data: &[u8], now: Instant) -> LeanRead {
+    pub(crate) fn read_lean(&mut self, data: &[u8], now: Instant, scratch: &mut Vec<u8>) -> LeanRead {
         if !self.lean_receive || !self.is_connected() || !is_rtp(data) {
             return LeanRead::Rtc;
         }
@@ -1242,8 +1314,11 @@ impl Media {
             self.lean_rx = Some(Box::new(LeanReceiver { srtp, generation, opened: false, failures: 0 }));
         }
         let Some(rx) = self.lean_rx.as_deref_mut() else { return LeanRead::Rtc };
-        let mut buf = BytesMut::from(data);
-        let (header_len, payload) = match rx.srtp.unprotect(&mut buf) {
+        // Opened in the caller's scratch buffer (hot in cache, never
+        // allocated again): only the payload is copied out, in one allocation.
+        scratch.clear();
+        scratch.extend_from_slice(data);
+        let (header_len, payload) = match rx.srtp.unprotect(scratch) {
             Ok(opened) => opened,
             // Another SSRC than the few a receiver follows: webrtc-rs's.
             Err(SrtpError::Streams) => return LeanRead::Rtc,
@@ -1260,7 +1335,7 @@ impl Media {
             }
         };
         rx.opened = true;
-        let packet = buf.freeze();
+        let packet = &scratch[..];
         let mut end = payload.end;
         if packet[0] & 0x20 != 0 {
             // RFC 3550 §5.1: the last payload byte counts the padding (webrtc-rs's reading).
@@ -1283,7 +1358,7 @@ impl Media {
         let csrc = header[12..12 + 4 * cc].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
         let audio = audio_from(
             fields,
-            packet.slice(payload.start..end),
+            Bytes::copy_from_slice(&packet[payload.start..end]),
             csrc,
             |id| rtp_extension(header, id),
             self.level_ext,

@@ -24,7 +24,7 @@ use crate::media::{
     build_connection, internal, is_rtp, local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
-use crate::stun;
+use crate::stun::{self, CheckAnswerer};
 
 /// Identifies a peer; unique among the peers of one [`Acceptor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,6 +95,9 @@ pub struct MuxStats {
     /// SRTP packets the lean receive path dropped: failed authentication,
     /// replayed or too old (garbage or an attack from a peer's address).
     pub lean_dropped: u64,
+    /// Consent checks (STUN) answered on the lean receive path, without
+    /// webrtc-rs's ICE agent (which still answers one per peer every idle timeout).
+    pub lean_checks: u64,
     /// Peers now answered but not connected yet (ICE and DTLS under way).
     pub connecting: u64,
     /// Peers now connected.
@@ -363,19 +366,26 @@ impl Acceptor {
         let pwd = random_hex(12)?;
         // ICE-lite answers checks; consent is the client's job (RFC 7675), and
         // a client that stops checking and sending is caught by our idle timeout.
+        // On the lean receive path webrtc-rs's agent sees neither the media
+        // nor most checks (`Media::answer_check`: one every idle timeout), so
+        // its own verdict waits longer: 3 idle timeouts without a check
+        // (RFC 7675's 30 s of consent, by default) while datagrams still
+        // come; a peer that vanishes is our idle timeout's, as before.
         // Each peer's crypto goes through its own tap, where the lean path
         // finds its SRTP keys (see `keys`).
         let slot = Arc::new(ExporterSlot::default());
+        let disconnected = if self.lean_receive { self.idle_timeout * 3 } else { self.idle_timeout };
         let settings = SettingEngineBuilder::new()
             .with_lite(true)
             .with_multicast_dns_mode(MulticastDnsMode::Disabled)
-            .with_ice_credentials(ufrag.clone(), pwd)
-            .with_ice_timeouts(Some(self.idle_timeout), Some(self.idle_timeout), None)
+            .with_ice_credentials(ufrag.clone(), pwd.clone())
+            .with_ice_timeouts(Some(disconnected), Some(self.idle_timeout), None)
             .with_srtp_protection_profiles(self.srtp_profiles.iter().map(|p| p.to_dtls()).collect())
             .with_crypto_provider(Arc::new(KeyTap::new(self.provider.clone(), slot.clone())))
             .build();
         // On the lean receive path we report what we receive ourselves.
         let mut pc = build_connection(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, !self.lean_receive, now)?;
+        let remote_ufrag = ice_ufrag(offer);
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, offer).map_err(bad_sdp)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
@@ -396,6 +406,9 @@ impl Acceptor {
         if self.lean_receive {
             media.set_lean_receive(true);
             media.set_own_reports();
+            if let Some(remote) = remote_ufrag {
+                media.set_check_answerer(CheckAnswerer::new(&ufrag, &pwd, remote), self.idle_timeout, None);
+            }
         }
         Ok((ServerPeer { id, ufrag, media }, sdp))
     }
@@ -427,6 +440,16 @@ fn with_opus_fmtp(sdp: &str, param: &str) -> String {
         }
     }
     out
+}
+
+/// The first `a=ice-ufrag` of an SDP (a bundle has one).
+fn ice_ufrag(sdp: &str) -> Option<&str> {
+    sdp.lines().find_map(|l| l.trim_end().strip_prefix("a=ice-ufrag:"))
+}
+
+/// The first `a=ice-pwd` of an SDP.
+fn ice_pwd(sdp: &str) -> Option<&str> {
+    sdp.lines().find_map(|l| l.trim_end().strip_prefix("a=ice-pwd:"))
 }
 
 /// Whether an answer has an active (port not 0) audio section and our ufrag.
@@ -473,6 +496,8 @@ pub struct Mux {
     transmits: VecDeque<Transmit>,
     /// Sent datagrams' buffers, for the next lean packets.
     spare: Spare,
+    /// Where the lean receive path opens a datagram.
+    scratch: Vec<u8>,
     stats: MuxStats,
 }
 
@@ -500,6 +525,7 @@ impl Mux {
             events: VecDeque::new(),
             transmits: VecDeque::new(),
             spare: Spare::default(),
+            scratch: Vec::new(),
             stats: MuxStats::default(),
         }
     }
@@ -621,7 +647,7 @@ impl Mux {
         };
         peer.last_seen = now;
         if is_rtp(data) {
-            match peer.media.read_lean(data, now) {
+            match peer.media.read_lean(data, now, &mut self.scratch) {
                 LeanRead::Audio(packet) => {
                     peer.media.authenticated_from(from, tcp);
                     self.stats.lean_in += 1;
@@ -635,6 +661,10 @@ impl Mux {
                 }
                 LeanRead::Rtc => peer.media.arriving_from(from, tcp),
             }
+        }
+        if stun::is_stun(data) && peer.media.answer_check(data, from, tcp, now, &mut self.transmits, &mut self.spare) {
+            self.stats.lean_checks += 1;
+            return Route::Peer(id);
         }
         // Copied for webrtc-rs only here: a lean read needs no copy.
         let msg = TaggedBytesMut {
@@ -831,6 +861,13 @@ impl Mux {
             return Err(RtcError::NotConnected);
         }
         let sdp = peer.media.answer_restart(offer, now)?;
+        // Checks with the new credentials are answered here too, once
+        // webrtc-rs's agent has had them to itself for an idle timeout (it
+        // nominates the new pair meanwhile; its state stays "connected").
+        if let (Some(local), Some(pwd), Some(remote)) = (ice_ufrag(&sdp), ice_pwd(&sdp), ice_ufrag(offer)) {
+            let idle = self.acceptor.idle_timeout;
+            peer.media.set_check_answerer(CheckAnswerer::new(local, pwd, remote), idle, Some(now + idle));
+        }
         peer.last_seen = now;
         self.drain(id);
         Ok(with_opus_fmtp(&sdp, SERVER_OPUS_DTX))

@@ -138,6 +138,10 @@ struct Call {
     me: SocketAddr,
     now: Instant,
     up: (bool, bool),
+    /// The server's SDP answer (its ICE credentials).
+    answer: String,
+    /// The client sends a frame every 20 ms of virtual time.
+    talking: bool,
 }
 
 impl Call {
@@ -151,7 +155,7 @@ impl Call {
         let (mut client, offer) = ClientPeer::new(me, now).expect("client");
         let (peer, answer) = mux.accept_offer(&offer, now).expect("answer");
         client.accept_answer(&answer, now).expect("answer accepted");
-        Self { mux, client, peer, server, me, now, up: (false, false) }
+        Self { mux, client, peer, server, me, now, up: (false, false), answer, talking: false }
     }
 
     /// The server's datagrams to the client, taken; the client's delivered.
@@ -160,8 +164,10 @@ impl Call {
             let _ = self.mux.handle_datagram(self.me, &t.data, self.now);
         }
         while let Some(event) = self.mux.poll_event() {
-            if let MuxEvent::Connected(_) = event {
-                self.up.0 = true;
+            match event {
+                MuxEvent::Connected(_) => self.up.0 = true,
+                MuxEvent::Closed(id, why) => panic!("peer {id} closed: {why:?}"),
+                MuxEvent::Audio(..) => {}
             }
         }
         let mut out = Vec::new();
@@ -187,9 +193,19 @@ impl Call {
 
     /// Runs `ms` of virtual time, everything delivered as it is.
     fn run(&mut self, ms: u64) -> Vec<AudioPacket> {
+        self.run_seeing(ms, |_| {})
+    }
+
+    /// [`Call::run`], showing `see` every server datagram first.
+    fn run_seeing(&mut self, ms: u64, mut see: impl FnMut(&[u8])) -> Vec<AudioPacket> {
         let mut audio = Vec::new();
-        for _ in 0..ms / 10 {
+        for step in 0..ms / 10 {
             self.now += Duration::from_millis(10);
+            if self.talking && step % 2 == 0 {
+                self.client
+                    .send_audio(Bytes::from_static(&[0xF8, 0xFF, 0xFE]), Some(40), self.now)
+                    .expect("client sends");
+            }
             self.mux.handle_timeout(self.now);
             self.client.handle_timeout(self.now);
             for _ in 0..10 {
@@ -198,6 +214,7 @@ impl Call {
                     break;
                 }
                 for d in datagrams {
+                    see(&d);
                     audio.extend(self.deliver(&d));
                 }
             }
@@ -301,4 +318,83 @@ fn a_lean_receiver_that_authenticates_nothing_hands_over_to_webrtc_rs() {
         assert_eq!(got[0].payload, frame(i).0);
     }
     assert_eq!(call.client.receive_stats(), ReceiveStats { lean: 0, dropped: 16 });
+}
+
+#[test]
+fn consent_checks_are_answered_on_the_lean_path_and_webrtc_rs_still_sees_one_every_idle_timeout() {
+    use rtc::stun::fingerprint::FINGERPRINT;
+    use rtc::stun::integrity::MessageIntegrity;
+    use rtc::stun::message::{BINDING_SUCCESS, Message};
+
+    let mut call = Call::new(SrtpProfile::AeadAes128Gcm);
+    call.connect();
+    let pwd = call.answer.lines().find_map(|l| l.trim_end().strip_prefix("a=ice-pwd:")).expect("ice-pwd").to_owned();
+    let crypto = rtc::crypto::default_provider().expect("crypto");
+    let before = call.mux.stats();
+    // 65 s with nothing but consent checks and RTCP: longer than webrtc-rs's
+    // agent waits for a check (3 idle timeouts, then 1 more to fail), so a
+    // broken feed would close the peer (a panic in `take_server_datagrams`).
+    let (mut answers, mut requests) = (0u64, 0u64);
+    call.run_seeing(65_000, |d| {
+        if !tutti_rtc::stun::is_stun(d) {
+            return;
+        }
+        let mut m = Message { raw: d.to_vec(), ..Message::default() };
+        m.decode().expect("a STUN message");
+        if m.typ != BINDING_SUCCESS {
+            requests += 1;
+            return;
+        }
+        MessageIntegrity::check(&mut m, pwd.as_bytes(), crypto.crypto()).expect("integrity with our password");
+        FINGERPRINT.check(&m).expect("fingerprint");
+        answers += 1;
+    });
+    // webrtc-rs's agent follows each check it answers with a check of its
+    // own (a triggered check, even as ICE-lite), which the client answers:
+    // the lean path spares both.
+    eprintln!("server STUN: {answers} answers, {requests} requests");
+    let stats = call.mux.stats();
+    let lean = stats.lean_checks - before.lean_checks;
+    let checks = 65_000 / tutti_rtc::CONSENT_INTERVAL.as_millis() as u64;
+    assert!(answers + 2 >= checks, "every check answered: {answers} answers to ~{checks} checks");
+    // One every idle timeout (10 s) went to webrtc-rs: 6 or 7 of 26.
+    let fed = answers - lean;
+    assert!((5..=8).contains(&fed), "{fed} checks answered by webrtc-rs, {lean} on the lean path");
+    assert_eq!((stats.connected, stats.lost), (1, 0), "still connected");
+
+    // An ICE restart from a new address: new credentials on both sides.
+    // Checks with them are answered here again once ICE is steady.
+    let moved: SocketAddr = "127.0.0.1:50001".parse().expect("addr");
+    let offer = call.client.restart_ice(moved, call.now).expect("restart offer");
+    let answer = call.mux.restart(call.peer, &offer, call.now).expect("restart answer");
+    call.client.accept_restart(&answer, call.now).expect("restart answer accepted");
+    call.me = moved;
+    // Its audio from there moves the server's lean path to the new address.
+    call.talking = true;
+    let new_pwd = answer.lines().find_map(|l| l.trim_end().strip_prefix("a=ice-pwd:")).expect("ice-pwd").to_owned();
+    let before = call.mux.stats();
+    let mut answers = 0u64;
+    call.run_seeing(40_000, |d| {
+        if !tutti_rtc::stun::is_stun(d) {
+            return;
+        }
+        let mut m = Message { raw: d.to_vec(), ..Message::default() };
+        m.decode().expect("a STUN message");
+        if m.typ == BINDING_SUCCESS {
+            MessageIntegrity::check(&mut m, new_pwd.as_bytes(), crypto.crypto()).expect("the new password");
+            answers += 1;
+        }
+    });
+    let lean = call.mux.stats().lean_checks - before.lean_checks;
+    // All to webrtc-rs for an idle timeout (10 s, 4 checks), then as
+    // before: of the next 30 s's 12, one every 10 s to webrtc-rs, 9 here.
+    assert!(answers >= 15 && (7..=10).contains(&lean), "after the restart: {answers} answers, {lean} on the lean path");
+
+    // And the call still carries audio both ways.
+    let frames = call.server_frame(0);
+    let mut got = Vec::new();
+    for d in frames {
+        got.extend(call.deliver(&d));
+    }
+    assert_eq!(got.len(), 1, "the client hears the server");
 }

@@ -35,9 +35,10 @@ pub struct Config {
     pub io_threads: usize,
     /// Mixer threads (`mix-0`, …); 0 = one per core.
     pub mix_threads: usize,
-    /// Under load, an I/O thread lets datagrams gather this long before
-    /// reading them in one batch (fewer wake-ups and syscalls, at most this
-    /// much added delay); 0 = wake on every datagram.
+    /// Under load, an I/O thread does not wake for each datagram: it reads
+    /// twice per tick, after sending the tick's mixes and this long before
+    /// the next tick (what it reads is mixed in that tick); 0 = wake on
+    /// every datagram.
     pub io_batch_window_seconds: f64,
     /// Nice value of the media threads (`io-N`, `mix-N`, `mix-clock`), from
     /// −20 to 0: they keep their 20 ms deadline when other processes are
@@ -50,8 +51,10 @@ pub struct Config {
     pub lean_send: bool,
     /// Established peers' incoming SRTP audio is authenticated, decrypted and
     /// parsed by tutti-rtc (its own SRTP context, replay window and receiver
-    /// reports) instead of webrtc-rs's generic read pipeline; ICE, DTLS and
-    /// RTCP stay webrtc-rs's. `false` falls back to the old path.
+    /// reports) instead of webrtc-rs's generic read pipeline, and their
+    /// consent checks are answered by tutti-rtc too (one per idle timeout
+    /// still by webrtc-rs); ICE, DTLS and RTCP stay webrtc-rs's. `false`
+    /// falls back to the old path.
     pub lean_receive: bool,
     /// Receive and send buffer asked for each media socket, in bytes (the
     /// kernel may grant less; the granted size is logged).

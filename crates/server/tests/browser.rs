@@ -189,11 +189,18 @@ impl Drop for Driver {
 
 /// A JSON array of strings.
 /// Nearly all audio the server received took the lean receive path (a
-/// packet that arrives as DTLS completes may still go to webrtc-rs).
+/// packet that arrives as DTLS completes may still go to webrtc-rs), and
+/// consent checks were answered there.
 fn lean_read_most(stats: &tutti_server::MediaStats) {
-    println!("audio packets received: {}, on the lean path: {}", stats.audio_in, stats.lean_in);
+    println!(
+        "audio packets received: {}, on the lean path: {}; consent checks answered on the lean path: {}",
+        stats.audio_in, stats.lean_in, stats.lean_checks
+    );
     assert!(stats.audio_in > 100, "audio arrived: {stats:?}");
     assert!(stats.lean_in * 100 >= stats.audio_in * 95, "the lean receive path read the browsers' audio: {stats:?}");
+    // Answered here: each one checked by the browser (MESSAGE-INTEGRITY with
+    // our password, FINGERPRINT), or it stops sending when consent expires.
+    assert!(stats.lean_checks > 0, "consent checks answered on the lean path: {stats:?}");
 }
 
 fn names(v: &Value) -> Vec<&str> {
@@ -317,6 +324,10 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
         assert_eq!(t["iceRole"], "controlling", "{name}: {t}");
         assert!(t["codec"].as_str().is_some_and(|c| c.starts_with("audio/opus/48000/2")), "{name}: {t}");
         assert!(t["packetsReceived"].as_u64().is_some_and(|n| n > 100), "{name} received the mix: {t}");
+        // Every check answered, most of them on the lean path (below): at
+        // most the last one or two still in flight.
+        let (sent, answered) = (t["requestsSent"].as_u64().unwrap_or(0), t["responsesReceived"].as_u64().unwrap_or(0));
+        assert!(sent >= 3 && answered + 2 >= sent, "{name}: Chromium accepted our consent answers: {t}");
         println!("{name}: {t}");
     }
 

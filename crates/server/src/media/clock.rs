@@ -92,6 +92,8 @@ const HOUSEKEEPING_TICKS: u64 = 50;
 
 /// What the clock needs.
 pub(crate) struct Clock {
+    /// Tick n is due at `epoch + n · TICK` (the I/O threads read by it too).
+    pub(crate) epoch: Instant,
     pub(crate) rooms: Arc<Rooms>,
     pub(crate) pool: Arc<MixPool>,
     pub(crate) io: Arc<[IoHandle]>,
@@ -112,7 +114,7 @@ impl Clock {
 
     fn run(&self) {
         crate::priority::media_thread(self.thread_nice);
-        let start = Instant::now();
+        let start = self.epoch;
         let mut tick = 0u64;
         let mut shed = Shedder::default();
         let mut spread = Spread::default();

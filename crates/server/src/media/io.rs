@@ -22,6 +22,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use tutti_mix::{Packet, ParticipantId};
 use tutti_rtc::{Acceptor, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, Transmit};
 
+use super::clock::TICK;
 use super::command::{IoCommand, IoCounters, IoHandle};
 use super::socket::{BATCH, BatchSocket};
 use super::tcp::{Frame, TcpPlane};
@@ -56,7 +57,10 @@ pub(crate) struct IoShared {
     pub(crate) rooms: Arc<Rooms>,
     /// Every I/O thread, for forwarding; set once they all run.
     pub(crate) peers_io: std::sync::OnceLock<Arc<[IoHandle]>>,
+    /// Under load, datagrams are read this long before each tick (see `IoThread::wait`).
     pub(crate) batch_window: Duration,
+    /// Tick n of the mixer is due at `tick_epoch + n · TICK`.
+    pub(crate) tick_epoch: Instant,
     /// Nice value of the thread (see `crate::priority`).
     pub(crate) thread_nice: i32,
     /// ICE-TCP limits (see `tcp`); the listeners come with `spawn`.
@@ -89,6 +93,16 @@ struct IoThread {
     /// Frames read from TCP connections this turn.
     tcp_frames: Vec<Frame>,
     last_tcp: (tutti_rtc::TcpStats, u64),
+}
+
+/// How long from `now` until the next read under load: `lead` before the
+/// next tick (ticks at `epoch + n · TICK`) that is still that far away.
+fn until_read(now: Instant, epoch: Instant, lead: Duration) -> Duration {
+    let period = TICK.as_nanos();
+    let into = now.saturating_duration_since(epoch).as_nanos() % period;
+    let read_at = TICK.saturating_sub(lead).as_nanos();
+    let wait = if into < read_at { read_at - into } else { period - into + read_at };
+    Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
 }
 
 /// Starts one I/O thread per socket; returns their handles and threads.
@@ -175,9 +189,13 @@ impl IoThread {
 
     /// Sleeps until a datagram, a command or the next timer. Under load
     /// (`batching`: the last turn received something) datagrams do not wake
-    /// the thread: it sleeps the batch window, so one `recvmmsg` takes what
-    /// arrived meanwhile instead of one wake-up and syscall per datagram.
-    /// Commands (the clock's mixes to send) still wake it at once.
+    /// the thread: it reads twice a tick, after sending the tick's mixes (a
+    /// command, which wakes it at once) and the batch window before the next
+    /// tick, each time taking in one go what arrived meanwhile. The mixer
+    /// takes a participant's audio only at its ticks, so a datagram read
+    /// before the tick is mixed in it whenever it was read; reading as they
+    /// come, or every couple of milliseconds, cost a wake-up each (in a VM
+    /// the dearest part of a read) for nothing.
     fn wait(&mut self, batching: bool) {
         let now = Instant::now();
         let mut until = self.mux.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now)).min(IDLE_WAIT);
@@ -193,7 +211,7 @@ impl IoThread {
         let window = self.shared.batch_window;
         let batching = batching && !window.is_zero();
         if batching {
-            until = until.min(window);
+            until = until.min(until_read(now, self.shared.tick_epoch, window));
         }
         let timeout = nix::sys::time::TimeSpec::from_duration(until);
         let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
@@ -528,5 +546,27 @@ impl IoThread {
         metrics::packets_out(s.datagrams_out - last.datagrams_out, s.bytes_out - last.bytes_out, 0);
         metrics::media(&mut self.last_stats, s);
         *lock(&self.counters.mux) = s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_load_reads_fall_the_window_before_each_tick() {
+        let epoch = Instant::now();
+        let ms = Duration::from_millis;
+        let lead = ms(2);
+        // Ticks at 0, 20, 40 ms…: reads at 18, 38, 58 ms….
+        assert_eq!(until_read(epoch, epoch, lead), ms(18));
+        assert_eq!(until_read(epoch + ms(5), epoch, lead), ms(13));
+        assert_eq!(until_read(epoch + ms(17), epoch, lead), ms(1));
+        // At or past a read point: the next tick's.
+        assert_eq!(until_read(epoch + ms(18), epoch, lead), ms(20));
+        assert_eq!(until_read(epoch + ms(19), epoch, lead), ms(19));
+        assert_eq!(until_read(epoch + ms(20) + ms(20_000), epoch, lead), ms(18));
+        // Before the epoch (a thread that started first): as at the epoch.
+        assert_eq!(until_read(epoch, epoch + ms(3), lead), ms(18));
     }
 }

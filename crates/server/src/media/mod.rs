@@ -52,6 +52,8 @@ pub struct MediaStats {
     pub lean_in: u64,
     /// SRTP packets the lean receive path dropped (failed authentication, replays).
     pub lean_dropped: u64,
+    /// Consent checks answered on the lean receive path.
+    pub lean_checks: u64,
     /// Datagrams the OS refused to send.
     pub send_errors: u64,
     /// Peers whose ICE or DTLS failed.
@@ -188,10 +190,14 @@ impl MediaHandle {
         let pool = Arc::new(MixPool::new(cfg.mix_threads).map_err(|e| MediaError::Setup(e.to_string()))?);
         let nice = cfg.thread_nice;
         pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
+        // The mixer's ticks fall at epoch + n · 20 ms; under load the I/O
+        // threads read just before each one.
+        let epoch = Instant::now();
         let shared = Arc::new(io::IoShared {
             rooms: rooms.clone(),
             peers_io: std::sync::OnceLock::new(),
             batch_window: cfg.batch_window,
+            tick_epoch: epoch,
             thread_nice: cfg.thread_nice,
             // Each I/O thread keeps its own table: the caps are split evenly
             // (the kernel spreads connections over the threads by their 4-tuple).
@@ -218,6 +224,7 @@ impl MediaHandle {
         let overruns = Arc::new(AtomicU64::new(0));
         let mix_threads = pool.threads();
         let clock = clock::Clock {
+            epoch,
             rooms,
             pool,
             io: io.clone(),
@@ -339,6 +346,7 @@ impl MediaHandle {
             m.audio_in += s.audio_in;
             m.lean_in += s.lean_in;
             m.lean_dropped += s.lean_dropped;
+            m.lean_checks += s.lean_checks;
             m.send_errors += get(&c.send_errors);
             m.peers_failed += s.ice_failures + s.dtls_failures + s.lost;
             m.peers_timed_out += s.timed_out;

@@ -56,6 +56,8 @@ pub(crate) struct BatchSocket {
     bufs: Vec<[u8; MAX_DATAGRAM]>,
     rx_headers: MultiHeaders<SockaddrStorage>,
     tx_headers: MultiHeaders<SockaddrStorage>,
+    /// The destinations of the batch being sent.
+    tx_addrs: Vec<Option<SockaddrStorage>>,
     got: Vec<(usize, Option<SocketAddr>)>,
 }
 
@@ -66,6 +68,7 @@ impl BatchSocket {
             bufs: vec![[0u8; MAX_DATAGRAM]; BATCH],
             rx_headers: MultiHeaders::preallocate(BATCH, None),
             tx_headers: MultiHeaders::preallocate(BATCH, None),
+            tx_addrs: Vec::with_capacity(BATCH),
             got: Vec::with_capacity(BATCH),
         }
     }
@@ -100,10 +103,17 @@ impl BatchSocket {
         while start < transmits.len() {
             let chunk = &transmits[start..(start + BATCH).min(transmits.len())];
             let iovs: Vec<[std::io::IoSlice<'_>; 1]> = chunk.iter().map(|t| [std::io::IoSlice::new(&t.data)]).collect();
-            let addrs: Vec<Option<SockaddrStorage>> = chunk.iter().map(|t| Some(SockaddrStorage::from(t.to))).collect();
-            let sent =
-                sendmmsg(self.socket.as_raw_fd(), &mut self.tx_headers, iovs.iter(), &addrs, [], MsgFlags::empty())
-                    .map(Iterator::count);
+            self.tx_addrs.clear();
+            self.tx_addrs.extend(chunk.iter().map(|t| Some(SockaddrStorage::from(t.to))));
+            let sent = sendmmsg(
+                self.socket.as_raw_fd(),
+                &mut self.tx_headers,
+                iovs.iter(),
+                &self.tx_addrs,
+                [],
+                MsgFlags::empty(),
+            )
+            .map(Iterator::count);
             match sent {
                 Ok(n) if n > 0 => start += n,
                 // The first datagram of the chunk failed: drop it.

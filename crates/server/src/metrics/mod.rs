@@ -112,6 +112,8 @@ pub const MEDIA_AUDIO_PACKETS_SENT: &str = "tutti_media_audio_packets_sent_total
 pub const MEDIA_LEAN_PACKETS_SENT: &str = "tutti_media_lean_packets_sent_total";
 /// Of the audio packets received, those read on the lean SRTP path, counter.
 pub const MEDIA_LEAN_PACKETS_RECEIVED: &str = "tutti_media_lean_packets_received_total";
+/// Consent checks (STUN) answered on the lean receive path, without webrtc-rs's ICE agent, counter.
+pub const MEDIA_LEAN_CHECKS: &str = "tutti_media_lean_checks_total";
 /// SRTP packets the lean receive path dropped (failed authentication, replays), counter.
 pub const MEDIA_LEAN_PACKETS_DROPPED: &str = "tutti_media_lean_packets_dropped_total";
 /// Datagrams that belonged to no peer (dropped).
@@ -185,6 +187,7 @@ pub const NAMES: &[&str] = &[
     MEDIA_AUDIO_PACKETS_SENT,
     MEDIA_LEAN_PACKETS_SENT,
     MEDIA_LEAN_PACKETS_RECEIVED,
+    MEDIA_LEAN_CHECKS,
     MEDIA_LEAN_PACKETS_DROPPED,
     MEDIA_UNROUTED_PACKETS,
     MEDIA_JITTER_LATE_PACKETS,
@@ -241,6 +244,7 @@ struct Handles {
     lean_out: Counter,
     lean_in: Counter,
     lean_dropped: Counter,
+    lean_checks: Counter,
     unrouted: Counter,
     late: Counter,
     lost: Counter,
@@ -308,6 +312,7 @@ pub fn install() -> Result<(), String> {
             lean_out: metrics::counter!(MEDIA_LEAN_PACKETS_SENT),
             lean_in: metrics::counter!(MEDIA_LEAN_PACKETS_RECEIVED),
             lean_dropped: metrics::counter!(MEDIA_LEAN_PACKETS_DROPPED),
+            lean_checks: metrics::counter!(MEDIA_LEAN_CHECKS),
             unrouted: metrics::counter!(MEDIA_UNROUTED_PACKETS),
             late: metrics::counter!(MEDIA_JITTER_LATE_PACKETS),
             lost: metrics::counter!(MEDIA_JITTER_LOST_FRAMES),
@@ -364,6 +369,11 @@ fn describe() {
         MEDIA_LEAN_PACKETS_RECEIVED,
         Unit::Count,
         "Audio RTP packets read on the lean path (tutti's own SRTP), of all received."
+    );
+    describe_counter!(
+        MEDIA_LEAN_CHECKS,
+        Unit::Count,
+        "Consent checks (STUN) answered on the lean path, without webrtc-rs's ICE agent."
     );
     describe_counter!(
         MEDIA_LEAN_PACKETS_DROPPED,
@@ -523,6 +533,7 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     grew(&h.lean_out, now.lean_out, last.lean_out);
     grew(&h.lean_in, now.lean_in, last.lean_in);
     grew(&h.lean_dropped, now.lean_dropped, last.lean_dropped);
+    grew(&h.lean_checks, now.lean_checks, last.lean_checks);
     grew(&h.unrouted, now.unrouted, last.unrouted);
     grew(&h.ice_failures, now.ice_failures, last.ice_failures);
     grew(&h.dtls_failures, now.dtls_failures, last.dtls_failures);

@@ -136,6 +136,10 @@ function transport(page) {
       local: pair && cand(pair.localCandidateId),
       remote: pair && cand(pair.remoteCandidateId),
       rttMs: pair && pair.currentRoundTripTime * 1000,
+      // STUN checks on the pair, and the answers Chromium accepted (it drops
+      // one whose MESSAGE-INTEGRITY or FINGERPRINT is wrong).
+      requestsSent: pair && pair.requestsSent,
+      responsesReceived: pair && pair.responsesReceived,
       codec: codec && `${codec.mimeType}/${codec.clockRate}/${codec.channels} ${codec.sdpFmtpLine || ''}`,
       packetsReceived: inbound && inbound.packetsReceived,
       packetsLost: inbound && inbound.packetsLost,
