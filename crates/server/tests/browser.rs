@@ -834,9 +834,10 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         rust_heard(NS_ERIN_HZ),
         rust_heard(NS_RUST_HZ),
     );
+    let control_amp = rust_heard(NS_CONTROL_HZ);
     println!(
         "the Rust client hears: {NS_CAROL_HZ} Hz {a:.4}, {NS_DAVE_HZ} Hz {b:.4}, {FIREFOX_HZ} Hz (Firefox) {f:.4}, \
-         {NS_ERIN_HZ} Hz {e:.4}, own {own_amp:.4}"
+         {NS_ERIN_HZ} Hz {e:.4}, own {own_amp:.4}, control {NS_CONTROL_HZ} Hz (nobody sends it) {control_amp:.4}"
     );
     let room_then =
         request_as(api, &requester, "GET", "/v1/rooms/networks", None, b"").map(|r| r.body).unwrap_or_default();
@@ -1045,7 +1046,15 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
 
     // The Rust client hears the four pages, not itself.
     assert!(a > HEARD_AMP && b > HEARD_AMP && f > HEARD_AMP && e > HEARD_AMP, "the Rust client hears the four pages");
-    assert!(own_amp < ABSENT_AMP, "the Rust client does not hear itself");
+    // Its own tone is absent, or no louder than the noise floor of the
+    // control frequency: on a starved box (both browser tests at once, a
+    // debug build) its playout can glitch into broadband energy that lifts
+    // every frequency (seen once: every tone 5–10× quieter than usual, own
+    // 0.012); a real echo of its own tone stands well above that floor.
+    assert!(
+        own_amp < ABSENT_AMP || own_amp < 2.0 * control_amp,
+        "the Rust client does not hear itself: own {own_amp:.4}, control {control_amp:.4}"
+    );
     // Firefox's and Chromium's audio, over UDP, TURN and ICE-TCP, on the lean receive path.
     lean_read_most(&server.media_stats());
 
