@@ -385,7 +385,7 @@ impl Acceptor {
             .build();
         // On the lean receive path we report what we receive ourselves.
         let mut pc = build_connection(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, !self.lean_receive, now)?;
-        let remote_ufrag = ice_ufrag(offer);
+        let remote_ufrag = sdp_attribute(offer, "ice-ufrag");
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, offer).map_err(bad_sdp)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
@@ -442,14 +442,10 @@ fn with_opus_fmtp(sdp: &str, param: &str) -> String {
     out
 }
 
-/// The first `a=ice-ufrag` of an SDP (a bundle has one).
-fn ice_ufrag(sdp: &str) -> Option<&str> {
-    sdp.lines().find_map(|l| l.trim_end().strip_prefix("a=ice-ufrag:"))
-}
-
-/// The first `a=ice-pwd` of an SDP.
-fn ice_pwd(sdp: &str) -> Option<&str> {
-    sdp.lines().find_map(|l| l.trim_end().strip_prefix("a=ice-pwd:"))
+/// The value of the first `a=<name>:` line of an SDP (a bundle has one
+/// `ice-ufrag` and one `ice-pwd`).
+fn sdp_attribute<'a>(sdp: &'a str, name: &str) -> Option<&'a str> {
+    sdp.lines().find_map(|l| l.trim_end().strip_prefix("a=")?.strip_prefix(name)?.strip_prefix(':'))
 }
 
 /// Whether an answer has an active (port not 0) audio section and our ufrag.
@@ -864,7 +860,9 @@ impl Mux {
         // Checks with the new credentials are answered here too, once
         // webrtc-rs's agent has had them to itself for an idle timeout (it
         // nominates the new pair meanwhile; its state stays "connected").
-        if let (Some(local), Some(pwd), Some(remote)) = (ice_ufrag(&sdp), ice_pwd(&sdp), ice_ufrag(offer)) {
+        if let (Some(local), Some(pwd), Some(remote)) =
+            (sdp_attribute(&sdp, "ice-ufrag"), sdp_attribute(&sdp, "ice-pwd"), sdp_attribute(offer, "ice-ufrag"))
+        {
             let idle = self.acceptor.idle_timeout;
             peer.media.set_check_answerer(CheckAnswerer::new(local, pwd, remote), idle, Some(now + idle));
         }

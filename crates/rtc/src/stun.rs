@@ -36,20 +36,26 @@ pub fn username(data: &[u8]) -> Option<&str> {
     if !is_stun(data) {
         return None;
     }
-    let body_len = usize::from(u16::from_be_bytes([data[2], data[3]]));
-    let body = data.get(HEADER_LEN..HEADER_LEN.checked_add(body_len)?)?;
-    let mut rest = body;
-    while rest.len() >= 4 {
-        let kind = u16::from_be_bytes([rest[0], rest[1]]);
-        let len = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
-        let value = rest.get(4..4 + len)?;
-        if kind == ATTR_USERNAME {
-            return std::str::from_utf8(value).ok();
-        }
-        let padded = (4 + len).checked_next_multiple_of(4)?;
-        rest = rest.get(padded..)?;
-    }
-    None
+    let (_, _, value) = attributes(data).find(|&(_, kind, _)| kind == ATTR_USERNAME)?;
+    std::str::from_utf8(value).ok()
+}
+
+/// The attributes of STUN message `m` (header included), in order: where
+/// each starts in `m`, its type and its value. Nothing when the header's
+/// length runs past `m`; it stops before an attribute that runs past it.
+fn attributes(m: &[u8]) -> impl Iterator<Item = (usize, u16, &[u8])> {
+    let body_len = m.get(2..4).map_or(0, |l| usize::from(u16::from_be_bytes([l[0], l[1]])));
+    let end = if HEADER_LEN + body_len <= m.len() { HEADER_LEN + body_len } else { 0 };
+    let mut at = HEADER_LEN;
+    std::iter::from_fn(move || {
+        let head = m[..end].get(at..at + 4)?;
+        let kind = u16::from_be_bytes([head[0], head[1]]);
+        let len = usize::from(u16::from_be_bytes([head[2], head[3]]));
+        let value = m[..end].get(at + 4..at + 4 + len)?;
+        let start = at;
+        at += (4 + len).next_multiple_of(4);
+        Some((start, kind, value))
+    })
 }
 
 /// The local (server) ufrag of an ICE USERNAME "local:remote".
@@ -148,15 +154,13 @@ impl CheckAnswerer {
             return None;
         }
         let (mut user_ok, mut controlling, mut integrity) = (false, false, None);
-        let mut at = HEADER_LEN;
-        while at < m.len() {
-            let kind = u16::from_be_bytes([*m.get(at)?, *m.get(at + 1)?]);
-            let len = usize::from(u16::from_be_bytes([*m.get(at + 2)?, *m.get(at + 3)?]));
-            let value = m.get(at + 4..at + 4 + len)?;
-            let next = at + (4 + len).next_multiple_of(4);
+        // Where the attributes read so far end: the message's end once all are.
+        let mut walked = HEADER_LEN;
+        for (at, kind, value) in attributes(m) {
+            walked = at + (4 + value.len()).next_multiple_of(4);
             if integrity.is_some() {
                 // After MESSAGE-INTEGRITY only FINGERPRINT, last (RFC 8489 §14.5, §14.7).
-                if kind != ATTR_FINGERPRINT || len != 4 || next != m.len() {
+                if kind != ATTR_FINGERPRINT || value.len() != 4 || walked != m.len() {
                     return None;
                 }
                 let want = u32::from_be_bytes([value[0], value[1], value[2], value[3]]);
@@ -167,11 +171,11 @@ impl CheckAnswerer {
             }
             match kind {
                 ATTR_USERNAME => user_ok = value == &*self.username,
-                ATTR_ICE_CONTROLLING => controlling = len == 8,
+                ATTR_ICE_CONTROLLING => controlling = value.len() == 8,
                 ATTR_ICE_CONTROLLED => return None,
                 ATTR_PRIORITY | ATTR_USE_CANDIDATE => {}
                 ATTR_MESSAGE_INTEGRITY => {
-                    if len != 20 || !user_ok || !controlling {
+                    if value.len() != 20 || !user_ok || !controlling {
                         return None;
                     }
                     integrity = Some(at);
@@ -180,7 +184,10 @@ impl CheckAnswerer {
                 k if k < 0x8000 => return None,
                 _ => {}
             }
-            at = next;
+        }
+        // A malformed attribute stopped the walk short: not answered here.
+        if walked != m.len() {
+            return None;
         }
         let mi_at = integrity?;
         // The HMAC covers the message up to the attribute, with a length
@@ -375,6 +382,17 @@ mod tests {
             assert!(!a.answer(&m, from, &mut out), "{what}");
             assert!(out.is_empty(), "{what}");
         }
+        // Without FINGERPRINT (it is optional) the check stands; with bytes
+        // after MESSAGE-INTEGRITY that are no whole attribute, it does not.
+        let mut bare = check().raw;
+        bare.truncate(bare.len() - 8);
+        let len = bare.len() - HEADER_LEN;
+        set_length(&mut bare, len);
+        assert!(a.verify(&bare), "a check without FINGERPRINT");
+        bare.extend_from_slice(&[0x80, 0x22, 0, 8]);
+        let len = bare.len() - HEADER_LEN;
+        set_length(&mut bare, len);
+        assert!(!a.verify(&bare), "a torn attribute after MESSAGE-INTEGRITY");
         // Every truncation, and random bytes after a valid header, neither answered nor a panic.
         let m = check().raw;
         for len in 0..m.len() {
