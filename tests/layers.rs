@@ -1,5 +1,5 @@
 //! The layering rules of the workspace, checked by reading the sources
-//! (see the README's "Layout"):
+//! (see "Layout" in docs/architecture.md):
 //!
 //! - `room` (the domain) uses neither `api` nor `media` nor axum;
 //! - `media` (the real-time plane) uses neither `api` nor `auth`;

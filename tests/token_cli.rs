@@ -43,7 +43,7 @@ fn tutti_token_mints_with_the_configured_secret() {
     let token = String::from_utf8(out.stdout).expect("UTF-8");
     assert_eq!(auth.verify(token.trim(), unix_now()).map(|g| g.identity), Ok("carol".to_owned()));
 
-    // In a shell set up for a cluster node (README "Running a cluster"): its
+    // In a shell set up for a cluster node (docs/operating/cluster.md): its
     // node settings, incomplete for a node, do not stop the minting.
     let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
         .args(["token", "--room", "demo", "--identity", "dave"])

@@ -18,6 +18,24 @@
 //! `coturn` and `nftables` with apt-get when they are missing. The two
 //! tests run one after the other (each keeps both cores busy).
 //!
+//! In that second test: Firefox (its fake microphone a 1 kHz tone) sits in a
+//! namespace joined by a veth pair with test addresses 10.200.N.0/24, since
+//! headless Firefox gathers no loopback candidate. The first Chromium page's
+//! namespace drops outgoing UDP, so its path must be a TURN relay over TCP;
+//! a third namespace drops UDP too but has a route to tutti, so that page's
+//! path must be an ICE-TCP candidate pair straight to the media port. A
+//! Chromium page on the host and the Rust client complete the room. Each
+//! hears the other four and not itself: the received track is recorded with
+//! MediaRecorder and measured offline, which needs no audio device;
+//! Firefox's meters are off and its page says so. Then Firefox's incoming
+//! UDP is dropped, silently, as a network that stops carrying it does
+//! (Firefox runs with ICE-TCP off, so that its call and its restart go over
+//! UDP): it notices when its consent checks go unanswered (7–12 s here), and
+//! its page must send an ICE restart offer; answered, and UDP back, it must
+//! hear the room again and be heard over UDP. Against a server without the
+//! restart route it must keep trying for its grace period, then say the call
+//! ended. About 50 s on a warm machine, beside the Chromium test's 30 s.
+//!
 //! Prerequisites are ensured here, never skipped: Debian's `chromium` (run
 //! as root, the test installs it with apt-get when /usr/bin/chromium is
 //! missing), Node.js with npm (`npm ci` of the pinned playwright-core into

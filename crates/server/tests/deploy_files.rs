@@ -1,7 +1,8 @@
 //! The files in deploy/ agree with the server and with each other: the
 //! Kubernetes PrometheusRule carries exactly deploy/prometheus/alerts.yml,
-//! and every metric the alerts, the dashboard and the README name is one
-//! tutti exports (and the README lists them all).
+//! and every metric the alerts, the dashboard and the metrics page
+//! (docs/operating/metrics.md) name is one tutti exports (and that page
+//! lists them all).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -47,15 +48,15 @@ fn the_prometheus_rule_carries_the_alerts_unchanged() {
 }
 
 #[test]
-fn alerts_dashboard_and_readme_name_only_exported_metrics() {
-    for path in ["deploy/prometheus/alerts.yml", "deploy/grafana/tutti.json", "README.md"] {
+fn alerts_dashboard_and_metrics_page_name_only_exported_metrics() {
+    for path in ["deploy/prometheus/alerts.yml", "deploy/grafana/tutti.json", "docs/operating/metrics.md"] {
         let unknown: Vec<String> = mentioned(&read(path)).into_iter().filter(|n| !exported(n)).collect();
         assert!(unknown.is_empty(), "{path} names metrics tutti does not export: {unknown:?}");
     }
-    let readme = mentioned(&read("README.md"));
+    let page = mentioned(&read("docs/operating/metrics.md"));
     let all = tutti_server::metrics::all_names();
-    let missing: Vec<&&str> = all.iter().filter(|n| !readme.contains(**n)).collect();
-    assert!(missing.is_empty(), "the README's metric list lacks {missing:?}");
+    let missing: Vec<&&str> = all.iter().filter(|n| !page.contains(**n)).collect();
+    assert!(missing.is_empty(), "docs/operating/metrics.md's metric list lacks {missing:?}");
 }
 
 #[test]

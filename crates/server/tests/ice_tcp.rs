@@ -4,7 +4,12 @@
 //! frame, a half-open connection, a slowloris trickle, a flood beyond the
 //! per-address cap) is closed and counted while UDP participants in a room
 //! keep every packet; several advertised addresses each become a UDP and a
-//! TCP candidate; a client over IPv6 loopback joins when the box has `::1`.
+//! TCP candidate, TCP below UDP in priority (with `media_tcp = false`: no
+//! TCP candidate and no listener); clients over IPv6 loopback join over UDP
+//! and over TCP when the box has `::1`. The TCP client is
+//! `tutti_rtc::ClientPeer::new_tcp`, driven by `pump_tcp`
+//! (`tutti_client::Transport::Tcp`). Under load the same is run by
+//! `tutti load --transport tcp|udp|mixed` (`tests/load_tcp.rs`).
 
 mod common;
 

@@ -11,7 +11,7 @@
 //! mixes, room effects (`ClosePeer`) and shutdown reach it as they reach
 //! the others; the WebRTC I/O threads never see its socket.
 //!
-//! Which packets count as a participant's (documented in the README): its
+//! Which packets count as a participant's (documented in docs/features/rtp-in.md): its
 //! mix goes to the `c=`/`m=` address of its offer. Its packets are taken
 //! from that exact address (symmetric RTP, as FreeSWITCH and Asterisk send)
 //! or, when they come from another port, from the first address with the

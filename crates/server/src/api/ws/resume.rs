@@ -6,8 +6,8 @@
 //! reset or went silent), the participant stays for
 //! `limits.ws_resume_seconds`, mixed and heard as before, so that the
 //! client can open a new socket and send `resume {id, key}` with the key
-//! its `answer` carried (and restart ICE for its media, see the README's
-//! "ICE restart"). Unclaimed by then, it leaves with reason `left`.
+//! its `answer` carried (and restart ICE for its media, see "ICE restart"
+//! in docs/api/rest.md). Unclaimed by then, it leaves with reason `left`.
 //!
 //! The slots are bounded by the participants: one per WebSocket-joined
 //! participant, forgotten when it leaves.
