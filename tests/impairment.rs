@@ -16,7 +16,7 @@
 //! one for a uniformly random 0–60 ms, independently (ICE, DTLS and SRTP
 //! all cross it).
 //!
-//! MOS is DESIGN.md's simplified E-model (the load tester's own `mos`),
+//! MOS is the simplified E-model of docs/load-testing.md (the load tester's own `mos`),
 //! per receiver and per 5 s window:
 //! - loss: gap-based over the received RTP sequence numbers (reordering is
 //!   not loss), counting what in-band FEC cannot restore: a lost frame is

@@ -40,7 +40,7 @@
 //! client sends in its own 1 ms slot of the 20 ms frame, so a thread's
 //! packets are spread over the frame as real clients' are.
 //!
-//! ## The figures (definitions from DESIGN.md, "Quality definitions")
+//! ## The figures (definitions in docs/load-testing.md, "Quality definitions")
 //!
 //! - **loss**: gap-based over the RTP sequence (u16, wrap-counted) with a
 //!   64-packet reorder window: a late packet inside it fills its gap.
@@ -61,7 +61,7 @@
 //!   buffer. A marker not heard within 1.5 s counts as missed (infinitely late).
 //! - **self-echo**: a probe talker decodes its own mix; hearing its own
 //!   frequency above −25 dB re its marker means N-minus-self failed.
-//! - **MOS**: the simplified E-model of DESIGN.md per client, with one-way
+//! - **MOS**: the simplified E-model of docs/load-testing.md per client, with one-way
 //!   delay = the run's median mouth-to-ear + the client's positive drift,
 //!   its jitter and its loss ([`mos`] documents the units).
 //! - **fairness**: standard deviation of frames received per client;

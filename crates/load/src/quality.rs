@@ -1,5 +1,5 @@
 //! What one received stream looked like: loss, RFC 3550 jitter, drift delay,
-//! and the E-model MOS, exactly as `DESIGN.md` ("Quality definitions")
+//! and the E-model MOS, exactly as `docs/load-testing.md` ("Quality definitions")
 //! defines them. Pure arithmetic: arrival times are passed in.
 
 use std::time::Instant;
@@ -172,7 +172,7 @@ impl DriftTracker {
     }
 }
 
-/// Mean opinion score by the simplified ITU-T G.107 E-model of `DESIGN.md`:
+/// Mean opinion score by the simplified ITU-T G.107 E-model of `docs/load-testing.md`:
 ///
 /// ```text
 /// EL = one_way_ms + 2·jitter_ms + 10
