@@ -240,7 +240,10 @@ fn every_relative_link_and_anchor_in_the_docs_resolves() {
 fn the_readme_is_short_and_opens_with_its_two_commands() {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
     let lines = readme.lines().count();
-    assert!(lines < README_MAX_LINES, "README.md has {lines} lines; keep it under {README_MAX_LINES}: move detail to docs/");
+    assert!(
+        lines < README_MAX_LINES,
+        "README.md has {lines} lines; keep it under {README_MAX_LINES}: move detail to docs/"
+    );
     let mut in_block = false;
     let mut block = Vec::new();
     for (i, line) in readme.lines().enumerate() {
@@ -264,7 +267,10 @@ fn the_readme_is_short_and_opens_with_its_two_commands() {
 
 #[test]
 fn anchors_follow_github_rules() {
-    assert_eq!(slug("Per packet: the lean send and receive paths (issue 16)"), "per-packet-the-lean-send-and-receive-paths-issue-16");
+    assert_eq!(
+        slug("Per packet: the lean send and receive paths (issue 16)"),
+        "per-packet-the-lean-send-and-receive-paths-issue-16"
+    );
     assert_eq!(slug("RTP in (SIP gateways)"), "rtp-in-sip-gateways");
     assert_eq!(slug("`tutti load` and `tutti capacity`"), "tutti-load-and-tutti-capacity");
     assert_eq!(slug("The [web client](web-client.md)"), "the-web-client");
