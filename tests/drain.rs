@@ -36,14 +36,20 @@ fn socket(api: SocketAddr, room: &str, token: &str) -> Socket {
 /// Reads what arrived on `ws` (without waiting) and returns the first
 /// message (or event inside an `events` batch) of type `kind`.
 fn poll_for(ws: &mut Socket, kind: &str) -> Option<serde_json::Value> {
+    poll_any(ws, &[kind])
+}
+
+/// [`poll_for`] the first message of any of `kinds`.
+fn poll_any(ws: &mut Socket, kinds: &[&str]) -> Option<serde_json::Value> {
     loop {
         match ws.read() {
             Ok(tungstenite::Message::Text(t)) => {
                 let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("JSON");
-                if v["type"] == kind {
+                let wanted = |v: &serde_json::Value| kinds.iter().any(|k| v["type"] == *k);
+                if wanted(&v) {
                     return Some(v);
                 }
-                if let Some(e) = v["events"].as_array().and_then(|es| es.iter().find(|e| e["type"] == kind)) {
+                if let Some(e) = v["events"].as_array().and_then(|es| es.iter().find(|e| wanted(e))) {
                     return Some(e.clone());
                 }
             }
@@ -341,4 +347,216 @@ fn a_draining_cluster_node_hands_its_room_over_and_every_client_rejoins() {
     };
     assert!(status.success(), "exit status {status}");
     nodes[from].child = None;
+}
+
+/// One participant of the rolling restart: its identity and room, its call
+/// (replaced on every rejoin) and, when it joined over the WebSocket, its socket.
+struct Caller {
+    identity: String,
+    room: String,
+    token: String,
+    talker: bool,
+    freq: f32,
+    client: ToneClient,
+    ws: Option<Socket>,
+    /// The calls it had before (kept to measure the gaps).
+    old: Vec<ToneClient>,
+    rejoins: usize,
+}
+
+/// Joins over the room's WebSocket through `api` (with `token`), at the
+/// node a `moved` names if `api` does not hold the room: the client and its socket.
+fn ws_join(api: SocketAddr, room: &str, token: &str, freq: f32) -> (ToneClient, Socket) {
+    let mut ws = socket(api, room, token);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match poll_any(&mut ws, &["moved", "room"]) {
+            Some(m) if m["type"] == "moved" => {
+                let (_, there) = m["api_url"].as_str().unwrap().split_once("://").unwrap();
+                return ws_join(there.parse().unwrap(), room, token, freq);
+            }
+            Some(_) => break,
+            None => {}
+        }
+        assert!(Instant::now() < deadline, "no `room` snapshot on the WebSocket through {api}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (mut c, offer) = ToneClient::offer(freq).expect("offer");
+    c.talking = false;
+    ws.send(tungstenite::Message::text(serde_json::json!({"type": "join", "sdp": offer}).to_string())).unwrap();
+    let answer = wait_for(&mut ws, "answer", &mut [], Duration::from_secs(10));
+    c.accept_answer(answer["sdp"].as_str().unwrap(), answer["id"].as_u64().unwrap()).unwrap();
+    (c, ws)
+}
+
+impl Caller {
+    /// Rejoins through `entry` (any live node) when its call was closed, or
+    /// at the node a `moved` names (joining there before leaving here).
+    fn follow(&mut self, entry: SocketAddr) {
+        let moved = self.ws.as_mut().and_then(|ws| poll_for(ws, "moved"));
+        if !self.client.closed && moved.is_none() {
+            return;
+        }
+        let new = match moved {
+            Some(m) => {
+                let (_, there) = m["api_url"].as_str().unwrap().split_once("://").unwrap();
+                let (c, ws) = ws_join(there.parse().unwrap(), &self.room, &self.token, self.freq);
+                if let Some(mut old) = self.ws.replace(ws) {
+                    let _ = old.close(None);
+                }
+                c
+            }
+            None => {
+                let how = JoinAs::Whip;
+                let mut c =
+                    ToneClient::join_following(entry, &Requester::token(&self.token), &self.room, self.freq, how, 2)
+                        .map(|(c, _)| c)
+                        .unwrap_or_else(|e| panic!("{} rejoins {} through {entry}: {e}", self.identity, self.room));
+                c.talking = self.talker;
+                c
+            }
+        };
+        let mut old = std::mem::replace(&mut self.client, new);
+        old.close();
+        self.old.push(old);
+        self.rejoins += 1;
+    }
+}
+
+#[test]
+fn a_rolling_restart_of_three_nodes_keeps_every_call() {
+    let redis = Redis::start();
+    let ports = shared_ports();
+    let env = [("TUTTI_DRAIN_SECONDS", "20"), ("TUTTI_CLUSTER_CAPACITY", "1000")];
+    let mut nodes: Vec<Node> = (2..=4).map(|n| Node::start_with(n, ports, &redis, &env)).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).unwrap();
+    // Rooms of a talker (its own tone) and listeners, the second of them on
+    // the WebSocket: 3 rooms of 3 here; TUTTI_ROLLING_ROOMS and
+    // TUTTI_ROLLING_ROOM_SIZE make it bigger for a measurement (release build).
+    let setting = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (rooms, size) = (setting("TUTTI_ROLLING_ROOMS", 3), setting("TUTTI_ROLLING_ROOM_SIZE", 3).max(3));
+    let mut callers = Vec::new();
+    for r in 0..rooms {
+        let room = format!("roll-{r}");
+        let (resp, _) = send(nodes[r % 3].api, &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"{room}"}}"#));
+        assert_eq!(resp.status, 201, "{}", resp.body);
+        for k in 0..size {
+            let identity = format!("{room}-p{k}");
+            let token = auth.mint(&Grant::participant(&room, &identity), Duration::from_secs(600), unix_now()).unwrap();
+            let freq = 440.0 + 220.0 * (r % 8) as f32;
+            let (client, ws) = if k == 2 {
+                let (c, ws) = ws_join(nodes[0].api, &room, &token, freq);
+                (c, Some(ws))
+            } else {
+                let (mut c, _) =
+                    ToneClient::join_following(nodes[0].api, &Requester::token(&token), &room, freq, JoinAs::Whip, 2)
+                        .expect("join");
+                c.talking = k == 0;
+                (c, None)
+            };
+            callers.push(Caller {
+                identity,
+                room: room.clone(),
+                token,
+                talker: k == 0,
+                freq,
+                client,
+                ws,
+                old: Vec::new(),
+                rejoins: 0,
+            });
+        }
+    }
+    let pump = |callers: &mut [Caller], for_: Duration| {
+        let mut clients: Vec<&mut ToneClient> = callers.iter_mut().map(|c| &mut c.client).collect();
+        run_until(&mut clients, Instant::now() + for_, |_| false);
+    };
+    // Every listener hears its room's talker.
+    let heard_all = |callers: &[Caller], since: Instant| {
+        callers.iter().filter(|c| !c.talker).all(|c| c.client.hears(c.freq, since) > 0.05)
+    };
+    let t0 = Instant::now();
+    pump(&mut callers, Duration::from_secs(4));
+    assert!(heard_all(&callers, t0 + Duration::from_secs(2)), "every call is up");
+
+    let started = Instant::now();
+    for n in 0..nodes.len() {
+        let entry = nodes[(n + 1) % nodes.len()].api;
+        let child = nodes[n].child.as_ref().unwrap();
+        kill(nix::unistd::Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            pump(&mut callers, Duration::from_millis(50));
+            for c in &mut callers {
+                c.follow(entry);
+            }
+            if let Some(status) = nodes[n].child.as_mut().unwrap().try_wait().unwrap() {
+                assert!(status.success(), "{} exit status {status}", nodes[n].id);
+                break;
+            }
+            assert!(Instant::now() < deadline, "{} still runs 30 s after SIGTERM", nodes[n].id);
+        }
+        nodes[n].child = None;
+        // The new version comes up at the same address.
+        nodes[n] = Node::start_with(n as u8 + 2, ports, &redis, &env);
+        nodes[n].wait_ready();
+        for _ in 0..20 {
+            pump(&mut callers, Duration::from_millis(50));
+            for c in &mut callers {
+                c.follow(entry);
+            }
+        }
+    }
+    let end = Instant::now();
+    pump(&mut callers, Duration::from_secs(3));
+    let lost: Vec<&str> = callers
+        .iter()
+        .filter(|c| c.client.closed || !c.client.connected || (!c.talker && c.client.hears(c.freq, end) < 0.05))
+        .map(|c| c.identity.as_str())
+        .collect();
+    assert!(lost.is_empty(), "lost their call: {lost:?}");
+    // Each room is on one node, with its identities, once each.
+    for r in 0..rooms {
+        let room = format!("roll-{r}");
+        let path = format!("/v1/rooms/{room}");
+        let (resp, _) = send(nodes[0].api, &admin, "GET", &path, "");
+        assert_eq!(resp.status, 200, "{}", resp.body);
+        let owner = nodes.iter().find(|n| json(&resp)["room"]["node"] == n.id.as_str()).expect("held by a node");
+        let (resp, _) = send(owner.api, &admin, "GET", &path, "");
+        let mut who: Vec<String> = json(&resp)["participants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["identity"].as_str().map(str::to_owned))
+            .collect();
+        who.sort();
+        let mut want: Vec<String> = (0..size).map(|k| format!("{room}-p{k}")).collect();
+        want.sort();
+        assert_eq!(who, want, "{room}: {}", resp.body);
+    }
+    // The gaps listeners heard in their talker, one per rejoin.
+    let mut gaps: Vec<Duration> = Vec::new();
+    for c in callers.iter().filter(|c| !c.talker) {
+        let calls: Vec<&ToneClient> = c.old.iter().chain(std::iter::once(&c.client)).collect();
+        for pair in calls.windows(2) {
+            gaps.push(gap(pair[0], pair[1], c.freq, started));
+        }
+    }
+    gaps.sort();
+    let rejoins: usize = callers.iter().map(|c| c.rejoins).sum();
+    let at = |q: f64| gaps.get(((gaps.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
+    eprintln!(
+        "rolling restart of 3 nodes in {:?}: {} callers, {rejoins} rejoins, 0 lost; listener gaps p50 {:?}, p95 {:?}, max {:?}",
+        end - started,
+        callers.len(),
+        at(0.5),
+        at(0.95),
+        gaps.last().copied().unwrap_or_default(),
+    );
+    assert!(rejoins >= 3, "rooms moved: {rejoins} rejoins");
+    assert!(at(1.0) < Duration::from_secs(5), "every gap under 5 s: {gaps:?}");
 }
