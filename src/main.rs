@@ -194,6 +194,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let runtime = tutti_server::api_runtime(2).context("starting the tokio runtime")?;
     runtime.block_on(async {
         let shutdown_timeout = cfg.shutdown_timeout();
+        let server_drain_time = cfg.drain_time();
         let server = Server::start(cfg).await.context("starting tutti")?;
         // A closed stdout (a supervisor that stopped reading) must not stop the server.
         let mut out = std::io::stdout();
@@ -203,7 +204,26 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         }
         let _ = out.write_all(banner(&server).as_bytes());
         let _ = out.flush();
-        wait_for_signal().await;
+        // A deploy is not an outage: the first signal (or an admin's
+        // `POST /v1/node/drain`) drains, a second one stops at once.
+        tokio::select! {
+            _ = wait_for_signal() => {}
+            _ = server.drain_requested() => {}
+        }
+        let drain_time = server_drain_time;
+        if !drain_time.is_zero() {
+            tracing::info!(seconds = drain_time.as_secs_f64(), "draining (a second SIGTERM or Ctrl-C stops at once)");
+        }
+        tokio::select! {
+            end = server.drain(drain_time) => match end {
+                tutti_server::DrainEnd::TimedOut { participants } => {
+                    tracing::warn!(participants, "the drain time ran out with participants still here");
+                }
+                tutti_server::DrainEnd::Empty => tracing::info!("drained: no participant left"),
+                tutti_server::DrainEnd::Skipped => {}
+            },
+            _ = wait_for_signal() => tracing::warn!("second signal: stopping now"),
+        }
         tracing::info!("shutting down");
         if tokio::time::timeout(shutdown_timeout, server.shutdown()).await.is_err() {
             tracing::warn!(?shutdown_timeout, "shutdown took too long; exiting anyway");

@@ -24,6 +24,9 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
         "off",
         "--set",
         "shutdown_timeout_seconds=3",
+        // No drain: this is the stop itself (tests/drain.rs drains first).
+        "--set",
+        "drain_seconds=0",
     ]);
     let api = served.api;
     let mut line = String::new();

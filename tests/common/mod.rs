@@ -8,6 +8,8 @@ use std::thread::JoinHandle;
 
 use nix::unistd::Pid;
 
+pub mod cluster;
+
 /// A running `tutti serve`: its process, its API address (from the first
 /// banner line), the rest of its stdout, and its stderr as it is collected.
 pub struct Served {
@@ -49,6 +51,20 @@ pub fn serve(args: &[&str]) -> Served {
 impl Served {
     pub fn pid(&self) -> Pid {
         Pid::from_raw(i32::try_from(self.child.id()).expect("pid"))
+    }
+
+    /// The admin token the banner prints (`export TOKEN=…`) when no secret
+    /// is configured.
+    pub fn banner_token(&mut self) -> String {
+        let mut line = String::new();
+        for _ in 0..12 {
+            line.clear();
+            self.stdout.read_line(&mut line).expect("banner");
+            if let Some(t) = line.split("export TOKEN=").nth(1) {
+                return t.trim().to_owned();
+            }
+        }
+        panic!("no `export TOKEN=` in the banner (last line {line:?})");
     }
 
     /// Everything it wrote to stderr (waits for it to exit).

@@ -62,6 +62,11 @@ pub struct Config {
     /// A peer from which nothing (no ICE check, no packet) arrives for this
     /// long is removed, and so is a joined peer whose ICE never starts.
     pub peer_timeout_seconds: f64,
+    /// How long a draining node (SIGTERM, or `POST /v1/node/drain`) waits
+    /// for its calls to end, or in a cluster to be handed over, before it
+    /// shuts down: no new rooms meanwhile, calls in progress go on. 0 =
+    /// no drain: shut down at once.
+    pub drain_seconds: f64,
     /// How long SIGTERM waits for peers to be told and closed.
     pub shutdown_timeout_seconds: f64,
     /// Largest request body accepted, in bytes.
@@ -323,6 +328,7 @@ impl Default for Config {
             lean_receive: true,
             socket_buffer_bytes: 4 << 20,
             peer_timeout_seconds: 10.0,
+            drain_seconds: 30.0,
             shutdown_timeout_seconds: 5.0,
             max_body_bytes: 64 * 1024,
             max_rooms: 1_000,
@@ -502,6 +508,9 @@ impl Config {
         if !(-20..=0).contains(&self.media_thread_nice) {
             return invalid("media_thread_nice", "must be within -20 to 0");
         }
+        if !(self.drain_seconds.is_finite() && (0.0..=86_400.0).contains(&self.drain_seconds)) {
+            return invalid("drain_seconds", "must be within 0 to 86400 (a day)");
+        }
         if !(self.shutdown_timeout_seconds.is_finite() && (0.1..=600.0).contains(&self.shutdown_timeout_seconds)) {
             return invalid("shutdown_timeout_seconds", "must be within 0.1 to 600");
         }
@@ -663,6 +672,11 @@ impl Config {
     /// [`Config::io_batch_window_seconds`] as a duration.
     pub fn io_batch_window(&self) -> Duration {
         Duration::from_secs_f64(self.io_batch_window_seconds)
+    }
+
+    /// [`Config::drain_seconds`] as a duration.
+    pub fn drain_time(&self) -> Duration {
+        Duration::from_secs_f64(self.drain_seconds)
     }
 
     /// [`Config::shutdown_timeout_seconds`] as a duration.

@@ -78,4 +78,4 @@ pub use config::{
     WebhookSettings,
 };
 pub use media::MediaStats;
-pub use server::{API_THREAD_NICE, Resources, Server, ServerError, api_runtime, lower_thread_priority};
+pub use server::{API_THREAD_NICE, DrainEnd, Resources, Server, ServerError, api_runtime, lower_thread_priority};

@@ -262,6 +262,34 @@ impl Server {
         }
     }
 
+    /// Drains the node: no new rooms here, calls in progress go on (in a
+    /// cluster, each room is handed over to another node and its clients
+    /// told to move); returns when the last participant has left, or after
+    /// `within` (or the deadline of a drain already started by the API).
+    /// [`Server::shutdown`] follows. `within` zero: returns at once.
+    pub async fn drain(&self, within: Duration) -> DrainEnd {
+        if within.is_zero() {
+            return DrainEnd::Skipped;
+        }
+        let deadline = api::node::begin(&self.api, within).await;
+        let mut every = tokio::time::interval(DRAIN_POLL);
+        loop {
+            every.tick().await;
+            if self.api.rooms.participants() == 0 {
+                return DrainEnd::Empty;
+            }
+            if api::node::unix_ms() >= deadline {
+                return DrainEnd::TimedOut { participants: self.api.rooms.participants() };
+            }
+        }
+    }
+
+    /// Resolves once the API asked this node to drain (`POST /v1/node/drain`):
+    /// then call [`Server::drain`] and [`Server::shutdown`], as for SIGTERM.
+    pub async fn drain_requested(&self) {
+        self.api.drain.requested().await;
+    }
+
     /// Stops taking joins, tells every WebSocket subscriber, closes every
     /// peer (they get DTLS close_notify), stops the threads and the API.
     pub async fn shutdown(self) {
@@ -305,6 +333,23 @@ impl Server {
         }
         tracing::info!("tutti stopped");
     }
+}
+
+/// How often a drain looks whether the node is empty.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+/// How a drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainEnd {
+    /// The last participant left (or was handed over).
+    Empty,
+    /// The drain time ran out with these participants still here.
+    TimedOut {
+        /// Participants still here.
+        participants: usize,
+    },
+    /// No drain (`drain_seconds = 0`).
+    Skipped,
 }
 
 /// What a shutdown keeps of `shutdown_timeout_seconds` for stopping the

@@ -176,7 +176,11 @@ pub(crate) enum Located {
 /// caller was redirected here, so the room's lease is (most likely) this
 /// node's already: claim it rather than place it afresh.
 pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) -> ApiResult<Located> {
-    if let Ok(r) = api.rooms.get(room) {
+    // A room this node handed over (a drain) is placed like any other: the
+    // directory sends the join to its new node.
+    if let Ok(r) = api.rooms.get(room)
+        && !r.is_handed_over()
+    {
         return Ok(Located::Here(r));
     }
     let Some(cluster) = &api.cluster else { return Err(RoomError::NoRoom(room.to_owned()).into()) };
@@ -253,10 +257,13 @@ pub(crate) fn release(cluster: &Cluster, room: &str) {
 /// Publishes a hosted room's events to the cluster until the room closes.
 fn relay_events(cluster: Cluster, room: &Arc<Room>) {
     let mut events = room.subscribe();
+    let moved = room.moved_to();
     let name = room.id.clone();
     tokio::spawn(async move {
         loop {
             match events.recv().await {
+                // Handed over: the room's events are its new node's to tell.
+                Ok(_) if moved.borrow().is_some() => break,
                 Ok(batch) => {
                     // One tick's events, already serialized once for every subscriber.
                     let last =

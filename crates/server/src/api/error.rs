@@ -93,6 +93,7 @@ impl From<RoomError> for ApiError {
             RoomError::ListenOnly(_) => return Self::forbidden(e.to_string()),
             RoomError::BadValue(_) => (StatusCode::BAD_REQUEST, "bad_value"),
             RoomError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            RoomError::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
             RoomError::Locked(_) => (StatusCode::LOCKED, "room_locked"),
             RoomError::Banned(_) => (StatusCode::FORBIDDEN, "banned"),
         };

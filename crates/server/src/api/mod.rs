@@ -18,6 +18,7 @@ pub(crate) mod error;
 pub(crate) mod http;
 mod ice;
 mod limit;
+pub(crate) mod node;
 mod recording;
 pub(crate) mod rooms;
 mod rtp_in;
@@ -39,7 +40,7 @@ use axum::routing::{get, post};
 use crate::Config;
 use crate::auth::{Auth, Grant, unix_now};
 use crate::media::MediaHandle;
-use crate::room::{Effect, Room, Rooms};
+use crate::room::{Effect, Room, RoomError, Rooms};
 use error::{ApiError, ApiResult};
 use limit::AddressLimiter;
 
@@ -60,6 +61,8 @@ pub(crate) struct ApiState {
     pub(crate) outputs: Arc<crate::outputs::Outputs>,
     /// WebSocket-joined participants a new socket may resume.
     pub(crate) ws_resumes: ws::Resumes,
+    /// Whether this node drains (SIGTERM, `POST /v1/node/drain`), and until when.
+    pub(crate) drain: node::Drain,
 }
 
 impl ApiState {
@@ -74,6 +77,7 @@ impl ApiState {
             cluster: None,
             outputs: Arc::new(crate::outputs::Outputs::disabled()),
             ws_resumes: ws::Resumes::default(),
+            drain: node::Drain::default(),
         }
     }
 
@@ -178,6 +182,9 @@ async fn readyz(axum::extract::State(api): axum::extract::State<Arc<ApiState>>) 
     if api.rooms.is_closing() {
         return Err(ApiError::shutting_down());
     }
+    if api.rooms.is_draining() {
+        return Err(RoomError::Draining.into());
+    }
     Ok("ready")
 }
 
@@ -221,6 +228,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .route("/v1/rooms/{room}/ws", get(ws::upgrade))
         .merge(recording::routes())
         .merge(rtp_out::routes())
+        .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(web::routes())
         .fallback(not_found)

@@ -139,6 +139,8 @@ pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
 pub const API_ICE_RESTARTS: &str = "tutti_api_ice_restarts_total";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
+/// 1 while the node drains (SIGTERM or `POST /v1/node/drain`), else 0.
+pub const NODE_DRAINING: &str = "tutti_node_draining";
 /// Stage actions by `action` (`grant`, `revoke`, `hand_raised`,
 /// `hand_lowered`, `lock`, `unlock`, `resize`, `mute_all`, `kick`, `ban`) and
 /// joins refused by them (`refused_locked`, `refused_banned`), counter.
@@ -198,6 +200,7 @@ pub const NAMES: &[&str] = &[
     API_REQUESTS,
     API_JOIN_DURATION_SECONDS,
     API_ICE_RESTARTS,
+    NODE_DRAINING,
     BUILD_INFO,
     STAGE_ACTIONS,
     RTP_IN_PARTICIPANTS,
@@ -289,6 +292,7 @@ pub fn install() -> Result<(), String> {
         let prometheus = builder.install_recorder().map_err(|e| format!("installing the metrics recorder: {e}"))?;
         describe();
         metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        metrics::gauge!(NODE_DRAINING).set(0.0);
         let handles = Handles {
             tick_duration: metrics::histogram!(MIX_TICK_DURATION_SECONDS),
             ticks: metrics::counter!(MIX_TICKS),
@@ -406,6 +410,7 @@ fn describe() {
         "ICE restarts asked for through the API (a participant's new offer), by result: ok or failed."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
+    describe_gauge!(NODE_DRAINING, Unit::Count, "1 while the node drains (no new rooms; calls go on), else 0.");
     outputs::describe();
     describe_counter!(
         STAGE_ACTIONS,
@@ -631,6 +636,13 @@ pub fn join_latency(duration: Duration) {
 pub fn ice_restart(ok: bool) {
     if handles().is_some() {
         metrics::counter!(API_ICE_RESTARTS, "result" => if ok { "ok" } else { "failed" }).increment(1);
+    }
+}
+
+/// Whether the node drains (see [`NODE_DRAINING`]).
+pub fn set_draining(on: bool) {
+    if handles().is_some() {
+        metrics::gauge!(NODE_DRAINING).set(if on { 1.0 } else { 0.0 });
     }
 }
 

@@ -48,4 +48,7 @@ pub(crate) enum RoomError {
     /// The server is shutting down and takes no joins.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The node is draining: its calls go on, but it takes no new room.
+    #[error("this node is draining (a restart or a deploy): it takes no new rooms; try again, or another node")]
+    Draining,
 }

@@ -32,6 +32,10 @@ pub(crate) enum RoomEvent {
     RoomClosed,
     /// The server is shutting down: every peer is about to be closed.
     Shutdown { message: String },
+    /// The node is draining (a restart or a deploy): the call goes on here
+    /// until `deadline` (unix seconds) at the latest, or until the room is
+    /// handed over to another node (then each socket is told `moved`).
+    Draining { deadline: u64, message: String },
     /// The room is being recorded, into `file`.
     RecordingStarted { file: String },
     /// A recording ended before anyone stopped it: `reason` is `limit` or
@@ -85,7 +89,7 @@ impl EventKinds {
             RoomEvent::Permissions { .. } => 4,
             RoomEvent::Hand { .. } => 5,
             RoomEvent::RoomUpdated { .. } => 6,
-            RoomEvent::RoomClosed | RoomEvent::Shutdown { .. } => return true,
+            RoomEvent::RoomClosed | RoomEvent::Shutdown { .. } | RoomEvent::Draining { .. } => return true,
             // Few and for everyone: a recording is everyone's business.
             RoomEvent::RecordingStarted { .. }
             | RoomEvent::RecordingStopped { .. }

@@ -63,6 +63,9 @@ pub(crate) enum LeaveReason {
     RoomClosed,
     /// An admin removed it.
     Kicked,
+    /// Its room was handed over to another node (a drain) and it was told
+    /// to rejoin there.
+    Moved,
 }
 
 impl LeaveReason {
@@ -74,6 +77,7 @@ impl LeaveReason {
             Self::Failed => "failed",
             Self::RoomClosed => "room_closed",
             Self::Kicked => "kicked",
+            Self::Moved => "moved",
         }
     }
 }

@@ -39,7 +39,7 @@ pub(crate) use event::{EventKinds, RoomEvent};
 pub(crate) use member::{LeaveReason, ListenOnly, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
-pub(crate) use room::{Inboxes, Room, RoomKey, RoomMix};
+pub(crate) use room::{Inboxes, MovedTo, Room, RoomKey, RoomMix};
 pub(crate) use stage::RoomUpdate;
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};
@@ -103,6 +103,8 @@ pub(crate) struct Rooms {
     next_key: AtomicU64,
     /// Set at shutdown: no more joins.
     closing: AtomicBool,
+    /// Set when the node drains: no new rooms (joins to its rooms go on).
+    draining: AtomicBool,
 }
 
 /// Whether `id` may name a room: 1 to 64 letters, digits, '-' or '_'.
@@ -135,6 +137,7 @@ impl Rooms {
             next_name: AtomicU64::new(1),
             next_key: AtomicU64::new(1),
             closing: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
         })
     }
 
@@ -167,6 +170,9 @@ impl Rooms {
     ) -> Result<Arc<Room>, RoomError> {
         if !valid_room_id(id) {
             return Err(RoomError::BadRoomId);
+        }
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(RoomError::Draining);
         }
         let mut cfg = self.defaults.clone();
         if let Some(n) = max_participants {
@@ -348,6 +354,25 @@ impl Rooms {
         for room in self.all() {
             room.publish(RoomEvent::Shutdown { message: message.to_owned() });
         }
+    }
+
+    /// Takes no more new rooms (every way of making one: a create, a join
+    /// that places a room here) and tells every room's subscribers until
+    /// when, at the latest, their call goes on here. Idempotent: only the
+    /// first call tells. Returns whether this call started the drain.
+    pub(crate) fn drain(&self, deadline: u64, message: &str) -> bool {
+        if self.draining.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        for room in self.all() {
+            room.publish(RoomEvent::Draining { deadline, message: message.to_owned() });
+        }
+        true
+    }
+
+    /// Whether [`Rooms::drain`] was called.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// Whether [`Rooms::shut_down`] was called.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tutti_mix::{ActiveSpeaker, Delivery, MixPool, Packet, ParticipantId, TalkEvent, TickReport};
 use tutti_rtc::Contributor;
 
@@ -79,6 +79,18 @@ pub(crate) struct Room {
     pub(crate) max_speakers: AtomicUsize,
     /// Lock and bans (see `stage`).
     pub(crate) stage: Mutex<Stage>,
+    /// Where the room went when this node handed it over (a drain in a
+    /// cluster): each socket is told to move there.
+    moved: watch::Sender<Option<Arc<MovedTo>>>,
+}
+
+/// The node a room was handed over to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MovedTo {
+    /// Its node id.
+    pub(crate) node: String,
+    /// Its API URL (what clients connect to).
+    pub(crate) api_url: String,
 }
 
 /// A payload with its RFC 6464 level and RFC 6465 contributors: what one
@@ -130,7 +142,24 @@ impl Room {
             max_participants: AtomicUsize::new(max_participants),
             max_speakers: AtomicUsize::new(max_speakers),
             stage: Mutex::new(Stage::default()),
+            moved: watch::channel(None).0,
         }
+    }
+
+    /// Records that the room now lives on another node; every socket
+    /// watching [`Room::moved_to`] is told.
+    pub(crate) fn hand_over(&self, to: MovedTo) {
+        self.moved.send_replace(Some(Arc::new(to)));
+    }
+
+    /// Whether the room was handed over to another node.
+    pub(crate) fn is_handed_over(&self) -> bool {
+        self.moved.borrow().is_some()
+    }
+
+    /// Where the room was handed over to, as it changes (`None`: still here).
+    pub(crate) fn moved_to(&self) -> watch::Receiver<Option<Arc<MovedTo>>> {
+        self.moved.subscribe()
     }
 
     /// Most participants it takes.

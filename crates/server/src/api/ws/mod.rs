@@ -229,6 +229,9 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
     let mut heard_at = Instant::now();
     let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
     let mut events = room.subscribe();
+    // A room handed over before this socket came is told at once.
+    let mut moved = room.moved_to();
+    moved.mark_changed();
     let mut me: Option<u64> = None;
     // The client closed with a close frame (it meant to go), or the socket was lost.
     let mut clean = false;
@@ -310,6 +313,15 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                 // Missed events: start again from a fresh snapshot.
                 Err(RecvError::Lagged(_)) => ok = socket.send(snapshot(&room, admin)).await.is_ok(),
                 Err(RecvError::Closed) => break,
+            },
+            // The room was handed over to another node (a drain): say where to
+            // rejoin. The participant stays here until its client closes the
+            // socket (having joined there: no gap), or the drain ends.
+            Ok(()) = moved.changed() => {
+                let to = moved.borrow_and_update().clone();
+                if let Some(to) = to {
+                    ok = socket.send(super::node::move_message(&api, &room, &caller.grant, me, &to)).await.is_ok();
+                }
             }
         }
     }

@@ -54,6 +54,11 @@ impl Resumes {
         key
     }
 
+    /// Whether participant `id` joined through a WebSocket (and has not left).
+    pub(crate) fn holds(&self, id: u64) -> bool {
+        lock(&self.0).contains_key(&id)
+    }
+
     /// The participant left: forget its slot.
     pub(crate) fn forget(&self, id: u64) {
         lock(&self.0).remove(&id);

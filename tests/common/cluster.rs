@@ -1,0 +1,252 @@
+//! A cluster on one machine for the tests that run one: a real
+//! `redis-server` (Debian's, installed when missing) and `tutti serve`
+//! processes on 127.0.0.2, .3 and .4 (same ports), with the requests and
+//! tone-client helpers those tests share.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_until, split_location};
+
+/// The `auth.secret` every node of a test cluster shares.
+pub const SECRET: &str = "cluster-test-secret-0123456789abcdef";
+
+pub fn temp_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tutti-cluster-test-{}-{what}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `redis-server`, installing Debian's package when it is missing.
+pub fn redis_binary() -> PathBuf {
+    let path = PathBuf::from("/usr/bin/redis-server");
+    if path.exists() {
+        return path;
+    }
+    eprintln!("redis-server missing: installing Debian's package (apt-get)");
+    for args in [&["update"][..], &["install", "-y", "redis-server"][..]] {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .expect("apt-get runs (root on Debian)");
+        assert!(status.success(), "apt-get {args:?} failed; install redis-server by hand");
+    }
+    assert!(path.exists(), "redis-server still missing after apt-get install");
+    path
+}
+
+/// A redis-server on 127.0.0.1; killed on drop.
+pub struct Redis {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut r = Self { port, dir: temp_dir("redis"), child: None };
+        r.spawn();
+        r
+    }
+
+    pub fn spawn(&mut self) {
+        let child = Command::new(redis_binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", self.dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 7];
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer within 10 s");
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One `tutti serve` process; killed on drop, its log printed when the test fails.
+pub struct Node {
+    pub id: String,
+    pub api: SocketAddr,
+    pub metrics: SocketAddr,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Node {
+    pub fn start(n: u8, ports: (u16, u16, u16), redis: &Redis) -> Self {
+        Self::start_with(n, ports, redis, &[])
+    }
+
+    /// [`Node::start`] with more `TUTTI_*` settings (they win over the test's).
+    pub fn start_with(
+        n: u8,
+        (http_port, metrics_port, media_port): (u16, u16, u16),
+        redis: &Redis,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, n));
+        let api = SocketAddr::new(ip, http_port);
+        let id = format!("node-{n}");
+        let log = temp_dir("logs").join(format!("{id}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+            .args(["serve", "--http", &api.to_string(), "--media", &format!("{ip}:{media_port}")])
+            .args(["--metrics", &format!("{ip}:{metrics_port}")])
+            .env("TUTTI_AUTH_SECRET", SECRET)
+            .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
+            .env("TUTTI_CLUSTER_NODE_ID", &id)
+            .env("TUTTI_CLUSTER_API_URL", format!("http://{api}"))
+            .env("TUTTI_CLUSTER_MEDIA_ADDR", format!("{ip}:{media_port}"))
+            // Short timings: a dead node is noticed in 2 s.
+            .env("TUTTI_CLUSTER_HEARTBEAT_INTERVAL_SECONDS", "0.5")
+            .env("TUTTI_CLUSTER_NODE_TTL_SECONDS", "2")
+            .env("TUTTI_CLUSTER_LEASE_TTL_SECONDS", "4")
+            .env("TUTTI_CLUSTER_CAPACITY", "100")
+            // Debug builds on a busy machine tick slowly (10-30 ms p99): a
+            // 20 ms budget would count every node full and refuse new rooms.
+            .env("TUTTI_CLUSTER_TICK_BUDGET_SECONDS", "1")
+            .env("TUTTI_IO_THREADS", "1")
+            .env("TUTTI_MIX_THREADS", "1")
+            .env("TUTTI_LIMITS_JOIN_RATE_PER_SECOND", "0")
+            .env("TUTTI_SHUTDOWN_TIMEOUT_SECONDS", "2")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("tutti serve starts");
+        Self { id, api, metrics: SocketAddr::new(ip, metrics_port), child: Some(child), log }
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if request_as(self.api, &Requester::default(), "GET", "/readyz", None, b"").is_ok_and(|r| r.status == 200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{} not ready within 20 s:\n{}", self.id, std::fs::read_to_string(&self.log).unwrap_or_default());
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("---- {} log ----\n{}", self.id, std::fs::read_to_string(&self.log).unwrap_or_default());
+        }
+    }
+}
+
+/// Two TCP ports (API, metrics) and a UDP port (media) free on 127.0.0.2, .3 and .4 alike.
+pub fn shared_ports() -> (u16, u16, u16) {
+    for _ in 0..20 {
+        let tcp = TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
+        let metrics = TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
+        let udp = UdpSocket::bind("127.0.0.2:0").unwrap().local_addr().unwrap().port();
+        let free = (2..=4).all(|n| {
+            let ip = Ipv4Addr::new(127, 0, 0, n);
+            tcp != metrics
+                && TcpListener::bind((ip, tcp)).is_ok()
+                && TcpListener::bind((ip, metrics)).is_ok()
+                && UdpSocket::bind((ip, udp)).is_ok()
+        });
+        if free {
+            return (tcp, metrics, udp);
+        }
+    }
+    panic!("no port free on all three loopback addresses");
+}
+
+/// One request, following up to two redirects (without the token after
+/// the first: the ticket stands in). Returns the answer and the node that gave it.
+pub fn send(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) -> (Response, SocketAddr) {
+    let (mut addr, mut path) = (api, path.to_owned());
+    let mut who = Requester::token(token);
+    for _ in 0..3 {
+        let r = request_as(addr, &who, method, &path, Some("application/json"), body.as_bytes()).expect("API answers");
+        if r.status != 307 {
+            return (r, addr);
+        }
+        (addr, path) = split_location(r.header("location").expect("a 307 has a Location")).expect("http Location");
+        who.token = None;
+    }
+    panic!("more than two redirects for {method} {path}");
+}
+
+pub fn json(r: &Response) -> serde_json::Value {
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.body))
+}
+
+/// The node holding `room`, by `GET /v1/rooms/{room}` on `api`.
+pub fn holder(api: SocketAddr, token: &str, room: &str) -> Option<String> {
+    let r = request_as(api, &Requester::token(token), "GET", &format!("/v1/rooms/{room}"), None, b"").ok()?;
+    (r.status == 200).then(|| json(&r)["room"]["node"].as_str().map(str::to_owned)).flatten()
+}
+
+/// Whether `a` and `b` hear each other's tones (judged over the frames since `since`).
+pub fn hear_each_other(a: &ToneClient, b: &ToneClient, since: Instant) -> bool {
+    a.hears(b.freq, since) > 0.08 && b.hears(a.freq, since) > 0.08
+}
+
+/// Pumps `clients` until each heard 50 new frames and they hear each other.
+pub fn until_they_hear(clients: &mut [&mut ToneClient], within: Duration) -> bool {
+    let since = Instant::now();
+    let start: Vec<usize> = clients.iter().map(|c| c.heard.len()).collect();
+    run_until(clients, since + within, |cs| {
+        cs.iter().zip(&start).all(|(c, n)| c.heard.len() >= n + 50) && hear_each_other(cs[0], cs[1], since)
+    })
+}
+
+/// Joins `room` through `api` (retrying while the cluster settles, up to
+/// `within`); the client, the redirects followed and the time taken.
+pub fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duration) -> (ToneClient, usize, Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let t0 = Instant::now();
+        match ToneClient::join_following(api, &Requester::token(token), room, freq, JoinAs::Whip, 2) {
+            Ok((c, hops)) => return (c, hops, t0.elapsed()),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("join {room} via {api}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => panic!("join {room} via {api} failed for {within:?}: {e}"),
+        }
+    }
+}
