@@ -67,12 +67,12 @@ fn forged_check(username: &str, seed: u32) -> Vec<u8> {
     m
 }
 
-/// Runs the clients for `d` while `flood` is called every 10 ms; returns how many datagrams it sent.
+/// Runs the clients for `d` while `flood` is called every 20 ms; returns how many datagrams it sent.
 fn run_flooding(clients: &mut [&mut ToneClient], d: Duration, mut flood: impl FnMut(u32) -> usize) -> usize {
     let (end, mut next, mut round, mut sent) = (Instant::now() + d, Instant::now(), 0u32, 0);
     run_until(clients, end, |_| {
         if Instant::now() >= next {
-            next += Duration::from_millis(10);
+            next += Duration::from_millis(20);
             sent += flood(round);
             round += 1;
         }
