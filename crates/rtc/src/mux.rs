@@ -214,8 +214,9 @@ pub struct ServerPeer {
     ufrag: String,
     /// Boxed: a peer connection is kilobytes, and peers move between maps and threads.
     media: Box<Media>,
-    /// Its checks' MESSAGE-INTEGRITY key (our ICE password).
-    key: CheckKey,
+    /// Its checks' MESSAGE-INTEGRITY key (our ICE password); boxed, as the
+    /// peer moves between maps and threads (a key is two hash states).
+    key: Box<CheckKey>,
 }
 
 impl std::fmt::Debug for ServerPeer {
@@ -435,7 +436,7 @@ impl Acceptor {
                 media.set_check_answerer(CheckAnswerer::new(&ufrag, &pwd, remote), self.idle_timeout, None);
             }
         }
-        let key = CheckKey::new(&pwd);
+        let key = Box::new(CheckKey::new(&pwd));
         Ok((ServerPeer { id, ufrag, media, key }, sdp))
     }
 
@@ -510,7 +511,7 @@ struct Peer {
     media: Box<Media>,
     ufrag: String,
     /// Its checks' MESSAGE-INTEGRITY key: only a check it verifies adds a route.
-    key: CheckKey,
+    key: Box<CheckKey>,
     /// Remote (transport, address) pairs routed to this peer (forgotten with
     /// it), the least recently authenticated first; at most [`MAX_ROUTES`].
     addrs: Vec<(bool, SocketAddr)>,
@@ -1009,7 +1010,7 @@ impl Mux {
             peer.media.set_check_answerer(CheckAnswerer::new(local, pwd, remote), idle, Some(now + idle));
         }
         if let Some(pwd) = sdp_attribute(&sdp, "ice-pwd") {
-            peer.key = CheckKey::new(pwd);
+            *peer.key = CheckKey::new(pwd);
         }
         peer.last_seen = now;
         self.drain(id);
