@@ -63,8 +63,9 @@ pub enum MuxEvent {
 pub enum Route {
     /// To this peer.
     Peer(PeerId),
-    /// Nowhere: a STUN request for a server ufrag this mux does not hold (a
-    /// peer accepted elsewhere and not yet adopted; see [`Mux::adopt`]).
+    /// Nowhere: an ICE check, signed with the password its server ufrag was
+    /// given, for a ufrag this mux does not hold (a peer accepted elsewhere
+    /// and not yet adopted, or held by another mux; see [`Mux::adopt`]).
     UnknownUfrag(String),
     /// Nowhere: not from a known address and no ICE check (counted in
     /// [`MuxStats::unrouted`]).
@@ -528,8 +529,11 @@ struct Peer {
 ///
 /// Routing: a datagram from a known remote address goes to that address's
 /// peer; otherwise a STUN request is routed by the server ufrag in its
-/// USERNAME (each peer gets its own), and its address is learnt. Anything
-/// else is counted as unrouted and dropped.
+/// USERNAME (each peer gets its own), and its address is learnt if its
+/// MESSAGE-INTEGRITY verifies with that peer's password (at most
+/// [`MAX_ROUTES`] per peer). Anything else is counted as unrouted and
+/// dropped, here: only a verified check for a peer this mux does not hold
+/// leaves it ([`Route::UnknownUfrag`]).
 ///
 /// Several muxes can share one [`Acceptor`] (one mux per I/O thread, each
 /// on its own socket bound to the same port): a peer is accepted anywhere

@@ -7,6 +7,11 @@
 //! datagrams) → up to [`RECV_BATCHES`] × [`BATCH`] datagrams → timers →
 //! events (packets batched into each room's inbox, one lock per room per
 //! turn) → everything to send, [`BATCH`] datagrams per syscall.
+//!
+//! A datagram from an address no peer here has costs this thread alone: the
+//! mux drops it (or an ICE check that does not verify), or this thread's own
+//! table of forwarded addresses sends it on. Only a verified check for a peer
+//! the mux does not hold asks the shared registry (`Rooms::claim`, a lock).
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
