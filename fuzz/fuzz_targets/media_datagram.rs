@@ -1,10 +1,12 @@
 //! Datagrams into the media demux (`Mux::handle_datagram`), and what comes
 //! out into a jitter buffer, as an attacker on the network can shape them:
 //!
-//! - anything, from any of a few addresses (unrouted, or routed once an
-//!   address sent a STUN check naming the peer);
+//! - anything, from any of a few addresses (unrouted: a new address is
+//!   routed only by a check whose MESSAGE-INTEGRITY verifies, which the
+//!   fuzzer cannot sign);
 //! - STUN binding requests naming the connected peer's ufrag, with any
-//!   attributes after the USERNAME (ICE must check their integrity);
+//!   attributes after the USERNAME (the mux checks their integrity before
+//!   routing, and ICE again);
 //! - anything from the connected client's own address (forged SRTP, DTLS
 //!   records after the handshake, STUN);
 //! - RTP with every field the sender controls (sequence, timestamp,

@@ -6,7 +6,9 @@
 //!
 //! ```text
 //! UDP datagram ─► Mux::handle_datagram ─► route: remote address → peer,
-//!                                          or STUN USERNAME (server ufrag) → peer
+//!                                          or a verified ICE check (USERNAME's server
+//!                                          ufrag, MESSAGE-INTEGRITY) → peer, learning
+//!                                          its address (at most MAX_ROUTES per peer)
 //!             ─► peer (ICE-lite, DTLS, SRTP) ─► MuxEvent::Audio { Opus, RFC 6464 level }
 //! Mux::send_audio_at(peer, tick, Opus) ─► RTP (own SSRC/seq, ts = tick × 960 + offset, level ext)
 //!     ─► lean path: header + payload built in the datagram buffer, SRTP in place (srtp::SrtpContext)
@@ -57,7 +59,7 @@ pub use media::{
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use media::{RawRtp, parse_rtcp, parse_rtp};
-pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
+pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, MAX_ROUTES, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
 pub use srtp::SrtpProfile;
 pub use tcp::{
     ConnId, DetachedConn, FrameReader, FrameWriter, FramingError, Received, TcpClose, TcpConnections, TcpLimits,

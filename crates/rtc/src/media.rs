@@ -1263,6 +1263,12 @@ impl Media {
         }
     }
 
+    /// The selected pair's remote address (and whether over TCP), once known:
+    /// where the lean path sends.
+    pub(crate) fn selected_remote(&self) -> Option<(SocketAddr, bool)> {
+        self.remote.map(|r| (r, self.remote_tcp))
+    }
+
     /// Whether received SRTP is read on the lean path ([`Media::read_lean`]).
     /// Switching off keeps the receive state (rollover counter, replay
     /// window): switched on again, it goes on from there.

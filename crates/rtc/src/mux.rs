@@ -24,7 +24,7 @@ use crate::media::{
     build_connection, internal, is_rtp, local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
-use crate::stun::{self, CheckAnswerer};
+use crate::stun::{self, CheckAnswerer, CheckKey};
 
 /// Identifies a peer; unique among the peers of one [`Acceptor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,8 +63,9 @@ pub enum MuxEvent {
 pub enum Route {
     /// To this peer.
     Peer(PeerId),
-    /// Nowhere: a STUN request for a server ufrag this mux does not hold (a
-    /// peer accepted elsewhere and not yet adopted; see [`Mux::adopt`]).
+    /// Nowhere: an ICE check, signed with the password its server ufrag was
+    /// given, for a ufrag this mux does not hold (a peer accepted elsewhere
+    /// and not yet adopted, or held by another mux; see [`Mux::adopt`]).
     UnknownUfrag(String),
     /// Nowhere: not from a known address and no ICE check (counted in
     /// [`MuxStats::unrouted`]).
@@ -82,8 +83,18 @@ pub struct MuxStats {
     pub datagrams_out: u64,
     /// Bytes of the datagrams handed out.
     pub bytes_out: u64,
-    /// Datagrams from addresses that belong to no peer and carry no known ICE username.
+    /// Datagrams from addresses that belong to no peer and carry no known ICE
+    /// username, or an ICE check that does not verify (`forged_checks`).
     pub unrouted: u64,
+    /// ICE checks from an address no peer has that name a server ufrag
+    /// (ours, or one of ours in form) but whose MESSAGE-INTEGRITY does not
+    /// verify with that peer's password: dropped, no route learnt (also in `unrouted`).
+    pub forged_checks: u64,
+    /// Remote (transport, address) routes held now, at most [`MAX_ROUTES`] per peer.
+    pub routes: u64,
+    /// Routes dropped to make room for a newer one (a peer's least recently
+    /// authenticated address beyond [`MAX_ROUTES`]).
+    pub routes_evicted: u64,
     /// Audio packets handed out.
     pub audio_in: u64,
     /// Audio packets written.
@@ -144,6 +155,14 @@ impl MuxStats {
 /// stop, but waits forever on a DTLS handshake that stalls.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Remote addresses (UDP, or TCP connections) routed to one peer at most. A
+/// browser checks from each of its candidates (host IPv4 and IPv6, server
+/// reflexive, relayed), and once one pair is selected only from that one;
+/// each route is learnt from a check signed with the peer's password, and a
+/// fifth takes the place of the least recently authenticated (never the one
+/// media goes to).
+pub const MAX_ROUTES: usize = 4;
+
 /// How every peer is set up. Cheap to clone; share one among threads
 /// (configure it before cloning: each clone keeps its own settings).
 #[derive(Clone)]
@@ -154,6 +173,8 @@ pub struct Acceptor {
     /// Answers also offer a passive TCP candidate per address (ICE-TCP).
     tcp: bool,
     cert: RTCCertificate,
+    /// Derives each peer's ICE password from its ufrag ([`Acceptor::ice_pwd`]).
+    pwd_key: ring::hmac::Key,
     idle_timeout: Duration,
     next_id: Arc<AtomicU64>,
     provider: Arc<dyn RTCCryptoProvider>,
@@ -194,6 +215,9 @@ pub struct ServerPeer {
     ufrag: String,
     /// Boxed: a peer connection is kilobytes, and peers move between maps and threads.
     media: Box<Media>,
+    /// Its checks' MESSAGE-INTEGRITY key (our ICE password); boxed, as the
+    /// peer moves between maps and threads (a key is two hash states).
+    key: Box<CheckKey>,
 }
 
 impl std::fmt::Debug for ServerPeer {
@@ -235,11 +259,14 @@ impl Acceptor {
         let params = CertificateParams::new(vec!["tutti".to_owned()]).map_err(internal)?;
         let cert = RTCCertificate::generate(provider.crypto(), rtc::crypto::SignatureScheme::EcdsaP256Sha256, params)
             .map_err(internal)?;
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(internal)?;
         Ok(Self {
             local,
             advertised: vec![local],
             tcp: false,
             cert,
+            pwd_key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret),
             idle_timeout,
             next_id: Arc::new(AtomicU64::new(1)),
             provider,
@@ -363,7 +390,7 @@ impl Acceptor {
         }
         let id = PeerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let ufrag = format!("t{:x}{}", id.0, random_hex(3)?);
-        let pwd = random_hex(12)?;
+        let pwd = self.ice_pwd(&ufrag);
         // ICE-lite answers checks; consent is the client's job (RFC 7675), and
         // a client that stops checking and sending is caught by our idle timeout.
         // On the lean receive path webrtc-rs's agent sees neither the media
@@ -410,7 +437,33 @@ impl Acceptor {
                 media.set_check_answerer(CheckAnswerer::new(&ufrag, &pwd, remote), self.idle_timeout, None);
             }
         }
-        Ok((ServerPeer { id, ufrag, media }, sdp))
+        let key = Box::new(CheckKey::new(&pwd));
+        Ok((ServerPeer { id, ufrag, media, key }, sdp))
+    }
+
+    /// The ICE password of the peer with server ufrag `ufrag`: derived from
+    /// it with this acceptor's random secret (HMAC-SHA256, 128 bits in hex),
+    /// so that any I/O thread can verify a check for a peer it does not hold
+    /// ([`Mux::handle_packet`]) without asking anyone: an unauthenticated
+    /// datagram reaches no shared state. Unguessable without the secret.
+    fn ice_pwd(&self, ufrag: &str) -> String {
+        let tag = ring::hmac::sign(&self.pwd_key, ufrag.as_bytes());
+        tag.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Whether `ufrag` has the form of the ufrags this acceptor hands out
+    /// ("t", the peer id in hex, 6 hex digits): anything else is nobody's
+    /// here, and costs no HMAC.
+    fn could_be_ours(ufrag: &str) -> bool {
+        (8..=24).contains(&ufrag.len())
+            && ufrag.starts_with('t')
+            && ufrag.bytes().skip(1).all(|b| b.is_ascii_hexdigit())
+    }
+
+    /// Whether `check` is signed with the password of the peer whose server
+    /// ufrag is `ufrag` (see [`Acceptor::ice_pwd`]).
+    fn verifies_for(&self, ufrag: &str, check: &[u8]) -> bool {
+        CheckKey::new(&self.ice_pwd(ufrag)).verifies(check)
     }
 }
 
@@ -458,7 +511,10 @@ fn answers_audio(answer: &str, ufrag: &str) -> bool {
 struct Peer {
     media: Box<Media>,
     ufrag: String,
-    /// Remote (transport, address) pairs routed to this peer (forgotten with it).
+    /// Its checks' MESSAGE-INTEGRITY key: only a check it verifies adds a route.
+    key: Box<CheckKey>,
+    /// Remote (transport, address) pairs routed to this peer (forgotten with
+    /// it), the least recently authenticated first; at most [`MAX_ROUTES`].
     addrs: Vec<(bool, SocketAddr)>,
     deadline: Option<Instant>,
     last_seen: Instant,
@@ -473,8 +529,11 @@ struct Peer {
 ///
 /// Routing: a datagram from a known remote address goes to that address's
 /// peer; otherwise a STUN request is routed by the server ufrag in its
-/// USERNAME (each peer gets its own), and its address is learnt. Anything
-/// else is counted as unrouted and dropped.
+/// USERNAME (each peer gets its own), and its address is learnt if its
+/// MESSAGE-INTEGRITY verifies with that peer's password (at most
+/// [`MAX_ROUTES`] per peer). Anything else is counted as unrouted and
+/// dropped, here: only a verified check for a peer this mux does not hold
+/// leaves it ([`Route::UnknownUfrag`]).
 ///
 /// Several muxes can share one [`Acceptor`] (one mux per I/O thread, each
 /// on its own socket bound to the same port): a peer is accepted anywhere
@@ -592,11 +651,12 @@ impl Mux {
 
     /// Takes charge of an accepted peer: it becomes routable by its ufrag.
     pub fn adopt(&mut self, peer: ServerPeer, now: Instant) {
-        let ServerPeer { id, ufrag, media } = peer;
+        let ServerPeer { id, ufrag, media, key } = peer;
         self.by_ufrag.insert(ufrag.clone(), id);
         self.stats.enter(media.state());
         let connect_by = now + CONNECT_TIMEOUT;
-        self.peers.insert(id, Peer { media, ufrag, addrs: Vec::new(), deadline: None, last_seen: now, connect_by });
+        let addrs = Vec::with_capacity(MAX_ROUTES);
+        self.peers.insert(id, Peer { media, ufrag, key, addrs, deadline: None, last_seen: now, connect_by });
         self.idle.push(Reverse(((now + self.acceptor.idle_timeout).min(connect_by), id)));
         self.drain(id);
     }
@@ -614,9 +674,21 @@ impl Mux {
     }
 
     /// Takes one packet, over UDP or TCP, and says where it went.
+    ///
+    /// Only authenticated input counts: a new remote address is learnt from
+    /// an ICE check whose MESSAGE-INTEGRITY verifies with the peer's password
+    /// (at most [`MAX_ROUTES`] per peer, the least recently authenticated
+    /// dropped first), and a peer's idle timer restarts only on a verified
+    /// check, audio whose SRTP authenticates, or anything while it connects
+    /// (bounded by [`CONNECT_TIMEOUT`]). A check for a ufrag this mux does
+    /// not hold goes out as [`Route::UnknownUfrag`] only when it verifies
+    /// too ([`Acceptor::ice_pwd`]): unauthenticated datagrams reach nothing
+    /// beyond this mux.
     pub fn handle_packet(&mut self, from: SocketAddr, tcp: bool, data: &[u8], now: Instant) -> Route {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
+        // Whether this datagram is known to be the peer's (a verified check).
+        let mut verified = false;
         let id = match self.by_addr.get(&(tcp, from)) {
             Some(&id) => id,
             None => {
@@ -625,15 +697,24 @@ impl Mux {
                     return Route::Unrouted;
                 };
                 let Some(&id) = self.by_ufrag.get(ufrag) else {
-                    return Route::UnknownUfrag(ufrag.to_owned());
+                    if !Acceptor::could_be_ours(ufrag) {
+                        self.stats.unrouted += 1;
+                        return Route::Unrouted;
+                    }
+                    if self.acceptor.verifies_for(ufrag, data) {
+                        return Route::UnknownUfrag(ufrag.to_owned());
+                    }
+                    self.stats.forged_checks += 1;
+                    self.stats.unrouted += 1;
+                    return Route::Unrouted;
                 };
-                // ICE checks this request's integrity; only then does the
-                // agent answer, so a forged USERNAME gains nothing but a
-                // routing entry, replaced by the real peer's next check.
-                self.by_addr.insert((tcp, from), id);
-                if let Some(peer) = self.peers.get_mut(&id) {
-                    peer.addrs.push((tcp, from));
+                if !self.peers.get(&id).is_some_and(|p| p.key.verifies(data)) {
+                    // A forged check (or a peer gone): no route, no sign of life.
+                    self.stats.forged_checks += 1;
+                    self.stats.unrouted += 1;
+                    return Route::Unrouted;
                 }
+                verified = true;
                 id
             }
         };
@@ -641,10 +722,10 @@ impl Mux {
             self.stats.unrouted += 1;
             return Route::Unrouted;
         };
-        peer.last_seen = now;
         if is_rtp(data) {
             match peer.media.read_lean(data, now, &mut self.scratch) {
                 LeanRead::Audio(packet) => {
+                    peer.last_seen = now;
                     peer.media.authenticated_from(from, tcp);
                     self.stats.lean_in += 1;
                     push_event(&mut self.events, &mut self.stats, id, PeerEvent::Audio(packet));
@@ -658,10 +739,26 @@ impl Mux {
                 LeanRead::Rtc => peer.media.arriving_from(from, tcp),
             }
         }
-        if stun::is_stun(data) && peer.media.answer_check(data, from, tcp, now, &mut self.transmits, &mut self.spare) {
-            self.stats.lean_checks += 1;
-            return Route::Peer(id);
+        if stun::is_stun(data) {
+            if peer.media.answer_check(data, from, tcp, now, &mut self.transmits, &mut self.spare) {
+                // Answered: its integrity was verified.
+                peer.last_seen = now;
+                self.stats.lean_checks += 1;
+                Self::refresh_route(peer, (tcp, from));
+                return Route::Peer(id);
+            }
+            // For webrtc-rs's agent, which verifies it again: the extra HMAC
+            // is for the few checks not answered on the lean path.
+            verified = verified || peer.key.verifies(data);
+            if verified {
+                peer.last_seen = now;
+                self.learn_route(id, (tcp, from));
+            }
+        } else if !peer.media.is_connected() {
+            // The handshake (DTLS, early media): bounded by CONNECT_TIMEOUT.
+            peer.last_seen = now;
         }
+        let Some(peer) = self.peers.get_mut(&id) else { return Route::Unrouted };
         // Copied for webrtc-rs only here: a lean read needs no copy.
         let msg = TaggedBytesMut {
             now,
@@ -675,13 +772,63 @@ impl Mux {
         };
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);
+        let audio_before = self.stats.audio_in;
         if is_rtp(data) && peer.deadline.is_some() {
             // Media moves no timer: skip asking every handler for its deadline.
             self.drain_io(id);
         } else {
             self.drain(id);
         }
+        if self.stats.audio_in != audio_before
+            && let Some(peer) = self.peers.get_mut(&id)
+        {
+            // Audio that webrtc-rs's SRTP authenticated (the lean path off).
+            peer.last_seen = now;
+        }
         Route::Peer(id)
+    }
+
+    /// Routes `key` (transport, remote address) to peer `id`, whose check
+    /// from there verified: a new address takes the place of the peer's
+    /// least recently authenticated one beyond [`MAX_ROUTES`] (never the
+    /// address its media goes to).
+    fn learn_route(&mut self, id: PeerId, key: (bool, SocketAddr)) {
+        let Some(peer) = self.peers.get_mut(&id) else { return };
+        if peer.addrs.contains(&key) {
+            Self::refresh_route(peer, key);
+        } else {
+            if peer.addrs.len() >= MAX_ROUTES {
+                let selected = peer.media.selected_remote();
+                if let Some(i) = peer.addrs.iter().position(|&(t, a)| selected != Some((a, t))) {
+                    let old = peer.addrs.remove(i);
+                    if self.by_addr.get(&old) == Some(&id) {
+                        self.by_addr.remove(&old);
+                    }
+                    self.stats.routes_evicted += 1;
+                }
+            }
+            peer.addrs.push(key);
+        }
+        // Also when another peer had it (a client's socket reused for a new call).
+        if self.by_addr.insert(key, id) != Some(id) {
+            self.stats.routes = self.by_addr.len() as u64;
+        }
+    }
+
+    /// Marks a route the most recently authenticated of its peer's.
+    fn refresh_route(peer: &mut Peer, key: (bool, SocketAddr)) {
+        if peer.addrs.last() != Some(&key)
+            && let Some(i) = peer.addrs.iter().position(|a| *a == key)
+        {
+            peer.addrs.remove(i);
+            peer.addrs.push(key);
+        }
+    }
+
+    /// The routes (transport, remote address) a peer has now, the least
+    /// recently authenticated first.
+    pub fn routes_of(&self, id: PeerId) -> Option<&[(bool, SocketAddr)]> {
+        self.peers.get(&id).map(|p| p.addrs.as_slice())
     }
 
     /// Sends one 20 ms Opus frame to a connected peer, with its RFC 6464
@@ -866,6 +1013,9 @@ impl Mux {
             let idle = self.acceptor.idle_timeout;
             peer.media.set_check_answerer(CheckAnswerer::new(local, pwd, remote), idle, Some(now + idle));
         }
+        if let Some(pwd) = sdp_attribute(&sdp, "ice-pwd") {
+            *peer.key = CheckKey::new(pwd);
+        }
         peer.last_seen = now;
         self.drain(id);
         Ok(with_opus_fmtp(&sdp, SERVER_OPUS_DTX))
@@ -883,6 +1033,7 @@ impl Mux {
                 self.by_addr.remove(key);
             }
         }
+        self.stats.routes = self.by_addr.len() as u64;
         Ok(())
     }
 

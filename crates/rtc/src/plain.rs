@@ -11,7 +11,9 @@
 //! Pure functions, no sockets and no clock; nothing here panics on input.
 //! Plain RTP carries no encryption and no authentication: whoever can send
 //! to the server's port from the right address speaks in the room. The
-//! server allows it only from configured trusted networks.
+//! server allows it only from configured trusted networks, and takes a
+//! participant's packets from its offer's exact `c=`/`m=` address only,
+//! unless the offer says `a=direction:active` ([`PlainOffer::comedia`]).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -42,6 +44,13 @@ pub struct PlainOffer {
     pub remote: SocketAddr,
     /// The Opus payload type it offered.
     pub payload_type: u8,
+    /// The offer says `a=direction:active` (session or audio level): the
+    /// "comedia" convention (draft-ietf-mmusic-sdp-comedia, RFC 4145's
+    /// `direction` attribute) of a sender behind NAT, whose packets come from
+    /// another port than the one it offered and which expects the answer's
+    /// media back at that source (symmetric RTP). Without it only the offered
+    /// address counts.
+    pub comedia: bool,
 }
 
 /// Whether an SDP offer is a plain RTP/AVP one: its first `m=audio` line
@@ -79,6 +88,7 @@ impl PlainOffer {
     /// first of its payload types that `a=rtpmap` maps to `opus/48000`.
     pub fn parse(sdp: &str) -> Result<Self, PlainSdpError> {
         let mut session_c = None;
+        let (mut session_active, mut media_active) = (false, false);
         let mut media: Option<AudioSection> = None;
         let (mut in_audio, mut seen_m) = (false, false);
         for line in sdp.lines().map(str::trim) {
@@ -113,6 +123,14 @@ impl PlainOffer {
                 }
                 continue;
             }
+            if line.strip_prefix("a=direction:").is_some_and(|d| d.trim().eq_ignore_ascii_case("active")) {
+                match &media {
+                    Some(_) if in_audio => media_active = true,
+                    _ if !seen_m => session_active = true,
+                    _ => {}
+                }
+                continue;
+            }
             if in_audio
                 && let Some(rest) = line.strip_prefix("a=rtpmap:")
                 && let Some(m) = &mut media
@@ -132,7 +150,7 @@ impl PlainOffer {
                     && maps.iter().any(|(p, c)| p == pt && (c == "opus/48000/2" || c == "opus/48000"))
             })
             .ok_or(PlainSdpError::NoOpus)?;
-        Ok(Self { remote: SocketAddr::new(ip, port), payload_type })
+        Ok(Self { remote: SocketAddr::new(ip, port), payload_type, comedia: session_active || media_active })
     }
 
     /// The answer: receive on `local` (the server's address and port), Opus
@@ -239,7 +257,10 @@ mod tests {
     fn an_ffmpeg_style_offer_parses_and_is_answered() {
         assert!(is_plain_offer(FFMPEG_OFFER));
         let offer = PlainOffer::parse(FFMPEG_OFFER).expect("parses");
-        assert_eq!(offer, PlainOffer { remote: "127.0.0.1:40000".parse().expect("addr"), payload_type: 97 });
+        assert_eq!(
+            offer,
+            PlainOffer { remote: "127.0.0.1:40000".parse().expect("addr"), payload_type: 97, comedia: false }
+        );
         let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7);
         assert!(answer.contains("c=IN IP4 10.1.2.3\r\n"), "{answer}");
         assert!(answer.contains("m=audio 5000 RTP/AVP 97\r\n"), "{answer}");
@@ -254,6 +275,20 @@ mod tests {
         assert_eq!(offer.remote, "[fd00::5]:4002".parse::<SocketAddr>().expect("addr"));
         assert_eq!(offer.payload_type, 111);
         assert!(offer.answer("[fd00::1]:6000".parse().expect("addr"), 1).contains("c=IN IP6 fd00::1"));
+    }
+
+    #[test]
+    fn direction_active_asks_for_comedia_at_session_or_audio_level_only() {
+        let base = "v=0\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\n";
+        let audio = "m=audio 4000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
+        let parse = |sdp: String| PlainOffer::parse(&sdp).expect("parses").comedia;
+        assert!(!parse(format!("{base}{audio}")), "no attribute: the offered address only");
+        assert!(parse(format!("{base}a=direction:active\r\n{audio}")), "session level");
+        assert!(parse(format!("{base}{audio}a=direction:Active\r\n")), "audio level, any case");
+        assert!(!parse(format!("{base}{audio}a=direction:passive\r\n")), "passive is not comedia");
+        assert!(!parse(format!("{base}a=direction:both\r\n{audio}")));
+        // Another section's attribute is not the audio section's.
+        assert!(!parse(format!("{base}{audio}m=video 5000 RTP/AVP 96\r\na=direction:active\r\n")));
     }
 
     #[test]

@@ -146,6 +146,58 @@ impl CheckAnswerer {
 
     /// The transaction id of a request to answer here, or `None`.
     fn check<'a>(&self, m: &'a [u8]) -> Option<&'a [u8]> {
+        let r = Request::read(m)?;
+        if r.username != Some(&*self.username) || !r.controlling || r.controlled || r.unknown_required {
+            return None;
+        }
+        r.signed_with(&self.key, m).then(|| &m[8..HEADER_LEN])
+    }
+}
+
+/// The short-term credential of a peer's ICE checks (RFC 8489 §9.1.1):
+/// MESSAGE-INTEGRITY is an HMAC-SHA1 keyed with the server's ICE password.
+/// The demux learns a new remote address from a check only when it verifies
+/// (a forged check routes nothing and keeps no peer alive).
+pub(crate) struct CheckKey(hmac::Key);
+
+impl std::fmt::Debug for CheckKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CheckKey")
+    }
+}
+
+impl CheckKey {
+    /// The key of ICE password `pwd`.
+    pub(crate) fn new(pwd: &str) -> Self {
+        Self(hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, pwd.as_bytes()))
+    }
+
+    /// Whether `m` is a Binding request signed with this key (and, when it
+    /// has a FINGERPRINT, a right one), whatever else it carries: its
+    /// USERNAME, role and other attributes are the ICE agent's to judge.
+    pub(crate) fn verifies(&self, m: &[u8]) -> bool {
+        Request::read(m).is_some_and(|r| r.signed_with(&self.0, m))
+    }
+}
+
+/// A Binding request read up to its MESSAGE-INTEGRITY: one walk over its
+/// attributes serves [`CheckAnswerer`] and [`CheckKey`].
+struct Request<'a> {
+    username: Option<&'a [u8]>,
+    controlling: bool,
+    controlled: bool,
+    /// A comprehension-required attribute other than USERNAME, PRIORITY,
+    /// USE-CANDIDATE, ICE-CONTROLLED and MESSAGE-INTEGRITY.
+    unknown_required: bool,
+    /// Where MESSAGE-INTEGRITY starts.
+    integrity_at: usize,
+}
+
+impl<'a> Request<'a> {
+    /// `None` unless `m` is a well-formed Binding request of at most
+    /// [`CHECK_MAX`] bytes with a MESSAGE-INTEGRITY, followed by nothing or
+    /// by a right FINGERPRINT, last.
+    fn read(m: &'a [u8]) -> Option<Self> {
         if m.len() > CHECK_MAX || !is_stun(m) || m[..2] != BINDING_REQUEST {
             return None;
         }
@@ -153,7 +205,9 @@ impl CheckAnswerer {
         if HEADER_LEN + body_len != m.len() || !body_len.is_multiple_of(4) {
             return None;
         }
-        let (mut user_ok, mut controlling, mut integrity) = (false, false, None);
+        let mut r =
+            Request { username: None, controlling: false, controlled: false, unknown_required: false, integrity_at: 0 };
+        let mut integrity = None;
         // Where the attributes read so far end: the message's end once all are.
         let mut walked = HEADER_LEN;
         for (at, kind, value) in attributes(m) {
@@ -170,39 +224,45 @@ impl CheckAnswerer {
                 break;
             }
             match kind {
-                ATTR_USERNAME => user_ok = value == &*self.username,
-                ATTR_ICE_CONTROLLING => controlling = value.len() == 8,
-                ATTR_ICE_CONTROLLED => return None,
+                ATTR_USERNAME => r.username = Some(value),
+                ATTR_ICE_CONTROLLING => r.controlling = value.len() == 8,
+                ATTR_ICE_CONTROLLED => r.controlled = true,
                 ATTR_PRIORITY | ATTR_USE_CANDIDATE => {}
                 ATTR_MESSAGE_INTEGRITY => {
-                    if value.len() != 20 || !user_ok || !controlling {
+                    if value.len() != 20 {
                         return None;
                     }
                     integrity = Some(at);
                 }
-                // Comprehension-required and unknown here: the agent's to refuse.
-                k if k < 0x8000 => return None,
+                // Comprehension-required and unknown here.
+                k if k < 0x8000 => r.unknown_required = true,
                 _ => {}
             }
         }
-        // A malformed attribute stopped the walk short: not answered here.
+        // A malformed attribute stopped the walk short.
         if walked != m.len() {
             return None;
         }
-        let mi_at = integrity?;
+        r.integrity_at = integrity?;
+        Some(r)
+    }
+
+    /// Whether its MESSAGE-INTEGRITY is the HMAC of `m` with `key`.
+    fn signed_with(&self, key: &hmac::Key, m: &[u8]) -> bool {
+        let mi_at = self.integrity_at;
         // The HMAC covers the message up to the attribute, with a length
         // that ends just after it (RFC 8489 §14.5).
         let mut head = [0u8; HEADER_LEN];
         head.copy_from_slice(&m[..HEADER_LEN]);
         head[2..4].copy_from_slice(&((mi_at - HEADER_LEN + 24) as u16).to_be_bytes());
-        let mut ctx = hmac::Context::with_key(&self.key);
+        let mut ctx = hmac::Context::with_key(key);
         ctx.update(&head);
         ctx.update(&m[HEADER_LEN..mi_at]);
         let tag = ctx.sign();
         let got = &m[mi_at + 4..mi_at + 24];
         // Constant time: a forger learns nothing from how long this takes.
         let diff = tag.as_ref().iter().zip(got).fold(0u8, |d, (a, b)| d | (a ^ b));
-        (diff == 0).then(|| &m[8..HEADER_LEN])
+        diff == 0
     }
 }
 
@@ -406,6 +466,29 @@ mod tests {
                 *b = (seed >> 16) as u8;
             }
             assert!(!a.verify(&d));
+        }
+    }
+
+    #[test]
+    fn a_check_key_verifies_signed_checks_whatever_their_role_or_username() {
+        let key = CheckKey::new(LOCAL.1);
+        let user = format!("{}:{REMOTE}", LOCAL.0);
+        assert!(key.verifies(&check().raw));
+        // Role and USERNAME are the agent's to judge; only the signature counts here.
+        assert!(key.verifies(&check_with(&user, LOCAL.1, true, Vec::new()).raw), "controlled");
+        assert!(key.verifies(&check_with(&format!("{}:newB", LOCAL.0), LOCAL.1, false, Vec::new()).raw));
+        assert!(!key.verifies(&check_with(&user, "not-the-password-at-all!", false, Vec::new()).raw));
+        let mut flipped = check().raw;
+        flipped[24] ^= 1;
+        assert!(!key.verifies(&flipped), "a flipped bit");
+        let mut response = check().raw;
+        response[..2].copy_from_slice(&BINDING_SUCCESS);
+        assert!(!key.verifies(&response), "not a request");
+        let unsigned = message(&[(ATTR_USERNAME, user.as_bytes())]);
+        assert!(!key.verifies(&unsigned), "no MESSAGE-INTEGRITY");
+        let m = check().raw;
+        for len in 0..m.len() {
+            assert!(!key.verifies(&m[..len]));
         }
     }
 

@@ -144,7 +144,7 @@ impl Api {
         let rooms = &self.api.rooms;
         self.api.apply(rooms.clear());
         rooms.expire_pending(Instant::now() + Duration::from_secs(3600), Duration::ZERO);
-        let (registered, pending, _) = rooms.registry_sizes();
+        let (registered, pending) = rooms.registry_sizes();
         assert!(registered == 0 && pending == 0, "every peer is forgotten with its room");
         assert_eq!(rooms.participants(), 0);
     }

@@ -249,14 +249,15 @@ impl Server {
 
     /// What the server holds now.
     pub fn resources(&self) -> Resources {
-        let (registered_peers, pending_peers, forwarded_addresses) = self.api.rooms.registry_sizes();
+        let (registered_peers, pending_peers) = self.api.rooms.registry_sizes();
+        let media = self.media_stats();
         Resources {
             rooms: self.api.rooms.all().len(),
             participants: self.participants(),
             registered_peers,
             pending_peers,
-            io_peers: self.media_stats().peers,
-            forwarded_addresses,
+            io_peers: media.peers,
+            forwarded_addresses: media.forwarded_addresses as usize,
             ws_sessions: self.api.ws_sessions.load(Ordering::Relaxed),
             rate_limited_addresses: self.api.rate_limited_addresses(),
         }

@@ -1,11 +1,18 @@
 //! RTP in: a plain RTP/AVP participant (as a SIP gateway bridges a phone
-//! caller) joins through the API. Debian's `ffmpeg` sends it a 600 Hz tone
-//! as plain RTP; a real WebRTC participant (440 Hz) in the same room hears
-//! it, and the plain participant's mix, read from a UDP socket and decoded
-//! with libopus, holds the 440 Hz tone and not its own 600 Hz. Leaving via
+//! caller) joins through the API. Debian's `ffmpeg` sends a 600 Hz tone as
+//! plain RTP, relayed from the offered address as a symmetric gateway sends
+//! it; a real WebRTC participant (440 Hz) in the same room hears it, and the
+//! plain participant's mix, read from a UDP socket and decoded with
+//! libopus, holds the 440 Hz tone and not its own 600 Hz. Leaving via
 //! DELETE stops its mix. Plain offers are refused (403 `rtp_in_forbidden`)
 //! when not configured or from untrusted addresses, malformed ones are 400,
 //! and a plain participant that sends nothing times out like any peer.
+//!
+//! Which packets count: a packet from another port of the gateway's IP,
+//! sent before the gateway's first, takes nothing over (the offered address
+//! wins, and the hijacker's tone is never heard); an offer with
+//! `a=direction:active` (comedia) is latched to the port it sends from, and
+//! its mix goes there.
 
 mod common;
 mod ops_tools;
@@ -60,12 +67,28 @@ fn ffmpeg_tone_reaches_a_webrtc_peer_and_the_plain_participant_hears_the_room() 
     let members = room(api, "sip")["participants"].as_array().expect("participants").len();
     assert_eq!(members, 2);
 
-    // ffmpeg: 600 Hz as Opus over plain RTP, from a port of its own (the server latches it);
-    // its RTCP goes to the same server port and is ignored.
+    // ffmpeg: 600 Hz as Opus over plain RTP, to a relay that sends it on from the offered address
+    // (as a symmetric gateway does); its RTCP goes the same way and is ignored.
+    let relay = UdpSocket::bind("127.0.0.1:0").expect("bind loopback");
+    relay.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let relay_port = relay.local_addr().expect("bound").port();
+    let out = rx.try_clone().expect("a clone");
+    let relaying = std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        let end = Instant::now() + Duration::from_secs(30);
+        // Ends when ffmpeg has been silent for a second (or at the bound).
+        let mut last = Instant::now();
+        while Instant::now() < end && last.elapsed() < Duration::from_secs(1) {
+            if let Ok(n) = relay.recv(&mut buf) {
+                last = Instant::now();
+                let _ = out.send_to(&buf[..n], ("127.0.0.1", plain_port));
+            }
+        }
+    });
     let mut cmd = Command::new(&ffmpeg);
     cmd.args(["-hide_banner", "-loglevel", "error", "-re", "-f", "lavfi", "-i", "sine=frequency=600:duration=6"])
         .args(["-c:a", "libopus", "-b:a", "48k", "-ac", "1", "-ar", "48000", "-payload_type", "111", "-f", "rtp"])
-        .arg(format!("rtp://127.0.0.1:{plain_port}?rtcpport={plain_port}"));
+        .arg(format!("rtp://127.0.0.1:{relay_port}?rtcpport={relay_port}"));
     let sender = std::thread::spawn(move || run(&mut cmd, "ffmpeg", Duration::from_secs(30)));
 
     let mut got: Vec<(u16, u32, Vec<u8>)> = Vec::new();
@@ -154,6 +177,106 @@ fn ffmpeg_tone_reaches_a_webrtc_peer_and_the_plain_participant_hears_the_room() 
     assert_eq!(after, 0, "no mix after leaving");
     assert_eq!(room(api, "sip")["participants"].as_array().expect("participants").len(), 1);
     let _ = sender.join();
+    let _ = relaying.join();
+    rt.block_on(server.shutdown());
+}
+
+/// Sends `frames` as plain RTP (payload type 111) from `socket` to `to`, one every 20 ms from `start`.
+fn send_tone(socket: &UdpSocket, to: SocketAddr, frames: &[Vec<u8>], ssrc: u32, start: Instant) {
+    let mut pkt = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        let due = start + Duration::from_millis(20 * i as u64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        pkt.clear();
+        pkt.extend_from_slice(&[0x80, 111]);
+        pkt.extend_from_slice(&(i as u16).to_be_bytes());
+        pkt.extend_from_slice(&(960 * i as u32).to_be_bytes());
+        pkt.extend_from_slice(&ssrc.to_be_bytes());
+        pkt.extend_from_slice(f);
+        let _ = socket.send_to(&pkt, to);
+    }
+}
+
+/// Mix packets waiting on `socket` from `from_port`: how many.
+fn drain_mix(socket: &UdpSocket, from_port: u16) -> usize {
+    let mut buf = [0u8; 1500];
+    let mut n = 0;
+    while let Ok((len, from)) = socket.recv_from(&mut buf) {
+        n += usize::from(from.port() == from_port && len > 12);
+    }
+    n
+}
+
+#[test]
+fn the_offered_address_wins_over_a_hijacker_and_comedia_latches_only_when_asked() {
+    let mut cfg = test_config();
+    cfg.rtp_in.trusted = vec!["127.0.0.0/8".into()];
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "gw");
+    let mut webrtc = ToneClient::join(api, "gw", 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
+
+    // A gateway that sends from the address it offers (no a=direction: strict).
+    let gw = UdpSocket::bind("127.0.0.1:0").expect("bind loopback");
+    gw.set_nonblocking(true).expect("nonblocking");
+    let r = join_plain(api, "gw", &plain_offer("127.0.0.1", gw.local_addr().expect("bound").port(), 111));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let plain_port = answer_port(&r.body);
+    let plain: SocketAddr = ([127, 0, 0, 1], plain_port).into();
+    // A gateway behind NAT: it offers port 9 on 127.0.0.3 with a=direction:active, and sends from another port.
+    let nat = UdpSocket::bind("127.0.0.3:0").expect("bind 127.0.0.3");
+    nat.set_nonblocking(true).expect("nonblocking");
+    let comedia = plain_offer("127.0.0.3", 9, 111).replace("m=audio", "a=direction:active\r\nm=audio");
+    let r = join_plain(api, "gw", &comedia);
+    assert_eq!(r.status, 201, "{}", r.body);
+    // Another port of the first gateway's IP: one packet before the gateway's first, then a tone of its own.
+    let hijacker = UdpSocket::bind("127.0.0.1:0").expect("bind loopback");
+    hijacker.set_nonblocking(true).expect("nonblocking");
+    let evil = ops_tools::tone_frames(900.0, 200);
+    send_tone(&hijacker, plain, &evil[..1], 0xBAD, Instant::now());
+    std::thread::sleep(Duration::from_millis(100));
+
+    let start = Instant::now() + Duration::from_millis(50);
+    let senders: Vec<_> = [
+        (gw.try_clone().expect("clone"), 600.0, 1u32),
+        (nat.try_clone().expect("clone"), 800.0, 2),
+        (hijacker.try_clone().expect("clone"), 900.0, 3),
+    ]
+    .into_iter()
+    .map(|(socket, freq, ssrc)| {
+        let frames = ops_tools::tone_frames(freq, 200);
+        std::thread::spawn(move || send_tone(&socket, plain, &frames, ssrc, start))
+    })
+    .collect();
+    let (mut to_gw, mut to_nat, mut to_hijacker) = (0, 0, 0);
+    let mut refs = [&mut webrtc];
+    run_until(&mut refs, start + Duration::from_millis(3800), |_| {
+        to_gw += drain_mix(&gw, plain_port);
+        to_nat += drain_mix(&nat, plain_port);
+        to_hijacker += drain_mix(&hijacker, plain_port);
+        false
+    });
+    for s in senders {
+        let _ = s.join();
+    }
+    let since = Instant::now() - Duration::from_millis(2500);
+    let [gw600, nat800, evil900] = [600.0, 800.0, 900.0].map(|f| webrtc.hears(f, since));
+    eprintln!(
+        "WebRTC hears the gateway {gw600:.3}, the comedia gateway {nat800:.3}, the hijacker {evil900:.3}; mix packets: gateway {to_gw}, comedia {to_nat}, hijacker {to_hijacker}"
+    );
+    assert!(gw600 > 0.03, "the gateway is not heard ({gw600}): its packets were dropped");
+    assert!(evil900 < 0.01, "the hijacker is heard ({evil900})");
+    assert!(nat800 > 0.03, "the comedia gateway is not heard ({nat800}): it was not latched");
+    assert!(to_gw >= 50, "the gateway gets its mix at its offered address: {to_gw}");
+    assert!(to_nat >= 50, "the comedia gateway gets its mix where it sends from: {to_nat}");
+    assert_eq!(to_hijacker, 0, "the hijacker gets nothing");
+    if let Some(m) = server.metrics_addr() {
+        let s = scrape(m);
+        let source = s.get(&series("tutti_rtp_in_rejected_total", &[("reason", "source")])).copied().unwrap_or(0.0);
+        assert!(source >= 100.0, "the hijacker's packets are counted as from no participant: {source}");
+    }
     rt.block_on(server.shutdown());
 }
 

@@ -71,11 +71,11 @@ pub(crate) fn join(
         io,
     };
     let (id, listen_only) = api.rooms.join_plain(room, joiner)?;
-    if !api.media.add_plain(peer, room.clone(), offer.remote, offer.payload_type, listen_only) {
+    if !api.media.add_plain(peer, room.clone(), offer, listen_only) {
         // The plain RTP thread is gone (shutting down): undo the join.
         let _ = api.rooms.leave(room, id, crate::room::LeaveReason::Failed);
         return Err(ApiError::shutting_down());
     }
-    tracing::info!(room = %room.id, participant = id, remote = %offer.remote, pt = offer.payload_type, "plain RTP participant answered");
+    tracing::info!(room = %room.id, participant = id, remote = %offer.remote, pt = offer.payload_type, comedia = offer.comedia, "plain RTP participant answered");
     Ok((id, offer.answer(local, id)))
 }

@@ -37,6 +37,10 @@ pub(crate) struct IoCounters {
     /// ICE checks for a server ufrag no peer has (besides the mux's own unrouted).
     pub(crate) unknown_ufrag: AtomicU64,
     pub(crate) send_errors: AtomicU64,
+    /// Verified ICE checks this thread asked the shared registry about (`Rooms::claim`).
+    pub(crate) claims: AtomicU64,
+    /// Client addresses this thread forwards to another (its `forwards` table), now.
+    pub(crate) forwarded: AtomicU64,
     pub(crate) listen_only_dropped: AtomicU64,
     /// The thread's TCP connection table's counters (ICE-TCP), and the TCP
     /// transmits dropped for want of a connection.

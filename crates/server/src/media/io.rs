@@ -7,6 +7,11 @@
 //! datagrams) → up to [`RECV_BATCHES`] × [`BATCH`] datagrams → timers →
 //! events (packets batched into each room's inbox, one lock per room per
 //! turn) → everything to send, [`BATCH`] datagrams per syscall.
+//!
+//! A datagram from an address no peer here has costs this thread alone: the
+//! mux drops it (or an ICE check that does not verify), or this thread's own
+//! table of forwarded addresses sends it on. Only a verified check for a peer
+//! the mux does not hold asks the shared registry (`Rooms::claim`, a lock).
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -41,6 +46,10 @@ const WARM_AHEAD: usize = 32;
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// Longest wait while bytes wait for a TCP connection's kernel buffer to drain.
 const TCP_RETRY: Duration = Duration::from_millis(5);
+/// Most client addresses one I/O thread forwards to another (see `IoThread::forwards`).
+pub(crate) const MAX_FORWARDS: usize = 16_384;
+/// How often forwarded addresses unused for the peer timeout are dropped.
+const FORWARDS_PRUNE: Duration = Duration::from_secs(1);
 
 /// A peer as its I/O thread knows it.
 struct Local {
@@ -65,6 +74,8 @@ pub(crate) struct IoShared {
     pub(crate) thread_nice: i32,
     /// ICE-TCP limits (see `tcp`); the listeners come with `spawn`.
     pub(crate) tcp_limits: tutti_rtc::TcpLimits,
+    /// A forwarded address unused this long is forgotten (the peer timeout).
+    pub(crate) forward_idle: Duration,
 }
 
 impl IoShared {
@@ -93,6 +104,14 @@ struct IoThread {
     /// Frames read from TCP connections this turn.
     tcp_frames: Vec<Frame>,
     last_tcp: (tutti_rtc::TcpStats, u64),
+    /// Client addresses whose ICE check (verified by the mux) named a peer
+    /// another I/O thread owns: the kernel hashes their datagrams to this
+    /// socket, and they go there (owner, last used). Learnt only from
+    /// authenticated checks, at most [`MAX_FORWARDS`], dropped when unused
+    /// for the peer timeout: a datagram from an unknown address is looked up
+    /// here, by this thread alone, never in a shared table under a lock.
+    forwards: HashMap<SocketAddr, (usize, Instant)>,
+    next_prune: Instant,
 }
 
 /// How long from `now` until the next read under load: `lead` before the
@@ -147,6 +166,8 @@ pub(crate) fn spawn(
                 tcp,
                 tcp_frames: Vec::new(),
                 last_tcp: Default::default(),
+                forwards: HashMap::new(),
+                next_prune: Instant::now() + FORWARDS_PRUNE,
             }
             .run()
         })?;
@@ -172,6 +193,11 @@ impl IoThread {
             self.mux.handle_timeout(now);
             if let Some(tcp) = &mut self.tcp {
                 tcp.handle_timeout(now);
+            }
+            if now >= self.next_prune {
+                self.next_prune = now + FORWARDS_PRUNE;
+                let idle = self.shared.forward_idle;
+                self.forwards.retain(|_, (_, used)| now.saturating_duration_since(*used) < idle);
             }
             self.events();
             self.inbox.flush();
@@ -317,30 +343,45 @@ impl IoThread {
     }
 
     /// Hands a datagram to its peer: here, adopted from the peers waiting for
-    /// their first check, or forwarded to the I/O thread that owns it.
+    /// their first check, or forwarded to the I/O thread that owns it. Only
+    /// a check the mux verified (`Route::UnknownUfrag`) reaches the shared
+    /// registry; anything else from an unknown address is this thread's
+    /// business alone (its forwarded addresses, or dropped and counted).
     fn route(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
         match self.mux.handle_datagram(from, data, now) {
             Route::Peer(_) => {}
-            Route::UnknownUfrag(ufrag) => match self.shared.rooms.claim(&ufrag, self.index, from) {
+            Route::UnknownUfrag(ufrag) => match self.claim(&ufrag) {
                 Claim::Adopt { peer, room, listen_only } => {
                     let id = peer.id();
                     self.mux.adopt(peer, now);
                     self.peers.insert(id, Local { room, connected: false, listen_only, ssrc: None });
                     self.mux.handle_datagram(from, data, now);
                 }
-                Claim::Forward(owner) => self.forward(owner, from, data),
-                Claim::Unknown => {
+                Claim::Forward(owner) if owner != self.index => {
+                    if self.forwards.len() < MAX_FORWARDS || self.forwards.contains_key(&from) {
+                        self.forwards.insert(from, (owner, now));
+                    }
+                    self.forward(owner, from, data);
+                }
+                Claim::Forward(_) | Claim::Unknown => {
                     self.counters.unknown_ufrag.fetch_add(1, Ordering::Relaxed);
                 }
             },
             Route::Unrouted => {
-                if let Some(owner) = self.shared.rooms.forwarded_to(from)
-                    && owner != self.index
-                {
+                // One lookup in this thread's own table; the mux counted it if nobody's.
+                if let Some((owner, used)) = self.forwards.get_mut(&from) {
+                    *used = now;
+                    let owner = *owner;
                     self.forward(owner, from, data);
                 }
             }
         }
+    }
+
+    /// Asks the shared registry about a verified check's ufrag (counted).
+    fn claim(&self, ufrag: &str) -> Claim {
+        self.counters.claims.fetch_add(1, Ordering::Relaxed);
+        self.shared.rooms.claim(ufrag, self.index)
     }
 
     /// Reads the TCP connections that are ready and routes their frames.
@@ -373,7 +414,7 @@ impl IoThread {
     fn route_tcp(&mut self, conn: tutti_rtc::ConnId, from: SocketAddr, data: &[u8], now: Instant) -> Option<usize> {
         let close = match self.mux.handle_tcp_frame(from, data, now) {
             Route::Peer(_) => false,
-            Route::UnknownUfrag(ufrag) => match self.shared.rooms.claim(&ufrag, self.index, from) {
+            Route::UnknownUfrag(ufrag) => match self.claim(&ufrag) {
                 Claim::Adopt { peer, room, listen_only } => {
                     let id = peer.id();
                     self.mux.adopt(peer, now);
@@ -537,6 +578,7 @@ impl IoThread {
                 *lock(&self.counters.tcp) = t;
             }
         }
+        self.counters.forwarded.store(self.forwards.len() as u64, Ordering::Relaxed);
         let s = self.mux.stats();
         if s == self.last_stats {
             return;

@@ -44,8 +44,22 @@ pub struct MediaStats {
     pub datagrams_out: u64,
     /// Bytes of them.
     pub bytes_out: u64,
-    /// Datagrams that belonged to no peer (garbage, strays), dropped.
+    /// Datagrams that belonged to no peer (garbage, strays, forged ICE
+    /// checks), dropped on their I/O thread without taking any shared lock.
     pub unrouted: u64,
+    /// Of those, ICE checks naming a server ufrag whose MESSAGE-INTEGRITY did
+    /// not verify with that peer's password (no route learnt, no sign of life).
+    pub forged_checks: u64,
+    /// Remote addresses routed to peers now (at most `tutti_rtc::MAX_ROUTES` per peer).
+    pub routes: u64,
+    /// Routes dropped for a newer one beyond `tutti_rtc::MAX_ROUTES` per peer.
+    pub routes_evicted: u64,
+    /// ICE checks that asked the shared peer registry (verified checks for a
+    /// peer the receiving I/O thread does not hold: a new peer's first, or a
+    /// client socket the kernel hashed to another thread's socket).
+    pub registry_claims: u64,
+    /// Client addresses an I/O thread forwards to the thread owning their peer, now.
+    pub forwarded_addresses: u64,
     /// Audio packets received from peers.
     pub audio_in: u64,
     /// Of those, packets read on the lean receive path (`lean_receive`).
@@ -202,6 +216,7 @@ impl MediaHandle {
             // Each I/O thread keeps its own table: the caps are split evenly
             // (the kernel spreads connections over the threads by their 4-tuple).
             tcp_limits: cfg.tcp.map(|l| per_thread(l, cfg.io_threads.max(1))).unwrap_or_default(),
+            forward_idle: cfg.peer_timeout,
         });
         let (mut handles, mut threads) =
             io::spawn(&shared, &acceptor, sockets, listeners).map_err(io_err("starting the io threads"))?;
@@ -302,18 +317,19 @@ impl MediaHandle {
     }
 
     /// Hands a plain RTP participant, joined to `room` already, to the plain
-    /// RTP thread: its packets from `remote` go into the room, its mix to
-    /// `remote`. False when plain RTP is off or its thread is gone.
+    /// RTP thread: its packets from its offer's address (or, with comedia,
+    /// the address it latches) go into the room, its mix there. False when
+    /// plain RTP is off or its thread is gone.
     pub(crate) fn add_plain(
         &self,
         id: tutti_rtc::PeerId,
         room: Arc<crate::room::Room>,
-        remote: SocketAddr,
-        payload_type: u8,
+        offer: tutti_rtc::plain::PlainOffer,
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        p.add(plain::NewPlain { id, room, remote, payload_type, listen_only })
+        let tutti_rtc::plain::PlainOffer { remote, payload_type, comedia } = offer;
+        p.add(plain::NewPlain { id, room, remote, comedia, payload_type, listen_only })
     }
 
     /// The bound media address.
@@ -343,6 +359,11 @@ impl MediaHandle {
             m.datagrams_out += s.datagrams_out;
             m.bytes_out += s.bytes_out;
             m.unrouted += s.unrouted + get(&c.unknown_ufrag);
+            m.forged_checks += s.forged_checks;
+            m.routes += s.routes;
+            m.routes_evicted += s.routes_evicted;
+            m.registry_claims += get(&c.claims);
+            m.forwarded_addresses += get(&c.forwarded);
             m.audio_in += s.audio_in;
             m.lean_in += s.lean_in;
             m.lean_dropped += s.lean_dropped;

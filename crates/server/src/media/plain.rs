@@ -11,18 +11,21 @@
 //! mixes, room effects (`ClosePeer`) and shutdown reach it as they reach
 //! the others; the WebRTC I/O threads never see its socket.
 //!
-//! Which packets count as a participant's (documented in docs/features/rtp-in.md): its
-//! mix goes to the `c=`/`m=` address of its offer. Its packets are taken
-//! from that exact address (symmetric RTP, as FreeSWITCH and Asterisk send)
-//! or, when they come from another port, from the first address with the
-//! offer's IP that sends while it is the only participant of that IP not
-//! latched yet (e.g. ffmpeg, which sends from a port of its own); the
-//! address is latched for the rest of the call. Packets from any other
-//! address, RTCP, other payload types (DTMF, comfort noise) and malformed
-//! packets are dropped and counted.
+//! Which packets count as a participant's (see [`Sources`], and
+//! docs/features/rtp-in.md): by default only
+//! those from the exact `c=`/`m=` address of its offer, where its mix goes
+//! too (symmetric RTP, as FreeSWITCH and Asterisk send). An offer with
+//! `a=direction:active` (comedia: a gateway behind NAT, or ffmpeg, sending
+//! from another port) may also be latched: the first packet from another
+//! port of the offer's IP, while that participant is the only comedia one
+//! of that IP not heard yet, ties that address to it, and its mix goes
+//! there. The offered address always wins: a packet from it undoes a latch
+//! for good. Packets from any other address, RTCP, other payload types
+//! (DTMF, comfort noise) and malformed packets are dropped and counted.
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::net::IpAddr;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -56,8 +59,10 @@ const TICK_SAMPLES: u32 = 960;
 pub(crate) struct NewPlain {
     pub(crate) id: PeerId,
     pub(crate) room: Arc<Room>,
-    /// Where its mix goes (its offer's `c=`/`m=` address).
+    /// Its offer's `c=`/`m=` address (where its mix goes, unless latched).
     pub(crate) remote: SocketAddr,
+    /// Its offer said `a=direction:active`: it may be latched (see [`Sources`]).
+    pub(crate) comedia: bool,
     pub(crate) payload_type: u8,
     /// Its speak right, as the room sets it (an admin may grant or revoke it).
     pub(crate) listen_only: crate::room::ListenOnly,
@@ -86,9 +91,6 @@ impl PlainHandle {
 
 struct Peer {
     room: Arc<Room>,
-    remote: SocketAddr,
-    /// The address its packets come from, once seen.
-    latched: Option<SocketAddr>,
     payload_type: u8,
     listen_only: crate::room::ListenOnly,
     last_heard: Instant,
@@ -121,8 +123,8 @@ struct PlainThread {
     counters: Arc<IoCounters>,
     peer_timeout: Duration,
     peers: HashMap<PeerId, Peer>,
-    /// Participants by the address their packets come from (latched, or offered until then).
-    by_addr: HashMap<SocketAddr, PeerId>,
+    /// Which participant a packet's source is, and where each one's mix goes.
+    sources: Sources,
     by_room: HashMap<RoomKey, Vec<PeerId>>,
     inbox: Inboxes,
     stats: MuxStats,
@@ -165,7 +167,7 @@ pub(crate) fn spawn(
             counters,
             peer_timeout,
             peers: HashMap::new(),
-            by_addr: HashMap::new(),
+            sources: Sources::default(),
             by_room: HashMap::new(),
             inbox: Inboxes::default(),
             stats: MuxStats::default(),
@@ -223,15 +225,13 @@ impl PlainThread {
             return;
         }
         let [ssrc, seq, ts_offset] = random_u32s();
-        self.by_addr.entry(p.remote).or_insert(p.id);
+        self.sources.add(p.id, p.remote, p.comedia);
         self.by_room.entry(p.room.key).or_default().push(p.id);
-        tracing::debug!(room = %p.room.id, peer = %p.id, remote = %p.remote, "plain RTP participant added");
+        tracing::debug!(room = %p.room.id, peer = %p.id, remote = %p.remote, comedia = p.comedia, "plain RTP participant added");
         self.peers.insert(
             p.id,
             Peer {
                 room: p.room,
-                remote: p.remote,
-                latched: None,
                 payload_type: p.payload_type,
                 listen_only: p.listen_only,
                 last_heard: now,
@@ -264,7 +264,7 @@ impl PlainThread {
 
     fn forget(&mut self, id: PeerId) -> Option<Peer> {
         let peer = self.peers.remove(&id)?;
-        self.by_addr.retain(|_, p| *p != id);
+        self.sources.remove(id);
         if let Some(list) = self.by_room.get_mut(&peer.room.key) {
             list.retain(|p| *p != id);
             if list.is_empty() {
@@ -280,6 +280,8 @@ impl PlainThread {
             let Some(ids) = self.by_room.get(&mix.key) else { continue };
             for id in ids {
                 let Some(peer) = self.peers.get_mut(id) else { continue };
+                // A comedia participant not heard yet has nowhere to be sent to.
+                let Some(to) = self.sources.send_to(*id) else { continue };
                 let feed = mix.feed_for(ParticipantId(id.0));
                 if feed.payload.is_empty() {
                     continue;
@@ -294,7 +296,7 @@ impl PlainThread {
                 peer.seq = peer.seq.wrapping_add(1);
                 let ts = peer.ts_offset.wrapping_add((mix.tick as u32).wrapping_mul(TICK_SAMPLES));
                 write_rtp(&mut self.buf, peer.payload_type, marker, peer.seq, ts, peer.ssrc, &feed.payload);
-                match self.socket.send_to(&self.buf, peer.remote) {
+                match self.socket.send_to(&self.buf, to) {
                     Ok(n) => {
                         self.stats.datagrams_out += 1;
                         self.stats.bytes_out += n as u64;
@@ -327,31 +329,6 @@ impl PlainThread {
         }
     }
 
-    /// The participant whose packets come from `from`, latching it if need be.
-    fn source(&mut self, from: SocketAddr) -> Option<PeerId> {
-        if let Some(&id) = self.by_addr.get(&from) {
-            if let Some(p) = self.peers.get_mut(&id) {
-                p.latched.get_or_insert(from);
-            }
-            return Some(id);
-        }
-        // Another port of an offered IP: latch it if exactly one participant of that IP still waits.
-        let mut waiting = self.peers.iter().filter(|(_, p)| p.latched.is_none() && p.remote.ip() == from.ip());
-        let (&id, _) = waiting.next()?;
-        if waiting.next().is_some() {
-            return None;
-        }
-        let peer = self.peers.get_mut(&id)?;
-        peer.latched = Some(from);
-        let offered = peer.remote;
-        if self.by_addr.get(&offered) == Some(&id) {
-            self.by_addr.remove(&offered);
-        }
-        self.by_addr.insert(from, id);
-        tracing::debug!(peer = %id, %from, %offered, "plain RTP source latched");
-        Some(id)
-    }
-
     fn packet(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
         let rtp = match parse_rtp(data) {
             Ok(rtp) => rtp,
@@ -364,7 +341,7 @@ impl PlainThread {
                 return;
             }
         };
-        let Some(id) = self.source(from) else {
+        let Some(id) = self.sources.source(from) else {
             self.tally.source += 1;
             self.stats.unrouted += 1;
             return;
@@ -433,5 +410,174 @@ impl PlainThread {
         metrics::packets_out(s.datagrams_out - last.datagrams_out, s.bytes_out - last.bytes_out, 0);
         metrics::media(&mut self.last_stats, s);
         *lock(&self.counters.mux) = s;
+    }
+}
+
+/// Which plain RTP participant a packet's source address is, and where each
+/// one's mix goes (see the module's documentation for the rules).
+///
+/// Per packet from a known address: one lookup by address and one by
+/// participant, as before; from an unknown one, at most one more lookup (by
+/// IP, among the comedia participants not heard yet): no scan of the
+/// participants, no allocation.
+#[derive(Default)]
+struct Sources {
+    /// Offered and latched addresses.
+    by_addr: HashMap<SocketAddr, PeerId>,
+    /// Comedia participants not heard from yet, by their offer's IP.
+    waiting: HashMap<IpAddr, Vec<PeerId>>,
+    peers: HashMap<PeerId, Source>,
+}
+
+struct Source {
+    /// The offer's `c=`/`m=` address.
+    offered: SocketAddr,
+    /// The offer said `a=direction:active`.
+    comedia: bool,
+    /// Another address of the offer's IP, latched (comedia only) until the
+    /// offered address is heard.
+    latched: Option<SocketAddr>,
+    /// A packet came from the offered or the latched address.
+    heard: bool,
+}
+
+impl Sources {
+    fn add(&mut self, id: PeerId, offered: SocketAddr, comedia: bool) {
+        // Two participants offering one address: the first keeps it.
+        self.by_addr.entry(offered).or_insert(id);
+        if comedia {
+            self.waiting.entry(offered.ip()).or_default().push(id);
+        }
+        self.peers.insert(id, Source { offered, comedia, latched: None, heard: false });
+    }
+
+    fn remove(&mut self, id: PeerId) {
+        let Some(s) = self.peers.remove(&id) else { return };
+        for addr in std::iter::once(s.offered).chain(s.latched) {
+            if self.by_addr.get(&addr) == Some(&id) {
+                self.by_addr.remove(&addr);
+            }
+        }
+        self.unwait(id, s.offered.ip());
+    }
+
+    fn unwait(&mut self, id: PeerId, ip: IpAddr) {
+        if let Some(list) = self.waiting.get_mut(&ip) {
+            list.retain(|p| *p != id);
+            if list.is_empty() {
+                self.waiting.remove(&ip);
+            }
+        }
+    }
+
+    /// The participant a packet from `from` belongs to, latching it if the
+    /// rules allow; `None`: nobody's (dropped).
+    fn source(&mut self, from: SocketAddr) -> Option<PeerId> {
+        if let Some(&id) = self.by_addr.get(&from) {
+            let s = self.peers.get(&id)?;
+            if !s.heard || (s.latched.is_some() && from == s.offered) {
+                self.hear(id, from);
+            }
+            return Some(id);
+        }
+        // Another address: only a comedia participant's, the only one of
+        // that IP not heard yet (two would be a guess).
+        let &[id] = self.waiting.get(&from.ip())?.as_slice() else { return None };
+        let s = self.peers.get_mut(&id)?;
+        s.latched = Some(from);
+        self.by_addr.insert(from, id);
+        tracing::debug!(peer = %id, %from, offered = %s.offered, "plain RTP source latched (comedia)");
+        self.hear(id, from);
+        Some(id)
+    }
+
+    /// A packet of `id` came from `from` (its offered or latched address).
+    fn hear(&mut self, id: PeerId, from: SocketAddr) {
+        let Some(s) = self.peers.get_mut(&id) else { return };
+        if from == s.offered
+            && let Some(old) = s.latched.take()
+        {
+            // The offer wins, for good (the participant waits no more).
+            tracing::info!(peer = %id, latched = %old, offered = %from, "plain RTP: the offered address spoke; latch undone");
+            if self.by_addr.get(&old) == Some(&id) {
+                self.by_addr.remove(&old);
+            }
+        }
+        if !s.heard {
+            s.heard = true;
+            if s.comedia {
+                let ip = s.offered.ip();
+                self.unwait(id, ip);
+            }
+        }
+    }
+
+    /// Where `id`'s mix goes: its latched address, else its offered one;
+    /// nowhere for a comedia participant not heard yet.
+    fn send_to(&self, id: PeerId) -> Option<SocketAddr> {
+        let s = self.peers.get(&id)?;
+        if s.comedia && !s.heard {
+            return None;
+        }
+        Some(s.latched.unwrap_or(s.offered))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("an address")
+    }
+
+    #[test]
+    fn without_comedia_only_the_offered_address_counts() {
+        let mut s = Sources::default();
+        let gw = PeerId(1);
+        s.add(gw, addr("10.0.0.5:40000"), false);
+        assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:40000")), "the mix goes to the offer at once");
+        // A packet from another port of the gateway's IP, before the gateway's first: nobody's.
+        assert_eq!(s.source(addr("10.0.0.5:40002")), None);
+        assert_eq!(s.source(addr("10.0.0.5:40000")), Some(gw));
+        assert_eq!(s.source(addr("10.0.0.5:40002")), None);
+        assert_eq!(s.source(addr("10.0.0.6:40000")), None);
+        assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:40000")));
+    }
+
+    #[test]
+    fn comedia_latches_one_port_of_the_offered_ip_and_the_offer_still_wins() {
+        let mut s = Sources::default();
+        let gw = PeerId(1);
+        s.add(gw, addr("10.0.0.5:9"), true);
+        assert_eq!(s.send_to(gw), None, "nowhere to send before it is heard");
+        assert_eq!(s.source(addr("10.0.0.6:5000")), None, "another IP never latches");
+        assert_eq!(s.source(addr("10.0.0.5:5000")), Some(gw), "latched");
+        assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:5000")), "symmetric RTP: the mix follows");
+        assert_eq!(s.source(addr("10.0.0.5:5001")), None, "one latch only");
+        assert_eq!(s.source(addr("10.0.0.5:5000")), Some(gw));
+        // The offered address speaks: the latch is undone, for good.
+        assert_eq!(s.source(addr("10.0.0.5:9")), Some(gw));
+        assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:9")));
+        assert_eq!(s.source(addr("10.0.0.5:5000")), None);
+        assert_eq!(s.source(addr("10.0.0.5:5002")), None);
+        s.remove(gw);
+        assert_eq!(s.source(addr("10.0.0.5:9")), None);
+        assert!(s.by_addr.is_empty() && s.waiting.is_empty() && s.peers.is_empty());
+    }
+
+    #[test]
+    fn two_comedia_participants_of_one_ip_latch_nothing_until_one_is_heard() {
+        let mut s = Sources::default();
+        let (a, b) = (PeerId(1), PeerId(2));
+        s.add(a, addr("10.0.0.5:4000"), true);
+        s.add(b, addr("10.0.0.5:4002"), true);
+        assert_eq!(s.source(addr("10.0.0.5:7000")), None, "ambiguous: dropped");
+        assert_eq!(s.source(addr("10.0.0.5:4000")), Some(a), "a is heard at its offer");
+        assert_eq!(s.source(addr("10.0.0.5:7000")), Some(b), "b is the only one waiting now");
+        assert_eq!(s.send_to(b), Some(addr("10.0.0.5:7000")));
+        s.remove(b);
+        assert_eq!(s.source(addr("10.0.0.5:7000")), None);
+        assert_eq!(s.source(addr("10.0.0.5:4000")), Some(a));
     }
 }

@@ -327,15 +327,10 @@ impl Rooms {
         }
     }
 
-    /// What I/O thread `io` does with an ICE check for a ufrag its mux does not know.
-    pub(crate) fn claim(&self, ufrag: &str, io: usize, from: std::net::SocketAddr) -> Claim {
-        lock(&self.registry).claim(ufrag, io, from)
-    }
-
-    /// The I/O thread owning the peer at `from`, if its datagrams were seen
-    /// reaching another thread's socket.
-    pub(crate) fn forwarded_to(&self, from: std::net::SocketAddr) -> Option<usize> {
-        lock(&self.registry).forwarded_to(from)
+    /// What I/O thread `io` does with an ICE check (verified by its mux) for
+    /// a ufrag its mux does not know. The only way a datagram takes this lock.
+    pub(crate) fn claim(&self, ufrag: &str, io: usize) -> Claim {
+        lock(&self.registry).claim(ufrag, io)
     }
 
     /// Removes participants accepted longer than `timeout` ago whose ICE
@@ -386,8 +381,8 @@ impl Rooms {
         lock(&self.registry).io_of(PeerId(id))
     }
 
-    /// (registered peers, pending peers, forwarded addresses).
-    pub(crate) fn registry_sizes(&self) -> (usize, usize, usize) {
+    /// (registered peers, pending peers).
+    pub(crate) fn registry_sizes(&self) -> (usize, usize) {
         lock(&self.registry).sizes()
     }
 

@@ -8,7 +8,6 @@
 //! [`Claim::Unknown`]. The thread then does what it was told.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,9 +15,6 @@ use tutti_rtc::{PeerId, ServerPeer};
 
 use super::member::ListenOnly;
 use super::room::Room;
-
-/// Most client addresses remembered as reaching another I/O thread's socket.
-pub(crate) const MAX_FORWARDED: usize = 65_536;
 
 /// Where a peer is.
 pub(crate) struct Home {
@@ -59,12 +55,10 @@ pub(crate) struct Registry {
     homes: HashMap<PeerId, Home>,
     /// Accepted peers by server ufrag, until adopted.
     pending: HashMap<String, Pending>,
-    /// Adopted peers' ufrags, for checks that reach another I/O thread's socket.
+    /// Adopted peers' ufrags, for checks that reach another I/O thread's
+    /// socket (that thread then keeps the client's address in a table of its
+    /// own: no datagram looks here but a verified ICE check).
     ufrags: HashMap<String, PeerId>,
-    /// Remote addresses whose datagrams reach a socket other than their
-    /// peer's I/O thread's: forwarded there. (I/O thread, peer); forgotten
-    /// with the peer.
-    forwarded: HashMap<SocketAddr, (usize, PeerId)>,
 }
 
 impl Registry {
@@ -86,14 +80,12 @@ impl Registry {
         let home = self.homes.remove(&id)?;
         self.pending.remove(&home.ufrag);
         self.ufrags.remove(&home.ufrag);
-        if !self.forwarded.is_empty() {
-            self.forwarded.retain(|_, (_, peer)| *peer != id);
-        }
         home.io
     }
 
-    /// Decides what I/O thread `io` does with an ICE check for `ufrag` from `from`.
-    pub(crate) fn claim(&mut self, ufrag: &str, io: usize, from: SocketAddr) -> Claim {
+    /// Decides what I/O thread `io` does with an ICE check for `ufrag` (one
+    /// its mux verified: see `tutti_rtc::Mux::handle_packet`).
+    pub(crate) fn claim(&mut self, ufrag: &str, io: usize) -> Claim {
         if let Some(p) = self.pending.remove(ufrag) {
             let id = p.peer.id();
             let Some(home) = self.homes.get_mut(&id) else { return Claim::Unknown };
@@ -104,22 +96,9 @@ impl Registry {
         }
         let Some(&id) = self.ufrags.get(ufrag) else { return Claim::Unknown };
         match self.homes.get(&id).and_then(|h| h.io) {
-            Some(owner) if owner != io => {
-                // Bounded: forged checks from many ports cannot grow it
-                // without end (entries go with their peer).
-                if self.forwarded.len() < MAX_FORWARDED {
-                    self.forwarded.insert(from, (owner, id));
-                }
-                Claim::Forward(owner)
-            }
+            Some(owner) if owner != io => Claim::Forward(owner),
             _ => Claim::Unknown,
         }
-    }
-
-    /// The I/O thread that owns the peer at remote address `from`, when its
-    /// datagrams were seen reaching another thread's socket.
-    pub(crate) fn forwarded_to(&self, from: SocketAddr) -> Option<usize> {
-        if self.forwarded.is_empty() { None } else { self.forwarded.get(&from).map(|(owner, _)| *owner) }
     }
 
     /// Peers accepted longer than `timeout` before `now` whose first ICE
@@ -138,8 +117,8 @@ impl Registry {
         self.homes.get(&id).map(|h| h.io)
     }
 
-    /// (registered, pending, forwarded addresses).
-    pub(crate) fn sizes(&self) -> (usize, usize, usize) {
-        (self.homes.len(), self.pending.len(), self.forwarded.len())
+    /// (registered, pending).
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        (self.homes.len(), self.pending.len())
     }
 }

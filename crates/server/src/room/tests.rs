@@ -80,14 +80,13 @@ fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
     let (j, ufrag) = joiner(&acc, "alice\u{7}", false);
     let id = rooms.join(&room, j, Instant::now()).expect("joined");
     assert_eq!(rooms.participants(), 1);
-    assert_eq!(rooms.registry_sizes(), (1, 1, 0), "registered, waiting for its first check");
+    assert_eq!(rooms.registry_sizes(), (1, 1), "registered, waiting for its first check");
     let m = room.member_list();
     assert_eq!((m[0].id, m[0].name.as_str(), m[0].identity.as_str()), (id, "alice", "id-alice"), "name cleaned");
     assert_eq!(events(&room, &mut rx), vec![RoomEvent::Joined { id, name: "alice".into() }]);
 
-    let from: SocketAddr = "127.0.0.1:50000".parse().expect("addr");
-    assert!(matches!(rooms.claim("no-such-ufrag", 0, from), Claim::Unknown));
-    match rooms.claim(&ufrag, 1, from) {
+    assert!(matches!(rooms.claim("no-such-ufrag", 0), Claim::Unknown));
+    match rooms.claim(&ufrag, 1) {
         Claim::Adopt { peer, room: r, listen_only } => {
             assert_eq!(peer.id().0, id);
             assert_eq!(r.key, room.key);
@@ -95,20 +94,17 @@ fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
         }
         _ => panic!("the first check adopts"),
     }
-    assert_eq!(rooms.registry_sizes(), (1, 0, 0));
-    // A later check for it reaching another thread's socket is forwarded to its owner.
-    let other: SocketAddr = "127.0.0.1:50001".parse().expect("addr");
-    assert!(matches!(rooms.claim(&ufrag, 0, other), Claim::Forward(1)));
-    assert_eq!(rooms.forwarded_to(other), Some(1));
-    assert_eq!(rooms.forwarded_to(from), None);
+    assert_eq!(rooms.registry_sizes(), (1, 0));
+    // A later check for it reaching another thread's socket is forwarded to
+    // its owner (that thread remembers the client's address itself).
+    assert!(matches!(rooms.claim(&ufrag, 0), Claim::Forward(1)));
     // Its owner never asks again, but if it did, there is nothing to adopt.
-    assert!(matches!(rooms.claim(&ufrag, 1, from), Claim::Unknown));
+    assert!(matches!(rooms.claim(&ufrag, 1), Claim::Unknown));
 
     // Leaving closes it on its owner and forgets everything about it.
     let effect = rooms.leave(&room, id, LeaveReason::Left).expect("left");
     assert_eq!(effect, Some(Effect::ClosePeer { peer: PeerId(id), io: 1 }));
-    assert_eq!(rooms.registry_sizes(), (0, 0, 0));
-    assert_eq!(rooms.forwarded_to(other), None);
+    assert_eq!(rooms.registry_sizes(), (0, 0));
     assert_eq!(rooms.participants(), 0);
     assert_eq!(rooms.leave(&room, id, LeaveReason::Left), Err(RoomError::NoParticipant(id)));
     assert_eq!(events(&room, &mut rx), vec![RoomEvent::Left { id, reason: "left" }]);
@@ -191,7 +187,7 @@ fn deleting_a_room_closes_adopted_peers_where_they_are() {
     let room = rooms.create("r", None, None).expect("room");
     let (j, ufrag) = joiner(&acc, "a", false);
     let id = rooms.join(&room, j, Instant::now()).expect("joined");
-    assert!(matches!(rooms.claim(&ufrag, 3, "127.0.0.1:1".parse().expect("addr")), Claim::Adopt { .. }));
+    assert!(matches!(rooms.claim(&ufrag, 3), Claim::Adopt { .. }));
     room.flush_events();
     let mut rx = room.subscribe();
     let effects = rooms.delete("r").expect("deleted");
@@ -213,7 +209,7 @@ fn peers_whose_ice_never_starts_expire() {
     rooms.expire_pending(t0 + Duration::from_secs(11), Duration::from_secs(10));
     assert_eq!(rooms.participants(), 0);
     assert_eq!(events(&room, &mut rx), vec![RoomEvent::Left { id, reason: "timed_out" }]);
-    assert_eq!(rooms.registry_sizes(), (0, 0, 0));
+    assert_eq!(rooms.registry_sizes(), (0, 0));
 }
 
 #[test]
