@@ -74,7 +74,7 @@ mod server;
 mod sync;
 
 pub use config::{
-    AuthConfig, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpInConfig, RtpOutSettings,
+    AuthConfig, AuthKey, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpInConfig, RtpOutSettings,
     WebhookSettings,
 };
 pub use media::MediaStats;

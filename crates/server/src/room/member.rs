@@ -63,6 +63,10 @@ pub(crate) enum LeaveReason {
     RoomClosed,
     /// An admin removed it.
     Kicked,
+    /// Another join with the same identity took its place (one identity, one participant).
+    Replaced,
+    /// Its WebSocket's token expired before a fresh one came.
+    TokenExpired,
 }
 
 impl LeaveReason {
@@ -74,6 +78,8 @@ impl LeaveReason {
             Self::Failed => "failed",
             Self::RoomClosed => "room_closed",
             Self::Kicked => "kicked",
+            Self::Replaced => "replaced",
+            Self::TokenExpired => "token_expired",
         }
     }
 }
