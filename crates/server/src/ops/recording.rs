@@ -313,7 +313,7 @@ impl Job {
             Ok(file) => {
                 let mut sink = Sink::new(file, &self.cfg, &self.shared.counters);
                 if self.cfg.dir_max_bytes > 0 {
-                    sink.quota = Some(Quota::new(self.cfg.dir.clone(), self.cfg.dir_max_bytes, sink.bytes()));
+                    sink.quota = Some(Quota::new(self.cfg.dir.clone(), self.cfg.dir_max_bytes, &self.path));
                 }
                 let reason = sink.run(&rx, &self.shared.stop, &self.cfg);
                 (sink.bytes(), sink.playable_samples(), reason)
@@ -373,6 +373,12 @@ const QUOTA_RESCAN: Duration = Duration::from_secs(1);
 /// [`MAX_DIR_ENTRIES`] entries looked at); 0 for a directory that does not
 /// exist yet. Blocking disk I/O: for the writer thread or `spawn_blocking`.
 pub fn dir_usage(dir: &Path) -> std::io::Result<u64> {
+    usage_except(dir, None)
+}
+
+/// As [`dir_usage`], leaving out the file named `except` (a recording's
+/// own file: what it wrote may still sit in its buffer, not on disk).
+fn usage_except(dir: &Path, except: Option<&std::ffi::OsStr>) -> std::io::Result<u64> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -380,6 +386,9 @@ pub fn dir_usage(dir: &Path) -> std::io::Result<u64> {
     };
     let mut total = 0u64;
     for entry in entries.take(MAX_DIR_ENTRIES).flatten() {
+        if except.is_some_and(|name| entry.file_name() == name) {
+            continue;
+        }
         if let Ok(meta) = entry.metadata()
             && meta.is_file()
         {
@@ -393,6 +402,8 @@ pub fn dir_usage(dir: &Path) -> std::io::Result<u64> {
 /// files held at the last measure, and when that was.
 struct Quota {
     dir: PathBuf,
+    /// The recording's own file name, counted by what it wrote instead.
+    own: Option<std::ffi::OsString>,
     max: u64,
     /// Bytes of every other file in the directory at the last measure.
     others: u64,
@@ -400,24 +411,26 @@ struct Quota {
 }
 
 impl Quota {
-    fn new(dir: PathBuf, max: u64, own: u64) -> Self {
-        let mut q = Self { dir, max, others: 0, measured: std::time::Instant::now() };
-        q.measure(own);
+    /// The quota of `dir` for the recording writing `own` (its path).
+    fn new(dir: PathBuf, max: u64, own: &Path) -> Self {
+        let own = own.file_name().map(std::ffi::OsStr::to_os_string);
+        let mut q = Self { dir, own, max, others: 0, measured: std::time::Instant::now() };
+        q.measure();
         q
     }
 
-    fn measure(&mut self, own: u64) {
+    fn measure(&mut self) {
         // Unreadable: keep the last figure (the writes themselves will say if the disk is gone).
-        if let Ok(total) = dir_usage(&self.dir) {
-            self.others = total.saturating_sub(own);
+        if let Ok(others) = usage_except(&self.dir, self.own.as_deref()) {
+            self.others = others;
         }
         self.measured = std::time::Instant::now();
     }
 
     /// Whether the directory may hold this file at `own_after` bytes.
-    fn allows(&mut self, own_now: u64, own_after: u64) -> bool {
+    fn allows(&mut self, own_after: u64) -> bool {
         if self.measured.elapsed() >= QUOTA_RESCAN {
-            self.measure(own_now);
+            self.measure();
         }
         self.others.saturating_add(own_after) <= self.max
     }
@@ -522,9 +535,8 @@ impl<'a, W: Write> Sink<'a, W> {
         if after > self.max_bytes {
             return Err(StopReason::SizeLimit);
         }
-        let now = self.ogg.bytes_written();
         if let Some(q) = &mut self.quota
-            && !q.allows(now, after)
+            && !q.allows(after)
         {
             return Err(StopReason::Quota);
         }
@@ -629,7 +641,7 @@ mod tests {
         let head = OpusHead { channels: 1, pre_skip: 0, input_rate: 48_000 };
         let ogg = OggOpusWriter::new(Vec::new(), 1, head, "t", &[]).expect("a Vec accepts");
         let mut sink = Sink::new(ogg, &cfg, &counters);
-        sink.quota = Some(Quota::new(dir.clone(), cfg.dir_max_bytes, 0));
+        sink.quota = Some(Quota::new(dir.clone(), cfg.dir_max_bytes, &dir.join("new.opus")));
         let mut reason = None;
         for tick in 0..1_000u64 {
             if let Err(r) = sink.frame(tick, &[0xF8; 80]) {
