@@ -627,7 +627,8 @@ impl Config {
                 "must be within 0 (no limit) to 1000000, with participant_update_burst at least 1",
             );
         }
-        if !(self.room.empty_timeout_seconds.is_finite() && (0.0..=31_536_000.0).contains(&self.room.empty_timeout_seconds))
+        if !(self.room.empty_timeout_seconds.is_finite()
+            && (0.0..=31_536_000.0).contains(&self.room.empty_timeout_seconds))
         {
             return invalid("room.empty_timeout_seconds", "must be within 0 (never) to 31536000 seconds");
         }

@@ -214,9 +214,9 @@ mod tests {
             let user = s[0].username.as_deref().expect("REST username");
             user.split(':').next().and_then(|t| t.parse().ok()).expect("expiry:user")
         };
-        assert_eq!(expiry(&for_client_until(&[rest.clone()], "a", now, Some(now + 600))), now + 600);
-        assert_eq!(expiry(&for_client_until(&[rest.clone()], "a", now, Some(now + 999_999))), now + 86_400);
-        assert_eq!(expiry(&for_client_until(&[rest.clone()], "a", now, Some(now - 5))), now + 1, "never 0");
+        assert_eq!(expiry(&for_client_until(std::slice::from_ref(&rest), "a", now, Some(now + 600))), now + 600);
+        assert_eq!(expiry(&for_client_until(std::slice::from_ref(&rest), "a", now, Some(now + 999_999))), now + 86_400);
+        assert_eq!(expiry(&for_client_until(std::slice::from_ref(&rest), "a", now, Some(now - 5))), now + 1, "never 0");
         assert_eq!(expiry(&for_client(&[rest], "a", now)), now + 86_400);
     }
 

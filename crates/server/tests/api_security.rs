@@ -75,7 +75,11 @@ impl Sock {
             match self.0.read() {
                 Ok(tungstenite::Message::Text(t)) => {
                     let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("JSON");
-                    let items = if v["type"] == "events" { v["events"].as_array().cloned().unwrap_or_default() } else { vec![v] };
+                    let items = if v["type"] == "events" {
+                        v["events"].as_array().cloned().unwrap_or_default()
+                    } else {
+                        vec![v]
+                    };
                     if let Some(hit) = items.into_iter().find(|i| want(i)) {
                         return Ok(hit);
                     }
@@ -124,7 +128,14 @@ fn joins_create_no_rooms_and_empty_rooms_are_reaped() {
     let admin = mint(&server, Grant::admin("ops"), Duration::from_secs(600));
     let squatter = mint(&server, Grant::listener("*", "squatter"), Duration::from_secs(600));
     for i in 0..8 {
-        let r = call(api, &squatter, "POST", &format!("/v1/rooms/squat-{i}/participants"), Some("application/sdp"), offer().as_bytes());
+        let r = call(
+            api,
+            &squatter,
+            "POST",
+            &format!("/v1/rooms/squat-{i}/participants"),
+            Some("application/sdp"),
+            offer().as_bytes(),
+        );
         assert_eq!((r.status, r.code().as_str()), (404, "room_not_found"), "{}", r.body);
         assert_eq!(ws(api, &format!("sock-{i}"), Some(&squatter)).err(), Some(404), "a bare upgrade creates nothing");
     }
@@ -132,7 +143,8 @@ fn joins_create_no_rooms_and_empty_rooms_are_reaped() {
     assert_eq!(rooms.body, "[]", "no room was made");
     // The admin's rooms: "idle" (nobody comes) and "busy" (someone stays).
     for id in ["idle", "busy"] {
-        let r = call(api, &admin, "POST", "/v1/rooms", Some("application/json"), format!("{{\"id\":\"{id}\"}}").as_bytes());
+        let r =
+            call(api, &admin, "POST", "/v1/rooms", Some("application/json"), format!("{{\"id\":\"{id}\"}}").as_bytes());
         assert_eq!(r.status, 201, "{}", r.body);
     }
     let mut watcher = ws(api, "idle", Some(&admin)).expect("a watcher");
@@ -149,7 +161,8 @@ fn joins_create_no_rooms_and_empty_rooms_are_reaped() {
     assert_eq!(call(api, &admin, "GET", "/v1/rooms/busy", None, b"").status, 200, "an occupied room stays");
     // Its creator may fill the server to max_rooms: nothing took a slot.
     for i in 0..7 {
-        let r = call(api, &admin, "POST", "/v1/rooms", Some("application/json"), format!("{{\"id\":\"a{i}\"}}").as_bytes());
+        let r =
+            call(api, &admin, "POST", "/v1/rooms", Some("application/json"), format!("{{\"id\":\"a{i}\"}}").as_bytes());
         assert_eq!(r.status, 201, "create {i}: {}", r.body);
     }
     client.close();
@@ -332,10 +345,12 @@ fn one_participant_per_identity_and_updates_are_rate_limited() {
 
     let mut first = ws(api, "r", Some(&alice)).expect("first socket");
     first.send(serde_json::json!({ "type": "join", "sdp": offer() }));
-    let one = first.until(Duration::from_secs(5), |v| v["type"] == "answer").expect("answer")["id"].as_u64().expect("id");
+    let one =
+        first.until(Duration::from_secs(5), |v| v["type"] == "answer").expect("answer")["id"].as_u64().expect("id");
     let mut second = ws(api, "r", Some(&alice)).expect("second socket");
     second.send(serde_json::json!({ "type": "join", "sdp": offer() }));
-    let two = second.until(Duration::from_secs(5), |v| v["type"] == "answer").expect("answer")["id"].as_u64().expect("id");
+    let two =
+        second.until(Duration::from_secs(5), |v| v["type"] == "answer").expect("answer")["id"].as_u64().expect("id");
     assert_ne!(one, two);
     assert_eq!(first.close_frame(Duration::from_secs(3)), Some((4409, "replaced".to_owned())));
     let left = observer.until(Duration::from_secs(3), |v| v["type"] == "left" && v["id"] == one).expect("left");
@@ -344,7 +359,8 @@ fn one_participant_per_identity_and_updates_are_rate_limited() {
     let r = call(api, &alice, "POST", "/v1/rooms/r/participants", Some("application/sdp"), offer().as_bytes());
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(second.close_frame(Duration::from_secs(3)), Some((4409, "replaced".to_owned())));
-    let room: serde_json::Value = serde_json::from_str(&call(api, &admin, "GET", "/v1/rooms/r", None, b"").body).expect("JSON");
+    let room: serde_json::Value =
+        serde_json::from_str(&call(api, &admin, "GET", "/v1/rooms/r", None, b"").body).expect("JSON");
     let alices = room["participants"].as_array().expect("list").iter().filter(|p| p["identity"] == "alice").count();
     assert_eq!(alices, 1, "{room}");
     // An admin may join twice (a bridge, a load generator).
@@ -352,13 +368,15 @@ fn one_participant_per_identity_and_updates_are_rate_limited() {
         let r = call(api, &admin, "POST", "/v1/rooms/r/participants", Some("application/sdp"), offer().as_bytes());
         assert_eq!(r.status, 201, "{}", r.body);
     }
-    let room: serde_json::Value = serde_json::from_str(&call(api, &admin, "GET", "/v1/rooms/r", None, b"").body).expect("JSON");
+    let room: serde_json::Value =
+        serde_json::from_str(&call(api, &admin, "GET", "/v1/rooms/r", None, b"").body).expect("JSON");
     assert_eq!(room["participants"].as_array().map(Vec::len), Some(3), "{room}");
 
     // Hand toggles on alice's participant: a burst of 3, then 429.
-    let id = room["participants"].as_array().expect("list").iter().find(|p| p["identity"] == "alice").expect("alice")["id"]
-        .as_u64()
-        .expect("id");
+    let id =
+        room["participants"].as_array().expect("list").iter().find(|p| p["identity"] == "alice").expect("alice")["id"]
+            .as_u64()
+            .expect("id");
     let path = format!("/v1/rooms/r/participants/{id}");
     for i in 0..3 {
         let body = format!("{{\"hand\":{}}}", i % 2 == 0);
@@ -396,7 +414,8 @@ fn development_mode_refuses_other_sites() {
     assert!(evil.starts_with("HTTP/1.1 403") && evil.contains("forbidden_origin"), "{evil}");
     let rebound = post(&format!("evil.example:{}", api.port()), Some(&format!("http://evil.example:{}", api.port())));
     assert!(rebound.starts_with("HTTP/1.1 403") && rebound.contains("bad_host"), "{rebound}");
-    let rebound_read = raw(api, &format!("GET /v1/rooms HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n", api.port()));
+    let rebound_read =
+        raw(api, &format!("GET /v1/rooms HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n", api.port()));
     assert!(rebound_read.starts_with("HTTP/1.1 403"), "reads through a rebound name too: {rebound_read}");
     let upgrade = |origin: &str| {
         raw(
@@ -474,7 +493,8 @@ fn recordings_show_no_path_and_keep_to_their_quota() {
         }
     };
     assert_eq!(stopped["reason"], "quota", "{stopped}");
-    let used: u64 = std::fs::read_dir(&dir).expect("dir").flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
+    let used: u64 =
+        std::fs::read_dir(&dir).expect("dir").flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
     assert!(used <= 40_000, "the directory holds {used} bytes, over its quota");
     let scraped = common::scrape(metrics);
     let finished = common::series("tutti_recordings_finished_total", &[("reason", "quota")]);

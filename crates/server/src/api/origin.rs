@@ -59,10 +59,8 @@ fn local_origin(origin: &str, http: SocketAddr) -> bool {
 }
 
 fn changes_state(method: &Method, headers: &HeaderMap) -> bool {
-    let upgrade = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let upgrade =
+        headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     upgrade || !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
@@ -114,7 +112,8 @@ mod tests {
     #[test]
     fn local_hosts_and_origins_pass_others_do_not() {
         let http = SocketAddr::from(([127, 0, 0, 1], 8080));
-        for ok in ["127.0.0.1:8080", "127.0.0.2", "localhost", "LOCALHOST:3000", "app.localhost:1", "[::1]:8080", "[::1]"]
+        for ok in
+            ["127.0.0.1:8080", "127.0.0.2", "localhost", "LOCALHOST:3000", "app.localhost:1", "[::1]:8080", "[::1]"]
         {
             assert!(local_authority(ok, http), "{ok}");
         }

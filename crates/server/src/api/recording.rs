@@ -116,7 +116,11 @@ pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
         .map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("cannot measure the recordings: {}", e.kind()))
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("cannot measure the recordings: {}", e.kind()),
+            )
         })?;
     if used >= max {
         metrics::counter!(crate::metrics::outputs::RECORDING_QUOTA_REFUSALS).increment(1);
@@ -124,7 +128,9 @@ pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
         return Err(ApiError::new(
             StatusCode::INSUFFICIENT_STORAGE,
             "recording_quota",
-            format!("the recordings directory holds {used} bytes, its quota (recording.dir_max_bytes) is {max}: free some space first"),
+            format!(
+                "the recordings directory holds {used} bytes, its quota (recording.dir_max_bytes) is {max}: free some space first"
+            ),
         ));
     }
     Ok(())

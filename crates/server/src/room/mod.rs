@@ -309,8 +309,7 @@ impl Rooms {
         // participants (no identity: auth disabled) are never matched, and
         // an admin of the room may hold several (a load generator, a bridge).
         if !identity.is_empty() && !admin {
-            let old: Vec<u64> =
-                lock(&room.members).values().filter(|m| m.identity == identity).map(|m| m.id).collect();
+            let old: Vec<u64> = lock(&room.members).values().filter(|m| m.identity == identity).map(|m| m.id).collect();
             for old in old {
                 if let Ok(Some(effect)) = self.leave(room, old, LeaveReason::Replaced) {
                     lock(&self.replaced).push(effect);

@@ -275,8 +275,11 @@ fn warning_of(deadline: tokio::time::Instant) -> tokio::time::Instant {
 /// the token is valid, for the same identity, and still lets it see the room.
 fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<(Grant, u64), ApiError> {
     let refused = |message: String| ApiError::new(axum::http::StatusCode::BAD_REQUEST, "token_refused", message);
-    let Some(auth) = &api.auth else { return Err(refused("auth is disabled: this socket's access does not expire".into())) };
-    let (grant, exp) = auth.verify_until(token, unix_now()).map_err(|e| refused(format!("the new token was refused: {e}")))?;
+    let Some(auth) = &api.auth else {
+        return Err(refused("auth is disabled: this socket's access does not expire".into()));
+    };
+    let (grant, exp) =
+        auth.verify_until(token, unix_now()).map_err(|e| refused(format!("the new token was refused: {e}")))?;
     if grant.identity != caller.grant.identity {
         return Err(refused(format!(
             "the new token is for identity '{}', this socket's is '{}': open a new socket for another identity",
