@@ -258,11 +258,17 @@ pub(super) async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: 
     .await;
 }
 
-/// When a token expiring at `exp` (Unix seconds) expires, on tokio's clock.
+/// Longest a socket's timer waits at once (a token valid for centuries is
+/// looked at again after this, rather than overflow a clock).
+const LONGEST_WAIT: Duration = Duration::from_secs(86_400 * 365);
+
+/// When a token expiring at `exp` (Unix seconds) expires, on tokio's clock
+/// (at most [`LONGEST_WAIT`] ahead: the timer then checks again).
 fn deadline_of(exp: u64) -> tokio::time::Instant {
-    let at = std::time::UNIX_EPOCH + Duration::from_secs(exp);
-    let left = at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO);
-    tokio::time::Instant::now() + left
+    let left = std::time::UNIX_EPOCH
+        .checked_add(Duration::from_secs(exp))
+        .map_or(LONGEST_WAIT, |at| at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO));
+    tokio::time::Instant::now() + left.min(LONGEST_WAIT)
 }
 
 /// When to warn a socket whose token expires at `deadline`.
@@ -303,11 +309,8 @@ async fn session(
     api.ws_sessions.fetch_add(1, Ordering::Relaxed);
     // The token's expiry (none with auth off), and the warning before it.
     let mut expires_at = expires_at;
-    let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
-    let mut deadline = expires_at.map_or(far, deadline_of);
+    let mut deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
     let mut warn_at = Some(warning_of(deadline)).filter(|_| expires_at.is_some());
-    // The socket's participant left because the token expired (not the client's doing).
-    let mut expired = false;
     let limits = &api.cfg.limits;
     let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
     let idle = Duration::from_secs_f64(limits.ws_idle_timeout_seconds);
@@ -324,13 +327,17 @@ async fn session(
     while ok {
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {
+                if expires_at.is_none_or(|exp| unix_now() < exp) {
+                    // Not expired (no expiry, or further off than one wait): wait again.
+                    deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
+                    continue;
+                }
                 if let Some(id) = me.take() {
                     api.ws_resumes.forget(id);
                     if let Ok(effect) = api.rooms.leave(&room, id, LeaveReason::TokenExpired) {
                         api.apply(effect);
                     }
                 }
-                expired = true;
                 close_gracefully(&mut socket, CLOSE_TOKEN_EXPIRED, "token_expired").await;
                 tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: its token expired");
                 break;
@@ -446,7 +453,7 @@ async fn session(
         }
     }
     if let Some(id) = me {
-        resume::socket_gone(&api, &room, id, clean || expired);
+        resume::socket_gone(&api, &room, id, clean);
     }
     api.ws_sessions.fetch_sub(1, Ordering::Relaxed);
 }
