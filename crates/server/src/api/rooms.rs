@@ -544,14 +544,20 @@ pub(crate) fn create_on_join(api: &ApiState, room: &str) -> ApiResult<Arc<Room>>
 }
 
 /// In cluster mode, before a join places a room that is not hosted here:
-/// unless `room.auto_create`, the room must have been created by an admin
-/// (its record in the directory carries the creator's config; a released
-/// room's does not), else `404 room_not_found`.
+/// unless `room.auto_create`, the room must exist: created by an admin (its
+/// record in the directory carries the creator's config; a released room's
+/// does not), or held by a live node (a Redis that restarted empty lost the
+/// config, but the owner writes its lease back), else `404 room_not_found`.
 pub(crate) async fn may_create_on_join(api: &ApiState, cluster: &tutti_cluster::Cluster, room: &str) -> ApiResult<()> {
     if api.cfg.room.auto_create {
         return Ok(());
     }
     match cluster.room_config(room).await {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => {}
+        Err(e) => return Err(cluster::unavailable(&e)),
+    }
+    match cluster.locate(room).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(RoomError::NoRoom(room.to_owned()).into()),
         Err(e) => Err(cluster::unavailable(&e)),
