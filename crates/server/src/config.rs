@@ -949,6 +949,30 @@ mod tests {
     }
 
     #[test]
+    fn auth_keys_load_from_the_file_and_the_environment_and_are_checked() {
+        let file = "[auth]\nsecret = \"0123456789abcdef0123456789abcdef\"\n\
+                    keys = [{ id = \"2026-12\", secret = \"the december key, thirty-two bytes long\" }]\n";
+        let cfg = load_text(file, &[], &[]).expect("loads");
+        assert_eq!(
+            cfg.auth.key_pairs(),
+            [("2026-12".to_owned(), "the december key, thirty-two bytes long".to_owned())]
+        );
+        assert!(!format!("{cfg:?}").contains("december key"), "Debug hides key secrets");
+        let env = [("TUTTI_AUTH_KEYS", "[{ id = \"a\", secret = \"0123456789abcdef0123456789abcdef\" }]")];
+        assert_eq!(load_text("", &env, &[]).expect("loads").auth.keys.len(), 1);
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        let short = "[auth]\nkeys = [{ id = \"a\", secret = \"short\" }]\n";
+        assert!(err(load_text(short, &[], &[])).contains("auth.keys"));
+        let twice = "[auth]\nkeys = [{ id = \"a\", secret = \"0123456789abcdef0123456789abcdef\" }, \
+                     { id = \"a\", secret = \"0123456789abcdef0123456789abcdef\" }]\n";
+        assert!(err(load_text(twice, &[], &[])).contains("unique"));
+        assert!(err(load_text("[webhooks]\nsecret = \"short\"\n", &[], &[])).contains("webhooks.secret"));
+        assert!(
+            err(load_text("[room]\nempty_timeout_seconds = -1\n", &[], &[])).contains("room.empty_timeout_seconds")
+        );
+    }
+
+    #[test]
     fn cluster_mode_needs_a_shared_secret_and_addresses() {
         let redis = [("TUTTI_CLUSTER_REDIS_URL", "redis://127.0.0.1:6379/0")];
         let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();

@@ -505,3 +505,66 @@ fn recordings_show_no_path_and_keep_to_their_quota() {
     rt.block_on(server.shutdown());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Keys rotate by id: tokens minted by the server carry the first listed
+/// key's id and verify; tokens minted before (plain `auth.secret`, no
+/// `kid`) keep verifying; a key that is no longer listed verifies nothing.
+#[test]
+fn listed_keys_rotate_without_dropping_older_tokens() {
+    let mut cfg = with_auth(test_config());
+    cfg.auth.keys = vec![
+        tutti_server::AuthKey { id: "2026-12".into(), secret: "the december key, thirty-two bytes long".into() },
+        tutti_server::AuthKey { id: "2026-11".into(), secret: "the november key, thirty-two bytes long".into() },
+    ];
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let grant = Grant::admin("ops");
+    let now = unix_now();
+    let plain = tutti_server::auth::Auth::new(SECRET).expect("secret").mint(&grant, Duration::from_secs(600), now);
+    let november = tutti_server::auth::Auth::with_keys(
+        "",
+        &[("2026-11".into(), "the november key, thirty-two bytes long".into())],
+    )
+    .expect("keys")
+    .mint(&grant, Duration::from_secs(600), now);
+    let october = tutti_server::auth::Auth::with_keys(
+        "",
+        &[("2026-10".into(), "the october key, thirty-two bytes long!".into())],
+    )
+    .expect("keys")
+    .mint(&grant, Duration::from_secs(600), now);
+    let minted = mint(&server, grant, Duration::from_secs(600));
+    let header = minted.split('.').next().expect("header");
+    assert!(
+        String::from_utf8_lossy(&base64_url(header)).contains("\"kid\":\"2026-12\""),
+        "the server mints with the first key"
+    );
+    for (name, token) in [("minted", minted), ("plain", plain.expect("mint")), ("november", november.expect("mint"))] {
+        assert_eq!(call(api, &token, "GET", "/v1/rooms", None, b"").status, 200, "{name}");
+    }
+    let r = call(api, &october.expect("mint"), "GET", "/v1/rooms", None, b"");
+    assert_eq!(r.status, 401, "an unlisted key: {}", r.body);
+    rt.block_on(server.shutdown());
+}
+
+/// base64url without padding, decoded (small, for a JWT header).
+fn base64_url(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'-' => 62,
+        _ => 63,
+    };
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes() {
+        acc = (acc << 6) | u32::from(value(c));
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
