@@ -207,11 +207,13 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-/// A key for one purpose, derived from `secret` with `label`:
-/// HMAC-SHA256(key = `secret`, message = `label`). Labels in use:
-/// `"tutti cluster tickets v1"`, `"tutti webhook signatures v1"`.
-/// Knowing a derived key tells nothing of the secret or of other labels' keys.
-pub fn derive_key(secret: &[u8], label: &str) -> [u8; 32] {
+/// A key for one purpose, derived from `secret`: HMAC-SHA256(key =
+/// `secret`, message = `"tutti v1 " + purpose`), the scheme the cluster
+/// crate uses too (`tutti_cluster::derive_key`: purposes `cluster-node`,
+/// `cluster-ticket`). Knowing a derived key tells nothing of the secret or
+/// of other purposes' keys.
+pub fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
+    let label = format!("tutti v1 {purpose}");
     let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret), label.as_bytes());
     let mut out = [0u8; 32];
     out.copy_from_slice(tag.as_ref());
@@ -476,11 +478,16 @@ mod tests {
 
     #[test]
     fn derived_keys_differ_by_label_and_from_the_secret() {
-        let a = derive_key(SECRET.as_bytes(), "tutti cluster tickets v1");
-        let b = derive_key(SECRET.as_bytes(), "tutti webhook signatures v1");
+        let a = derive_key(SECRET.as_bytes(), "cluster-ticket");
+        let b = derive_key(SECRET.as_bytes(), "webhook");
         assert_ne!(a, b);
         assert_ne!(&a[..], SECRET.as_bytes());
-        assert_eq!(a, derive_key(SECRET.as_bytes(), "tutti cluster tickets v1"), "deterministic");
+        assert_eq!(a, derive_key(SECRET.as_bytes(), "cluster-ticket"), "deterministic");
+        let by_hand = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes()),
+            b"tutti v1 cluster-ticket",
+        );
+        assert_eq!(&a[..], by_hand.as_ref(), "the cluster crate's scheme");
     }
 
     #[test]
