@@ -11,7 +11,8 @@
 //!   that send nothing cannot keep `/healthz` (or anyone) out, and one
 //!   address cannot hold every slot.
 //! - A client gets `limits.http_header_timeout_seconds` to send a request's
-//!   headers (slow-header clients are cut off), and the API answers 408
+//!   headers, the first one counted from the accept (slow-header and silent
+//!   clients are cut off), and the API answers 408
 //!   for a request slower than `limits.http_request_timeout_seconds`.
 //! - Each request carries the client's address (`ConnectInfo`), for the
 //!   join rate limit.
@@ -219,5 +220,43 @@ async fn stopped(flag: &mut watch::Receiver<bool>) {
 fn log_end(client: SocketAddr, result: Result<(), hyper::Error>) {
     if let Err(e) = result {
         tracing::debug!(%client, error = %e, "HTTP connection ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("an address")
+    }
+
+    fn counts(slots: &Slots) -> (usize, usize, usize, usize) {
+        let t = lock(&slots.table);
+        (t.total, t.per_address.len(), t.waiting.len(), t.evicted.len())
+    }
+
+    #[test]
+    fn a_newcomer_takes_the_slot_of_the_oldest_connection_that_sent_nothing() {
+        let slots = Slots::new(2, 1);
+        let first = slots.admit(ip("10.0.0.1")).expect("room");
+        first.busy();
+        assert!(slots.admit(ip("10.0.0.1")).is_none(), "the address's share is held by a busy connection");
+        let second = slots.admit(ip("10.0.0.2")).expect("another address has its own share");
+        assert_eq!(counts(&slots), (2, 2, 1, 0));
+        // Full: the newcomer takes the slot of the one that sent nothing (second), never the busy one.
+        let third = slots.admit(ip("10.0.0.3")).expect("a slot taken over");
+        assert_eq!(counts(&slots), (2, 2, 1, 1), "second's counts went with it");
+        drop(second);
+        assert_eq!(counts(&slots), (2, 2, 1, 0), "dropping an evicted slot counts nothing twice");
+        // Its own address's share: a newcomer from 10.0.0.3 takes third's slot.
+        let fourth = slots.admit(ip("10.0.0.3")).expect("the address's own waiting one goes");
+        drop((third, fourth, first));
+        assert_eq!(counts(&slots), (0, 0, 0, 0), "everything given back");
+        // IPv6 counts by /64.
+        let slots = Slots::new(4, 1);
+        let v6 = slots.admit(ip("2001:db8::1")).expect("room");
+        v6.busy();
+        assert!(slots.admit(ip("2001:db8::2")).is_none(), "the same /64");
     }
 }
