@@ -280,8 +280,9 @@ pub struct Limits {
     /// Open HTTP connections from one IPv4 address or IPv6 /64 (its share
     /// of `max_connections`); beyond, as for the cap.
     pub max_connections_per_address: usize,
-    /// Open WebSockets per token identity (over all rooms); beyond: 429
-    /// `too_many_sockets`. 0 = no limit.
+    /// Open WebSockets per token identity (over all rooms), and never more
+    /// than half of `max_connections`; beyond: 429 `too_many_sockets`. 0 =
+    /// half of `max_connections`. Admins of the room are not counted.
     pub ws_max_per_identity: usize,
     /// `PATCH …/participants/{id}` per second per participant, on average;
     /// beyond: 429 `rate_limited` with `Retry-After`. 0 = no limit.

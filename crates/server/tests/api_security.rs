@@ -253,6 +253,24 @@ fn sockets_per_identity_are_bounded() {
         std::thread::sleep(Duration::from_millis(50));
     }
     rt.block_on(server.shutdown());
+
+    // The issue's case: max_connections = 16 and 16 sockets of one listen-only
+    // token: half of them at most, and the API still serves everyone else.
+    let mut cfg = with_auth(test_config());
+    cfg.limits.max_connections = 16;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let admin = mint(&server, Grant::admin("ops"), Duration::from_secs(600));
+    call(api, &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"r"}"#);
+    let lena = mint(&server, Grant::listener("*", "lena"), Duration::from_secs(600));
+    let results: Vec<Result<Sock, u16>> = (0..16).map(|_| ws(api, "r", Some(&lena))).collect();
+    let open = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(open, 8, "half of max_connections");
+    assert!(results.iter().filter_map(|r| r.as_ref().err()).all(|s| *s == 429));
+    assert_eq!(http(api, "GET", "/healthz", None, b"").status, 200);
+    let max = mint(&server, Grant::listener("*", "max"), Duration::from_secs(600));
+    assert!(ws(api, "r", Some(&max)).is_ok(), "another listener gets a socket");
+    rt.block_on(server.shutdown());
 }
 
 /// A socket is warned before its token expires and closed at expiry (4001

@@ -39,8 +39,9 @@
 //! `token_expired`). One identity holds one participant per room: a join
 //! with the identity of a participant already there replaces it, and the
 //! replaced participant's socket is closed with 4409 `replaced`. An
-//! identity holds at most `limits.ws_max_per_identity` sockets (beyond:
-//! 429 `too_many_sockets` at the upgrade). Limits
+//! identity holds at most `limits.ws_max_per_identity` sockets, and never
+//! more than half of `limits.max_connections` (beyond: 429
+//! `too_many_sockets` at the upgrade). Limits
 //! (`[limits]`): a message over `ws_max_message_bytes` closes the socket
 //! with 1009; more than `ws_messages_per_second` (after a burst of
 //! `ws_message_burst`) gets an `error` `rate_limited`, then close 1008;
@@ -164,12 +165,17 @@ pub(crate) async fn upgrade(
     // A bounded number of sockets per identity (anonymous callers, auth off,
     // are bounded by address only; the room's admins are trusted with more).
     let held = if api.auth.is_some() && !grant.identity.is_empty() && !grant.may_manage(&room) {
-        match api.ws_identities.acquire(&grant.identity, api.cfg.limits.ws_max_per_identity) {
+        // Never more than half the server's connections, whatever the setting.
+        let limits = &api.cfg.limits;
+        let half = (limits.max_connections / 2).max(1);
+        let max = if limits.ws_max_per_identity == 0 { half } else { limits.ws_max_per_identity.min(half) };
+        match api.ws_identities.acquire(&grant.identity, max) {
             Some(held) => Some(held),
             None => {
                 let message = format!(
-                    "identity '{}' has {} WebSockets open already (limits.ws_max_per_identity)",
-                    grant.identity, api.cfg.limits.ws_max_per_identity
+                    "identity '{}' has {max} WebSockets open already (limits.ws_max_per_identity, at most half of \
+                     limits.max_connections)",
+                    grant.identity
                 );
                 return ApiError::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "too_many_sockets", message)
                     .into_response();
