@@ -150,7 +150,7 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
     if cfg.auth.disabled {
         anyhow::bail!("auth.disabled is true in this configuration: the server takes no tokens");
     }
-    if cfg.auth.secret.is_empty() {
+    if cfg.auth.secret.is_empty() && cfg.auth.keys.is_empty() {
         anyhow::bail!(
             "no auth.secret is configured (--config, TUTTI_AUTH_SECRET or --set auth.secret=…). \
              A server without one generates its own at start and prints a ready token; \
@@ -160,7 +160,8 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
     if args.room == "*" && !args.admin {
         anyhow::bail!("--room '*' (every room) is for --admin tokens only");
     }
-    let auth = Auth::new(&cfg.auth.secret).context("auth.secret")?;
+    // Minted with the first of auth.keys (its id in `kid`) when keys are listed.
+    let auth = Auth::with_keys(&cfg.auth.secret, &cfg.auth.key_pairs()).context("auth.secret / auth.keys")?;
     let grant = Grant {
         room: args.room.clone(),
         identity: args.identity.clone(),

@@ -9,6 +9,14 @@
 //! {"room":"demo","sub":"alice","perms":["speak","listen"],"iat":1767225600,"exp":1767229200}
 //! ```
 //!
+//! Keys rotate by id: with `auth.keys = [{ id, secret }, …]` tokens are
+//! minted with the first key and carry its id in the header (`kid`), and a
+//! token verifies under whichever listed key its `kid` names; a token
+//! without `kid` verifies under `auth.secret` (so tokens minted before keys
+//! were listed keep working). Other purposes (cluster tickets, webhook
+//! signatures) take keys derived from a secret with a label
+//! ([`derive_key`]), never the access-token key itself.
+//!
 //! Only `HS256` is accepted: the header's `alg` is checked before anything
 //! else, so neither `none` nor a public-key algorithm can be slipped in. The
 //! signature is checked (in constant time, by `ring`) before the claims are
@@ -44,6 +52,9 @@ pub enum GrantError {
     /// The identity is longer than [`MAX_IDENTITY_BYTES`].
     #[error("a token's identity is at most {MAX_IDENTITY_BYTES} bytes")]
     Identity,
+    /// No key to sign with.
+    #[error("no signing key is configured")]
+    NoKey,
 }
 
 /// Who may do what, from a verified token (or everything, when auth is off).
@@ -134,6 +145,9 @@ struct Header {
     alg: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     typ: Option<String>,
+    /// The id of the key it is signed with (`auth.keys`); none: `auth.secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kid: Option<String>,
     /// RFC 7515 §4.1.11: extensions the recipient must understand. tutti understands none.
     #[serde(default, skip_serializing)]
     crit: Option<serde_json::Value>,
@@ -168,18 +182,42 @@ pub enum SecretError {
     /// The system's random source failed.
     #[error("no randomness for a secret: {0}")]
     Random(String),
+    /// A key id that is empty, too long or listed twice.
+    #[error("auth.keys: key id {0:?} is empty, longer than {MAX_KEY_ID_BYTES} bytes or listed twice")]
+    KeyId(String),
 }
 
-/// Signs and verifies tokens with one secret.
+/// Longest key id accepted, in bytes.
+pub const MAX_KEY_ID_BYTES: usize = 64;
+
+/// Signs and verifies tokens: with the plain secret (tokens without `kid`)
+/// and with listed keys by id (tokens minted with the first one).
 pub struct Auth {
-    key: ring::hmac::Key,
+    /// `auth.secret`: tokens without `kid`; `None` when only listed keys are configured.
+    key: Option<ring::hmac::Key>,
+    /// `auth.keys`, in order: (id, key). The first one mints.
+    keys: Vec<(String, ring::hmac::Key)>,
     generated: bool,
 }
 
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Auth").field("generated", &self.generated).finish_non_exhaustive()
+        let ids: Vec<&str> = self.keys.iter().map(|(id, _)| id.as_str()).collect();
+        f.debug_struct("Auth").field("generated", &self.generated).field("ids", &ids).finish_non_exhaustive()
     }
+}
+
+/// A key for one purpose, derived from `secret`: HMAC-SHA256(key =
+/// `secret`, message = `"tutti v1 " + purpose`), the scheme the cluster
+/// crate uses too (`tutti_cluster::derive_key`: purposes `cluster-node`,
+/// `cluster-ticket`). Knowing a derived key tells nothing of the secret or
+/// of other purposes' keys.
+pub fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
+    let label = format!("tutti v1 {purpose}");
+    let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret), label.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
+    out
 }
 
 /// Seconds since the Unix epoch, now.
@@ -193,7 +231,30 @@ impl Auth {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(SecretError::TooShort);
         }
-        Ok(Self { key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes()), generated: false })
+        Ok(Self {
+            key: Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes())),
+            keys: Vec::new(),
+            generated: false,
+        })
+    }
+
+    /// Tokens under `secret` (those without `kid`; empty = none) and under
+    /// `keys` (id, secret) by id, minted with the first listed key (with
+    /// `secret` when none is listed). Ids are unique, 1 to
+    /// [`MAX_KEY_ID_BYTES`] bytes; every secret at least [`MIN_SECRET_BYTES`].
+    pub fn with_keys(secret: &str, keys: &[(String, String)]) -> Result<Self, SecretError> {
+        let key = if secret.is_empty() && !keys.is_empty() { None } else { Self::new(secret)?.key };
+        let mut listed: Vec<(String, ring::hmac::Key)> = Vec::with_capacity(keys.len());
+        for (id, s) in keys {
+            if id.is_empty() || id.len() > MAX_KEY_ID_BYTES || listed.iter().any(|(k, _)| k == id) {
+                return Err(SecretError::KeyId(id.clone()));
+            }
+            if s.len() < MIN_SECRET_BYTES {
+                return Err(SecretError::TooShort);
+            }
+            listed.push((id.clone(), ring::hmac::Key::new(ring::hmac::HMAC_SHA256, s.as_bytes())));
+        }
+        Ok(Self { key, keys: listed, generated: false })
     }
 
     /// Tokens under a fresh random secret (256 bits): they are valid for
@@ -228,15 +289,26 @@ impl Auth {
             iat: now,
             exp: now.saturating_add(ttl.as_secs()),
         };
-        let header = Header { alg: "HS256".to_owned(), typ: Some("JWT".to_owned()), crit: None };
+        let (kid, key) = match (self.keys.first(), &self.key) {
+            (Some((id, key)), _) => (Some(id.clone()), key),
+            (None, Some(key)) => (None, key),
+            // `with_keys` keeps at least one of them.
+            (None, None) => return Err(GrantError::NoKey),
+        };
+        let header = Header { alg: "HS256".to_owned(), typ: Some("JWT".to_owned()), kid, crit: None };
         let signing_input = format!("{}.{}", b64_json(&header), b64_json(&claims));
-        let tag = ring::hmac::sign(&self.key, signing_input.as_bytes());
+        let tag = ring::hmac::sign(key, signing_input.as_bytes());
         Ok(format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref())))
     }
 
     /// The grant of a token, if it is well-formed, HS256, signed with this
     /// secret and not expired at `now` (Unix seconds).
     pub fn verify(&self, token: &str, now: u64) -> Result<Grant, AuthError> {
+        self.verify_until(token, now).map(|(grant, _)| grant)
+    }
+
+    /// As [`Auth::verify`], with the token's expiry (`exp`, Unix seconds).
+    pub fn verify_until(&self, token: &str, now: u64) -> Result<(Grant, u64), AuthError> {
         if token.is_empty() {
             return Err(AuthError::Missing);
         }
@@ -254,7 +326,13 @@ impl Auth {
         }
         let signature = decode(s)?;
         let signing_input = &token[..h.len() + 1 + p.len()];
-        ring::hmac::verify(&self.key, signing_input.as_bytes(), &signature).map_err(|_| AuthError::BadSignature)?;
+        // The key its `kid` names, else the plain secret; an unknown id verifies under nothing.
+        let key = match &header.kid {
+            Some(kid) => self.keys.iter().find(|(id, _)| id == kid).map(|(_, k)| k),
+            None => self.key.as_ref(),
+        };
+        let key = key.ok_or(AuthError::BadSignature)?;
+        ring::hmac::verify(key, signing_input.as_bytes(), &signature).map_err(|_| AuthError::BadSignature)?;
         let claims: Claims = serde_json::from_slice(&decode(p)?).map_err(|_| AuthError::Malformed)?;
         if now >= claims.exp {
             return Err(AuthError::Expired);
@@ -268,7 +346,7 @@ impl Auth {
             identity: claims.sub,
         };
         grant.check().map_err(|_| AuthError::Malformed)?;
-        Ok(grant)
+        Ok((grant, claims.exp))
     }
 }
 
@@ -363,6 +441,53 @@ mod tests {
         let token = auth.mint(&widest, Duration::from_secs(60), 0).expect("the widest grant mints");
         assert!(token.len() <= MAX_TOKEN_BYTES);
         assert_eq!(auth.verify(&token, 0), Ok(widest));
+    }
+
+    #[test]
+    fn listed_keys_rotate_by_id_and_plain_tokens_keep_verifying() {
+        let plain = Auth::new(SECRET).expect("secret");
+        let old = plain.mint(&Grant::participant("demo", "alice"), Duration::from_secs(60), 0).expect("mint");
+        let keys = vec![
+            ("2026-12".to_owned(), "the december key, thirty-two bytes long".to_owned()),
+            ("2026-11".to_owned(), "the november key, thirty-two bytes long".to_owned()),
+        ];
+        let auth = Auth::with_keys(SECRET, &keys).expect("keys");
+        assert!(auth.verify(&old, 0).is_ok(), "a token without kid verifies under auth.secret");
+        let new = auth.mint(&Grant::participant("demo", "bob"), Duration::from_secs(60), 0).expect("mint");
+        let header: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(new.split('.').next().expect("header")).expect("b64"))
+                .expect("json");
+        assert_eq!(header["kid"], "2026-12", "minted with the first key");
+        assert_eq!(auth.verify_until(&new, 0).map(|(g, exp)| (g.identity, exp)), Ok(("bob".to_owned(), 60)));
+        // November's tokens verify while November is listed, and not after it is dropped.
+        let november = Auth::with_keys(SECRET, &keys[1..]).expect("keys");
+        let nov_token = november.mint(&Grant::listener("demo", "carol"), Duration::from_secs(60), 0).expect("mint");
+        assert!(auth.verify(&nov_token, 0).is_ok());
+        let rotated = Auth::with_keys(SECRET, &keys[..1]).expect("keys");
+        assert_eq!(rotated.verify(&nov_token, 0), Err(AuthError::BadSignature), "its key is gone");
+        // A token naming a listed id but signed with the plain secret is refused.
+        assert_eq!(plain.verify(&new, 0), Err(AuthError::BadSignature), "kid unknown to a server without keys");
+        // Only listed keys: tokens without kid are refused.
+        let only_keys = Auth::with_keys("", &keys).expect("keys");
+        assert_eq!(only_keys.verify(&old, 0), Err(AuthError::BadSignature));
+        assert!(Auth::with_keys(SECRET, &[keys[0].clone(), keys[0].clone()]).is_err(), "ids are unique");
+        assert!(Auth::with_keys(SECRET, &[(String::new(), keys[0].1.clone())]).is_err(), "ids are not empty");
+        assert!(Auth::with_keys(SECRET, &[("a".to_owned(), "short".to_owned())]).is_err());
+        assert!(!format!("{auth:?}").contains("december"), "secrets stay out of Debug");
+    }
+
+    #[test]
+    fn derived_keys_differ_by_label_and_from_the_secret() {
+        let a = derive_key(SECRET.as_bytes(), "cluster-ticket");
+        let b = derive_key(SECRET.as_bytes(), "webhook");
+        assert_ne!(a, b);
+        assert_ne!(&a[..], SECRET.as_bytes());
+        assert_eq!(a, derive_key(SECRET.as_bytes(), "cluster-ticket"), "deterministic");
+        let by_hand = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes()),
+            b"tutti v1 cluster-ticket",
+        );
+        assert_eq!(&a[..], by_hand.as_ref(), "the cluster crate's scheme");
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub struct RecordingSettings {
     pub dir: String,
     /// Largest file, in bytes (the recording stops with reason `limit` before exceeding it).
     pub max_bytes: u64,
+    /// Most bytes the recordings directory may hold, every file in it counted
+    /// (old recordings too); 0 = no quota. A start at or past it is refused
+    /// (507 `recording_quota`); a recording that would pass it stops with reason `quota`.
+    pub dir_max_bytes: u64,
     /// Longest file, in seconds (the recording stops with reason `limit`).
     pub max_duration_seconds: f64,
     /// Frames queued to a recording's writer thread (50 = 1 s); beyond: dropped, counted, concealed.
@@ -121,6 +125,7 @@ impl Default for RecordingSettings {
             enabled: true,
             dir: "recordings".to_owned(),
             max_bytes: 512 * 1024 * 1024,
+            dir_max_bytes: 0,
             max_duration_seconds: 14_400.0,
             queue_frames: 500,
         }
@@ -135,6 +140,10 @@ pub struct WebhookSettings {
     pub urls: Vec<String>,
     /// The token's issuer (`iss`), naming this server to receivers.
     pub api_key: String,
+    /// The secret webhook signatures are made with (at least 32 bytes), so
+    /// that receivers never hold the key of access tokens; empty = `auth.secret`
+    /// (as before this key existed).
+    pub secret: String,
     /// Events queued per URL; beyond: dropped, counted, logged.
     pub queue: usize,
     /// Seconds one delivery attempt may take (connecting included).
@@ -150,6 +159,7 @@ impl Default for WebhookSettings {
         Self {
             urls: Vec::new(),
             api_key: "tutti".to_owned(),
+            secret: String::new(),
             queue: 1024,
             timeout_seconds: 5.0,
             attempts: 3,
@@ -166,6 +176,7 @@ impl RecordingSettings {
         crate::ops::recording::RecordingConfig {
             dir: self.dir.clone().into(),
             max_bytes: self.max_bytes,
+            dir_max_bytes: self.dir_max_bytes,
             max_duration: Duration::from_secs_f64(seconds),
             queue_frames: self.queue_frames,
             ..crate::ops::recording::RecordingConfig::default()
@@ -174,8 +185,9 @@ impl RecordingSettings {
 }
 
 impl WebhookSettings {
-    /// As the webhook sender takes it, signing with `secret`.
+    /// As the webhook sender takes it, signing with `webhooks.secret`, else `secret` (`auth.secret`).
     pub(crate) fn to_config(&self, secret: &[u8]) -> crate::ops::webhook::WebhookConfig {
+        let secret = if self.secret.is_empty() { secret } else { self.secret.as_bytes() };
         let secs = |v: f64| Duration::from_secs_f64(if v.is_finite() { v.clamp(0.0, 60.0) } else { 0.0 });
         crate::ops::webhook::WebhookConfig {
             urls: self.urls.clone(),
@@ -216,12 +228,44 @@ pub struct AuthConfig {
     /// No tokens at all: anyone who reaches the API may do anything. Only
     /// allowed when `http` is a loopback address.
     pub disabled: bool,
+    /// Signing keys by id, for rotation: tokens are minted with the first
+    /// and carry its id (`kid`); a token verifies under the listed key its
+    /// `kid` names (tokens without `kid` under `secret`). Rotate by listing
+    /// a new key first, and dropping the old one once its tokens expired.
+    pub keys: Vec<AuthKey>,
+}
+
+/// One `[[auth.keys]]` entry.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthKey {
+    /// Its id, put in tokens' `kid` (1 to 64 bytes, unique).
+    pub id: String,
+    /// The HMAC secret (at least 32 bytes).
+    pub secret: String,
+}
+
+impl std::fmt::Debug for AuthKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthKey").field("id", &self.id).field("secret", &"(set)").finish()
+    }
+}
+
+impl AuthConfig {
+    /// The listed keys as (id, secret).
+    pub fn key_pairs(&self) -> Vec<(String, String)> {
+        self.keys.iter().map(|k| (k.id.clone(), k.secret.clone())).collect()
+    }
 }
 
 impl std::fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let secret = if self.secret.is_empty() { "(generated)" } else { "(set)" };
-        f.debug_struct("AuthConfig").field("secret", &secret).field("disabled", &self.disabled).finish()
+        f.debug_struct("AuthConfig")
+            .field("secret", &secret)
+            .field("disabled", &self.disabled)
+            .field("keys", &self.keys)
+            .finish()
     }
 }
 
@@ -234,8 +278,22 @@ pub struct Limits {
     pub join_rate_per_second: f64,
     /// Joins a client address may make at once before the rate applies.
     pub join_burst: u32,
-    /// Open HTTP connections (WebSockets included); beyond: 503 `too_many_connections`.
+    /// Open HTTP connections (WebSockets included); beyond: a connection
+    /// that has not sent a request yet is closed to make room, else 503
+    /// `too_many_connections`.
     pub max_connections: usize,
+    /// Open HTTP connections from one IPv4 address or IPv6 /64 (its share
+    /// of `max_connections`); beyond, as for the cap.
+    pub max_connections_per_address: usize,
+    /// Open WebSockets per token identity (over all rooms), and never more
+    /// than half of `max_connections`; beyond: 429 `too_many_sockets`. 0 =
+    /// half of `max_connections`. Admins of the room are not counted.
+    pub ws_max_per_identity: usize,
+    /// `PATCH …/participants/{id}` per second per participant, on average;
+    /// beyond: 429 `rate_limited` with `Retry-After`. 0 = no limit.
+    pub participant_updates_per_second: f64,
+    /// Updates a participant may take at once before the rate applies.
+    pub participant_update_burst: u32,
     /// Time a client has to send a request's headers, in seconds.
     pub http_header_timeout_seconds: f64,
     /// Time a request (its body included) may take, in seconds; beyond: 408 `request_timeout`.
@@ -282,6 +340,14 @@ pub struct RoomDefaults {
     /// While nobody speaks, listeners get one Opus DTX frame every 400 ms
     /// instead of 50 encoded silence frames a second; `false`: silence frames.
     pub dtx: bool,
+    /// A join (REST or WebSocket) for a room that does not exist creates
+    /// it; `false`: only an admin creates rooms (`POST /v1/rooms`), and such
+    /// a join gets 404 `room_not_found`. Single node and cluster alike.
+    pub auto_create: bool,
+    /// A room with no participant for this long is deleted (`room_closed`),
+    /// whether its participants left or nobody ever joined, in seconds;
+    /// 0 = never.
+    pub empty_timeout_seconds: f64,
 }
 
 /// Logging settings.
@@ -353,6 +419,10 @@ impl Default for Limits {
             join_rate_per_second: 10.0,
             join_burst: 20,
             max_connections: 10_000,
+            max_connections_per_address: 256,
+            ws_max_per_identity: 32,
+            participant_updates_per_second: 5.0,
+            participant_update_burst: 10,
             http_header_timeout_seconds: 10.0,
             http_request_timeout_seconds: 10.0,
             ws_max_message_bytes: 64 * 1024,
@@ -371,7 +441,14 @@ impl Default for Limits {
 
 impl Default for RoomDefaults {
     fn default() -> Self {
-        Self { max_participants: 10_000, max_speakers: 5, passthrough: true, dtx: true }
+        Self {
+            max_participants: 10_000,
+            max_speakers: 5,
+            passthrough: true,
+            dtx: true,
+            auto_create: false,
+            empty_timeout_seconds: 300.0,
+        }
     }
 }
 
@@ -546,8 +623,35 @@ impl Config {
         if l.join_burst == 0 || l.ws_message_burst == 0 {
             return invalid("limits.join_burst", "limits.join_burst and limits.ws_message_burst must be at least 1");
         }
-        if l.max_connections == 0 {
-            return invalid("limits.max_connections", "must be at least 1");
+        if l.max_connections == 0 || l.max_connections_per_address == 0 {
+            return invalid(
+                "limits.max_connections",
+                "limits.max_connections and max_connections_per_address must be at least 1",
+            );
+        }
+        if !(l.participant_updates_per_second.is_finite() && (0.0..=1e6).contains(&l.participant_updates_per_second))
+            || l.participant_update_burst == 0
+        {
+            return invalid(
+                "limits.participant_updates_per_second",
+                "must be within 0 (no limit) to 1000000, with participant_update_burst at least 1",
+            );
+        }
+        if !(self.room.empty_timeout_seconds.is_finite()
+            && (0.0..=31_536_000.0).contains(&self.room.empty_timeout_seconds))
+        {
+            return invalid("room.empty_timeout_seconds", "must be within 0 (never) to 31536000 seconds");
+        }
+        for (i, k) in self.auth.keys.iter().enumerate() {
+            if k.id.is_empty() || k.id.len() > crate::auth::MAX_KEY_ID_BYTES {
+                return invalid("auth.keys", "every key needs an id of 1 to 64 bytes");
+            }
+            if self.auth.keys[..i].iter().any(|o| o.id == k.id) {
+                return invalid("auth.keys", "key ids must be unique");
+            }
+            if k.secret.len() < crate::auth::MIN_SECRET_BYTES {
+                return invalid("auth.keys", "every key's secret must be at least 32 bytes");
+            }
         }
         if !(l.ws_resume_seconds.is_finite() && (0.0..=3_600.0).contains(&l.ws_resume_seconds)) {
             return invalid("limits.ws_resume_seconds", "must be within 0 to 3600 seconds");
@@ -608,11 +712,16 @@ impl Config {
         if let Err(e) = self.recording.to_config().validate() {
             return invalid("recording", e.to_string());
         }
+        if !self.webhooks.secret.is_empty() && self.webhooks.secret.len() < crate::auth::MIN_SECRET_BYTES {
+            return invalid("webhooks.secret", "must be at least 32 bytes, or empty to sign with auth.secret".into());
+        }
         if !self.webhooks.urls.is_empty() {
-            if self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES {
+            if self.webhooks.secret.is_empty() && self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES {
                 return invalid(
                     "webhooks.urls",
-                    "webhooks are signed with auth.secret: configure one (at least 32 bytes) the receivers know".into(),
+                    "webhooks are signed with webhooks.secret, else auth.secret: configure one (at least 32 bytes) \
+                     the receivers know"
+                        .into(),
                 );
             }
             if let Err(e) = self.webhooks.to_config(self.auth.secret.as_bytes()).validate() {
@@ -852,6 +961,30 @@ mod tests {
         assert!(e.contains("ice_servers") && e.contains("entry 0") && e.contains("credentials"), "{e}");
         assert!(err(load_text("[[ice_servers]]\nurl = \"stun:x\"\n", &[], &[])).contains("url"));
         assert!(!format!("{cfg:?}").contains("s3cret"), "Debug hides the secret");
+    }
+
+    #[test]
+    fn auth_keys_load_from_the_file_and_the_environment_and_are_checked() {
+        let file = "[auth]\nsecret = \"0123456789abcdef0123456789abcdef\"\n\
+                    keys = [{ id = \"2026-12\", secret = \"the december key, thirty-two bytes long\" }]\n";
+        let cfg = load_text(file, &[], &[]).expect("loads");
+        assert_eq!(
+            cfg.auth.key_pairs(),
+            [("2026-12".to_owned(), "the december key, thirty-two bytes long".to_owned())]
+        );
+        assert!(!format!("{cfg:?}").contains("december key"), "Debug hides key secrets");
+        let env = [("TUTTI_AUTH_KEYS", "[{ id = \"a\", secret = \"0123456789abcdef0123456789abcdef\" }]")];
+        assert_eq!(load_text("", &env, &[]).expect("loads").auth.keys.len(), 1);
+        let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+        let short = "[auth]\nkeys = [{ id = \"a\", secret = \"short\" }]\n";
+        assert!(err(load_text(short, &[], &[])).contains("auth.keys"));
+        let twice = "[auth]\nkeys = [{ id = \"a\", secret = \"0123456789abcdef0123456789abcdef\" }, \
+                     { id = \"a\", secret = \"0123456789abcdef0123456789abcdef\" }]\n";
+        assert!(err(load_text(twice, &[], &[])).contains("unique"));
+        assert!(err(load_text("[webhooks]\nsecret = \"short\"\n", &[], &[])).contains("webhooks.secret"));
+        assert!(
+            err(load_text("[room]\nempty_timeout_seconds = -1\n", &[], &[])).contains("room.empty_timeout_seconds")
+        );
     }
 
     #[test]

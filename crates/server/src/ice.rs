@@ -116,7 +116,30 @@ pub fn validate(entries: &[IceServerEntry]) -> Result<(), String> {
 /// credentials minted for `user` (entries are validated at startup; one
 /// that is not valid is left out rather than sent broken).
 pub fn for_client(entries: &[IceServerEntry], user: &str, now_unix: u64) -> Vec<IceServer> {
-    entries.iter().filter_map(|e| e.to_config().ok()).map(|c| c.ice_server(user, now_unix)).collect()
+    for_client_until(entries, user, now_unix, None)
+}
+
+/// As [`for_client`], with REST credentials that expire no later than
+/// `expires_at` (Unix seconds: the access token's expiry) when given: a
+/// TURN server stops relaying for a client whose token ran out. Static
+/// credentials cannot be bounded so (prefer `secret` entries).
+pub fn for_client_until(
+    entries: &[IceServerEntry],
+    user: &str,
+    now_unix: u64,
+    expires_at: Option<u64>,
+) -> Vec<IceServer> {
+    entries
+        .iter()
+        .filter_map(|e| match expires_at {
+            Some(exp) if !e.secret.is_empty() => {
+                let ttl_seconds = e.ttl_seconds.min(exp.saturating_sub(now_unix)).max(1);
+                IceServerEntry { ttl_seconds, ..e.clone() }.to_config().ok()
+            }
+            _ => e.to_config().ok(),
+        })
+        .map(|c| c.ice_server(user, now_unix))
+        .collect()
 }
 
 /// A `Link` header value per URL, as WHIP specifies (RFC 9725 §4.6):
@@ -181,6 +204,20 @@ mod tests {
                 "<stun:127.0.0.1:3478>; rel=\"ice-server\"",
             ]
         );
+    }
+
+    #[test]
+    fn rest_credentials_expire_with_the_token() {
+        let rest = IceServerEntry { secret: "s3cret".into(), ttl_seconds: 86_400, ..entry(&["turn:127.0.0.1:3478"]) };
+        let now = 1_700_000_000;
+        let expiry = |s: &[IceServer]| -> u64 {
+            let user = s[0].username.as_deref().expect("REST username");
+            user.split(':').next().and_then(|t| t.parse().ok()).expect("expiry:user")
+        };
+        assert_eq!(expiry(&for_client_until(std::slice::from_ref(&rest), "a", now, Some(now + 600))), now + 600);
+        assert_eq!(expiry(&for_client_until(std::slice::from_ref(&rest), "a", now, Some(now + 999_999))), now + 86_400);
+        assert_eq!(expiry(&for_client_until(std::slice::from_ref(&rest), "a", now, Some(now - 5))), now + 1, "never 0");
+        assert_eq!(expiry(&for_client(&[rest], "a", now)), now + 86_400);
     }
 
     #[test]

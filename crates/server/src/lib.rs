@@ -74,8 +74,8 @@ mod server;
 mod sync;
 
 pub use config::{
-    AuthConfig, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpInConfig, RtpOutSettings,
-    WebhookSettings,
+    AuthConfig, AuthKey, Config, ConfigError, Limits, LogConfig, RecordingSettings, RoomDefaults, RtpInConfig,
+    RtpOutSettings, WebhookSettings,
 };
 pub use media::MediaStats;
 pub use server::{API_THREAD_NICE, DrainEnd, Resources, Server, ServerError, api_runtime, lower_thread_priority};

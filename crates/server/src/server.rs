@@ -75,10 +75,10 @@ pub(crate) fn auth_from(cfg: &Config) -> Result<Option<Auth>, ServerError> {
     if cfg.auth.disabled {
         tracing::warn!(http = %cfg.http, "auth is disabled: anyone who reaches the API may join any room (loopback only)");
         Ok(None)
-    } else if cfg.auth.secret.is_empty() {
+    } else if cfg.auth.secret.is_empty() && cfg.auth.keys.is_empty() {
         Ok(Some(Auth::generate().map_err(|e| setup(&e))?))
     } else {
-        Ok(Some(Auth::new(&cfg.auth.secret).map_err(|e| setup(&e))?))
+        Ok(Some(Auth::with_keys(&cfg.auth.secret, &cfg.auth.key_pairs()).map_err(|e| setup(&e))?))
     }
 }
 
@@ -178,6 +178,7 @@ impl Server {
         tasks.push(tokio::spawn(api.outputs.clone().housekeeping(api.rooms.clone(), stopped.clone())));
         let limits = api::http::HttpLimits {
             max_connections: cfg.limits.max_connections,
+            max_per_address: cfg.limits.max_connections_per_address,
             header_timeout: Duration::from_secs_f64(cfg.limits.http_header_timeout_seconds),
         };
         tasks.push(tokio::spawn(api::http::serve(listener, api::router(api.clone()), limits, stopped)));

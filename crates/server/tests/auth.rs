@@ -170,10 +170,14 @@ fn tokens_decide_who_joins_sees_and_manages() {
     sock.send(tungstenite::Message::text(json!({"type":"join","sdp":ws_offer}).to_string())).expect("send");
     sock.send(tungstenite::Message::text(json!({"type":"mute","muted":false}).to_string())).expect("send");
     let mut codes = Vec::new();
+    let mut ws_id = 0;
     let deadline = Instant::now() + Duration::from_secs(10);
     while codes.len() < 2 && Instant::now() < deadline {
         if let Ok(tungstenite::Message::Text(t)) = sock.read() {
             let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("JSON");
+            if v["type"] == "answer" {
+                ws_id = v["id"].as_u64().unwrap_or_default();
+            }
             if v["type"] == "answer" || v["type"] == "error" {
                 codes.push(v["type"].as_str().unwrap_or_default().to_owned() + ":" + v["code"].as_str().unwrap_or(""));
             }
@@ -183,7 +187,9 @@ fn tokens_decide_who_joins_sees_and_manages() {
 
     // Leaving: one's own participant, yes; the admin removes anyone.
     assert_eq!(call(api, Some(&alice), "DELETE", &alice_url, "").status, 204);
-    assert_eq!(call(api, Some(&admin), "DELETE", &lena_url, "").status, 204);
+    // One identity, one participant: lena's socket join replaced her REST one.
+    assert_eq!(call(api, Some(&admin), "DELETE", &lena_url, "").status, 404, "replaced");
+    assert_eq!(call(api, Some(&admin), "DELETE", &format!("/v1/rooms/a/participants/{ws_id}"), "").status, 204);
     assert_eq!(refusals, 19, "every refusal above was checked");
     rt.block_on(server.shutdown());
 }

@@ -94,7 +94,7 @@ fn slow_clients_are_timed_out() {
 
     // Headers that never end (slowloris): the connection is closed.
     let mut slow = TcpStream::connect(api).expect("connect");
-    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").expect("write");
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ").expect("write");
     let (_, closed) = read_until_closed(&mut slow, Duration::from_secs(5));
     let closed = closed.expect("closed within 5 s");
     assert!(closed >= Duration::from_millis(800) && closed < Duration::from_secs(3), "closed after {closed:?}");
@@ -102,7 +102,7 @@ fn slow_clients_are_timed_out() {
     // A body that never arrives: 408.
     let mut slow = TcpStream::connect(api).expect("connect");
     slow.write_all(
-        b"POST /v1/rooms HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":",
+        b"POST /v1/rooms HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":",
     )
     .expect("write");
     let (text, _) = read_until_closed(&mut slow, Duration::from_secs(5));
@@ -118,11 +118,14 @@ fn connections_are_capped() {
     cfg.limits.max_connections = 2;
     let (rt, server) = start_with(cfg);
     let api = server.http_addr();
-    let idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(api).expect("connect")).collect();
+    create_room(api, "cap");
+    // Connections in use (WebSockets) hold their slots; idle ones would
+    // give theirs up to a newcomer (tests/api_security.rs).
+    let busy: Vec<Ws> = (0..2).map(|_| Ws::connect(api, "cap")).collect();
     std::thread::sleep(Duration::from_millis(200));
     let r = http(api, "GET", "/healthz", None, b"");
     assert_eq!((r.status, r.code().as_str()), (503, "too_many_connections"), "{}", r.body);
-    drop(idle);
+    drop(busy);
     let deadline = Instant::now() + Duration::from_secs(5);
     while http(api, "GET", "/healthz", None, b"").status != 200 {
         assert!(Instant::now() < deadline, "a slot frees once a connection closes");

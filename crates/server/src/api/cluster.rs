@@ -183,13 +183,15 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
     {
         return Ok(Located::Here(r));
     }
-    let Some(cluster) = &api.cluster else { return Err(RoomError::NoRoom(room.to_owned()).into()) };
+    let Some(cluster) = &api.cluster else { return super::rooms::create_on_join(api, room).map(Located::Here) };
     if !valid_room_id(room) {
         return Err(RoomError::BadRoomId.into());
     }
     if api.rooms.is_closing() {
         return Err(RoomError::ShuttingDown.into());
     }
+    // Only an admin creates rooms, unless `room.auto_create` says a join may.
+    super::rooms::may_create_on_join(api, cluster, room).await?;
     let placement = if ticketed { cluster.claim(room, None).await } else { cluster.place(room, None).await }
         .map_err(|e| unavailable(&e))?;
     match placement {

@@ -3,7 +3,8 @@
 //! its offer, with TURN credentials minted for it (see [`crate::ice`]).
 //! The same token as a join (`listen` on the room), as `Authorization:
 //! Bearer` or `?token=`. The join's response carries the same servers as
-//! WHIP `Link` headers ([`link_headers`]).
+//! WHIP `Link` headers ([`link_headers`]). TURN REST credentials expire
+//! no later than the token that asked for them.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
-use super::{ApiState, authenticate, may_see};
+use super::{ApiState, authenticate_until, may_see};
 use crate::auth::{Grant, unix_now};
 
 #[derive(Debug, Default, Deserialize)]
@@ -26,9 +27,10 @@ fn user(grant: &Grant, room: &str) -> String {
     if grant.identity.is_empty() { room.to_owned() } else { grant.identity.clone() }
 }
 
-/// The servers for `grant` in `room`, now.
-fn servers(api: &ApiState, grant: &Grant, room: &str) -> Vec<tutti_rtc::IceServer> {
-    crate::ice::for_client(&api.cfg.ice_servers, &user(grant, room), unix_now())
+/// The servers for `grant` in `room`, now, with credentials that expire
+/// no later than `expires_at` (the token's expiry, Unix seconds).
+fn servers(api: &ApiState, grant: &Grant, room: &str, expires_at: Option<u64>) -> Vec<tutti_rtc::IceServer> {
+    crate::ice::for_client_until(&api.cfg.ice_servers, &user(grant, room), unix_now(), expires_at)
 }
 
 pub(crate) async fn ice_servers(
@@ -38,23 +40,30 @@ pub(crate) async fn ice_servers(
     query: Result<Query<TokenQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let query = query.map(|Query(q)| q).unwrap_or_default();
-    let grant = authenticate(&api, &headers, query.token.as_deref())?;
+    let (grant, expires_at) = authenticate_until(&api, &headers, query.token.as_deref())?;
     may_see(&grant, &room)?;
     if !grant.listen {
         return Err(ApiError::forbidden("ICE servers are for joining: the token needs the 'listen' permission"));
     }
-    let body = serde_json::json!({ "ice_servers": servers(&api, &grant, &room) });
+    let body = serde_json::json!({ "ice_servers": servers(&api, &grant, &room, expires_at) });
     // Credentials: never cached.
     Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
 }
 
-/// Adds the WHIP `Link: <url>; rel="ice-server"` headers for `grant` to a join's response.
-pub(crate) fn link_headers(api: &ApiState, grant: &Grant, room: &str, response: &mut Response) {
+/// Adds the WHIP `Link: <url>; rel="ice-server"` headers for `grant` to a
+/// join's response, expiring no later than `expires_at` (the token's expiry).
+pub(crate) fn link_headers(
+    api: &ApiState,
+    grant: &Grant,
+    room: &str,
+    expires_at: Option<u64>,
+    response: &mut Response,
+) {
     if api.cfg.ice_servers.is_empty() {
         return;
     }
     let headers = response.headers_mut();
-    for link in crate::ice::link_headers(&servers(api, grant, room)) {
+    for link in crate::ice::link_headers(&servers(api, grant, room, expires_at)) {
         if let Ok(v) = HeaderValue::from_str(&link) {
             headers.append(header::LINK, v);
         }

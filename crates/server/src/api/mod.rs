@@ -19,6 +19,7 @@ pub(crate) mod http;
 mod ice;
 mod limit;
 pub(crate) mod node;
+mod origin;
 mod recording;
 pub(crate) mod rooms;
 mod rtp_in;
@@ -63,13 +64,16 @@ pub(crate) struct ApiState {
     pub(crate) ws_resumes: ws::Resumes,
     /// Whether this node drains (SIGTERM, `POST /v1/node/drain`), and until when.
     pub(crate) drain: node::Drain,
+    /// `PATCH …/participants/{id}` per participant.
+    pub(crate) updates: limit::KeyedLimiter<u64>,
+    /// Open WebSockets per token identity.
+    pub(crate) ws_identities: limit::Counts,
 }
 
 impl ApiState {
     pub(crate) fn new(cfg: Config, rooms: Arc<Rooms>, media: Arc<MediaHandle>, auth: Option<Auth>) -> Self {
         Self {
             joins: AddressLimiter::new(cfg.limits.join_rate_per_second, cfg.limits.join_burst),
-            cfg,
             rooms,
             media,
             auth,
@@ -78,6 +82,12 @@ impl ApiState {
             outputs: Arc::new(crate::outputs::Outputs::disabled()),
             ws_resumes: ws::Resumes::default(),
             drain: node::Drain::default(),
+            updates: limit::KeyedLimiter::new(
+                cfg.limits.participant_updates_per_second,
+                cfg.limits.participant_update_burst,
+            ),
+            ws_identities: limit::Counts::default(),
+            cfg,
         }
     }
 
@@ -105,9 +115,18 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// The caller's grant: from its token (the `Authorization` header, else
 /// `query_token`), or every permission when auth is disabled.
 pub(crate) fn authenticate(api: &ApiState, headers: &HeaderMap, query_token: Option<&str>) -> ApiResult<Grant> {
-    let Some(auth) = &api.auth else { return Ok(Grant::admin("")) };
+    authenticate_until(api, headers, query_token).map(|(grant, _)| grant)
+}
+
+/// As [`authenticate`], with the token's expiry (Unix seconds; `None` when auth is disabled).
+pub(crate) fn authenticate_until(
+    api: &ApiState,
+    headers: &HeaderMap,
+    query_token: Option<&str>,
+) -> ApiResult<(Grant, Option<u64>)> {
+    let Some(auth) = &api.auth else { return Ok((Grant::admin(""), None)) };
     let token = bearer(headers).or(query_token).unwrap_or("");
-    auth.verify(token, unix_now()).map_err(|e| ApiError::unauthorized(&e))
+    auth.verify_until(token, unix_now()).map(|(g, exp)| (g, Some(exp))).map_err(|e| ApiError::unauthorized(&e))
 }
 
 /// 403 unless the grant may see `room` (without saying whether it exists).
@@ -160,6 +179,8 @@ pub(crate) fn join_room(
         admin: api.auth.is_some() && grant.may_manage(&room.id),
     };
     let id = api.rooms.join(room, joiner, now)?;
+    // The participant its identity had here, if any, is replaced: close its peer.
+    api.apply(api.rooms.take_replaced());
     Ok((id, answer))
 }
 
@@ -168,7 +189,14 @@ pub(crate) async fn housekeeping(api: Arc<ApiState>, mut stop: tokio::sync::watc
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = every.tick() => api.joins.prune(Instant::now()),
+            _ = every.tick() => {
+                let now = Instant::now();
+                api.joins.prune(now);
+                api.updates.prune(now);
+                // Replaced participants' peers not yet closed by their joiner's caller (plain RTP joins).
+                api.apply(api.rooms.take_replaced());
+                rooms::reap_empty(&api, now);
+            }
             _ = stop.wait_for(|s| *s) => break,
         }
     }
@@ -215,7 +243,8 @@ async fn request_timeout(
 pub(crate) fn router(api: Arc<ApiState>) -> Router {
     let max_body_bytes = api.cfg.max_body_bytes;
     let timeout = Duration::from_secs_f64(api.cfg.limits.http_request_timeout_seconds);
-    Router::new()
+    let dev_mode = api.auth.is_none().then_some(api.cfg.http);
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/rooms", post(rooms::create_room).get(rooms::list_rooms))
@@ -234,6 +263,11 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(timeout, request_timeout))
-        .layer(axum::middleware::from_fn(crate::metrics::track_api))
-        .with_state(api)
+        .layer(axum::middleware::from_fn(crate::metrics::track_api));
+    // Auth disabled: no cross-site or DNS-rebinding use of a local server.
+    let router = match dev_mode {
+        Some(http) => router.layer(axum::middleware::from_fn_with_state(http, origin::guard)),
+        None => router,
+    };
+    router.with_state(api)
 }

@@ -2,7 +2,11 @@
 //! listener stream to an Ogg/Opus file (see [`crate::outputs`]).
 //!
 //! Starting and stopping need an admin token for the room; looking, one
-//! that may see it. In cluster mode a node that does not hold the room
+//! that may see it. What they answer names the file, never the server's
+//! directory. With `recording.dir_max_bytes`, a start when the directory
+//! holds that much already is refused: 507 `recording_quota` (counted in
+//! `tutti_recording_quota_refusals_total`); a recording that reaches it
+//! stops with reason `quota`. In cluster mode a node that does not hold the room
 //! answers with a `307` to the one that does (see `cluster`).
 
 use std::sync::Arc;
@@ -92,13 +96,54 @@ impl RoomRequest {
     }
 }
 
+/// A recording's state as the API shows it: the file's name, not where the server keeps it.
+pub(super) fn public(mut state: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = state.as_object_mut() {
+        o.remove("path");
+    }
+    state
+}
+
+/// 507 `recording_quota` when the recordings directory holds
+/// `recording.dir_max_bytes` or more already (measured off the async threads).
+pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
+    let max = api.cfg.recording.dir_max_bytes;
+    if max == 0 || !api.cfg.recording.enabled {
+        return Ok(());
+    }
+    let dir = std::path::PathBuf::from(&api.cfg.recording.dir);
+    let used = tokio::task::spawn_blocking(move || crate::ops::recording::dir_usage(&dir))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("cannot measure the recordings: {}", e.kind()),
+            )
+        })?;
+    if used >= max {
+        metrics::counter!(crate::metrics::outputs::RECORDING_QUOTA_REFUSALS).increment(1);
+        tracing::warn!(used, max, "recording refused: the recordings directory is at its quota");
+        return Err(ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "recording_quota",
+            format!(
+                "the recordings directory holds {used} bytes, its quota (recording.dir_max_bytes) is {max}: free some space first"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "recording a room")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
+    check_quota(&api).await?;
     let body = api.outputs.start_recording(&state).map_err(output_error)?;
-    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+    Ok((StatusCode::CREATED, axum::Json(public(body))).into_response())
 }
 
 async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
@@ -107,7 +152,7 @@ async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<R
         Err(elsewhere) => return Ok(elsewhere),
     };
     let body = api.outputs.recording_state(&state).unwrap_or_else(|| serde_json::json!({ "active": false }));
-    Ok(axum::Json(body).into_response())
+    Ok(axum::Json(public(body)).into_response())
 }
 
 async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
@@ -130,7 +175,6 @@ async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<R
     let body = match outcome {
         Some(f) => serde_json::json!({
             "file": rec.file,
-            "path": f.path.display().to_string(),
             "bytes": f.bytes,
             "duration_seconds": f.duration.as_secs_f64(),
             "reason": f.reason.code(),
@@ -138,7 +182,7 @@ async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<R
         }),
         None => {
             // Still writing (a slow disk): what is known, and that it is finishing.
-            let mut s = rec.state();
+            let mut s = public(rec.state());
             s["finishing"] = serde_json::Value::Bool(true);
             s
         }

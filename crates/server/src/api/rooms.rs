@@ -110,6 +110,9 @@ pub(crate) async fn create_room(
     if record && !api.outputs.recording_enabled() {
         return Err(super::recording::output_error(crate::outputs::OutputError::RecordingDisabled));
     }
+    if record {
+        super::recording::check_quota(&api).await?;
+    }
     let id = match (req.id, access.room) {
         (Some(a), Some(b)) if a != b => {
             return Err(ApiError::bad_request("bad_room_id", "the body's id and the query's room differ"));
@@ -297,7 +300,15 @@ pub(crate) async fn join(
         Some(offer) => super::rtp_in::join(&api, &state, offer, &req.name, &grant)?,
         None => join_room(&api, &state, &req.sdp, &req.name, &grant)?,
     };
+    // The participant its identity had here, if any, was replaced: close its peer.
+    api.apply(api.rooms.take_replaced());
     let location = format!("/v1/rooms/{room}/participants/{id}");
+    // TURN credentials expire with the token (a redirect ticket carries no token expiry: the configured TTL).
+    let token_expiry = if access.ticket.is_none() {
+        super::authenticate_until(&api, &headers, None).ok().and_then(|(_, exp)| exp)
+    } else {
+        None
+    };
     if whip {
         let mut response = (StatusCode::CREATED, answer).into_response();
         let headers = response.headers_mut();
@@ -305,12 +316,12 @@ pub(crate) async fn join(
         if let Ok(v) = HeaderValue::from_str(&location) {
             headers.insert(header::LOCATION, v);
         }
-        super::ice::link_headers(&api, &grant, &room, &mut response);
+        super::ice::link_headers(&api, &grant, &room, token_expiry, &mut response);
         Ok(response)
     } else {
         let body = axum::Json(JoinResponse { id, sdp: answer });
         let mut response = (StatusCode::CREATED, [(header::LOCATION, location)], body).into_response();
-        super::ice::link_headers(&api, &grant, &room, &mut response);
+        super::ice::link_headers(&api, &grant, &room, token_expiry, &mut response);
         Ok(response)
     }
 }
@@ -419,6 +430,17 @@ pub(crate) async fn update_participant(
     let req: UpdateParticipant = json(&headers, &body(raw)?, None)?;
     let state = member_of(here, id)?;
     let admin = may_act_on(&grant, &state, id)?;
+    // Each change is fanned out to every socket of the room: a participant
+    // takes at most `limits.participant_updates_per_second` of them.
+    api.updates.check(id, Instant::now()).map_err(|retry| {
+        let mut e = ApiError::rate_limited(retry);
+        e.message = format!(
+            "participant {id} is updated too often (limits.participant_updates_per_second = {}); retry in {} s",
+            api.cfg.limits.participant_updates_per_second,
+            retry.as_secs_f64().ceil().max(1.0)
+        );
+        e
+    })?;
     if req.gain.is_some() && !admin {
         return Err(ApiError::forbidden("changing a participant's gain needs an admin token"));
     }
@@ -502,5 +524,56 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64,
             "media_busy",
             "the media thread did not answer the restart in time; try again",
         )),
+    }
+}
+
+/// The room a join names, on a single node, when it does not exist:
+/// created if `room.auto_create` allows it, else `404 room_not_found`
+/// (rooms are an admin's to create).
+pub(crate) fn create_on_join(api: &ApiState, room: &str) -> ApiResult<Arc<Room>> {
+    if !api.cfg.room.auto_create {
+        return Err(RoomError::NoRoom(room.to_owned()).into());
+    }
+    let state = match api.rooms.create(room, None, None) {
+        Ok(state) => state,
+        Err(RoomError::RoomExists(_)) => api.rooms.get(room)?,
+        Err(e) => return Err(e.into()),
+    };
+    api.outputs.watch(&state);
+    Ok(state)
+}
+
+/// In cluster mode, before a join places a room that is not hosted here:
+/// unless `room.auto_create`, the room must exist: created by an admin (its
+/// record in the directory carries the creator's config; a released room's
+/// does not), or held by a live node (a Redis that restarted empty lost the
+/// config, but the owner writes its lease back), else `404 room_not_found`.
+pub(crate) async fn may_create_on_join(api: &ApiState, cluster: &tutti_cluster::Cluster, room: &str) -> ApiResult<()> {
+    if api.cfg.room.auto_create {
+        return Ok(());
+    }
+    match cluster.room_config(room).await {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => {}
+        Err(e) => return Err(cluster::unavailable(&e)),
+    }
+    match cluster.locate(room).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(RoomError::NoRoom(room.to_owned()).into()),
+        Err(e) => Err(cluster::unavailable(&e)),
+    }
+}
+
+/// Deletes the rooms empty for `room.empty_timeout_seconds` (0: never); in
+/// cluster mode their leases are given back. Called every second.
+pub(crate) fn reap_empty(api: &ApiState, now: Instant) {
+    let secs = api.cfg.room.empty_timeout_seconds;
+    if secs <= 0.0 || !secs.is_finite() {
+        return;
+    }
+    for room in api.rooms.reap_empty(now, std::time::Duration::from_secs_f64(secs)) {
+        if let Some(c) = &api.cluster {
+            cluster::release(c, &room);
+        }
     }
 }

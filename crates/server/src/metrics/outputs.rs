@@ -11,8 +11,10 @@ pub const RECORDINGS_ACTIVE: &str = "tutti_recordings_active";
 pub const RECORDING_BYTES: &str = "tutti_recording_bytes_total";
 /// Listener frames a recording's queue refused (concealed in the file).
 pub const RECORDING_DROPPED_FRAMES: &str = "tutti_recording_dropped_frames_total";
-/// Recordings ended, by reason: `stopped`, `limit`, `error` (disk full, directory not writable).
+/// Recordings ended, by reason: `stopped`, `limit`, `quota`, `error` (disk full, directory not writable).
 pub const RECORDINGS_FINISHED: &str = "tutti_recordings_finished_total";
+/// Recording starts refused because the recordings directory is at `recording.dir_max_bytes`.
+pub const RECORDING_QUOTA_REFUSALS: &str = "tutti_recording_quota_refusals_total";
 /// Rooms forwarding their mix as RTP now.
 pub const RTP_OUT_ACTIVE: &str = "tutti_rtp_out_streams";
 /// RTP packets forwarded.
@@ -30,6 +32,7 @@ pub const NAMES: &[&str] = &[
     RECORDING_BYTES,
     RECORDING_DROPPED_FRAMES,
     RECORDINGS_FINISHED,
+    RECORDING_QUOTA_REFUSALS,
     RTP_OUT_ACTIVE,
     RTP_OUT_PACKETS,
     RTP_OUT_FAILED,
@@ -43,7 +46,12 @@ pub(super) fn describe() {
     describe_gauge!(RECORDINGS_ACTIVE, Unit::Count, "Rooms being recorded.");
     describe_counter!(RECORDING_BYTES, Unit::Bytes, "Bytes written to recording files.");
     describe_counter!(RECORDING_DROPPED_FRAMES, Unit::Count, "Frames a recording's full queue refused (concealed).");
-    describe_counter!(RECORDINGS_FINISHED, Unit::Count, "Recordings ended, by reason: stopped, limit, error.");
+    describe_counter!(RECORDINGS_FINISHED, Unit::Count, "Recordings ended, by reason: stopped, limit, quota, error.");
+    describe_counter!(
+        RECORDING_QUOTA_REFUSALS,
+        Unit::Count,
+        "Recording starts refused: the recordings directory is at its quota."
+    );
     describe_gauge!(RTP_OUT_ACTIVE, Unit::Count, "Rooms forwarding their mix as plain RTP.");
     describe_counter!(RTP_OUT_PACKETS, Unit::Count, "RTP packets forwarded.");
     describe_counter!(RTP_OUT_FAILED, Unit::Count, "RTP out sends that failed.");

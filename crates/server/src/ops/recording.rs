@@ -23,7 +23,10 @@
 //!   takes any packet sequence.
 //! * Limits: a file stops before it would exceed `max_bytes` (the EOS page
 //!   included) or `max_duration`, with [`StopReason::SizeLimit`] /
-//!   [`StopReason::DurationLimit`]. Errors (directory missing or
+//!   [`StopReason::DurationLimit`], and before the directory would hold more
+//!   than `dir_max_bytes` (every file in it counted, rescanned every second
+//!   so that recordings running side by side see each other), with
+//!   [`StopReason::Quota`]. Errors (directory missing or
 //!   unwritable, disk full) stop it with [`StopReason::Error`]; nothing
 //!   panics and the caller is never blocked.
 
@@ -51,6 +54,8 @@ pub struct RecordingConfig {
     pub dir: PathBuf,
     /// Largest file, in bytes (the recording stops before exceeding it).
     pub max_bytes: u64,
+    /// Most bytes the directory may hold, all files counted; 0 = no quota.
+    pub dir_max_bytes: u64,
     /// Longest file (the recording stops when it is reached).
     pub max_duration: Duration,
     /// Frames the queue to the writer holds (50 = 1 s).
@@ -66,6 +71,7 @@ impl Default for RecordingConfig {
         Self {
             dir: PathBuf::from("recordings"),
             max_bytes: 512 * 1024 * 1024,
+            dir_max_bytes: 0,
             max_duration: Duration::from_secs(4 * 3600),
             queue_frames: 500,
             channels: 1,
@@ -116,16 +122,19 @@ pub enum StopReason {
     SizeLimit,
     /// The file reached `max_duration`.
     DurationLimit,
+    /// The next frame would have made the directory hold more than `dir_max_bytes`.
+    Quota,
     /// The file could not be created or written (the message says why).
     Error(String),
 }
 
 impl StopReason {
-    /// A stable code for APIs, events and metric labels: `stopped`, `limit` or `error`.
+    /// A stable code for APIs, events and metric labels: `stopped`, `limit`, `quota` or `error`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::Stopped => "stopped",
             Self::SizeLimit | Self::DurationLimit => "limit",
+            Self::Quota => "quota",
             Self::Error(_) => "error",
         }
     }
@@ -303,6 +312,9 @@ impl Job {
         let (bytes, samples, reason) = match self.open() {
             Ok(file) => {
                 let mut sink = Sink::new(file, &self.cfg, &self.shared.counters);
+                if self.cfg.dir_max_bytes > 0 {
+                    sink.quota = Some(Quota::new(self.cfg.dir.clone(), self.cfg.dir_max_bytes, &self.path));
+                }
                 let reason = sink.run(&rx, &self.shared.stop, &self.cfg);
                 (sink.bytes(), sink.playable_samples(), reason)
             }
@@ -333,18 +345,94 @@ impl Job {
     }
 
     fn open(&self) -> Result<OggOpusWriter<BufWriter<File>>, String> {
-        std::fs::create_dir_all(&self.cfg.dir)
-            .map_err(|e| format!("cannot create directory {}: {e}", self.cfg.dir.display()))?;
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&self.path)
-            .map_err(|e| format!("cannot create {}: {e}", self.path.display()))?;
+        // The messages name the file, never the directory: they reach the
+        // room's participants (`recording_stopped`); the log has the path.
+        let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        std::fs::create_dir_all(&self.cfg.dir).map_err(|e| {
+            tracing::warn!(dir = %self.cfg.dir.display(), error = %e, "cannot create the recordings directory");
+            format!("cannot create directory for recordings: {}", e.kind())
+        })?;
+        let file = OpenOptions::new().write(true).create_new(true).open(&self.path).map_err(|e| {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot create a recording file");
+            format!("cannot create {name}: {}", e.kind())
+        })?;
         let head = OpusHead { channels: self.cfg.channels, pre_skip: self.cfg.pre_skip, input_rate: 48_000 };
         let serial = random_u32();
         let comments = [format!("ROOM={}", self.room)];
         OggOpusWriter::new(BufWriter::with_capacity(64 * 1024, file), serial, head, "tutti", &comments)
-            .map_err(|e| format!("cannot write {}: {e}", self.path.display()))
+            .map_err(|e| format!("cannot write {name}: {}", e.kind()))
+    }
+}
+
+/// Most directory entries looked at when measuring a directory.
+const MAX_DIR_ENTRIES: usize = 100_000;
+/// How often a running recording measures its directory again.
+const QUOTA_RESCAN: Duration = Duration::from_secs(1);
+
+/// Bytes the regular files directly in `dir` hold (at most
+/// [`MAX_DIR_ENTRIES`] entries looked at); 0 for a directory that does not
+/// exist yet. Blocking disk I/O: for the writer thread or `spawn_blocking`.
+pub fn dir_usage(dir: &Path) -> std::io::Result<u64> {
+    usage_except(dir, None)
+}
+
+/// As [`dir_usage`], leaving out the file named `except` (a recording's
+/// own file: what it wrote may still sit in its buffer, not on disk).
+fn usage_except(dir: &Path, except: Option<&std::ffi::OsStr>) -> std::io::Result<u64> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut total = 0u64;
+    for entry in entries.take(MAX_DIR_ENTRIES).flatten() {
+        if except.is_some_and(|name| entry.file_name() == name) {
+            continue;
+        }
+        if let Ok(meta) = entry.metadata()
+            && meta.is_file()
+        {
+            total = total.saturating_add(meta.len());
+        }
+    }
+    Ok(total)
+}
+
+/// The directory quota as a running recording sees it: what the other
+/// files held at the last measure, and when that was.
+struct Quota {
+    dir: PathBuf,
+    /// The recording's own file name, counted by what it wrote instead.
+    own: Option<std::ffi::OsString>,
+    max: u64,
+    /// Bytes of every other file in the directory at the last measure.
+    others: u64,
+    measured: std::time::Instant,
+}
+
+impl Quota {
+    /// The quota of `dir` for the recording writing `own` (its path).
+    fn new(dir: PathBuf, max: u64, own: &Path) -> Self {
+        let own = own.file_name().map(std::ffi::OsStr::to_os_string);
+        let mut q = Self { dir, own, max, others: 0, measured: std::time::Instant::now() };
+        q.measure();
+        q
+    }
+
+    fn measure(&mut self) {
+        // Unreadable: keep the last figure (the writes themselves will say if the disk is gone).
+        if let Ok(others) = usage_except(&self.dir, self.own.as_deref()) {
+            self.others = others;
+        }
+        self.measured = std::time::Instant::now();
+    }
+
+    /// Whether the directory may hold this file at `own_after` bytes.
+    fn allows(&mut self, own_after: u64) -> bool {
+        if self.measured.elapsed() >= QUOTA_RESCAN {
+            self.measure();
+        }
+        self.others.saturating_add(own_after) <= self.max
     }
 }
 
@@ -356,13 +444,15 @@ struct Sink<'a, W: Write> {
     max_samples: u64,
     max_bytes: u64,
     counters: &'a Counters,
+    /// The directory quota, when there is one (and a directory: not in unit tests).
+    quota: Option<Quota>,
 }
 
 impl<'a, W: Write> Sink<'a, W> {
     fn new(ogg: OggOpusWriter<W>, cfg: &RecordingConfig, counters: &'a Counters) -> Self {
         let max_samples = u64::try_from(cfg.max_duration.as_millis()).unwrap_or(u64::MAX / 48).saturating_mul(48);
         counters.bytes.store(ogg.bytes_written(), Ordering::Relaxed);
-        Self { ogg, next_tick: None, max_samples, max_bytes: cfg.max_bytes, counters }
+        Self { ogg, next_tick: None, max_samples, max_bytes: cfg.max_bytes, counters, quota: None }
     }
 
     fn bytes(&self) -> u64 {
@@ -441,8 +531,14 @@ impl<'a, W: Write> Sink<'a, W> {
         if self.ogg.playable_samples() + u64::from(TICK_SAMPLES) > self.max_samples {
             return Err(StopReason::DurationLimit);
         }
-        if self.ogg.size_if_finished_after(packet.len()) > self.max_bytes {
+        let after = self.ogg.size_if_finished_after(packet.len());
+        if after > self.max_bytes {
             return Err(StopReason::SizeLimit);
+        }
+        if let Some(q) = &mut self.quota
+            && !q.allows(after)
+        {
+            return Err(StopReason::Quota);
         }
         self.ogg.push_packet(packet, TICK_SAMPLES).map_err(|e| StopReason::Error(format!("write failed: {e}")))?;
         self.counters.bytes.store(self.ogg.bytes_written(), Ordering::Relaxed);
@@ -531,6 +627,34 @@ mod tests {
         let StopReason::Error(msg) = reason else { panic!("expected an error, got {reason:?}") };
         assert!(msg.contains("write failed"), "{msg}");
         assert!(counters.frames.load(Ordering::Relaxed) < 200);
+    }
+
+    #[test]
+    fn the_directory_quota_stops_a_recording_and_counts_other_files() {
+        let dir = std::env::temp_dir().join(format!("tutti-quota-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("old.opus"), vec![0u8; 3_000]).expect("an old recording");
+        assert_eq!(dir_usage(&dir).expect("readable"), 3_000);
+        assert_eq!(dir_usage(&dir.join("missing")).expect("missing is empty"), 0);
+        let cfg = RecordingConfig { dir_max_bytes: 6_000, ..RecordingConfig::default() };
+        let counters = Counters::default();
+        let head = OpusHead { channels: 1, pre_skip: 0, input_rate: 48_000 };
+        let ogg = OggOpusWriter::new(Vec::new(), 1, head, "t", &[]).expect("a Vec accepts");
+        let mut sink = Sink::new(ogg, &cfg, &counters);
+        sink.quota = Some(Quota::new(dir.clone(), cfg.dir_max_bytes, &dir.join("new.opus")));
+        let mut reason = None;
+        for tick in 0..1_000u64 {
+            if let Err(r) = sink.frame(tick, &[0xF8; 80]) {
+                reason = Some(r);
+                break;
+            }
+        }
+        assert_eq!(reason, Some(StopReason::Quota));
+        assert_eq!(StopReason::Quota.code(), "quota");
+        let size = sink.ogg.size_if_finished_after(0);
+        assert!(size + 3_000 <= 6_000, "the quota held: the file would be {size} bytes");
+        assert!(size > 2_000, "it stopped near the quota, not at once: {size}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

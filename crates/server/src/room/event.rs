@@ -13,7 +13,8 @@ use serde::Serialize;
 pub(crate) enum RoomEvent {
     /// Someone joined.
     Joined { id: u64, name: String },
-    /// Someone left (`left`, `timed_out`, `failed`, `room_closed`, `kicked`).
+    /// Someone left (`left`, `timed_out`, `failed`, `room_closed`, `kicked`,
+    /// `replaced`, `token_expired`).
     Left { id: u64, reason: &'static str },
     /// Someone started or stopped talking.
     Talking { id: u64, talking: bool },

@@ -66,6 +66,10 @@ pub(crate) enum LeaveReason {
     /// Its room was handed over to another node (a drain) and it was told
     /// to rejoin there.
     Moved,
+    /// Another join with the same identity took its place (one identity, one participant).
+    Replaced,
+    /// Its WebSocket's token expired before a fresh one came.
+    TokenExpired,
 }
 
 impl LeaveReason {
@@ -78,6 +82,8 @@ impl LeaveReason {
             Self::RoomClosed => "room_closed",
             Self::Kicked => "kicked",
             Self::Moved => "moved",
+            Self::Replaced => "replaced",
+            Self::TokenExpired => "token_expired",
         }
     }
 }

@@ -29,7 +29,7 @@ mod registry;
 mod room;
 mod stage;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -105,6 +105,11 @@ pub(crate) struct Rooms {
     closing: AtomicBool,
     /// Set when the node drains: no new rooms (joins to its rooms go on).
     draining: AtomicBool,
+    /// Rooms seen without participants, since when (see [`Rooms::reap_empty`]).
+    vacant: Mutex<HashMap<RoomKey, Instant>>,
+    /// Effects of participants replaced by a join with their identity, for
+    /// the joiner's caller to carry out ([`Rooms::take_replaced`]).
+    replaced: Mutex<Vec<Effect>>,
 }
 
 /// Whether `id` may name a room: 1 to 64 letters, digits, '-' or '_'.
@@ -138,6 +143,8 @@ impl Rooms {
             next_key: AtomicU64::new(1),
             closing: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            vacant: Mutex::new(HashMap::new()),
+            replaced: Mutex::new(Vec::new()),
         })
     }
 
@@ -209,6 +216,52 @@ impl Rooms {
         Ok(effects)
     }
 
+    /// Deletes the rooms that have had no participant for `timeout` at
+    /// `now` (called every second or so: a room is "seen empty" from the
+    /// first call that finds it so). A room that is empty for a shorter
+    /// while, or has anyone in it, stays. Returns the rooms deleted (their
+    /// subscribers hear `room_closed`); nobody was in them, so there is no
+    /// effect to carry out.
+    pub(crate) fn reap_empty(&self, now: Instant, timeout: Duration) -> Vec<String> {
+        let rooms = self.all();
+        let empty: HashSet<RoomKey> = rooms.iter().filter(|r| r.len() == 0).map(|r| r.key).collect();
+        let mut due = Vec::new();
+        {
+            let mut vacant = lock(&self.vacant);
+            vacant.retain(|key, _| empty.contains(key));
+            for room in rooms.iter().filter(|r| empty.contains(&r.key)) {
+                let since = *vacant.entry(room.key).or_insert(now);
+                if now.saturating_duration_since(since) >= timeout {
+                    due.push(room.id.clone());
+                }
+            }
+        }
+        let mut reaped = Vec::new();
+        for id in due {
+            // Still empty, checked under the map's lock: a join that came meanwhile keeps it.
+            let room = {
+                let mut map = write(&self.map);
+                match map.get(&id) {
+                    Some(r) if r.len() == 0 => map.remove(&id),
+                    _ => None,
+                }
+            };
+            let Some(room) = room else { continue };
+            lock(&self.vacant).remove(&room.key);
+            room.mark_closed();
+            room.publish(RoomEvent::RoomClosed);
+            tracing::info!(room = %id, timeout_seconds = timeout.as_secs_f64(), "empty room closed");
+            reaped.push(id);
+        }
+        reaped
+    }
+
+    /// The peers to close of participants that a join with their identity
+    /// replaced (see [`Rooms::join`]); the caller carries them out.
+    pub(crate) fn take_replaced(&self) -> Vec<Effect> {
+        std::mem::take(&mut *lock(&self.replaced))
+    }
+
     /// Removes every participant of a room (the room stays in the map
     /// unless [`Rooms::delete`] took it out).
     fn close(&self, room: &Room, reason: LeaveReason) -> Vec<Effect> {
@@ -256,6 +309,21 @@ impl Rooms {
         self.check_space(room)?;
         let NewMember { id, name, identity, listen_only, admin, connected, unnamed } = new;
         self.admit(room, &identity, &name, now)?;
+        // One identity, one participant: a join replaces the identity's
+        // participant already here (it leaves with reason `replaced`; its
+        // peer is closed by whoever takes `take_replaced`). Anonymous
+        // participants (no identity: auth disabled) are never matched, and
+        // an admin of the room may hold several (a load generator, a bridge).
+        if !identity.is_empty() && !admin {
+            let old: Vec<u64> = lock(&room.members).values().filter(|m| m.identity == identity).map(|m| m.id).collect();
+            for old in old {
+                if let Ok(Some(effect)) = self.leave(room, old, LeaveReason::Replaced) {
+                    lock(&self.replaced).push(effect);
+                }
+                tracing::info!(room = %room.id, participant = old, by = id, "participant replaced by a join with its identity");
+            }
+        }
+        lock(&self.vacant).remove(&room.key);
         let mut name = clean_name(if name.is_empty() { &identity } else { &name });
         if name.is_empty() {
             name = format!("{unnamed}-{id}");

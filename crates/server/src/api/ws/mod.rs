@@ -28,8 +28,20 @@
 //! `shutdown` always come).
 //!
 //! The access token comes as `?token=` (browsers cannot set headers on a
-//! WebSocket) or as `Authorization: Bearer`; it is checked once, at the
-//! upgrade, and its grant holds for the socket's life. Limits
+//! WebSocket) or as `Authorization: Bearer`; it is checked at the upgrade,
+//! and its grant holds until the token expires: some time before (a
+//! minute, or half the token's remaining life if shorter) the server sends
+//! `token_expiring` `{expires_at}`, and the client sends `token` `{token}`,
+//! a fresh token for the same identity that still covers the room (answered
+//! `token_accepted` `{expires_at}`; a refused one gets `error`
+//! `token_refused` and changes nothing). A socket whose token expires is
+//! closed with 4001 `token_expired` (its participant leaves with reason
+//! `token_expired`). One identity holds one participant per room: a join
+//! with the identity of a participant already there replaces it, and the
+//! replaced participant's socket is closed with 4409 `replaced`. An
+//! identity holds at most `limits.ws_max_per_identity` sockets, and never
+//! more than half of `limits.max_connections` (beyond: 429
+//! `too_many_sockets` at the upgrade). Limits
 //! (`[limits]`): a message over `ws_max_message_bytes` closes the socket
 //! with 1009; more than `ws_messages_per_second` (after a burst of
 //! `ws_message_burst`) gets an `error` `rate_limited`, then close 1008;
@@ -58,8 +70,8 @@ use super::cluster::Located;
 use super::error::ApiError;
 use super::http::ConnectionSlot;
 use super::limit::Bucket;
-use super::{ApiState, authenticate, join_room, may_join, may_see};
-use crate::auth::Grant;
+use super::{ApiState, authenticate_until, join_room, may_join, may_see};
+use crate::auth::{Grant, unix_now};
 use crate::room::{EventKinds, LeaveReason, Room, RoomEvent};
 use crate::sync::lock;
 
@@ -69,6 +81,12 @@ const CLOSE_TOO_BIG: u16 = 1009;
 const CLOSE_POLICY: u16 = 1008;
 /// Close code: nothing arrived for the idle timeout (4000–4999: the application's).
 pub(super) const CLOSE_IDLE: u16 = 4408;
+/// Close code: the socket's token expired and no fresh one came.
+pub(crate) const CLOSE_TOKEN_EXPIRED: u16 = 4001;
+/// Close code: a join with the same identity replaced the socket's participant.
+pub(crate) const CLOSE_REPLACED: u16 = 4409;
+/// How long before its token's expiry a socket is warned, at most.
+const EXPIRY_WARNING: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct WsParams {
@@ -104,6 +122,10 @@ pub(crate) enum ClientMessage {
     Subscribe {
         events: Vec<String>,
     },
+    /// A fresh access token for the socket (before the current one expires).
+    Token {
+        token: String,
+    },
     /// Raise or lower a hand: the socket's own participant's, or `id`'s
     /// (the caller's own identity's, or anyone's for an admin).
     Hand {
@@ -133,12 +155,34 @@ pub(crate) async fn upgrade(
         Ok(kinds) => kinds.unwrap_or(EventKinds::ALL),
         Err(message) => return ApiError::bad_request("bad_events", message).into_response(),
     };
-    let grant = match authenticate(&api, &headers, params.token.as_deref()).and_then(|g| {
-        may_see(&g, &room)?;
+    let (grant, expires_at) = match authenticate_until(&api, &headers, params.token.as_deref()).and_then(|g| {
+        may_see(&g.0, &room)?;
         Ok(g)
     }) {
         Ok(grant) => grant,
         Err(e) => return e.into_response(),
+    };
+    // A bounded number of sockets per identity (anonymous callers, auth off,
+    // are bounded by address only; the room's admins are trusted with more).
+    let held = if api.auth.is_some() && !grant.identity.is_empty() && !grant.may_manage(&room) {
+        // Never more than half the server's connections, whatever the setting.
+        let limits = &api.cfg.limits;
+        let half = (limits.max_connections / 2).max(1);
+        let max = if limits.ws_max_per_identity == 0 { half } else { limits.ws_max_per_identity.min(half) };
+        match api.ws_identities.acquire(&grant.identity, max) {
+            Some(held) => Some(held),
+            None => {
+                let message = format!(
+                    "identity '{}' has {max} WebSockets open already (limits.ws_max_per_identity, at most half of \
+                     limits.max_connections)",
+                    grant.identity
+                );
+                return ApiError::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "too_many_sockets", message)
+                    .into_response();
+            }
+        }
+    } else {
+        None
     };
     let located = match super::cluster::locate_for_join(&api, &room, false).await {
         Ok(located) => located,
@@ -161,7 +205,7 @@ pub(crate) async fn upgrade(
         Located::Elsewhere(owner) => {
             return ws.on_upgrade(move |socket| async move {
                 relay::relay(api, room, owner, socket).await;
-                drop(slot);
+                drop((slot, held));
             });
         }
     };
@@ -172,8 +216,8 @@ pub(crate) async fn upgrade(
         .write_buffer_size(0)
         .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES);
     ws.on_upgrade(move |socket| async move {
-        session(api, state, socket, Caller { grant, client }, kinds).await;
-        drop(slot);
+        session(api, state, socket, Caller { grant, client }, kinds, expires_at).await;
+        drop((slot, held));
     })
 }
 
@@ -220,8 +264,59 @@ pub(super) async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: 
     .await;
 }
 
-async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, caller: Caller, kinds: EventKinds) {
+/// Longest a socket's timer waits at once (a token valid for centuries is
+/// looked at again after this, rather than overflow a clock).
+const LONGEST_WAIT: Duration = Duration::from_secs(86_400 * 365);
+
+/// When a token expiring at `exp` (Unix seconds) expires, on tokio's clock
+/// (at most [`LONGEST_WAIT`] ahead: the timer then checks again).
+fn deadline_of(exp: u64) -> tokio::time::Instant {
+    let left = std::time::UNIX_EPOCH
+        .checked_add(Duration::from_secs(exp))
+        .map_or(LONGEST_WAIT, |at| at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO));
+    tokio::time::Instant::now() + left.min(LONGEST_WAIT)
+}
+
+/// When to warn a socket whose token expires at `deadline`.
+fn warning_of(deadline: tokio::time::Instant) -> tokio::time::Instant {
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    deadline - EXPIRY_WARNING.min(left / 2)
+}
+
+/// A `token` message: the socket's grant from now on, and its expiry, if
+/// the token is valid, for the same identity, and still lets it see the room.
+fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<(Grant, u64), ApiError> {
+    let refused = |message: String| ApiError::new(axum::http::StatusCode::BAD_REQUEST, "token_refused", message);
+    let Some(auth) = &api.auth else {
+        return Err(refused("auth is disabled: this socket's access does not expire".into()));
+    };
+    let (grant, exp) =
+        auth.verify_until(token, unix_now()).map_err(|e| refused(format!("the new token was refused: {e}")))?;
+    if grant.identity != caller.grant.identity {
+        return Err(refused(format!(
+            "the new token is for identity '{}', this socket's is '{}': open a new socket for another identity",
+            grant.identity, caller.grant.identity
+        )));
+    }
+    if !grant.may_see(&room.id) {
+        return Err(refused(format!("the new token is not for room '{}'", room.id)));
+    }
+    Ok((grant, exp))
+}
+
+async fn session(
+    api: Arc<ApiState>,
+    room: Arc<Room>,
+    mut socket: WebSocket,
+    mut caller: Caller,
+    kinds: EventKinds,
+    expires_at: Option<u64>,
+) {
     api.ws_sessions.fetch_add(1, Ordering::Relaxed);
+    // The token's expiry (none with auth off), and the warning before it.
+    let mut expires_at = expires_at;
+    let mut deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
+    let mut warn_at = Some(warning_of(deadline)).filter(|_| expires_at.is_some());
     let limits = &api.cfg.limits;
     let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
     let idle = Duration::from_secs_f64(limits.ws_idle_timeout_seconds);
@@ -236,10 +331,31 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
     // The client closed with a close frame (it meant to go), or the socket was lost.
     let mut clean = false;
     let mut kinds = kinds;
-    let admin = caller.grant.may_manage(&room.id);
+    let mut admin = caller.grant.may_manage(&room.id);
     let mut ok = socket.send(snapshot(&room, admin)).await.is_ok();
     while ok {
         tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                if expires_at.is_none_or(|exp| unix_now() < exp) {
+                    // Not expired (no expiry, or further off than one wait): wait again.
+                    deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
+                    continue;
+                }
+                if let Some(id) = me.take() {
+                    api.ws_resumes.forget(id);
+                    if let Ok(effect) = api.rooms.leave(&room, id, LeaveReason::TokenExpired) {
+                        api.apply(effect);
+                    }
+                }
+                close_gracefully(&mut socket, CLOSE_TOKEN_EXPIRED, "token_expired").await;
+                tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: its token expired");
+                break;
+            }
+            () = async { match warn_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                warn_at = None;
+                let warning = serde_json::json!({ "type": "token_expiring", "expires_at": expires_at });
+                ok = socket.send(text(&warning)).await.is_ok();
+            }
             msg = socket.recv() => {
                 heard_at = Instant::now();
                 if matches!(msg, Some(Ok(_))) && bucket.take(rate, burst, heard_at).is_err() {
@@ -254,6 +370,24 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                     break;
                 }
                 let reply = match msg {
+                    Some(Ok(Message::Text(t))) if is_token_message(t.as_str()) => {
+                        let token = serde_json::from_str::<ClientMessage>(t.as_str()).ok().and_then(|m| match m {
+                            ClientMessage::Token { token } => Some(token),
+                            _ => None,
+                        });
+                        match refresh(&api, &room, &caller, token.as_deref().unwrap_or("")) {
+                            Ok((grant, exp)) => {
+                                caller.grant = grant;
+                                admin = caller.grant.may_manage(&room.id);
+                                expires_at = Some(exp);
+                                deadline = deadline_of(exp);
+                                warn_at = Some(warning_of(deadline));
+                                tracing::debug!(room = %room.id, client = %caller.client, exp, "WebSocket token refreshed");
+                                Some(text(&serde_json::json!({ "type": "token_accepted", "expires_at": exp })))
+                            }
+                            Err(e) => Some(error(&e)),
+                        }
+                    }
                     Some(Ok(Message::Text(t))) => handle(&api, &room, &caller, &mut me, &mut kinds, t.as_str()),
                     Some(Ok(Message::Binary(_))) => {
                         Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, "bad_message", "send JSON text messages")))
@@ -294,11 +428,16 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                         RoomEvent::RoomClosed => Some("room closed"),
                         _ => None,
                     });
+                    let mut replaced = false;
                     if let Some(id) = me
-                        && batch.events.iter().any(|e| matches!(e, RoomEvent::Left { id: left, .. } if *left == id))
+                        && let Some(reason) = batch.events.iter().find_map(|e| match e {
+                            RoomEvent::Left { id: left, reason } if *left == id => Some(*reason),
+                            _ => None,
+                        })
                     {
                         api.ws_resumes.forget(id);
                         me = None;
+                        replaced = reason == LeaveReason::Replaced.as_str();
                     }
                     if let Some(json) = batch.for_kinds(kinds)
                         && let Ok(json) = Utf8Bytes::try_from(json)
@@ -307,6 +446,12 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
                     }
                     if let Some(reason) = last {
                         close_gracefully(&mut socket, 1001, reason).await;
+                        break;
+                    }
+                    if replaced {
+                        // Another socket (a tab, a device) joined with this identity: it has the seat now.
+                        close_gracefully(&mut socket, CLOSE_REPLACED, "replaced").await;
+                        tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: its participant was replaced");
                         break;
                     }
                 }
@@ -329,6 +474,16 @@ async fn session(api: Arc<ApiState>, room: Arc<Room>, mut socket: WebSocket, cal
         resume::socket_gone(&api, &room, id, clean);
     }
     api.ws_sessions.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Whether a text message is a `token` message (handled by the session, which owns the socket's grant).
+fn is_token_message(text: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: std::borrow::Cow<'a, str>,
+    }
+    serde_json::from_str::<Kind<'_>>(text).is_ok_and(|k| k.kind == "token")
 }
 
 /// One client message; the reply to send, if any.
@@ -365,6 +520,12 @@ pub(crate) fn handle(
             Some(id) => api.rooms.set_muted(room, id, muted).err().map(|e| error(&e.into())),
             None => bad("not_joined", "join first".into()),
         },
+        // The session takes these itself (it owns the socket's grant and timers).
+        ClientMessage::Token { .. } => Some(error(&ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "token_refused",
+            "a token is only taken by an open room socket",
+        ))),
         ClientMessage::Subscribe { events } => match EventKinds::from_names(&events) {
             Ok(k) => {
                 *kinds = k;

@@ -1,0 +1,154 @@
+//! In cluster mode (a real redis-server), any token used to place and host
+//! a room that did not exist: a REST join or a bare WebSocket upgrade with a
+//! listen-only `*` token. With `max_rooms = 8`, eight such rooms made the
+//! admin's next create fail with 503 `server_full` (issue 25). Now only an
+//! admin creates rooms (unless `room.auto_create`), and an empty room is
+//! closed after `room.empty_timeout_seconds` and released in the directory.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::start_with;
+use tutti_client::{Requester, Response, ToneClient, request_as};
+use tutti_server::Config;
+use tutti_server::auth::Grant;
+
+const SECRET: &str = "cluster-rooms-test-secret-0123456789";
+
+/// A redis-server on 127.0.0.1; killed on drop. Skips (returns `None`) where none is installed.
+struct Redis {
+    port: u16,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl Redis {
+    fn start() -> Option<Self> {
+        let binary = PathBuf::from("/usr/bin/redis-server");
+        if !binary.exists() {
+            eprintln!("redis-server is not installed (apt-get install redis-server): skipped");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let dir = std::env::temp_dir().join(format!("tutti-cluster-rooms-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let child = Command::new(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.to_str()?])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let redis = Self { port, dir, child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 7];
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                    return Some(redis);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer within 10 s");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn call(api: SocketAddr, token: &str, method: &str, path: &str, ct: Option<&str>, body: &[u8]) -> Response {
+    request_as(api, &Requester::token(token), method, path, ct, body).expect("the API answers")
+}
+
+fn upgrade_status(api: SocketAddr, room: &str, token: &str) -> u16 {
+    let stream = TcpStream::connect(api).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    match tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws?token={token}"), stream) {
+        Ok(_) => 101,
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => r.status().as_u16(),
+        Err(e) => panic!("handshake: {e}"),
+    }
+}
+
+#[test]
+fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
+    let Some(redis) = Redis::start() else { return };
+    let http_port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let media_port = UdpSocket::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let mut cfg = Config {
+        http: SocketAddr::from(([127, 0, 0, 1], http_port)),
+        media: SocketAddr::from(([127, 0, 0, 1], media_port)),
+        max_rooms: 8,
+        ..common::test_config()
+    };
+    cfg.auth.disabled = false;
+    cfg.auth.secret = SECRET.to_owned();
+    cfg.room.empty_timeout_seconds = 1.0;
+    cfg.cluster.redis_url = format!("redis://127.0.0.1:{}/0", redis.port);
+    cfg.cluster.node_id = "node-a".to_owned();
+    cfg.cluster.api_url = format!("http://127.0.0.1:{http_port}");
+    cfg.cluster.media_addr = format!("127.0.0.1:{media_port}");
+    cfg.cluster.heartbeat_interval_seconds = 0.5;
+    cfg.cluster.node_ttl_seconds = 2.0;
+    // Debug builds on a busy machine tick slowly: a 20 ms budget would count the node full.
+    cfg.cluster.tick_budget_seconds = 1.0;
+    cfg.cluster.capacity = 100;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
+    let squatter = server.mint_token(&Grant::listener("*", "squatter"), Duration::from_secs(600)).expect("token");
+
+    // The node is placeable once its first heartbeat is in Redis.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = call(api, &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"first"}"#);
+        if r.status == 201 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the node never took a room: {} {}", r.status, r.body);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    for i in 0..8 {
+        let offer = ToneClient::offer(100.0).expect("offer").1;
+        let path = format!("/v1/rooms/squat-{i}/participants");
+        let r = call(api, &squatter, "POST", &path, Some("application/sdp"), offer.as_bytes());
+        assert_eq!((r.status, r.code().as_str()), (404, "room_not_found"), "join {i}: {}", r.body);
+        assert_eq!(upgrade_status(api, &format!("sock-{i}"), &squatter), 404, "a bare upgrade creates nothing");
+    }
+    // The admin's creates all succeed: nothing took a slot.
+    for i in 1..8 {
+        let body = format!("{{\"id\":\"a{i}\"}}");
+        let r = call(api, &admin, "POST", "/v1/rooms", Some("application/json"), body.as_bytes());
+        assert_eq!(r.status, 201, "create {i}: {}", r.body);
+    }
+    // Nobody joins them: after the empty timeout every one is closed and
+    // released in the directory (no node lists it; a join finds nothing).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = call(api, &admin, "GET", "/v1/rooms", None, b"");
+        assert_eq!(r.status, 200, "{}", r.body);
+        if r.body == "[]" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rooms still listed: {}", r.body);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let lena = server.mint_token(&Grant::listener("first", "lena"), Duration::from_secs(600)).expect("token");
+    let offer = ToneClient::offer(100.0).expect("offer").1;
+    let r = call(api, &lena, "POST", "/v1/rooms/first/participants", Some("application/sdp"), offer.as_bytes());
+    assert_eq!((r.status, r.code().as_str()), (404, "room_not_found"), "a released room is gone: {}", r.body);
+    rt.block_on(server.shutdown());
+}
