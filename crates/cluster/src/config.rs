@@ -15,7 +15,9 @@ use crate::error::ClusterError;
 ///
 /// ```toml
 /// [cluster]
-/// redis_url = "redis://127.0.0.1:6379/0"   # with a password: redis://:secret@host:6379/0
+/// redis_url = "rediss://redis.internal:6380/0"  # rediss:// = TLS; redis:// = plain
+/// redis_password = ""                      # or TUTTI_CLUSTER_REDIS_PASSWORD (or redis://:secret@host in the URL)
+/// redis_ca_file = "/etc/tutti/redis-ca.pem" # CA of a self-signed Redis; empty = the system's roots
 /// node_id = "tutti-1"                      # default: node-<random>, new on every start
 /// api_url = "http://127.0.0.2:8080"        # where other nodes redirect clients
 /// media_addr = "127.0.0.2:3478"
@@ -24,8 +26,20 @@ use crate::error::ClusterError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// Redis URL, e.g. `redis://127.0.0.1:6379/0`; empty = cluster mode off.
+    /// Redis URL, e.g. `redis://127.0.0.1:6379/0`, or `rediss://…` for TLS
+    /// (rustls; the server certificate is checked against the system's
+    /// roots, or [`redis_ca_file`](Self::redis_ca_file)); empty = cluster
+    /// mode off. A password may go in it (`redis://:secret@host`), but
+    /// [`redis_password`](Self::redis_password) keeps it out of the URL.
     pub redis_url: String,
+    /// Redis password (`AUTH`), overriding one in the URL; empty = the
+    /// URL's, if any. Meant for the environment (`TUTTI_CLUSTER_REDIS_PASSWORD`,
+    /// e.g. from a Kubernetes Secret) rather than a file.
+    pub redis_password: String,
+    /// A PEM file of the certificate authorities a `rediss://` server's
+    /// certificate must chain to (a self-signed Redis); empty = the
+    /// system's roots. Needs a `rediss://` URL.
+    pub redis_ca_file: String,
     /// This node's id: letters, digits, `.`, `_`, `-` (at most 64); empty =
     /// generated at start (`node-` and 8 hex digits), new on every start.
     pub node_id: String,
@@ -64,6 +78,8 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             redis_url: String::new(),
+            redis_password: String::new(),
+            redis_ca_file: String::new(),
             node_id: String::new(),
             api_url: String::new(),
             media_addr: String::new(),
@@ -94,6 +110,9 @@ impl ClusterConfig {
         let bad = |field: &'static str, reason: &str| Err(ClusterError::Config { field, reason: reason.to_owned() });
         if self.redis_url.is_empty() {
             return bad("redis_url", "must be set (cluster mode needs Redis)");
+        }
+        if !self.redis_ca_file.is_empty() && !self.tls() {
+            return bad("redis_ca_file", "is for TLS: the redis_url must start with rediss://");
         }
         if !self.node_id.is_empty() {
             validate_node_id(&self.node_id).map_err(|reason| ClusterError::Config { field: "node_id", reason })?;
@@ -130,6 +149,43 @@ impl ClusterConfig {
             return bad("capacity", "must be at least 1");
         }
         Ok(())
+    }
+
+    /// Whether the Redis URL asks for TLS.
+    pub fn tls(&self) -> bool {
+        self.redis_url.starts_with("rediss://") || self.redis_url.starts_with("valkeys://")
+    }
+
+    /// A Redis client for this config: the URL, the password of
+    /// [`redis_password`](Self::redis_password) if set, RESP3 if asked
+    /// (pub/sub pushes), and for `rediss://` the CAs of
+    /// [`redis_ca_file`](Self::redis_ca_file) if set (else the system's).
+    pub(crate) fn redis_client(&self, resp3: bool) -> Result<redis::Client, ClusterError> {
+        use redis::IntoConnectionInfo as _;
+        let bad_url = |e: redis::RedisError| ClusterError::Config { field: "redis_url", reason: e.to_string() };
+        let info = self.redis_url.as_str().into_connection_info().map_err(bad_url)?;
+        let mut settings = info.redis_settings().clone();
+        if !self.redis_password.is_empty() {
+            settings = settings.set_password(&self.redis_password);
+        }
+        if resp3 {
+            settings = settings.set_protocol(redis::ProtocolVersion::RESP3);
+        }
+        let info = info.set_redis_settings(settings);
+        if self.tls() {
+            // rustls picks its crypto from a process-wide provider: ring's
+            // unless the process installed another one first.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if self.redis_ca_file.is_empty() {
+            return redis::Client::open(info).map_err(bad_url);
+        }
+        let pem = std::fs::read(&self.redis_ca_file).map_err(|e| ClusterError::Config {
+            field: "redis_ca_file",
+            reason: format!("cannot read {}: {e}", self.redis_ca_file),
+        })?;
+        redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls: None, root_cert: Some(pem) })
+            .map_err(|e| ClusterError::Config { field: "redis_ca_file", reason: e.to_string() })
     }
 
     pub(crate) fn heartbeat_interval(&self) -> Duration {
