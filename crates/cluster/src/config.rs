@@ -23,7 +23,7 @@ use crate::error::ClusterError;
 /// media_addr = "127.0.0.2:3478"
 /// capacity = 1400                          # participants this node is sized for
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// Redis URL, e.g. `redis://127.0.0.1:6379/0`, or `rediss://…` for TLS
@@ -93,6 +93,37 @@ impl Default for ClusterConfig {
             op_timeout_seconds: 0.5,
             ticket_ttl_seconds: 30.0,
         }
+    }
+}
+
+/// Debug output hides the passwords (of `redis_password` and in the URL).
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = match self.redis_url.split_once('@') {
+            Some((userinfo, host)) if userinfo.contains("://") => {
+                let scheme = userinfo.split_once("://").map_or("", |(s, _)| s);
+                format!("{scheme}://(credentials)@{host}")
+            }
+            _ => self.redis_url.clone(),
+        };
+        let password = if self.redis_password.is_empty() { "(none)" } else { "(set)" };
+        f.debug_struct("ClusterConfig")
+            .field("redis_url", &url)
+            .field("redis_password", &password)
+            .field("redis_ca_file", &self.redis_ca_file)
+            .field("node_id", &self.node_id)
+            .field("api_url", &self.api_url)
+            .field("media_addr", &self.media_addr)
+            .field("key_prefix", &self.key_prefix)
+            .field("heartbeat_interval_seconds", &self.heartbeat_interval_seconds)
+            .field("node_ttl_seconds", &self.node_ttl_seconds)
+            .field("lease_ttl_seconds", &self.lease_ttl_seconds)
+            .field("capacity", &self.capacity)
+            .field("tick_budget_seconds", &self.tick_budget_seconds)
+            .field("room_size_estimate", &self.room_size_estimate)
+            .field("op_timeout_seconds", &self.op_timeout_seconds)
+            .field("ticket_ttl_seconds", &self.ticket_ttl_seconds)
+            .finish()
     }
 }
 
@@ -243,6 +274,18 @@ mod tests {
         assert_eq!(field(ClusterConfig { node_ttl_seconds: 1.5, ..ok() }), "node_ttl_seconds");
         assert_eq!(field(ClusterConfig { lease_ttl_seconds: f64::NAN, ..ok() }), "lease_ttl_seconds");
         assert_eq!(field(ClusterConfig { capacity: 0, ..ok() }), "capacity");
+    }
+
+    #[test]
+    fn debug_hides_the_passwords() {
+        let c = ClusterConfig {
+            redis_url: "rediss://user:hunter2@redis:6380/0".into(),
+            redis_password: "s3cret".into(),
+            ..ok()
+        };
+        let text = format!("{c:?}");
+        assert!(!text.contains("hunter2") && !text.contains("s3cret"), "{text}");
+        assert!(text.contains("rediss://(credentials)@redis:6380/0"), "{text}");
     }
 
     #[test]

@@ -11,9 +11,11 @@
 //! ```text
 //! nodes               set of node ids (for enumeration; stale ids cleaned on read)
 //! node:<id>           hash api_url media_addr state participants capacity cpu
-//!                     tick_p99_seconds placements; rewritten every heartbeat
+//!                     tick_p99_seconds sig placements; rewritten every heartbeat
 //!                     (MULTI: HSET + PEXPIRE node_ttl + SADD). Gone = dead:
 //!                     Redis' clock alone decides, nodes need no clock agreement.
+//!                     `sig`: HMAC of the id and the fields but placements under
+//!                     the cluster's node key; unsigned records are ignored.
 //! rooms               set of room names with a record
 //! room:<r>            hash owner epoch config
 //! lease:<r>           "<node>:<epoch>", PX lease_ttl, renewed by the owner
@@ -65,6 +67,15 @@
 //!   While a node is cut off from Redis longer than its node TTL, another
 //!   node may take its rooms on their next join (two copies for a while);
 //!   the first renewal after reconnection fences the old copy.
+//! - **Redis is shared state, not an authority.** Redis takes a password
+//!   (`redis_password`, or in the URL) and TLS (`rediss://`, rustls, the
+//!   system's roots or `redis_ca_file`); a refusal (wrong password, bad
+//!   certificate) stops [`Cluster::start`] with [`ClusterError::Refused`].
+//!   And since whoever writes to Redis could name a node of their own, a
+//!   node record counts only when signed with a key derived from the shared
+//!   secret (`record`, [`derive_key`]): a forged or foreign record is never
+//!   placed on nor redirected to ([`ClusterError::Untrusted`] → 503),
+//!   and is counted (`tutti_cluster_node_records_rejected_total`).
 //! - **Tickets are single-use cluster-wide** (Redis `SET NX`), not per node:
 //!   if the owner dies and the room moves, a ticket cannot be replayed on the
 //!   new owner. Without Redis a ticket cannot be checked: 503, like any
