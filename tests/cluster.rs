@@ -811,4 +811,27 @@ fn a_cluster_that_trusts_no_one() {
         }
     };
     assert_eq!(closed, Some(1009), "closed with 1009 (message too big)");
+
+    // … and a flood of small messages as a local one does: rate_limited, then 1008.
+    let mut ws = open_ws(apis[0], &room, &alice).expect("a relayed socket");
+    assert_eq!(read_json(&mut ws)["type"], "moved");
+    for _ in 0..40 {
+        if ws.send(tungstenite::Message::text(r#"{"type":"mute","muted":true}"#)).is_err() {
+            break;
+        }
+    }
+    let (mut limited, mut code) = (false, None);
+    for _ in 0..100 {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => limited |= t.as_str().contains("rate_limited"),
+            Ok(tungstenite::Message::Close(frame)) => {
+                code = frame.map(|f| u16::from(f.code));
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no close after a flood: {e}"),
+        }
+    }
+    assert!(limited, "the flood is answered rate_limited");
+    assert_eq!(code, Some(1008), "closed with 1008 (message rate)");
 }
