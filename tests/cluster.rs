@@ -662,6 +662,27 @@ fn a_cluster_that_trusts_no_one() {
     let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).expect("token");
     let apis: Vec<SocketAddr> = nodes.iter().map(|n| n.api).collect();
 
+    // 0. A node with a wrong Redis password does not start, and says why.
+    let free = |ip: &str| TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap().port();
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["serve", "--http", &format!("127.0.0.5:{}", free("127.0.0.5"))])
+        .args([
+            "--media",
+            &format!("127.0.0.5:{}", UdpSocket::bind("127.0.0.5:0").unwrap().local_addr().unwrap().port()),
+        ])
+        .args(["--metrics", &format!("127.0.0.5:{}", free("127.0.0.5"))])
+        .env("TUTTI_AUTH_SECRET", SECRET)
+        .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
+        .env("TUTTI_CLUSTER_REDIS_PASSWORD", "not the password")
+        .env("TUTTI_CLUSTER_API_URL", "http://127.0.0.5:1")
+        .env("TUTTI_CLUSTER_MEDIA_ADDR", "127.0.0.5:1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("tutti serve runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a node with a wrong Redis password exits");
+    assert!(stderr.contains("Redis refused this node") && stderr.contains("redis_password"), "{stderr}");
+
     // 1. A node record and a lease written by hand: nobody is sent there.
     let evil = "http://127.0.0.9:9";
     let ttl = "600000";
