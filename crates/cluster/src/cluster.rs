@@ -663,6 +663,7 @@ impl Cluster {
         }
         if self.inner.records.verify(id, h)
             && let Some(n) = parse_node(id, h)
+            && self.inner.cfg.api_url_allowed(&n.api_url)
         {
             return Record::Node(n);
         }
@@ -670,7 +671,8 @@ impl Cluster {
         let mut warned = lock(&self.inner.warned_forged);
         if warned.len() < MAX_WARNED_FORGED && warned.insert(id.to_owned()) {
             warn!(node = %id, api_url = ?h.get("api_url"),
-                "registry record not signed with the cluster's key (another secret, or written by hand): ignored");
+                "registry record not signed with the cluster's key (another secret, or written by hand), \
+                 or its api_url not in cluster.allowed_api_urls: ignored");
         }
         Record::Rejected
     }

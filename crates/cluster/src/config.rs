@@ -72,6 +72,13 @@ pub struct ClusterConfig {
     pub op_timeout_seconds: f64,
     /// Lifetime of a redirect ticket.
     pub ticket_ttl_seconds: f64,
+    /// The API URLs nodes may have, as patterns where `*` stands for any
+    /// run of characters but `/` (e.g. `https://*.tutti.example.org`),
+    /// compared without case: a node record naming another URL is ignored
+    /// even when signed (a second line behind the signature, should the
+    /// secret leak). Empty = any URL a signed record names. This node's own
+    /// `api_url` must match.
+    pub allowed_api_urls: Vec<String>,
 }
 
 impl Default for ClusterConfig {
@@ -92,6 +99,7 @@ impl Default for ClusterConfig {
             room_size_estimate: 4,
             op_timeout_seconds: 0.5,
             ticket_ttl_seconds: 30.0,
+            allowed_api_urls: Vec::new(),
         }
     }
 }
@@ -123,6 +131,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("room_size_estimate", &self.room_size_estimate)
             .field("op_timeout_seconds", &self.op_timeout_seconds)
             .field("ticket_ttl_seconds", &self.ticket_ttl_seconds)
+            .field("allowed_api_urls", &self.allowed_api_urls)
             .finish()
     }
 }
@@ -154,6 +163,9 @@ impl ClusterConfig {
         if self.media_addr.is_empty() {
             return bad("media_addr", "must be set");
         }
+        if !self.api_url_allowed(&self.api_url) {
+            return bad("allowed_api_urls", "does not match this node's own api_url");
+        }
         let positive = |v: f64| v.is_finite() && v > 0.0 && v < 86_400.0;
         for (field, value) in [
             ("heartbeat_interval_seconds", self.heartbeat_interval_seconds),
@@ -180,6 +192,11 @@ impl ClusterConfig {
             return bad("capacity", "must be at least 1");
         }
         Ok(())
+    }
+
+    /// Whether a node may have the API URL `url` ([`allowed_api_urls`](Self::allowed_api_urls)).
+    pub fn api_url_allowed(&self, url: &str) -> bool {
+        self.allowed_api_urls.is_empty() || self.allowed_api_urls.iter().any(|p| url_matches(p, url))
     }
 
     /// Whether the Redis URL asks for TLS.
@@ -233,6 +250,32 @@ impl ClusterConfig {
     }
 }
 
+/// `url` against `pattern`, without case; `*` matches any run of bytes but `/`.
+fn url_matches(pattern: &str, url: &str) -> bool {
+    let (p, t) = (pattern.to_ascii_lowercase().into_bytes(), url.to_ascii_lowercase().into_bytes());
+    let (mut i, mut j) = (0, 0);
+    // The last `*` seen: the pattern index after it, and the text index it has matched up to.
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i + 1, j));
+            i += 1;
+        } else if i < p.len() && p[i] == t[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((after, upto)) = star
+            && t[upto] != b'/'
+        {
+            // Let the `*` take one more byte and try again from there.
+            star = Some((after, upto + 1));
+            (i, j) = (after, upto + 1);
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&b| b == b'*')
+}
+
 /// A node id is safe in a key and in a lease value (`node:epoch`, so no `:`).
 pub(crate) fn validate_node_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_NODE_ID_BYTES {
@@ -274,6 +317,21 @@ mod tests {
         assert_eq!(field(ClusterConfig { node_ttl_seconds: 1.5, ..ok() }), "node_ttl_seconds");
         assert_eq!(field(ClusterConfig { lease_ttl_seconds: f64::NAN, ..ok() }), "lease_ttl_seconds");
         assert_eq!(field(ClusterConfig { capacity: 0, ..ok() }), "capacity");
+    }
+
+    #[test]
+    fn api_url_patterns() {
+        let c = ClusterConfig { allowed_api_urls: vec!["https://*.tutti.example.org".into()], ..ok() };
+        assert!(c.api_url_allowed("https://n1.tutti.example.org"));
+        assert!(c.api_url_allowed("HTTPS://N1.Tutti.Example.org"));
+        assert!(!c.api_url_allowed("https://evil.example/x.tutti.example.org"), "* does not cross '/'");
+        assert!(!c.api_url_allowed("https://n1.tutti.example.org.evil.net"));
+        assert!(!c.api_url_allowed("http://n1.tutti.example.org"));
+        assert!(url_matches("http://127.0.0.*:*", "http://127.0.0.2:8080"));
+        assert!(!url_matches("http://127.0.0.*:*", "http://127.0.0.2:8080/x"));
+        assert!(ClusterConfig::default().api_url_allowed("anything"), "no patterns: any URL");
+        // The node's own URL must match.
+        assert!(matches!(c.validate(), Err(ClusterError::Config { field: "allowed_api_urls", .. })));
     }
 
     #[test]

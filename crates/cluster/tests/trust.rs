@@ -141,3 +141,30 @@ async fn node_records_written_by_hand_or_under_another_secret_redirect_nobody() 
     );
     drop(other);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_record_outside_the_allowed_urls_redirects_nobody() {
+    let redis = RedisServer::start();
+    let allowed = vec!["http://*.test:8080".to_owned()];
+    let a = Cluster::start(ClusterConfig { allowed_api_urls: allowed.clone(), ..config(&redis, "a") }, SECRET)
+        .await
+        .expect("a's own URL matches");
+    // Same secret (its records are signed), but a URL outside the rules.
+    let odd = Cluster::start(
+        ClusterConfig { api_url: "http://b.elsewhere.example:8080".into(), ..config(&redis, "b") },
+        SECRET,
+    )
+    .await
+    .expect("start");
+    let c = common::start(&redis, "c").await;
+    let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids, ["a", "c"], "b's URL is not allowed");
+    assert!(matches!(odd.claim("held-by-b", None).await.unwrap(), Placement::Local { .. }));
+    assert_eq!(a.locate("held-by-b").await.unwrap(), None);
+    assert!(matches!(a.place("held-by-b", None).await, Err(ClusterError::Untrusted(_))));
+    assert!(
+        matches!(c.place("held-by-b", None).await.unwrap(), Placement::Remote(o) if o.node_id == "b"),
+        "c has no rules"
+    );
+    assert!(a.stats().node_records_rejected_total >= 1);
+}
