@@ -10,7 +10,11 @@
 //! `kill -9` of the owner mid-call: clients that rejoin through the other
 //! nodes hear each other again within seconds; Redis killed mid-call: the
 //! call keeps its audio, a cross-node join gets 503 with Retry-After, and
-//! all recovers when Redis restarts.
+//! all recovers when Redis restarts. And a cluster that trusts no one:
+//! Redis with a password, a node record written by hand redirects nobody,
+//! redirect tickets carry the least grant for one request, the `moved`
+//! message carries a single-use ticket rather than the token, and a relay
+//! socket refuses a 2 MiB message as a local one does.
 
 #![allow(clippy::unwrap_used)]
 
@@ -57,20 +61,39 @@ struct Redis {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// `requirepass`, if any.
+    password: Option<String>,
 }
 
 impl Redis {
     fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    fn start_with(password: Option<&str>) -> Self {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut r = Self { port, dir: temp_dir("redis"), child: None };
+        let mut r = Self { port, dir: temp_dir("redis"), child: None, password: password.map(str::to_owned) };
         r.spawn();
         r
+    }
+
+    /// One command through `redis-cli` (installed with redis-server), e.g. a key written by hand.
+    fn cli(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-p", &self.port.to_string(), "--no-auth-warning"]);
+        if let Some(p) = &self.password {
+            cmd.args(["-a", p]);
+        }
+        let out = cmd.args(args).output().expect("redis-cli runs");
+        assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
     fn spawn(&mut self) {
         let child = Command::new(redis_binary())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", self.dir.to_str().unwrap()])
+            .args(self.password.iter().flat_map(|p| ["--requirepass", p.as_str()]))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -81,7 +104,11 @@ impl Redis {
             let mut buf = [0u8; 7];
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                // `+PONG`, or `-NOAUTH…` from a server with a password: it answers.
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read_exact(&mut buf).is_ok()
+                    && (&buf == b"+PONG\r\n" || buf[0] == b'-')
+                {
                     return;
                 }
             }
@@ -125,6 +152,8 @@ impl Node {
             .args(["--metrics", &format!("{ip}:{metrics_port}")])
             .env("TUTTI_AUTH_SECRET", SECRET)
             .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
+            // The password kept out of the URL, as from a Kubernetes Secret.
+            .env("TUTTI_CLUSTER_REDIS_PASSWORD", redis.password.as_deref().unwrap_or(""))
             .env("TUTTI_CLUSTER_NODE_ID", &id)
             .env("TUTTI_CLUSTER_API_URL", format!("http://{api}"))
             .env("TUTTI_CLUSTER_MEDIA_ADDR", format!("{ip}:{media_port}"))
@@ -583,4 +612,247 @@ fn a_load_run_through_one_node_spreads_over_all_three() {
     assert!(s.loss_total_percent <= 2.0, "{}", s.to_text());
     let json = serde_json::to_string(&report).expect("JSON");
     assert!(json.contains("\"redirected\"") && json.contains("\"cpu_cores\""));
+}
+
+/// The JSON payload of a ticket or token (`payload.signature` or `header.payload.signature`).
+fn payload(credential: &str, index: usize) -> serde_json::Value {
+    use base64::Engine as _;
+    let part = credential.split('.').nth(index).expect("a dotted credential");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+/// The `ticket` query parameter of a Location.
+fn ticket_of(location: &str) -> String {
+    let (_, query) = location.split_once('?').expect("a query");
+    let t = query.split('&').find_map(|p| p.strip_prefix("ticket=")).expect("a ticket");
+    t.to_owned()
+}
+
+/// Opens `ws://api/v1/rooms/{room}/ws?token=…`: the socket, or the HTTP status that refused it.
+fn open_ws(api: SocketAddr, room: &str, token: &str) -> Result<tungstenite::WebSocket<TcpStream>, u16> {
+    let stream = TcpStream::connect(api).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    match tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws?token={token}"), stream) {
+        Ok((ws, _)) => Ok(ws),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => Err(r.status().as_u16()),
+        Err(e) => panic!("WebSocket handshake: {e}"),
+    }
+}
+
+fn read_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> serde_json::Value {
+    match ws.read().expect("a message") {
+        tungstenite::Message::Text(t) => serde_json::from_str(t.as_str()).expect("JSON"),
+        m => panic!("not text: {m:?}"),
+    }
+}
+
+/// Two nodes on a Redis with a password: what a Redis writer, a stolen
+/// ticket or a relayed socket can no longer do.
+#[test]
+fn a_cluster_that_trusts_no_one() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let redis = Redis::start_with(Some("a redis password from a secret"));
+    let ports = shared_ports();
+    let nodes: Vec<Node> = (2..=3).map(|n| Node::start(n, ports, &redis)).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).expect("token");
+    let apis: Vec<SocketAddr> = nodes.iter().map(|n| n.api).collect();
+
+    // 0. A node with a wrong Redis password does not start, and says why.
+    let free = |ip: &str| TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap().port();
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["serve", "--http", &format!("127.0.0.5:{}", free("127.0.0.5"))])
+        .args([
+            "--media",
+            &format!("127.0.0.5:{}", UdpSocket::bind("127.0.0.5:0").unwrap().local_addr().unwrap().port()),
+        ])
+        .args(["--metrics", &format!("127.0.0.5:{}", free("127.0.0.5"))])
+        .env("TUTTI_AUTH_SECRET", SECRET)
+        .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
+        .env("TUTTI_CLUSTER_REDIS_PASSWORD", "not the password")
+        .env("TUTTI_CLUSTER_API_URL", "http://127.0.0.5:1")
+        .env("TUTTI_CLUSTER_MEDIA_ADDR", "127.0.0.5:1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("tutti serve runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a node with a wrong Redis password exits");
+    assert!(stderr.contains("Redis refused this node") && stderr.contains("redis_password"), "{stderr}");
+
+    // 1. A node record and a lease written by hand: nobody is sent there.
+    let evil = "http://127.0.0.9:9";
+    let ttl = "600000";
+    let record = [
+        "HSET",
+        "tutti:node:evil",
+        "api_url",
+        evil,
+        "media_addr",
+        "127.0.0.9:9",
+        "state",
+        "serving",
+        "participants",
+        "0",
+        "capacity",
+        "1000",
+        "cpu",
+        "0",
+        "tick_p99_seconds",
+        "0",
+        "placements",
+        "0",
+    ];
+    redis.cli(&record);
+    redis.cli(&["PEXPIRE", "tutti:node:evil", ttl]);
+    redis.cli(&["SADD", "tutti:nodes", "evil"]);
+    redis.cli(&["SET", "tutti:lease:victim", "evil:7", "PX", ttl]);
+    redis.cli(&["HSET", "tutti:room:victim", "owner", "evil", "epoch", "7"]);
+    redis.cli(&["SADD", "tutti:rooms", "victim"]);
+    let (_, offer) = ToneClient::offer(440.0).expect("offer");
+    for &api in &apis {
+        let whip = request_as(
+            api,
+            &Requester::token(&admin),
+            "POST",
+            "/v1/rooms/victim/participants",
+            Some("application/sdp"),
+            offer.as_bytes(),
+        )
+        .expect("API");
+        assert_ne!(whip.status, 307, "a WHIP join is not redirected to a forged node: {}", whip.body);
+        assert!(whip.header("location").is_none_or(|l| !l.contains("127.0.0.9")), "{:?}", whip.header("location"));
+        assert_eq!((whip.status, whip.code().as_str()), (503, "cluster_unavailable"), "{}", whip.body);
+        let page = open_ws(api, "victim", &admin);
+        assert!(matches!(page, Err(503)), "no WebSocket `moved` to a forged node");
+        let get = request_as(api, &Requester::token(&admin), "GET", "/v1/rooms/victim", None, b"").expect("API");
+        assert!(!get.body.contains("127.0.0.9"), "the forged URL is not shown: {}", get.body);
+        let delete = request_as(api, &Requester::token(&admin), "DELETE", "/v1/rooms/victim", None, b"").expect("API");
+        assert_ne!(delete.status, 307, "{}", delete.body);
+    }
+    // Counted (exported every second).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = request_as(nodes[0].metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
+        let rejected = m.body.lines().find_map(|l| l.strip_prefix("tutti_cluster_node_records_rejected_total "));
+        if rejected.and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v >= 1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rejected records counted: {rejected:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // A room on the second node, created through the first.
+    let mut room = None;
+    for i in 0..20 {
+        let (r, at) = send(apis[0], &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"trust-{i}"}}"#));
+        assert_eq!(r.status, 201, "{}", r.body);
+        if at == apis[1] {
+            room = Some(format!("trust-{i}"));
+            break;
+        }
+    }
+    let room = room.expect("one of 20 rooms lands on the second node");
+
+    // 2. An admin's DELETE through the first node: a ticket for that DELETE only, admin for that room only.
+    let path = format!("/v1/rooms/{room}");
+    let r = request_as(apis[0], &Requester::token(&admin), "DELETE", &path, None, b"").expect("API");
+    assert_eq!(r.status, 307, "{}", r.body);
+    let ticket = ticket_of(r.header("location").expect("Location"));
+    let claims = payload(&ticket, 0);
+    assert_eq!((claims["method"].as_str(), claims["path"].as_str()), (Some("DELETE"), Some(path.as_str())), "{claims}");
+    assert_eq!(claims["grants"]["room"].as_str(), Some(room.as_str()), "never '*': {claims}");
+    assert_eq!(
+        (
+            claims["grants"]["admin"].as_bool(),
+            claims["grants"]["speak"].as_bool(),
+            claims["grants"]["listen"].as_bool()
+        ),
+        (Some(true), Some(false), Some(false)),
+        "{claims}"
+    );
+    let anon = Requester::default();
+    for (method, other) in
+        [("POST", format!("{path}/recording")), ("PATCH", path.clone()), ("DELETE", format!("{path}/recording"))]
+    {
+        let r =
+            request_as(apis[1], &anon, method, &format!("{other}?ticket={ticket}"), Some("application/json"), b"{}")
+                .expect("API");
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (401, "bad_ticket"),
+            "{method} {other} with a DELETE's ticket: {}",
+            r.body
+        );
+    }
+    // An admin's WHIP join is redirected with a participant's grant.
+    let join_path = format!("/v1/rooms/{room}/participants");
+    let r =
+        request_as(apis[0], &Requester::token(&admin), "POST", &join_path, Some("application/sdp"), offer.as_bytes())
+            .expect("API");
+    assert_eq!(r.status, 307, "{}", r.body);
+    let join_claims = payload(&ticket_of(r.header("location").expect("Location")), 0);
+    assert_eq!(join_claims["grants"]["admin"].as_bool(), Some(false), "a join needs no admin: {join_claims}");
+    assert_eq!(join_claims["grants"]["listen"].as_bool(), Some(true), "{join_claims}");
+
+    // 3. A page's socket on the first node: `moved` with a single-use ticket, not the token.
+    let alice = auth.mint(&Grant::participant("*", "alice"), Duration::from_secs(600), unix_now()).expect("token");
+    let alice_exp = payload(&alice, 1)["exp"].as_u64().expect("exp");
+    let mut ws = open_ws(apis[0], &room, &alice).expect("a relayed socket");
+    let moved = read_json(&mut ws);
+    assert_eq!(moved["type"], "moved", "{moved}");
+    assert_eq!(moved["api_url"].as_str(), Some(format!("http://{}", apis[1]).as_str()), "{moved}");
+    assert!(!moved.to_string().contains(&alice), "the bearer token is not in the message: {moved}");
+    let moved_ticket = moved["ticket"].as_str().expect("a ticket").to_owned();
+    let enter = format!("/v1/rooms/{room}/enter?ticket={moved_ticket}&name=Alice%20B");
+    let r = request_as(apis[1], &anon, "GET", &enter, None, b"").expect("API");
+    assert_eq!(r.status, 303, "the owner takes the ticket: {}", r.body);
+    let page = r.header("location").expect("Location").to_owned();
+    assert!(page.starts_with(&format!("/?name=Alice%20B&room={room}&token=")), "to the page, same origin: {page}");
+    let token = page.rsplit_once("token=").expect("a token").1;
+    let got = auth.verify(token, unix_now()).expect("a valid token");
+    assert_eq!(got, Grant::participant(room.as_str(), "alice"), "this room only, the same identity");
+    assert!(payload(token, 1)["exp"].as_u64().expect("exp") <= alice_exp, "not outliving the original");
+    let again = request_as(apis[1], &anon, "GET", &enter, None, b"").expect("API");
+    assert_eq!((again.status, again.code().as_str()), (401, "bad_ticket"), "single use: {}", again.body);
+
+    // 4. The relayed socket refuses a 2 MiB message (1009), as a local one does.
+    ws.send(tungstenite::Message::text("x".repeat(2 << 20))).expect("send 2 MiB");
+    let closed = loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Close(frame)) => break frame.map(|f| u16::from(f.code)),
+            Ok(tungstenite::Message::Text(t)) => {
+                assert!(!t.as_str().contains("room_elsewhere"), "the 2 MiB message was read: {t}");
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no close frame after a 2 MiB message: {e}"),
+        }
+    };
+    assert_eq!(closed, Some(1009), "closed with 1009 (message too big)");
+
+    // … and a flood of small messages as a local one does: rate_limited, then 1008.
+    let mut ws = open_ws(apis[0], &room, &alice).expect("a relayed socket");
+    assert_eq!(read_json(&mut ws)["type"], "moved");
+    for _ in 0..40 {
+        if ws.send(tungstenite::Message::text(r#"{"type":"mute","muted":true}"#)).is_err() {
+            break;
+        }
+    }
+    let (mut limited, mut code) = (false, None);
+    for _ in 0..100 {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => limited |= t.as_str().contains("rate_limited"),
+            Ok(tungstenite::Message::Close(frame)) => {
+                code = frame.map(|f| u16::from(f.code));
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no close after a flood: {e}"),
+        }
+    }
+    assert!(limited, "the flood is answered rate_limited");
+    assert_eq!(code, Some(1008), "closed with 1008 (message rate)");
 }

@@ -17,6 +17,7 @@ use crate::config::{ClusterConfig, validate_node_id};
 use crate::error::{ClusterError, TicketError};
 use crate::events::{Relay, RoomEvent};
 use crate::placement::{Load, NodeInfo, NodeState, choose};
+use crate::record::{RecordKey, TICKET_PURPOSE, derive_key};
 use crate::scripts::Scripts;
 use crate::stats::{ClusterStats, Counters};
 use crate::ticket::{TicketClaims, TicketKey};
@@ -134,6 +135,9 @@ struct Inner {
     con: ConnectionManager,
     scripts: Scripts,
     tickets: TicketKey,
+    records: RecordKey,
+    /// Node ids whose unauthenticated record was logged already (bounded).
+    warned_forged: Mutex<HashSet<String>>,
     load: Mutex<Load>,
     draining: AtomicBool,
     /// Rooms whose lease this node holds, with their epochs.
@@ -189,6 +193,19 @@ fn random_u64() -> u64 {
     })
 }
 
+/// Forged records logged by id, at most this many (then only counted).
+const MAX_WARNED_FORGED: usize = 64;
+
+/// A `node:<id>` hash as read from Redis.
+enum Record {
+    /// Signed with the cluster's key and complete.
+    Node(NodeInfo),
+    /// No such key (the node is dead or gone).
+    Gone,
+    /// Present but not signed with the cluster's key, or incomplete: ignored.
+    Rejected,
+}
+
 fn parse_node(id: &str, h: &HashMap<String, String>) -> Option<NodeInfo> {
     let num = |k: &str| h.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     Some(NodeInfo {
@@ -228,8 +245,7 @@ impl Cluster {
             config.node_id.clone()
         };
         validate_node_id(&node_id).map_err(|reason| ClusterError::Config { field: "node_id", reason })?;
-        let client = redis::Client::open(config.redis_url.as_str())
-            .map_err(|e| ClusterError::Config { field: "redis_url", reason: e.to_string() })?;
+        let client = config.redis_client(false)?;
         let op = config.op_timeout();
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(op))
@@ -239,8 +255,10 @@ impl Cluster {
             .set_max_delay(Duration::from_millis(500));
         let con = ConnectionManager::new_lazy_with_config(client, manager_config).map_err(ClusterError::from_redis)?;
         let (fenced_tx, fenced_rx) = mpsc::channel(FENCED_CHANNEL_CAPACITY);
-        let tickets = TicketKey::new(ticket_secret, config.ticket_ttl_seconds.ceil() as u64);
-        let (relay, queues) = Relay::new(&config.redis_url, &config.key_prefix, &node_id, op)?;
+        let tickets =
+            TicketKey::new(&derive_key(ticket_secret, TICKET_PURPOSE), config.ticket_ttl_seconds.ceil() as u64);
+        let records = RecordKey::new(ticket_secret);
+        let (relay, queues) = Relay::new(&config, &node_id, op)?;
         let relay = Arc::new(relay);
         let inner = Arc::new(Inner {
             keys: Keys { prefix: config.key_prefix.clone() },
@@ -249,6 +267,8 @@ impl Cluster {
             con,
             scripts: Scripts::new(),
             tickets,
+            records,
+            warned_forged: Mutex::new(HashSet::new()),
             load: Mutex::new(Load::default()),
             draining: AtomicBool::new(false),
             owned: Mutex::new(HashMap::new()),
@@ -260,11 +280,21 @@ impl Cluster {
             last_nodes: Mutex::new(HashSet::new()),
         });
         let cluster = Cluster { inner };
+        // A wrong password or certificate does not mend itself: say so at
+        // start. (A plain PING: the heartbeat is a MULTI, and redis-rs trips
+        // over an error answered to MULTI itself.)
+        let mut con = cluster.inner.con.clone();
+        let ping = cluster.run(async move { redis::cmd("PING").query_async::<String>(&mut con).await }).await;
+        if let Err(e @ ClusterError::Refused(_)) = ping {
+            return Err(e);
+        }
         match cluster.heartbeat().await {
             Ok(()) => {
                 cluster.inner.counters.redis_up.store(true, Relaxed);
                 info!(node = %cluster.inner.node_id, "joined the cluster");
             }
+            // A wrong password or certificate does not mend itself: say so at start.
+            Err(e @ ClusterError::Refused(_)) => return Err(e),
             Err(e) => {
                 warn!(node = %cluster.inner.node_id, error = %e, "cluster directory unreachable at start; retrying")
             }
@@ -392,10 +422,24 @@ impl Cluster {
                 return Err(e);
             }
         };
-        let [status, owner, epoch, api_url, media_addr] = <[String; 5]>::try_from(reply)
-            .map_err(|r| ClusterError::Corrupt(format!("claim script answered {r:?}")))?;
+        let mut reply = reply.into_iter();
+        let (Some(status), Some(owner), Some(epoch)) = (reply.next(), reply.next(), reply.next()) else {
+            return Err(ClusterError::Corrupt("short claim script answer".into()));
+        };
         let epoch: u64 = epoch.parse().map_err(|_| ClusterError::Corrupt(format!("epoch {epoch:?}")))?;
-        let remote = |node_id: String| Placement::Remote(Owner { node_id, epoch, api_url, media_addr });
+        // The owner's record as Redis holds it: trusted only when signed.
+        let mut record = HashMap::new();
+        while let (Some(k), Some(v)) = (reply.next(), reply.next()) {
+            record.insert(k, v);
+        }
+        let remote = |node_id: String| match self.read_node(&node_id, &record) {
+            Record::Node(n) => {
+                Ok(Placement::Remote(Owner { node_id, epoch, api_url: n.api_url, media_addr: n.media_addr }))
+            }
+            Record::Gone | Record::Rejected => Err(ClusterError::Untrusted(format!(
+                "room '{room}' is leased to node '{node_id}', whose registry record is not signed with the cluster's key"
+            ))),
+        };
         let placed = match status.as_str() {
             "dead" => {
                 c.dead_target.fetch_add(1, Relaxed);
@@ -410,7 +454,7 @@ impl Cluster {
             "claimed" => {
                 c.claimed.fetch_add(1, Relaxed);
                 info!(room, epoch, node = %owner, "placed room on another node");
-                remote(owner)
+                remote(owner)?
             }
             "owner" if owner == inner.node_id => {
                 c.already_owned.fetch_add(1, Relaxed);
@@ -424,7 +468,7 @@ impl Cluster {
                 if let Some(held) = held.filter(|&held| held != epoch) {
                     self.fence(room, held, format!("{owner}:{epoch}"));
                 }
-                remote(owner)
+                remote(owner)?
             }
             other => return Err(ClusterError::Corrupt(format!("claim status {other:?}"))),
         };
@@ -469,7 +513,10 @@ impl Cluster {
         let node_key = self.inner.keys.node(node);
         let h: HashMap<String, String> =
             self.run(async move { redis::cmd("HGETALL").arg(node_key).query_async(&mut con).await }).await?;
-        Ok(parse_node(node, &h).map(|n| Owner { node_id: n.id, epoch, api_url: n.api_url, media_addr: n.media_addr }))
+        Ok(match self.read_node(node, &h) {
+            Record::Node(n) => Some(Owner { node_id: n.id, epoch, api_url: n.api_url, media_addr: n.media_addr }),
+            Record::Gone | Record::Rejected => None,
+        })
     }
 
     /// The config JSON stored with `room` when it was created (by the
@@ -591,10 +638,10 @@ impl Cluster {
         let mut live = Vec::with_capacity(ids.len());
         let mut gone = Vec::new();
         for (id, h) in ids.iter().zip(&hashes) {
-            match parse_node(id, h) {
-                Some(n) => live.push(n),
-                None if h.is_empty() => gone.push(id.clone()),
-                None => warn!(node = %id, "unreadable registry entry"),
+            match self.read_node(id, h) {
+                Record::Node(n) => live.push(n),
+                Record::Gone => gone.push(id.clone()),
+                Record::Rejected => {}
             }
         }
         if !gone.is_empty() {
@@ -607,20 +654,56 @@ impl Cluster {
         Ok(live)
     }
 
+    /// A node's registry record, trusted only when signed with the
+    /// cluster's key (see `record`); rejections are logged (once per id)
+    /// and counted.
+    fn read_node(&self, id: &str, h: &HashMap<String, String>) -> Record {
+        if h.is_empty() {
+            return Record::Gone;
+        }
+        if self.inner.records.verify(id, h)
+            && let Some(n) = parse_node(id, h)
+            && self.inner.cfg.api_url_allowed(&n.api_url)
+        {
+            return Record::Node(n);
+        }
+        self.inner.counters.node_records_rejected.fetch_add(1, Relaxed);
+        let mut warned = lock(&self.inner.warned_forged);
+        if warned.len() < MAX_WARNED_FORGED && warned.insert(id.to_owned()) {
+            warn!(node = %id, api_url = ?h.get("api_url"),
+                "registry record not signed with the cluster's key (another secret, or written by hand), \
+                 or its api_url not in cluster.allowed_api_urls: ignored");
+        }
+        Record::Rejected
+    }
+
     /// A redirect ticket for `room`, vouching for `identity` and `grants`
-    /// (the server's token claims, opaque here), valid `ticket_ttl_seconds`.
-    pub fn mint_ticket(&self, room: &str, identity: &str, grants: serde_json::Value) -> Result<String, TicketError> {
-        let (ticket, _) = self.inner.tickets.mint(room, identity, grants, unix_now())?;
+    /// (the server's token claims, opaque here: give the least the request
+    /// needs), for the one request `(method, path)`, valid `ticket_ttl_seconds`.
+    pub fn mint_ticket(
+        &self,
+        room: &str,
+        identity: &str,
+        grants: serde_json::Value,
+        request: (&str, &str),
+    ) -> Result<String, TicketError> {
+        let (ticket, _) = self.inner.tickets.mint(room, identity, grants, request, unix_now())?;
         self.inner.counters.tickets_minted.fetch_add(1, Relaxed);
         Ok(ticket)
     }
 
-    /// Checks a ticket for `room` and burns it: a ticket is accepted once in
+    /// Checks a ticket for `room` and the request `(method, path)` it comes
+    /// with, and burns it: a ticket is accepted once in
     /// the whole cluster (`SET ticket:<nonce> 1 NX EX <ttl + 30 s>`). When
     /// Redis cannot be reached the ticket is refused with
     /// [`TicketError::Unavailable`] (answer 503 + Retry-After).
-    pub async fn verify_ticket(&self, ticket: &str, room: &str) -> Result<TicketClaims, TicketError> {
-        let result = self.verify_ticket_inner(ticket, room).await;
+    pub async fn verify_ticket(
+        &self,
+        ticket: &str,
+        room: &str,
+        request: (&str, &str),
+    ) -> Result<TicketClaims, TicketError> {
+        let result = self.verify_ticket_inner(ticket, room, request).await;
         let c = &self.inner.counters;
         match &result {
             Ok(_) => c.tickets_accepted.fetch_add(1, Relaxed),
@@ -629,8 +712,13 @@ impl Cluster {
         result
     }
 
-    async fn verify_ticket_inner(&self, ticket: &str, room: &str) -> Result<TicketClaims, TicketError> {
-        let claims = self.inner.tickets.verify(ticket, room, unix_now())?;
+    async fn verify_ticket_inner(
+        &self,
+        ticket: &str,
+        room: &str,
+        request: (&str, &str),
+    ) -> Result<TicketClaims, TicketError> {
+        let claims = self.inner.tickets.verify(ticket, room, request, unix_now())?;
         let mut con = self.inner.con.clone();
         let key = self.inner.keys.ticket(&claims.nonce);
         // Kept past the expiry, with slack for clocks a little apart.
@@ -731,24 +819,23 @@ impl Cluster {
         let load = *lock(&inner.load);
         let state = if inner.draining.load(Relaxed) { NodeState::Draining } else { NodeState::Serving };
         let key = inner.keys.node(&inner.node_id);
+        let fields: [(&str, String); 7] = [
+            ("api_url", inner.cfg.api_url.clone()),
+            ("media_addr", inner.cfg.media_addr.clone()),
+            ("state", state.as_str().to_owned()),
+            ("participants", load.participants.to_string()),
+            ("capacity", inner.cfg.capacity.to_string()),
+            ("cpu", load.busiest_thread_cpu.to_string()),
+            ("tick_p99_seconds", load.tick_p99.as_secs_f64().to_string()),
+        ];
+        let sig = inner.records.sign(&inner.node_id, &fields);
         let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("HSET")
-            .arg(&key)
-            .arg("api_url")
-            .arg(&inner.cfg.api_url)
-            .arg("media_addr")
-            .arg(&inner.cfg.media_addr)
-            .arg("state")
-            .arg(state.as_str())
-            .arg("participants")
-            .arg(load.participants)
-            .arg("capacity")
-            .arg(inner.cfg.capacity)
-            .arg("cpu")
-            .arg(load.busiest_thread_cpu)
-            .arg("tick_p99_seconds")
-            .arg(load.tick_p99.as_secs_f64())
+        pipe.atomic().cmd("HSET").arg(&key);
+        for (field, value) in &fields {
+            pipe.arg(*field).arg(value);
+        }
+        pipe.arg("sig")
+            .arg(sig)
             // Placements since the last heartbeat: their participants show in
             // the next figures (a room's first clients arrive within a second).
             .arg("placements")

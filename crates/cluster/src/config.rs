@@ -15,17 +15,31 @@ use crate::error::ClusterError;
 ///
 /// ```toml
 /// [cluster]
-/// redis_url = "redis://127.0.0.1:6379/0"   # with a password: redis://:secret@host:6379/0
+/// redis_url = "rediss://redis.internal:6380/0"  # rediss:// = TLS; redis:// = plain
+/// redis_password = ""                      # or TUTTI_CLUSTER_REDIS_PASSWORD (or redis://:secret@host in the URL)
+/// redis_ca_file = "/etc/tutti/redis-ca.pem" # CA of a self-signed Redis; empty = the system's roots
 /// node_id = "tutti-1"                      # default: node-<random>, new on every start
 /// api_url = "http://127.0.0.2:8080"        # where other nodes redirect clients
 /// media_addr = "127.0.0.2:3478"
 /// capacity = 1400                          # participants this node is sized for
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// Redis URL, e.g. `redis://127.0.0.1:6379/0`; empty = cluster mode off.
+    /// Redis URL, e.g. `redis://127.0.0.1:6379/0`, or `rediss://…` for TLS
+    /// (rustls; the server certificate is checked against the system's
+    /// roots, or [`redis_ca_file`](Self::redis_ca_file)); empty = cluster
+    /// mode off. A password may go in it (`redis://:secret@host`), but
+    /// [`redis_password`](Self::redis_password) keeps it out of the URL.
     pub redis_url: String,
+    /// Redis password (`AUTH`), overriding one in the URL; empty = the
+    /// URL's, if any. Meant for the environment (`TUTTI_CLUSTER_REDIS_PASSWORD`,
+    /// e.g. from a Kubernetes Secret) rather than a file.
+    pub redis_password: String,
+    /// A PEM file of the certificate authorities a `rediss://` server's
+    /// certificate must chain to (a self-signed Redis); empty = the
+    /// system's roots. Needs a `rediss://` URL.
+    pub redis_ca_file: String,
     /// This node's id: letters, digits, `.`, `_`, `-` (at most 64); empty =
     /// generated at start (`node-` and 8 hex digits), new on every start.
     pub node_id: String,
@@ -58,12 +72,21 @@ pub struct ClusterConfig {
     pub op_timeout_seconds: f64,
     /// Lifetime of a redirect ticket.
     pub ticket_ttl_seconds: f64,
+    /// The API URLs nodes may have, as patterns where `*` stands for any
+    /// run of characters but `/` (e.g. `https://*.tutti.example.org`),
+    /// compared without case: a node record naming another URL is ignored
+    /// even when signed (a second line behind the signature, should the
+    /// secret leak). Empty = any URL a signed record names. This node's own
+    /// `api_url` must match.
+    pub allowed_api_urls: Vec<String>,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             redis_url: String::new(),
+            redis_password: String::new(),
+            redis_ca_file: String::new(),
             node_id: String::new(),
             api_url: String::new(),
             media_addr: String::new(),
@@ -76,7 +99,40 @@ impl Default for ClusterConfig {
             room_size_estimate: 4,
             op_timeout_seconds: 0.5,
             ticket_ttl_seconds: 30.0,
+            allowed_api_urls: Vec::new(),
         }
+    }
+}
+
+/// Debug output hides the passwords (of `redis_password` and in the URL).
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = match self.redis_url.split_once('@') {
+            Some((userinfo, host)) if userinfo.contains("://") => {
+                let scheme = userinfo.split_once("://").map_or("", |(s, _)| s);
+                format!("{scheme}://(credentials)@{host}")
+            }
+            _ => self.redis_url.clone(),
+        };
+        let password = if self.redis_password.is_empty() { "(none)" } else { "(set)" };
+        f.debug_struct("ClusterConfig")
+            .field("redis_url", &url)
+            .field("redis_password", &password)
+            .field("redis_ca_file", &self.redis_ca_file)
+            .field("node_id", &self.node_id)
+            .field("api_url", &self.api_url)
+            .field("media_addr", &self.media_addr)
+            .field("key_prefix", &self.key_prefix)
+            .field("heartbeat_interval_seconds", &self.heartbeat_interval_seconds)
+            .field("node_ttl_seconds", &self.node_ttl_seconds)
+            .field("lease_ttl_seconds", &self.lease_ttl_seconds)
+            .field("capacity", &self.capacity)
+            .field("tick_budget_seconds", &self.tick_budget_seconds)
+            .field("room_size_estimate", &self.room_size_estimate)
+            .field("op_timeout_seconds", &self.op_timeout_seconds)
+            .field("ticket_ttl_seconds", &self.ticket_ttl_seconds)
+            .field("allowed_api_urls", &self.allowed_api_urls)
+            .finish()
     }
 }
 
@@ -95,6 +151,9 @@ impl ClusterConfig {
         if self.redis_url.is_empty() {
             return bad("redis_url", "must be set (cluster mode needs Redis)");
         }
+        if !self.redis_ca_file.is_empty() && !self.tls() {
+            return bad("redis_ca_file", "is for TLS: the redis_url must start with rediss://");
+        }
         if !self.node_id.is_empty() {
             validate_node_id(&self.node_id).map_err(|reason| ClusterError::Config { field: "node_id", reason })?;
         }
@@ -103,6 +162,9 @@ impl ClusterConfig {
         }
         if self.media_addr.is_empty() {
             return bad("media_addr", "must be set");
+        }
+        if !self.api_url_allowed(&self.api_url) {
+            return bad("allowed_api_urls", "does not match this node's own api_url");
         }
         let positive = |v: f64| v.is_finite() && v > 0.0 && v < 86_400.0;
         for (field, value) in [
@@ -132,6 +194,48 @@ impl ClusterConfig {
         Ok(())
     }
 
+    /// Whether a node may have the API URL `url` ([`allowed_api_urls`](Self::allowed_api_urls)).
+    pub fn api_url_allowed(&self, url: &str) -> bool {
+        self.allowed_api_urls.is_empty() || self.allowed_api_urls.iter().any(|p| url_matches(p, url))
+    }
+
+    /// Whether the Redis URL asks for TLS.
+    pub fn tls(&self) -> bool {
+        self.redis_url.starts_with("rediss://") || self.redis_url.starts_with("valkeys://")
+    }
+
+    /// A Redis client for this config: the URL, the password of
+    /// [`redis_password`](Self::redis_password) if set, RESP3 if asked
+    /// (pub/sub pushes), and for `rediss://` the CAs of
+    /// [`redis_ca_file`](Self::redis_ca_file) if set (else the system's).
+    pub(crate) fn redis_client(&self, resp3: bool) -> Result<redis::Client, ClusterError> {
+        use redis::IntoConnectionInfo as _;
+        let bad_url = |e: redis::RedisError| ClusterError::Config { field: "redis_url", reason: e.to_string() };
+        let info = self.redis_url.as_str().into_connection_info().map_err(bad_url)?;
+        let mut settings = info.redis_settings().clone();
+        if !self.redis_password.is_empty() {
+            settings = settings.set_password(&self.redis_password);
+        }
+        if resp3 {
+            settings = settings.set_protocol(redis::ProtocolVersion::RESP3);
+        }
+        let info = info.set_redis_settings(settings);
+        if self.tls() {
+            // rustls picks its crypto from a process-wide provider: ring's
+            // unless the process installed another one first.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if self.redis_ca_file.is_empty() {
+            return redis::Client::open(info).map_err(bad_url);
+        }
+        let pem = std::fs::read(&self.redis_ca_file).map_err(|e| ClusterError::Config {
+            field: "redis_ca_file",
+            reason: format!("cannot read {}: {e}", self.redis_ca_file),
+        })?;
+        redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls: None, root_cert: Some(pem) })
+            .map_err(|e| ClusterError::Config { field: "redis_ca_file", reason: e.to_string() })
+    }
+
     pub(crate) fn heartbeat_interval(&self) -> Duration {
         Duration::from_secs_f64(self.heartbeat_interval_seconds)
     }
@@ -144,6 +248,32 @@ impl ClusterConfig {
     pub(crate) fn op_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.op_timeout_seconds)
     }
+}
+
+/// `url` against `pattern`, without case; `*` matches any run of bytes but `/`.
+fn url_matches(pattern: &str, url: &str) -> bool {
+    let (p, t) = (pattern.to_ascii_lowercase().into_bytes(), url.to_ascii_lowercase().into_bytes());
+    let (mut i, mut j) = (0, 0);
+    // The last `*` seen: the pattern index after it, and the text index it has matched up to.
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i + 1, j));
+            i += 1;
+        } else if i < p.len() && p[i] == t[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((after, upto)) = star
+            && t[upto] != b'/'
+        {
+            // Let the `*` take one more byte and try again from there.
+            star = Some((after, upto + 1));
+            (i, j) = (after, upto + 1);
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&b| b == b'*')
 }
 
 /// A node id is safe in a key and in a lease value (`node:epoch`, so no `:`).
@@ -187,6 +317,33 @@ mod tests {
         assert_eq!(field(ClusterConfig { node_ttl_seconds: 1.5, ..ok() }), "node_ttl_seconds");
         assert_eq!(field(ClusterConfig { lease_ttl_seconds: f64::NAN, ..ok() }), "lease_ttl_seconds");
         assert_eq!(field(ClusterConfig { capacity: 0, ..ok() }), "capacity");
+    }
+
+    #[test]
+    fn api_url_patterns() {
+        let c = ClusterConfig { allowed_api_urls: vec!["https://*.tutti.example.org".into()], ..ok() };
+        assert!(c.api_url_allowed("https://n1.tutti.example.org"));
+        assert!(c.api_url_allowed("HTTPS://N1.Tutti.Example.org"));
+        assert!(!c.api_url_allowed("https://evil.example/x.tutti.example.org"), "* does not cross '/'");
+        assert!(!c.api_url_allowed("https://n1.tutti.example.org.evil.net"));
+        assert!(!c.api_url_allowed("http://n1.tutti.example.org"));
+        assert!(url_matches("http://127.0.0.*:*", "http://127.0.0.2:8080"));
+        assert!(!url_matches("http://127.0.0.*:*", "http://127.0.0.2:8080/x"));
+        assert!(ClusterConfig::default().api_url_allowed("anything"), "no patterns: any URL");
+        // The node's own URL must match.
+        assert!(matches!(c.validate(), Err(ClusterError::Config { field: "allowed_api_urls", .. })));
+    }
+
+    #[test]
+    fn debug_hides_the_passwords() {
+        let c = ClusterConfig {
+            redis_url: "rediss://user:hunter2@redis:6380/0".into(),
+            redis_password: "s3cret".into(),
+            ..ok()
+        };
+        let text = format!("{c:?}");
+        assert!(!text.contains("hunter2") && !text.contains("s3cret"), "{text}");
+        assert!(text.contains("rediss://(credentials)@redis:6380/0"), "{text}");
     }
 
     #[test]

@@ -22,6 +22,19 @@ pub enum ClusterError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Redis refused this node: a wrong or missing password, or a TLS
+    /// server certificate that does not check out. Not an outage: the
+    /// configuration is wrong, and [`Cluster::start`](crate::Cluster::start)
+    /// fails with it rather than retrying for ever.
+    #[error(
+        "Redis refused this node: {0} (check cluster.redis_password or the URL's password, and for rediss:// cluster.redis_ca_file)"
+    )]
+    Refused(String),
+    /// Redis names a node whose registry record is not signed with the
+    /// cluster's key (written by hand, or by a node with another secret):
+    /// nobody is sent there; the API answers `503`.
+    #[error("the cluster directory is not trusted here: {0}")]
+    Untrusted(String),
     /// A value read from Redis does not have the shape this crate writes.
     #[error("unexpected data in the cluster directory: {0}")]
     Corrupt(String),
@@ -31,12 +44,18 @@ impl ClusterError {
     /// For a `Retry-After` header: seconds after which trying again makes sense.
     pub fn retry_after_seconds(&self) -> u32 {
         match self {
-            Self::Unavailable(_) | Self::NoEligibleNode => 2,
+            Self::Unavailable(_) | Self::NoEligibleNode | Self::Refused(_) => 2,
             _ => 5,
         }
     }
 
     pub(crate) fn from_redis(e: redis::RedisError) -> Self {
+        let text = e.to_string();
+        if e.kind() == redis::ErrorKind::AuthenticationFailed
+            || ["NOAUTH", "WRONGPASS", "invalid password", "certificate"].iter().any(|m| text.contains(m))
+        {
+            return Self::Refused(text);
+        }
         if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
@@ -65,6 +84,9 @@ pub enum TicketError {
     /// Minted for another room.
     #[error("ticket is for another room")]
     WrongRoom,
+    /// Minted for another request (method or path).
+    #[error("ticket is for another request")]
+    WrongRequest,
     /// Already used once.
     #[error("ticket already used")]
     Replayed,

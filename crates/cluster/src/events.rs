@@ -18,10 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, SendError};
-use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
+use crate::config::ClusterConfig;
 use crate::error::ClusterError;
 
 /// Events waiting to be published before new ones are dropped.
@@ -72,19 +73,14 @@ pub(crate) struct RelayQueues {
 }
 
 impl Relay {
-    /// A relay on its own RESP3 connection to `redis_url` (made lazily).
+    /// A relay on its own RESP3 connection to the config's Redis (made lazily).
     pub fn new(
-        redis_url: &str,
-        key_prefix: &str,
+        config: &ClusterConfig,
         node_id: &str,
         op_timeout: Duration,
     ) -> Result<(Self, RelayQueues), ClusterError> {
-        let info = redis_url
-            .into_connection_info()
-            .map_err(|e| ClusterError::Config { field: "redis_url", reason: e.to_string() })?;
-        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(settings))
-            .map_err(|e| ClusterError::Config { field: "redis_url", reason: e.to_string() })?;
+        let key_prefix = config.key_prefix.as_str();
+        let client = config.redis_client(true)?;
         let counters = Arc::new(EventCounters::default());
         let resubscribe = Arc::new(AtomicBool::new(false));
         let (push_tx, pushes) = mpsc::channel(EVENT_QUEUE_CAPACITY);

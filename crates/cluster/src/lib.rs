@@ -11,9 +11,11 @@
 //! ```text
 //! nodes               set of node ids (for enumeration; stale ids cleaned on read)
 //! node:<id>           hash api_url media_addr state participants capacity cpu
-//!                     tick_p99_seconds placements; rewritten every heartbeat
+//!                     tick_p99_seconds sig placements; rewritten every heartbeat
 //!                     (MULTI: HSET + PEXPIRE node_ttl + SADD). Gone = dead:
 //!                     Redis' clock alone decides, nodes need no clock agreement.
+//!                     `sig`: HMAC of the id and the fields but placements under
+//!                     the cluster's node key; unsigned records are ignored.
 //! rooms               set of room names with a record
 //! room:<r>            hash owner epoch config
 //! lease:<r>           "<node>:<epoch>", PX lease_ttl, renewed by the owner
@@ -34,8 +36,8 @@
 //!             live lease holder?  → that owner stands (Remote / Local)
 //!             B's node key gone?  → "dead": choose again (3 tries)
 //!             else epoch+1, owner=B, lease B:epoch, B.placements+1
-//!   Remote(owner) ─► 307 to redirect_location(owner.api_url, path, mint_ticket(..))
-//! client at B ─► verify_ticket (HMAC + SET NX: once) ─► Cluster::claim(r)
+//!   Remote(owner) ─► 307 to redirect_location(owner.api_url, path, mint_ticket(.., (method, path)))
+//! client at B ─► verify_ticket (HMAC, same method and path, SET NX: once) ─► Cluster::claim(r)
 //!             ─► lease is B's → Local, B renews it from now on
 //! heartbeat task (every 1 s): node key; every lease_ttl/3: renew script
 //!   lease lost to another node:epoch → Fenced on the channel: close the room
@@ -65,6 +67,15 @@
 //!   While a node is cut off from Redis longer than its node TTL, another
 //!   node may take its rooms on their next join (two copies for a while);
 //!   the first renewal after reconnection fences the old copy.
+//! - **Redis is shared state, not an authority.** Redis takes a password
+//!   (`redis_password`, or in the URL) and TLS (`rediss://`, rustls, the
+//!   system's roots or `redis_ca_file`); a refusal (wrong password, bad
+//!   certificate) stops [`Cluster::start`] with [`ClusterError::Refused`].
+//!   And since whoever writes to Redis could name a node of their own, a
+//!   node record counts only when signed with a key derived from the shared
+//!   secret (`record`, [`derive_key`]): a forged or foreign record is never
+//!   placed on nor redirected to ([`ClusterError::Untrusted`] → 503),
+//!   and is counted (`tutti_cluster_node_records_rejected_total`).
 //! - **Tickets are single-use cluster-wide** (Redis `SET NX`), not per node:
 //!   if the owner dies and the room moves, a ticket cannot be replayed on the
 //!   new owner. Without Redis a ticket cannot be checked: 503, like any
@@ -86,8 +97,8 @@
 //! | start, `cluster.redis_url` set | [`Cluster::start`]`(config, auth.secret)` | spawn a task draining [`Cluster::take_fenced`] |
 //! | every second or so | [`Cluster::set_load`] (participants, busiest thread CPU, tick p99) | |
 //! | create room / WHIP or WS join of a room not hosted here | [`Cluster::place`]`(room, config JSON)` | `Local` → create/join here; `Remote(owner)` → 307 (below); `Err(Unavailable \| NoEligibleNode)` → 503 + `Retry-After:` [`ClusterError::retry_after_seconds`] |
-//! | 307 | `Location:` [`redirect_location`]`(owner.api_url, path_and_query, `[`Cluster::mint_ticket`]`(room, sub, grants))`, [`Cluster::record_redirect`] | WHIP clients follow it; the browser page moves to `owner.api_url` |
-//! | request with `?ticket=` (instead of a bearer token) | [`Cluster::verify_ticket`]`(ticket, room)` → the claims stand in for the token | refused → 401; `Unavailable` → 503 |
+//! | 307 | `Location:` [`redirect_location`]`(owner.api_url, path_and_query, `[`Cluster::mint_ticket`]`(room, sub, least grants, (method, path)))`, [`Cluster::record_redirect`] | WHIP clients follow it; the browser page moves to `owner.api_url` with a ticket |
+//! | request with `?ticket=` (instead of a bearer token) | [`Cluster::verify_ticket`]`(ticket, room, (method, path))` → the claims stand in for the token | refused → 401; `Unavailable` → 503 |
 //! | a room closes here (last participant left, deleted) | [`Cluster::release`]`(room)` | |
 //! | a [`Fenced`] notice arrives | close the local copy of `room` (disconnect its peers: they rejoin and are redirected to the new owner) | |
 //! | a room event is published locally | [`Cluster::publish_event`]`(room, json)` (never blocks) | |
@@ -116,7 +127,8 @@
 //! match cluster.place("standup", None).await? {
 //!     Placement::Local { epoch, .. } => println!("host it here (epoch {epoch})"),
 //!     Placement::Remote(owner) => {
-//!         let ticket = cluster.mint_ticket("standup", "alice", serde_json::json!({"publish": true}))
+//!         let whip = ("POST", "/v1/rooms/standup/whip");
+//!         let ticket = cluster.mint_ticket("standup", "alice", serde_json::json!({"publish": true}), whip)
 //!             .expect("claims encode");
 //!         let location = tutti_cluster::redirect_location(&owner.api_url, "/v1/rooms/standup/whip", &ticket);
 //!         println!("307 to {location}");
@@ -131,6 +143,7 @@ mod config;
 mod error;
 mod events;
 mod placement;
+mod record;
 mod scripts;
 mod stats;
 mod ticket;
@@ -140,5 +153,6 @@ pub use config::{ClusterConfig, MAX_NODE_ID_BYTES};
 pub use error::{ClusterError, TicketError};
 pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
 pub use placement::{Load, NodeInfo, NodeState, choose};
+pub use record::{NODE_RECORD_PURPOSE, TICKET_PURPOSE, derive_key};
 pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS, Sample, SampleKind};
 pub use ticket::{MAX_TICKET_BYTES, TicketClaims, TicketKey};

@@ -19,9 +19,11 @@ use redis::Script;
 /// owner, the lease is set, and the claimant's `placements` counter goes up
 /// (so other placers see the pending room before its next heartbeat).
 ///
-/// Returns `{status, owner, epoch, owner api_url, owner media_addr}` with
-/// status `owner` (someone live holds it, maybe the claimant), `claimed`, or
-/// `dead` (the claimant's node key is gone).
+/// Returns `{status, owner, epoch, field, value, …}` (the owner's whole
+/// registry record, so that the caller can check its signature: Redis is
+/// not trusted with where clients go) with status `owner` (someone live
+/// holds it, maybe the claimant), `claimed`, or `dead` (the claimant's node
+/// key is gone; no fields).
 const CLAIM: &str = r#"
 local nodes = ARGV[3]
 local lease = redis.call('GET', KEYS[2])
@@ -29,12 +31,13 @@ if lease then
   local owner, epoch = string.match(lease, '^(.+):(%d+)$')
   if owner and redis.call('EXISTS', nodes .. owner) == 1 then
     if owner == ARGV[1] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-    local info = redis.call('HMGET', nodes .. owner, 'api_url', 'media_addr')
-    return {'owner', owner, epoch, info[1] or '', info[2] or ''}
+    local out = {'owner', owner, epoch}
+    for _, v in ipairs(redis.call('HGETALL', nodes .. owner)) do out[#out + 1] = v end
+    return out
   end
 end
 if redis.call('EXISTS', nodes .. ARGV[1]) == 0 then
-  return {'dead', ARGV[1], '0', '', ''}
+  return {'dead', ARGV[1], '0'}
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1])
@@ -43,8 +46,9 @@ redis.call('PERSIST', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1] .. ':' .. epoch, 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], ARGV[4])
 redis.call('HINCRBY', nodes .. ARGV[1], 'placements', 1)
-local info = redis.call('HMGET', nodes .. ARGV[1], 'api_url', 'media_addr')
-return {'claimed', ARGV[1], tostring(epoch), info[1] or '', info[2] or ''}
+local out = {'claimed', ARGV[1], tostring(epoch)}
+for _, v in ipairs(redis.call('HGETALL', nodes .. ARGV[1])) do out[#out + 1] = v end
+return out
 "#;
 
 /// Renew a node's leases (compare-and-extend), many rooms in one call.

@@ -58,6 +58,9 @@ pub struct ClusterStats {
     pub rooms_watched: u64,
     /// `tutti_cluster_redis_errors_total`: failed or timed-out Redis operations.
     pub redis_errors_total: u64,
+    /// `tutti_cluster_node_records_rejected_total`: node records read that were
+    /// not signed with the cluster's key (ignored: never placed on nor redirected to).
+    pub node_records_rejected_total: u64,
     /// `tutti_cluster_redis_latency_seconds` histogram: count of successful operations.
     pub redis_latency_count: u64,
     /// … and their summed duration in seconds.
@@ -155,6 +158,13 @@ impl ClusterStats {
             s("tutti_cluster_rooms_watched", None, Gauge, self.rooms_watched, "Rooms held elsewhere watched here."),
             s("tutti_cluster_redis_errors_total", None, Counter, self.redis_errors_total, "Failed Redis operations."),
             s(
+                "tutti_cluster_node_records_rejected_total",
+                None,
+                Counter,
+                self.node_records_rejected_total,
+                "Node records ignored: not signed with the cluster's key.",
+            ),
+            s(
                 "tutti_cluster_redis_operations_total",
                 None,
                 Counter,
@@ -192,6 +202,7 @@ pub(crate) struct Counters {
     pub heartbeats: AtomicU64,
     pub heartbeat_failures: AtomicU64,
     pub redis_errors: AtomicU64,
+    pub node_records_rejected: AtomicU64,
     latency_count: AtomicU64,
     latency_sum_nanos: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_SECONDS.len()],
@@ -235,6 +246,7 @@ impl Counters {
             events_delivered_total: 0,
             rooms_watched: 0,
             redis_errors_total: get(&self.redis_errors),
+            node_records_rejected_total: get(&self.node_records_rejected),
             redis_latency_count: get(&self.latency_count),
             redis_latency_sum_seconds: get(&self.latency_sum_nanos) as f64 / 1e9,
             redis_latency_buckets: std::array::from_fn(|i| get(&self.latency_buckets[i])),

@@ -16,7 +16,7 @@ async fn losing_redis_fails_fast_and_recovers_by_itself() {
     let mut redis = RedisServer::start();
     let a = start(&redis, "a").await;
     assert_eq!(a.claim("r", None).await.unwrap(), Placement::Local { epoch: 1, new: true });
-    let ticket = a.mint_ticket("r", "alice", serde_json::Value::Null).unwrap();
+    let ticket = a.mint_ticket("r", "alice", serde_json::Value::Null, ("POST", "/v1/rooms/r/whip")).unwrap();
 
     redis.kill();
     let killed = Instant::now();
@@ -36,7 +36,10 @@ async fn losing_redis_fails_fast_and_recovers_by_itself() {
         assert_eq!(r.unwrap_err().retry_after_seconds(), 2);
     }
     let t = Instant::now();
-    assert!(matches!(a.verify_ticket(&ticket, "r").await, Err(TicketError::Unavailable(_))));
+    assert!(matches!(
+        a.verify_ticket(&ticket, "r", ("POST", "/v1/rooms/r/whip")).await,
+        Err(TicketError::Unavailable(_))
+    ));
     assert!(t.elapsed() < Duration::from_secs(1));
     // The room held here goes on: joins to it need no Redis.
     assert_eq!(a.place("r", None).await.unwrap(), Placement::Local { epoch: 1, new: false });

@@ -106,6 +106,8 @@ fn the_kubernetes_config_map_and_environment_are_a_valid_tutti_config() {
             let value = match name {
                 "ADVERTISE" => "10.0.0.7:4000".to_owned(),
                 "LOG_FORMAT" => "json".to_owned(),
+                // From the Secret tutti-redis (cluster mode; unused while redis_url is empty).
+                "CLUSTER_REDIS_PASSWORD" => "a password".to_owned(),
                 other => panic!("a TUTTI_{other} the test does not know: add it"),
             };
             (format!("TUTTI_{name}"), value)

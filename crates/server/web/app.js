@@ -253,14 +253,19 @@
       ws.onmessage = (ev) => {
         const msg = parse(ev.data);
         if (msg && msg.type === 'moved' && msg.api_url) {
-          // Cluster mode: the room is on another node. Go there (same
-          // page, same room; the token works on every node).
+          // Cluster mode: the room is on another node. Go there with the
+          // message's single-use ticket, never with our token: that node
+          // burns it and sends us to its page with a token for this room.
           clearTimeout(timer);
           ws.onerror = null;
           ws.onclose = null;
-          const there = new URL(location.pathname + location.search, msg.api_url);
+          const here = new URLSearchParams(location.search);
+          const there = msg.ticket
+            ? new URL(`/v1/rooms/${encodeURIComponent(room)}/enter`, msg.api_url)
+            : new URL(location.pathname, msg.api_url);
+          for (const key of ['name', 'processing']) if (here.get(key)) there.searchParams.set(key, here.get(key));
           there.searchParams.set('room', room);
-          if (token) there.searchParams.set('token', token);
+          if (msg.ticket) there.searchParams.set('ticket', msg.ticket);
           location.assign(there.href);
           return;
         }

@@ -44,30 +44,98 @@ fn redis_server_binary() -> PathBuf {
 /// One `redis-server` process; killed (and its directory removed) on drop.
 pub struct RedisServer {
     pub port: u16,
-    dir: PathBuf,
+    pub dir: PathBuf,
     child: Option<Child>,
+    /// Further `redis-server` arguments (a password, TLS).
+    extra: Vec<String>,
+    /// Listening with TLS only (`--tls-port`): `rediss://` URLs.
+    tls: bool,
 }
 
 impl RedisServer {
     pub fn start() -> Self {
+        Self::start_with(Vec::new(), false)
+    }
+
+    /// With a password (`requirepass`): clients must `AUTH`.
+    pub fn with_password(password: &str) -> Self {
+        Self::start_with(vec!["--requirepass".into(), password.into()], false)
+    }
+
+    /// TLS only, with a certificate for 127.0.0.1 signed by a fresh CA (rcgen)
+    /// and a password; the CA's PEM file is at [`RedisServer::ca_file`].
+    pub fn with_tls(password: &str) -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.distinguished_name.push(DnType::CommonName, "tutti test CA");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let key = KeyPair::generate().expect("server key");
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("server params");
+        params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+        let cert = params.signed_by(&key, &Issuer::new(ca_params, ca_key)).expect("server certificate");
+        let dir = Self::fresh_dir("tls");
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).expect("write a PEM file");
+            path.to_str().expect("utf-8 path").to_owned()
+        };
+        let (ca_file, cert_file, key_file) =
+            (write("ca.pem", ca.pem()), write("cert.pem", cert.pem()), write("key.pem", key.serialize_pem()));
+        let extra = [
+            "--tls-cert-file",
+            &cert_file,
+            "--tls-key-file",
+            &key_file,
+            "--tls-ca-cert-file",
+            &ca_file,
+            "--tls-auth-clients",
+            "no",
+            "--requirepass",
+            password,
+        ];
+        Self::start_with(extra.iter().map(|s| (*s).to_owned()).collect(), true)
+    }
+
+    fn fresh_dir(what: &str) -> PathBuf {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tutti-cluster-{what}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    /// The CA file written by [`RedisServer::with_tls`].
+    pub fn ca_file(&self) -> String {
+        let tls_dir = self.extra.iter().skip_while(|a| *a != "--tls-ca-cert-file").nth(1);
+        tls_dir.cloned().expect("a TLS server")
+    }
+
+    fn start_with(extra: Vec<String>, tls: bool) -> Self {
         let port = {
             let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
             l.local_addr().expect("local addr").port()
         };
         let dir = std::env::temp_dir().join(format!("tutti-cluster-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut server = Self { port, dir, child: None };
+        let mut server = Self { port, dir, child: None, extra, tls };
         server.spawn();
         server
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     fn spawn(&mut self) {
+        let port = self.port.to_string();
+        let ports = if self.tls { vec!["--port", "0", "--tls-port", &port] } else { vec!["--port", &port] };
         let child = Command::new(redis_server_binary())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(ports)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&self.extra)
             .args(["--dir", self.dir.to_str().expect("utf-8 temp dir")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -86,9 +154,14 @@ impl RedisServer {
 
     fn ping(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        if self.tls {
+            // Listening is enough: the TLS handshake is the tests' business.
+            return true;
+        }
         let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
         let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+        // `+PONG`, or `-NOAUTH` from a server with a password: either way it answers.
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && (&buf == b"+PONG\r\n" || buf[0] == b'-')
     }
 
     /// Kills the server (SIGKILL) and waits for it.

@@ -7,23 +7,32 @@
 //!   else Cluster::place(r) (Cluster::claim(r) when the request carries ?ticket=)
 //!     Local  ─► create r here (with the config stored at its creation, else the
 //!               defaults; a create: the creator's config), relay its events
-//!     Remote ─► 307 Location: <owner api_url><path>?ticket=<single-use ticket of the caller's grant>
-//!     Unavailable | NoEligibleNode ─► 503 cluster_unavailable + Retry-After
+//!     Remote ─► 307 Location: <owner api_url><path>?ticket=<single-use ticket>
+//!     Unavailable | NoEligibleNode | Untrusted ─► 503 cluster_unavailable + Retry-After
 //! ```
 //!
+//! A redirect ticket carries the least grant its request needs
+//! ([`least_grant`]: the room, never `*`; `admin` only for a request that
+//! may need it, never for a join or a read) and is bound to the request's
+//! method and path: an admin's `DELETE` is redirected with a ticket that
+//! deletes that room once, and does nothing else.
+//!
 //! A WebSocket handshake does not follow redirects: on a node that does
-//! not hold the room the socket opens and says `{"type": "moved", "node",
-//! "api_url"}`; the web page moves to that origin (the same token works
-//! there, since every node shares `auth.secret`). A client that stays gets
-//! the room's events relayed from the owner (`ws::relay`); 4307 closes it
-//! when they cannot be.
+//! not hold the room the socket opens and says `{"type": "moved", "room",
+//! "node", "api_url", "ticket"}`. The page never carries its bearer token
+//! to another origin: it goes to `<api_url>/v1/rooms/{room}/enter?ticket=…`
+//! ([`enter`]), which burns the ticket and answers `303` to the page at
+//! that origin with a fresh token for that room only, expiring when the
+//! original one does. A client that stays gets the room's events relayed
+//! from the owner (`ws::relay`); 4307 closes it when they cannot be.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::Query;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
@@ -31,7 +40,7 @@ use tutti_cluster::{Cluster, ClusterError, Load, Owner, Placement, TicketClaims,
 
 use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate};
-use crate::auth::Grant;
+use crate::auth::{Grant, unix_now};
 use crate::room::{Room, RoomError, RoomEvent, valid_room_id};
 
 /// Close code of a WebSocket whose room is on another node.
@@ -57,31 +66,77 @@ pub(crate) fn unavailable(e: &ClusterError) -> ApiError {
     ApiError::cluster_unavailable(e.to_string(), e.retry_after_seconds())
 }
 
+/// The request a redirect ticket is minted for or checked against: its
+/// method and its path (the query aside).
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) method: Method,
+    pub(crate) uri: Uri,
+}
+
+impl Target {
+    fn request(&self) -> (&str, &str) {
+        (self.method.as_str(), self.uri.path())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Target {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self { method: parts.method.clone(), uri: parts.uri.clone() })
+    }
+}
+
 /// The caller's grant: from the redirect ticket when the request carries
-/// one (checked and burnt in Redis: once in the whole cluster), else from
-/// its token as on a single node.
+/// one (checked against this request's method and path, and burnt in
+/// Redis: once in the whole cluster), else from its token as on a single node.
 pub(crate) async fn caller(
     api: &ApiState,
     headers: &HeaderMap,
-    query_token: Option<&str>,
+    target: &Target,
     ticket: Option<&str>,
     room: &str,
 ) -> ApiResult<Grant> {
     let (Some(ticket), Some(cluster)) = (ticket, &api.cluster) else {
-        return authenticate(api, headers, query_token);
+        return authenticate(api, headers, None);
     };
-    let claims = cluster.verify_ticket(ticket, room).await.map_err(|e| match e {
+    let claims = cluster.verify_ticket(ticket, room, target.request()).await.map_err(ticket_error)?;
+    Ok(grant_of(&claims))
+}
+
+fn ticket_error(e: TicketError) -> ApiError {
+    match e {
         TicketError::Unavailable(m) => {
             ApiError::cluster_unavailable(format!("the redirect ticket cannot be checked now: {m}"), 2)
         }
         e => ApiError::new(StatusCode::UNAUTHORIZED, "bad_ticket", format!("the redirect ticket was refused: {e}")),
-    })?;
-    Ok(grant_of(&claims))
+    }
 }
 
 /// What a ticket carries of a grant (the identity goes as the ticket's own field).
 fn grants_json(grant: &Grant) -> serde_json::Value {
     serde_json::json!({ "room": grant.room, "speak": grant.speak, "listen": grant.listen, "admin": grant.admin })
+}
+
+/// The least of `grant` that the request `method path` about `room` needs
+/// on the node it is redirected to: the room itself (never `*`); `admin`
+/// only for a change that may need it (not a join, not a read);
+/// `speak`/`listen` only for a participant's routes (a join, its
+/// `PATCH`/`DELETE`) and reads. The ticket is also bound to the request,
+/// so what it carries serves that one request.
+pub(crate) fn least_grant(grant: &Grant, room: &str, method: &Method, path: &str) -> Grant {
+    let tail = path.strip_prefix("/v1/rooms/").and_then(|p| p.strip_prefix(room));
+    let participant = tail.is_some_and(|t| t == "/participants" || t.starts_with("/participants/"));
+    let join = *method == Method::POST && tail == Some("/participants");
+    let read = *method == Method::GET;
+    Grant {
+        room: room.to_owned(),
+        identity: grant.identity.clone(),
+        speak: grant.speak && participant,
+        listen: (grant.listen && (participant || read)) || (read && grant.admin),
+        admin: grant.admin && !join && !read,
+    }
 }
 
 fn grant_of(claims: &TicketClaims) -> Grant {
@@ -110,20 +165,22 @@ fn forwardable(uri: &Uri) -> String {
 }
 
 /// A `307 Temporary Redirect` to the node holding `room`, carrying a
-/// ticket of `grant` for it. `extra_query` is added to the path (e.g. the
-/// room id of a redirected create).
+/// ticket of the least of `grant` the request needs ([`least_grant`]),
+/// bound to the request's method and path. `extra_query` is added to the
+/// path (e.g. the room id of a redirected create).
 pub(crate) fn redirect(
     cluster: &Cluster,
     owner: &Owner,
     room: &str,
-    uri: &Uri,
+    target: &Target,
     extra_query: Option<&str>,
     grant: &Grant,
 ) -> ApiResult<Response> {
-    let ticket = cluster.mint_ticket(room, &grant.identity, grants_json(grant)).map_err(|e| {
+    let least = least_grant(grant, room, &target.method, target.uri.path());
+    let ticket = cluster.mint_ticket(room, &grant.identity, grants_json(&least), target.request()).map_err(|e| {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("cannot mint a redirect ticket: {e}"))
     })?;
-    let mut path = forwardable(uri);
+    let mut path = forwardable(&target.uri);
     if let Some(extra) = extra_query {
         path.push(if path.contains('?') { '&' } else { '?' });
         path.push_str(extra);
@@ -150,7 +207,7 @@ pub(crate) fn redirect(
 pub(crate) async fn here(
     api: &ApiState,
     room: &str,
-    uri: &Uri,
+    target: &Target,
     grant: &Grant,
 ) -> ApiResult<Result<Arc<Room>, Response>> {
     match (api.rooms.get(room), &api.cluster) {
@@ -158,9 +215,102 @@ pub(crate) async fn here(
         (Err(e), None) => Err(e.into()),
         (Err(e), Some(c)) => {
             let owner = c.locate(room).await.map_err(|e| unavailable(&e))?.ok_or(e)?;
-            redirect(c, &owner, room, uri, None, grant).map(Err)
+            redirect(c, &owner, room, target, None, grant).map(Err)
         }
     }
+}
+
+/// The path the page goes to after `moved`: [`enter`].
+fn enter_path(room: &str) -> String {
+    format!("/v1/rooms/{room}/enter")
+}
+
+/// The `moved` message of a WebSocket whose room `room` is held by node
+/// `node` at `api_url`: `{"type":"moved","room","node","api_url","ticket"}`.
+/// The ticket (absent when auth is off) is single-use, short-lived
+/// (`cluster.ticket_ttl_seconds`), for `GET /v1/rooms/{room}/enter` only,
+/// and carries the socket's grant narrowed to the room and the expiry of
+/// the socket's token (`token_exp`), which the token [`enter`] gives back
+/// does not outlive.
+pub(crate) fn moved_message(
+    api: &ApiState,
+    room: &str,
+    node: &str,
+    api_url: &str,
+    grant: &Grant,
+    token_exp: Option<u64>,
+) -> serde_json::Value {
+    let mut msg = serde_json::json!({ "type": "moved", "room": room, "node": node, "api_url": api_url });
+    if let (Some(cluster), Some(_), Some(exp)) = (&api.cluster, &api.auth, token_exp) {
+        let mut grants = grants_json(&Grant { room: room.to_owned(), ..grant.clone() });
+        grants["exp"] = exp.into();
+        let path = enter_path(room);
+        match cluster.mint_ticket(room, &grant.identity, grants, ("GET", &path)) {
+            Ok(ticket) => msg["ticket"] = ticket.into(),
+            Err(e) => tracing::warn!(room, error = %e, "no ticket for a moved socket"),
+        }
+    }
+    msg
+}
+
+/// The page's query parameters [`enter`] passes on to the page.
+const PAGE_PARAMS: [&str; 2] = ["name", "processing"];
+
+/// `GET /v1/rooms/{room}/enter?ticket=…[&name=…&processing=…]`: where the
+/// page lands after a `moved`, on the node holding the room. Burns the
+/// ticket (single use, bound to this path) and answers `303 See Other` to
+/// the page at this origin (`/?room=…&token=…`), with an access token for
+/// this room only, the ticket's grant, expiring with the token the socket
+/// was opened with. A bad or used ticket: 401 `bad_ticket`.
+pub(crate) async fn enter(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    target: Target,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let query = query.map(|Query(q)| q).unwrap_or_default();
+    let (Some(cluster), Some(auth)) = (&api.cluster, &api.auth) else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "only cluster nodes with auth hand out tickets"));
+    };
+    let ticket = query.get("ticket").ok_or_else(|| ticket_error(TicketError::Malformed))?;
+    let claims = cluster.verify_ticket(ticket, &room, target.request()).await.map_err(ticket_error)?;
+    let now = unix_now();
+    let exp = claims.grants["exp"].as_u64().filter(|&exp| exp > now).ok_or_else(|| {
+        ApiError::new(StatusCode::UNAUTHORIZED, "bad_ticket", "the token this ticket was minted for has expired")
+    })?;
+    let token = auth.mint(&grant_of(&claims), Duration::from_secs(exp - now), now).map_err(|e| {
+        ApiError::new(StatusCode::UNAUTHORIZED, "bad_ticket", format!("no token for this ticket's grant: {e}"))
+    })?;
+    let mut page: Vec<String> =
+        PAGE_PARAMS.iter().filter_map(|&k| query.get(k).map(|v| format!("{k}={}", percent_encode(v)))).collect();
+    page.push(format!("room={}", percent_encode(&room)));
+    page.push(format!("token={token}"));
+    let location = HeaderValue::from_str(&format!("/?{}", page.join("&")))
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "bad page location"))?;
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::LOCATION, location);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    Ok(response)
+}
+
+/// `value` with every byte but the unreserved ones (RFC 3986) as `%XX`.
+fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The cluster's own routes.
+pub(super) fn routes() -> axum::Router<Arc<ApiState>> {
+    axum::Router::new().route("/v1/rooms/{room}/enter", axum::routing::get(enter))
 }
 
 /// Where the room of a join is.
@@ -354,7 +504,31 @@ pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tok
 
 #[cfg(test)]
 mod tests {
-    use super::StoredConfig;
+    use super::{Grant, Method, StoredConfig, least_grant};
+
+    #[test]
+    fn a_redirect_ticket_carries_the_least_grant_its_request_needs() {
+        let admin = Grant::admin("ops");
+        let g = |method: Method, path: &str| {
+            let l = least_grant(&admin, "r", &method, path);
+            assert_eq!((l.room.as_str(), l.identity.as_str()), ("r", "ops"), "never '*'");
+            (l.speak, l.listen, l.admin)
+        };
+        // An admin's DELETE of the room: admin for that room, nothing else.
+        assert_eq!(g(Method::DELETE, "/v1/rooms/r"), (false, false, true));
+        assert_eq!(g(Method::PATCH, "/v1/rooms/r"), (false, false, true));
+        assert_eq!(g(Method::POST, "/v1/rooms"), (false, false, true));
+        // An admin joining: a participant's grant, no admin.
+        assert_eq!(g(Method::POST, "/v1/rooms/r/participants"), (true, true, false));
+        // Acting on a participant may be a kick: all it had, for that path only.
+        assert_eq!(g(Method::PATCH, "/v1/rooms/r/participants/7"), (true, true, true));
+        // Reads: see, nothing more.
+        assert_eq!(g(Method::GET, "/v1/rooms/r/recording"), (false, true, false));
+        assert_eq!(g(Method::POST, "/v1/rooms/r/recording"), (false, false, true));
+        // A listener's join stays a listener's.
+        let l = least_grant(&Grant::listener("*", "bob"), "r", &Method::POST, "/v1/rooms/r/participants");
+        assert_eq!((l.speak, l.listen, l.admin, l.room.as_str()), (false, true, false, "r"));
+    }
 
     #[test]
     fn a_stored_config_is_read_back_and_bad_ones_take_the_defaults() {

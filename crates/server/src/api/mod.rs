@@ -255,6 +255,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
             axum::routing::delete(rooms::leave).patch(rooms::update_participant),
         )
         .route("/v1/rooms/{room}/ws", get(ws::upgrade))
+        .merge(cluster::routes())
         .merge(recording::routes())
         .merge(rtp_out::routes())
         .merge(node::routes())

@@ -150,29 +150,25 @@ fn close_socketless(api: &ApiState, room: &Room) {
 }
 
 /// The `moved` message a socket of a handed-over room gets: where to
-/// rejoin, with a single-use ticket standing in for its token there,
-/// carrying no more than what the socket may do now (its participant's
-/// speak right as it stands, which an admin may have granted on stage).
-pub(crate) fn move_message(api: &ApiState, room: &Room, grant: &Grant, me: Option<u64>, to: &MovedTo) -> Message {
+/// rejoin, with a single-use ticket for the page's way in there
+/// ([`super::cluster::moved_message`]), carrying no more than what the
+/// socket may do now (its participant's speak right as it stands, which an
+/// admin may have granted on stage), and `reason: "drain"`.
+pub(crate) fn move_message(
+    api: &ApiState,
+    room: &Room,
+    grant: &Grant,
+    me: Option<u64>,
+    to: &MovedTo,
+    token_exp: Option<u64>,
+) -> Message {
     let speak = match me {
         Some(id) => lock(&room.members).get(&id).is_some_and(|m| !m.listen_only),
         None => grant.speak,
     };
-    let grants = serde_json::json!({
-        "room": room.id,
-        "speak": speak,
-        "listen": grant.listen,
-        "admin": grant.may_manage(&room.id),
-    });
-    let ticket = api.cluster.as_ref().and_then(|c| c.mint_ticket(&room.id, &grant.identity, grants).ok());
-    let message = serde_json::json!({
-        "type": "moved",
-        "room": room.id,
-        "node": to.node,
-        "api_url": to.api_url,
-        "reason": "drain",
-        "ticket": ticket,
-    });
+    let grant = Grant { speak, ..grant.clone() };
+    let mut message = super::cluster::moved_message(api, &room.id, &to.node, &to.api_url, &grant, token_exp);
+    message["reason"] = "drain".into();
     Message::Text(message.to_string().into())
 }
 

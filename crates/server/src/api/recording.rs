@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
@@ -66,7 +66,7 @@ pub(super) fn may_manage(grant: &Grant, room: &str, what: &str) -> ApiResult<()>
 pub(super) struct RoomRequest {
     room: String,
     pub(super) headers: HeaderMap,
-    uri: Uri,
+    target: cluster::Target,
     ticket: Option<String>,
 }
 
@@ -78,7 +78,8 @@ impl FromRequestParts<Arc<ApiState>> for RoomRequest {
             .await
             .map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
         let access = cluster::access(Query::<Access>::from_request_parts(parts, state).await);
-        Ok(Self { room, headers: parts.headers.clone(), uri: parts.uri.clone(), ticket: access.ticket })
+        let target = cluster::Target { method: parts.method.clone(), uri: parts.uri.clone() };
+        Ok(Self { room, headers: parts.headers.clone(), target, ticket: access.ticket })
     }
 }
 
@@ -90,9 +91,9 @@ impl RoomRequest {
         api: &ApiState,
         allowed: impl FnOnce(&Grant, &str) -> ApiResult<()>,
     ) -> ApiResult<Result<Arc<Room>, Response>> {
-        let grant = cluster::caller(api, &self.headers, None, self.ticket.as_deref(), &self.room).await?;
+        let grant = cluster::caller(api, &self.headers, &self.target, self.ticket.as_deref(), &self.room).await?;
         allowed(&grant, &self.room)?;
-        cluster::here(api, &self.room, &self.uri, &grant).await
+        cluster::here(api, &self.room, &self.target, &grant).await
     }
 }
 

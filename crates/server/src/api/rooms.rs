@@ -7,7 +7,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
@@ -93,7 +93,7 @@ pub(super) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
 pub(crate) async fn create_room(
     State(api): State<Arc<ApiState>>,
     headers: HeaderMap,
-    uri: Uri,
+    target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
@@ -101,7 +101,8 @@ pub(crate) async fn create_room(
     // A redirected create names its room in the query, for its ticket.
     let ticket_room = access.ticket.as_ref().map(|_| access.room.clone().unwrap_or_default());
     let grant =
-        cluster::caller(&api, &headers, None, access.ticket.as_deref(), ticket_room.as_deref().unwrap_or("")).await?;
+        cluster::caller(&api, &headers, &target, access.ticket.as_deref(), ticket_room.as_deref().unwrap_or(""))
+            .await?;
     if !grant.admin {
         return Err(ApiError::forbidden("creating a room needs a token with the 'admin' permission"));
     }
@@ -151,7 +152,7 @@ pub(crate) async fn create_room(
                 tutti_cluster::Placement::Remote(owner) => {
                     // The id goes in the query (once), for the ticket to name it there.
                     let extra = ticket_room.is_none().then(|| format!("room={id}"));
-                    return cluster::redirect(c, &owner, &id, &uri, extra.as_deref(), &grant);
+                    return cluster::redirect(c, &owner, &id, &target, extra.as_deref(), &grant);
                 }
             }
         }
@@ -221,11 +222,11 @@ pub(crate) async fn delete_room(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
     headers: HeaderMap,
-    uri: Uri,
+    target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let access = cluster::access(query);
-    let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
+    let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     if !grant.may_manage(&room) {
         return Err(ApiError::forbidden(format!("deleting room '{room}' needs an admin token for it")));
     }
@@ -239,7 +240,7 @@ pub(crate) async fn delete_room(
         (Err(e), None) => return Err(e.into()),
         (Err(e), Some(c)) => {
             let owner = c.locate(&room).await.map_err(|e| cluster::unavailable(&e))?.ok_or(e)?;
-            return cluster::redirect(c, &owner, &room, &uri, None, &grant);
+            return cluster::redirect(c, &owner, &room, &target, None, &grant);
         }
     }
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -265,12 +266,12 @@ pub(crate) async fn join(
     Path(room): Path<String>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    uri: Uri,
+    target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let access = cluster::access(query);
-    let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
+    let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     may_join(&api, &grant, &room, client.ip())?;
     let bytes = body(raw)?;
     let whip = content_type(&headers).eq_ignore_ascii_case("application/sdp");
@@ -293,7 +294,7 @@ pub(crate) async fn join(
         Located::Here(state) => state,
         Located::Elsewhere(owner) => {
             let c = api.cluster.as_ref().ok_or_else(|| ApiError::from(RoomError::NoRoom(room.clone())))?;
-            return cluster::redirect(c, &owner, &room, &uri, None, &grant);
+            return cluster::redirect(c, &owner, &room, &target, None, &grant);
         }
     };
     let (id, answer) = match plain {
@@ -361,16 +362,16 @@ pub(crate) async fn leave(
     State(api): State<Arc<ApiState>>,
     Path((room, id)): Path<(String, u64)>,
     headers: HeaderMap,
-    uri: Uri,
+    target: cluster::Target,
     params: Result<Query<LeaveParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let Query(params) = params.map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
-    let grant = cluster::caller(&api, &headers, None, params.ticket.as_deref(), &room).await?;
+    let grant = cluster::caller(&api, &headers, &target, params.ticket.as_deref(), &room).await?;
     may_see(&grant, &room)?;
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
         return Err(ApiError::forbidden("banning a participant needs an admin token"));
     }
-    let state = match cluster::here(&api, &room, &uri, &grant).await? {
+    let state = match cluster::here(&api, &room, &target, &grant).await? {
         Ok(state) => member_of(state, id)?,
         Err(elsewhere) => return Ok(elsewhere),
     };
@@ -411,13 +412,13 @@ pub(crate) async fn update_participant(
     Path((room, id)): Path<(String, u64)>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    uri: Uri,
+    target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let grant = cluster::caller(&api, &headers, None, cluster::access(query).ticket.as_deref(), &room).await?;
+    let grant = cluster::caller(&api, &headers, &target, cluster::access(query).ticket.as_deref(), &room).await?;
     may_see(&grant, &room)?;
-    let here = match cluster::here(&api, &room, &uri, &grant).await? {
+    let here = match cluster::here(&api, &room, &target, &grant).await? {
         Ok(here) => here,
         Err(elsewhere) => return Ok(elsewhere),
     };

@@ -11,7 +11,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, Uri};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -49,17 +49,17 @@ pub(crate) async fn update_room(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
     headers: HeaderMap,
-    uri: Uri,
+    target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let access = cluster::access(query);
-    let grant = cluster::caller(&api, &headers, None, access.ticket.as_deref(), &room).await?;
+    let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     if !grant.may_manage(&room) {
         return Err(ApiError::forbidden(format!("changing room '{room}' needs an admin token for it")));
     }
     let req: UpdateRoom = rooms::json(&headers, &rooms::body(raw)?, None)?;
-    let state = match cluster::here(&api, &room, &uri, &grant).await? {
+    let state = match cluster::here(&api, &room, &target, &grant).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };

@@ -14,8 +14,10 @@
 //! tick reaches a socket, however many people join at once, and it is
 //! serialized once for every socket that takes every kind. In cluster mode
 //! a socket opened on a node that does not hold the room gets `moved`
-//! `{room, node, api_url}` (connect there, with the same token, to join),
-//! then the room's `events` relayed from its owner (`relay`).
+//! `{room, node, api_url, ticket}` (the page goes to
+//! `<api_url>/v1/rooms/{room}/enter?ticket=…` to join there, see
+//! `api::cluster`), then the room's `events` relayed from its owner
+//! (`relay`), under the same limits as any room socket.
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
@@ -76,9 +78,9 @@ use crate::room::{EventKinds, LeaveReason, Room, RoomEvent};
 use crate::sync::lock;
 
 /// Close code: a message over the size limit (RFC 6455 §7.4.1).
-const CLOSE_TOO_BIG: u16 = 1009;
+pub(super) const CLOSE_TOO_BIG: u16 = 1009;
 /// Close code: the message rate was exceeded (policy violation).
-const CLOSE_POLICY: u16 = 1008;
+pub(super) const CLOSE_POLICY: u16 = 1008;
 /// Close code: nothing arrived for the idle timeout (4000–4999: the application's).
 pub(super) const CLOSE_IDLE: u16 = 4408;
 /// Close code: the socket's token expired and no fresh one came.
@@ -198,23 +200,25 @@ pub(crate) async fn upgrade(
     let max = api.cfg.limits.ws_max_message_bytes;
     // The socket keeps its connection slot for as long as it is open.
     let slot = slot.map(|axum::Extension(s)| s);
-    let state = match located {
-        Located::Here(state) => state,
-        // Handshakes do not follow redirects: say where the room is, then
-        // relay the room's events from its owner (see `relay`).
-        Located::Elsewhere(owner) => {
-            return ws.on_upgrade(move |socket| async move {
-                relay::relay(api, room, owner, socket).await;
-                drop((slot, held));
-            });
-        }
-    };
+    // The same limits for every room socket, relayed or not.
     let ws = ws
         .max_message_size(max)
         .max_frame_size(max)
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(0)
         .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES);
+    let state = match located {
+        Located::Here(state) => state,
+        // Handshakes do not follow redirects: say where the room is, then
+        // relay the room's events from its owner (see `relay`).
+        Located::Elsewhere(owner) => {
+            let caller = Caller { grant, client };
+            return ws.on_upgrade(move |socket| async move {
+                relay::relay(api, room, owner, caller, expires_at, socket).await;
+                drop((slot, held));
+            });
+        }
+    };
     ws.on_upgrade(move |socket| async move {
         session(api, state, socket, Caller { grant, client }, kinds, expires_at).await;
         drop((slot, held));
@@ -240,8 +244,14 @@ fn snapshot(room: &Room, admin: bool) -> Message {
     }))
 }
 
-fn close(code: u16, reason: &'static str) -> Message {
+pub(super) fn close(code: u16, reason: &'static str) -> Message {
     Message::Close(Some(CloseFrame { code, reason: reason.into() }))
+}
+
+/// Whether a read failed on a message over the size limit.
+pub(super) fn too_big(e: &axum::Error) -> bool {
+    let text = e.to_string();
+    text.contains("too long") || text.contains("too big")
 }
 
 /// How long a closing socket waits for the client's close in reply.
@@ -401,8 +411,7 @@ async fn session(
                     Some(Err(e)) => {
                         // The one read error a client can cause on purpose: a
                         // message over the limit. Say so, if the socket still takes it.
-                        let too_big = e.to_string().contains("too long") || e.to_string().contains("too big");
-                        if too_big {
+                        if too_big(&e) {
                             let _ = socket.send(close(CLOSE_TOO_BIG, "message too big")).await;
                         }
                         tracing::debug!(room = %room.id, client = %caller.client, error = %e, "WebSocket read failed");
@@ -465,7 +474,7 @@ async fn session(
             Ok(()) = moved.changed() => {
                 let to = moved.borrow_and_update().clone();
                 if let Some(to) = to {
-                    ok = socket.send(super::node::move_message(&api, &room, &caller.grant, me, &to)).await.is_ok();
+                    ok = socket.send(super::node::move_message(&api, &room, &caller.grant, me, &to, expires_at)).await.is_ok();
                 }
             }
         }

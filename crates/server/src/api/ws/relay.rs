@@ -4,12 +4,19 @@
 //!
 //! ```text
 //! WS /v1/rooms/r/ws on node B, r held by A
-//!   B ─► "moved" {room, node, api_url}      (a client that wants to join goes there; the page does)
+//!   B ─► "moved" {room, node, api_url, ticket}  (a client that wants to join goes there; the page
+//!                                               does, with the single-use ticket: see api::cluster)
 //!   A: room r's event batch ─► PUBLISH events:r ─► B: watch(r) ─► this socket, as A's sockets get it
 //!   client sends anything but close ─► error room_elsewhere (joining needs the owner's socket)
 //!   r closed (room_closed / shutdown) ─► close 1000; r now hosted on B ─► "moved" to B, close 4307
 //!   Redis unavailable ─► close 4307 after "moved" (the socket cannot be served here)
 //! ```
+//!
+//! The limits of a local room socket hold here too (`[limits]`): a message
+//! over `ws_max_message_bytes` closes with 1009 (the upgrade sets the
+//! size limit for both kinds), more than `ws_messages_per_second` (after
+//! `ws_message_burst`) gets `rate_limited` and close 1008, silence for
+//! `ws_idle_timeout_seconds` closes with 4408.
 //!
 //! The relay is best effort like the cluster's event channel: no `room`
 //! snapshot (ask the owner, `GET /v1/rooms/{room}` on any node, or open
@@ -23,8 +30,10 @@ use axum::extract::ws::{Message, WebSocket};
 use tokio::sync::broadcast::error::RecvError;
 use tutti_cluster::Owner;
 
+use super::Caller;
 use crate::api::ApiState;
-use crate::api::cluster::CLOSE_MOVED;
+use crate::api::cluster::{CLOSE_MOVED, moved_message};
+use crate::api::limit::Bucket;
 
 /// Client messages answered with an error before the relay closes the socket.
 const MAX_CLIENT_MESSAGES: u32 = 32;
@@ -33,19 +42,24 @@ fn text(value: &serde_json::Value) -> Message {
     Message::Text(value.to_string().into())
 }
 
-fn moved(room: &str, node: &str, api_url: &str) -> Message {
-    text(&serde_json::json!({ "type": "moved", "room": room, "node": node, "api_url": api_url }))
-}
-
 /// Serves a socket for `room`, held by `owner`, until the client leaves,
-/// the room closes or moves here, or the socket idles out.
-pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut socket: WebSocket) {
+/// the room closes or moves here, or the socket idles out. `token_exp`: the
+/// expiry of the caller's token, which the `moved` ticket carries.
+pub(crate) async fn relay(
+    api: Arc<ApiState>,
+    room: String,
+    owner: Owner,
+    caller: Caller,
+    token_exp: Option<u64>,
+    mut socket: WebSocket,
+) {
+    let moved = |node: &str, url: &str| text(&moved_message(&api, &room, node, url, &caller.grant, token_exp));
     // Subscribed before `moved` goes out: every batch published after it reaches the client.
     let watched = match &api.cluster {
         Some(c) => c.watch(&room).await,
         None => return,
     };
-    if socket.send(moved(&room, &owner.node_id, &owner.api_url)).await.is_err() {
+    if socket.send(moved(&owner.node_id, &owner.api_url)).await.is_err() {
         return;
     }
     let mut events = match watched {
@@ -56,7 +70,10 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
             return;
         }
     };
-    let idle = Duration::from_secs_f64(api.cfg.limits.ws_idle_timeout_seconds.max(1.0));
+    let limits = &api.cfg.limits;
+    let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
+    let mut bucket = Bucket::full(burst, Instant::now());
+    let idle = Duration::from_secs_f64(limits.ws_idle_timeout_seconds.max(1.0));
     let mut heard_at = Instant::now();
     let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
     let mut client_messages = 0u32;
@@ -78,8 +95,26 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
             },
             msg = socket.recv() => {
                 heard_at = Instant::now();
+                if matches!(msg, Some(Ok(_))) && bucket.take(rate, burst, heard_at).is_err() {
+                    let error = serde_json::json!({
+                        "type": "error",
+                        "code": "rate_limited",
+                        "message": format!("more than {rate} messages per second; closing"),
+                    });
+                    let _ = socket.send(text(&error)).await;
+                    super::close_gracefully(&mut socket, super::CLOSE_POLICY, "message rate exceeded").await;
+                    tracing::info!(room, client = %caller.client, "relayed WebSocket closed: message rate exceeded");
+                    break;
+                }
                 match msg {
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Err(e)) => {
+                        if super::too_big(&e) {
+                            let _ = socket.send(super::close(super::CLOSE_TOO_BIG, "message too big")).await;
+                        }
+                        tracing::debug!(room, client = %caller.client, error = %e, "relayed WebSocket read failed");
+                        break;
+                    }
+                    Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                     Some(Ok(_)) => {
                         client_messages += 1;
@@ -106,7 +141,7 @@ pub(crate) async fn relay(api: Arc<ApiState>, room: String, owner: Owner, mut so
                     let (node, url) = api.cluster.as_ref().map_or((String::new(), String::new()), |c| {
                         (c.node_id().to_owned(), c.config().api_url.clone())
                     });
-                    if socket.send(moved(&room, &node, &url)).await.is_ok() {
+                    if socket.send(moved(&node, &url)).await.is_ok() {
                         super::close_gracefully(&mut socket, CLOSE_MOVED, "room moved here").await;
                     }
                     break;

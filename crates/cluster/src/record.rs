@@ -1,0 +1,140 @@
+//! Keys derived from the cluster's shared secret, and the signature that
+//! makes a node's registry record (`node:<id>`) trustworthy.
+//!
+//! Redis is shared state, not an authority: anyone who can write to it
+//! could otherwise add a `node:<id>` hash with an API URL of their choosing
+//! and a `lease:<r>` naming it, and every node would send that room's
+//! clients there (a `307`, a WebSocket `moved`). So each node signs the
+//! fields of its record with a key derived from the secret all nodes share,
+//! and a record whose signature does not check out is ignored (logged,
+//! counted as `tutti_cluster_node_records_rejected_total`): never placed on,
+//! never redirected to.
+//!
+//! Keys, one per purpose: `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`
+//! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records)
+//! and `cluster-ticket` (redirect tickets).
+//!
+//! The signature (field `sig`, base64url) covers the node id and every
+//! field but `placements` (which other nodes' claims bump between
+//! heartbeats; a forged count only skews placement for a second), each as
+//! a length-prefixed name and value, so no field can be shifted into
+//! another. A record replayed from the same node's past says what that
+//! node once said about itself (its own URL): it sends nobody elsewhere.
+
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::hmac;
+
+/// Purpose of the key that signs node records.
+pub const NODE_RECORD_PURPOSE: &str = "cluster-node";
+/// Purpose of the key that signs redirect tickets.
+pub const TICKET_PURPOSE: &str = "cluster-ticket";
+
+/// The fields of a node record the signature covers, in order.
+pub(crate) const SIGNED_FIELDS: [&str; 7] =
+    ["api_url", "media_addr", "state", "participants", "capacity", "cpu", "tick_p99_seconds"];
+
+/// The key for one purpose, derived from the shared secret:
+/// `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`.
+pub fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
+    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, secret), format!("tutti v1 {purpose}").as_bytes());
+    let mut key = [0u8; 32];
+    key.copy_from_slice(tag.as_ref());
+    key
+}
+
+/// Signs and checks node records.
+pub(crate) struct RecordKey {
+    key: hmac::Key,
+}
+
+impl RecordKey {
+    pub fn new(secret: &[u8]) -> Self {
+        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, NODE_RECORD_PURPOSE)) }
+    }
+
+    fn message<'a>(id: &str, value: impl Fn(&str) -> Option<&'a str>) -> Option<Vec<u8>> {
+        let mut m = Vec::with_capacity(256);
+        let mut put = |bytes: &[u8]| {
+            m.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
+            m.extend_from_slice(bytes);
+        };
+        put(b"node");
+        put(id.as_bytes());
+        for field in SIGNED_FIELDS {
+            put(field.as_bytes());
+            put(value(field)?.as_bytes());
+        }
+        Some(m)
+    }
+
+    /// The `sig` of a record with `fields` (every one of [`SIGNED_FIELDS`]).
+    pub fn sign(&self, id: &str, fields: &[(&str, String)]) -> String {
+        let message =
+            Self::message(id, |k| fields.iter().find(|(f, _)| *f == k).map(|(_, v)| v.as_str())).unwrap_or_default();
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &message).as_ref())
+    }
+
+    /// Whether `record` (a `node:<id>` hash as read) carries a valid `sig`.
+    pub fn verify(&self, id: &str, record: &HashMap<String, String>) -> bool {
+        let Some(sig) = record.get("sig").and_then(|s| URL_SAFE_NO_PAD.decode(s).ok()) else { return false };
+        let Some(message) = Self::message(id, |k| record.get(k).map(String::as_str)) else { return false };
+        hmac::verify(&self.key, &message, &sig).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields() -> Vec<(&'static str, String)> {
+        SIGNED_FIELDS.iter().map(|f| (*f, format!("value of {f}"))).collect()
+    }
+
+    #[test]
+    fn a_signed_record_verifies_and_any_change_breaks_it() {
+        let key = RecordKey::new(b"0123456789abcdef0123456789abcdef");
+        let mut record: HashMap<String, String> = fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        record.insert("sig".into(), key.sign("node-1", &fields()));
+        record.insert("placements".into(), "3".into());
+        assert!(key.verify("node-1", &record));
+        assert!(!key.verify("node-2", &record), "a record copied under another id");
+        let other = RecordKey::new(b"another cluster's secret, 32 b..");
+        assert!(!other.verify("node-1", &record), "another cluster's key");
+        for field in SIGNED_FIELDS {
+            let mut changed = record.clone();
+            changed.insert(field.into(), "http://evil.example".into());
+            assert!(!key.verify("node-1", &changed), "{field} changed");
+            changed.remove(field);
+            assert!(!key.verify("node-1", &changed), "{field} missing");
+        }
+        record.insert("placements".into(), "99".into());
+        assert!(key.verify("node-1", &record), "placements is not covered");
+        record.remove("sig");
+        assert!(!key.verify("node-1", &record), "unsigned");
+    }
+
+    #[test]
+    fn fields_cannot_be_shifted_into_each_other() {
+        let key = RecordKey::new(b"0123456789abcdef0123456789abcdef");
+        let mut a = fields();
+        a[0].1 = "http://a".into();
+        a[1].1 = "b:1".into();
+        let mut b = fields();
+        b[0].1 = "http://ab".into();
+        b[1].1 = ":1".into();
+        assert_ne!(key.sign("n", &a), key.sign("n", &b));
+    }
+
+    #[test]
+    fn keys_differ_per_purpose() {
+        let s = b"0123456789abcdef0123456789abcdef";
+        assert_ne!(derive_key(s, NODE_RECORD_PURPOSE), derive_key(s, TICKET_PURPOSE));
+        assert_ne!(
+            derive_key(s, NODE_RECORD_PURPOSE),
+            derive_key(b"0123456789abcdef0123456789abcdeF", NODE_RECORD_PURPOSE)
+        );
+    }
+}

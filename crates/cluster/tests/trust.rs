@@ -1,0 +1,170 @@
+//! A cluster that trusts no one: Redis with a password and TLS, and node
+//! records that redirect nobody unless signed with the cluster's key. Real
+//! `redis-server` processes (Debian's, built with TLS), on loopback.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{RedisServer, SECRET, config};
+use tutti_cluster::{Cluster, ClusterConfig, ClusterError, Placement};
+
+const PASSWORD: &str = "correct horse battery staple";
+
+async fn refused(cfg: ClusterConfig) -> String {
+    match Cluster::start(cfg, SECRET).await {
+        Err(e @ ClusterError::Refused(_)) => e.to_string(),
+        Err(e) => panic!("expected a refusal at start, got {e}"),
+        Ok(_) => panic!("expected a refusal at start, the node started"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_protected_redis_refuses_a_wrong_password_at_start_and_takes_the_right_one() {
+    let redis = RedisServer::with_password(PASSWORD);
+    // No password, then a wrong one: a clear error at start, not a node retrying for ever.
+    let message = refused(config(&redis, "a")).await;
+    assert!(message.contains("redis_password"), "the error says what to check: {message}");
+    let message = refused(ClusterConfig { redis_password: "wrong".into(), ..config(&redis, "a") }).await;
+    println!("wrong password: {message}");
+
+    // The password in the URL, or (kept out of the URL) in its own key.
+    let in_url = ClusterConfig {
+        redis_url: format!("redis://:{}@127.0.0.1:{}/0", PASSWORD.replace(' ', "%20"), redis.port),
+        ..config(&redis, "a")
+    };
+    let a = Cluster::start(in_url, SECRET).await.expect("the password in the URL works");
+    let b = Cluster::start(ClusterConfig { redis_password: PASSWORD.into(), ..config(&redis, "b") }, SECRET)
+        .await
+        .expect("cluster.redis_password works");
+    let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids, ["a", "b"]);
+    // Events travel over the second (pub/sub) connection, which authenticates too.
+    let mut events = b.watch("r1").await.expect("watch");
+    assert!(matches!(a.claim("r1", None).await.unwrap(), Placement::Local { .. }));
+    a.publish_event("r1", r#"{"type":"events"}"#.into());
+    let got = tokio::time::timeout(std::time::Duration::from_secs(3), events.recv()).await;
+    assert!(matches!(got, Ok(Ok(_))), "an event crosses an authenticated pub/sub connection: {got:?}");
+    assert!(matches!(b.place("r1", None).await.unwrap(), Placement::Remote(o) if o.node_id == "a"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_a_custom_ca_works_and_an_unknown_ca_is_refused() {
+    let redis = RedisServer::with_tls(PASSWORD);
+    let tls = |id: &str| ClusterConfig {
+        redis_password: PASSWORD.into(),
+        redis_ca_file: redis.ca_file(),
+        ..config(&redis, id)
+    };
+    assert!(tls("a").redis_url.starts_with("rediss://"));
+    let a = Cluster::start(tls("a"), SECRET).await.expect("rediss:// with the CA file");
+    let b = Cluster::start(tls("b"), SECRET).await.expect("rediss:// with the CA file");
+    let mut events = b.watch("r1").await.expect("watch over TLS");
+    assert!(matches!(a.claim("r1", None).await.unwrap(), Placement::Local { .. }));
+    a.publish_event("r1", r#"{"type":"events"}"#.into());
+    let got = tokio::time::timeout(std::time::Duration::from_secs(3), events.recv()).await;
+    assert!(matches!(got, Ok(Ok(_))), "an event crosses TLS: {got:?}");
+    assert!(matches!(b.place("r1", None).await.unwrap(), Placement::Remote(o) if o.node_id == "a"));
+    assert!(b.stats().redis_up);
+
+    // Without the CA file the server's certificate chains to nothing the system trusts.
+    let message = refused(ClusterConfig { redis_ca_file: String::new(), ..tls("c") }).await;
+    assert!(message.contains("certificate"), "{message}");
+    // A CA file with a plain redis:// URL is a configuration error.
+    let plain = ClusterConfig { redis_url: format!("redis://127.0.0.1:{}/0", redis.port), ..tls("c") };
+    assert!(matches!(plain.validate(), Err(ClusterError::Config { field: "redis_ca_file", .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_records_written_by_hand_or_under_another_secret_redirect_nobody() {
+    let redis = RedisServer::start();
+    let a = common::start(&redis, "a").await;
+    // A Redis writer adds a node of its own and leases a room to it.
+    let forged = [
+        "HSET",
+        "tutti:node:evil",
+        "api_url",
+        "http://evil.example:8080",
+        "media_addr",
+        "203.0.113.9:3478",
+        "state",
+        "serving",
+        "participants",
+        "0",
+        "capacity",
+        "1000",
+        "cpu",
+        "0",
+        "tick_p99_seconds",
+        "0",
+        "placements",
+        "0",
+        "sig",
+        "AAAA",
+    ];
+    redis.command(&forged);
+    redis.command(&["PEXPIRE", "tutti:node:evil", "600000"]);
+    redis.command(&["SADD", "tutti:nodes", "evil"]);
+    redis.command(&["SET", "tutti:lease:victim", "evil:7", "PX", "600000"]);
+    redis.command(&["HSET", "tutti:room:victim", "owner", "evil", "epoch", "7"]);
+    // … and copies node a's genuine, signed record under another id, with its URL changed.
+    redis.command(&["COPY", "tutti:node:a", "tutti:node:copy"]);
+    redis.command(&["HSET", "tutti:node:copy", "api_url", "http://evil.example:8080"]);
+    redis.command(&["PEXPIRE", "tutti:node:copy", "600000"]);
+    redis.command(&["SADD", "tutti:nodes", "copy"]);
+    redis.command(&["SET", "tutti:lease:victim2", "copy:3", "PX", "600000"]);
+
+    // A node of another cluster (another secret) on the same Redis and prefix.
+    let other =
+        Cluster::start(config(&redis, "stranger"), b"a different secret of 32 bytes or more").await.expect("start");
+
+    for room in ["victim", "victim2"] {
+        assert_eq!(a.locate(room).await.unwrap(), None, "{room}: a forged owner is no owner");
+        for result in [a.place(room, None).await, a.claim(room, None).await] {
+            assert!(matches!(result, Err(ClusterError::Untrusted(_))), "{room}: never a redirect: {result:?}");
+        }
+    }
+    let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids, ["a"], "only signed records count as nodes");
+    for i in 0..20 {
+        let p = a.place(&format!("fresh-{i}"), None).await.unwrap();
+        assert!(matches!(p, Placement::Local { .. }), "nothing is placed on a forged or foreign node: {p:?}");
+    }
+    assert!(a.list_rooms().await.unwrap().iter().all(|r| r.owner.as_ref().is_none_or(|o| o.node_id == "a")));
+    let rejected = a.stats().node_records_rejected_total;
+    assert!(rejected >= 3, "rejections are counted: {rejected}");
+    assert!(
+        a.stats()
+            .samples()
+            .iter()
+            .any(|s| s.name == "tutti_cluster_node_records_rejected_total" && s.value == rejected as f64)
+    );
+    drop(other);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_record_outside_the_allowed_urls_redirects_nobody() {
+    let redis = RedisServer::start();
+    let allowed = vec!["http://*.test:8080".to_owned()];
+    let a = Cluster::start(ClusterConfig { allowed_api_urls: allowed.clone(), ..config(&redis, "a") }, SECRET)
+        .await
+        .expect("a's own URL matches");
+    // Same secret (its records are signed), but a URL outside the rules.
+    let odd = Cluster::start(
+        ClusterConfig { api_url: "http://b.elsewhere.example:8080".into(), ..config(&redis, "b") },
+        SECRET,
+    )
+    .await
+    .expect("start");
+    let c = common::start(&redis, "c").await;
+    let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids, ["a", "c"], "b's URL is not allowed");
+    assert!(matches!(odd.claim("held-by-b", None).await.unwrap(), Placement::Local { .. }));
+    assert_eq!(a.locate("held-by-b").await.unwrap(), None);
+    assert!(matches!(a.place("held-by-b", None).await, Err(ClusterError::Untrusted(_))));
+    assert!(
+        matches!(c.place("held-by-b", None).await.unwrap(), Placement::Remote(o) if o.node_id == "b"),
+        "c has no rules"
+    );
+    assert!(a.stats().node_records_rejected_total >= 1);
+}
