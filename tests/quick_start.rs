@@ -119,7 +119,7 @@ fn version_healthcheck_and_a_list_of_advertised_addresses() {
     let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     assert!(version.starts_with(&format!("tutti {} (commit ", env!("CARGO_PKG_VERSION"))), "{version}");
     let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output();
-    if let Ok(head) = head.filter(|h| h.status.success()) {
+    if let Some(head) = head.ok().filter(|h| h.status.success()) {
         let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
         assert_eq!(version, format!("tutti {} (commit {head})", env!("CARGO_PKG_VERSION")));
     }
