@@ -299,7 +299,7 @@ fn browser_link(server: &Server) -> String {
     match server.mint_token(&host_grant, BANNER_TOKEN_TTL) {
         Some(token) if server.secret_generated() => format!(
             "{OPEN_IN_A_BROWSER}\n  {page}#token={token}\n  \
-             (joins room '{BANNER_ROOM}' as its moderator for 24 h; *Invite* on the page copies a link for others)\n"
+             (joins room '{BANNER_ROOM}' as its moderator, for 24 h; the page's Invite button copies a link for others)\n"
         ),
         Some(_) => format!(
             "{OPEN_IN_A_BROWSER}\n  {page}#token=TOKEN\n  \

@@ -581,7 +581,9 @@ fn the_readme_first_run_reaches_a_two_person_call_through_the_banner_link_and_an
     assert!(invite_link.starts_with(&format!("http://{api}/?room=demo#token=")), "{invite}");
     assert_ne!(invite_link, link, "a guest's token, not the host's");
     assert_eq!(invite["state"]["permissions"], "speak", "{invite}");
+    assert_eq!(result["hostSeesInvite"], true, "the moderator's page shows the Invite control");
     assert_eq!(result["guestSeesInvite"], false, "a guest's page has no Invite control");
+    assert_eq!(result["guestSeesAdminBar"], false, "nor the moderator's bar");
     assert_eq!(result["guestAdmin"], false, "the guest is not a moderator");
     assert_eq!(result["pages"]["alice"]["state"]["admin"], true, "the banner's link makes a moderator");
 

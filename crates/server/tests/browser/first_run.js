@@ -78,7 +78,10 @@ async function main() {
     emit('b_connected');
     const both = () => window.tuttiState.participants.length === 2;
     await Promise.all([until(pageA, 'alice lists two', both), until(pageB, 'bob lists two', both)]);
-    result.guestSeesInvite = await pageB.$eval('#invite-box', (e) => !e.hidden);
+    // What is on screen (not just the attribute: a display rule could beat `hidden`).
+    result.guestSeesInvite = await pageB.isVisible('#invite-box');
+    result.guestSeesAdminBar = await pageB.isVisible('#admin-bar');
+    result.hostSeesInvite = await pageA.isVisible('#invite-box');
     result.guestAdmin = (await state(pageB)).admin;
 
     await sleep(cfg.settleMs);
