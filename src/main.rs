@@ -227,6 +227,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         // A closed stdout (a supervisor that stopped reading) must not stop the server.
         let mut out = std::io::stdout();
         let _ = writeln!(out, "tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
+        let _ = out.write_all(browser_link(&server).as_bytes());
         if let Some(addr) = server.metrics_addr() {
             let _ = writeln!(out, "metrics:        curl http://{addr}/metrics");
         }
@@ -249,11 +250,11 @@ fn exit_with(ok: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How to start using the server, after the address line: first the
-/// browser link (below [`OPEN_IN_A_BROWSER`]), then the curl lines.
+/// How to start using the server with curl, after the address line, the
+/// browser link (below [`OPEN_IN_A_BROWSER`]) and the metrics line.
 fn banner(server: &Server) -> String {
     let api = server.http_addr();
-    let mut text = browser_link(server);
+    let mut text = String::new();
     let mut auth_header = String::new();
     if let Some(token) = server.mint_token(&Grant::admin("admin"), BANNER_TOKEN_TTL) {
         if server.secret_generated() {

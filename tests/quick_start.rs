@@ -23,7 +23,7 @@ fn call(api: SocketAddr, token: Option<&str>, method: &str, path: &str, body: &s
 
 /// `tutti serve` on ephemeral loopback ports, with nothing about auth set.
 fn serve(extra: &[&str]) -> common::Served {
-    let mut args = vec!["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"];
+    let mut args = vec!["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     common::serve(&args)
 }
@@ -63,6 +63,7 @@ fn the_banner_link_joins_demo_and_a_page_without_a_token_is_told_so() {
     let lines = banner(&mut served);
     let link = browser_link(&lines);
     println!("banner:\n{}", lines.join("\n"));
+    assert_eq!(lines[0], "Open in a browser:", "the link comes first, right under the address line: {lines:#?}");
 
     // http://API/?room=demo#token=…: the token in the fragment, never in the query.
     let prefix = format!("http://{api}/?room=demo#token=");

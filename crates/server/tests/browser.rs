@@ -9,6 +9,13 @@
 //! whose moderator controls lower it and lock the room; leave leaves.
 //! A screenshot of the call is written to `target/browser-test/call.png`.
 //!
+//! The first-run test follows the README literally: the real `tutti serve`
+//! binary with no settings, the link its banner prints under "Open in a
+//! browser:" in one Chromium page, that page's Invite control, the invite
+//! link in a second page: a two-person call where each hears the other and
+//! not itself. Before that, the page opened without a token must say it
+//! needs one. Screenshots: `target/browser-test/first-run-*.png`.
+//!
 //! The second test takes the page where networks get in the way: Debian's
 //! Firefox ESR (WebDriver BiDi, puppeteer-core) in a network namespace of
 //! its own, a Chromium page in a namespace whose outgoing UDP is dropped,
@@ -16,7 +23,8 @@
 //! tutti's `[[ice_servers]]`, and an ICE restart when Firefox's UDP is cut.
 //! It needs root (namespaces, nftables), and installs `firefox-esr`,
 //! `coturn` and `nftables` with apt-get when they are missing. The two
-//! tests run one after the other (each keeps both cores busy).
+//! tests run one after the other (each keeps both cores busy; the first-run
+//! test too).
 //!
 //! Prerequisites are ensured here, never skipped: Debian's `chromium` (run
 //! as root, the test installs it with apt-get when /usr/bin/chromium is

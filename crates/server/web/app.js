@@ -100,7 +100,7 @@
       case 'server_full':
         return 'The server is at capacity right now. Please try again in a little while.';
       case 'room_not_found':
-        return `There is no room called “${state.room}”.`;
+        return `There is no room called “${state.room}” (yet: its host opens it by joining first).`;
       case 'bad_room_id':
         return 'A room name is 1 to 64 letters, digits, “-” or “_”.';
       case 'shutting_down':
@@ -314,6 +314,11 @@
         headers: authHeaders(token, { 'Content-Type': 'application/json' }),
         body: JSON.stringify({ id: room }),
       });
+      if (r.status === 403) {
+        // A guest's token may join the room, not create it: for them, it is not there.
+        const refused = await errorOf(r);
+        throw refused.code === 'forbidden' ? new TuttiError('room_not_found') : refused;
+      }
       if (r.status !== 201 && r.status !== 409) throw await errorOf(r);
       return;
     }
