@@ -577,6 +577,15 @@ fn the_readme_first_run_reaches_a_two_person_call_through_the_banner_link_and_an
     let shown = no_token["shown"].as_str().unwrap_or_default();
     assert!(shown.starts_with("This page needs an access token: open the link tutti printed"), "{shown:?}");
 
+    // A made-up token, and a token for another room: each told in its own words.
+    let refused = &result["refused"];
+    assert_eq!(refused["state"]["error"]["code"], "token_invalid", "{refused}");
+    assert!(refused["shown"].as_str().is_some_and(|s| s.starts_with("Your access token was refused")), "{refused}");
+    let wrong = &result["wrongRoom"];
+    assert_eq!(wrong["state"]["error"]["code"], "wrong_room", "{wrong}");
+    let shown = wrong["shown"].as_str().unwrap_or_default();
+    assert!(shown.starts_with("Your access token is for another room, not “elsewhere”"), "{shown:?}");
+
     // The banner's link fills the room in and keeps its token in the fragment.
     let form = &result["linkForm"];
     assert_eq!(form["room"], "demo", "{form}");

@@ -41,6 +41,17 @@ async function main() {
     await shot(pageB, '1-no-token');
     emit('no_token');
 
+    // A token this server did not make (pasted into the same tab: only the fragment changes).
+    await pageB.goto(`${cfg.noTokenUrl}#token=not.a.token`, { timeout: cfg.waitMs });
+    await until(pageB, 'a made-up token is refused', () => window.tuttiState.access === 'token_invalid');
+    result.refused = { state: await state(pageB), shown: await shown(pageB, 'error') };
+    await shot(pageB, '1b-refused');
+    // The banner's token (for demo) on another room's page.
+    await pageB.goto(cfg.link.replace('?room=demo', '?room=elsewhere'), { timeout: cfg.waitMs });
+    await until(pageB, 'another room’s token is told', () => window.tuttiState.access === 'wrong_room');
+    result.wrongRoom = { state: await state(pageB), shown: await shown(pageB, 'error') };
+    await shot(pageB, '1c-wrong-room');
+
     // The banner's link: room `demo` filled in, the token taken from the fragment.
     const pageA = await open(browsers[0], cfg.link);
     await until(pageA, 'the link’s token is accepted', () => window.tuttiState.access === 'ok');
