@@ -146,7 +146,7 @@
       case 'shutdown':
         return 'The server is shutting down, so the call has ended. Please try again in a moment.';
       case 'replaced':
-        return 'You joined this room from another tab or device, so this page left the call.';
+        return 'Someone joined this room with your link or token (you, in another tab or on another device?), so this page left the call.';
       default:
         return `Something went wrong: ${(err && err.message) || code || 'unknown error'}.`;
     }
@@ -1106,8 +1106,9 @@
       const until = body.expires_at
         ? ` Guests can join and stay until ${new Date(body.expires_at * 1000).toLocaleString([], { weekday: 'short', hour: '2-digit', minute: '2-digit' })}.`
         : '';
-      const who = permissions === 'listen' ? 'listen' : 'speak and listen';
-      $('invite-status').textContent = `${state.invite.copied ? 'Link copied' : 'Copy this link'}: whoever opens it may ${who} in “${state.room}”.${until}`;
+      const what = permissions === 'listen' ? 'listen' : 'speak and listen';
+      // One link, one guest identity: a second person on the same link takes the first one's place.
+      $('invite-status').textContent = `${state.invite.copied ? 'Link copied' : 'Copy this link'}: it lets one guest ${what} in “${state.room}” (make a new link for each guest).${until}`;
     } catch (e) {
       showError(e);
     } finally {

@@ -11,8 +11,11 @@
 //! (`…/?room=R#token=…`, so it reaches neither server logs nor `Referer`),
 //! on `cluster.api_url` when set, else on the `Host` the request came to;
 //! `expires_at` in Unix seconds. Each invite has an identity of its own,
-//! `guest-` and 8 random hex digits: everyone who uses one link shares it
-//! (a ban is by identity).
+//! `guest-` and 8 random hex digits: an invite is for one guest. A ban, the
+//! per-identity limits and "one participant per identity" act on it, so a
+//! second person on the same link takes the first one's place: make one
+//! link per guest. (A link for a group would need each person's own
+//! identity: an exchange of the link's token for a personal one.)
 //!
 //! Order of checks, as everywhere: 401 (no valid token), 403 (`wrong_room`,
 //! or `forbidden` for a token that does not manage the room), then 400
