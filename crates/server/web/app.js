@@ -1104,7 +1104,7 @@
       field.hidden = false;
       state.invite.copied = await copyText(url, field);
       const until = body.expires_at
-        ? ` Guests can join and stay until ${new Date(body.expires_at * 1000).toLocaleString([], { weekday: 'short', hour: '2-digit', minute: '2-digit' })}.`
+        ? ` The guest can join, and stay, until ${new Date(body.expires_at * 1000).toLocaleString([], { weekday: 'short', hour: '2-digit', minute: '2-digit' })}.`
         : '';
       const what = permissions === 'listen' ? 'listen' : 'speak and listen';
       // One link, one guest identity: a second person on the same link takes the first one's place.
