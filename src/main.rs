@@ -12,6 +12,14 @@ use tutti_server::{Config, Server};
 
 /// How long the admin token printed at start (generated secret) lasts.
 const BANNER_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The room the banner's browser link joins.
+const BANNER_ROOM: &str = "demo";
+/// The line the banner's browser link follows (tests and the README look for it).
+const OPEN_IN_A_BROWSER: &str = "Open in a browser:";
+
+/// `tutti --version`: the package version and the commit it was built from
+/// (build.rs: `git rev-parse --short HEAD`, else `TUTTI_COMMIT`, else "unknown").
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TUTTI_COMMIT"), ")");
 
 /// Packets are allocated on the I/O threads and freed on mixer threads;
 /// mimalloc does that without the lock glibc takes (see the mixer bench).
@@ -19,7 +27,7 @@ const BANNER_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "tutti", version, about = "An MCU audio-conference server: everyone hears everyone but themselves.")]
+#[command(name = "tutti", version = VERSION, about = "An MCU audio-conference server: everyone hears everyone but themselves.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,6 +43,25 @@ enum Command {
     Capacity(tutti_load::CapacityArgs),
     /// Print an access token signed with the configured secret (`auth.secret`).
     Token(TokenArgs),
+    /// Check that a server answers `GET /healthz` with 200 (exit 0) or not (exit 1): for container health checks.
+    Healthcheck(HealthcheckArgs),
+}
+
+/// `GET /healthz` over plain HTTP/1.1 with a bounded wait: the container
+/// image has no curl.
+#[derive(clap::Args)]
+struct HealthcheckArgs {
+    /// The URL to get (plain http). Default: `/healthz` on the configured
+    /// `http` address (`TUTTI_HTTP`, `--config`), on loopback when that
+    /// listens on every address.
+    #[arg(long)]
+    url: Option<String>,
+    /// How long to wait for the answer, e.g. `3s`.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// A TOML configuration file (the one the server reads).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
 }
 
 /// Mints a token (a JWT, HS256) with the secret the configuration sets
@@ -55,9 +82,9 @@ struct TokenArgs {
     /// May also manage the room (`*`: every room): create, delete, list, mute others.
     #[arg(long)]
     admin: bool,
-    /// Lifetime, in seconds.
-    #[arg(long, default_value_t = 3600)]
-    ttl: u64,
+    /// Lifetime: `3600` (seconds), `90m`, `1h`, `1h30m`, `7d`.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    ttl: Duration,
     /// A TOML configuration file (the one the server reads).
     #[arg(long, short)]
     config: Option<PathBuf>,
@@ -80,9 +107,10 @@ struct ServeArgs {
     /// UDP media address, one port for all participants (key `media`).
     #[arg(long)]
     media: Option<SocketAddr>,
-    /// Address to advertise in ICE candidates (key `advertise`; default: the media address).
-    #[arg(long)]
-    advertise: Option<SocketAddr>,
+    /// Addresses to advertise in ICE candidates, the first preferred: comma-separated or
+    /// repeated; a bare IP takes the media port (key `advertise`; default: the media address).
+    #[arg(long, value_delimiter = ',', value_name = "ADDR")]
+    advertise: Vec<String>,
     /// Prometheus /metrics address, or `off` (key `metrics`).
     #[arg(long)]
     metrics: Option<String>,
@@ -111,7 +139,7 @@ impl ServeArgs {
         };
         put("http", self.http.map(|a| a.to_string()));
         put("media", self.media.map(|a| a.to_string()));
-        put("advertise", self.advertise.map(|a| a.to_string()));
+        put("advertise", (!self.advertise.is_empty()).then(|| self.advertise.join(",")));
         put("metrics", self.metrics.clone().map(|m| if m == "off" { String::new() } else { m }));
         put("io_threads", self.io_threads.map(|n| n.to_string()));
         put("mix_threads", self.mix_threads.map(|n| n.to_string()));
@@ -136,6 +164,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&args),
         Command::Token(args) => token(&args),
+        Command::Healthcheck(args) => healthcheck(&args),
         Command::Load(args) => exit_with(tutti_load::run_load(&args)?),
         Command::Capacity(args) => exit_with(tutti_load::run_capacity(&args)?),
     }
@@ -169,7 +198,7 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
         listen: true,
         admin: args.admin,
     };
-    println!("{}", auth.mint(&grant, Duration::from_secs(args.ttl), unix_now()).context("--room and --identity")?);
+    println!("{}", auth.mint(&grant, args.ttl, unix_now()).context("--room and --identity")?);
     Ok(())
 }
 
@@ -200,6 +229,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         // A closed stdout (a supervisor that stopped reading) must not stop the server.
         let mut out = std::io::stdout();
         let _ = writeln!(out, "tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
+        let _ = out.write_all(browser_link(&server).as_bytes());
         if let Some(addr) = server.metrics_addr() {
             let _ = writeln!(out, "metrics:        curl http://{addr}/metrics");
         }
@@ -241,25 +271,25 @@ fn exit_with(ok: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How to start using the server, after the address line.
+/// How to start using the server with curl, after the address line, the
+/// browser link (below [`OPEN_IN_A_BROWSER`]) and the metrics line.
 fn banner(server: &Server) -> String {
     let api = server.http_addr();
-    let mut auth_header = String::new();
     let mut text = String::new();
+    let mut auth_header = String::new();
     if let Some(token) = server.mint_token(&Grant::admin("admin"), BANNER_TOKEN_TTL) {
         if server.secret_generated() {
             text.push_str(&format!(
                 "auth: no auth.secret configured, so one was generated: tokens work until tutti stops\n\
                  admin token (24 h): export TOKEN={token}\n"
             ));
-            auth_header = " -H \"authorization: Bearer $TOKEN\"".to_owned();
         } else {
             text.push_str(
                 "auth: tokens from `tutti token --room ROOM --identity NAME` (same configuration), \
                  as `authorization: Bearer …`\n",
             );
-            auth_header = " -H \"authorization: Bearer $TOKEN\"".to_owned();
         }
+        auth_header = " -H \"authorization: Bearer $TOKEN\"".to_owned();
     } else {
         text.push_str("auth: DISABLED (auth.disabled = true): anyone who reaches this address may join any room\n");
     }
@@ -268,6 +298,139 @@ fn banner(server: &Server) -> String {
          join it:        curl -i -X POST http://{api}/v1/rooms/demo/participants{auth_header} -H 'content-type: application/sdp' --data-binary @offer.sdp\n"
     ));
     text
+}
+
+/// The banner's browser link: the page for room `demo`, created on the
+/// first join, as its moderator. The token (admin of `demo` only, not of
+/// every room: the link lands in browser history and gets pasted around)
+/// rides in the fragment, which the browser never sends (no server log,
+/// no `Referer`). It lives as long as the banner's admin token (24 h) and
+/// dies with the process anyway (a generated secret). A configured secret
+/// gets no token printed (a production log is no place for one): the line
+/// says how to make one.
+fn browser_link(server: &Server) -> String {
+    let addr = server.http_addr();
+    // A browser cannot open 0.0.0.0; loopback is also a secure context (the microphone needs one).
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], addr.port())),
+        ip if ip.is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port())),
+        _ => addr,
+    };
+    let page = format!("http://{host}/?room={BANNER_ROOM}");
+    let host_grant = Grant { admin: true, ..Grant::participant(BANNER_ROOM, "host") };
+    match server.mint_token(&host_grant, BANNER_TOKEN_TTL) {
+        Some(token) if server.secret_generated() => format!(
+            "{OPEN_IN_A_BROWSER}\n  {page}#token={token}\n  \
+             (joins room '{BANNER_ROOM}' as its moderator, for 24 h; the page's Invite button copies a link for others)\n"
+        ),
+        Some(_) => format!(
+            "{OPEN_IN_A_BROWSER}\n  {page}#token=TOKEN\n  \
+             (TOKEN from `tutti token --room {BANNER_ROOM} --identity host --admin --ttl 1h`)\n"
+        ),
+        None => format!("{OPEN_IN_A_BROWSER}\n  {page}\n"),
+    }
+}
+
+/// A duration as a person writes it: `3600` (seconds), `45s`, `90m`, `1h`,
+/// `1h30m`, `7d`; at least one second, at most ten years.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("'{text}' is not a duration: seconds (3600) or a number with s, m, h or d (90m, 1h30m, 7d)");
+    let text = text.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return check_duration(secs, text);
+    }
+    let (mut total, mut number, mut any) = (0u64, String::new(), false);
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        };
+        let n: u64 = number.parse().map_err(|_| bad())?;
+        total = n.checked_mul(unit).and_then(|v| total.checked_add(v)).ok_or_else(bad)?;
+        number.clear();
+        any = true;
+    }
+    if !any || !number.is_empty() {
+        return Err(bad());
+    }
+    check_duration(total, text)
+}
+
+fn check_duration(secs: u64, text: &str) -> Result<Duration, String> {
+    const TEN_YEARS: u64 = 10 * 366 * 86_400;
+    if secs == 0 || secs > TEN_YEARS {
+        return Err(format!("'{text}': a duration is at least 1 s and at most 10 years"));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// Exit 0 when the URL answers 200, else an error (exit 1) saying what it got.
+fn healthcheck(args: &HealthcheckArgs) -> anyhow::Result<()> {
+    let url = match &args.url {
+        Some(url) => url.clone(),
+        None => {
+            let env = std::env::vars().filter(|(k, _)| !k.starts_with("TUTTI_CLUSTER_"));
+            let cfg = Config::load(args.config.as_deref(), env, &[]).context("reading the configuration")?;
+            let mut addr = cfg.http;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(if addr.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
+            }
+            format!("http://{addr}/healthz")
+        }
+    };
+    let status = http_get_status(&url, args.timeout)?;
+    if status != 200 {
+        anyhow::bail!("{url} answered {status}");
+    }
+    println!("ok: {url} answered 200");
+    Ok(())
+}
+
+/// The status of `GET url` (plain `http://host:port/path`), within `timeout`.
+fn http_get_status(url: &str, timeout: Duration) -> anyhow::Result<u16> {
+    use std::io::Read as _;
+    use std::net::ToSocketAddrs as _;
+    let rest = url.strip_prefix("http://").with_context(|| format!("{url}: only http:// URLs are checked"))?;
+    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let target = if authority.contains(':') && !authority.ends_with(']') {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = target
+        .to_socket_addrs()
+        .with_context(|| format!("{url}: cannot resolve {target}"))?
+        .next()
+        .with_context(|| format!("{url}: no address for {target}"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("{url}: connect"))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")?;
+    // The status line is all we need: read at most a small head.
+    let mut head = [0u8; 256];
+    let mut len = 0;
+    while len < head.len() {
+        let n = stream.read(&mut head[len..]).with_context(|| format!("{url}: read"))?;
+        if n == 0 || head[..len + n].contains(&b'\n') {
+            len += n;
+            break;
+        }
+        len += n;
+    }
+    let line = String::from_utf8_lossy(&head[..len]);
+    let status = line
+        .strip_prefix("HTTP/1.")
+        .and_then(|r| r.get(2..5))
+        .and_then(|code| code.parse::<u16>().ok())
+        .with_context(|| format!("{url}: not an HTTP answer: {:?}", line.lines().next().unwrap_or_default()))?;
+    Ok(status)
 }
 
 async fn wait_for_signal() {
@@ -288,4 +451,21 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        for (text, secs) in
+            [("3600", 3600), ("45s", 45), ("90m", 5400), ("1h", 3600), ("1h30m", 5400), ("7d", 604_800), (" 2h ", 7200)]
+        {
+            assert_eq!(parse_duration(text), Ok(Duration::from_secs(secs)), "{text}");
+        }
+        for bad in ["", "0", "h", "1x", "1h30", "-5", "1.5h", "0s", "99999999999999999999", "4000d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

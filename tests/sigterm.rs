@@ -32,7 +32,7 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
     let mut line = String::new();
     // "admin token (24 h): export TOKEN=eyJ…"
     let mut token = String::new();
-    for _ in 0..4 {
+    for _ in 0..10 {
         line.clear();
         served.stdout.read_line(&mut line).expect("banner");
         if let Some(t) = line.split("export TOKEN=").nth(1) {

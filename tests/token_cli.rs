@@ -1,5 +1,6 @@
 //! `tutti token` mints tokens the server accepts, with the configured
-//! secret, and refuses when no secret is configured.
+//! secret, for a lifetime in seconds or as people write it (`--ttl 1h`),
+//! and refuses when no secret is configured.
 
 use std::process::Command;
 
@@ -29,6 +30,16 @@ fn tutti_token_mints_with_the_configured_secret() {
     let token = String::from_utf8(out.stdout).expect("UTF-8");
     assert_eq!(auth.verify(token.trim(), unix_now()), Ok(Grant::listener("demo", "bob")));
     assert!(auth.verify(token.trim(), unix_now() + 61).is_err(), "--ttl 60 expires");
+
+    // Human durations: 90m, 1h30m, 2d; plain seconds as before.
+    for (ttl, secs) in [("90m", 5400), ("1h30m", 5400), ("2d", 172_800), ("45s", 45), ("120", 120)] {
+        let out = tutti_token(&["--room", "demo", "--identity", "erin", "--ttl", ttl, "--set", &set]);
+        assert!(out.status.success(), "--ttl {ttl}: {}", String::from_utf8_lossy(&out.stderr));
+        let token = String::from_utf8(out.stdout).expect("UTF-8");
+        let now = unix_now();
+        assert!(auth.verify(token.trim(), now + secs - 2).is_ok(), "--ttl {ttl} lives {secs} s");
+        assert!(auth.verify(token.trim(), now + secs + 1).is_err(), "--ttl {ttl} expires after {secs} s");
+    }
 
     let out = tutti_token(&["--room", "*", "--identity", "ops", "--admin", "--set", &set]);
     let token = String::from_utf8(out.stdout).expect("UTF-8");
@@ -63,11 +74,17 @@ fn tutti_token_refuses_without_a_secret_or_with_a_bad_request() {
         &["--room", "*", "--identity", "x", "--set", &set],
         &["--room", "demo", "--identity", "x", "--set", "auth.secret=short"],
         &["--room", "no spaces", "--identity", "x", "--set", &set],
+        &["--room", "demo", "--identity", "x", "--ttl", "1x", "--set", &set],
+        &["--room", "demo", "--identity", "x", "--ttl", "0", "--set", &set],
+        &["--room", "demo", "--identity", "x", "--ttl", "1.5h", "--set", &set],
     ] {
         let out = tutti_token(args);
         assert!(!out.status.success(), "{args:?} must fail");
         assert!(out.stdout.is_empty(), "no token printed for {args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("secret") || err.contains("--admin") || err.contains("room"), "{args:?}: {err}");
+        assert!(
+            err.contains("secret") || err.contains("--admin") || err.contains("room") || err.contains("duration"),
+            "{args:?}: {err}"
+        );
     }
 }

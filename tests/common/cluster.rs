@@ -45,20 +45,39 @@ pub struct Redis {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// `requirepass`, if any.
+    pub password: Option<String>,
 }
 
 impl Redis {
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    pub fn start_with(password: Option<&str>) -> Self {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut r = Self { port, dir: temp_dir("redis"), child: None };
+        let mut r = Self { port, dir: temp_dir("redis"), child: None, password: password.map(str::to_owned) };
         r.spawn();
         r
+    }
+
+    /// One command through `redis-cli` (installed with redis-server), e.g. a key written by hand.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-p", &self.port.to_string(), "--no-auth-warning"]);
+        if let Some(p) = &self.password {
+            cmd.args(["-a", p]);
+        }
+        let out = cmd.args(args).output().expect("redis-cli runs");
+        assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
     pub fn spawn(&mut self) {
         let child = Command::new(redis_binary())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", self.dir.to_str().unwrap()])
+            .args(self.password.iter().flat_map(|p| ["--requirepass", p.as_str()]))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -69,7 +88,11 @@ impl Redis {
             let mut buf = [0u8; 7];
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                // `+PONG`, or `-NOAUTH…` from a server with a password: it answers.
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read_exact(&mut buf).is_ok()
+                    && (&buf == b"+PONG\r\n" || buf[0] == b'-')
+                {
                     return;
                 }
             }
@@ -123,6 +146,8 @@ impl Node {
             .args(["--metrics", &format!("{ip}:{metrics_port}")])
             .env("TUTTI_AUTH_SECRET", SECRET)
             .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
+            // The password kept out of the URL, as from a Kubernetes Secret.
+            .env("TUTTI_CLUSTER_REDIS_PASSWORD", redis.password.as_deref().unwrap_or(""))
             .env("TUTTI_CLUSTER_NODE_ID", &id)
             .env("TUTTI_CLUSTER_API_URL", format!("http://{api}"))
             .env("TUTTI_CLUSTER_MEDIA_ADDR", format!("{ip}:{media_port}"))
@@ -250,3 +275,4 @@ pub fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duratio
         }
     }
 }
+

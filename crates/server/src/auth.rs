@@ -153,7 +153,8 @@ struct Header {
     crit: Option<serde_json::Value>,
 }
 
-/// Why a token was refused. Every one is answered 401 `unauthorized`.
+/// Why a token was refused. Every one is answered 401, with the code `token_missing`,
+/// `token_expired` or (the rest) `token_invalid`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     /// No token came with the request.

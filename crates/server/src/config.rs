@@ -97,6 +97,47 @@ pub struct Config {
     /// STUN/TURN servers the clients should use (`[[ice_servers]]`; see
     /// [`crate::ice`]): given to each client before it makes its offer.
     pub ice_servers: Vec<crate::ice::IceServerEntry>,
+    /// Cross-origin access to the API from web apps on other origins.
+    pub cors: CorsConfig,
+}
+
+/// CORS (`[cors]`): which other origins' web pages may call the API.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CorsConfig {
+    /// Origins (`https://app.example.com`, scheme, host and port, no path)
+    /// whose pages may call the API; empty = same origin only (no CORS
+    /// headers at all). `"*"` alone = any origin: for development only.
+    /// Cookies are never allowed (tokens travel in `Authorization`).
+    pub allowed_origins: Vec<String>,
+}
+
+impl CorsConfig {
+    /// Why `allowed_origins` is not usable, if it is not.
+    pub fn check(&self) -> Result<(), String> {
+        let origins = &self.allowed_origins;
+        if origins.iter().any(|o| o == "*") {
+            return if origins.len() == 1 {
+                Ok(())
+            } else {
+                Err("'*' (any origin, for development) stands alone, not beside other origins".to_owned())
+            };
+        }
+        for o in origins {
+            let rest = o.strip_prefix("https://").or_else(|| o.strip_prefix("http://"));
+            let host_ok = rest.is_some_and(|r| {
+                !r.is_empty()
+                    && r.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+                    && !r.ends_with(':')
+            });
+            if !host_ok {
+                return Err(format!(
+                    "'{o}' is not an origin: scheme, host and optional port, like https://app.example.com or http://localhost:3000 (no path, no trailing slash)"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Recording rooms (`POST /v1/rooms/{room}/recording`, or `record: true` at creation).
@@ -409,6 +450,7 @@ impl Default for Config {
             rtp_out: RtpOutSettings::default(),
             rtp_in: RtpInConfig::default(),
             ice_servers: Vec::new(),
+            cors: CorsConfig::default(),
         }
     }
 }
@@ -693,6 +735,7 @@ impl Config {
             .map_err(|message| ConfigError::Invalid { key: "rtp_in.trusted", message })?;
         crate::ice::validate(&self.ice_servers)
             .map_err(|message| ConfigError::Invalid { key: "ice_servers", message })?;
+        self.cors.check().map_err(|message| ConfigError::Invalid { key: "cors.allowed_origins", message })?;
         if self.cluster.enabled() {
             self.cluster.validate().map_err(|e| ConfigError::Invalid { key: "cluster", message: e.to_string() })?;
             if self.auth.disabled || self.auth.secret.is_empty() {

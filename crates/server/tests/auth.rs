@@ -80,22 +80,22 @@ fn tokens_decide_who_joins_sees_and_manages() {
         r
     };
     let join_a = "/v1/rooms/a/participants";
-    refused(call(api, None, "POST", join_a, &sdp_a), 401, "unauthorized", "no token");
-    let r = refused(call(api, Some(&expired), "POST", join_a, &sdp_a), 401, "unauthorized", "expired token");
+    refused(call(api, None, "POST", join_a, &sdp_a), 401, "token_missing", "no token");
+    let r = refused(call(api, Some(&expired), "POST", join_a, &sdp_a), 401, "token_expired", "expired token");
     assert!(r.body.contains("expired"), "{}", r.body);
-    refused(call(api, Some(&tampered), "POST", join_a, &sdp_a), 401, "unauthorized", "tampered signature");
-    refused(call(api, Some(&forged_admin), "POST", join_a, &sdp_a), 401, "unauthorized", "another server's secret");
-    refused(call(api, Some("not.a.jwt"), "POST", join_a, &sdp_a), 401, "unauthorized", "garbage token");
+    refused(call(api, Some(&tampered), "POST", join_a, &sdp_a), 401, "token_invalid", "tampered signature");
+    refused(call(api, Some(&forged_admin), "POST", join_a, &sdp_a), 401, "token_invalid", "another server's secret");
+    refused(call(api, Some("not.a.jwt"), "POST", join_a, &sdp_a), 401, "token_invalid", "garbage token");
     let none_alg = format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{}.", alice.split('.').nth(1).unwrap_or_default());
-    refused(call(api, Some(&none_alg), "POST", join_a, &sdp_a), 401, "unauthorized", "alg none");
-    refused(call(api, Some(&other_room), "POST", join_a, &sdp_a), 403, "forbidden", "token for another room");
-    refused(call(api, None, "GET", "/v1/rooms/a", ""), 401, "unauthorized", "no token on GET");
+    refused(call(api, Some(&none_alg), "POST", join_a, &sdp_a), 401, "token_invalid", "alg none");
+    refused(call(api, Some(&other_room), "POST", join_a, &sdp_a), 403, "wrong_room", "token for another room");
+    refused(call(api, None, "GET", "/v1/rooms/a", ""), 401, "token_missing", "no token on GET");
 
     // Managing rooms takes an admin token.
     refused(call(api, Some(&alice), "POST", "/v1/rooms", r#"{"id":"mine"}"#), 403, "forbidden", "create");
     refused(call(api, Some(&alice), "GET", "/v1/rooms", ""), 403, "forbidden", "list");
     refused(call(api, Some(&alice), "DELETE", "/v1/rooms/a", ""), 403, "forbidden", "delete");
-    refused(call(api, None, "GET", "/v1/rooms", ""), 401, "unauthorized", "list without a token");
+    refused(call(api, None, "GET", "/v1/rooms", ""), 401, "token_missing", "list without a token");
     // A room admin manages its own room only.
     let host_b = mint(Grant { admin: true, ..Grant::participant("b", "host") });
     refused(call(api, Some(&host_b), "POST", "/v1/rooms", r#"{"id":"c"}"#), 403, "forbidden", "room admin, other room");

@@ -9,6 +9,13 @@
 //! whose moderator controls lower it and lock the room; leave leaves.
 //! A screenshot of the call is written to `target/browser-test/call.png`.
 //!
+//! The first-run test follows the README literally: the real `tutti serve`
+//! binary with no settings, the link its banner prints under "Open in a
+//! browser:" in one Chromium page, that page's Invite control, the invite
+//! link in a second page: a two-person call where each hears the other and
+//! not itself. Before that, the page opened without a token must say it
+//! needs one. Screenshots: `target/browser-test/first-run-*.png`.
+//!
 //! The second test takes the page where networks get in the way: Debian's
 //! Firefox ESR (WebDriver BiDi, puppeteer-core) in a network namespace of
 //! its own, a Chromium page in a namespace whose outgoing UDP is dropped,
@@ -16,7 +23,8 @@
 //! tutti's `[[ice_servers]]`, and an ICE restart when Firefox's UDP is cut.
 //! It needs root (namespaces, nftables), and installs `firefox-esr`,
 //! `coturn` and `nftables` with apt-get when they are missing. The two
-//! tests run one after the other (each keeps both cores busy).
+//! tests run one after the other (each keeps both cores busy; the first-run
+//! test too).
 //!
 //! In that second test: Firefox (its fake microphone a 1 kHz tone) sits in a
 //! namespace joined by a veth pair with test addresses 10.200.N.0/24, since
@@ -140,7 +148,7 @@ fn ensure_playwright(out: &Path) -> PathBuf {
     let lock = std::fs::read(src.join("package-lock.json")).expect("tests/browser/package-lock.json");
     let current = dir.join("node_modules/playwright-core/package.json").exists()
         && std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock);
-    for file in ["package.json", "package-lock.json", "driver.js", "one_page.js"] {
+    for file in ["package.json", "package-lock.json", "driver.js", "one_page.js", "first_run.js"] {
         std::fs::copy(src.join(file), dir.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
     }
     if !current {
@@ -447,6 +455,230 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
         result["seconds"],
         result["chromium"],
     );
+}
+
+// ---- The README's first run -------------------------------------------------
+
+/// The `tutti` binary beside this test's (`target/<profile>/tutti`), built
+/// (or brought up to date) with `cargo build --bin tutti`: the first-run
+/// test runs the real `tutti serve`. Under `cargo test --workspace` it is
+/// already there and the build does nothing.
+fn tutti_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("this test's path");
+    // target/<profile>/deps/browser-<hash> -> target/<profile>/tutti
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let bin = profile_dir.join("tutti");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--bin", "tutti"]).current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        cmd.arg("--release");
+    }
+    if let Err(e) = run(&mut cmd, "cargo build --bin tutti", Duration::from_secs(900)) {
+        assert!(bin.exists(), "the first-run test runs the real binary, and it could not be built: {e}");
+        eprintln!("browser test: cargo build --bin tutti failed, using the {} there: {e}", bin.display());
+    }
+    assert!(bin.exists(), "{} after cargo build --bin tutti", bin.display());
+    bin
+}
+
+/// `tutti serve` as a child process; SIGTERM (then kill) when dropped.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        let _ = run(Command::new("kill").args(["-TERM", &pid]), "kill -TERM", Duration::from_secs(5));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `tutti serve` with no auth settings at all (as the README's first
+/// command; ephemeral loopback ports so tests can run side by side) and
+/// reads its banner: (process, API address, the banner's lines).
+fn serve_as_the_readme_says(bin: &Path) -> (Serve, SocketAddr, Vec<String>) {
+    let mut child = Command::new(bin)
+        .args(["serve", "--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"])
+        .env_remove("TUTTI_AUTH_SECRET")
+        .env_remove("TUTTI_AUTH_DISABLED")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tutti serve starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let serve = Serve(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !lines.last().is_some_and(|l: &String| l.starts_with("join it:")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(_) => panic!("tutti serve printed no whole banner within 30 s: {lines:#?}"),
+        }
+    }
+    let api = lines[0]
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no API address in {:?}", lines[0]));
+    (serve, api, lines)
+}
+
+/// The README's first run, literally: `tutti serve` (no settings), the
+/// banner's link under "Open in a browser:" in Chromium page A, A's Invite
+/// control, the invite link in page B: a two-person call, each page hearing
+/// the other's tone and not its own. Before that, page B opened without a
+/// token is told it needs one. Screenshots: target/browser-test/first-run-*.png.
+#[test]
+fn the_readme_first_run_reaches_a_two_person_call_through_the_banner_link_and_an_invite() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    let bin = tutti_binary();
+    let (alice_wav, bob_wav) = (out.join("tone-500.wav"), out.join("tone-700.wav"));
+    write_tone_wav(&alice_wav, ALICE_HZ, 2);
+    write_tone_wav(&bob_wav, BOB_HZ, 2);
+
+    let (serve, api, banner) = serve_as_the_readme_says(&bin);
+    println!("the banner:\n{}", banner.join("\n"));
+    let at = banner.iter().position(|l| l == "Open in a browser:").expect("the banner has 'Open in a browser:'");
+    let link = banner.get(at + 1).map(|l| l.trim().to_owned()).unwrap_or_default();
+    assert!(link.starts_with(&format!("http://{api}/?room=demo#token=")), "the link: {link}");
+
+    let config = json!({
+        "chromium": chromium,
+        "out": out,
+        "link": link,
+        "noTokenUrl": format!("http://{api}/?room=demo"),
+        "pages": [ { "name": "alice", "wav": alice_wav }, { "name": "bob", "wav": bob_wav } ],
+        "tones": [ALICE_HZ, BOB_HZ],
+        "control": CONTROL_HZ,
+        "settleMs": 1500,
+        "measureMs": 2000,
+        "waitMs": 20000,
+    });
+    let output = Command::new("node")
+        .arg(node_dir.join("first_run.js"))
+        .arg(config.to_string())
+        .current_dir(&node_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node starts first_run.js");
+    let driver = Driver(output);
+    let (result, failure, log) = collect(driver, Duration::from_secs(120));
+    std::fs::write(out.join("first-run-driver.log"), &log).expect("write first-run-driver.log");
+    assert!(failure.is_none() && result.is_object(), "the first-run driver failed: {failure:?}\n{log}");
+    drop(serve);
+
+    // Without the token the page says what to open (not "refused").
+    let no_token = &result["noToken"];
+    assert_eq!(no_token["state"]["error"]["code"], "token_missing", "{no_token}");
+    let shown = no_token["shown"].as_str().unwrap_or_default();
+    assert!(shown.starts_with("This page needs an access token: open the link tutti printed"), "{shown:?}");
+
+    // A made-up token, and a token for another room: each told in its own words.
+    let refused = &result["refused"];
+    assert_eq!(refused["state"]["error"]["code"], "token_invalid", "{refused}");
+    assert!(refused["shown"].as_str().is_some_and(|s| s.starts_with("Your access token was refused")), "{refused}");
+    let wrong = &result["wrongRoom"];
+    assert_eq!(wrong["state"]["error"]["code"], "wrong_room", "{wrong}");
+    let shown = wrong["shown"].as_str().unwrap_or_default();
+    assert!(shown.starts_with("Your access token is for another room, not “elsewhere”"), "{shown:?}");
+
+    // The banner's link fills the room in and keeps its token in the fragment.
+    let form = &result["linkForm"];
+    assert_eq!(form["room"], "demo", "{form}");
+    assert!(form["tokenField"].as_u64().is_some_and(|n| n > 20), "the token reached the form: {form}");
+    assert!(!form["url"].as_str().unwrap_or_default().contains("?token="), "{form}");
+
+    // The invite: a link to demo with a guest token in its fragment, made by the moderator's page only.
+    let invite = &result["invite"];
+    let invite_link = invite["link"].as_str().unwrap_or_default();
+    assert!(invite_link.starts_with(&format!("http://{api}/?room=demo#token=")), "{invite}");
+    assert_ne!(invite_link, link, "a guest's token, not the host's");
+    assert_eq!(invite["state"]["permissions"], "speak", "{invite}");
+    assert_eq!(result["hostSeesInvite"], true, "the moderator's page shows the Invite control");
+    assert_eq!(result["guestSeesInvite"], false, "a guest's page has no Invite control");
+    assert_eq!(result["guestSeesAdminBar"], false, "nor the moderator's bar");
+    assert_eq!(result["guestAdmin"], false, "the guest is not a moderator");
+    assert_eq!(result["pages"]["alice"]["state"]["admin"], true, "the banner's link makes a moderator");
+
+    // A two-person call: each page hears the other, not itself.
+    for (name, own, other) in [("alice", ALICE_HZ, BOB_HZ), ("bob", BOB_HZ, ALICE_HZ)] {
+        let heard = &result["pages"][name]["heard"];
+        println!("{name} hears: {heard}");
+        assert!(db(heard, other) > HEARD_DB, "{name} does not hear {other} Hz: {heard}");
+        assert!(
+            db(heard, own) < ABSENT_DB && db(heard, own) < db(heard, other) - OWN_MARGIN_DB,
+            "{name} hears its own {own} Hz tone: {heard}"
+        );
+        assert!(db(heard, CONTROL_HZ) < ABSENT_DB, "{name}'s noise floor: {heard}");
+        let listed: Vec<&str> = result["pages"][name]["state"]["participants"]
+            .as_array()
+            .map(|ps| ps.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(listed.len(), 2, "{name} lists both: {listed:?}");
+    }
+    for shot in ["1-no-token", "2-banner-link", "3-invite", "4-call-host", "5-call-guest"] {
+        let path = out.join(format!("first-run-{shot}.png"));
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 5_000, "{} ({size} bytes)", path.display());
+        println!("screenshot: {}", path.display());
+    }
+}
+
+/// Reads a driver's `@@` lines to its end (or `timeout`): its `done`
+/// result, its `failed` message, and its stderr.
+fn collect(mut driver: Driver, timeout: Duration) -> (Value, Option<String>, String) {
+    let stdout = driver.0.stdout.take().expect("stdout");
+    let stderr = drain(driver.0.stderr.take());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + timeout;
+    let (mut result, mut failure) = (Value::Null, None);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) if msg["event"] == "done" => result = msg["result"].clone(),
+                Some(msg) if msg["event"] == "failed" => failure = Some(msg["message"].to_string()),
+                Some(msg) => eprintln!("driver: {}", msg["event"]),
+                None => eprintln!("driver: {line}"),
+            },
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                failure = Some(format!("not finished within {timeout:?}"));
+                break;
+            }
+        }
+    }
+    drop(driver);
+    (result, failure, stderr.join().unwrap_or_default())
 }
 
 // ---- Networks and Firefox --------------------------------------------------

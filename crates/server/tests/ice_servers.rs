@@ -88,9 +88,9 @@ fn clients_get_the_configured_ice_servers_with_fresh_turn_credentials() {
 
     // Refusals: JSON, stable codes; nothing said about the room to outsiders.
     let r = call(api, None, "GET", "/v1/rooms/a/ice-servers", None, "");
-    assert_eq!((r.status, r.code().as_str()), (401, "unauthorized"), "{}", r.body);
+    assert_eq!((r.status, r.code().as_str()), (401, "token_missing"), "{}", r.body);
     let r = call(api, Some(&other_room), "GET", "/v1/rooms/a/ice-servers", None, "");
-    assert_eq!((r.status, r.code().as_str()), (403, "forbidden"), "{}", r.body);
+    assert_eq!((r.status, r.code().as_str()), (403, "wrong_room"), "{}", r.body);
 
     // The WHIP join's response: one Link per URL (RFC 9725 §4.6).
     let (_client, offer) = ToneClient::offer(300.0).expect("offer");

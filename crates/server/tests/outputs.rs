@@ -180,7 +180,7 @@ fn a_recorded_room_decodes_to_every_talkers_tone_and_errors_have_codes() {
     };
     assert_eq!(call(Some(&admin), "POST", "/v1/rooms", br#"{"id":"off"}"#).status, 201);
     let r = call(None, "POST", "/v1/rooms/off/recording", b"");
-    assert_eq!((r.status, r.code()), (401, "unauthorized".into()), "{}", r.body);
+    assert_eq!((r.status, r.code()), (401, "token_missing".into()), "{}", r.body);
     let r = call(Some(&alice), "POST", "/v1/rooms/off/recording", b"");
     assert_eq!((r.status, r.code()), (403, "forbidden".into()), "a participant may not record: {}", r.body);
     let r = call(Some(&alice), "GET", "/v1/rooms/off/recording", b"");

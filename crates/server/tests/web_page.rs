@@ -30,6 +30,12 @@ fn the_page_its_script_and_style_are_served_with_a_strict_policy() {
     // HEAD works as GET without a body; other paths are still the API's JSON 404.
     assert_eq!(http(api, "HEAD", "/", None, b"").status, 200);
     assert_eq!(http(api, "GET", "/index.html", None, b"").code(), "not_found");
-    assert_eq!(http(api, "POST", "/", None, b"").status, 405);
+    let wrong = http(api, "POST", "/", None, b"");
+    assert_eq!((wrong.status, wrong.code().as_str()), (405, "method_not_allowed"), "a JSON 405: {}", wrong.body);
+    // The moderator's Invite control and the link's token in the fragment are in the page.
+    let page = http(api, "GET", "/", None, b"").body;
+    assert!(page.contains(r#"id="invite""#) && page.contains(r#"id="invite-link""#), "the Invite control");
+    let script = http(api, "GET", "/app.js", None, b"").body;
+    assert!(script.contains("location.hash") && script.contains("v1/rooms/${encodeURIComponent(state.room)}/invites"));
     rt.block_on(server.shutdown());
 }

@@ -14,6 +14,14 @@
 // restarts ICE: a new offer to `PATCH …/participants/{id}` (application/sdp),
 // whose answer is the 200's body; it gives up after RESTART_GRACE_MS.
 //
+// The access token comes in the link's fragment (`#token=…`: a fragment
+// reaches neither the server's logs nor a Referer), or, from older links,
+// in the query (`?token=`, moved to the fragment on load). Before anyone
+// clicks, the page asks the server about the room with it, so a missing,
+// refused, expired or other room's token is told at once, each in its own
+// words. A room's moderator gets an Invite control: the server mints a
+// guest token for the room (`POST …/invites`) and the page copies the link.
+//
 // For tests and debugging the page keeps its state in `window.tuttiState`
 // (plain data) and its WebRTC and WebAudio objects in `window.tuttiDebug`.
 'use strict';
@@ -41,6 +49,8 @@
     meters: 'off', // off | starting | on | unavailable
     iceServers: 0, // how many ICE servers the server gave
     iceRestarts: [], // [{at, status, code}]: each restart's offer and what the server said
+    access: 'unknown', // unknown | ok | token_missing | token_invalid | token_expired | wrong_room: the pre-join check
+    invite: null, // {url, permissions, expiresAt, copied}: the last invite link made
   };
   window.tuttiState = state;
   const debug = { pc: null, audioContext: null, micAnalyser: null, remoteAnalyser: null, stream: null };
@@ -79,6 +89,8 @@
     const status = (err && err.status) || 0;
     // A ban is a 403, but not the token's fault.
     if (code === 'banned') return 'A moderator removed you from this room; you cannot rejoin it for now.';
+    const tokenText = explainToken(code);
+    if (tokenText) return tokenText;
     if (status === 401 || status === 403 || /token|unauthori[sz]ed|forbidden/i.test(code)) {
       return 'Your access token was refused. Check the token (or the link you were given) and try again.';
     }
@@ -88,7 +100,7 @@
       case 'server_full':
         return 'The server is at capacity right now. Please try again in a little while.';
       case 'room_not_found':
-        return `There is no room called “${state.room}”.`;
+        return `There is no room called “${state.room}” (yet: its host opens it by joining first).`;
       case 'bad_room_id':
         return 'A room name is 1 to 64 letters, digits, “-” or “_”.';
       case 'shutting_down':
@@ -133,9 +145,107 @@
         return `The room “${state.room}” is locked: it takes no new participants right now.`;
       case 'shutdown':
         return 'The server is shutting down, so the call has ended. Please try again in a moment.';
+      case 'replaced':
+        return 'Someone joined this room with your link or token (you, in another tab or on another device?), so this page left the call.';
       default:
         return `Something went wrong: ${(err && err.message) || code || 'unknown error'}.`;
     }
+  }
+
+  // ---- Access tokens: where they come from, what is wrong with them --------
+
+  /** The sentence for a token problem the server named (its 401/403 code), or ''. */
+  function explainToken(code) {
+    switch (code) {
+      case 'token_missing':
+        return 'This page needs an access token: open the link tutti printed when it started (under “Open in a browser:”), or ask the room’s host for an invite link.';
+      case 'token_invalid':
+        return 'Your access token was refused: this server did not make it (a link cut short, or a server restarted since, with a new secret). Ask for a new link.';
+      case 'token_expired':
+        return 'Your access token expired. Ask the room’s host for a new link (or open the one tutti printed again).';
+      case 'wrong_room':
+        return `Your access token is for another room, not “${state.room}”. Open the link you were given as it is, or ask for one for this room.`;
+      default:
+        return '';
+    }
+  }
+
+  /**
+   * The token of the page's link: from the fragment (`#token=…`), else from
+   * the query of an older link (`?token=…`), which is moved to the
+   * fragment so it is not sent again.
+   */
+  function linkToken() {
+    const fragment = new URLSearchParams(location.hash.replace(/^#/, ''));
+    const query = new URLSearchParams(location.search);
+    const token = fragment.get('token') || query.get('token') || '';
+    if (query.has('token')) {
+      const url = new URL(location.href);
+      url.searchParams.delete('token');
+      if (token) url.hash = new URLSearchParams({ token }).toString();
+      history.replaceState(null, '', url);
+    }
+    return token;
+  }
+
+  /**
+   * Before anyone clicks: asks the server about the room with the page's
+   * token (or none), so a token problem is told at once. Without a room
+   * name, the room list stands in (its answer says the same of the token).
+   * With auth off, or a good token, nothing is shown.
+   */
+  async function checkAccess(room, token) {
+    const path = /^[A-Za-z0-9_-]{1,64}$/.test(room) ? `v1/rooms/${encodeURIComponent(room)}` : 'v1/rooms';
+    let r;
+    try {
+      r = await send(apiUrl(path), { headers: authHeaders(token) });
+    } catch (_) {
+      return; // the join will say the server cannot be reached
+    }
+    if (r.status !== 401 && r.status !== 403) {
+      state.access = 'ok';
+      return;
+    }
+    const err = await errorOf(r);
+    // A room admin's token cannot list every room: that says nothing about the token.
+    if (path === 'v1/rooms' && err.code === 'forbidden') {
+      state.access = 'ok';
+      return;
+    }
+    state.access = explainToken(err.code) ? err.code : 'ok';
+    if (state.access !== 'ok' && state.phase === 'idle') {
+      state.room = room;
+      showError(err);
+    }
+  }
+
+  /**
+   * A link pasted into this tab that differs only in its fragment (the
+   * same page with an invite's token) does not reload the page: take its
+   * token, and check it again. In a call, the call goes on as it is.
+   */
+  function onHashChange() {
+    if (call) return;
+    const token = linkToken();
+    if (!token) return;
+    $('token').value = token;
+    clearMessages();
+    state.access = 'unknown';
+    checkAccess($('room').value.trim(), token);
+  }
+
+  /** Why a room socket closed, as an error code, when the server said: 4001 token expired, 4409 replaced. */
+  function closeReason(ev) {
+    if (ev && ev.code === 4001) return 'token_expired';
+    if (ev && ev.code === 4409) return 'replaced';
+    return '';
+  }
+
+  /** `token_expiring`: the server will close the socket when the token expires. */
+  function onTokenExpiring(msg) {
+    const at = Number(msg.expires_at) * 1000;
+    const when = Number.isFinite(at) ? new Date(at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : 'soon';
+    showNotice(`Your access token expires at ${when}: the call will end then. Ask the room’s host for a new link.`);
   }
 
   function showError(err) {
@@ -204,6 +314,11 @@
         headers: authHeaders(token, { 'Content-Type': 'application/json' }),
         body: JSON.stringify({ id: room }),
       });
+      if (r.status === 403) {
+        // A guest's token may join the room, not create it: for them, it is not there.
+        const refused = await errorOf(r);
+        throw refused.code === 'forbidden' ? new TuttiError('room_not_found') : refused;
+      }
       if (r.status !== 201 && r.status !== 409) throw await errorOf(r);
       return;
     }
@@ -429,7 +544,7 @@
       $('room').focus();
       return;
     }
-    remember(room, name, token);
+    remember(room, name);
     call = {
       ws: null,
       pc: null,
@@ -521,7 +636,7 @@
         },
       };
       ws.onmessage = (ev) => onMessage(mine, parse(ev.data));
-      ws.onclose = () => socketLost(mine);
+      ws.onclose = (ev) => socketLost(mine, ev);
       ws.send(JSON.stringify(message));
     });
   }
@@ -533,12 +648,18 @@
    * key, retrying every second for RESUME_WINDOW_MS; the media restarts
    * ICE on its own (onIceState). Refused or out of time: the call ends.
    */
-  function socketLost(mine) {
+  function socketLost(mine, ev) {
+    const reason = closeReason(ev);
     if (mine.pending) {
-      mine.pending.reject(new TuttiError('socket_lost'));
+      mine.pending.reject(new TuttiError(reason || 'socket_lost'));
       return;
     }
     if (call !== mine || mine.ended) return;
+    // Closed on purpose (token expired, joined elsewhere): no resume.
+    if (reason) {
+      end(new TuttiError(reason));
+      return;
+    }
     if (!mine.resumeKey || state.me == null) {
       end(new TuttiError('socket_lost'));
       return;
@@ -569,7 +690,7 @@
           mine.ws = ws;
           applySnapshot(snapshot);
           ws.onmessage = (e) => onMessage(mine, parse(e.data));
-          ws.onclose = () => socketLost(mine);
+          ws.onclose = (e) => socketLost(mine, e);
         } else if (msg && msg.type === 'error') {
           ws.onclose = null;
           ws.close();
@@ -648,6 +769,9 @@
         return;
       case 'shutdown':
         end(new TuttiError('shutdown'));
+        return;
+      case 'token_expiring':
+        onTokenExpiring(msg);
         return;
       default:
         return;
@@ -817,11 +941,7 @@
   function enterCall() {
     setPhase('in-call');
     $('room-title').textContent = state.room;
-    const invite = new URL(document.baseURI);
-    invite.search = '';
-    invite.searchParams.set('room', state.room);
-    $('invite').href = invite.href;
-    $('invite').textContent = invite.href;
+    resetInvite();
     state.participants.forEach((p) => {
       p.you = p.id === state.me;
     });
@@ -939,9 +1059,81 @@
     if (listenOnly) $('mute').textContent = 'Listening only';
     else $('mute').textContent = state.muted ? 'Unmute' : 'Mute';
     $('admin-bar').hidden = !state.admin;
+    $('invite-box').hidden = !state.admin;
     $('lock').textContent = state.locked ? 'Unlock room' : 'Lock room';
     $('lock').setAttribute('aria-pressed', String(state.locked));
     $('lock').classList.toggle('active', state.locked);
+  }
+
+  // ---- Invites: a moderator copies a link with a guest's token --------------
+
+  function resetInvite() {
+    state.invite = null;
+    $('invite-link').hidden = true;
+    $('invite-link').value = '';
+    $('invite-status').textContent = '';
+  }
+
+  /** The page's link for `room`, with `token` (if any) in the fragment. */
+  function pageLink(room, token) {
+    const url = new URL(document.baseURI);
+    url.search = '';
+    url.hash = '';
+    url.searchParams.set('room', room);
+    if (token) url.hash = new URLSearchParams({ token }).toString();
+    return url.href;
+  }
+
+  /**
+   * Asks the server for a guest token for this room (POST …/invites), shows
+   * the link and copies it. The link is built on this page's own address
+   * (right behind a proxy too); the server's `url` is for other clients.
+   */
+  async function invite() {
+    if (!call || !state.admin) return;
+    const permissions = $('invite-permissions').value === 'listen' ? 'listen' : 'speak';
+    const ttl = Number($('invite-ttl').value) || 3600;
+    $('invite').disabled = true;
+    try {
+      const r = await send(apiUrl(`v1/rooms/${encodeURIComponent(state.room)}/invites`), {
+        method: 'POST',
+        headers: authHeaders(call.token, { 'Content-Type': 'application/json' }),
+        body: JSON.stringify({ permissions, ttl_seconds: ttl }),
+      });
+      if (!r.ok) throw await errorOf(r);
+      const body = await r.json();
+      const url = pageLink(state.room, body.token || '');
+      state.invite = { url, permissions, expiresAt: body.expires_at || null, copied: false };
+      const field = $('invite-link');
+      field.value = url;
+      field.hidden = false;
+      state.invite.copied = await copyText(url, field);
+      const until = body.expires_at
+        ? ` The guest can join, and stay, until ${new Date(body.expires_at * 1000).toLocaleString([], { weekday: 'short', hour: '2-digit', minute: '2-digit' })}.`
+        : '';
+      const what = permissions === 'listen' ? 'listen' : 'speak and listen';
+      // One link, one guest identity: a second person on the same link takes the first one's place.
+      $('invite-status').textContent = `${state.invite.copied ? 'Link copied' : 'Copy this link'}: it lets one guest ${what} in “${state.room}” (make a new link for each guest).${until}`;
+    } catch (e) {
+      showError(e);
+    } finally {
+      $('invite').disabled = false;
+    }
+  }
+
+  /** Copies `text` to the clipboard; where that is refused, selects it in `field` for the person to copy. */
+  async function copyText(text, field) {
+    try {
+      if (navigator.clipboard && navigator.clipboard.writeText) {
+        await navigator.clipboard.writeText(text);
+        return true;
+      }
+    } catch (_) {
+      // no clipboard permission (an unfocused or headless page): select it instead
+    }
+    field.focus();
+    field.select();
+    return false;
   }
 
   function leave() {
@@ -1044,7 +1236,7 @@
 
   // ---- Start ---------------------------------------------------------------
 
-  function remember(room, name, token) {
+  function remember(room, name) {
     try {
       localStorage.setItem('tutti.name', name);
     } catch (_) {
@@ -1053,8 +1245,8 @@
     const url = new URL(location.href);
     url.searchParams.set('room', room);
     if (name) url.searchParams.set('name', name);
-    // A token typed in stays out of the address bar (and the history).
-    if (!token) url.searchParams.delete('token');
+    // A token never goes in the query (the server would see it); one typed in stays out of the address bar.
+    url.searchParams.delete('token');
     history.replaceState(null, '', url);
   }
 
@@ -1068,11 +1260,8 @@
     }
     $('room').value = params.get('room') || '';
     $('name').value = params.get('name') || savedName;
-    const token = params.get('token');
-    if (token) {
-      $('token').value = token;
-      $('more').open = true;
-    }
+    const token = linkToken();
+    if (token) $('token').value = token;
     if (params.get('processing') === '0') {
       $('processing').checked = false;
       $('more').open = true;
@@ -1084,12 +1273,15 @@
     $('participants').addEventListener('click', onParticipantAction);
     $('mute-all').addEventListener('click', () => stageRequest('PATCH', '', { mute_all: true }));
     $('lock').addEventListener('click', () => stageRequest('PATCH', '', { locked: !state.locked }));
+    $('invite').addEventListener('click', invite);
+    window.addEventListener('hashchange', onHashChange);
     window.addEventListener('pagehide', () => {
       if (call) leave();
     });
     if ($('room').value) $('name').focus();
     else $('room').focus();
     setPhase('idle');
+    checkAccess($('room').value.trim(), token);
   }
 
   init();

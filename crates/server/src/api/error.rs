@@ -33,13 +33,23 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    /// 401: no valid token.
+    /// 401: no valid token. The code tells a client what to say:
+    /// `token_missing` (none came), `token_expired`, or `token_invalid`
+    /// (malformed, not HS256, or a signature this server did not make).
     pub(crate) fn unauthorized(e: &AuthError) -> Self {
-        let challenge = match e {
-            AuthError::Missing => r#"Bearer realm="tutti""#,
-            _ => r#"Bearer realm="tutti", error="invalid_token""#,
+        let (challenge, code) = match e {
+            AuthError::Missing => (r#"Bearer realm="tutti""#, "token_missing"),
+            AuthError::Expired => (r#"Bearer realm="tutti", error="invalid_token""#, "token_expired"),
+            AuthError::Malformed | AuthError::Algorithm | AuthError::BadSignature => {
+                (r#"Bearer realm="tutti", error="invalid_token""#, "token_invalid")
+            }
         };
-        Self { challenge: Some(challenge), ..Self::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string()) }
+        Self { challenge: Some(challenge), ..Self::new(StatusCode::UNAUTHORIZED, code, e.to_string()) }
+    }
+
+    /// 403 `wrong_room`: a valid token for another room.
+    pub(crate) fn wrong_room(room: &str) -> Self {
+        Self { code: "wrong_room", ..Self::forbidden(format!("this token is not for room '{room}'")) }
     }
 
     /// 403: a valid token that does not allow this.

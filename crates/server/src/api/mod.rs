@@ -14,9 +14,11 @@
 //! only then 404, 409, 400.
 
 pub(crate) mod cluster;
+mod cors;
 pub(crate) mod error;
 pub(crate) mod http;
 mod ice;
+mod invite;
 mod limit;
 pub(crate) mod node;
 mod origin;
@@ -131,7 +133,13 @@ pub(crate) fn authenticate_until(
 
 /// 403 unless the grant may see `room` (without saying whether it exists).
 pub(crate) fn may_see(grant: &Grant, room: &str) -> ApiResult<()> {
-    if grant.may_see(room) { Ok(()) } else { Err(ApiError::forbidden(format!("this token is not for room '{room}'"))) }
+    if grant.may_see(room) {
+        Ok(())
+    } else if !grant.covers(room) {
+        Err(ApiError::wrong_room(room))
+    } else {
+        Err(ApiError::forbidden(format!("this token grants nothing in room '{room}'")))
+    }
 }
 
 /// 403 unless the grant may join `room`; 429 if `ip` joins too often.
@@ -216,6 +224,15 @@ async fn readyz(axum::extract::State(api): axum::extract::State<Arc<ApiState>>) 
     Ok("ready")
 }
 
+/// 405 as JSON (axum adds `Allow`), for a route that exists with other methods.
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take this method (see the Allow header)",
+    )
+}
+
 async fn not_found() -> ApiError {
     ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such endpoint")
 }
@@ -260,14 +277,21 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(rtp_out::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
+        .merge(invite::routes())
         .merge(web::routes())
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(timeout, request_timeout))
         .layer(axum::middleware::from_fn(crate::metrics::track_api));
     // Auth disabled: no cross-site or DNS-rebinding use of a local server.
     let router = match dev_mode {
         Some(http) => router.layer(axum::middleware::from_fn_with_state(http, origin::guard)),
+        None => router,
+    };
+    // Outermost: CORS headers on every answer, errors and timeouts included.
+    let router = match cors::layer(&api.cfg.cors) {
+        Some(cors) => router.layer(cors).layer(axum::middleware::from_fn(cors::only_allowed)),
         None => router,
     };
     router.with_state(api)

@@ -293,8 +293,14 @@ async function main() {
   emit('done', { result });
 }
 
-main().catch((e) => {
-  log('failed:', e && e.stack ? e.stack : e);
-  emit('failed', { message: String(e && e.message ? e.message : e) });
-  process.exit(1);
-});
+// Run as a script: the test above. Required by first_run.js: its helpers
+// (whose `cfg` is the requiring script's own argument: same keys).
+if (require.main === module) {
+  main().catch((e) => {
+    log('failed:', e && e.stack ? e.stack : e);
+    emit('failed', { message: String(e && e.message ? e.message : e) });
+    process.exit(1);
+  });
+}
+
+module.exports = { emit, log, sleep, launch, state, until, tones, transport };

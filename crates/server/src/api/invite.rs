@@ -1,0 +1,164 @@
+//! Invites: `POST /v1/rooms/{room}/invites` mints a guest's token for one
+//! room, for a room admin who wants to bring people in (the page's *Invite*
+//! control, or an app's backend without a secret of its own).
+//!
+//! Request (JSON, every field optional; an empty body takes the defaults):
+//! `{"permissions": "speak" | "listen", "ttl_seconds": N}`: `speak` (the
+//! default) may talk and listen, `listen` may only listen; the token lives
+//! `ttl_seconds` (default 3600, from 60 to 604800 = 7 days).
+//! Answer: 201 `{"token", "url", "expires_at", "permissions", "identity"}`:
+//! `url` is the page's link for the room with the token in its fragment
+//! (`…/?room=R#token=…`, so it reaches neither server logs nor `Referer`),
+//! on `cluster.api_url` when set, else on the `Host` the request came to;
+//! `expires_at` in Unix seconds. Each invite has an identity of its own,
+//! `guest-` and 8 random hex digits: an invite is for one guest. A ban, the
+//! per-identity limits and "one participant per identity" act on it, so a
+//! second person on the same link takes the first one's place: make one
+//! link per guest. (A link for a group would need each person's own
+//! identity: an exchange of the link's token for a personal one.)
+//!
+//! Order of checks, as everywhere: 401 (no valid token), 403 (`wrong_room`,
+//! or `forbidden` for a token that does not manage the room), then 400
+//! (`bad_room_id`, `bad_json`, `bad_value`). The room need not exist yet
+//! (any node of a cluster mints, with the shared secret); a guest cannot
+//! create it, so invite to a room that is there. With auth disabled there
+//! are no tokens: the answer has `token` and `expires_at` null and a plain
+//! link.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, ApiResult};
+use super::rooms::{body, json};
+use super::{ApiState, authenticate};
+use crate::auth::{Grant, is_room_id, unix_now};
+
+/// An invite's lifetime when the request names none.
+pub const DEFAULT_TTL_SECONDS: u64 = 3600;
+/// The shortest lifetime an invite may ask for.
+pub const MIN_TTL_SECONDS: u64 = 60;
+/// The longest: a week.
+pub const MAX_TTL_SECONDS: u64 = 7 * 24 * 3600;
+
+/// What a guest may do.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Permissions {
+    /// Talk and listen.
+    #[default]
+    Speak,
+    /// Listen only: muted for good.
+    Listen,
+}
+
+/// The request body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InviteRequest {
+    permissions: Option<Permissions>,
+    ttl_seconds: Option<u64>,
+}
+
+/// The answer.
+#[derive(Debug, Serialize)]
+struct Invite {
+    token: Option<String>,
+    url: String,
+    expires_at: Option<u64>,
+    permissions: Permissions,
+    identity: String,
+}
+
+/// The invite route; merged into the API's router.
+pub(crate) fn routes() -> Router<Arc<ApiState>> {
+    Router::new().route("/v1/rooms/{room}/invites", post(create_invite))
+}
+
+async fn create_invite(
+    State(api): State<Arc<ApiState>>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let grant = authenticate(&api, &headers, None)?;
+    if !grant.covers(&room) {
+        return Err(ApiError::wrong_room(&room));
+    }
+    if !grant.may_manage(&room) {
+        return Err(ApiError::forbidden(format!("inviting to room '{room}' needs an admin token for it")));
+    }
+    if !is_room_id(&room) {
+        return Err(ApiError::bad_request("bad_room_id", "a room name is 1 to 64 letters, digits, '-' or '_'"));
+    }
+    let req: InviteRequest = json(&headers, &body(raw)?, Some(InviteRequest::default()))?;
+    let ttl = req.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
+    if !(MIN_TTL_SECONDS..=MAX_TTL_SECONDS).contains(&ttl) {
+        return Err(ApiError::bad_request(
+            "bad_value",
+            format!("ttl_seconds must be within {MIN_TTL_SECONDS} to {MAX_TTL_SECONDS} (7 days)"),
+        ));
+    }
+    let permissions = req.permissions.unwrap_or_default();
+    let identity = format!("guest-{:08x}", getrandom::u32().unwrap_or_default());
+    let link = page_link(&api, &headers, &room);
+    let invite = match &api.auth {
+        None => Invite { token: None, url: link, expires_at: None, permissions, identity },
+        Some(auth) => {
+            let guest = match permissions {
+                Permissions::Speak => Grant::participant(room.as_str(), identity.as_str()),
+                Permissions::Listen => Grant::listener(room.as_str(), identity.as_str()),
+            };
+            let now = unix_now();
+            // The room and identity were checked above: minting cannot fail on them.
+            let token = auth
+                .mint(&guest, Duration::from_secs(ttl), now)
+                .map_err(|e| ApiError::bad_request("bad_room_id", e.to_string()))?;
+            let url = format!("{link}#token={token}");
+            Invite { token: Some(token), url, expires_at: Some(now + ttl), permissions, identity }
+        }
+    };
+    Ok((StatusCode::CREATED, axum::Json(invite)).into_response())
+}
+
+/// The page's link for `room`: on `cluster.api_url` when set, else on the
+/// `Host` the request came to (plain http; behind a TLS proxy, set
+/// `cluster.api_url` or build the link from `token`), else the API address.
+fn page_link(api: &ApiState, headers: &HeaderMap, room: &str) -> String {
+    let configured = api.cfg.cluster.api_url.trim_end_matches('/');
+    let base = if configured.is_empty() {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).filter(|h| is_authority(h));
+        format!("http://{}", host.map_or_else(|| api.cfg.http.to_string(), str::to_owned))
+    } else {
+        configured.to_owned()
+    };
+    format!("{base}/?room={room}")
+}
+
+/// Whether `host` is a bare `host[:port]` (nothing that could end a URL's authority early).
+fn is_authority(host: &str) -> bool {
+    !host.is_empty() && host.len() <= 255 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_authorities_make_a_link() {
+        for ok in ["127.0.0.1:8080", "tutti.example.org", "[::1]:8080"] {
+            assert!(is_authority(ok), "{ok}");
+        }
+        for bad in ["", "evil.example/x?", "a@b", "a b", "host#frag"] {
+            assert!(!is_authority(bad), "{bad}");
+        }
+    }
+}
