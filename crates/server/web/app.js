@@ -352,6 +352,42 @@
   }
 
   /** Opens the room's WebSocket; resolves once its first snapshot arrived. */
+  /**
+   * Cluster mode: the room is on another node (a socket opened on the
+   * wrong node), or went there (a drain). Goes there with the message's
+   * single-use ticket, never with our token: that node burns it and sends
+   * us to its page with a token for this room. `extra`: more of the page's
+   * query to carry (`autojoin`, `muted`, `hand` after a drain).
+   */
+  function followMoved(room, msg, extra) {
+    const here = new URLSearchParams(location.search);
+    const there = msg.ticket
+      ? new URL(`/v1/rooms/${encodeURIComponent(room)}/enter`, msg.api_url)
+      : new URL(location.pathname, msg.api_url);
+    for (const key of ['name', 'processing']) if (here.get(key)) there.searchParams.set(key, here.get(key));
+    if (!here.get('name') && state.name) there.searchParams.set('name', state.name);
+    for (const [key, value] of Object.entries(extra)) there.searchParams.set(key, value);
+    there.searchParams.set('room', room);
+    if (msg.ticket) there.searchParams.set('ticket', msg.ticket);
+    location.assign(there.href);
+  }
+
+  /**
+   * A drain in a cluster: the room went to another node mid-call. The page
+   * leaves here and joins there at once, as it was (muted or not, its hand).
+   */
+  function onMoved(mine, msg) {
+    if (!msg.api_url || !msg.room) return;
+    const self = me();
+    const extra = { autojoin: '1' };
+    if (state.muted) extra.muted = '1';
+    if (self && self.hand) extra.hand = '1';
+    showNotice('The server is restarting: moving your call to another server…');
+    const room = state.room;
+    leave();
+    followMoved(room, msg, extra);
+  }
+
   function openSocket(room, token) {
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(socketUrl(room, token));
@@ -368,20 +404,10 @@
       ws.onmessage = (ev) => {
         const msg = parse(ev.data);
         if (msg && msg.type === 'moved' && msg.api_url) {
-          // Cluster mode: the room is on another node. Go there with the
-          // message's single-use ticket, never with our token: that node
-          // burns it and sends us to its page with a token for this room.
           clearTimeout(timer);
           ws.onerror = null;
           ws.onclose = null;
-          const here = new URLSearchParams(location.search);
-          const there = msg.ticket
-            ? new URL(`/v1/rooms/${encodeURIComponent(room)}/enter`, msg.api_url)
-            : new URL(location.pathname, msg.api_url);
-          for (const key of ['name', 'processing']) if (here.get(key)) there.searchParams.set(key, here.get(key));
-          there.searchParams.set('room', room);
-          if (msg.ticket) there.searchParams.set('ticket', msg.ticket);
-          location.assign(there.href);
+          followMoved(room, msg, {});
           return;
         }
         if (!msg || msg.type !== 'room') return;
@@ -773,6 +799,12 @@
       case 'token_expiring':
         onTokenExpiring(msg);
         return;
+      case 'draining':
+        showNotice('The server is restarting. Your call goes on; it may move to another server.');
+        return;
+      case 'moved':
+        onMoved(mine, msg);
+        return;
       default:
         return;
     }
@@ -946,9 +978,19 @@
       p.you = p.id === state.me;
     });
     applyMute(false);
+    restoreAfterMove();
     setStatus(state.connection === 'connected' ? 'Connected' : 'Connecting…');
     startMeters();
     renderParticipants();
+  }
+
+  /** After a move (a drain): muted and hand as they were on the old node. */
+  function restoreAfterMove() {
+    const restore = state.restore;
+    state.restore = null;
+    if (!restore || !call || !call.ws || call.ws.readyState !== WebSocket.OPEN) return;
+    if (restore.muted) toggleMute();
+    if (restore.hand) call.ws.send(JSON.stringify({ type: 'hand', raised: true }));
   }
 
   function applyMute(muted) {
@@ -1282,6 +1324,14 @@
     else $('room').focus();
     setPhase('idle');
     checkAccess($('room').value.trim(), token);
+    if (params.get('autojoin') === '1' && $('room').value && token) {
+      // Moved here by a drain: join at once, as the call was.
+      state.restore = { muted: params.get('muted') === '1', hand: params.get('hand') === '1' };
+      const url = new URL(location.href);
+      for (const key of ['autojoin', 'muted', 'hand']) url.searchParams.delete(key);
+      history.replaceState(null, '', url);
+      $('join-form').requestSubmit();
+    }
   }
 
   init();

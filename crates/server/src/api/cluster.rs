@@ -253,13 +253,15 @@ pub(crate) fn moved_message(
     msg
 }
 
-/// The page's query parameters [`enter`] passes on to the page.
-const PAGE_PARAMS: [&str; 2] = ["name", "processing"];
+/// The page's query parameters [`enter`] passes on to the page (after a
+/// drain's `moved`, the page asks to join at once, as it was: `autojoin`,
+/// `muted`, `hand`).
+const PAGE_PARAMS: [&str; 5] = ["name", "processing", "autojoin", "muted", "hand"];
 
 /// `GET /v1/rooms/{room}/enter?ticket=…[&name=…&processing=…]`: where the
 /// page lands after a `moved`, on the node holding the room. Burns the
 /// ticket (single use, bound to this path) and answers `303 See Other` to
-/// the page at this origin (`/?room=…&token=…`), with an access token for
+/// the page at this origin (`/?room=…#token=…`), with an access token for
 /// this room only, the ticket's grant, expiring with the token the socket
 /// was opened with. A bad or used ticket: 401 `bad_ticket`.
 pub(crate) async fn enter(
@@ -284,8 +286,8 @@ pub(crate) async fn enter(
     let mut page: Vec<String> =
         PAGE_PARAMS.iter().filter_map(|&k| query.get(k).map(|v| format!("{k}={}", percent_encode(v)))).collect();
     page.push(format!("room={}", percent_encode(&room)));
-    page.push(format!("token={token}"));
-    let location = HeaderValue::from_str(&format!("/?{}", page.join("&")))
+    // In the fragment: never sent to a server, nor in a Referer.
+    let location = HeaderValue::from_str(&format!("/?{}#token={token}", page.join("&")))
         .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "bad page location"))?;
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
