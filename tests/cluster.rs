@@ -21,17 +21,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_until, split_location};
-use common::cluster::{
-    Node, Redis, SECRET, hear_each_other, holder, join, json, redis_binary, send, shared_ports, temp_dir, until_they_hear,
-};
+use common::cluster::{Node, Redis, SECRET, holder, join, json, send, shared_ports, until_they_hear};
+use tutti_client::{Requester, ToneClient, request_as, run_until, split_location};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
 /// One cluster at a time: each test runs three nodes and a Redis.

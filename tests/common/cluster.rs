@@ -275,4 +275,3 @@ pub fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duratio
         }
     }
 }
-
