@@ -95,6 +95,7 @@ mod jitter;
 mod pool;
 mod probe;
 mod room;
+mod voice;
 
 pub use codec::{DecodeFailure, Decoder, Encoder, SAMPLE_RATE};
 pub use config::{DTX_INTERVAL_TICKS, EncoderConfig, JitterConfig, MAX_SPEAKERS, RoomConfig, SpeakerLimit};
@@ -105,6 +106,11 @@ pub use pool::MixPool;
 pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
 pub use room::{
     ActiveSpeaker, Delivery, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room, TalkEvent, TickReport,
+    VoiceStatus,
+};
+pub use voice::{
+    DEFAULT_LOUDNESS_TARGET_DBFS, LOUDNESS_GATE_DBFS, LOUDNESS_MAX_GAIN_DB, NoiseSuppression, NoiseSuppressor,
+    Normaliser,
 };
 
 /// Identifies a participant within a room (assigned by the caller).
