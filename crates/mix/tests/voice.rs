@@ -18,8 +18,8 @@
 
 use bytes::Bytes;
 use tutti_mix::{
-    FRAME_SAMPLES, MixMode, MixPool, NoiseSuppression, Packet, ParticipantId, Pcm, Room,
-    RoomConfig, TickReport, level_of,
+    FRAME_SAMPLES, MixMode, MixPool, NoiseSuppression, NoiseSuppressor, Packet, ParticipantId, Pcm, Room, RoomConfig,
+    TickReport, level_of,
 };
 
 const RATE: usize = 48_000;
@@ -280,4 +280,193 @@ fn suppression_raises_snr_and_keeps_the_speech_through_the_room() {
         }
     }
     println!("{table}");
+}
+
+/// A speaker who stops (their packets silent: not selected, not decoded)
+/// and comes back keeps their RNNoise state: the noise is suppressed from
+/// their first frame back, where a fresh state would let it through.
+#[test]
+fn a_returning_speaker_is_suppressed_from_the_first_frame() {
+    let l = layout();
+    let signal = noisy(&l, Noise::White, 10.0, 11);
+    // First half (noise, speech, noise), 2 s of silent packets, then 1 s of the same noise.
+    let half = l.pauses[1].1;
+    let gap = 2 * RATE;
+    let mut caller: Vec<f32> = signal[..half].to_vec();
+    caller.extend(std::iter::repeat_n(0.0, gap));
+    let back = caller.len();
+    caller.extend_from_slice(&signal[l.pauses[2].0..l.pauses[2].1]);
+    let raw = |room: &mut Room, ids: &[ParticipantId]| room.set_raw_source(ids[0], true).expect("in the room");
+    let mut selected_in_gap = false;
+    let (heard, _) = through_room(cfg(NoiseSuppression::Auto), &[&caller], raw, |room, t| {
+        let at = t as usize * FRAME_SAMPLES;
+        if at > half + RATE && at < back {
+            selected_in_gap |= room.speakers().next().is_some();
+        }
+    });
+    assert!(!selected_in_gap, "the caller leaves the selection in the gap");
+    let lag = delay(&caller, &heard);
+    // The first 300 ms back (after the path's delay and one frame).
+    let first = &heard[back + lag + FRAME_SAMPLES..back + lag + FRAME_SAMPLES + 14_400];
+    let input = power(&caller[back..back + RATE]);
+    let kept_state = db(input) - db(power(first));
+    // The same noise through a fresh RNNoise state.
+    let mut fresh = NoiseSuppressor::new();
+    let mut out = Vec::new();
+    for f in caller[back..back + RATE].chunks_exact(FRAME_SAMPLES) {
+        let mut pcm: Pcm = [0.0; FRAME_SAMPLES];
+        pcm.copy_from_slice(f);
+        fresh.process(&mut pcm);
+        out.extend_from_slice(&pcm);
+    }
+    let fresh_state = db(input) - db(power(&out[FRAME_SAMPLES..FRAME_SAMPLES + 14_400]));
+    println!("noise removed in the first 300 ms back: kept state {kept_state:.1} dB, fresh state {fresh_state:.1} dB");
+    assert!(kept_state >= 15.0, "kept state removed only {kept_state:.1} dB");
+    assert!(kept_state >= fresh_state + 10.0, "kept {kept_state:.1} dB against fresh {fresh_state:.1} dB");
+}
+
+/// Speech scaled so its active frames' RMS is `dbfs`.
+fn at_level(x: &[f32], dbfs: f64) -> Vec<f32> {
+    let g = (10f64.powf(dbfs / 10.0) / speech_power(x)).sqrt() as f32;
+    x.iter().map(|v| v * g).collect()
+}
+
+/// A quiet caller (−37 dBFS) and a loud one (−17 dBFS, 20 dB louder) take
+/// turns; with loudness normalisation the listener hears them within a few
+/// dB of each other and of the target, and a caller's gain does not rise
+/// while they send only low noise.
+#[test]
+fn loudness_brings_a_quiet_and_a_loud_caller_together() {
+    let a = at_level(&clip("speech-a-3s.wav"), -37.0);
+    let b = at_level(&clip("speech-b-2s.wav"), -17.0);
+    let gap = RATE / 2;
+    // Four rounds: A speaks 3 s, pause, B speaks 2 s, pause. Then A sends 3 s of −60 dBFS noise.
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    let mut turns = Vec::new();
+    for _ in 0..4 {
+        turns.push(('a', sa.len(), sa.len() + a.len()));
+        sa.extend_from_slice(&a);
+        sb.extend(std::iter::repeat_n(0.0, a.len()));
+        sa.extend(std::iter::repeat_n(0.0, gap));
+        sb.extend(std::iter::repeat_n(0.0, gap));
+        turns.push(('b', sb.len(), sb.len() + b.len()));
+        sb.extend_from_slice(&b);
+        sa.extend(std::iter::repeat_n(0.0, b.len()));
+        sa.extend(std::iter::repeat_n(0.0, gap));
+        sb.extend(std::iter::repeat_n(0.0, gap));
+    }
+    let noise_from = sa.len();
+    let line = noise(Noise::White, 3 * RATE, 99);
+    let g = (10f64.powf(-60.0 / 10.0) / power(&line)).sqrt() as f32;
+    sa.extend(line.iter().map(|v| v * g));
+
+    let run = |loudness: bool| {
+        let cfg = RoomConfig { loudness, noise_suppression: NoiseSuppression::Off, ..RoomConfig::default() };
+        let mut gains = Vec::new();
+        let (heard, reports) = through_room(
+            cfg,
+            &[&sa, &sb],
+            |_, _| {},
+            |room, t| {
+                gains.push((t, room.voice(ParticipantId(1)).expect("a").loudness_gain_db));
+            },
+        );
+        (heard, reports, gains)
+    };
+    let (before, _, _) = run(false);
+    let (after, reports, gains) = run(true);
+    // Every selected speaker of a mixed tick is normalised, nobody else.
+    assert!(reports.iter().filter(|r| r.mode == MixMode::Mix).all(|r| r.normalised == r.speakers.len()));
+    assert!(reports.iter().all(|r| r.suppressed == 0), "suppression off in this room");
+    let lag = delay(&sa.iter().zip(&sb).map(|(x, y)| x + y).collect::<Vec<_>>(), &after);
+    let level = |heard: &[f32], who: char| {
+        let (_, s, e) = *turns.iter().rev().find(|t| t.0 == who).expect("a last turn");
+        db(speech_power(&heard[s + lag..e + lag]))
+    };
+    let spread_before = level(&before, 'a') - level(&before, 'b');
+    let (qa, lb) = (level(&after, 'a'), level(&after, 'b'));
+    let spread_after = qa - lb;
+    println!(
+        "last round: quiet {:.1} / loud {:.1} dBFS before (spread {spread_before:.1} dB), {qa:.1} / {lb:.1} after (spread {spread_after:.1} dB)",
+        level(&before, 'a'),
+        level(&before, 'b')
+    );
+    assert!(spread_before.abs() > 17.0, "the test's callers differ: {spread_before:.1} dB");
+    assert!(spread_after.abs() < 4.0, "spread after {spread_after:.1} dB");
+    for l in [qa, lb] {
+        assert!((l - f64::from(tutti_mix::DEFAULT_LOUDNESS_TARGET_DBFS)).abs() < 4.0, "{l:.1} dBFS off target");
+    }
+    // Through the noise: A stays selected (−60 dBFS is above the talking
+    // floor) but the normaliser's gate holds the gain where speech left it.
+    let first_noise_tick = (noise_from / FRAME_SAMPLES) as u64;
+    let at = |t: u64| gains.iter().find(|g| g.0 == t).map(|g| g.1).expect("a tick");
+    let g0 = at(first_noise_tick);
+    let rises = gains.iter().filter(|g| g.0 > first_noise_tick && g.1 > g0 + 1e-3).count();
+    assert!(g0 > 10.0, "the quiet caller's gain before the noise: {g0:.1} dB");
+    assert_eq!(rises, 0, "the gain rose during the noise");
+    let noise_heard = db(power(&after[noise_from + lag + RATE / 2..noise_from + lag + 2 * RATE]));
+    assert!(noise_heard < -60.0 + g0 as f64 + 1.0, "noise heard at {noise_heard:.1} dBFS");
+}
+
+/// The switches: per room, per participant over the room, and the default
+/// by source (a browser's voice untouched and forwarded; a phone's suppressed).
+#[test]
+fn switches_per_room_and_per_participant_from_the_next_tick() {
+    let a = at_level(&clip("speech-a-3s.wav"), -25.0);
+    let pool = MixPool::new(2).expect("pool");
+    let mut room = Room::new(RoomConfig::default()).expect("room");
+    let (browser, phone, listener) = (ParticipantId(1), ParticipantId(2), ParticipantId(3));
+    for id in [browser, phone, listener] {
+        room.add_participant(id).expect("join");
+    }
+    room.set_raw_source(phone, true).expect("in the room");
+    let v = |room: &Room, id| room.voice(id).expect("in the room");
+    assert!(!v(&room, browser).noise_suppression && v(&room, phone).noise_suppression, "auto: by source");
+    assert!(!v(&room, browser).loudness, "loudness off by default");
+    let mut caller = Caller::new(1);
+    let mut tick = 0u64;
+    let silence = [0.0f32; FRAME_SAMPLES];
+    // 12 ticks of silence (under the hold time: still selected).
+    const PAUSE: u64 = 1012;
+    let mut speak = |room: &mut Room, who: ParticipantId, caller: &mut Caller, ticks: u64| -> TickReport {
+        let mut last = None;
+        for _ in 0..ticks % 1000 {
+            let at = (tick as usize * FRAME_SAMPLES) % (a.len() - FRAME_SAMPLES);
+            // Counts above 1000: a pause of (count − 1000) ticks.
+            let frame = if ticks > 1000 { &silence[..] } else { &a[at..at + FRAME_SAMPLES] };
+            room.push_packet(who, caller.packet(frame)).expect("in the room");
+            last = Some(room.tick(&pool, tick));
+            tick += 1;
+        }
+        last.expect("ticked")
+    };
+    // The browser alone: forwarded untouched.
+    let r = speak(&mut room, browser, &mut caller, 20);
+    assert_eq!((r.mode, r.decodes, r.suppressed), (MixMode::Forward(browser), 0, 0));
+    // Suppression on for the browser alone (over `auto`): decoded, suppressed, encoded.
+    room.set_noise_suppression(browser, Some(true)).expect("in the room");
+    let r = speak(&mut room, browser, &mut caller, 5);
+    assert_eq!((r.mode, r.suppressed, r.normalised), (MixMode::Mix, 1, 0));
+    // Back to the room's setting: forwarded again from the next pause
+    // (a switch of stream mid-word is audible, see `mix_hold_ticks`).
+    room.set_noise_suppression(browser, None).expect("in the room");
+    let r = speak(&mut room, browser, &mut caller, PAUSE);
+    assert_eq!((r.mode, r.suppressed), (MixMode::Forward(browser), 0));
+    room.set_room_loudness(true);
+    let r = speak(&mut room, browser, &mut caller, 5);
+    assert_eq!((r.mode, r.suppressed, r.normalised), (MixMode::Mix, 0, 1));
+    assert!(v(&room, browser).loudness_gain_db != 0.0 && v(&room, browser).speech_level_dbfs.is_some());
+    // ... except for this participant; and the room's suppression on for all.
+    room.set_loudness(browser, Some(false)).expect("in the room");
+    room.set_room_noise_suppression(NoiseSuppression::On);
+    let r = speak(&mut room, browser, &mut caller, 5);
+    assert_eq!((r.mode, r.suppressed, r.normalised), (MixMode::Mix, 1, 0));
+    room.set_room_noise_suppression(NoiseSuppression::Off);
+    assert!(!v(&room, phone).noise_suppression, "off: the phone too");
+    // Unknown participants are an error, not a panic.
+    assert!(room.set_noise_suppression(ParticipantId(99), Some(true)).is_err());
+    assert!(room.voice(ParticipantId(99)).is_err());
+    // A bad target is refused by the config check.
+    let bad = RoomConfig { loudness_target_dbfs: 0.0, ..RoomConfig::default() };
+    assert!(Room::new(bad).expect_err("refused").to_string().contains("loudness_target_dbfs"));
 }
