@@ -277,6 +277,15 @@ pub struct RoomDefaults {
     /// While nobody speaks, listeners get one Opus DTX frame every 400 ms
     /// instead of 50 encoded silence frames a second; `false`: silence frames.
     pub dtx: bool,
+    /// Noise suppression (RNNoise) of the selected speakers: "auto" (plain
+    /// RTP participants only: browsers suppress noise themselves), "on"
+    /// (everyone), "off". Per room and participant at run time (PATCH).
+    pub noise_suppression: String,
+    /// Loudness normalisation of the selected speakers toward
+    /// `loudness_target_dbfs`. Per room and participant at run time (PATCH).
+    pub loudness: bool,
+    /// The level loudness normalisation aims for: RMS of active speech, in dBFS, −40 to −6.
+    pub loudness_target_dbfs: f64,
 }
 
 /// Logging settings.
@@ -365,7 +374,15 @@ impl Default for Limits {
 
 impl Default for RoomDefaults {
     fn default() -> Self {
-        Self { max_participants: 10_000, max_speakers: 5, passthrough: true, dtx: true }
+        Self {
+            max_participants: 10_000,
+            max_speakers: 5,
+            passthrough: true,
+            dtx: true,
+            noise_suppression: "auto".to_owned(),
+            loudness: false,
+            loudness_target_dbfs: f64::from(tutti_mix::DEFAULT_LOUDNESS_TARGET_DBFS),
+        }
     }
 }
 
@@ -516,6 +533,12 @@ impl Config {
         }
         if !(1..=tutti_mix::MAX_SPEAKERS).contains(&self.room.max_speakers) {
             return invalid("room.max_speakers", "must be within 1 to 16");
+        }
+        if tutti_mix::NoiseSuppression::parse(&self.room.noise_suppression).is_none() {
+            return invalid("room.noise_suppression", "must be \"auto\", \"on\" or \"off\"");
+        }
+        if !(self.room.loudness_target_dbfs.is_finite() && (-40.0..=-6.0).contains(&self.room.loudness_target_dbfs)) {
+            return invalid("room.loudness_target_dbfs", "must be within -40 to -6 (dBFS)");
         }
         if !self.auth.disabled && !self.auth.secret.is_empty() && self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES
         {
@@ -793,6 +816,12 @@ mod tests {
         assert!(err(load_text("", &[], &[("rtp_out.allowed", "10.0.0.0/99")])).contains("rtp_out.allowed"));
         assert!(err(load_text("", &[], &[("webhooks.urls", "http://127.0.0.1:9/")])).contains("auth.secret"));
         assert!(err(load_text("[recording]\nmax_bytes = 10\n", &[], &[])).contains("recording"));
+        // sound: voice processing keys.
+        assert!(err(load_text("[room]\nnoise_suppression = \"loud\"\n", &[], &[])).contains("room.noise_suppression"));
+        assert!(err(load_text("", &[], &[("room.loudness_target_dbfs", "3")])).contains("room.loudness_target_dbfs"));
+        let cfg =
+            load_text("[room]\nnoise_suppression = \"on\"\n", &[("TUTTI_ROOM_LOUDNESS", "true")], &[]).expect("loads");
+        assert_eq!((cfg.room.noise_suppression.as_str(), cfg.room.loudness), ("on", true));
     }
 
     #[test]
