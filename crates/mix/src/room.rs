@@ -398,6 +398,8 @@ struct Selected {
     stream: Stream,
     /// What this speaker is sent after the last tick.
     out: Delivery,
+    /// Their stream was not encoded last tick (they were the only speaker).
+    idle: bool,
 }
 
 /// One room's mixer. Drive it with [`Room::push_packet`] as packets arrive
@@ -921,7 +923,21 @@ impl Room {
                 }
                 let listener = &mut self.listener;
                 let selected = &mut self.selected;
+                // A lone mixed speaker (their voice processed, or pass-through
+                // off) hears nobody: the DTX cadence, not an encode of silence
+                // (with `dtx` off, encoded silence as before).
+                let alone = selected.len() == 1 && self.cfg.dtx;
+                let dtx_out = &dtx_out;
                 let speaker = |(sel, own): (&mut Selected, &Option<&Pcm>)| {
+                    if alone {
+                        sel.idle = true;
+                        sel.out = dtx_out.clone();
+                        return;
+                    }
+                    if std::mem::take(&mut sel.idle) {
+                        // Its last input is stale: start afresh, as a new speaker's does.
+                        sel.stream.encoder.reset();
+                    }
                     sel.stream.encode(&total, *own);
                     sel.out = Delivery::Mix(sel.stream.payload.clone());
                 };
@@ -942,7 +958,12 @@ impl Room {
                         self.listener.encoder.set_prediction_disabled(false);
                     }
                 }
-                encodes += 1 + self.selected.len();
+                if alone {
+                    encodes += 1;
+                    dtx += usize::from(dtx_due);
+                } else {
+                    encodes += 1 + self.selected.len();
+                }
             }
         }
         self.mode = mode;
@@ -1145,6 +1166,7 @@ impl Room {
             id,
             stream: Stream { encoder, limiter, payload: Bytes::new() },
             out: Delivery::Nothing,
+            idle: false,
         });
         let slot = self.selected.len() - 1;
         if let Ok(p) = self.participant_mut(id) {

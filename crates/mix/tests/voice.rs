@@ -250,6 +250,8 @@ fn compare(l: &Layout, kind: Noise, snr: f64) -> (f64, f64, f64, f64) {
     let late = |r: &[TickReport]| r[r.len() / 2..].to_vec();
     assert!(late(&reports_off).iter().all(|r| matches!(r.mode, MixMode::Forward(_)) && r.decodes == 0));
     assert!(late(&reports_on).iter().all(|r| r.mode == MixMode::Mix && r.suppressed == 1 && r.normalised == 0));
+    // ... and costs one decode and one encode: the speaker, alone, hears the DTX cadence.
+    assert!(late(&reports_on).iter().all(|r| r.decodes == 1 && r.encodes == 1));
     let (snr_on, kept_on) = measure(l, &on);
     let (snr_off, _) = measure(l, &off);
     (snr_in, snr_off, snr_on, kept_on)
