@@ -434,7 +434,6 @@ pub(crate) async fn update_participant(
     if (req.noise_suppression.is_some() || req.loudness.is_some()) && !admin {
         return Err(ApiError::forbidden("changing a participant's noise suppression or loudness needs an admin token"));
     }
-    let voice = api.rooms.set_voice(&state, id, req.noise_suppression, req.loudness)?;
     if let Some(gain) = req.gain {
         api.rooms.set_gain(&state, id, gain)?;
     }
@@ -452,6 +451,8 @@ pub(crate) async fn update_participant(
     if let Some(muted) = req.muted {
         api.rooms.set_muted(&state, id, muted)?;
     }
+    // sound: last, so a refused gain or mute above leaves it unchanged.
+    let voice = api.rooms.set_voice(&state, id, req.noise_suppression, req.loudness)?;
     let member = lock(&state.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
     let mut body = serde_json::json!({
         "id": id,
