@@ -469,7 +469,7 @@ fn voice_report() {
         "# Voice processing cost\n\nOne tick of a room of {VOICE_N}, noise suppression and loudness both on \
          against both off, medians of {VOICE_ROUNDS} ticks alternated on a 2-thread pool. On a shared \
          machine the absolute figures are noisy; the ratio is what to read. K = 1 compares a processed lone \
-         speaker (decoded, processed, two encodes) with a forwarded one (no codec work).\n\n{}\n",
+         speaker (one decode, the processing, one encode) with a forwarded one (no codec work).\n\n{}\n",
         lines.join("\n")
     );
     println!("\n{text}");
