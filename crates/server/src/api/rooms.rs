@@ -405,6 +405,11 @@ pub(crate) struct UpdateParticipant {
     speak: Option<bool>,
     /// Raise or lower the hand (its own, or an admin).
     hand: Option<bool>,
+    // sound: voice processing over the room's setting (admin only; null: the room's).
+    #[serde(default, deserialize_with = "crate::room::double_option")]
+    noise_suppression: Option<Option<bool>>,
+    #[serde(default, deserialize_with = "crate::room::double_option")]
+    loudness: Option<Option<bool>>,
 }
 
 pub(crate) async fn update_participant(
@@ -448,6 +453,10 @@ pub(crate) async fn update_participant(
     if req.speak.is_some() && !admin {
         return Err(ApiError::forbidden("granting or revoking the right to speak needs an admin token"));
     }
+    // sound: noise suppression and loudness switches (admin only).
+    if (req.noise_suppression.is_some() || req.loudness.is_some()) && !admin {
+        return Err(ApiError::forbidden("changing a participant's noise suppression or loudness needs an admin token"));
+    }
     if let Some(gain) = req.gain {
         api.rooms.set_gain(&state, id, gain)?;
     }
@@ -465,14 +474,17 @@ pub(crate) async fn update_participant(
     if let Some(muted) = req.muted {
         api.rooms.set_muted(&state, id, muted)?;
     }
+    // sound: last, so a refused gain or mute above leaves it unchanged.
+    let voice = api.rooms.set_voice(&state, id, req.noise_suppression, req.loudness)?;
     let member = lock(&state.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "id": id,
         "muted": member.muted,
         "gain": req.gain,
         "speak": !member.listen_only,
         "hand": member.hand,
     });
+    body["voice"] = serde_json::to_value(voice).unwrap_or_default(); // sound
     Ok(axum::Json(body).into_response())
 }
 
