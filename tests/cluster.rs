@@ -459,7 +459,8 @@ fn a_cluster_that_trusts_no_one() {
     redis.cli(&["PEXPIRE", "tutti:node:evil", ttl]);
     redis.cli(&["SADD", "tutti:nodes", "evil"]);
     redis.cli(&["SET", "tutti:lease:victim", "evil:7", "PX", ttl]);
-    redis.cli(&["HSET", "tutti:room:victim", "owner", "evil", "epoch", "7"]);
+    // As an admin's create leaves it (with a config), so that a join places it.
+    redis.cli(&["HSET", "tutti:room:victim", "owner", "evil", "epoch", "7", "config", "{}"]);
     redis.cli(&["SADD", "tutti:rooms", "victim"]);
     let (_, offer) = ToneClient::offer(440.0).expect("offer");
     for &api in &apis {
