@@ -452,6 +452,11 @@ fn round(backend: &Backend, rotated: bool) {
     };
     assert!(about_alice("participant_joined"), "{}: {events:#?}", backend.name);
     assert!(about_alice("participant_left"), "{}: {events:#?}", backend.name);
+    // No event twice: tutti took each answer as a 2xx (a retry would repeat the id).
+    let mut ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), events.len(), "{}: each event once: {events:#?}", backend.name);
     let now = unix_now();
     for e in &events {
         assert_eq!(e["room"], room.as_str(), "{e}");
