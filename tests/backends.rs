@@ -414,7 +414,8 @@ fn round(backend: &Backend, rotated: bool) {
     let r = call(api, &alice, "DELETE", &format!("/v1/rooms/{room}"), "");
     assert_eq!(r.status, 403, "{}: speak+listen is not admin: {}", backend.name, r.body);
     let elsewhere = backend.mint(secret, "another-room", "alice", "speak,listen", 600, kid);
-    assert_eq!(call(api, &elsewhere, "POST", &path, &sdp).code(), "wrong_room");
+    let r = call(api, &elsewhere, "POST", &path, &sdp);
+    assert_eq!((r.status, r.code().as_str()), (403, "wrong_room"), "{}: another room's: {}", backend.name, r.body);
 
     // Refused: another secret (401 token_invalid), expired (401 token_expired), and,
     // with rotation, the right secret under no or another key id.
