@@ -237,8 +237,7 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
                 return print_json(&r.body);
             }
             let body = parse(&r)?;
-            let muted: Vec<String> =
-                body["muted"].as_array().map_or(&[][..], Vec::as_slice).iter().map(text).collect();
+            let muted: Vec<String> = body["muted"].as_array().map_or(&[][..], Vec::as_slice).iter().map(text).collect();
             match muted.len() {
                 0 => println!("room {room}: nobody to mute"),
                 n => println!("room {room}: muted {n} participant{}: {}", plural(n), muted.join(", ")),
