@@ -49,11 +49,13 @@ enum RoomsCommand {
     List,
     /// A room: its settings and its participants.
     Get {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
     },
     /// Creates a room (a fresh name when ROOM is left out).
     Create {
+        /// The room's id (1 to 64 letters, digits, '-' or '_').
         #[arg(value_parser = room_id)]
         room: Option<String>,
         /// At most this many participants (default: `room.max_participants`).
@@ -68,11 +70,13 @@ enum RoomsCommand {
     },
     /// Deletes a room: everyone in it is disconnected.
     Delete {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
     },
     /// Changes a room's limits (participants already in stay).
     Set {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
         /// At most this many participants.
@@ -84,16 +88,19 @@ enum RoomsCommand {
     },
     /// Locks a room: no new joins (those in it stay).
     Lock {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
     },
     /// Unlocks a room.
     Unlock {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
     },
     /// Mutes everyone in a room but its admins (each may unmute).
     MuteAll {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
     },
@@ -112,13 +119,16 @@ pub struct ParticipantsArgs {
 enum ParticipantsCommand {
     /// The participants of a room.
     List {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
     },
     /// Removes a participant (reason `kicked`), optionally banning its identity.
     Kick {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
+        /// The participant's id (the ID column of `participants list`).
         id: u64,
         /// Keep its identity out of the room this long: `600`, `10m`, `1h`.
         #[arg(long, value_parser = super::parse_duration)]
@@ -126,26 +136,34 @@ enum ParticipantsCommand {
     },
     /// Mutes a participant (it may unmute itself).
     Mute {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
+        /// The participant's id (the ID column of `participants list`).
         id: u64,
     },
     /// Unmutes a participant.
     Unmute {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
+        /// The participant's id (the ID column of `participants list`).
         id: u64,
     },
     /// Grants a participant the right to speak (unmutes it).
     Speak {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
+        /// The participant's id (the ID column of `participants list`).
         id: u64,
     },
     /// Revokes a participant's right to speak (it listens only).
     Unspeak {
+        /// The room's id.
         #[arg(value_parser = room_id)]
         room: String,
+        /// The participant's id (the ID column of `participants list`).
         id: u64,
     },
 }
@@ -189,6 +207,9 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
                 return print_json(&r.body);
             }
             print!("{}", rooms_table(std::slice::from_ref(&body["room"])));
+            if let Some(bans) = body["bans"].as_u64().filter(|n| *n > 0) {
+                println!("banned identities: {bans}");
+            }
             let participants = body["participants"].as_array().map_or(&[][..], Vec::as_slice);
             println!();
             print!("{}", participants_table(participants, &body["speakers"]));
