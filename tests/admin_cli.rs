@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::cluster::{Node, Redis, holder, shared_ports};
+use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,10 +47,15 @@ fn mint(grant: &Grant) -> String {
 /// Runs `tutti ARGS…` against `served` (`TUTTI_URL`), with `token` (`TUTTI_TOKEN`) if any,
 /// pumping `client` (so that its call stays up) until it exits.
 fn tutti(served: &Served, token: Option<&str>, client: Option<&mut ToneClient>, args: &[&str]) -> Output {
+    tutti_at(served.api, token, client, args)
+}
+
+/// [`tutti`] against the API at `api`.
+fn tutti_at(api: SocketAddr, token: Option<&str>, client: Option<&mut ToneClient>, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tutti"));
     cmd.args(args)
         .env_remove("TUTTI_TOKEN")
-        .env("TUTTI_URL", format!("http://{}", served.api))
+        .env("TUTTI_URL", format!("http://{api}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(token) = token {
@@ -201,4 +208,55 @@ fn the_cli_says_why_the_api_refused() {
     // The room is still there: nothing refused changed anything.
     let table = ok(tutti(&served, Some(&admin), None, &["rooms", "list"]));
     assert!(row(&table, ROOM).is_some(), "{table}");
+}
+
+/// In a cluster, the CLI works against any node: a change to a room held
+/// by another node follows the `307`, and a room held elsewhere is read from
+/// its node (`api_url`).
+#[test]
+fn the_cli_works_against_any_node_of_a_cluster() {
+    let redis = Redis::start();
+    let ports = shared_ports();
+    let nodes: Vec<Node> = (2..=3).map(|n| Node::start(n, ports, &redis)).collect();
+    for node in &nodes {
+        node.wait_ready();
+    }
+    let auth = Auth::new(common::cluster::SECRET).expect("secret");
+    let token = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).expect("token");
+    let admin = Some(token.as_str());
+    let room = "across";
+
+    ok(tutti_at(nodes[0].api, admin, None, &["rooms", "create", room]));
+    let owner = holder(nodes[0].api, &token, room).expect("the room is held");
+    let (here, there) = if owner == nodes[0].id { (&nodes[0], &nodes[1]) } else { (&nodes[1], &nodes[0]) };
+    assert_eq!(here.id, owner);
+
+    let alice = auth.mint(&Grant::participant(room, "alice"), Duration::from_secs(600), unix_now()).expect("token");
+    let mut client =
+        ToneClient::join_as(here.api, &Requester::token(&alice), room, 440.0, JoinAs::Json).expect("alice joins");
+    assert!(run_until(&mut [&mut client], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
+    let id_text = client.id.to_string();
+
+    // Through the node that does not hold the room.
+    let table = ok(tutti_at(there.api, admin, None, &["rooms", "list"]));
+    let cells = row(&table, room).unwrap_or_else(|| panic!("no row for {room}: {table}"));
+    assert_eq!(cells.last().map(String::as_str), Some(owner.as_str()), "{table}");
+    let table = ok(tutti_at(there.api, admin, Some(&mut client), &["participants", "list", room]));
+    let cells = row(&table, &id_text).unwrap_or_else(|| panic!("no row for participant {id_text}: {table}"));
+    assert_eq!(cells[3..6], ["alice", "yes", "no"], "{table}");
+    let json: Value = serde_json::from_str(&ok(tutti_at(
+        there.api,
+        admin,
+        Some(&mut client),
+        &["participants", "mute", room, &id_text, "--json"],
+    )))
+    .expect("JSON");
+    assert_eq!(json["muted"], true, "{json}");
+    ok(tutti_at(there.api, admin, Some(&mut client), &["participants", "kick", room, &id_text]));
+    let table = ok(tutti_at(there.api, admin, None, &["participants", "list", room]));
+    assert!(row(&table, &id_text).is_none(), "kicked: {table}");
+    ok(tutti_at(there.api, admin, None, &["rooms", "delete", room]));
+    let err = refused(tutti_at(here.api, admin, None, &["rooms", "get", room]));
+    assert!(err.contains("404 room_not_found"), "{err}");
+    client.close();
 }
