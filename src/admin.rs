@@ -4,15 +4,16 @@
 //!
 //! Every command is one or two requests through `tutti_client` (blocking,
 //! one connection each, 10 s timeout); a cluster node's `307` to the room's
-//! node is followed (its ticket stands in for the token). An API error
-//! (`{code, message}`) becomes one line on stderr and exit status 1.
+//! node is followed (its ticket stands in for the token; plain http only,
+//! host names resolved). An API error (`{code, message}`) becomes one line
+//! on stderr and exit status 1.
 
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::{Value, json};
-use tutti_client::{Requester, Response, request_following};
+use tutti_client::{Requester, Response, request_as};
 
 /// How many `307`s a request follows (a cluster node to the room's node).
 const MAX_REDIRECTS: usize = 3;
@@ -336,19 +337,33 @@ impl<'a> Api<'a> {
         path: &str,
         body: Option<&Value>,
     ) -> anyhow::Result<Response> {
-        let requester = Requester { token: self.token, from: None };
         let bytes = body.map(Value::to_string).unwrap_or_default();
         let content_type = body.map(|_| "application/json");
-        let (r, _, _) =
-            request_following(addr, &requester, method, path, content_type, bytes.as_bytes(), MAX_REDIRECTS)
+        let mut who = Requester { token: self.token, from: None };
+        let (mut addr, mut url, mut path) = (addr, url.to_owned(), path.to_owned());
+        for hop in 0..=MAX_REDIRECTS {
+            let r = request_as(addr, &who, method, &path, content_type, bytes.as_bytes())
                 .with_context(|| format!("cannot reach {url}"))?;
-        if r.status == 0 {
-            bail!("{url} answered nothing that reads as HTTP");
+            if r.status == 0 {
+                bail!("{url} answered nothing that reads as HTTP");
+            }
+            if (200..300).contains(&r.status) {
+                return Ok(r);
+            }
+            if r.status >= 400 {
+                return Err(self.error(&r));
+            }
+            // A cluster node sends the request to the room's node, with a
+            // ticket standing in for the token.
+            let location = r.header("location").unwrap_or_default();
+            if r.status != 307 || hop == MAX_REDIRECTS {
+                bail!("{url} answered {} (to {location:?}), which the CLI does not follow", r.status);
+            }
+            let (base, rest) = split_url(location)?;
+            (addr, url, path) = (address(&base)?, base, rest);
+            who.token = None;
         }
-        if r.status >= 400 {
-            return Err(self.error(&r));
-        }
-        Ok(r)
+        bail!("more than {MAX_REDIRECTS} redirects")
     }
 
     /// The API's `{code, message}` as one line; a hint where the token is the problem.
@@ -356,7 +371,8 @@ impl<'a> Api<'a> {
         let body: Value = serde_json::from_str(&r.body).unwrap_or_default();
         let (code, message) = match (body["code"].as_str(), body["message"].as_str()) {
             (Some(code), Some(message)) => (code.to_owned(), message.to_owned()),
-            _ => (String::new(), r.body.trim().chars().take(200).collect()),
+            // Not the API's (a proxy's page?): its start, on one line.
+            _ => (String::new(), r.body.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(200).collect()),
         };
         let hint = match (r.status, self.token) {
             (401, None) => " (no token given: pass --token or set TUTTI_TOKEN)",
@@ -375,11 +391,26 @@ impl<'a> Api<'a> {
         let body = parse(&r)?;
         let owner = body["api_url"].as_str().filter(|_| body.get("participants").is_none());
         let Some(owner) = owner else { return Ok((r, body)) };
-        let owner = owner.trim_end_matches('/');
-        let r = self.call_at(address(owner)?, owner, "GET", &path, None)?;
+        let (owner, _) = split_url(owner)?;
+        let r = self.call_at(address(&owner)?, &owner, "GET", &path, None)?;
         let body = parse(&r)?;
         Ok((r, body))
     }
+}
+
+/// A node's URL (a redirect's `Location`, a cluster's `api_url`) as its
+/// base, `http://host:port`, and the path after it. Plain http only: the
+/// CLI has no TLS, so an `https://` node is to be reached by its plain-http
+/// address (`--url`).
+fn split_url(location: &str) -> anyhow::Result<(String, String)> {
+    let Some(rest) = location.strip_prefix("http://") else {
+        bail!(
+            "the room is on another node, {location}, which this CLI cannot reach (plain http only): \
+             run it with --url set to that node's plain-http API"
+        );
+    };
+    let (authority, path) = rest.find('/').map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
+    Ok((format!("http://{authority}"), path.to_owned()))
 }
 
 /// The socket address of `http://host[:port][/]`.
@@ -525,5 +556,10 @@ mod tests {
         for bad in ["https://127.0.0.1:8080", "127.0.0.1:8080", "http://127.0.0.1:8080/v1"] {
             assert!(address(bad).is_err(), "{bad}");
         }
+        let (base, path) = split_url("http://tutti-1.tutti:8080/v1/rooms/r?ticket=a.b").expect("splits");
+        assert_eq!((base.as_str(), path.as_str()), ("http://tutti-1.tutti:8080", "/v1/rooms/r?ticket=a.b"));
+        assert_eq!(split_url("http://127.0.0.3:8080").ok(), Some(("http://127.0.0.3:8080".to_owned(), "/".to_owned())));
+        let err = split_url("https://tutti-1.example.org/v1/rooms/r").expect_err("no TLS");
+        assert!(err.to_string().contains("--url"), "{err}");
     }
 }
