@@ -1,7 +1,9 @@
 //! The admin CLI, `tutti rooms …` and `tutti participants …`, run as the
 //! real binary against a real `tutti serve`, with a real WebRTC participant
 //! (`ToneClient`) to list, mute and kick: tables by default, the API's JSON
-//! with `--json`, and the API's refusals as one clear line and exit status 1.
+//! with `--json`, and the API's refusals as one clear line and exit status 1;
+//! and in a two-node cluster (real redis-server), through the node that does
+//! not hold the room.
 
 mod common;
 
@@ -163,12 +165,17 @@ fn an_admin_manages_rooms_and_participants_with_the_cli() {
     assert_eq!(json["speak"], false, "{json}");
     assert_eq!(member(&served, &token, id).map(|m| m["listen_only"] == true), Some(true), "listens only");
 
-    // Kick: gone from the room, and the participant's call is closed.
-    ok(tutti(&served, admin, Some(&mut client), &["participants", "kick", ROOM, &id_text]));
+    // Kick, with a ban: gone from the room, its call closed, and its identity kept out.
+    let out = ok(tutti(&served, admin, Some(&mut client), &["participants", "kick", ROOM, &id_text, "--ban", "10m"]));
+    assert!(out.contains("banned for 600 s"), "{out}");
     assert!(member(&served, &token, id).is_none(), "kicked participant {id} is gone");
     assert!(run_until(&mut [&mut client], Instant::now() + Duration::from_secs(5), |c| c[0].closed), "its call ends");
-    let table = ok(tutti(&served, admin, None, &["participants", "list", ROOM]));
-    assert!(row(&table, &id_text).is_none(), "{table}");
+    let out = ok(tutti(&served, admin, None, &["rooms", "get", ROOM]));
+    assert!(row(&out, &id_text).is_none() && out.contains("banned identities: 1"), "{out}");
+    match ToneClient::join_as(served.api, &Requester::token(&alice), ROOM, 440.0, JoinAs::Json) {
+        Err(tutti_client::JoinError::Refused { status, body }) => assert_eq!(status, 403, "{body}"),
+        other => panic!("a banned identity rejoined: {other:?}"),
+    }
 
     // Lock shows in the table; delete removes the room.
     let out = ok(tutti(&served, admin, None, &["rooms", "lock", ROOM]));
