@@ -21,7 +21,7 @@ const OPEN_IN_A_BROWSER: &str = "Open in a browser:";
 
 /// `tutti --version`: the package version and the commit it was built from
 /// (build.rs: `git rev-parse --short HEAD`, else `TUTTI_COMMIT`, else "unknown").
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TUTTI_COMMIT"), ")");
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BUILD_COMMIT"), ")");
 
 /// Packets are allocated on the I/O threads and freed on mixer threads;
 /// mimalloc does that without the lock glibc takes (see the mixer bench).

@@ -540,43 +540,6 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64,
     }
 }
 
-/// The room a join names, on a single node, when it does not exist:
-/// created if `room.auto_create` allows it, else `404 room_not_found`
-/// (rooms are an admin's to create).
-pub(crate) fn create_on_join(api: &ApiState, room: &str) -> ApiResult<Arc<Room>> {
-    if !api.cfg.room.auto_create {
-        return Err(RoomError::NoRoom(room.to_owned()).into());
-    }
-    let state = match api.rooms.create(room, None, None) {
-        Ok(state) => state,
-        Err(RoomError::RoomExists(_)) => api.rooms.get(room)?,
-        Err(e) => return Err(e.into()),
-    };
-    api.outputs.watch(&state);
-    Ok(state)
-}
-
-/// In cluster mode, before a join places a room that is not hosted here:
-/// unless `room.auto_create`, the room must exist: created by an admin (its
-/// record in the directory carries the creator's config; a released room's
-/// does not), or held by a live node (a Redis that restarted empty lost the
-/// config, but the owner writes its lease back), else `404 room_not_found`.
-pub(crate) async fn may_create_on_join(api: &ApiState, cluster: &tutti_cluster::Cluster, room: &str) -> ApiResult<()> {
-    if api.cfg.room.auto_create {
-        return Ok(());
-    }
-    match cluster.room_config(room).await {
-        Ok(Some(_)) => return Ok(()),
-        Ok(None) => {}
-        Err(e) => return Err(cluster::unavailable(&e)),
-    }
-    match cluster.locate(room).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(RoomError::NoRoom(room.to_owned()).into()),
-        Err(e) => Err(cluster::unavailable(&e)),
-    }
-}
-
 /// Deletes the rooms empty for `room.empty_timeout_seconds` (0: never); in
 /// cluster mode their leases are given back. Called every second.
 pub(crate) fn reap_empty(api: &ApiState, now: Instant) {
