@@ -29,6 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
+use tutti_client::process::run_bounded as run;
 use tutti_client::{Requester, Response, ToneClient, request_as};
 
 /// `auth.secret`: tokens without `kid`.
@@ -51,43 +52,6 @@ fn out_dir() -> PathBuf {
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/backends")
-}
-
-/// Reads a pipe to its end on a thread.
-fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(mut p) = pipe {
-            let _ = p.read_to_string(&mut s);
-        }
-        s
-    })
-}
-
-/// Runs a command to its end, or kills it after `timeout`: its stdout, or why it failed (with its stderr).
-fn run(cmd: &mut Command, what: &str, timeout: Duration) -> Result<String, String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{what}: could not start: {e}"))?;
-    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{what}: still running after {timeout:?}, killed"));
-            }
-            Err(e) => return Err(format!("{what}: {e}")),
-        }
-    };
-    let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    if status.success() { Ok(out) } else { Err(format!("{what} failed ({status}):\n{out}{err}")) }
 }
 
 fn is_root() -> bool {
