@@ -1,5 +1,7 @@
-//! Puts the commit tutti is built from into `tutti --version`
-//! (`TUTTI_COMMIT`): `git rev-parse --short HEAD` in a git checkout, else
+//! Puts the commit tutti is built from into `tutti --version` (as the
+//! compile-time variable `BUILD_COMMIT`: not `TUTTI_*`, which cargo also
+//! sets when it runs the binaries, and `tutti serve` warns of unknown
+//! `TUTTI_*` variables): `git rev-parse --short HEAD` in a git checkout, else
 //! the `TUTTI_COMMIT` environment variable (the container build passes it as
 //! a build argument: the image's context has no `.git`), else "unknown".
 //! Never fails the build.
@@ -33,5 +35,5 @@ fn main() {
             }
         }
     }
-    println!("cargo:rustc-env=TUTTI_COMMIT={commit}");
+    println!("cargo:rustc-env=BUILD_COMMIT={commit}");
 }

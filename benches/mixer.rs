@@ -16,6 +16,12 @@
 //! single speaker, DTX while nobody speaks), tutti with both off (a listener
 //! encode every tick, as before), and the naive per-participant encode;
 //! it writes `fleet.md` and `fleet.svg` next to the others.
+//!
+//! The voice figures (`cargo bench --bench mixer -- voice` runs them alone)
+//! price noise suppression (RNNoise) and loudness normalisation: one room of
+//! 100 with K talkers, both on against both off, ticks alternated (so a
+//! busy machine skews both alike: read the ratio, the absolute figures are
+//! noisy), and each stage alone per 20 ms frame; `voice.md` holds them.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,8 +31,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion};
 use tutti_mix::{
-    DTX_FRAME, Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, Limiter, MixPool, Packet, ParticipantId, Pcm, Room,
-    RoomConfig, TickReport, accumulate, level_of, mix_minus, tone,
+    DTX_FRAME, Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, Limiter, MixPool, NoiseSuppression, NoiseSuppressor,
+    Normaliser, Packet, ParticipantId, Pcm, Room, RoomConfig, TickReport, accumulate, level_of, mix_minus, tone,
 };
 
 /// The allocator a tutti server runs with: packets are allocated on I/O
@@ -324,6 +330,153 @@ fn bench_paired(frames: &Frames) {
         ));
     }
     *PAIRED.lock().expect("not poisoned") = lines;
+}
+
+/// Room size of the voice figures.
+const VOICE_N: usize = 100;
+/// Talkers of the voice figures.
+const VOICE_K: [usize; 4] = [1, 2, 3, 5];
+/// Alternated ticks per voice case (after 50 warm-up ticks each).
+const VOICE_ROUNDS: usize = 600;
+
+/// A room of `VOICE_N` with noise suppression and loudness both on or both off.
+fn voice_room(on: bool) -> Room {
+    let cfg = RoomConfig {
+        noise_suppression: if on { NoiseSuppression::On } else { NoiseSuppression::Off },
+        loudness: on,
+        ..RoomConfig::default()
+    };
+    let mut room = Room::new(cfg).expect("room");
+    for i in 0..VOICE_N {
+        room.add_participant(ParticipantId(i as u64)).expect("join");
+    }
+    room
+}
+
+/// The first `k` participants talk (distinct levels), the rest send silence.
+fn push_voice(room: &mut Room, frames: &Frames, k: usize, t: u64) {
+    for i in 0..VOICE_N {
+        let level = if i < k { 20 + i as u8 } else { 127 };
+        let packet = Packet {
+            seq: t as u16,
+            timestamp: (t as u32).wrapping_mul(960),
+            payload: frames.payload(level, t),
+            level: Some(level),
+        };
+        room.push_packet(ParticipantId(i as u64), packet).expect("in room");
+    }
+}
+
+/// The voice figures, printed with the report.
+static VOICE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn bench_voice(c: &mut Criterion, frames: &Frames) {
+    let pool = MixPool::new(2).expect("pool");
+    // Criterion cases: one tick, on and off, per K.
+    let mut group = c.benchmark_group("voice");
+    group.sample_size(20).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    for k in VOICE_K {
+        for on in [false, true] {
+            let mut room = voice_room(on);
+            let mut t = 0u64;
+            let name = format!("{}/K={k}", if on { "on" } else { "off" });
+            group.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        t += 1;
+                        push_voice(&mut room, frames, k, t);
+                        let start = Instant::now();
+                        drop(std::hint::black_box(room.tick(&pool, t)));
+                        total += start.elapsed();
+                    }
+                    total
+                })
+            });
+        }
+    }
+    group.finish();
+
+    // Paired: on and off alternated tick by tick.
+    let mut lines = vec![
+        format!(
+            "| K talkers (room of {VOICE_N}) | off, ms/tick | on, ms/tick | on / off | suppressed + normalised per tick |"
+        ),
+        "|---|---|---|---|---|".to_owned(),
+    ];
+    for k in VOICE_K {
+        let (off, on) = (std::cell::RefCell::new(voice_room(false)), std::cell::RefCell::new(voice_room(true)));
+        let t = std::cell::Cell::new(0u64);
+        let step = |room: &std::cell::RefCell<Room>| {
+            let mut room = room.borrow_mut();
+            push_voice(&mut room, frames, k, t.get());
+            room.tick(&pool, t.get())
+        };
+        for _ in 0..50 {
+            t.set(t.get() + 1);
+            step(&off);
+            step(&on);
+        }
+        let last = std::cell::Cell::new((0, 0));
+        let (m_off, m_on) = paired(
+            VOICE_ROUNDS,
+            |_| t.set(t.get() + 1),
+            || drop(step(&off)),
+            || {
+                let r = step(&on);
+                last.set((r.suppressed, r.normalised));
+            },
+        );
+        let (s, n) = last.get();
+        lines.push(format!("| {k} | {m_off:.3} | {m_on:.3} | {:.2}x | {s} + {n} |", m_on / m_off));
+    }
+    // Each stage alone, per 20 ms frame (what one speaker adds to a tick).
+    let pcm = tone(220.0, 0.1, 0);
+    let mut ns = NoiseSuppressor::new();
+    let mut norm = Normaliser::default();
+    let mut dec = Decoder::new().expect("decoder");
+    let mut out = [0.0f32; FRAME_SAMPLES];
+    let (mut t_ns, mut t_norm, mut t_dec) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..2_000 {
+        let mut f = pcm;
+        let start = Instant::now();
+        std::hint::black_box(ns.process(&mut f));
+        t_ns.push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        std::hint::black_box(norm.process(&mut f, -23.0));
+        t_norm.push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        let _ = std::hint::black_box(dec.decode(&frames.talk[r % 50], &mut out));
+        t_dec.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    lines.push(String::new());
+    lines.push(format!(
+        "Per speaker per 20 ms frame (medians of 2,000, interleaved): RNNoise {:.1} µs, loudness {:.2} µs, \
+         against one Opus decode {:.1} µs.",
+        median(&t_ns),
+        median(&t_norm),
+        median(&t_dec)
+    ));
+    *VOICE.lock().expect("not poisoned") = lines;
+}
+
+fn voice_report() {
+    let lines = VOICE.lock().expect("not poisoned");
+    if lines.is_empty() {
+        return;
+    }
+    let text = format!(
+        "# Voice processing cost\n\nOne tick of a room of {VOICE_N}, noise suppression and loudness both on \
+         against both off, medians of {VOICE_ROUNDS} ticks alternated on a 2-thread pool. On a shared \
+         machine the absolute figures are noisy; the ratio is what to read. K = 1 compares a processed lone \
+         speaker (one decode, the processing, one encode) with a forwarded one (no codec work).\n\n{}\n",
+        lines.join("\n")
+    );
+    println!("\n{text}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tutti-bench");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join("voice.md"), text);
+    }
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -818,6 +971,10 @@ fn main() {
     bench_ceiling(&mut c);
     bench_tutti(&mut c, &frames);
     bench_naive(&mut c, &frames);
+    // The voice figures run only when asked for: `cargo bench --bench mixer -- voice`.
+    if std::env::args().any(|a| a.contains("voice")) {
+        bench_voice(&mut c, &frames);
+    }
     c.final_summary();
     // The paired figures run unless a filter that excludes them was given.
     let filtered = std::env::args().skip(1).any(|a| !a.starts_with('-'));
@@ -829,4 +986,5 @@ fn main() {
     }
     report();
     fleet_report();
+    voice_report();
 }

@@ -1,5 +1,7 @@
 //! `tutti`: the MCU audio-conference server.
 
+mod admin;
+
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +21,7 @@ const OPEN_IN_A_BROWSER: &str = "Open in a browser:";
 
 /// `tutti --version`: the package version and the commit it was built from
 /// (build.rs: `git rev-parse --short HEAD`, else `TUTTI_COMMIT`, else "unknown").
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TUTTI_COMMIT"), ")");
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BUILD_COMMIT"), ")");
 
 /// Packets are allocated on the I/O threads and freed on mixer threads;
 /// mimalloc does that without the lock glibc takes (see the mixer bench).
@@ -45,6 +47,10 @@ enum Command {
     Token(TokenArgs),
     /// Check that a server answers `GET /healthz` with 200 (exit 0) or not (exit 1): for container health checks.
     Healthcheck(HealthcheckArgs),
+    /// Manage rooms on a running server: list, get, create, delete, set, lock, unlock, mute-all.
+    Rooms(admin::RoomsArgs),
+    /// Manage a room's participants: list, kick, mute, unmute, speak, unspeak.
+    Participants(admin::ParticipantsArgs),
 }
 
 /// `GET /healthz` over plain HTTP/1.1 with a bounded wait: the container
@@ -165,6 +171,8 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve(&args),
         Command::Token(args) => token(&args),
         Command::Healthcheck(args) => healthcheck(&args),
+        Command::Rooms(args) => admin::exit_on_error(admin::rooms(&args)),
+        Command::Participants(args) => admin::exit_on_error(admin::participants(&args)),
         Command::Load(args) => exit_with(tutti_load::run_load(&args)?),
         Command::Capacity(args) => exit_with(tutti_load::run_capacity(&args)?),
     }

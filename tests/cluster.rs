@@ -459,7 +459,8 @@ fn a_cluster_that_trusts_no_one() {
     redis.cli(&["PEXPIRE", "tutti:node:evil", ttl]);
     redis.cli(&["SADD", "tutti:nodes", "evil"]);
     redis.cli(&["SET", "tutti:lease:victim", "evil:7", "PX", ttl]);
-    redis.cli(&["HSET", "tutti:room:victim", "owner", "evil", "epoch", "7"]);
+    // As an admin's create leaves it (with a config), so that a join places it.
+    redis.cli(&["HSET", "tutti:room:victim", "owner", "evil", "epoch", "7", "config", "{}"]);
     redis.cli(&["SADD", "tutti:rooms", "victim"]);
     let (_, offer) = ToneClient::offer(440.0).expect("offer");
     for &api in &apis {
@@ -537,14 +538,15 @@ fn a_cluster_that_trusts_no_one() {
             r.body
         );
     }
-    // An admin's WHIP join is redirected with a participant's grant.
+    // An admin's WHIP join is redirected with a moderator's grant for that room and request only.
     let join_path = format!("/v1/rooms/{room}/participants");
     let r =
         request_as(apis[0], &Requester::token(&admin), "POST", &join_path, Some("application/sdp"), offer.as_bytes())
             .expect("API");
     assert_eq!(r.status, 307, "{}", r.body);
     let join_claims = payload(&ticket_of(r.header("location").expect("Location")), 0);
-    assert_eq!(join_claims["grants"]["admin"].as_bool(), Some(false), "a join needs no admin: {join_claims}");
+    assert_eq!(join_claims["grants"]["admin"].as_bool(), Some(true), "an admin joins as a moderator: {join_claims}");
+    assert_eq!(join_claims["grants"]["room"].as_str(), Some(room.as_str()), "that room only: {join_claims}");
     assert_eq!(join_claims["grants"]["listen"].as_bool(), Some(true), "{join_claims}");
 
     // 3. A page's socket on the first node: `moved` with a single-use ticket, not the token.

@@ -81,6 +81,30 @@ fn exited(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
     child.try_wait().expect("wait")
 }
 
+/// Waits for `child` to exit successfully within `within` of `since`
+/// (`what` says what it should have been done by), calling `meanwhile`
+/// between looks (to keep clients going).
+fn exits_cleanly(
+    child: &mut std::process::Child,
+    since: Instant,
+    within: Duration,
+    what: &str,
+    mut meanwhile: impl FnMut(),
+) {
+    let status = loop {
+        if let Some(status) = exited(child) {
+            break status;
+        }
+        assert!(since.elapsed() < within, "still running {within:?} after {what}");
+        meanwhile();
+    };
+    assert!(status.success(), "exit status {status}");
+}
+
+fn pause() {
+    std::thread::sleep(Duration::from_millis(20));
+}
+
 #[test]
 fn a_draining_node_keeps_its_calls_takes_no_new_room_and_exits_once_empty() {
     let mut served = common::serve(&[
@@ -133,14 +157,7 @@ fn a_draining_node_keeps_its_calls_takes_no_new_room_and_exits_once_empty() {
         assert_eq!(r.status, 204, "{}", r.body);
     }
     let left = Instant::now();
-    let status = loop {
-        if let Some(status) = exited(&mut served.child) {
-            break status;
-        }
-        assert!(left.elapsed() < Duration::from_secs(5), "still running 5 s after the last participant left");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "exit status {status}");
+    exits_cleanly(&mut served.child, left, Duration::from_secs(5), "the last participant left", pause);
     eprintln!("exited {:?} after the last participant left", left.elapsed());
     let logs = served.logs();
     assert!(logs.contains("drained: no participant left"), "{logs}");
@@ -194,14 +211,7 @@ fn the_drain_ends_at_its_time_and_a_second_signal_stops_at_once() {
     // The participant stays: the drain time (2 s) ends it, then the shutdown (≤ 2 s).
     let done = run_until(&mut [&mut a], asked + Duration::from_secs(8), |c| c[0].closed);
     assert!(done, "the participant's peer was closed when the drain time ran out");
-    let status = loop {
-        if let Some(status) = exited(&mut served.child) {
-            break status;
-        }
-        assert!(asked.elapsed() < Duration::from_secs(8), "still running 8 s after a drain of 2 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "exit status {status}");
+    exits_cleanly(&mut served.child, asked, Duration::from_secs(8), "a drain of 2 s", pause);
     assert!(asked.elapsed() >= Duration::from_millis(1_500), "it waited for the drain: {:?}", asked.elapsed());
     let logs = served.logs();
     assert!(logs.contains("the drain time ran out with participants still here"), "{logs}");
@@ -216,14 +226,9 @@ fn the_drain_ends_at_its_time_and_a_second_signal_stops_at_once() {
     assert!(exited(&mut served.child).is_none(), "the first signal drains");
     kill(served.pid(), Signal::SIGINT).expect("SIGINT");
     let second = Instant::now();
-    let status = loop {
-        if let Some(status) = exited(&mut served.child) {
-            break status;
-        }
-        assert!(second.elapsed() < Duration::from_secs(4), "still running 4 s after a second signal");
+    exits_cleanly(&mut served.child, second, Duration::from_secs(4), "a second signal", || {
         run_until(&mut [&mut a], Instant::now() + Duration::from_millis(20), |_| false);
-    };
-    assert!(status.success(), "exit status {status}");
+    });
     assert!(served.logs().contains("second signal: stopping now"));
 }
 
@@ -344,14 +349,9 @@ fn a_draining_cluster_node_hands_its_room_over_and_every_client_rejoins() {
 
     // The drained node, empty, exits.
     let child = nodes[from].child.as_mut().unwrap();
-    let status = loop {
-        if let Some(status) = exited(child) {
-            break status;
-        }
-        assert!(drained.elapsed() < Duration::from_secs(25), "the drained node still runs");
+    exits_cleanly(child, drained, Duration::from_secs(25), "its drain", || {
         run_until(&mut [&mut a2, &mut b2, &mut c2], Instant::now() + Duration::from_millis(50), |_| false);
-    };
-    assert!(status.success(), "exit status {status}");
+    });
     nodes[from].child = None;
 }
 

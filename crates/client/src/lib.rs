@@ -6,6 +6,7 @@
 //! ```text
 //! http      request / request_as ─► one blocking HTTP/1.1 request on its own connection
 //!           (a token as Bearer, optionally from another loopback address)
+//! process   run_bounded: a helper program (npm, pip, apt-get) to its end, or killed after a bound
 //! tone      ToneClient: UDP socket on 127.0.0.1 ─► tutti_rtc::ClientPeer (ICE, DTLS, SRTP)
 //!           ─► a sine tone in Opus every 20 ms (absolute schedule), or silence / DTX
 //!           ◄─ everything heard, with arrival times; Goertzel to tell which tones
@@ -26,6 +27,7 @@
 //! ```
 
 mod http;
+pub mod process;
 mod tone;
 
 pub use http::{Requester, Response, request, request_as, request_following, split_location};

@@ -1,6 +1,7 @@
 //! Room configuration: defaults in code, validated before use.
 
 use crate::MixError;
+use crate::voice::{DEFAULT_LOUDNESS_TARGET_DBFS, NoiseSuppression};
 
 /// How many speakers are mixed each tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +97,20 @@ pub struct RoomConfig {
     /// played (measured: within 2 dB of the steady level, against a −35 dB
     /// hole without). Default on (off only to measure what it buys).
     pub prime_on_switch: bool,
+    /// Noise suppression (RNNoise) of the selected speakers' voices:
+    /// `Auto` (default) for participants marked as raw sources
+    /// ([`crate::Room::set_raw_source`]: plain RTP phones and gateways),
+    /// `On` for all, `Off` for none; a participant's own setting overrides
+    /// it. A suppressed lone speaker is decoded and encoded, not forwarded.
+    pub noise_suppression: NoiseSuppression,
+    /// Loudness normalisation of the selected speakers' voices toward
+    /// `loudness_target_dbfs` (a participant's own setting overrides it).
+    /// Default off. A normalised lone speaker is decoded and encoded, not forwarded.
+    pub loudness: bool,
+    /// The level loudness normalisation aims for: RMS of active speech in
+    /// dBFS, −40 to −6. Default −23 (headroom for several speakers summed
+    /// before the limiter).
+    pub loudness_target_dbfs: f32,
 }
 
 /// Ticks between two DTX frames sent to a listener while nobody speaks (400 ms).
@@ -122,6 +137,9 @@ impl Default for RoomConfig {
             dtx: true,
             mix_hold_ticks: 10,
             prime_on_switch: true,
+            noise_suppression: NoiseSuppression::Auto,
+            loudness: false,
+            loudness_target_dbfs: DEFAULT_LOUDNESS_TARGET_DBFS,
         }
     }
 }
@@ -156,6 +174,9 @@ impl RoomConfig {
         }
         if j.max_timestamp_jump == 0 || j.max_timestamp_jump > i32::MAX as u32 {
             return bad("jitter.max_timestamp_jump must be within 1..=2^31-1");
+        }
+        if !(self.loudness_target_dbfs.is_finite() && (-40.0..=-6.0).contains(&self.loudness_target_dbfs)) {
+            return bad("loudness_target_dbfs must be within -40..=-6 (dBFS)");
         }
         let e = &self.encoder;
         if !(0..=10).contains(&e.complexity) {

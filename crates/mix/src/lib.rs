@@ -20,6 +20,8 @@
 //!  B  once (O(shards·K))         select K speakers: hold + hysteresis;
 //!                                choose the mode (below)
 //!  C  per new speaker            decode (a fresh decoder at the onset)
+//!     per speaker (in A or C)    voice: noise suppression (RNNoise) and
+//!                                loudness normalisation, where on
 //!  D  once + per stream          total = Σ speakers; listeners get
 //!                                encode(total), shared; each speaker k
 //!                                gets encode(total − own_k): K+1 encodes
@@ -34,6 +36,7 @@
 //! |---|---|---|---|
 //! | none ([`RoomConfig::dtx`]) | [`Delivery::Dtx`] every [`DTX_INTERVAL_TICKS`] ticks (and on entering silence), [`Delivery::Nothing`] between | — | none |
 //! | one ([`RoomConfig::passthrough`]) | [`Delivery::Forward`]: the speaker's own Opus frame, unchanged | DTX cadence as above | none |
+//! | one, voice processed | [`Delivery::Mix`]: encode(their processed voice) | DTX cadence as above | 1 decode, 1 encode |
 //! | two or more | [`Delivery::Mix`]: encode(total), shared | [`Delivery::Mix`]: encode(total − own) | K decodes, K+1 encodes |
 //!
 //! With `dtx` off, silence is an encoded frame every tick; with
@@ -49,6 +52,18 @@
 //! two frames without inter-frame prediction; out of it, the room waits
 //! [`RoomConfig::mix_hold_ticks`] and a pause of the remaining speaker.
 //! `tests/switch_click.rs` measures the result through real Opus.
+//!
+//! ## Voice processing
+//!
+//! Only the selected speakers' voices are processed, so the cost is O(K):
+//! noise suppression ([`RoomConfig::noise_suppression`]: RNNoise, for
+//! participants marked with [`Room::set_raw_source`] under the default
+//! `Auto`) and loudness normalisation ([`RoomConfig::loudness`]: a slow,
+//! bounded gain toward [`RoomConfig::loudness_target_dbfs`], frozen in
+//! pauses), each switchable per participant ([`Room::set_noise_suppression`],
+//! [`Room::set_loudness`]). The limiter stays the last stage of every mix.
+//! A speaker whose voice is processed is never forwarded: forwarding would
+//! skip the processing. `tests/voice.rs` measures both on real speech.
 //!
 //! Under load the caller sheds cost in steps with [`Room::set_shed_level`]
 //! (lower encoder complexity, then fewer speakers) before it has to skip a tick.
@@ -95,6 +110,7 @@ mod jitter;
 mod pool;
 mod probe;
 mod room;
+mod voice;
 
 pub use codec::{DecodeFailure, Decoder, Encoder, SAMPLE_RATE};
 pub use config::{DTX_INTERVAL_TICKS, EncoderConfig, JitterConfig, MAX_SPEAKERS, RoomConfig, SpeakerLimit};
@@ -105,6 +121,11 @@ pub use pool::MixPool;
 pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
 pub use room::{
     ActiveSpeaker, Delivery, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room, TalkEvent, TickReport,
+    VoiceStatus,
+};
+pub use voice::{
+    DEFAULT_LOUDNESS_TARGET_DBFS, LOUDNESS_GATE_DBFS, LOUDNESS_MAX_GAIN_DB, NoiseSuppression, NoiseSuppressor,
+    Normaliser,
 };
 
 /// Identifies a participant within a room (assigned by the caller).

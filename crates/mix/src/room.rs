@@ -12,6 +12,7 @@ use crate::config::{DTX_INTERVAL_TICKS, EncoderConfig, RoomConfig, SpeakerLimit}
 use crate::dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, level_of, mix_minus};
 use crate::jitter::{JitterBuffer, JitterStats, Packet, Playout, PushOutcome};
 use crate::probe::{Activity, DTX_FRAME, inspect};
+use crate::voice::{NoiseSuppression, NoiseSuppressor, Voice};
 use crate::{MixError, MixPool, ParticipantId};
 
 /// A participant whose packets carry no RFC 6464 level, who is not talking
@@ -183,6 +184,25 @@ pub struct TickReport {
     pub primes: usize,
     /// The shed level the tick ran at ([`Room::set_shed_level`]).
     pub shed_level: u8,
+    /// Selected speakers whose frame was noise suppressed this tick.
+    pub suppressed: usize,
+    /// Selected speakers whose frame was loudness normalised this tick.
+    pub normalised: usize,
+}
+
+/// What is done to one participant's voice (see [`Room::voice`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VoiceStatus {
+    /// Their voice is noise suppressed while they are a selected speaker.
+    pub noise_suppression: bool,
+    /// Their voice is loudness normalised while they are a selected speaker.
+    pub loudness: bool,
+    /// Marked as a source that does not suppress noise itself ([`Room::set_raw_source`]).
+    pub raw_source: bool,
+    /// The normaliser's current gain, dB (0 before they spoke, or with it off).
+    pub loudness_gain_db: f32,
+    /// Their running speech level as the normaliser measured it (dBFS RMS).
+    pub speech_level_dbfs: Option<f32>,
 }
 
 /// Counters of one participant.
@@ -228,6 +248,14 @@ struct Participant {
     probed_silent: bool,
     /// Index in `Room::selected` when a selected speaker.
     slot: Option<usize>,
+    /// Their client does not suppress noise itself (plain RTP): `auto` suppresses it here.
+    raw_source: bool,
+    /// Noise suppression for them, over the room's setting (`None`: the room's).
+    suppress: Option<bool>,
+    /// Loudness normalisation for them, over the room's setting (`None`: the room's).
+    normalise: Option<bool>,
+    /// Their voice processing state, made at their first processed frame.
+    voice: Option<Box<Voice>>,
     decoded: u64,
     concealed: u64,
     decode_errors: u64,
@@ -248,7 +276,7 @@ impl Participant {
     /// concealed (PLC, or FEC from the next packet). Returns the RFC 6464
     /// level of the decoded audio before gain, or `None` when nothing was
     /// decoded (no frame, a corrupt one, or already decoded this tick).
-    fn decode_pending(&mut self, tick: u64) -> Option<u8> {
+    fn decode_pending(&mut self, tick: u64, cfg: &RoomConfig) -> Option<u8> {
         if self.dec.as_ref().is_some_and(|d| d.decoded_at == Some(tick)) {
             return None;
         }
@@ -275,6 +303,32 @@ impl Participant {
             return None;
         }
         let level = level_of(&dec.pcm[..]);
+        if self.slot.is_some() {
+            // Only a selected speaker's voice is processed: O(K), and the
+            // measuring decodes of unlevelled listeners stay cheap.
+            let (suppress, normalise) = processing(cfg, self.raw_source, self.suppress, self.normalise);
+            if suppress || normalise {
+                let voice = self.voice.get_or_insert_with(Box::default);
+                if suppress {
+                    let gap = voice.suppressed_at.is_some_and(|t| tick - t > DECODER_RESET_GAP_TICKS);
+                    let s = match &mut voice.suppressor {
+                        Some(s) => {
+                            if gap {
+                                s.flush();
+                            }
+                            s
+                        }
+                        None => voice.suppressor.insert(NoiseSuppressor::new()),
+                    };
+                    s.process(&mut dec.pcm);
+                    voice.suppressed_at = Some(tick);
+                }
+                if normalise {
+                    voice.normaliser.process(&mut dec.pcm[..], cfg.loudness_target_dbfs);
+                    voice.normalised_at = Some(tick);
+                }
+            }
+        }
         apply_gain(&mut dec.pcm, self.gain);
         dec.decoded_at = Some(tick);
         self.decoded += 1;
@@ -285,7 +339,7 @@ impl Participant {
     /// from the packet itself when it says it is silent (no decode), else
     /// decoded while talking, at a voice onset, and once in
     /// [`MEASURE_EVERY_TICKS`] otherwise. Returns the level and whether a decode ran.
-    fn measure_unlevelled(&mut self, tick: u64) -> (u8, bool) {
+    fn measure_unlevelled(&mut self, tick: u64, cfg: &RoomConfig) -> (u8, bool) {
         let Playout::Frame(f) = &self.pending else { return (127, false) };
         if f.payload.len() <= 2 {
             // DTX: no audio data at all.
@@ -304,7 +358,7 @@ impl Participant {
             // Not talking at the last measurement, which is recent.
             return (127, false);
         }
-        match self.decode_pending(tick) {
+        match self.decode_pending(tick, cfg) {
             Some(level) => {
                 self.measured_at = Some(tick);
                 (level, true)
@@ -344,6 +398,8 @@ struct Selected {
     stream: Stream,
     /// What this speaker is sent after the last tick.
     out: Delivery,
+    /// Their stream was not encoded last tick (they were the only speaker).
+    idle: bool,
 }
 
 /// One room's mixer. Drive it with [`Room::push_packet`] as packets arrive
@@ -455,6 +511,10 @@ impl Room {
             measured_at: None,
             probed_silent: false,
             slot: None,
+            raw_source: false,
+            suppress: None,
+            normalise: None,
+            voice: None,
             decoded: 0,
             concealed: 0,
             decode_errors: 0,
@@ -494,6 +554,53 @@ impl Room {
         p.gain = gain;
         p.gain_db = if gain > 0.0 { 20.0 * gain.log10() } else { -127.0 };
         Ok(())
+    }
+
+    /// Says whether a participant's client leaves noise in its audio (a
+    /// phone or SIP gateway over plain RTP: `true`) or suppresses it itself
+    /// (a browser: `false`, the default). [`NoiseSuppression::Auto`]
+    /// suppresses noise for the first kind only.
+    pub fn set_raw_source(&mut self, id: ParticipantId, raw: bool) -> Result<(), MixError> {
+        self.participant_mut(id)?.raw_source = raw;
+        Ok(())
+    }
+
+    /// Turns noise suppression on or off for one participant, over the
+    /// room's setting (`None`: follow the room). From their next frame.
+    pub fn set_noise_suppression(&mut self, id: ParticipantId, on: Option<bool>) -> Result<(), MixError> {
+        self.participant_mut(id)?.suppress = on;
+        Ok(())
+    }
+
+    /// Turns loudness normalisation on or off for one participant, over the
+    /// room's setting (`None`: follow the room). From their next frame.
+    pub fn set_loudness(&mut self, id: ParticipantId, on: Option<bool>) -> Result<(), MixError> {
+        self.participant_mut(id)?.normalise = on;
+        Ok(())
+    }
+
+    /// Changes the room's noise suppression ([`RoomConfig::noise_suppression`]), from the next tick.
+    pub fn set_room_noise_suppression(&mut self, mode: NoiseSuppression) {
+        self.cfg.noise_suppression = mode;
+    }
+
+    /// Changes the room's loudness normalisation ([`RoomConfig::loudness`]), from the next tick.
+    pub fn set_room_loudness(&mut self, on: bool) {
+        self.cfg.loudness = on;
+    }
+
+    /// What is done to a participant's voice when they speak.
+    pub fn voice(&self, id: ParticipantId) -> Result<VoiceStatus, MixError> {
+        let p = self.participant(id)?;
+        let (noise_suppression, loudness) = processing(&self.cfg, p.raw_source, p.suppress, p.normalise);
+        let normaliser = p.voice.as_ref().map(|v| v.normaliser).unwrap_or_default();
+        Ok(VoiceStatus {
+            noise_suppression,
+            loudness,
+            raw_source: p.raw_source,
+            loudness_gain_db: normaliser.gain_db(),
+            speech_level_dbfs: normaliser.level_dbfs(),
+        })
     }
 
     /// Changes how many speakers are mixed, from the next tick on (fewer:
@@ -696,6 +803,8 @@ impl Room {
                 dtx: 0,
                 primes: 0,
                 shed_level: self.shed,
+                suppressed: 0,
+                normalised: 0,
             };
         }
         self.last_tick = Some(tick);
@@ -795,7 +904,7 @@ impl Room {
                     let (s, i) = self.index[&sel.id];
                     let p = &mut self.shards[s].members[i];
                     let lost = matches!(p.pending, Playout::Lost { .. });
-                    let decoded = p.decode_pending(tick).is_some();
+                    let decoded = p.decode_pending(tick, &self.cfg).is_some();
                     decodes += usize::from(decoded);
                     concealed += u64::from(lost && decoded);
                 }
@@ -814,7 +923,21 @@ impl Room {
                 }
                 let listener = &mut self.listener;
                 let selected = &mut self.selected;
+                // A lone mixed speaker (their voice processed, or pass-through
+                // off) hears nobody: the DTX cadence, not an encode of silence
+                // (with `dtx` off, encoded silence as before).
+                let alone = selected.len() == 1 && self.cfg.dtx;
+                let dtx_out = &dtx_out;
                 let speaker = |(sel, own): (&mut Selected, &Option<&Pcm>)| {
+                    if alone {
+                        sel.idle = true;
+                        sel.out = dtx_out.clone();
+                        return;
+                    }
+                    if std::mem::take(&mut sel.idle) {
+                        // Its last input is stale: start afresh, as a new speaker's does.
+                        sel.stream.encoder.reset();
+                    }
                     sel.stream.encode(&total, *own);
                     sel.out = Delivery::Mix(sel.stream.payload.clone());
                 };
@@ -835,7 +958,12 @@ impl Room {
                         self.listener.encoder.set_prediction_disabled(false);
                     }
                 }
-                encodes += 1 + self.selected.len();
+                if alone {
+                    encodes += 1;
+                    dtx += usize::from(dtx_due);
+                } else {
+                    encodes += 1 + self.selected.len();
+                }
             }
         }
         self.mode = mode;
@@ -852,6 +980,15 @@ impl Room {
                 .collect()
         };
 
+        let (mut suppressed, mut normalised) = (0, 0);
+        if mode == MixMode::Mix {
+            for sel in &self.selected {
+                if let Ok(Some(v)) = self.participant(sel.id).map(|p| p.voice.as_deref()) {
+                    suppressed += usize::from(v.suppressed_at == Some(tick));
+                    normalised += usize::from(v.normalised_at == Some(tick));
+                }
+            }
+        }
         let events = self.shards.iter_mut().flat_map(|s| s.events.drain(..)).collect();
         let late = std::mem::take(&mut self.late);
         TickReport {
@@ -869,7 +1006,18 @@ impl Room {
             dtx,
             primes,
             shed_level: self.shed,
+            suppressed,
+            normalised,
         }
+    }
+
+    /// Whether participant `id`'s voice is processed (suppressed or
+    /// normalised) when they speak.
+    fn processed(&self, id: ParticipantId) -> bool {
+        self.participant(id).is_ok_and(|p| {
+            let (s, n) = processing(&self.cfg, p.raw_source, p.suppress, p.normalise);
+            s || n
+        })
     }
 
     /// How this tick serves the listeners, from the selection just made.
@@ -877,7 +1025,9 @@ impl Room {
         let cfg = &self.cfg;
         let mode = match &self.selected[..] {
             [] if cfg.dtx => MixMode::Silent,
-            [only] if cfg.passthrough => {
+            // A speaker whose voice is processed is decoded, processed and
+            // encoded even alone: forwarding would skip the processing.
+            [only] if cfg.passthrough && !self.processed(only.id) => {
                 // Switch in a pause: the listeners' decoders then change
                 // streams while there is nothing to hear.
                 let quiet = self
@@ -1016,6 +1166,7 @@ impl Room {
             id,
             stream: Stream { encoder, limiter, payload: Bytes::new() },
             out: Delivery::Nothing,
+            idle: false,
         });
         let slot = self.selected.len() - 1;
         if let Ok(p) = self.participant_mut(id) {
@@ -1048,6 +1199,17 @@ impl Room {
         };
         self.spare_encoders.truncate(keep);
     }
+}
+
+/// Whether a speaker's voice is (noise suppressed, loudness normalised):
+/// their own setting, else the room's.
+fn processing(cfg: &RoomConfig, raw_source: bool, suppress: Option<bool>, normalise: Option<bool>) -> (bool, bool) {
+    let room_suppresses = match cfg.noise_suppression {
+        NoiseSuppression::Auto => raw_source,
+        NoiseSuppression::On => true,
+        NoiseSuppression::Off => false,
+    };
+    (suppress.unwrap_or(room_suppresses), normalise.unwrap_or(cfg.loudness))
 }
 
 fn apply_gain(pcm: &mut Pcm, gain: f32) {
@@ -1089,12 +1251,12 @@ impl Shard {
             let (decoded, level) = if p.muted {
                 (None, level.unwrap_or(127))
             } else if p.slot.is_some() && decode_speakers {
-                let measured = p.decode_pending(tick);
+                let measured = p.decode_pending(tick, cfg);
                 (measured, level.or(measured).unwrap_or(127))
             } else if let Some(level) = level {
                 (None, level)
             } else {
-                let (level, ran) = p.measure_unlevelled(tick);
+                let (level, ran) = p.measure_unlevelled(tick, cfg);
                 (ran.then_some(level), level)
             };
             seen.decodes += usize::from(decoded.is_some());
@@ -1104,6 +1266,10 @@ impl Shard {
                 && p.slot.is_none()
             {
                 p.dec = None;
+                // RNNoise's state goes with the decoder (the normaliser's few bytes stay).
+                if let Some(v) = &mut p.voice {
+                    v.suppressor = None;
+                }
             }
             let active = !p.muted && p.level < cfg.silence_level;
             let instant = if active { f32::from(127 - p.level) + p.gain_db } else { 0.0 };

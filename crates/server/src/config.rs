@@ -389,6 +389,15 @@ pub struct RoomDefaults {
     /// whether its participants left or nobody ever joined, in seconds;
     /// 0 = never.
     pub empty_timeout_seconds: f64,
+    /// Noise suppression (RNNoise) of the selected speakers: "auto" (plain
+    /// RTP participants only: browsers suppress noise themselves), "on"
+    /// (everyone), "off". Per room and participant at run time (PATCH).
+    pub noise_suppression: String,
+    /// Loudness normalisation of the selected speakers toward
+    /// `loudness_target_dbfs`. Per room and participant at run time (PATCH).
+    pub loudness: bool,
+    /// The level loudness normalisation aims for: RMS of active speech, in dBFS, −40 to −6.
+    pub loudness_target_dbfs: f64,
 }
 
 /// Logging settings.
@@ -490,6 +499,9 @@ impl Default for RoomDefaults {
             dtx: true,
             auto_create: false,
             empty_timeout_seconds: 300.0,
+            noise_suppression: "auto".to_owned(),
+            loudness: false,
+            loudness_target_dbfs: f64::from(tutti_mix::DEFAULT_LOUDNESS_TARGET_DBFS),
         }
     }
 }
@@ -644,6 +656,12 @@ impl Config {
         }
         if !(1..=tutti_mix::MAX_SPEAKERS).contains(&self.room.max_speakers) {
             return invalid("room.max_speakers", "must be within 1 to 16");
+        }
+        if tutti_mix::NoiseSuppression::parse(&self.room.noise_suppression).is_none() {
+            return invalid("room.noise_suppression", "must be \"auto\", \"on\" or \"off\"");
+        }
+        if !(self.room.loudness_target_dbfs.is_finite() && (-40.0..=-6.0).contains(&self.room.loudness_target_dbfs)) {
+            return invalid("room.loudness_target_dbfs", "must be within -40 to -6 (dBFS)");
         }
         if !self.auth.disabled && !self.auth.secret.is_empty() && self.auth.secret.len() < crate::auth::MIN_SECRET_BYTES
         {
@@ -959,6 +977,12 @@ mod tests {
         assert!(err(load_text("", &[], &[("rtp_out.allowed", "10.0.0.0/99")])).contains("rtp_out.allowed"));
         assert!(err(load_text("", &[], &[("webhooks.urls", "http://127.0.0.1:9/")])).contains("auth.secret"));
         assert!(err(load_text("[recording]\nmax_bytes = 10\n", &[], &[])).contains("recording"));
+        // sound: voice processing keys.
+        assert!(err(load_text("[room]\nnoise_suppression = \"loud\"\n", &[], &[])).contains("room.noise_suppression"));
+        assert!(err(load_text("", &[], &[("room.loudness_target_dbfs", "3")])).contains("room.loudness_target_dbfs"));
+        let cfg =
+            load_text("[room]\nnoise_suppression = \"on\"\n", &[("TUTTI_ROOM_LOUDNESS", "true")], &[]).expect("loads");
+        assert_eq!((cfg.room.noise_suppression.as_str(), cfg.room.loudness), ("on", true));
     }
 
     #[test]

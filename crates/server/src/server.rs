@@ -89,6 +89,10 @@ pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
         max_speakers: tutti_mix::SpeakerLimit::Top(cfg.room.max_speakers),
         passthrough: cfg.room.passthrough,
         dtx: cfg.room.dtx,
+        // Validated with the config: "auto", "on" or "off".
+        noise_suppression: tutti_mix::NoiseSuppression::parse(&cfg.room.noise_suppression).unwrap_or_default(),
+        loudness: cfg.room.loudness,
+        loudness_target_dbfs: cfg.room.loudness_target_dbfs as f32,
         ..tutti_mix::RoomConfig::default()
     };
     Rooms::new(defaults, cfg.max_rooms, cfg.max_participants).map_err(|e| ServerError::Setup(e.to_string()))

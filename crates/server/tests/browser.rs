@@ -54,7 +54,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,6 +63,7 @@ use std::time::{Duration, Instant};
 
 use common::{http, start_with, test_config};
 use serde_json::{Value, json};
+use tutti_client::process::{drain_pipe as drain, run_bounded as run};
 use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_for, run_until};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
 use tutti_server::auth::Grant;
@@ -93,43 +94,6 @@ const ABSENT_AMP: f32 = 0.005;
 fn out_dir() -> PathBuf {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("CARGO_TARGET_TMPDIR is target/tmp");
     target.join("browser-test")
-}
-
-/// Reads a pipe to its end on a thread.
-fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(mut p) = pipe {
-            let _ = p.read_to_string(&mut s);
-        }
-        s
-    })
-}
-
-/// Runs a command to its end, or kills it after `timeout`. Returns its output, or why it failed.
-fn run(cmd: &mut Command, what: &str, timeout: Duration) -> Result<String, String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{what}: could not start: {e}"))?;
-    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{what}: still running after {timeout:?}, killed"));
-            }
-            Err(e) => return Err(format!("{what}: {e}")),
-        }
-    };
-    let text = format!("{}{}", out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    if status.success() { Ok(text) } else { Err(format!("{what} failed ({status}):\n{text}")) }
 }
 
 /// Debian's Chromium, installed with apt-get when missing and we are root.

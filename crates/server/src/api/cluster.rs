@@ -121,21 +121,22 @@ fn grants_json(grant: &Grant) -> serde_json::Value {
 
 /// The least of `grant` that the request `method path` about `room` needs
 /// on the node it is redirected to: the room itself (never `*`); `admin`
-/// only for a change that may need it (not a join, not a read);
+/// only for a change that may need it, or an admin's join (not a read: a
+/// room's admin joins as its moderator, spared by mute-all and free of the
+/// one-participant-per-identity rule);
 /// `speak`/`listen` only for a participant's routes (a join, its
 /// `PATCH`/`DELETE`) and reads. The ticket is also bound to the request,
 /// so what it carries serves that one request.
 pub(crate) fn least_grant(grant: &Grant, room: &str, method: &Method, path: &str) -> Grant {
     let tail = path.strip_prefix("/v1/rooms/").and_then(|p| p.strip_prefix(room));
     let participant = tail.is_some_and(|t| t == "/participants" || t.starts_with("/participants/"));
-    let join = *method == Method::POST && tail == Some("/participants");
     let read = *method == Method::GET;
     Grant {
         room: room.to_owned(),
         identity: grant.identity.clone(),
         speak: grant.speak && participant,
         listen: (grant.listen && (participant || read)) || (read && grant.admin),
-        admin: grant.admin && !join && !read,
+        admin: grant.admin && !read,
     }
 }
 
@@ -335,7 +336,7 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
     {
         return Ok(Located::Here(r));
     }
-    let Some(cluster) = &api.cluster else { return super::rooms::create_on_join(api, room).map(Located::Here) };
+    let Some(cluster) = &api.cluster else { return create_on_join(api, room).map(Located::Here) };
     if !valid_room_id(room) {
         return Err(RoomError::BadRoomId.into());
     }
@@ -343,7 +344,7 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
         return Err(RoomError::ShuttingDown.into());
     }
     // Only an admin creates rooms, unless `room.auto_create` says a join may.
-    super::rooms::may_create_on_join(api, cluster, room).await?;
+    may_create_on_join(api, cluster, room).await?;
     let placement = if ticketed { cluster.claim(room, None).await } else { cluster.place(room, None).await }
         .map_err(|e| unavailable(&e))?;
     match placement {
@@ -354,6 +355,43 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
             Ok(Located::Here(host(api, cluster, room, config.max_participants, config.max_speakers, false)?))
         }
         Placement::Remote(owner) => Ok(Located::Elsewhere(owner)),
+    }
+}
+
+/// The room a join names, on a single node, when it does not exist:
+/// created if `room.auto_create` allows it, else `404 room_not_found`
+/// (rooms are an admin's to create).
+pub(crate) fn create_on_join(api: &ApiState, room: &str) -> ApiResult<Arc<Room>> {
+    if !api.cfg.room.auto_create {
+        return Err(RoomError::NoRoom(room.to_owned()).into());
+    }
+    let state = match api.rooms.create(room, None, None) {
+        Ok(state) => state,
+        Err(RoomError::RoomExists(_)) => api.rooms.get(room)?,
+        Err(e) => return Err(e.into()),
+    };
+    api.outputs.watch(&state);
+    Ok(state)
+}
+
+/// In cluster mode, before a join places a room that is not hosted here:
+/// unless `room.auto_create`, the room must exist: created by an admin (its
+/// record in the directory carries the creator's config; a released room's
+/// does not), or held by a live node (a Redis that restarted empty lost the
+/// config, but the owner writes its lease back), else `404 room_not_found`.
+pub(crate) async fn may_create_on_join(api: &ApiState, cluster: &tutti_cluster::Cluster, room: &str) -> ApiResult<()> {
+    if api.cfg.room.auto_create {
+        return Ok(());
+    }
+    match cluster.room_config(room).await {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => {}
+        Err(e) => return Err(unavailable(&e)),
+    }
+    match cluster.locate(room).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(RoomError::NoRoom(room.to_owned()).into()),
+        Err(e) => Err(unavailable(&e)),
     }
 }
 
@@ -520,8 +558,8 @@ mod tests {
         assert_eq!(g(Method::DELETE, "/v1/rooms/r"), (false, false, true));
         assert_eq!(g(Method::PATCH, "/v1/rooms/r"), (false, false, true));
         assert_eq!(g(Method::POST, "/v1/rooms"), (false, false, true));
-        // An admin joining: a participant's grant, no admin.
-        assert_eq!(g(Method::POST, "/v1/rooms/r/participants"), (true, true, false));
+        // An admin joining: a moderator of that room (that request only).
+        assert_eq!(g(Method::POST, "/v1/rooms/r/participants"), (true, true, true));
         // Acting on a participant may be a kick: all it had, for that path only.
         assert_eq!(g(Method::PATCH, "/v1/rooms/r/participants/7"), (true, true, true));
         // Reads: see, nothing more.

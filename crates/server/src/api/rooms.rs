@@ -405,6 +405,11 @@ pub(crate) struct UpdateParticipant {
     speak: Option<bool>,
     /// Raise or lower the hand (its own, or an admin).
     hand: Option<bool>,
+    // sound: voice processing over the room's setting (admin only; null: the room's).
+    #[serde(default, deserialize_with = "crate::room::double_option")]
+    noise_suppression: Option<Option<bool>>,
+    #[serde(default, deserialize_with = "crate::room::double_option")]
+    loudness: Option<Option<bool>>,
 }
 
 pub(crate) async fn update_participant(
@@ -448,6 +453,10 @@ pub(crate) async fn update_participant(
     if req.speak.is_some() && !admin {
         return Err(ApiError::forbidden("granting or revoking the right to speak needs an admin token"));
     }
+    // sound: noise suppression and loudness switches (admin only).
+    if (req.noise_suppression.is_some() || req.loudness.is_some()) && !admin {
+        return Err(ApiError::forbidden("changing a participant's noise suppression or loudness needs an admin token"));
+    }
     if let Some(gain) = req.gain {
         api.rooms.set_gain(&state, id, gain)?;
     }
@@ -465,14 +474,17 @@ pub(crate) async fn update_participant(
     if let Some(muted) = req.muted {
         api.rooms.set_muted(&state, id, muted)?;
     }
+    // sound: last, so a refused gain or mute above leaves it unchanged.
+    let voice = api.rooms.set_voice(&state, id, req.noise_suppression, req.loudness)?;
     let member = lock(&state.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "id": id,
         "muted": member.muted,
         "gain": req.gain,
         "speak": !member.listen_only,
         "hand": member.hand,
     });
+    body["voice"] = serde_json::to_value(voice).unwrap_or_default(); // sound
     Ok(axum::Json(body).into_response())
 }
 
@@ -525,43 +537,6 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64,
             "media_busy",
             "the media thread did not answer the restart in time; try again",
         )),
-    }
-}
-
-/// The room a join names, on a single node, when it does not exist:
-/// created if `room.auto_create` allows it, else `404 room_not_found`
-/// (rooms are an admin's to create).
-pub(crate) fn create_on_join(api: &ApiState, room: &str) -> ApiResult<Arc<Room>> {
-    if !api.cfg.room.auto_create {
-        return Err(RoomError::NoRoom(room.to_owned()).into());
-    }
-    let state = match api.rooms.create(room, None, None) {
-        Ok(state) => state,
-        Err(RoomError::RoomExists(_)) => api.rooms.get(room)?,
-        Err(e) => return Err(e.into()),
-    };
-    api.outputs.watch(&state);
-    Ok(state)
-}
-
-/// In cluster mode, before a join places a room that is not hosted here:
-/// unless `room.auto_create`, the room must exist: created by an admin (its
-/// record in the directory carries the creator's config; a released room's
-/// does not), or held by a live node (a Redis that restarted empty lost the
-/// config, but the owner writes its lease back), else `404 room_not_found`.
-pub(crate) async fn may_create_on_join(api: &ApiState, cluster: &tutti_cluster::Cluster, room: &str) -> ApiResult<()> {
-    if api.cfg.room.auto_create {
-        return Ok(());
-    }
-    match cluster.room_config(room).await {
-        Ok(Some(_)) => return Ok(()),
-        Ok(None) => {}
-        Err(e) => return Err(cluster::unavailable(&e)),
-    }
-    match cluster.locate(room).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(RoomError::NoRoom(room.to_owned()).into()),
-        Err(e) => Err(cluster::unavailable(&e)),
     }
 }
 

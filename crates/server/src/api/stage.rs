@@ -30,6 +30,9 @@ pub(crate) struct UpdateRoom {
     max_speakers: Option<usize>,
     #[serde(default)]
     mute_all: bool,
+    // sound: the room's voice processing ("auto" | "on" | "off"; true | false).
+    noise_suppression: Option<String>,
+    loudness: Option<bool>,
 }
 
 /// Refuses a join into a locked room or by a banned identity (counted),
@@ -63,6 +66,8 @@ pub(crate) async fn update_room(
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
+    // sound: checked before anything changes.
+    let noise_suppression = req.noise_suppression.as_deref().map(crate::room::parse_noise_suppression).transpose()?;
     let was_locked = state.is_locked();
     let update = RoomUpdate {
         locked: req.locked,
@@ -84,5 +89,6 @@ pub(crate) async fn update_room(
     }
     let mut body = serde_json::to_value(rooms::summary(&api, &state)).unwrap_or_default();
     body["muted"] = muted.into();
+    body["voice"] = serde_json::to_value(state.room_voice(noise_suppression, req.loudness)).unwrap_or_default(); // sound
     Ok(axum::Json(body).into_response())
 }

@@ -85,6 +85,8 @@ pub const MIX_SPEAKERS: &str = "tutti_mix_speakers";
 pub const MIX_FORWARDED: &str = "tutti_mix_forwarded_frames_total";
 /// DTX frames sent to listeners while nobody speaks, counter.
 pub const MIX_DTX: &str = "tutti_mix_dtx_frames_total";
+/// Speaker frames processed, by `stage` (`noise_suppression`, `loudness`), counter.
+pub const MIX_VOICE_FRAMES: &str = "tutti_mix_voice_frames_total";
 /// The load-shedding level every room ticks at (0 = none), gauge.
 pub const MIX_SHED_LEVEL: &str = "tutti_mix_shed_level";
 /// Changes of the load-shedding level, counter.
@@ -233,6 +235,8 @@ struct Handles {
     speakers: Gauge,
     forwarded: Counter,
     dtx: Counter,
+    suppressed: Counter,
+    normalised: Counter,
     shed_level: Gauge,
     shed_changes: Counter,
     rooms: Gauge,
@@ -302,6 +306,8 @@ pub fn install() -> Result<(), String> {
             speakers: metrics::gauge!(MIX_SPEAKERS),
             forwarded: metrics::counter!(MIX_FORWARDED),
             dtx: metrics::counter!(MIX_DTX),
+            suppressed: metrics::counter!(MIX_VOICE_FRAMES, "stage" => "noise_suppression"),
+            normalised: metrics::counter!(MIX_VOICE_FRAMES, "stage" => "loudness"),
             shed_level: metrics::gauge!(MIX_SHED_LEVEL),
             shed_changes: metrics::counter!(MIX_SHED_CHANGES),
             rooms: metrics::gauge!(MIX_ROOMS),
@@ -348,6 +354,11 @@ fn describe() {
     describe_counter!(MIX_ENCODES, Unit::Count, "Opus encodes run by the mixer.");
     describe_counter!(MIX_FORWARDED, Unit::Count, "Frames forwarded unchanged to listeners while one speaker talks.");
     describe_counter!(MIX_DTX, Unit::Count, "DTX frames sent to listeners while nobody talks.");
+    describe_counter!(
+        MIX_VOICE_FRAMES,
+        Unit::Count,
+        "Selected speakers' frames noise suppressed or loudness normalised, by stage."
+    );
     describe_gauge!(
         MIX_SHED_LEVEL,
         Unit::Count,
@@ -436,6 +447,10 @@ pub struct TickTotals {
     pub forwarded: usize,
     /// Participants sent a DTX frame.
     pub dtx: usize,
+    /// Speaker frames noise suppressed.
+    pub suppressed: usize,
+    /// Speaker frames loudness normalised.
+    pub normalised: usize,
     /// Frames lost.
     pub lost: u64,
     /// Frames concealed.
@@ -454,6 +469,8 @@ impl TickTotals {
         self.encodes += report.encodes;
         self.forwarded += report.forwarded;
         self.dtx += report.dtx;
+        self.suppressed += report.suppressed;
+        self.normalised += report.normalised;
         self.lost += report.lost;
         self.concealed += report.concealed;
         self.late += report.late;
@@ -470,6 +487,8 @@ pub fn tick(duration: Duration, totals: &TickTotals) {
     h.encodes.increment(totals.encodes as u64);
     h.forwarded.increment(totals.forwarded as u64);
     h.dtx.increment(totals.dtx as u64);
+    h.suppressed.increment(totals.suppressed as u64);
+    h.normalised.increment(totals.normalised as u64);
     h.speakers.set(totals.speakers as f64);
     h.rooms.set(totals.rooms as f64);
     h.participants.set(totals.participants as f64);

@@ -28,6 +28,7 @@ mod registry;
 #[allow(clippy::module_inception)]
 mod room;
 mod stage;
+mod voice;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -43,6 +44,7 @@ pub(crate) use room::{Inboxes, MovedTo, Room, RoomKey, RoomMix};
 pub(crate) use stage::RoomUpdate;
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};
+pub(crate) use voice::{double_option, parse_noise_suppression};
 
 use crate::sync::{lock, read, write};
 use registry::Registry;

@@ -36,6 +36,8 @@ impl Rooms {
         // No ICE or DTLS to wait for: it is as connected as it gets.
         let new = NewMember { id, name, identity, listen_only, admin, connected: true, unnamed: "rtp" };
         let (name, gate) = self.add_member(room, new, std::time::Instant::now())?;
+        // Its client suppresses no noise: `room.noise_suppression = "auto"` does, here.
+        room.mark_raw_source(tutti_mix::ParticipantId(id));
         lock(&self.registry).insert_plain(peer, room.clone(), gate.clone(), io);
         room.publish(RoomEvent::Joined { id, name });
         tracing::info!(room = %room.id, participant = id, listen_only, "plain RTP participant joined");

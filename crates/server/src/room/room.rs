@@ -54,8 +54,8 @@ impl Inboxes {
 
 /// The mixer and what it needs beside the packets: each participant's
 /// sending SSRC, as its packets carry it (named in RFC 6465 CSRC lists).
-struct Mixing {
-    mixer: tutti_mix::Room,
+pub(super) struct Mixing {
+    pub(super) mixer: tutti_mix::Room,
     sources: HashMap<ParticipantId, u32>,
 }
 
@@ -63,7 +63,7 @@ struct Mixing {
 pub(crate) struct Room {
     pub(crate) id: String,
     pub(crate) key: RoomKey,
-    mixing: Mutex<Mixing>,
+    pub(super) mixing: Mutex<Mixing>,
     /// Packets received since the last tick.
     inbox: Mutex<Inbox>,
     pub(crate) members: Mutex<BTreeMap<u64, Member>>,
