@@ -178,6 +178,7 @@ pub const NAMES: &[&str] = &[
     MIX_SPEAKERS,
     MIX_FORWARDED,
     MIX_DTX,
+    MIX_VOICE_FRAMES,
     MIX_SHED_LEVEL,
     MIX_SHED_CHANGES,
     MIX_ROOMS,
