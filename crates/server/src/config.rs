@@ -86,11 +86,11 @@ pub struct Config {
     /// Cluster mode (several nodes sharing a Redis directory); off while
     /// `cluster.redis_url` is empty. See [`tutti_cluster::ClusterConfig`].
     pub cluster: tutti_cluster::ClusterConfig,
-    /// Recording rooms to Ogg/Opus files (README "Recording").
+    /// Recording rooms to Ogg/Opus files (docs/features/recording.md).
     pub recording: RecordingSettings,
-    /// Signed webhooks to the application's backend (README "Webhooks").
+    /// Signed webhooks to the application's backend (docs/features/webhooks.md).
     pub webhooks: WebhookSettings,
-    /// Forwarding a room's mix as plain RTP (README "RTP out").
+    /// Forwarding a room's mix as plain RTP (docs/features/rtp-out.md).
     pub rtp_out: RtpOutSettings,
     /// Plain RTP/AVP participants (SIP gateways); off while `rtp_in.trusted` is empty.
     pub rtp_in: RtpInConfig,

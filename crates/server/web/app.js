@@ -407,7 +407,8 @@
           clearTimeout(timer);
           ws.onerror = null;
           ws.onclose = null;
-          followMoved(room, msg, {});
+          // The person pressed Join: join there at once.
+          followMoved(room, msg, { autojoin: '1' });
           return;
         }
         if (!msg || msg.type !== 'room') return;

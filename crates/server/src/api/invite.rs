@@ -108,7 +108,12 @@ async fn create_invite(
         ));
     }
     let permissions = req.permissions.unwrap_or_default();
-    let identity = format!("guest-{:08x}", getrandom::u32().unwrap_or_default());
+    // Each guest its own identity (one identity holds one participant): no
+    // randomness, no invite, rather than one identity shared by every guest.
+    let nonce = getrandom::u32().map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("no randomness for a guest identity: {e}"))
+    })?;
+    let identity = format!("guest-{nonce:08x}");
     let link = page_link(&api, &headers, &room);
     let invite = match &api.auth {
         None => Invite { token: None, url: link, expires_at: None, permissions, identity },

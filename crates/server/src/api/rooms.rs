@@ -62,7 +62,7 @@ pub(crate) struct CreateRoom {
     id: Option<String>,
     max_participants: Option<usize>,
     max_speakers: Option<usize>,
-    /// Record the room from its first join (README "Recording").
+    /// Record the room from its first join (docs/features/recording.md).
     record: Option<bool>,
 }
 
