@@ -446,26 +446,10 @@ fn tutti_binary() -> PathBuf {
     bin
 }
 
-/// `tutti serve` as a child process; SIGTERM (then kill) when dropped.
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let pid = self.0.id().to_string();
-        let _ = run(Command::new("kill").args(["-TERM", &pid]), "kill -TERM", Duration::from_secs(5));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `tutti serve` with no auth settings at all (as the README's first
 /// command; ephemeral loopback ports so tests can run side by side) and
 /// reads its banner: (process, API address, the banner's lines).
-fn serve_as_the_readme_says(bin: &Path) -> (Serve, SocketAddr, Vec<String>) {
+fn serve_as_the_readme_says(bin: &Path) -> (Killed, SocketAddr, Vec<String>) {
     let mut child = Command::new(bin)
         .args(["serve", "--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"])
         .env_remove("TUTTI_AUTH_SECRET")
@@ -476,7 +460,8 @@ fn serve_as_the_readme_says(bin: &Path) -> (Serve, SocketAddr, Vec<String>) {
         .spawn()
         .expect("tutti serve starts");
     let stdout = child.stdout.take().expect("stdout");
-    let serve = Serve(child);
+    // SIGTERM (then kill) when dropped.
+    let serve = Killed(child);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {

@@ -51,12 +51,7 @@ pub(crate) struct Drain {
 impl Drain {
     /// The drain's deadline (unix seconds, rounded up), once one started.
     pub(crate) fn deadline(&self) -> Option<u64> {
-        self.deadline_ms().map(|ms| ms.div_ceil(1000))
-    }
-
-    /// The drain's deadline (unix milliseconds), once one started.
-    pub(crate) fn deadline_ms(&self) -> Option<u64> {
-        Some(self.deadline_ms.load(Ordering::Relaxed)).filter(|d| *d > 0)
+        Some(self.deadline_ms.load(Ordering::Relaxed)).filter(|d| *d > 0).map(|ms| ms.div_ceil(1000))
     }
 
     /// Resolves once the API has asked this node to drain.
@@ -119,11 +114,15 @@ async fn hand_over_all(api: Arc<ApiState>, cluster: Cluster) {
 /// Places `room` on another node: its creation config kept, this node's
 /// lease given up, the room claimed for the lighter of the others (this
 /// node is draining: placement skips it). `Ok(None)` when no other node can
-/// take it (the room is claimed back here).
+/// take it (the room is claimed back here). A lease that could not be
+/// released is claimed back too: `release` stops renewing it at once.
 async fn hand_over(cluster: &Cluster, room: &str) -> Result<Option<MovedTo>, tutti_cluster::ClusterError> {
     let config = cluster.room_config(room).await?;
-    cluster.release(room).await?;
-    match cluster.place(room, config.as_deref()).await {
+    let placed = match cluster.release(room).await {
+        Ok(_) => cluster.place(room, config.as_deref()).await,
+        Err(e) => Err(e),
+    };
+    match placed {
         Ok(Placement::Remote(owner)) => Ok(Some(MovedTo { node: owner.node_id, api_url: owner.api_url })),
         Ok(Placement::Local { .. }) => Ok(None),
         Err(e) => {
