@@ -66,7 +66,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{http, start_with, test_config};
+use common::{cluster_node, cluster_room, http, start_with, test_config};
 use serde_json::{Value, json};
 use tutti_client::process::{drain_pipe as drain, run_bounded as run};
 use tutti_client::redis::RedisServer;
@@ -601,33 +601,6 @@ fn the_readme_first_run_reaches_a_two_person_call_through_the_banner_link_and_an
     }
 }
 
-const MOVE_SECRET: &str = "browser-move-test-secret-0123456789abcdef";
-
-/// One node of a two-node cluster in this process, on `ip` (its own
-/// loopback address, so the page's origin changes when it moves).
-fn cluster_node(ip: [u8; 4], id: &str, redis: &RedisServer) -> (tokio::runtime::Runtime, tutti_server::Server) {
-    let any = SocketAddr::from((ip, 0));
-    let http_port = std::net::TcpListener::bind(any).and_then(|l| l.local_addr()).expect("a port").port();
-    let media_port = std::net::UdpSocket::bind(any).and_then(|s| s.local_addr()).expect("a port").port();
-    let mut cfg = test_config();
-    cfg.http = SocketAddr::from((ip, http_port));
-    cfg.media = SocketAddr::from((ip, media_port));
-    cfg.metrics = String::new();
-    (cfg.mix_threads, cfg.io_threads) = (1, 1);
-    cfg.auth.disabled = false;
-    cfg.auth.secret = MOVE_SECRET.to_owned();
-    cfg.cluster.redis_url = redis.url();
-    cfg.cluster.node_id = id.to_owned();
-    cfg.cluster.api_url = format!("http://{}", cfg.http);
-    cfg.cluster.media_addr = cfg.media.to_string();
-    cfg.cluster.heartbeat_interval_seconds = 0.5;
-    cfg.cluster.node_ttl_seconds = 2.0;
-    // Debug builds beside two browsers tick slowly: a 20 ms budget would count the node full.
-    cfg.cluster.tick_budget_seconds = 1.0;
-    cfg.cluster.capacity = 100;
-    start_with(cfg)
-}
-
 /// The page of a call whose node drains (issue 25): its node hands the room
 /// to the other node of a two-node cluster (a real redis-server), and the
 /// page must follow the `moved` it is sent on its own — to the other origin,
@@ -652,32 +625,7 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
     let (alice, bob) = (token("alice").expect("token"), token("bob").expect("token"));
     let as_admin = Requester::token(&admin);
 
-    // The room, on whichever node takes it (both must be in the directory first).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = request_as(apis[0], &as_admin, "GET", "/v1/node", None, b"").expect("API");
-        let known = request_as(apis[1], &as_admin, "GET", "/v1/node", None, b"").expect("API");
-        if r.status == 200 && known.status == 200 {
-            let body = br#"{"id":"moving"}"#;
-            let r = request_as(apis[0], &as_admin, "POST", "/v1/rooms", Some("application/json"), body).expect("API");
-            // Made here (201), or placed on the other node (307 to it).
-            if r.status == 201 || r.status == 307 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no node took the room: {} {}", r.status, r.body);
-        }
-        assert!(Instant::now() < deadline, "the nodes did not start");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // Which node holds it: the one a GET names (200 from the owner, 307 to it from the other).
-    let r = request_as(apis[0], &as_admin, "GET", "/v1/rooms/moving", None, b"").expect("API");
-    let body: Value = serde_json::from_str(&r.body).unwrap_or_default();
-    let owner = if r.status == 200 { &body["room"]["node"] } else { &body["node"] };
-    let from = match owner.as_str() {
-        Some("node-2") => 0,
-        Some("node-3") => 1,
-        _ => panic!("neither node holds the room: {} {}", r.status, r.body),
-    };
+    let from = cluster_room(&apis, &admin, "moving", r#"{"id":"moving"}"#);
     let (old, new) = (apis[from], apis[1 - from]);
 
     // bob, a Rust client over WHIP, talks throughout.
@@ -800,7 +748,7 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
     let r = listed.expect("the room was listed");
     assert_eq!(r.status, 200, "{}", r.body);
     let room: Value = serde_json::from_str(&r.body).expect("JSON");
-    assert_eq!(room["room"]["node"], if from == 0 { "node-3" } else { "node-2" }, "{room}");
+    assert_eq!(room["room"]["node"], ["node-2", "node-3"][1 - from], "{room}");
     let people = room["participants"].as_array().cloned().unwrap_or_default();
     let mut who: Vec<(&str, bool)> =
         people.iter().filter_map(|p| Some((p["identity"].as_str()?, p["muted"].as_bool()?))).collect();

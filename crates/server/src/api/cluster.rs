@@ -41,7 +41,7 @@ use tutti_cluster::{Cluster, ClusterError, Load, Owner, Placement, TicketClaims,
 use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate};
 use crate::auth::{Grant, unix_now};
-use crate::room::{Room, RoomError, RoomEvent, valid_room_id};
+use crate::room::{CarriedStage, Room, RoomError, RoomEvent, valid_room_id};
 
 /// Close code of a WebSocket whose room is on another node.
 pub(crate) const CLOSE_MOVED: u16 = 4307;
@@ -352,7 +352,13 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
             // Created elsewhere (or here, before a restart): host it as it was created.
             let stored = cluster.room_config(room).await.map_err(|e| unavailable(&e))?;
             let config = StoredConfig::parse(stored.as_deref());
-            Ok(Located::Here(host(api, cluster, room, config.max_participants, config.max_speakers, false)?))
+            let fresh = api.rooms.get(room).is_err();
+            let state = host(api, cluster, room, config.max_participants, config.max_speakers, false)?;
+            // Handed over by a draining node: its lock and bans come with it.
+            if fresh && let Some(carried) = &config.handover {
+                api.rooms.restore_stage(&state, carried, Instant::now(), unix_now());
+            }
+            Ok(Located::Here(state))
         }
         Placement::Remote(owner) => Ok(Located::Elsewhere(owner)),
     }
@@ -396,11 +402,13 @@ pub(crate) async fn may_create_on_join(api: &ApiState, cluster: &tutti_cluster::
 }
 
 /// The config a room's creator gave, as stored in the directory (JSON);
-/// fields missing or unreadable take the defaults.
+/// fields missing or unreadable take the defaults. A drain's hand-over
+/// writes the room's current limits and its lock and bans into it.
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 pub(crate) struct StoredConfig {
     pub(crate) max_participants: Option<usize>,
     pub(crate) max_speakers: Option<usize>,
+    pub(crate) handover: Option<CarriedStage>,
 }
 
 impl StoredConfig {
