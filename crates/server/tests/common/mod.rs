@@ -243,13 +243,14 @@ pub fn cluster_room(apis: &[SocketAddr], admin: &str, room: &str, body: &str) ->
         assert!(Instant::now() < deadline, "the nodes did not start");
         std::thread::sleep(Duration::from_millis(200));
     }
-    // The node a GET names: 200 from the owner, 307 to it from the others.
+    // The node a GET names (whichever node answers it), by its id.
     let r = request_as(apis[0], &as_admin, "GET", &format!("/v1/rooms/{room}"), None, b"").expect("API");
     let body: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
     let owner = if r.status == 200 { &body["room"]["node"] } else { &body["node"] };
-    let owner = owner.as_str().unwrap_or_else(|| panic!("no node holds the room: {} {}", r.status, r.body));
-    let url = |api: &SocketAddr| format!("http://{api}");
-    let owner_url =
-        if r.status == 200 { url(&apis[0]) } else { body["api_url"].as_str().unwrap_or_default().to_owned() };
-    apis.iter().position(|a| url(a) == owner_url).unwrap_or_else(|| panic!("node {owner} at {owner_url} is not ours"))
+    let owner = owner.as_str().unwrap_or_else(|| panic!("no node holds the room: {} {}", r.status, r.body)).to_owned();
+    let id = |api: &SocketAddr| {
+        let r = request_as(*api, &as_admin, "GET", "/v1/node", None, b"").expect("API");
+        serde_json::from_str::<serde_json::Value>(&r.body).unwrap_or_default()["node"].as_str().map(str::to_owned)
+    };
+    apis.iter().position(|a| id(a).as_deref() == Some(owner.as_str())).unwrap_or_else(|| panic!("{owner} is not ours"))
 }
