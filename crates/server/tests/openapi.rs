@@ -85,11 +85,8 @@ fn the_description_names_every_route_and_method_and_nothing_else() {
         .expect("paths")
         .iter()
         .map(|(p, item)| {
-            let methods = METHODS
-                .iter()
-                .filter(|m| item.get(m.to_lowercase()).is_some())
-                .map(|m| (*m).to_owned())
-                .collect();
+            let methods =
+                METHODS.iter().filter(|m| item.get(m.to_lowercase()).is_some()).map(|m| (*m).to_owned()).collect();
             (p.clone(), methods)
         })
         .collect();
@@ -209,8 +206,7 @@ fn check(root: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), St
     }
     for key in ["oneOf", "anyOf"] {
         if let Some(options) = schema.get(key).and_then(Value::as_array) {
-            let errors: Vec<String> =
-                options.iter().filter_map(|o| check(root, o, value, at).err()).collect();
+            let errors: Vec<String> = options.iter().filter_map(|o| check(root, o, value, at).err()).collect();
             let matched = options.len() - errors.len();
             let ok = if key == "oneOf" { matched == 1 } else { matched >= 1 };
             if !ok {

@@ -36,10 +36,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// The page's routes; merged into the API's router.
 pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/", get(index))
-        .route("/app.js", get(app_js))
-        .route("/style.css", get(style_css))
+    Router::new().route("/", get(index)).route("/app.js", get(app_js)).route("/style.css", get(style_css))
 }
 
 /// The page: `/?room=<room>#token=<token>` joins a room.
