@@ -333,7 +333,31 @@ struct ApiDoc;
 /// The description as JSON, built once.
 pub(crate) fn document() -> &'static str {
     static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| ApiDoc::openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")))
+    JSON.get_or_init(|| {
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+        optional_bodies(&mut doc);
+        serde_json::to_string_pretty(&doc).unwrap_or_default()
+    })
+}
+
+/// An optional body (`request_body = Option<T>`) is `T`, not required;
+/// utoipa also writes it as "`T` or JSON null", which the API refuses.
+fn optional_bodies(doc: &mut serde_json::Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else { return };
+    for operation in paths.values_mut().filter_map(|p| p.as_object_mut()).flat_map(|p| p.values_mut()) {
+        let Some(content) = operation.pointer_mut("/requestBody/content").and_then(|c| c.as_object_mut()) else {
+            continue;
+        };
+        for media in content.values_mut() {
+            let Some(options) = media.pointer("/schema/oneOf").and_then(|o| o.as_array()) else { continue };
+            let null = serde_json::json!({ "type": "null" });
+            if let [a, b] = options.as_slice()
+                && (a == &null || b == &null)
+            {
+                media["schema"] = if a == &null { b.clone() } else { a.clone() };
+            }
+        }
+    }
 }
 
 /// The OpenAPI 3.1 description of this API.
