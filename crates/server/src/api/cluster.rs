@@ -244,7 +244,7 @@ pub(crate) fn moved_message(
 ) -> serde_json::Value {
     let mut msg = serde_json::json!({
         "type": "moved",
-        "protocol": super::openapi::WS_PROTOCOL,
+        "protocol": super::schema::WS_PROTOCOL,
         "room": room,
         "node": node,
         "api_url": api_url,
@@ -289,9 +289,9 @@ const PAGE_PARAMS: [&str; 5] = ["name", "processing", "autojoin", "muted", "hand
     ),
     responses(
         (status = 303, description = "To the page on this node, `/?…&room=<room>#token=<token>`", headers(("Location" = String))),
-        (status = 401, description = "`bad_ticket` (malformed, used, expired, or for another path)", body = super::openapi::ErrorBody),
-        (status = 404, description = "`not_found`: not a cluster node with auth", body = super::openapi::ErrorBody),
-        (status = 503, description = "`cluster_unavailable`", body = super::openapi::ErrorBody),
+        (status = 401, description = "`bad_ticket` (malformed, used, expired, or for another path)", body = super::schema::ErrorBody),
+        (status = 404, description = "`not_found`: not a cluster node with auth", body = super::schema::ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = super::schema::ErrorBody),
     ),
 )]
 pub(crate) async fn enter(

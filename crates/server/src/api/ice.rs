@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
-use super::openapi::{ErrorBody, shapes};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, authenticate_until, may_see};
 use crate::auth::{Grant, unix_now};
 

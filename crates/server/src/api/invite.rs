@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult};
-use super::openapi::ErrorBody;
 use super::rooms::{body, json};
+use super::schema::ErrorBody;
 use super::{ApiState, authenticate};
 use crate::auth::{Grant, is_room_id, unix_now};
 

@@ -21,12 +21,13 @@ mod ice;
 mod invite;
 mod limit;
 pub(crate) mod node;
-pub(crate) mod openapi;
+mod openapi;
 mod origin;
 mod recording;
 pub(crate) mod rooms;
 mod rtp_in;
 mod rtp_out;
+pub(crate) mod schema;
 mod stage;
 mod web;
 pub(crate) mod ws;
@@ -222,7 +223,7 @@ async fn healthz() -> &'static str {
 #[utoipa::path(get, path = "/readyz", tag = "node", operation_id = "readyz", security(()),
     responses(
         (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
-        (status = 503, description = "`draining`, `shutting_down`", body = openapi::ErrorBody),
+        (status = 503, description = "`draining`, `shutting_down`", body = schema::ErrorBody),
     ))]
 async fn readyz(axum::extract::State(api): axum::extract::State<Arc<ApiState>>) -> ApiResult<&'static str> {
     if api.rooms.is_closing() {

@@ -31,7 +31,7 @@ use axum::routing::{get, post};
 use tutti_cluster::{Cluster, Placement};
 
 use super::error::{ApiError, ApiResult};
-use super::openapi::{ErrorBody, shapes};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, authenticate};
 use crate::auth::Grant;
 use crate::room::{LeaveReason, MovedTo, Room};

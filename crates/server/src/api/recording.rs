@@ -21,7 +21,7 @@ use axum::routing::post;
 
 use super::cluster::{self, Access};
 use super::error::{ApiError, ApiResult};
-use super::openapi::{ErrorBody, shapes};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, may_see};
 use crate::auth::Grant;
 use crate::outputs::OutputError;

@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::cluster::{self, Access, Located};
 use super::error::{ApiError, ApiResult};
-use super::openapi::{ErrorBody, shapes};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, authenticate, join_room, may_join, may_see};
 use crate::auth::Grant;
 use crate::room::{LeaveReason, Room, RoomError};
@@ -200,7 +200,7 @@ pub(crate) async fn create_room(
     tag = "rooms",
     operation_id = "list_rooms",
     responses(
-        (status = 200, description = "The rooms", body = Vec<shapes::RoomListEntry>),
+        (status = 200, description = "The rooms", body = Vec<RoomListEntry>),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
         (status = 403, description = "`forbidden`: not an admin of every room", body = ErrorBody),
         (status = 503, description = "`cluster_unavailable`", body = ErrorBody),
@@ -239,7 +239,7 @@ pub(crate) async fn list_rooms(State(api): State<Arc<ApiState>>, headers: Header
     operation_id = "get_room",
     params(("room" = String, Path, description = "The room's id")),
     responses(
-        (status = 200, description = "The room", body = shapes::RoomLookup),
+        (status = 200, description = "The room", body = RoomLookup),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden`", body = ErrorBody),
         (status = 404, description = "`room_not_found`", body = ErrorBody),
@@ -652,6 +652,49 @@ pub(crate) async fn update_participant(
     });
     body["voice"] = serde_json::to_value(voice).unwrap_or_default(); // sound
     Ok(axum::Json(body).into_response())
+}
+
+// Answers built with `json!`, described for the OpenAPI document (see `schema`).
+
+/// `GET /v1/rooms/{room}` for a room on this node.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described, never built
+pub(super) struct RoomDetail {
+    room: RoomSummary,
+    participants: Vec<shapes::Member>,
+    /// The ids of the last tick's selected speakers.
+    speakers: Vec<u64>,
+    /// How many identities are banned from the room now.
+    bans: usize,
+}
+
+/// `GET /v1/rooms/{room}`: the room here, or (cluster mode) where it is.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // described, never built
+pub(super) enum RoomLookup {
+    Here(RoomDetail),
+    Elsewhere(shapes::RoomElsewhere),
+}
+
+/// An entry of `GET /v1/rooms`: a room here with its figures, or one elsewhere.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // described, never built
+pub(super) enum RoomListEntry {
+    Here(RoomSummary),
+    Elsewhere(shapes::RemoteRoom),
+}
+
+/// `PATCH /v1/rooms/{room}`: the room as it is now.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described, never built
+pub(super) struct RoomChanged {
+    #[serde(flatten)]
+    room: RoomSummary,
+    /// How many participants `mute_all` muted.
+    muted: usize,
+    voice: shapes::RoomVoice,
 }
 
 /// How long the API waits for the I/O thread's answer to a restart offer.

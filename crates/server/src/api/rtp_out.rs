@@ -16,9 +16,9 @@ use axum::routing::post;
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
-use super::openapi::{ErrorBody, shapes};
 use super::recording::{RoomRequest, may_manage, output_error};
 use super::rooms::{body, json};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, may_see};
 use crate::outputs::OutputError;
 

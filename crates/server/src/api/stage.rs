@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 
 use super::cluster::{self, Access};
 use super::error::{ApiError, ApiResult};
-use super::openapi::{ErrorBody, shapes};
+use super::schema::ErrorBody;
 use super::{ApiState, rooms};
 use crate::auth::Grant;
 use crate::room::{Room, RoomError, RoomUpdate};
@@ -63,7 +63,7 @@ pub(crate) fn admit(api: &ApiState, room: &Room, grant: &Grant, name: &str) -> A
     params(("room" = String, Path, description = "The room's id"), cluster::Access),
     request_body(content = UpdateRoom, content_type = "application/json"),
     responses(
-        (status = 200, description = "The room now", body = shapes::RoomChanged),
+        (status = 200, description = "The room now", body = rooms::RoomChanged),
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
         (status = 400, description = "`bad_json`, `bad_value`, `bad_room_config`", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),

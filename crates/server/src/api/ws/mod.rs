@@ -158,11 +158,11 @@ pub(crate) struct Caller {
     params(("room" = String, Path, description = "The room's id"), WsParams),
     responses(
         (status = 101, description = "Switching Protocols: the first message is `room` (or `moved`), with `protocol`"),
-        (status = 400, description = "`unsupported_protocol`, `bad_events`, `websocket_required`", body = super::openapi::ErrorBody),
-        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = super::openapi::ErrorBody),
-        (status = 403, description = "`wrong_room`, `forbidden`", body = super::openapi::ErrorBody),
-        (status = 429, description = "`too_many_sockets`", body = super::openapi::ErrorBody),
-        (status = 503, description = "`cluster_unavailable`", body = super::openapi::ErrorBody),
+        (status = 400, description = "`unsupported_protocol`, `bad_events`, `websocket_required`", body = super::schema::ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = super::schema::ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`", body = super::schema::ErrorBody),
+        (status = 429, description = "`too_many_sockets`", body = super::schema::ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = super::schema::ErrorBody),
     ),
 )]
 pub(crate) async fn upgrade(
@@ -252,7 +252,7 @@ pub(crate) async fn upgrade(
 
 /// The 400 for a `?protocol=` this server does not speak; `None` for its own.
 fn unsupported_protocol(asked: &str) -> Option<ApiError> {
-    let ours = super::openapi::WS_PROTOCOL;
+    let ours = super::schema::WS_PROTOCOL;
     (asked.trim().parse::<u32>().ok() != Some(ours)).then(|| {
         let asked: String = asked.chars().take(16).collect();
         ApiError::bad_request(
@@ -273,7 +273,7 @@ fn error(e: &ApiError) -> Message {
 fn snapshot(room: &Room, admin: bool) -> Message {
     text(&serde_json::json!({
         "type": "room",
-        "protocol": super::openapi::WS_PROTOCOL,
+        "protocol": super::schema::WS_PROTOCOL,
         "room": room.id,
         "admin": admin,
         "locked": room.is_locked(),
