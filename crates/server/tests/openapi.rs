@@ -48,6 +48,9 @@ fn routed_paths() -> BTreeSet<String> {
             continue;
         }
         let text = std::fs::read_to_string(&p).expect("source");
+        for other in [".nest(", ".nest_service(", ".route_service("] {
+            assert!(!text.contains(other), "{}: {other} routes are not read here yet: teach this test", p.display());
+        }
         for (at, _) in text.match_indices(".route(") {
             calls += 1;
             let rest = text[at + ".route(".len()..].trim_start();
