@@ -291,7 +291,12 @@ fn answer_matches(doc: &Value, method: &str, path: &str, r: &tutti_client::Respo
 
 #[test]
 fn real_answers_match_their_schemas() {
-    let (_rt, server) = start();
+    let dir = std::env::temp_dir().join(format!("tutti-openapi-{}", std::process::id()));
+    let mut cfg = test_config();
+    cfg.recording.enabled = true;
+    cfg.recording.dir = dir.display().to_string();
+    cfg.rtp_out.allowed = vec!["127.0.0.1/32".to_owned()];
+    let (_rt, server) = start_with(cfg);
     let api = server.http_addr();
     let doc = spec(api);
     let call = |method: &str, path: &str, template: &str, body: Option<Value>| {
@@ -324,7 +329,19 @@ fn real_answers_match_their_schemas() {
     assert_eq!(call("POST", "/v1/rooms/described/invites", "/v1/rooms/{room}/invites", None).status, 201);
     assert_eq!(call("GET", "/v1/rooms/described/ice-servers", "/v1/rooms/{room}/ice-servers", None).status, 200);
     assert_eq!(call("GET", "/v1/node", "/v1/node", None).status, 200);
-    assert_eq!(call("GET", "/v1/rooms/described/recording", "/v1/rooms/{room}/recording", None).status, 200);
+    let rec = "/v1/rooms/{room}/recording";
+    assert_eq!(call("GET", "/v1/rooms/described/recording", rec, None).status, 200);
+    assert_eq!(call("POST", "/v1/rooms/described/recording", rec, None).status, 201);
+    assert_eq!(call("GET", "/v1/rooms/described/recording", rec, None).status, 200);
+    assert_eq!(call("POST", "/v1/rooms/described/recording", rec, None).status, 409);
+    assert_eq!(call("DELETE", "/v1/rooms/described/recording", rec, None).status, 200);
+    let out = "/v1/rooms/{room}/rtp_out";
+    let to = json!({ "address": "127.0.0.1:5004" });
+    assert_eq!(call("POST", "/v1/rooms/described/rtp_out", out, Some(to)).status, 201);
+    assert_eq!(call("GET", "/v1/rooms/described/rtp_out", out, None).status, 200);
+    assert_eq!(call("DELETE", "/v1/rooms/described/rtp_out", out, None).status, 200);
+    let far = json!({ "address": "127.0.0.2:5004" });
+    assert_eq!(call("POST", "/v1/rooms/described/rtp_out", out, Some(far)).status, 403);
     // Errors: the error body, with a described status.
     assert_eq!(call("GET", "/v1/rooms/nowhere", "/v1/rooms/{room}", None).status, 404);
     assert_eq!(call("POST", "/v1/rooms", "/v1/rooms", Some(json!({ "id": "described" }))).status, 409);
@@ -332,7 +349,10 @@ fn real_answers_match_their_schemas() {
     assert_eq!(call("GET", "/v1/rooms/described/rtp_out", "/v1/rooms/{room}/rtp_out", None).status, 404);
     let r = call("DELETE", &format!("/v1/rooms/described/participants/{}", id + 1000), p, None);
     assert_eq!(r.status, 404);
+    // Last: the node drains.
+    assert_eq!(call("POST", "/v1/node/drain", "/v1/node/drain", None).status, 202);
     drop(client);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
