@@ -47,7 +47,8 @@ use crate::room::{CarriedStage, Room, RoomError, RoomEvent, valid_room_id};
 pub(crate) const CLOSE_MOVED: u16 = 4307;
 
 /// The query parameters a request may carry besides its body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct Access {
     /// A redirect ticket (set by another node's `307`), standing in for the token.
     pub(crate) ticket: Option<String>,
@@ -241,7 +242,13 @@ pub(crate) fn moved_message(
     grant: &Grant,
     token_exp: Option<u64>,
 ) -> serde_json::Value {
-    let mut msg = serde_json::json!({ "type": "moved", "room": room, "node": node, "api_url": api_url });
+    let mut msg = serde_json::json!({
+        "type": "moved",
+        "protocol": super::schema::WS_PROTOCOL,
+        "room": room,
+        "node": node,
+        "api_url": api_url,
+    });
     if let (Some(cluster), Some(_), Some(exp)) = (&api.cluster, &api.auth, token_exp) {
         let mut grants = grants_json(&Grant { room: room.to_owned(), ..grant.clone() });
         grants["exp"] = exp.into();
@@ -265,6 +272,28 @@ const PAGE_PARAMS: [&str; 5] = ["name", "processing", "autojoin", "muted", "hand
 /// the page at this origin (`/?room=…#token=…`), with an access token for
 /// this room only, the ticket's grant, expiring with the token the socket
 /// was opened with. A bad or used ticket: 401 `bad_ticket`.
+#[utoipa::path(
+    get,
+    path = "/v1/rooms/{room}/enter",
+    tag = "cluster",
+    operation_id = "enter",
+    security(()),
+    params(
+        ("room" = String, Path, description = "The room's id"),
+        ("ticket" = String, Query, description = "The single-use ticket of a `moved` message"),
+        ("name" = Option<String>, Query, description = "Passed on to the page"),
+        ("processing" = Option<String>, Query, description = "Passed on to the page"),
+        ("autojoin" = Option<String>, Query, description = "Passed on to the page"),
+        ("muted" = Option<String>, Query, description = "Passed on to the page"),
+        ("hand" = Option<String>, Query, description = "Passed on to the page"),
+    ),
+    responses(
+        (status = 303, description = "To the page on this node, `/?…&room=<room>#token=<token>`", headers(("Location" = String))),
+        (status = 401, description = "`bad_ticket` (malformed, used, expired, or for another path)", body = super::schema::ErrorBody),
+        (status = 404, description = "`not_found`: not a cluster node with auth", body = super::schema::ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = super::schema::ErrorBody),
+    ),
+)]
 pub(crate) async fn enter(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,

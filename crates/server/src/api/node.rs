@@ -31,6 +31,7 @@ use axum::routing::{get, post};
 use tutti_cluster::{Cluster, Placement};
 
 use super::error::{ApiError, ApiResult};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, authenticate};
 use crate::auth::Grant;
 use crate::room::{LeaveReason, MovedTo, Room};
@@ -222,14 +223,36 @@ fn summary(api: &ApiState) -> serde_json::Value {
 }
 
 /// `GET /v1/node`: whether it drains, what it holds.
-async fn status(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
+#[utoipa::path(
+    get,
+    path = "/v1/node",
+    tag = "node",
+    operation_id = "node_status",
+    responses(
+        (status = 200, description = "The node", body = shapes::NodeSummary),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin of every room", body = ErrorBody),
+    ),
+)]
+pub(super) async fn status(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
     node_admin(&api, &headers)?;
     Ok(axum::Json(summary(&api)).into_response())
 }
 
 /// `POST /v1/node/drain`: starts a drain of `drain_seconds` (as SIGTERM
 /// does); `tutti serve` shuts down when it ends. 202, with the node's summary.
-async fn drain(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
+#[utoipa::path(
+    post,
+    path = "/v1/node/drain",
+    tag = "node",
+    operation_id = "node_drain",
+    responses(
+        (status = 202, description = "Draining (a second call changes nothing)", body = shapes::NodeSummary),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin of every room", body = ErrorBody),
+    ),
+)]
+pub(super) async fn drain(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
     node_admin(&api, &headers)?;
     begin(&api, api.cfg.drain_time()).await;
     api.drain.asked.notify_one();
