@@ -24,6 +24,14 @@
 {{- default (include "tutti.fullname" .) .Values.existingSecret -}}
 {{- end -}}
 
+{{/* The keys of the token secret and of the Redis password in that Secret. */}}
+{{- define "tutti.authSecretKey" -}}
+{{- if .Values.existingSecret }}{{ .Values.existingSecretKeys.authSecret }}{{ else }}auth-secret{{ end -}}
+{{- end -}}
+{{- define "tutti.redisPasswordKey" -}}
+{{- if .Values.existingSecret }}{{ .Values.existingSecretKeys.redisPassword }}{{ else }}redis-password{{ end -}}
+{{- end -}}
+
 {{/* Labels: pass (dict "ctx" $ "component" "server"). */}}
 {{- define "tutti.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "tutti.name" .ctx }}
