@@ -683,6 +683,22 @@ impl Room {
         self.selected.iter().map(|sel| (sel.id, &sel.out))
     }
 
+    /// Each selected speaker's own frame of the last tick as it arrived (no
+    /// decode, no encode), in selection order, with their level: `None`
+    /// when their frame was missing, concealed or could not be decoded.
+    /// For feeds that must tell speakers apart (captions, agents).
+    pub fn speaker_frames(&self) -> impl Iterator<Item = (ParticipantId, u8, Option<&Bytes>)> {
+        self.selected.iter().filter_map(|sel| {
+            let &(s, i) = self.index.get(&sel.id)?;
+            let p = &self.shards[s].members[i];
+            let frame = match &p.pending {
+                Playout::Frame(f) => Some(&f.payload),
+                _ => None,
+            };
+            Some((sel.id, p.level, frame))
+        })
+    }
+
     /// What a participant is sent after the last tick (`None`: not in the room).
     pub fn delivery_for(&self, id: ParticipantId) -> Option<&Delivery> {
         self.participant(id).ok().map(|p| self.delivery_of(p))

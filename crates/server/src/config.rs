@@ -335,6 +335,9 @@ pub struct Limits {
     /// than half of `max_connections`; beyond: 429 `too_many_sockets`. 0 =
     /// half of `max_connections`. Admins of the room are not counted.
     pub ws_max_per_identity: usize,
+    /// Per-speaker feeds (`GET /v1/rooms/{room}/speakers`) open at once
+    /// per room; beyond: 429 `too_many_feeds`.
+    pub speaker_feeds_per_room: usize,
     /// `PATCH …/participants/{id}` per second per participant, on average;
     /// beyond: 429 `rate_limited` with `Retry-After`. 0 = no limit.
     pub participant_updates_per_second: f64,
@@ -477,6 +480,7 @@ impl Default for Limits {
             max_connections: 10_000,
             max_connections_per_address: 256,
             ws_max_per_identity: 32,
+            speaker_feeds_per_room: 4,
             participant_updates_per_second: 5.0,
             participant_update_burst: 10,
             http_header_timeout_seconds: 10.0,
@@ -746,6 +750,9 @@ impl Config {
         }
         if !(1024..=16 << 20).contains(&l.tcp_send_buffer_bytes) {
             return invalid("limits.tcp_send_buffer_bytes", "must be within 1 KiB to 16 MiB");
+        }
+        if !(1..=64).contains(&l.speaker_feeds_per_room) {
+            return invalid("limits.speaker_feeds_per_room", "must be within 1 to 64");
         }
         if !(128..=16 << 20).contains(&l.ws_max_message_bytes) {
             return invalid("limits.ws_max_message_bytes", "must be within 128 bytes to 16 MiB");

@@ -28,6 +28,7 @@ pub(crate) mod rooms;
 mod rtp_in;
 mod rtp_out;
 pub(crate) mod schema;
+mod speakers;
 mod stage;
 mod web;
 pub(crate) mod ws;
@@ -286,6 +287,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(cluster::routes())
         .merge(recording::routes())
         .merge(rtp_out::routes())
+        .merge(speakers::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())

@@ -81,6 +81,7 @@ impl Modify for Security {
         super::rtp_out::start,
         super::rtp_out::show,
         super::rtp_out::stop,
+        super::speakers::upgrade,
         super::node::status,
         super::node::drain,
         super::ice::ice_servers,

@@ -25,6 +25,8 @@ pub const RTP_OUT_FAILED: &str = "tutti_rtp_out_failed_total";
 pub const WEBHOOK_DELIVERIES: &str = "tutti_webhook_deliveries_total";
 /// Room event batches a webhook watcher lost by falling behind.
 pub const WEBHOOK_EVENTS_LOST: &str = "tutti_webhook_events_lost_total";
+/// Speaker feed frames by result: `sent` (frames), `dropped` (ticks lost by a feed too slow to read them).
+pub const SPEAKER_FEED_FRAMES: &str = "tutti_speaker_feed_frames_total";
 
 /// Every name above.
 pub const NAMES: &[&str] = &[
@@ -38,6 +40,7 @@ pub const NAMES: &[&str] = &[
     RTP_OUT_FAILED,
     WEBHOOK_DELIVERIES,
     WEBHOOK_EVENTS_LOST,
+    SPEAKER_FEED_FRAMES,
 ];
 
 /// Help text.
@@ -57,6 +60,11 @@ pub(super) fn describe() {
     describe_counter!(RTP_OUT_FAILED, Unit::Count, "RTP out sends that failed.");
     describe_counter!(WEBHOOK_DELIVERIES, Unit::Count, "Webhook deliveries by result: sent, failed, dropped, retried.");
     describe_counter!(WEBHOOK_EVENTS_LOST, Unit::Count, "Room event batches a webhook watcher lost by falling behind.");
+    describe_counter!(
+        SPEAKER_FEED_FRAMES,
+        Unit::Count,
+        "Speaker feed frames sent, and ticks dropped for feeds too slow to read them."
+    );
 }
 
 /// Rooms being recorded.

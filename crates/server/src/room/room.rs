@@ -82,6 +82,36 @@ pub(crate) struct Room {
     /// Where the room went when this node handed it over (a drain in a
     /// cluster): each socket is told to move there.
     moved: watch::Sender<Option<Arc<MovedTo>>>,
+    /// The per-speaker feed: each tick's selected speakers' own frames,
+    /// made only while someone listens ([`Room::subscribe_speaker_frames`]).
+    speaker_frames: broadcast::Sender<Arc<SpeakerFrames>>,
+    speaker_feeds: Arc<AtomicUsize>,
+}
+
+/// One tick's selected speakers' own Opus frames, as they arrived: no
+/// decode, no encode (see [`tutti_mix::Room::speaker_frames`]).
+#[derive(Debug)]
+pub(crate) struct SpeakerFrames {
+    pub(crate) tick: u64,
+    /// Participant id, RFC 6464 level, the Opus frame.
+    pub(crate) frames: Vec<(u64, u8, Bytes)>,
+}
+
+/// Ticks of speaker frames a feed's queue holds (5 s): a feed further
+/// behind loses the oldest, counted.
+pub(crate) const SPEAKER_FEED_TICKS: usize = 250;
+
+/// A subscription to a room's speaker frames; the room stops making them
+/// when the last one is dropped.
+pub(crate) struct SpeakerFeed {
+    pub(crate) frames: broadcast::Receiver<Arc<SpeakerFrames>>,
+    feeds: Arc<AtomicUsize>,
+}
+
+impl Drop for SpeakerFeed {
+    fn drop(&mut self) {
+        self.feeds.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The node a room was handed over to.
@@ -143,7 +173,17 @@ impl Room {
             max_speakers: AtomicUsize::new(max_speakers),
             stage: Mutex::new(Stage::default()),
             moved: watch::channel(None).0,
+            speaker_frames: broadcast::channel(SPEAKER_FEED_TICKS).0,
+            speaker_feeds: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// The room's per-speaker feed from the next tick on, unless `max`
+    /// feeds are open already (`None`).
+    pub(crate) fn subscribe_speaker_frames(&self, max: usize) -> Option<SpeakerFeed> {
+        let open = self.speaker_feeds.fetch_add(1, Ordering::Relaxed);
+        let feed = SpeakerFeed { frames: self.speaker_frames.subscribe(), feeds: Arc::clone(&self.speaker_feeds) };
+        (open < max).then_some(feed)
     }
 
     /// Records that the room now lives on another node; every socket
@@ -330,6 +370,15 @@ impl Room {
             listeners: feed(m.mixer.listener_delivery(), None),
             speakers: m.mixer.speaker_deliveries().map(|(id, d)| (id, feed(d, Some(id)))).collect(),
         };
+        // Only while a feed listens: one Vec of reference-counted frames per tick.
+        if self.speaker_feeds.load(Ordering::Relaxed) > 0 {
+            let frames: Vec<(u64, u8, Bytes)> =
+                m.mixer.speaker_frames().filter_map(|(id, level, f)| Some((id.0, level, f?.clone()))).collect();
+            if !frames.is_empty() {
+                // Never blocks: a lagging feed loses its oldest ticks.
+                let _ = self.speaker_frames.send(Arc::new(SpeakerFrames { tick, frames }));
+            }
+        }
         drop(m);
         if !report.events.is_empty() {
             let mut members = lock(&self.members);
