@@ -171,6 +171,36 @@ fn heard_between(client: &ToneClient, freq: f32, from: Instant, to: Instant) -> 
     goertzel(&pcm, freq)
 }
 
+/// Starts `node <script> <config>` in `node_dir`: the driver, its stdin,
+/// its stdout's lines as they come, and its stderr (read to its end).
+fn start_driver(
+    node_dir: &Path,
+    script: &str,
+    config: &Value,
+) -> (Driver, std::process::ChildStdin, mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
+    let mut child = Command::new("node")
+        .arg(node_dir.join(script))
+        .arg(config.to_string())
+        .current_dir(node_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("node starts {script}: {e}"));
+    let stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let stderr = drain(child.stderr.take());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (Driver(child), stdin, rx, stderr)
+}
+
 /// Kills the driver (and so its browsers) if the test ends early.
 struct Driver(Child);
 
@@ -249,26 +279,7 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
         "roomFull": true,
         "micDenied": "no-microphone",
     });
-    let mut child = Command::new("node")
-        .arg(node_dir.join("driver.js"))
-        .arg(config.to_string())
-        .current_dir(&node_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("node starts the driver");
-    let stdout = child.stdout.take().expect("stdout");
-    let stderr = drain(child.stderr.take());
-    let mut driver = Driver(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut driver, _, rx, stderr) = start_driver(&node_dir, "driver.js", &config);
 
     // Pump the Rust client while the driver works; note when each step was reached.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -641,27 +652,7 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
         "measureMs": 2000,
         "waitMs": 20000,
     });
-    let mut child = Command::new("node")
-        .arg(node_dir.join("move_page.js"))
-        .arg(config.to_string())
-        .current_dir(&node_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("node starts move_page.js");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let stdout = child.stdout.take().expect("stdout");
-    let stderr = drain(child.stderr.take());
-    let mut driver = Driver(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut driver, mut stdin, rx, stderr) = start_driver(&node_dir, "move_page.js", &config);
 
     // Pump the Rust clients while the page works; act on its marks.
     let deadline = Instant::now() + Duration::from_secs(150);

@@ -80,10 +80,7 @@ pub(super) async fn upgrade(
     };
     let ws = match ws {
         Ok(ws) => ws,
-        Err(rejection) => {
-            let message = format!("this endpoint speaks WebSocket only: {}", rejection.body_text());
-            return ApiError::new(rejection.status(), "websocket_required", message).into_response();
-        }
+        Err(rejection) => return super::ws::websocket_required(&rejection).into_response(),
     };
     let max = api.cfg.limits.speaker_feeds_per_room;
     let Some(feed) = room.subscribe_speaker_frames(max) else {

@@ -217,10 +217,7 @@ pub(crate) async fn upgrade(
     };
     let ws = match ws {
         Ok(ws) => ws,
-        Err(rejection) => {
-            let message = format!("this endpoint speaks WebSocket only: {}", rejection.body_text());
-            return ApiError::new(rejection.status(), "websocket_required", message).into_response();
-        }
+        Err(rejection) => return websocket_required(&rejection).into_response(),
     };
     let max = api.cfg.limits.ws_max_message_bytes;
     // The socket keeps its connection slot for as long as it is open.
@@ -248,6 +245,12 @@ pub(crate) async fn upgrade(
         session(api, state, socket, Caller { grant, client }, kinds, expires_at).await;
         drop((slot, held));
     })
+}
+
+/// The error for a plain HTTP request to a WebSocket route.
+pub(super) fn websocket_required(rejection: &WebSocketUpgradeRejection) -> ApiError {
+    let message = format!("this endpoint speaks WebSocket only: {}", rejection.body_text());
+    ApiError::new(rejection.status(), "websocket_required", message)
 }
 
 /// The 400 for a `?protocol=` this server does not speak; `None` for its own.
