@@ -336,3 +336,43 @@ fn patch_room_and_kick_with_ban() {
     drop(server);
     drop(rt);
 }
+
+#[test]
+fn a_deaf_participant_hears_no_one_until_it_hears_again() {
+    let (_rt, server, mint) = server();
+    let api = server.http_addr();
+    let admin = mint(Grant::admin("host"));
+    let (alice_t, bob_t) = (mint(Grant::participant("quiet", "alice")), mint(Grant::participant("quiet", "bob")));
+    assert_eq!(call(api, &admin, "POST", "/v1/rooms", r#"{"id":"quiet"}"#).status, 201);
+    let mut observer = ws(api, "quiet", &admin);
+    observer.wait_for(WAIT, |v| v["type"] == "room");
+    let join = |token: &str, f: f32| {
+        ToneClient::join_as(api, &Requester::token(token), "quiet", f, JoinAs::Whip).expect("join")
+    };
+    let (mut alice, mut bob) = (join(&alice_t, 440.0), join(&bob_t, 660.0));
+    connect_all(&mut [&mut alice, &mut bob]);
+    let bob_url = format!("/v1/rooms/quiet/participants/{}", bob.id);
+
+    // Someone else may not deafen bob; bob may, and so may an admin.
+    refused(&call(api, &alice_t, "PATCH", &bob_url, r#"{"deaf":true}"#), 403, "forbidden", "alice deafens bob");
+    let r = call(api, &bob_t, "PATCH", &bob_url, r#"{"deaf":true}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&r.body).expect("JSON")["deaf"], true);
+    let told = wait_ws(&mut observer, &mut [&mut alice, &mut bob], |v| v["type"] == "deaf");
+    assert_eq!((told["id"].as_u64(), told["deaf"].as_bool()), (Some(bob.id), Some(true)), "{told}");
+    assert_eq!(member(api, &admin, "quiet", bob.id)["deaf"], true);
+
+    // Deaf: nothing reaches bob (after what was in flight), while alice still hears him.
+    run_for(&mut [&mut alice, &mut bob], Duration::from_millis(300));
+    let (since, packets) = (Instant::now(), bob.heard.len());
+    run_for(&mut [&mut alice, &mut bob], Duration::from_secs(2));
+    assert_eq!(bob.heard.len(), packets, "bob was sent {} packets while deaf", bob.heard.len() - packets);
+    assert!(alice.hears(660.0, since) > HEARD, "alice still hears bob");
+
+    // An admin makes him hear again: alice's tone reaches him.
+    let r = call(api, &admin, "PATCH", &bob_url, r#"{"deaf":false}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let back = onset(&mut [&mut alice, &mut bob], 1, 440.0, Duration::from_secs(5));
+    assert!(back.is_some(), "bob hears alice again");
+    assert_eq!(member(api, &admin, "quiet", bob.id)["deaf"], false);
+}

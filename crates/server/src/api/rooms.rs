@@ -539,6 +539,8 @@ pub(crate) struct UpdateParticipant {
     speak: Option<bool>,
     /// Raise or lower the hand (its own, or an admin).
     hand: Option<bool>,
+    /// Hear no one (sent nothing), or hear the room again (its own, or an admin).
+    deaf: Option<bool>,
     // sound: voice processing over the room's setting (admin only; null: the room's).
     /// Over the room's setting (admin only; null: the room's again).
     #[serde(default, deserialize_with = "crate::room::double_option")]
@@ -637,6 +639,11 @@ pub(crate) async fn update_participant(
     {
         crate::metrics::stage_action(if raised { "hand_raised" } else { "hand_lowered" });
     }
+    if let Some(deaf) = req.deaf
+        && api.rooms.set_deaf(&state, id, deaf)?
+    {
+        crate::metrics::stage_action(if deaf { "deafened" } else { "undeafened" });
+    }
     if let Some(muted) = req.muted {
         api.rooms.set_muted(&state, id, muted)?;
     }
@@ -649,6 +656,7 @@ pub(crate) async fn update_participant(
         "gain": req.gain,
         "speak": !member.listen_only,
         "hand": member.hand,
+        "deaf": member.deaf,
     });
     body["voice"] = serde_json::to_value(voice).unwrap_or_default(); // sound
     Ok(axum::Json(body).into_response())

@@ -47,6 +47,8 @@ pub(crate) mod shapes {
         connected: bool,
         /// Its hand is raised.
         hand: bool,
+        /// It is sent nothing: it hears no one.
+        deaf: bool,
         /// It joined with an admin token for the room.
         admin: bool,
     }
@@ -109,6 +111,8 @@ pub(crate) mod shapes {
         /// It may speak.
         speak: bool,
         hand: bool,
+        /// It is sent nothing: it hears no one.
+        deaf: bool,
         voice: ParticipantVoice,
     }
 

@@ -144,7 +144,7 @@ pub const BUILD_INFO: &str = "tutti_build_info";
 /// 1 while the node drains (SIGTERM or `POST /v1/node/drain`), else 0.
 pub const NODE_DRAINING: &str = "tutti_node_draining";
 /// Stage actions by `action` (`grant`, `revoke`, `hand_raised`,
-/// `hand_lowered`, `lock`, `unlock`, `resize`, `mute_all`, `kick`, `ban`) and
+/// `hand_lowered`, `deafened`, `undeafened`, `lock`, `unlock`, `resize`, `mute_all`, `kick`, `ban`) and
 /// joins refused by them (`refused_locked`, `refused_banned`), counter.
 pub const STAGE_ACTIONS: &str = "tutti_stage_actions_total";
 

@@ -24,6 +24,8 @@ pub(crate) enum RoomEvent {
     Permissions { id: u64, speak: bool },
     /// Someone raised or lowered their hand (or an admin lowered it).
     Hand { id: u64, raised: bool },
+    /// Someone stopped or started hearing the room (they asked, or an admin).
+    Deaf { id: u64, deaf: bool },
     /// An admin changed the room (`PATCH /v1/rooms/{room}`): its settings now.
     RoomUpdated { locked: bool, max_participants: usize, max_speakers: usize },
     /// An admin muted everyone but the admins (`count` were muted; each also
@@ -86,7 +88,8 @@ impl EventKinds {
             RoomEvent::Joined { .. } => 0,
             RoomEvent::Left { .. } => 1,
             RoomEvent::Talking { .. } => 2,
-            RoomEvent::Muted { .. } | RoomEvent::MutedAll { .. } => 3,
+            // Hearing is muted too: `deaf` goes with the `muted` kind.
+            RoomEvent::Muted { .. } | RoomEvent::MutedAll { .. } | RoomEvent::Deaf { .. } => 3,
             RoomEvent::Permissions { .. } => 4,
             RoomEvent::Hand { .. } => 5,
             RoomEvent::RoomUpdated { .. } => 6,

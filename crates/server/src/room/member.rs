@@ -43,6 +43,8 @@ pub(crate) struct Member {
     pub(crate) connected: bool,
     /// Its hand is raised (the stage: asking to speak).
     pub(crate) hand: bool,
+    /// It is sent nothing (it asked, or an admin made it so): it hears no one.
+    pub(crate) deaf: bool,
     /// It joined with an admin token for the room (`mute_all` spares it).
     pub(crate) admin: bool,
     /// The I/O thread's copy of `listen_only`.

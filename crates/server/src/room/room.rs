@@ -72,6 +72,8 @@ pub(crate) struct Room {
     events: broadcast::Sender<Arc<EventBatch>>,
     /// The speakers of the last tick.
     speakers: Mutex<Arc<[ActiveSpeaker]>>,
+    /// The participants sent nothing (deaf), sorted.
+    pub(super) deaf: Mutex<Arc<[u64]>>,
     closed: AtomicBool,
     /// Its size and speaker limit (set at creation, changed by `PATCH`):
     /// read them with [`Room::max_participants`] and [`Room::max_speakers`].
@@ -142,11 +144,19 @@ pub(crate) struct RoomMix {
     pub(crate) listeners: Feed,
     /// Each selected speaker's own feed (the mix without them).
     pub(crate) speakers: Vec<(ParticipantId, Feed)>,
+    /// Who is sent nothing (deaf), sorted.
+    pub(crate) deaf: Arc<[u64]>,
 }
+
+/// What a deaf participant is sent.
+static NOTHING: Feed = Feed { payload: Bytes::new(), level: None, contributors: Vec::new() };
 
 impl RoomMix {
     /// What participant `id` is sent.
     pub(crate) fn feed_for(&self, id: ParticipantId) -> &Feed {
+        if !self.deaf.is_empty() && self.deaf.binary_search(&id.0).is_ok() {
+            return &NOTHING;
+        }
         self.speakers.iter().find(|(s, _)| *s == id).map_or(&self.listeners, |(_, f)| f)
     }
 
@@ -168,6 +178,7 @@ impl Room {
             outbox: Mutex::new(Vec::new()),
             events: broadcast::channel(EVENT_QUEUE).0,
             speakers: Mutex::new(Arc::from([])),
+            deaf: Mutex::new(Arc::from([])),
             closed: AtomicBool::new(false),
             max_participants: AtomicUsize::new(max_participants),
             max_speakers: AtomicUsize::new(max_speakers),
@@ -369,6 +380,7 @@ impl Room {
             tick,
             listeners: feed(m.mixer.listener_delivery(), None),
             speakers: m.mixer.speaker_deliveries().map(|(id, d)| (id, feed(d, Some(id)))).collect(),
+            deaf: lock(&self.deaf).clone(),
         };
         // Only while a feed listens: one Vec of reference-counted frames per tick.
         if self.speaker_feeds.load(Ordering::Relaxed) > 0 {

@@ -175,6 +175,22 @@ impl Rooms {
         Ok(changed)
     }
 
+    /// Makes a participant deaf (sent nothing: it hears no one) or hearing
+    /// again. Returns whether it changed.
+    pub(crate) fn set_deaf(&self, room: &Room, id: u64, deaf: bool) -> Result<bool, RoomError> {
+        let mut members = lock(&room.members);
+        let member = members.get_mut(&id).ok_or(RoomError::NoParticipant(id))?;
+        if std::mem::replace(&mut member.deaf, deaf) == deaf {
+            return Ok(false);
+        }
+        // Sorted (members are keyed by id): the I/O threads look it up per peer.
+        let list: std::sync::Arc<[u64]> = members.values().filter(|m| m.deaf).map(|m| m.id).collect();
+        drop(members);
+        *lock(&room.deaf) = list;
+        room.publish(RoomEvent::Deaf { id, deaf });
+        Ok(true)
+    }
+
     /// Changes a room: every value is checked before any is applied.
     /// Returns how many participants `mute_all` muted.
     pub(crate) fn update_room(&self, room: &Room, update: RoomUpdate) -> Result<usize, RoomError> {
