@@ -1059,17 +1059,24 @@ fn join_one(
         let media = candidate_addr(&answer);
         return Ok(JoinedPeer { peer, link, ws: Some(ws), location, media, node, redirects });
     }
+    // JSON `{sdp, name}` rather than WHIP's bare SDP: the participant
+    // carries the client's name, as a WebSocket join's does.
     let path = format!("/v1/rooms/{room}/participants");
+    let body = serde_json::json!({ "sdp": offer, "name": name }).to_string();
     let (r, node, redirects) =
-        request_following(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes(), MAX_REDIRECTS)
+        request_following(api, &caller(token), "POST", &path, Some("application/json"), body.as_bytes(), MAX_REDIRECTS)
             .map_err(|e| format!("join request: {e}"))?;
     if r.status != 201 {
         return Err(format!("join refused: {} {}", r.status, r.body.trim()));
     }
-    peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
+    let answer = serde_json::from_str::<serde_json::Value>(&r.body)
+        .ok()
+        .and_then(|v| v["sdp"].as_str().map(str::to_owned))
+        .ok_or_else(|| format!("join answer without an SDP: {}", r.body.trim()))?;
+    peer.accept_answer(&answer, Instant::now()).map_err(|e| e.to_string())?;
     let location = r.header("location").unwrap_or_default().to_owned();
-    let link = link(&r.body)?;
-    Ok(JoinedPeer { peer, link, ws: None, location, media: candidate_addr(&r.body), node, redirects })
+    let link = link(&answer)?;
+    Ok(JoinedPeer { peer, link, ws: None, location, media: candidate_addr(&answer), node, redirects })
 }
 
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
