@@ -794,6 +794,14 @@ fn a_rolling_restart_of_three_nodes_under_tutti_load_keeps_every_call() {
         assert!(moves >= n, "{base}: every client moved at least once: {h}");
         assert_eq!(h["rejoins"].as_u64(), Some(moves), "{base}: every move rejoined: {h}");
         assert_eq!(h["gaps"].as_u64(), Some(moves), "{base}: a gap measured per move: {h}");
+        // A WebSocket client follows `moved` with its ticket, as the page
+        // does; a REST client's call is closed, and it rejoins with its token.
+        let tickets = h["ticket_rejoins"].as_u64().unwrap();
+        if *base == "roll-ws" {
+            assert!(tickets > 0, "{base}: the moved tickets were used: {h}");
+        } else {
+            assert_eq!(tickets, 0, "{base}: {h}");
+        }
         for q in ["gap_p50_ms", "gap_p95_ms", "gap_max_ms"] {
             let v = h[q].as_f64().unwrap_or_else(|| panic!("{base}: no {q}: {h}"));
             assert!((0.0..5_000.0).contains(&v), "{base}: {q} = {v} ms: {h}");

@@ -104,7 +104,7 @@ enum ToWorker {
     /// A client, from the joiner.
     New(NewClient),
     /// A client's rejoin (from a `rejoin-K` thread): its new call, or why not.
-    Rejoined { slot: usize, result: Result<JoinedPeer, String> },
+    Rejoined { slot: usize, result: Result<JoinedPeer, String>, ticket: bool },
 }
 
 /// A client handed from the joiner to its thread.
@@ -253,6 +253,7 @@ impl Sim {
             markers_heard: self.listen.as_ref().map_or(0, |l| l.heard),
             moves: self.hand.moves,
             rejoins: self.hand.rejoins,
+            ticket_rejoins: self.hand.tickets,
             lost_call: self.hand.lost.is_some(),
             gaps_ms: self.hand.gaps_ms.clone(),
             error: self.hand.lost.clone(),
@@ -282,6 +283,8 @@ struct Hand {
     moves: u32,
     /// Moves completed (a new call joined).
     rejoins: u32,
+    /// Of those, joined with a token redeemed from the `moved` ticket.
+    tickets: u32,
     /// Why it could not rejoin (its call is lost).
     lost: Option<String>,
     /// Audio gap of each move: last packet before to first after, ms.
@@ -824,8 +827,11 @@ impl Worker {
                             eprintln!("load-{}: registering a socket: {e}", self.id);
                         }
                     }
-                    ToWorker::Rejoined { slot, result } if slot < self.clients.len() => match result {
-                        Ok(j) => self.swap(slot, j, now),
+                    ToWorker::Rejoined { slot, result, ticket } if slot < self.clients.len() => match result {
+                        Ok(j) => {
+                            self.clients[slot].hand.tickets += u32::from(ticket);
+                            self.swap(slot, j, now);
+                        }
                         Err(e) => self.rejoin_failed(slot, e, now),
                     },
                     ToWorker::Rejoined { .. } => {}
@@ -1149,7 +1155,11 @@ pub fn run(
                 },
                 move |reply: handover::Reply<JoinedPeer>| {
                     if let Some(tx) = deliver.get(reply.thread) {
-                        let _ = tx.send(ToWorker::Rejoined { slot: reply.slot, result: reply.result });
+                        let _ = tx.send(ToWorker::Rejoined {
+                            slot: reply.slot,
+                            result: reply.result,
+                            ticket: reply.ticket,
+                        });
                     }
                 },
                 move || stopping.stop.load(Ordering::Relaxed),

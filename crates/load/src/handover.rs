@@ -76,6 +76,8 @@ pub(crate) struct Reply<T> {
     pub(crate) slot: usize,
     /// The joined call, or why not.
     pub(crate) result: Result<T, String>,
+    /// It joined with a token redeemed from the `moved` ticket (the page's way).
+    pub(crate) ticket: bool,
 }
 
 /// The cluster's API addresses seen so far (the run's `--url`, where rooms
@@ -163,8 +165,11 @@ impl Pool {
                 .spawn(move || {
                     let (join, deliver, stopped) = &*work;
                     while let Some(req) = next(&rx, stopped) {
-                        let result = target(&req, &known).and_then(|t| join(&req, &t));
-                        deliver(Reply { thread: req.thread, slot: req.slot, result });
+                        let (result, ticket) = match target(&req, &known) {
+                            Ok(t) => (join(&req, &t), t.token.is_some()),
+                            Err(e) => (Err(e), false),
+                        };
+                        deliver(Reply { thread: req.thread, slot: req.slot, result, ticket });
                     }
                 })
                 .map_err(|e| format!("starting rejoin-{k}: {e}"))?;

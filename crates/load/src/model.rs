@@ -263,6 +263,9 @@ pub struct ClientSnapshot {
     pub moves: u32,
     /// Moves after which it joined again (through the cluster, same identity).
     pub rejoins: u32,
+    /// Of those, through the `moved` ticket (redeemed at the new node's
+    /// `/v1/rooms/{room}/enter`, as the page does).
+    pub ticket_rejoins: u32,
     /// It could not rejoin: its call is lost.
     pub lost_call: bool,
     /// The audio gap of each completed move, ms: from the last packet

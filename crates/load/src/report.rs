@@ -214,6 +214,10 @@ pub struct HandoverSummary {
     pub moves: u64,
     /// Moves completed: the client joined again, with the same identity.
     pub rejoins: u64,
+    /// Of those, through a `moved` ticket (the page's way); the others
+    /// joined through a node with the run's token (a call closed by its
+    /// node, or no ticket).
+    pub ticket_rejoins: u64,
     /// Clients that moved at least once.
     pub clients_moved: usize,
     /// Clients that could not rejoin (every try failed): lost calls.
@@ -239,6 +243,7 @@ impl HandoverSummary {
         Self {
             moves,
             rejoins,
+            ticket_rejoins: clients.iter().map(|c| u64::from(c.ticket_rejoins)).sum(),
             clients_moved: clients.iter().filter(|c| c.moves > 0).count(),
             lost_calls: clients.iter().filter(|c| c.lost_call).count(),
             rejoining: clients.iter().filter(|c| !c.lost_call && c.moves > c.rejoins).count(),
@@ -253,10 +258,11 @@ impl HandoverSummary {
     pub fn to_text(&self) -> String {
         let ms = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.0}"));
         format!(
-            "hand-over: {} moves of {} clients, {} rejoined, {} lost calls, {} rejoining | audio gap per move ms p50/p95/max {}/{}/{} ({} gaps)",
+            "hand-over: {} moves of {} clients, {} rejoined ({} with the moved ticket), {} lost calls, {} rejoining | audio gap per move ms p50/p95/max {}/{}/{} ({} gaps)",
             self.moves,
             self.clients_moved,
             self.rejoins,
+            self.ticket_rejoins,
             self.lost_calls,
             self.rejoining,
             ms(self.gap_p50_ms),
@@ -460,6 +466,7 @@ fn all_clients(s: &RunState<'_>) -> Vec<ClientSnapshot> {
             markers_heard: 0,
             moves: 0,
             rejoins: 0,
+            ticket_rejoins: 0,
             lost_call: false,
             gaps_ms: Vec::new(),
             error: Some(error.clone()),
