@@ -618,7 +618,8 @@ impl LoadRun {
             .args(["load", "--url", &format!("http://{api}"), "--room", base])
             .args(["--rooms", &rooms.to_string(), "-n", &(rooms * size).to_string()])
             // Until stopped (bounded: 10 min), joins 20 ms apart, summaries every 5 s.
-            .args(["--life", "600", "--cint", "20", "--sint", "5000", "--warmup", "1", "--threads", "1"])
+            .args(["--life", "600", "--cint", "20", "--sint", "5000", "--warmup", "1"])
+            .args(["--threads", if rooms * size >= 100 { "2" } else { "1" }])
             .args(["--talkers", "0.3", "--probes", "1", "--probe-listeners", "2", "--details", "0"])
             .args(["--report", report.to_str().unwrap()])
             .args(extra)

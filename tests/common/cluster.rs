@@ -172,7 +172,8 @@ impl Node {
             .env("TUTTI_SHUTDOWN_TIMEOUT_SECONDS", "2")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
+            // Appended: a node restarted at the same address keeps its earlier log.
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file"))
             .spawn()
             .expect("tutti serve starts");
         Self { id, api, metrics: SocketAddr::new(ip, metrics_port), child: Some(child), log }

@@ -62,6 +62,9 @@ const WS_TOKEN: usize = 1 << 30;
 const WS_PUMPS_PER_EVENT: usize = 4;
 /// How often each thread publishes its clients' figures.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+/// How long an old WebSocket, closed after its client moved, may take to
+/// finish the close handshake before it is dropped anyway.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Threads that rejoin moved clients (joins block on HTTP; a drain moves a
 /// node's clients at once).
 const REJOIN_THREADS: usize = 4;
@@ -303,6 +306,8 @@ struct Worker {
     rejoin: Option<Sender<handover::Request>>,
     /// Clients whose rejoin is tried again at a time (backoff).
     retries: BinaryHeap<Reverse<(Instant, usize)>>,
+    /// Old WebSockets of moved clients finishing their close handshake (until a time).
+    closing: Vec<(EventSocket, Instant)>,
     room_names: Arc<Vec<String>>,
     material: Arc<Material>,
     cfg: WorkerConfig,
@@ -531,6 +536,10 @@ impl Worker {
         if let Some(mut old) = c.ws.take() {
             old.deregister(registry);
             old.close();
+            // Kept until the server answers the close: dropped now, with
+            // unread events in its buffer, the connection would be reset,
+            // and the server would keep the old participant for a resume.
+            self.closing.push((old, now + CLOSE_WAIT));
         }
         if let Some(ws) = &j.ws
             && let Err(e) = ws.register(registry, Token(WS_TOKEN + i))
@@ -878,6 +887,11 @@ impl Worker {
             if now >= next_publish {
                 self.publish(now);
                 next_publish = now + PUBLISH_EVERY;
+                // Old sockets read to their close (bounded per socket; dropped at their time).
+                self.closing.retain_mut(|(ws, until)| {
+                    ws.pump();
+                    ws.open && now < *until
+                });
             }
             let mut wake = due.min(next_publish);
             if let Some(&Reverse((t, _))) = self.timers.peek() {
@@ -1179,6 +1193,7 @@ pub fn run(
             shared: shared.clone(),
             rejoin: pool.as_ref().map(handover::Pool::sender),
             retries: BinaryHeap::new(),
+            closing: Vec::new(),
             room_names: room_names.clone(),
             material: material.clone(),
             cfg: wcfg.clone(),
