@@ -794,7 +794,10 @@ fn a_rolling_restart_of_three_nodes_under_tutti_load_keeps_every_call() {
         let moves = h["moves"].as_u64().unwrap();
         assert!(moves >= n, "{base}: every client moved at least once: {h}");
         assert_eq!(h["rejoins"].as_u64(), Some(moves), "{base}: every move rejoined: {h}");
-        assert_eq!(h["gaps"].as_u64(), Some(moves), "{base}: a gap measured per move: {h}");
+        // A gap per move (moves in a row with no audio between them, one),
+        // at least one per client that moved.
+        let gaps = h["gaps"].as_u64().unwrap();
+        assert!(gaps <= moves && gaps >= h["clients_moved"].as_u64().unwrap(), "{base}: gaps measured: {h}");
         // A WebSocket client follows `moved` with its ticket, as the page
         // does; a REST client's call is closed, and it rejoins with its token.
         let tickets = h["ticket_rejoins"].as_u64().unwrap();

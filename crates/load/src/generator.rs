@@ -290,7 +290,8 @@ struct Hand {
     tickets: u32,
     /// Why it could not rejoin (its call is lost).
     lost: Option<String>,
-    /// Audio gap of each move: last packet before to first after, ms.
+    /// Audio gap of each move: last packet before to first after, ms (moves
+    /// in a row with no audio between them make one gap).
     gaps_ms: Vec<f64>,
 }
 
@@ -554,7 +555,9 @@ impl Worker {
         c.polled = true;
         c.state = ClientState::Connecting;
         c.timer = None;
-        c.gap_from = c.quality.last_arrival.or(c.hand.began);
+        // A move begun before the last one's new call delivered audio: one
+        // gap, from the last audio heard before both.
+        c.gap_from = c.gap_from.or(c.quality.last_arrival).or(c.hand.began);
         c.quality.rebase();
         c.hand.moving = false;
         c.hand.failed = 0;

@@ -269,7 +269,8 @@ pub struct ClientSnapshot {
     /// It could not rejoin: its call is lost.
     pub lost_call: bool,
     /// The audio gap of each completed move, ms: from the last packet
-    /// received before the move to the first received after.
+    /// received before the move to the first received after (moves in a row
+    /// with no audio between them make one gap).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gaps_ms: Vec<f64>,
     /// Its room WebSocket, when it holds one.

@@ -224,7 +224,8 @@ pub struct HandoverSummary {
     pub lost_calls: usize,
     /// Clients still rejoining when the figures were taken.
     pub rejoining: usize,
-    /// Gaps measured (completed moves whose new call delivered audio).
+    /// Gaps measured (completed moves whose new call delivered audio; moves
+    /// in a row with no audio between them make one gap).
     pub gaps: usize,
     /// Audio gap per move, ms: from the last packet before to the first after (median).
     pub gap_p50_ms: Option<f64>,
