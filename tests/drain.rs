@@ -817,3 +817,47 @@ fn a_rolling_restart_of_three_nodes_under_tutti_load_keeps_every_call() {
     }
     eprintln!("rolling restart under tutti load: {clients} clients, 0 lost calls, longest gap {gaps_max:.0} ms");
 }
+
+/// `tutti load`'s rejoins are bounded: a client whose call ends and whose
+/// room is gone (deleted: there is nothing to rejoin) tries
+/// `rejoin_attempts` times, then counts as a lost call, with the reason.
+#[test]
+fn a_load_client_that_cannot_rejoin_counts_as_a_lost_call() {
+    let (rt, server, token) = common::loopback_server();
+    let api = server.http_addr();
+    let mut load = tutti_load::LoadConfig::new(api, 4);
+    load.room = "gone".into();
+    load.token = Some(token.clone());
+    load.join_interval = Duration::from_millis(10);
+    load.warmup = Duration::from_millis(500);
+    load.life = Some(Duration::from_secs(6));
+    load.probe_talkers = 0;
+    load.probe_listeners = 0;
+    load.rejoin_attempts = 2;
+    let run = std::thread::spawn(move || {
+        tutti_load::run(&load, &std::sync::atomic::AtomicBool::new(false), &mut |_| {}).expect("the run completes")
+    });
+    // Once all four are in, the room goes: their calls end, and nothing can be rejoined.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = request_as(api, &Requester::token(&token), "GET", "/v1/rooms/gone", None, b"").unwrap();
+        if r.status == 200 && json(&r)["participants"].as_array().is_some_and(|p| p.len() == 4) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the four joined: {}", r.body);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let r = request_as(api, &Requester::token(&token), "DELETE", "/v1/rooms/gone", None, b"").unwrap();
+    assert_eq!(r.status, 204, "{}", r.body);
+    let report = run.join().unwrap();
+    let h = &report.summary.handover;
+    eprintln!("{}", h.to_text());
+    assert_eq!((h.moves, h.rejoins, h.lost_calls, h.rejoining), (4, 0, 4, 0), "{}", report.summary.to_text());
+    for c in &report.clients {
+        assert!(c.figures.lost_call, "client {}", c.figures.index);
+        let why = c.figures.error.as_deref().unwrap_or("");
+        assert!(why.contains("2 rejoin tries failed"), "client {}: {why}", c.figures.index);
+    }
+    rt.block_on(server.shutdown());
+}
