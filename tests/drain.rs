@@ -620,7 +620,10 @@ impl LoadRun {
             // Until stopped (bounded: 10 min), joins 20 ms apart, summaries every 5 s.
             .args(["--life", "600", "--cint", "20", "--sint", "5000", "--warmup", "1"])
             .args(["--threads", if rooms * size >= 100 { "2" } else { "1" }])
-            .args(["--talkers", "0.3", "--probes", "1", "--probe-listeners", "2", "--details", "0"])
+            // ROLLING_TALKERS: the talkers' share (a room nobody talks in gets a
+            // DTX frame every 400 ms, so its gaps are known to within that).
+            .args(["--talkers", &std::env::var("ROLLING_TALKERS").unwrap_or_else(|_| "0.3".into())])
+            .args(["--probes", "1", "--probe-listeners", "2", "--details", "0"])
             .args(["--report", report.to_str().unwrap()])
             .args(extra)
             .env("TOKEN", token)
@@ -724,7 +727,8 @@ fn a_rolling_restart_of_three_nodes_under_tutti_load_keeps_every_call() {
     // The binary of the nodes and of `tutti load`: this build's, or
     // ROLLING_BIN (e.g. target/release/tutti) for a measurement, with
     // ROLLING_ROOMS rooms of ROLLING_ROOM_SIZE over the room WebSocket and
-    // ROLLING_REST_ROOMS more joined over REST (no socket).
+    // ROLLING_REST_ROOMS more joined over REST (no socket), ROLLING_TALKERS
+    // of them talking.
     let bin = std::env::var_os("ROLLING_BIN")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_tutti").into());
