@@ -591,3 +591,277 @@ fn a_rolling_restart_of_three_nodes_keeps_every_call() {
     assert!(rejoins >= 3, "rooms moved: {rejoins} rejoins");
     assert!(at(1.0) < Duration::from_secs(5), "every gap under 5 s: {gaps:?}");
 }
+
+/// A `tutti load` process (the real binary), stopped (SIGTERM, then
+/// killed) when dropped; it writes its JSON report when it stops.
+struct LoadRun {
+    child: Option<std::process::Child>,
+    report: std::path::PathBuf,
+    out: std::path::PathBuf,
+}
+
+impl LoadRun {
+    /// `tutti load` into `rooms` rooms `<base>-<i>` of `size` clients
+    /// through `api`, with `token` (`TOKEN`), until stopped; `extra` flags.
+    fn start(
+        bin: &std::path::Path,
+        api: SocketAddr,
+        token: &str,
+        base: &str,
+        rooms: usize,
+        size: usize,
+        extra: &[&str],
+    ) -> Self {
+        let dir = common::cluster::temp_dir("load");
+        let (report, out) = (dir.join(format!("{base}.json")), dir.join(format!("{base}.txt")));
+        let child = std::process::Command::new(bin)
+            .args(["load", "--url", &format!("http://{api}"), "--room", base])
+            .args(["--rooms", &rooms.to_string(), "-n", &(rooms * size).to_string()])
+            // Until stopped (bounded: 10 min), joins 20 ms apart, summaries every 5 s.
+            .args(["--life", "600", "--cint", "20", "--sint", "5000", "--warmup", "1"])
+            .args(["--threads", if rooms * size >= 100 { "2" } else { "1" }])
+            // ROLLING_TALKERS: the talkers' share (a room nobody talks in gets a
+            // DTX frame every 400 ms, so its gaps are known to within that).
+            .args(["--talkers", &std::env::var("ROLLING_TALKERS").unwrap_or_else(|_| "0.3".into())])
+            .args(["--probes", "1", "--probe-listeners", "2", "--details", "0"])
+            .args(["--report", report.to_str().unwrap()])
+            .args(extra)
+            .env("TOKEN", token)
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("tutti load starts");
+        Self { child: Some(child), report, out }
+    }
+
+    /// Stops it (SIGTERM: it reports and leaves) and returns its JSON report.
+    fn stop(&mut self) -> serde_json::Value {
+        let mut child = self.child.take().unwrap();
+        kill(nix::unistd::Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "tutti load still runs 60 s after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        eprintln!("---- tutti load ({status}) ----\n{text}");
+        serde_json::from_str(&std::fs::read_to_string(&self.report).expect("the JSON report")).expect("JSON")
+    }
+}
+
+impl Drop for LoadRun {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `(identity, name)` of every participant of `room`, asked of the node
+/// that holds it (found through `entry`); `None` while no node answers for it.
+fn members(entry: SocketAddr, nodes: &[Node], admin: &str, room: &str) -> Option<Vec<(String, String)>> {
+    let path = format!("/v1/rooms/{room}");
+    let get = |at: SocketAddr, who: &Requester<'_>, path: &str| request_as(at, who, "GET", path, None, b"").ok();
+    // Any node answers (a 307 to the owner, with a ticket); the owner lists the participants.
+    let mut r = get(entry, &Requester::token(admin), &path)?;
+    if r.status == 307 {
+        let (at, p) = tutti_client::split_location(r.header("location")?)?;
+        r = get(at, &Requester::default(), &p)?;
+    }
+    let v: serde_json::Value = serde_json::from_str(&r.body).ok()?;
+    let owner = nodes.iter().find(|n| v["room"]["node"] == n.id.as_str())?;
+    let r = get(owner.api, &Requester::token(admin), &path)?;
+    let v: serde_json::Value = serde_json::from_str(&r.body).ok().filter(|_| r.status == 200)?;
+    let mut who: Vec<(String, String)> = v["participants"]
+        .as_array()?
+        .iter()
+        .map(|p| (p["identity"].as_str().unwrap_or("").to_owned(), p["name"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    who.sort();
+    Some(who)
+}
+
+/// Waits (bounded by `within`) until each room `<base>-<r>` holds its
+/// clients: `load-<i>` for every client `i` the report's join order puts
+/// there, once each, with the admin's identity. Returns the rooms' lists.
+fn until_every_call_is_in(
+    entry: SocketAddr,
+    nodes: &[Node],
+    admin: &str,
+    fleets: &[(&str, usize, usize)],
+    within: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut wrong = Vec::new();
+        for &(base, rooms, size) in fleets {
+            // Joins go round-robin over equal rooms: client i is in room i mod rooms.
+            for r in 0..rooms {
+                let room = format!("{base}-{r}");
+                let want: Vec<(String, String)> =
+                    (0..size).map(|k| ("ops".to_owned(), format!("load-{}", k * rooms + r))).collect();
+                let mut want = want;
+                want.sort();
+                match members(entry, nodes, admin, &room) {
+                    Some(who) if who == want => {}
+                    got => wrong.push(format!("{room}: {got:?} (want {want:?})")),
+                }
+            }
+        }
+        if wrong.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(wrong.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_rolling_restart_of_three_nodes_under_tutti_load_keeps_every_call() {
+    // The binary of the nodes and of `tutti load`: this build's, or
+    // ROLLING_BIN (e.g. target/release/tutti) for a measurement, with
+    // ROLLING_ROOMS rooms of ROLLING_ROOM_SIZE over the room WebSocket and
+    // ROLLING_REST_ROOMS more joined over REST (no socket), ROLLING_TALKERS
+    // of them talking.
+    let bin = std::env::var_os("ROLLING_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tutti").into());
+    let setting = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (rooms, size, rest_rooms) =
+        (setting("ROLLING_ROOMS", 2), setting("ROLLING_ROOM_SIZE", 4).max(2), setting("ROLLING_REST_ROOMS", 1));
+    let redis = Redis::start();
+    let ports = shared_ports();
+    let env = [
+        ("TUTTI_DRAIN_SECONDS", "20"),
+        ("TUTTI_CLUSTER_CAPACITY", "1000"),
+        // Every simulated client comes from 127.0.0.1.
+        ("TUTTI_LIMITS_MAX_CONNECTIONS_PER_ADDRESS", "10000"),
+    ];
+    let start = |n: usize| Node::start_bin(&bin, n as u8 + 2, ports, &redis, &env);
+    let mut nodes: Vec<Node> = (0..3).map(start).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(3600), unix_now()).unwrap();
+    let entry = nodes[0].api;
+    let mut fleets = vec![("roll-ws", rooms, size)];
+    let mut loads = vec![LoadRun::start(&bin, entry, &admin, "roll-ws", rooms, size, &[])];
+    if rest_rooms > 0 {
+        fleets.push(("roll-rest", rest_rooms, size));
+        loads.push(LoadRun::start(&bin, entry, &admin, "roll-rest", rest_rooms, size, &["--no-ws"]));
+    }
+    let clients: usize = fleets.iter().map(|(_, r, s)| r * s).sum();
+    until_every_call_is_in(entry, &nodes, &admin, &fleets, Duration::from_secs(30 + clients as u64 / 5))
+        .unwrap_or_else(|e| panic!("the fleet did not join:\n{e}"));
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Each node in turn: SIGTERM, its exit (its rooms handed over, its
+    // clients moved), the new version at the same address.
+    let started = Instant::now();
+    for n in 0..nodes.len() {
+        let child = nodes[n].child.as_mut().unwrap();
+        kill(nix::unistd::Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        let signalled = Instant::now();
+        exits_cleanly(child, signalled, Duration::from_secs(30), "SIGTERM", pause);
+        eprintln!("{} drained and exited in {:?}", nodes[n].id, signalled.elapsed());
+        nodes[n].child = None;
+        nodes[n] = start(n);
+        nodes[n].wait_ready();
+        // The next node goes once every call is back in.
+        until_every_call_is_in(nodes[(n + 1) % 3].api, &nodes, &admin, &fleets, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("after {} restarted, calls are missing:\n{e}", nodes[n].id));
+    }
+    eprintln!("rolling restart of 3 nodes in {:?}", started.elapsed());
+    // Every client in its call, with the same identity, at the end: and hearing it.
+    std::thread::sleep(Duration::from_secs(3));
+    until_every_call_is_in(entry, &nodes, &admin, &fleets, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("at the end, calls are missing:\n{e}"));
+
+    let mut gaps_max = 0.0f64;
+    for ((base, r, s), load) in fleets.iter().zip(&mut loads) {
+        let report = load.stop();
+        let sum = &report["summary"];
+        let h = &sum["handover"];
+        eprintln!("{base}: {h}");
+        let n = (r * s) as u64;
+        assert_eq!(sum["connected"].as_u64(), Some(n), "{base}: every client connected at the end: {sum}");
+        assert_eq!(h["lost_calls"], 0, "{base}: no call lost: {h}");
+        assert_eq!(h["rejoining"], 0, "{base}: nobody still rejoining: {h}");
+        // Three restarts: each room moved at least twice (off its node, and off the next one's).
+        let moves = h["moves"].as_u64().unwrap();
+        assert!(moves >= n, "{base}: every client moved at least once: {h}");
+        assert_eq!(h["rejoins"].as_u64(), Some(moves), "{base}: every move rejoined: {h}");
+        // A gap per move (moves in a row with no audio between them, one),
+        // at least one per client that moved.
+        let gaps = h["gaps"].as_u64().unwrap();
+        assert!(gaps <= moves && gaps >= h["clients_moved"].as_u64().unwrap(), "{base}: gaps measured: {h}");
+        // A WebSocket client follows `moved` with its ticket, as the page
+        // does; a REST client's call is closed, and it rejoins with its token.
+        let tickets = h["ticket_rejoins"].as_u64().unwrap();
+        if *base == "roll-ws" {
+            assert!(tickets > 0, "{base}: the moved tickets were used: {h}");
+        } else {
+            assert_eq!(tickets, 0, "{base}: {h}");
+        }
+        for q in ["gap_p50_ms", "gap_p95_ms", "gap_max_ms"] {
+            let v = h[q].as_f64().unwrap_or_else(|| panic!("{base}: no {q}: {h}"));
+            assert!((0.0..5_000.0).contains(&v), "{base}: {q} = {v} ms: {h}");
+        }
+        gaps_max = gaps_max.max(h["gap_max_ms"].as_f64().unwrap());
+        // A move is not loss: the clients' streams were rebased across it.
+        let loss = sum["loss_total_percent"].as_f64().unwrap();
+        assert!(loss < 5.0, "{base}: loss {loss} % across the moves: {sum}");
+    }
+    eprintln!("rolling restart under tutti load: {clients} clients, 0 lost calls, longest gap {gaps_max:.0} ms");
+}
+
+/// `tutti load`'s rejoins are bounded: a client whose call ends and whose
+/// room is gone (deleted: there is nothing to rejoin) tries
+/// `rejoin_attempts` times, then counts as a lost call, with the reason.
+#[test]
+fn a_load_client_that_cannot_rejoin_counts_as_a_lost_call() {
+    let (rt, server, token) = common::loopback_server();
+    let api = server.http_addr();
+    let mut load = tutti_load::LoadConfig::new(api, 4);
+    load.room = "gone".into();
+    load.token = Some(token.clone());
+    load.join_interval = Duration::from_millis(10);
+    load.warmup = Duration::from_millis(500);
+    load.life = Some(Duration::from_secs(6));
+    load.probe_talkers = 0;
+    load.probe_listeners = 0;
+    load.rejoin_attempts = 2;
+    let run = std::thread::spawn(move || {
+        tutti_load::run(&load, &std::sync::atomic::AtomicBool::new(false), &mut |_| {}).expect("the run completes")
+    });
+    // Once all four are in, the room goes: their calls end, and nothing can be rejoined.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = request_as(api, &Requester::token(&token), "GET", "/v1/rooms/gone", None, b"").unwrap();
+        if r.status == 200 && json(&r)["participants"].as_array().is_some_and(|p| p.len() == 4) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the four joined: {}", r.body);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let r = request_as(api, &Requester::token(&token), "DELETE", "/v1/rooms/gone", None, b"").unwrap();
+    assert_eq!(r.status, 204, "{}", r.body);
+    let report = run.join().unwrap();
+    let h = &report.summary.handover;
+    eprintln!("{}", h.to_text());
+    assert_eq!((h.moves, h.rejoins, h.lost_calls, h.rejoining), (4, 0, 4, 0), "{}", report.summary.to_text());
+    for c in &report.clients {
+        assert!(c.figures.lost_call, "client {}", c.figures.index);
+        let why = c.figures.error.as_deref().unwrap_or("");
+        assert!(why.contains("2 rejoin tries failed"), "client {}: {why}", c.figures.index);
+    }
+    rt.block_on(server.shutdown());
+}

@@ -131,7 +131,14 @@ impl Node {
     }
 
     /// [`Node::start`] with more `TUTTI_*` settings (they win over the test's).
-    pub fn start_with(
+    pub fn start_with(n: u8, ports: (u16, u16, u16), redis: &Redis, env: &[(&str, &str)]) -> Self {
+        Self::start_bin(std::path::Path::new(env!("CARGO_BIN_EXE_tutti")), n, ports, redis, env)
+    }
+
+    /// [`Node::start_with`] from the `tutti` binary at `bin` (e.g. a release
+    /// build, for a measurement).
+    pub fn start_bin(
+        bin: &std::path::Path,
         n: u8,
         (http_port, metrics_port, media_port): (u16, u16, u16),
         redis: &Redis,
@@ -141,7 +148,7 @@ impl Node {
         let api = SocketAddr::new(ip, http_port);
         let id = format!("node-{n}");
         let log = temp_dir("logs").join(format!("{id}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        let child = Command::new(bin)
             .args(["serve", "--http", &api.to_string(), "--media", &format!("{ip}:{media_port}")])
             .args(["--metrics", &format!("{ip}:{metrics_port}")])
             .env("TUTTI_AUTH_SECRET", SECRET)
@@ -165,7 +172,8 @@ impl Node {
             .env("TUTTI_SHUTDOWN_TIMEOUT_SECONDS", "2")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
+            // Appended: a node restarted at the same address keeps its earlier log.
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file"))
             .spawn()
             .expect("tutti serve starts");
         Self { id, api, metrics: SocketAddr::new(ip, metrics_port), child: Some(child), log }

@@ -176,6 +176,13 @@ pub struct LoadArgs {
     /// `--set 'webhooks.urls=["http://127.0.0.1:9100/"]'` and an `auth.secret`.
     #[arg(long)]
     pub webhook_listen: Option<SocketAddr>,
+    /// When a client's call moves (a cluster node drains: the room's
+    /// WebSocket says `moved`, or the node closes the call), it rejoins the
+    /// room through the cluster with the same identity: at most this many
+    /// tries (250 ms, 500 ms, 1 s, then 2 s apart), then its call counts as
+    /// lost. 0: a closed call stays closed.
+    #[arg(long, default_value_t = 8)]
+    pub rejoin_attempts: u32,
 }
 
 /// `tutti capacity`: the largest room that meets the SLO.
@@ -353,6 +360,7 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     cfg.speech = args.clip.as_deref().map(crate::audio::read_wav).transpose()?;
     cfg.server_cpu = cpu_source(args.metrics_url.as_deref(), args.server_pid)?;
     cfg.record = args.record;
+    cfg.rejoin_attempts = args.rejoin_attempts;
     let hooks = args.webhook_listen.map(crate::webhooks::Receiver::start).transpose()?;
     if let Some(h) = &hooks {
         println!("webhook receiver on http://{}/", h.addr());

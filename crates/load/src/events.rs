@@ -58,6 +58,30 @@ pub(crate) struct EventSocket {
     pub(crate) since: Instant,
     /// Why it closed.
     pub(crate) closed: Option<String>,
+    /// The room was handed to another node (a drain's `moved`), not yet acted on.
+    pub(crate) moved: Option<Moved>,
+}
+
+/// Where a `moved` message sends the client: the room's new node, and the
+/// single-use ticket for its `/v1/rooms/{room}/enter` (absent when the
+/// cluster hands out none, e.g. with auth off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Moved {
+    /// The new node's API address.
+    pub(crate) api: SocketAddr,
+    /// The ticket, if any.
+    pub(crate) ticket: Option<String>,
+}
+
+impl Moved {
+    /// The target of a `moved` message's text; `None` when its `api_url` is unusable.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        let url = v["api_url"].as_str()?;
+        let (api, _) = tutti_client::split_location(&format!("{}/", url.trim_end_matches('/')))?;
+        let ticket = v["ticket"].as_str().filter(|t| !t.is_empty()).map(str::to_owned);
+        Some(Self { api, ticket })
+    }
 }
 
 fn kind(text: &str) -> Option<&str> {
@@ -80,7 +104,16 @@ impl EventSocket {
             tungstenite::HandshakeError::Failure(WsError::Http(r)) => format!("WebSocket refused: {}", r.status()),
             e => format!("WebSocket handshake: {e}"),
         })?;
-        Ok(Self { ws, open: true, snapshot: false, messages: 0, bytes: 0, since: Instant::now(), closed: None })
+        Ok(Self {
+            ws,
+            open: true,
+            snapshot: false,
+            messages: 0,
+            bytes: 0,
+            since: Instant::now(),
+            closed: None,
+            moved: None,
+        })
     }
 
     /// [`EventSocket::connect`] on a cluster: a node that does not hold the
@@ -131,8 +164,11 @@ impl EventSocket {
             _ => {}
         }
         let text = text?;
-        if kind(&text) == Some("room") {
-            self.snapshot = true;
+        match kind(&text) {
+            Some("room") => self.snapshot = true,
+            // A drain handed the room over: the generator rejoins there.
+            Some("moved") => self.moved = Moved::parse(&text),
+            _ => {}
         }
         Some(text)
     }
@@ -185,6 +221,12 @@ impl EventSocket {
     pub(crate) fn register(&self, registry: &mio::Registry, token: mio::Token) -> std::io::Result<()> {
         let fd = self.ws.get_ref().as_raw_fd();
         registry.register(&mut mio::unix::SourceFd(&fd), token, mio::Interest::READABLE)
+    }
+
+    /// Takes the socket off `registry` (before it is closed and dropped).
+    pub(crate) fn deregister(&self, registry: &mio::Registry) {
+        let fd = self.ws.get_ref().as_raw_fd();
+        let _ = registry.deregister(&mut mio::unix::SourceFd(&fd));
     }
 
     /// Reads what has arrived (non-blocking), counting it, and flushes any

@@ -15,7 +15,7 @@
 //! clients: the read time).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +32,8 @@ use crate::LoadError;
 use crate::arrival;
 use crate::audio::{Frame, Material};
 use crate::cpu::CpuMark;
-use crate::events::EventSocket;
+use crate::events::{EventSocket, Moved};
+use crate::handover::{self, Known};
 use crate::marker::{MAX_PROBES, MarkerDetector};
 use crate::model::{
     ClientSnapshot, ClientState, Detection, Lateness, LoadConfig, MarkerSent, Role, SilenceMode, ThreadView, WsFigures,
@@ -61,6 +62,12 @@ const WS_TOKEN: usize = 1 << 30;
 const WS_PUMPS_PER_EVENT: usize = 4;
 /// How often each thread publishes its clients' figures.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+/// How long an old WebSocket, closed after its client moved, may take to
+/// finish the close handshake before it is dropped anyway.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// Threads that rejoin moved clients (joins block on HTTP; a drain moves a
+/// node's clients at once).
+const REJOIN_THREADS: usize = 4;
 
 /// What a run tells its observer as it goes.
 #[derive(Debug)]
@@ -86,11 +93,21 @@ pub(crate) struct Shared {
     pub(crate) markers: Mutex<Vec<MarkerSent>>,
     pub(crate) detections: Mutex<Vec<Detection>>,
     views: Vec<Mutex<ThreadView>>,
+    /// Where each rejoined client's participant is now (node, location), for the final DELETE.
+    locations: Mutex<HashMap<usize, (SocketAddr, String)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panicked thread's data is still the best figures there are.
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a `load-N` thread is handed.
+enum ToWorker {
+    /// A client, from the joiner.
+    New(NewClient),
+    /// A client's rejoin (from a `rejoin-K` thread): its new call, or why not.
+    Rejoined { slot: usize, result: Result<JoinedPeer, String>, ticket: bool },
 }
 
 /// A client handed from the joiner to its thread.
@@ -104,6 +121,8 @@ struct NewClient {
     peer: ClientPeer,
     link: NewLink,
     joined_at: Instant,
+    /// The node (API address) that answered its join.
+    node: SocketAddr,
 }
 
 /// A client's way to the media port, as the joiner made it.
@@ -175,6 +194,11 @@ struct Sim {
     marker_frame: Option<usize>,
     listen: Option<Listen>,
     quality: StreamQuality,
+    /// After a move: the last packet's arrival on the old call, until the
+    /// first packet on the new one measures the gap.
+    gap_from: Option<Instant>,
+    /// Its moves between nodes (cold: touched on a move only).
+    hand: Hand,
     sent: u64,
     /// Frames are due from here (the window start or the first packet).
     since: Option<Instant>,
@@ -230,7 +254,12 @@ impl Sim {
             },
             own_marker_peak: self.probe.and_then(|p| self.listen.as_ref().map(|l| l.detector.peak(p))),
             markers_heard: self.listen.as_ref().map_or(0, |l| l.heard),
-            error: None,
+            moves: self.hand.moves,
+            rejoins: self.hand.rejoins,
+            ticket_rejoins: self.hand.tickets,
+            lost_call: self.hand.lost.is_some(),
+            gaps_ms: self.hand.gaps_ms.clone(),
+            error: self.hand.lost.clone(),
             connected_at: self.connected_at,
             lean_receive: {
                 let r = self.peer.receive_stats();
@@ -240,14 +269,47 @@ impl Sim {
     }
 }
 
+/// A client's moves: a drain's `moved`, or its call closed by its node.
+#[derive(Default)]
+struct Hand {
+    /// A rejoin is asked for or waits for its next try.
+    moving: bool,
+    /// Tries of the current move that failed.
+    failed: u32,
+    /// Where `moved` said to go (its ticket used by the first try).
+    moved: Option<Moved>,
+    /// When the current move began.
+    began: Option<Instant>,
+    /// The node (API address) its call is on.
+    node: Option<SocketAddr>,
+    /// Moves begun.
+    moves: u32,
+    /// Moves completed (a new call joined).
+    rejoins: u32,
+    /// Of those, joined with a token redeemed from the `moved` ticket.
+    tickets: u32,
+    /// Why it could not rejoin (its call is lost).
+    lost: Option<String>,
+    /// Audio gap of each move: last packet before to first after, ms (moves
+    /// in a row with no audio between them make one gap).
+    gaps_ms: Vec<f64>,
+}
+
 struct Worker {
     id: usize,
     poll: Poll,
     clients: Vec<Sim>,
     slots: Vec<Vec<usize>>,
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
-    rx: Receiver<NewClient>,
+    rx: Receiver<ToWorker>,
     shared: Arc<Shared>,
+    /// Asks the rejoin threads (`None`: a closed call stays closed).
+    rejoin: Option<Sender<handover::Request>>,
+    /// Clients whose rejoin is tried again at a time (backoff).
+    retries: BinaryHeap<Reverse<(Instant, usize)>>,
+    /// Old WebSockets of moved clients finishing their close handshake (until a time).
+    closing: Vec<(EventSocket, Instant)>,
+    room_names: Arc<Vec<String>>,
     material: Arc<Material>,
     cfg: WorkerConfig,
     lateness: Lateness,
@@ -265,6 +327,10 @@ struct WorkerConfig {
     seed: u64,
     marker_period: Duration,
     probes: usize,
+    /// Tries of one rejoin before the call counts as lost.
+    rejoin_attempts: u32,
+    /// Clients read through tutti's lean SRTP receive.
+    lean_receive: bool,
 }
 
 fn send_all(peer: &mut ClientPeer, link: &mut Link) {
@@ -288,9 +354,9 @@ fn send_all(peer: &mut ClientPeer, link: &mut Link) {
 }
 
 impl Worker {
-    fn add(&mut self, c: NewClient, now: Instant) -> std::io::Result<()> {
-        let i = self.clients.len();
-        let link = match c.link {
+    /// Registers a joined client's link with the poll under `i`.
+    fn register(&self, link: NewLink, i: usize) -> std::io::Result<Link> {
+        Ok(match link {
             NewLink::Udp(socket) => {
                 let mut socket = mio::net::UdpSocket::from_std(socket);
                 self.poll.registry().register(&mut socket, Token(i), Interest::READABLE)?;
@@ -310,7 +376,12 @@ impl Worker {
                     broken: false,
                 }))
             }
-        };
+        })
+    }
+
+    fn add(&mut self, c: NewClient, now: Instant) -> std::io::Result<()> {
+        let i = self.clients.len();
+        let link = self.register(c.link, i)?;
         if let Some(ws) = &c.ws {
             ws.register(self.poll.registry(), Token(WS_TOKEN + i))?;
         }
@@ -346,6 +417,8 @@ impl Worker {
             marker_frame: None,
             listen,
             quality: StreamQuality::default(),
+            gap_from: None,
+            hand: Hand { node: Some(c.node), ..Hand::default() },
             sent: 0,
             since: None,
             timer: None,
@@ -361,13 +434,141 @@ impl Worker {
     }
 
     /// Reads client `i`'s WebSocket; remembers it when more may be waiting.
-    fn read_ws(&mut self, i: usize) {
+    /// A `moved` (the room handed over) or a socket closed by the server
+    /// starts the client's move.
+    fn read_ws(&mut self, i: usize, now: Instant) {
         let Some(ws) = self.clients[i].ws.as_mut() else { return };
+        let mut more = true;
         for _ in 0..WS_PUMPS_PER_EVENT {
-            if !ws.pump() {
-                return;
+            more = ws.pump();
+            if !more {
+                break;
             }
         }
+        let (moved, open) = (ws.moved.take(), ws.open);
+        if more && open {
+            self.ws_pending.push(i);
+        }
+        if let Some(m) = moved {
+            self.begin_move(i, Some(m), now);
+        } else if !open {
+            self.begin_move(i, None, now);
+        }
+    }
+
+    /// Client `i`'s call moves: `moved` names where its room went (its
+    /// old call goes on until the new one is joined); `None`: the node
+    /// closed the call. Asks for a rejoin unless one is under way, the
+    /// call is already lost, or rejoins are off.
+    fn begin_move(&mut self, i: usize, moved: Option<Moved>, now: Instant) {
+        let c = &mut self.clients[i];
+        if self.rejoin.is_none() || self.cfg.rejoin_attempts == 0 || c.hand.lost.is_some() {
+            return;
+        }
+        if c.hand.moving {
+            // Under way: a later `moved` says better where to go.
+            if moved.is_some() {
+                c.hand.moved = moved;
+            }
+            return;
+        }
+        c.hand.moving = true;
+        c.hand.failed = 0;
+        c.hand.moves += 1;
+        c.hand.began = Some(now);
+        c.hand.moved = moved;
+        self.ask_rejoin(i);
+    }
+
+    /// Sends client `i`'s next rejoin try to the rejoin threads.
+    fn ask_rejoin(&mut self, i: usize) {
+        let c = &mut self.clients[i];
+        let req = handover::Request {
+            thread: self.id,
+            slot: i,
+            index: c.index,
+            room: self.room_names.get(c.room).cloned().unwrap_or_default(),
+            attempt: c.hand.failed,
+            // The ticket is single-use: the first try takes it.
+            moved: c.hand.moved.take(),
+            current: c.hand.node,
+        };
+        let sent = self.rejoin.as_ref().is_some_and(|tx| tx.send(req).is_ok());
+        if !sent {
+            self.rejoin_failed(i, "the rejoin threads ended".into(), Instant::now());
+        }
+    }
+
+    /// A rejoin try failed: another after a backoff, or the call is lost.
+    fn rejoin_failed(&mut self, i: usize, why: String, now: Instant) {
+        let attempts = self.cfg.rejoin_attempts;
+        let c = &mut self.clients[i];
+        c.hand.failed += 1;
+        if c.hand.failed >= attempts {
+            c.hand.moving = false;
+            c.hand.lost = Some(format!("lost its call: {} rejoin tries failed, the last: {why}", c.hand.failed));
+            c.state = ClientState::Closed;
+        } else {
+            self.retries.push(Reverse((now + handover::backoff(c.hand.failed), i)));
+        }
+    }
+
+    /// Client `i` rejoined: the new call takes the old one's place (the old
+    /// WebSocket is closed only now, so the participant it held there leaves
+    /// once the new one is in), and the stream's baselines start again.
+    fn swap(&mut self, i: usize, j: JoinedPeer, now: Instant) {
+        let link = match self.register(j.link, i) {
+            Ok(l) => l,
+            Err(e) => return self.rejoin_failed(i, format!("registering a socket: {e}"), now),
+        };
+        let registry = self.poll.registry();
+        let c = &mut self.clients[i];
+        match &mut c.link {
+            Link::Udp(socket) if c.polled => {
+                let _ = registry.deregister(socket);
+            }
+            Link::Udp(_) => {}
+            Link::Tcp(side) => {
+                let _ = registry.deregister(&mut side.stream);
+            }
+        }
+        c.peer.close();
+        send_all(&mut c.peer, &mut c.link);
+        if let Some(mut old) = c.ws.take() {
+            old.deregister(registry);
+            old.close();
+            // Kept until the server answers the close: dropped now, with
+            // unread events in its buffer, the connection would be reset,
+            // and the server would keep the old participant for a resume.
+            self.closing.push((old, now + CLOSE_WAIT));
+        }
+        if let Some(ws) = &j.ws
+            && let Err(e) = ws.register(registry, Token(WS_TOKEN + i))
+        {
+            eprintln!("load-{}: registering a WebSocket: {e}", self.id);
+        }
+        let mut peer = j.peer;
+        peer.set_lean_receive(self.cfg.lean_receive);
+        c.peer = peer;
+        c.link = link;
+        c.ws = j.ws;
+        c.polled = true;
+        c.state = ClientState::Connecting;
+        c.timer = None;
+        // A move begun before the last one's new call delivered audio: one
+        // gap, from the last audio heard before both.
+        c.gap_from = c.gap_from.or(c.quality.last_arrival).or(c.hand.began);
+        c.quality.rebase();
+        c.hand.moving = false;
+        c.hand.failed = 0;
+        c.hand.moved = None;
+        c.hand.rejoins += 1;
+        c.hand.node = Some(j.node);
+        let index = c.index;
+        c.peer.handle_timeout(now);
+        send_all(&mut c.peer, &mut c.link);
+        lock(&self.shared.locations).insert(index, (j.node, j.location));
+        self.reschedule(i);
         self.ws_pending.push(i);
     }
 
@@ -457,8 +658,11 @@ impl Worker {
             && side.broken
             && c.state != ClientState::Closed
         {
-            // The server closed the connection: the call is over.
+            // The server closed the connection: the call is over (it moves, if it can).
             c.state = ClientState::Closed;
+            send_all(&mut c.peer, &mut c.link);
+            self.begin_move(i, None, Instant::now());
+            return;
         }
         send_all(&mut c.peer, &mut c.link);
         if timers_moved || c.timer.is_none() {
@@ -470,6 +674,7 @@ impl Worker {
         let marker_period = self.cfg.marker_period;
         let probes = self.cfg.probes.max(1);
         let c = &mut self.clients[i];
+        let mut closed = false;
         while let Some(event) = c.peer.poll_event() {
             match event {
                 ClientEvent::Connected => {
@@ -481,6 +686,9 @@ impl Worker {
                         // ran its callback for every datagram delivered.
                         c.polled = self.poll.registry().deregister(socket).is_err();
                     }
+                    if c.connected_at.is_some() {
+                        continue; // a rejoin: the first connect and the marker schedule stand
+                    }
                     c.connected_at = Some(now);
                     if let Some(p) = c.probe {
                         // Probes take turns: probe p fires p/P of a period after the others.
@@ -488,9 +696,17 @@ impl Worker {
                         c.next_marker = Some(now + Duration::from_secs(1) + offset);
                     }
                 }
-                ClientEvent::Closed => c.state = ClientState::Closed,
+                ClientEvent::Closed => {
+                    c.state = ClientState::Closed;
+                    closed = true;
+                }
                 ClientEvent::Audio(p) => {
                     c.quality.on_packet(now, p.seq, p.timestamp);
+                    if let Some(from) = c.gap_from {
+                        // The first packet after a move.
+                        c.gap_from = None;
+                        c.hand.gaps_ms.push(now.saturating_duration_since(from).as_secs_f64() * 1000.0);
+                    }
                     let Some(l) = &mut c.listen else { continue };
                     let Ok(n) = l.decoder.decode_float(&p.payload, &mut l.pcm, false) else { continue };
                     for onset in l.detector.push(&l.pcm[..n]) {
@@ -504,6 +720,10 @@ impl Worker {
                     }
                 }
             }
+        }
+        if closed {
+            // Its node closed the call (DTLS close_notify): it moves, if it can.
+            self.begin_move(i, None, now);
         }
     }
 
@@ -611,11 +831,31 @@ impl Worker {
             if self.shared.stop.load(Ordering::Relaxed) {
                 break;
             }
-            while let Ok(c) = self.rx.try_recv() {
-                if let Err(e) = self.add(c, now) {
-                    // The client cannot be polled; it stays out of the run.
-                    eprintln!("load-{}: registering a socket: {e}", self.id);
+            while let Ok(m) = self.rx.try_recv() {
+                match m {
+                    ToWorker::New(c) => {
+                        if let Err(e) = self.add(c, now) {
+                            // The client cannot be polled; it stays out of the run.
+                            eprintln!("load-{}: registering a socket: {e}", self.id);
+                        }
+                    }
+                    ToWorker::Rejoined { slot, result, ticket } if slot < self.clients.len() => match result {
+                        Ok(j) => {
+                            self.clients[slot].hand.tickets += u32::from(ticket);
+                            self.swap(slot, j, now);
+                        }
+                        Err(e) => self.rejoin_failed(slot, e, now),
+                    },
+                    ToWorker::Rejoined { .. } => {}
                 }
+            }
+            // Rejoins due again (bounded: each client has one try pending at most).
+            while let Some(&Reverse((t, i))) = self.retries.peek() {
+                if t > now {
+                    break;
+                }
+                self.retries.pop();
+                self.ask_rejoin(i);
             }
             if !self.measuring && self.shared.window_start.get().is_some_and(|&w| now >= w) {
                 self.measuring = true;
@@ -650,9 +890,17 @@ impl Worker {
             if now >= next_publish {
                 self.publish(now);
                 next_publish = now + PUBLISH_EVERY;
+                // Old sockets read to their close (bounded per socket; dropped at their time).
+                self.closing.retain_mut(|(ws, until)| {
+                    ws.pump();
+                    ws.open && now < *until
+                });
             }
             let mut wake = due.min(next_publish);
             if let Some(&Reverse((t, _))) = self.timers.peek() {
+                wake = wake.min(t);
+            }
+            if let Some(&Reverse((t, _))) = self.retries.peek() {
                 wake = wake.min(t);
             }
             let timeout = if self.ws_pending.is_empty() {
@@ -678,15 +926,16 @@ impl Worker {
             // The server sends every participant's mix at once each tick: a
             // burst of hundreds of datagrams per thread. Sending keeps its
             // schedule through it (a bounded amount of receiving between checks).
+            let now = Instant::now();
             for i in std::mem::take(&mut self.ws_pending) {
-                self.read_ws(i);
+                self.read_ws(i, now);
             }
             for (n, ev) in events.iter().enumerate() {
                 let i = ev.token().0;
                 if i < self.clients.len() {
                     self.receive(i);
                 } else if i >= WS_TOKEN && i - WS_TOKEN < self.clients.len() {
-                    self.read_ws(i - WS_TOKEN);
+                    self.read_ws(i - WS_TOKEN, now);
                 }
                 if n % RECEIVES_BETWEEN_SEND_CHECKS == RECEIVES_BETWEEN_SEND_CHECKS - 1 {
                     self.fire_due(start, &mut slot_n, Instant::now());
@@ -833,17 +1082,24 @@ fn join_one(
         let media = candidate_addr(&answer);
         return Ok(JoinedPeer { peer, link, ws: Some(ws), location, media, node, redirects });
     }
+    // JSON `{sdp, name}` rather than WHIP's bare SDP: the participant
+    // carries the client's name, as a WebSocket join's does.
     let path = format!("/v1/rooms/{room}/participants");
+    let body = serde_json::json!({ "sdp": offer, "name": name }).to_string();
     let (r, node, redirects) =
-        request_following(api, &caller(token), "POST", &path, Some("application/sdp"), offer.as_bytes(), MAX_REDIRECTS)
+        request_following(api, &caller(token), "POST", &path, Some("application/json"), body.as_bytes(), MAX_REDIRECTS)
             .map_err(|e| format!("join request: {e}"))?;
     if r.status != 201 {
         return Err(format!("join refused: {} {}", r.status, r.body.trim()));
     }
-    peer.accept_answer(&r.body, Instant::now()).map_err(|e| e.to_string())?;
+    let answer = serde_json::from_str::<serde_json::Value>(&r.body)
+        .ok()
+        .and_then(|v| v["sdp"].as_str().map(str::to_owned))
+        .ok_or_else(|| format!("join answer without an SDP: {}", r.body.trim()))?;
+    peer.accept_answer(&answer, Instant::now()).map_err(|e| e.to_string())?;
     let location = r.header("location").unwrap_or_default().to_owned();
-    let link = link(&r.body)?;
-    Ok(JoinedPeer { peer, link, ws: None, location, media: candidate_addr(&r.body), node, redirects })
+    let link = link(&answer)?;
+    Ok(JoinedPeer { peer, link, ws: None, location, media: candidate_addr(&answer), node, redirects })
 }
 
 /// Runs a load test: joins, drives, measures, reports. Stops at the end of
@@ -870,9 +1126,13 @@ pub fn run(
     };
     let material = Arc::new(Material::new(&speech, probes)?);
     let mut nodes = Nodes::default();
+    // Entries for rejoins: every node seen.
+    let known = Arc::new(Known::default());
+    known.add(cfg.api);
     for (r, name) in room_names.iter().enumerate() {
         let (at, id) = ensure_room_at(cfg.api, cfg.token.as_deref(), name, cfg.record)?;
         nodes.room(r, at, id);
+        known.add(at);
     }
 
     let shared = Arc::new(Shared {
@@ -881,12 +1141,51 @@ pub fn run(
         markers: Mutex::new(Vec::new()),
         detections: Mutex::new(Vec::new()),
         views: (0..threads).map(|_| Mutex::new(ThreadView::default())).collect(),
+        locations: Mutex::new(HashMap::new()),
     });
-    let wcfg = WorkerConfig { silence: cfg.silence, seed: cfg.seed, marker_period: cfg.marker_period, probes };
-    let mut senders: Vec<Sender<NewClient>> = Vec::new();
+    let wcfg = WorkerConfig {
+        silence: cfg.silence,
+        seed: cfg.seed,
+        marker_period: cfg.marker_period,
+        probes,
+        rejoin_attempts: cfg.rejoin_attempts,
+        lean_receive: !cfg.rtc_receive,
+    };
+    let channels: Vec<(Sender<ToWorker>, Receiver<ToWorker>)> =
+        (0..threads).map(|_| std::sync::mpsc::channel()).collect();
+    let senders: Vec<Sender<ToWorker>> = channels.iter().map(|(tx, _)| tx.clone()).collect();
+    let room_names = Arc::new(room_names);
+    let pool = (cfg.rejoin_attempts > 0)
+        .then(|| {
+            let (token, websocket) = (cfg.token.clone(), cfg.websocket);
+            let tcp_share = (cfg.clients, cfg.tcp_share);
+            let deliver = senders.clone();
+            let stopping = shared.clone();
+            handover::Pool::start(
+                REJOIN_THREADS,
+                known.clone(),
+                move |req: &handover::Request, to: &handover::Target| {
+                    let token = to.token.as_deref().or(token.as_deref());
+                    let tcp = rooms::without_level(req.index, tcp_share.0, tcp_share.1);
+                    let name = format!("load-{}", req.index);
+                    join_one(to.api, token, &req.room, websocket, &name, tcp)
+                },
+                move |reply: handover::Reply<JoinedPeer>| {
+                    if let Some(tx) = deliver.get(reply.thread) {
+                        let _ = tx.send(ToWorker::Rejoined {
+                            slot: reply.slot,
+                            result: reply.result,
+                            ticket: reply.ticket,
+                        });
+                    }
+                },
+                move || stopping.stop.load(Ordering::Relaxed),
+            )
+        })
+        .transpose()
+        .map_err(LoadError::Io)?;
     let mut handles = Vec::new();
-    for id in 0..threads {
-        let (tx, rx) = std::sync::mpsc::channel();
+    for (id, (_, rx)) in channels.into_iter().enumerate() {
         let worker = Worker {
             id,
             poll: Poll::new().map_err(|e| LoadError::Io(format!("epoll: {e}")))?,
@@ -895,6 +1194,10 @@ pub fn run(
             timers: BinaryHeap::new(),
             rx,
             shared: shared.clone(),
+            rejoin: pool.as_ref().map(handover::Pool::sender),
+            retries: BinaryHeap::new(),
+            closing: Vec::new(),
+            room_names: room_names.clone(),
             material: material.clone(),
             cfg: wcfg.clone(),
             lateness: Lateness::default(),
@@ -907,7 +1210,6 @@ pub fn run(
             .name(format!("load-{id}"))
             .spawn(move || worker.run())
             .map_err(|e| LoadError::Io(format!("starting load-{id}: {e}")))?;
-        senders.push(tx);
         handles.push(h);
     }
 
@@ -968,6 +1270,7 @@ pub fn run(
             Ok(j) => {
                 let ms = asked.elapsed().as_secs_f64() * 1000.0;
                 nodes.joined(index, JoinRecord { node: j.node, redirects: j.redirects, ms });
+                known.add(j.node);
                 if server_media.is_none() {
                     server_media = j.media;
                 }
@@ -985,8 +1288,9 @@ pub fn run(
                     peer,
                     link: j.link,
                     joined_at: Instant::now(),
+                    node: j.node,
                 };
-                if senders[index % threads].send(c).is_err() {
+                if senders[index % threads].send(ToWorker::New(c)).is_err() {
                     joined.push(Joined {
                         room,
                         role,
@@ -1069,11 +1373,17 @@ pub fn run(
     };
     let mut report = report::final_report(&state);
     report.nodes = nodes.summaries(&report.clients);
+    // The rejoin threads end with the run (each finishes the try it is in).
+    drop(pool);
     if cfg.leave {
+        let moved = lock(&shared.locations).clone();
         for (index, j) in joined.iter().enumerate() {
-            if let Some(loc) = j.location.as_deref().filter(|l| !l.is_empty()) {
-                // On the node that answered the join (a cluster's other nodes would redirect).
-                let at = nodes.node_of(index).unwrap_or(cfg.api);
+            // Where the participant is now: the node that answered its (re)join.
+            let (at, loc) = match moved.get(&index) {
+                Some((at, loc)) => (*at, Some(loc.as_str())),
+                None => (nodes.node_of(index).unwrap_or(cfg.api), j.location.as_deref()),
+            };
+            if let Some(loc) = loc.filter(|l| !l.is_empty()) {
                 let _ = request_as(at, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
             }
         }

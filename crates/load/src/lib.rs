@@ -28,8 +28,14 @@
 //!                            one pre-encoded Opus frame with its RFC 6464 level (none for
 //!                            the --no-level-share clients)
 //! controller (caller)        every --sint: snapshots of all clients ─► summary (overall, per
-//!                            room, the worst room, WebSocket traffic); at the end, the
-//!                            report (text, JSON) and the validity verdict
+//!                            room, the worst room, WebSocket traffic, hand-overs); at the end,
+//!                            the report (text, JSON) and the validity verdict
+//! rejoin-K threads (4)       a client whose call moves (its room's WebSocket says `moved`: a
+//!                            cluster node drains; or its node closes the call) is rejoined
+//!                            there with the same identity (the `moved` ticket redeemed as the
+//!                            page does, else through a known node, 307 followed), bounded
+//!                            tries with backoff; its thread swaps the new peer, sockets and
+//!                            WebSocket in place of the old (see `handover`)
 //! ```
 //!
 //! What the clients send is encoded once at start: a speech clip (a WAV, or
@@ -70,6 +76,12 @@
 //!   or skipped by the server's DTX with the RTP timestamps showing it (a
 //!   quiet stretch at the window's edges counts up to one DTX interval)
 //!
+//! - **hand-over**: moves, rejoins, lost calls (a client whose every rejoin
+//!   try failed), and the audio gap per move: from the last packet received
+//!   on the old call to the first on the new one. A move starts a new
+//!   stream (SSRC, sequence, timestamps): loss, jitter and drift start their
+//!   baselines again, so the move itself counts as neither loss nor jitter.
+//!
 //! Figures cover the measurement window: from `warmup` after the last join
 //! to the end (before that, summaries show everything since connect).
 //!
@@ -94,7 +106,7 @@
 //! ## Modules (imports go down the list)
 //!
 //! `cli` (the front ends) → `capacity` (the search) → `generator` (runs the
-//! clients) → `events` (a client's room WebSocket) and `report` (scores
+//! clients) → `handover` (rejoins moved clients) → `events` (a client's room WebSocket) and `report` (scores
 //! them) → `rooms` (the fleet: split, join order, roles per room) → `model`
 //! (what a run is and what it observed: configuration, roles, snapshots) →
 //! `quality`, `marker`, `audio`, `talk`, `cpu` (the measuring parts). HTTP and the test client
@@ -107,6 +119,7 @@ mod cli;
 mod cpu;
 mod events;
 mod generator;
+mod handover;
 mod marker;
 mod model;
 mod nodes;
@@ -126,7 +139,7 @@ pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, RoomLayout, Silen
 pub use model::{JoinTimes, NodeSummary};
 pub use nodes::{listening_pid, nodes_text};
 pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
-pub use report::{ClientReport, LoadReport, RoomSummary, Summary, WsSummary};
+pub use report::{ClientReport, HandoverSummary, LoadReport, RoomSummary, Summary, WsSummary};
 pub use rooms::parse_room_sizes;
 pub use talk::{Rng, TalkModel};
 

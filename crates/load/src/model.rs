@@ -155,6 +155,10 @@ pub struct LoadConfig {
     pub leave: bool,
     /// Create every room with `"record": true` (the server records it from the first join).
     pub record: bool,
+    /// Tries of one rejoin when a client's call moves (a cluster's `moved`,
+    /// or its call closed by its node) before the call counts as lost;
+    /// 0: a closed call stays closed and `moved` is not followed.
+    pub rejoin_attempts: u32,
 }
 
 impl LoadConfig {
@@ -187,6 +191,7 @@ impl LoadConfig {
             server_cpu: CpuSource::Unknown,
             leave: true,
             record: false,
+            rejoin_attempts: 0,
         }
     }
 }
@@ -253,6 +258,21 @@ pub struct ClientSnapshot {
     pub own_marker_peak: Option<f32>,
     /// Marker onsets this client heard.
     pub markers_heard: u64,
+    /// Times its call moved: its room handed to another node (`moved`), or
+    /// its call closed by its node.
+    pub moves: u32,
+    /// Moves after which it joined again (through the cluster, same identity).
+    pub rejoins: u32,
+    /// Of those, through the `moved` ticket (redeemed at the new node's
+    /// `/v1/rooms/{room}/enter`, as the page does).
+    pub ticket_rejoins: u32,
+    /// It could not rejoin: its call is lost.
+    pub lost_call: bool,
+    /// The audio gap of each completed move, ms: from the last packet
+    /// received before the move to the first received after (moves in a row
+    /// with no audio between them make one gap).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gaps_ms: Vec<f64>,
     /// Its room WebSocket, when it holds one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ws: Option<WsFigures>,

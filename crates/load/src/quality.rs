@@ -23,6 +23,8 @@ pub struct LossTracker {
     /// Extended (32-bit, wrap-counted) highest sequence number seen.
     highest: Option<u64>,
     first: u64,
+    /// Packets expected of the streams before the last [`LossTracker::rebase`].
+    past_expected: u64,
     /// Bit i set: `highest − i` was received (i < 64).
     seen: u64,
     received: u64,
@@ -37,7 +39,7 @@ impl LossTracker {
             self.highest = Some(u64::from(seq) + (1 << 16));
             self.first = u64::from(seq) + (1 << 16);
             self.seen = 1;
-            self.received = 1;
+            self.received += 1;
             return;
         };
         // Signed distance from the highest, modulo 2^16.
@@ -62,9 +64,19 @@ impl LossTracker {
         }
     }
 
-    /// Packets the span from the first to the highest sequence number holds.
+    /// Packets the span from the first to the highest sequence number holds
+    /// (summed over the streams before a [`LossTracker::rebase`]).
     pub fn expected(&self) -> u64 {
-        self.highest.map_or(0, |h| h - self.first + 1)
+        self.past_expected + self.highest.map_or(0, |h| h - self.first + 1)
+    }
+
+    /// A new stream begins (another SSRC, its own sequence numbers: the
+    /// client moved to another node): what was counted stays, and the next
+    /// packet starts a new span, so the jump between the two streams is not loss.
+    pub fn rebase(&mut self) {
+        self.past_expected = self.expected();
+        self.highest = None;
+        self.seen = 0;
     }
 
     /// Distinct packets received in time (within the reorder window).
@@ -115,6 +127,12 @@ impl JitterEstimator {
         self.last = Some((arrival, timestamp));
     }
 
+    /// A new stream begins: the next packet is compared with none (the
+    /// jitter so far stays).
+    pub fn rebase(&mut self) {
+        self.last = None;
+    }
+
     /// The jitter in milliseconds.
     pub fn jitter_ms(&self) -> f64 {
         self.jitter / RTP_CLOCK_HZ * 1000.0
@@ -135,6 +153,8 @@ pub struct DriftTracker {
     first: Option<(Instant, u32)>,
     /// Extended timestamp progress since the first packet, in RTP units.
     progress: i64,
+    /// Progress of the streams before the last [`DriftTracker::rebase`].
+    past_progress: i64,
     last_ts: u32,
     current_ms: f64,
     max_ms: f64,
@@ -161,9 +181,20 @@ impl DriftTracker {
         self.current_ms
     }
 
-    /// RTP timestamp progress since the first packet, in 20 ms frames.
+    /// RTP timestamp progress since the first packet, in 20 ms frames
+    /// (summed over the streams before a [`DriftTracker::rebase`]).
     pub fn progress_frames(&self) -> u64 {
-        (self.progress.max(0) / 960) as u64
+        ((self.past_progress.max(0) + self.progress.max(0)) / 960) as u64
+    }
+
+    /// A new stream begins (its own timestamp base): drift is measured
+    /// afresh from its first packet; the progress so far and the largest
+    /// drift seen stay.
+    pub fn rebase(&mut self) {
+        self.past_progress += self.progress.max(0);
+        self.progress = 0;
+        self.first = None;
+        self.current_ms = 0.0;
     }
 
     /// The largest drift seen, in ms.
@@ -219,6 +250,16 @@ impl StreamQuality {
         self.loss.on_packet(seq);
         self.jitter.on_packet(arrival, timestamp);
         self.drift.on_packet(arrival, timestamp);
+    }
+
+    /// The client's call moved (a new peer, a new stream from another node):
+    /// sequence, jitter and drift baselines start again with the next
+    /// packet, so the move counts neither as loss nor as a jump in jitter
+    /// or drift; everything counted so far stays.
+    pub fn rebase(&mut self) {
+        self.loss.rebase();
+        self.jitter.rebase();
+        self.drift.rebase();
     }
 }
 
@@ -342,6 +383,30 @@ mod tests {
         }
         assert!((d.current_ms() - 100.0).abs() < 1e-6, "{}", d.current_ms());
         assert!((d.max_ms() - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_moved_stream_is_neither_loss_nor_jitter() {
+        let t0 = Instant::now();
+        let mut q = StreamQuality::default();
+        for k in 0..50u16 {
+            q.on_packet(t0 + Duration::from_millis(20 * u64::from(k)), 1000 + k, 5_000 + 960 * u32::from(k));
+        }
+        q.rebase();
+        // Another node: other sequence numbers and timestamps, 300 ms later.
+        let t1 = t0 + Duration::from_millis(20 * 49 + 300);
+        for k in 0..50u16 {
+            q.on_packet(t1 + Duration::from_millis(20 * u64::from(k)), 20_000 + k, 9_000_000 + 960 * u32::from(k));
+        }
+        assert_eq!((q.loss.expected(), q.loss.received(), q.loss.lost()), (100, 100, 0));
+        assert!(q.jitter.jitter_ms() < 1e-6, "{}", q.jitter.jitter_ms());
+        assert!(q.drift.current_ms().abs() < 1e-6 && q.drift.max_ms() < 1e-6, "{}", q.drift.max_ms());
+        assert_eq!(q.drift.progress_frames(), 98, "49 + 49 frames of progress");
+        // Without the rebase the jump between the streams is 19,000-odd lost frames.
+        let mut raw = StreamQuality::default();
+        raw.on_packet(t0, 1000, 5_000);
+        raw.on_packet(t1, 20_000, 9_000_000);
+        assert!(raw.loss.lost() > 10_000);
     }
 
     #[test]

@@ -156,6 +156,8 @@ pub struct Summary {
     pub worst_room: Option<usize>,
     /// The room WebSockets' traffic (`None`: no client holds one).
     pub ws: Option<WsSummary>,
+    /// Calls that moved between nodes (a cluster's hand-over) and how.
+    pub handover: HandoverSummary,
     /// The generator's own CPU and timing.
     pub generator: GeneratorHealth,
     /// The server's CPU in cores over the window, when readable.
@@ -202,6 +204,74 @@ pub struct RoomSummary {
     pub perfect_share: f64,
     /// Fewest packets per second one of its clients received.
     pub packets_per_second_min: f64,
+}
+
+/// Calls that moved between nodes: a drain handed a room over (`moved`),
+/// or a node closed a call, and the client rejoined through the cluster.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HandoverSummary {
+    /// Moves begun (a client can move more than once).
+    pub moves: u64,
+    /// Moves completed: the client joined again, with the same identity.
+    pub rejoins: u64,
+    /// Of those, through a `moved` ticket (the page's way); the others
+    /// joined through a node with the run's token (a call closed by its
+    /// node, or no ticket).
+    pub ticket_rejoins: u64,
+    /// Clients that moved at least once.
+    pub clients_moved: usize,
+    /// Clients that could not rejoin (every try failed): lost calls.
+    pub lost_calls: usize,
+    /// Clients still rejoining when the figures were taken.
+    pub rejoining: usize,
+    /// Gaps measured (completed moves whose new call delivered audio; moves
+    /// in a row with no audio between them make one gap).
+    pub gaps: usize,
+    /// Audio gap per move, ms: from the last packet before to the first after (median).
+    pub gap_p50_ms: Option<f64>,
+    /// 95th percentile of the gap, ms.
+    pub gap_p95_ms: Option<f64>,
+    /// Longest gap, ms.
+    pub gap_max_ms: Option<f64>,
+}
+
+impl HandoverSummary {
+    fn of(clients: &[ClientSnapshot]) -> Self {
+        let mut gaps: Vec<f64> = clients.iter().flat_map(|c| c.gaps_ms.iter().copied()).collect();
+        gaps.sort_by(f64::total_cmp);
+        let moves: u64 = clients.iter().map(|c| u64::from(c.moves)).sum();
+        let rejoins: u64 = clients.iter().map(|c| u64::from(c.rejoins)).sum();
+        Self {
+            moves,
+            rejoins,
+            ticket_rejoins: clients.iter().map(|c| u64::from(c.ticket_rejoins)).sum(),
+            clients_moved: clients.iter().filter(|c| c.moves > 0).count(),
+            lost_calls: clients.iter().filter(|c| c.lost_call).count(),
+            rejoining: clients.iter().filter(|c| !c.lost_call && c.moves > c.rejoins).count(),
+            gaps: gaps.len(),
+            gap_p50_ms: percentile(&gaps, 0.5),
+            gap_p95_ms: percentile(&gaps, 0.95),
+            gap_max_ms: gaps.last().copied(),
+        }
+    }
+
+    /// One line for the text summary.
+    pub fn to_text(&self) -> String {
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.0}"));
+        format!(
+            "hand-over: {} moves of {} clients, {} rejoined ({} with the moved ticket), {} lost calls, {} rejoining | audio gap per move ms p50/p95/max {}/{}/{} ({} gaps)",
+            self.moves,
+            self.clients_moved,
+            self.rejoins,
+            self.ticket_rejoins,
+            self.lost_calls,
+            self.rejoining,
+            ms(self.gap_p50_ms),
+            ms(self.gap_p95_ms),
+            ms(self.gap_max_ms),
+            self.gaps
+        )
+    }
 }
 
 /// The room WebSockets' event traffic (clients that hold one).
@@ -395,6 +465,11 @@ fn all_clients(s: &RunState<'_>) -> Vec<ClientSnapshot> {
             frames_covered: 0,
             own_marker_peak: None,
             markers_heard: 0,
+            moves: 0,
+            rejoins: 0,
+            ticket_rejoins: 0,
+            lost_call: false,
+            gaps_ms: Vec::new(),
             error: Some(error.clone()),
             connected_at: None,
             lean_receive: (0, 0),
@@ -481,6 +556,7 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         .min_by(|a, b| a.mos_p5.total_cmp(&b.mos_p5).then(b.loss_percent.total_cmp(&a.loss_percent)))
         .map(|r| r.room);
     let ws = ws_summary(clients);
+    let handover = HandoverSummary::of(clients);
     Summary {
         elapsed_s: s.now.saturating_duration_since(s.start).as_secs_f64(),
         window_s: s.window_start.map_or(0.0, |w| s.now.saturating_duration_since(w).as_secs_f64()),
@@ -518,6 +594,7 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         rooms,
         worst_room,
         ws,
+        handover,
         generator,
         server_cpu_cores: cpu.server_cores,
         server_us_per_participant_tick: cpu
@@ -743,6 +820,9 @@ impl Summary {
             );
         } else if self.without_level > 0 {
             let _ = write!(t, "\n  without level {}", self.without_level);
+        }
+        if self.handover.moves > 0 || self.handover.lost_calls > 0 {
+            let _ = write!(t, "\n  {}", self.handover.to_text());
         }
         if !self.valid {
             let _ = write!(t, "\n  INVALID: {}", self.invalid_reasons.join("; "));
