@@ -401,7 +401,7 @@ fn read_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> serde_json::Value {
 #[test]
 fn a_cluster_that_trusts_no_one() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let redis = Redis::start_with(Some("a redis password from a secret"));
+    let redis = Redis::with_password("a redis password from a secret");
     let ports = shared_ports();
     let nodes: Vec<Node> = (2..=3).map(|n| Node::start(n, ports, &redis)).collect();
     for n in &nodes {

@@ -4,8 +4,7 @@
 //! tone-client helpers those tests share.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,100 +20,8 @@ pub fn temp_dir(what: &str) -> PathBuf {
     dir
 }
 
-/// `redis-server`, installing Debian's package when it is missing.
-pub fn redis_binary() -> PathBuf {
-    let path = PathBuf::from("/usr/bin/redis-server");
-    if path.exists() {
-        return path;
-    }
-    eprintln!("redis-server missing: installing Debian's package (apt-get)");
-    for args in [&["update"][..], &["install", "-y", "redis-server"][..]] {
-        let status = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .expect("apt-get runs (root on Debian)");
-        assert!(status.success(), "apt-get {args:?} failed; install redis-server by hand");
-    }
-    assert!(path.exists(), "redis-server still missing after apt-get install");
-    path
-}
-
-/// A redis-server on 127.0.0.1; killed on drop.
-pub struct Redis {
-    pub port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-    /// `requirepass`, if any.
-    pub password: Option<String>,
-}
-
-impl Redis {
-    pub fn start() -> Self {
-        Self::start_with(None)
-    }
-
-    pub fn start_with(password: Option<&str>) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut r = Self { port, dir: temp_dir("redis"), child: None, password: password.map(str::to_owned) };
-        r.spawn();
-        r
-    }
-
-    /// One command through `redis-cli` (installed with redis-server), e.g. a key written by hand.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new("redis-cli");
-        cmd.args(["-p", &self.port.to_string(), "--no-auth-warning"]);
-        if let Some(p) = &self.password {
-            cmd.args(["-a", p]);
-        }
-        let out = cmd.args(args).output().expect("redis-cli runs");
-        assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
-    pub fn spawn(&mut self) {
-        let child = Command::new(redis_binary())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--dir", self.dir.to_str().unwrap()])
-            .args(self.password.iter().flat_map(|p| ["--requirepass", p.as_str()]))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            let mut buf = [0u8; 7];
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                // `+PONG`, or `-NOAUTH…` from a server with a password: it answers.
-                if s.write_all(b"PING\r\n").is_ok()
-                    && s.read_exact(&mut buf).is_ok()
-                    && (&buf == b"+PONG\r\n" || buf[0] == b'-')
-                {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not answer within 10 s");
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+/// A real redis-server (Debian's, installed when missing), shared with the crates' tests.
+pub use tutti_client::redis::RedisServer as Redis;
 
 /// One `tutti serve` process; killed on drop, its log printed when the test fails.
 pub struct Node {
