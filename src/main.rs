@@ -173,7 +173,12 @@ fn main() -> anyhow::Result<()> {
         Command::Healthcheck(args) => healthcheck(&args),
         Command::Rooms(args) => admin::exit_on_error(admin::rooms(&args)),
         Command::Participants(args) => admin::exit_on_error(admin::participants(&args)),
-        Command::Load(args) => exit_with(tutti_load::run_load(&args)?),
+        // 0 PASS, 1 FAIL (missed the SLO), 2 INVALID (the generator fell behind).
+        Command::Load(args) => match tutti_load::run_load(&args)? {
+            tutti_load::Verdict::Pass => Ok(()),
+            tutti_load::Verdict::Fail(_) => std::process::exit(1),
+            tutti_load::Verdict::Invalid(_) => std::process::exit(2),
+        },
         Command::Capacity(args) => exit_with(tutti_load::run_capacity(&args)?),
     }
 }

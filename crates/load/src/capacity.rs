@@ -229,6 +229,16 @@ pub enum Phase {
     Confirm,
 }
 
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Ramp => "ramp",
+            Self::Search => "search",
+            Self::Confirm => "confirm",
+        })
+    }
+}
+
 /// One trial and its verdict.
 #[derive(Debug, Clone, Serialize)]
 pub struct Trial {
@@ -413,7 +423,7 @@ impl CapacityResult {
             let f = &tr.figures;
             let _ = writeln!(
                 t,
-                "| {} | {:?} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} |",
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} |",
                 i + 1,
                 tr.phase,
                 f.n,

@@ -135,6 +135,12 @@ pub struct LoadArgs {
     /// Write the JSON report here.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Print the JSON report on stdout (everything else goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// The quality bar of the verdict.
+    #[command(flatten)]
+    pub slo: SloArgs,
     /// Seconds after the last join before figures are measured.
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
@@ -240,18 +246,9 @@ pub struct CapacityArgs {
     /// Most ramp and search trials.
     #[arg(long, default_value_t = 14)]
     pub max_trials: usize,
-    /// SLO: least p5 MOS.
-    #[arg(long, default_value_t = 4.0)]
-    pub min_mos: f64,
-    /// SLO: most loss, percent.
-    #[arg(long, default_value_t = 1.0)]
-    pub max_loss: f64,
-    /// SLO: most p95 mouth-to-ear, ms.
-    #[arg(long, default_value_t = 150.0)]
-    pub max_latency: f64,
-    /// SLO: least share of clients with perfect delivery, percent.
-    #[arg(long, default_value_t = 99.0)]
-    pub min_perfect: f64,
+    /// The quality bar.
+    #[command(flatten)]
+    pub slo: SloArgs,
     /// Probe talkers.
     #[arg(long, default_value_t = 3)]
     pub probes: usize,
@@ -338,8 +335,85 @@ fn write_file(path: &std::path::Path, text: &str) -> Result<(), LoadError> {
     std::fs::write(path, text).map_err(|e| LoadError::Io(format!("{}: {e}", path.display())))
 }
 
-/// Runs `tutti load`. Returns whether the run was valid.
-pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
+/// The quality bar (SLO) a run is judged against: `tutti load`'s verdict
+/// and `tutti capacity`'s search.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SloArgs {
+    /// SLO: least p5 MOS.
+    #[arg(long, default_value_t = 4.0)]
+    pub min_mos: f64,
+    /// SLO: most loss, percent.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_loss: f64,
+    /// SLO: most p95 mouth-to-ear, ms.
+    #[arg(long, default_value_t = 150.0)]
+    pub max_latency: f64,
+    /// SLO: least share of clients with perfect delivery, percent.
+    #[arg(long, default_value_t = 99.0)]
+    pub min_perfect: f64,
+}
+
+impl SloArgs {
+    /// As the search and the verdict take it.
+    pub fn slo(&self) -> Slo {
+        Slo {
+            min_mos_p5: self.min_mos,
+            max_loss_percent: self.max_loss,
+            max_latency_p95_ms: self.max_latency,
+            min_perfect_share: self.min_perfect / 100.0,
+        }
+    }
+}
+
+/// How a load run ended, against the SLO.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The run was valid and met the SLO; nobody lost a call.
+    Pass,
+    /// It was valid and missed: what failed.
+    Fail(Vec<String>),
+    /// The generator could not keep its schedule: its figures say more about it than the server.
+    Invalid(Vec<String>),
+}
+
+impl Verdict {
+    /// The verdict of a final summary of `clients` participants.
+    pub fn of(summary: &crate::report::Summary, clients: usize, slo: &Slo) -> Self {
+        if !summary.valid {
+            return Self::Invalid(summary.invalid_reasons.clone());
+        }
+        let mut failed: Vec<String> = slo
+            .violations(&TrialFigures::from_summary(clients, summary))
+            .into_iter()
+            .filter(|v| !v.starts_with("INVALID"))
+            .collect();
+        if summary.connected < clients {
+            failed.push(format!("{} of {clients} participants connected at the end", summary.connected));
+        }
+        if summary.handover.lost_calls > 0 {
+            failed.push(format!("{} lost their call in a hand-over", summary.handover.lost_calls));
+        }
+        if failed.is_empty() { Self::Pass } else { Self::Fail(failed) }
+    }
+
+    /// One line: `PASS: …`, `FAIL: …` or `INVALID: …`.
+    pub fn line(&self, summary: &crate::report::Summary) -> String {
+        match self {
+            Self::Pass => format!(
+                "PASS: {} participants, p5 MOS {:.2}, loss {:.2} %, p95 mouth-to-ear {}",
+                summary.connected,
+                summary.mos_p5,
+                summary.loss_total_percent,
+                summary.latency.p95_ms.map_or("not measured".into(), |l| format!("{l:.0} ms"))
+            ),
+            Self::Fail(why) => format!("FAIL: {}", why.join("; ")),
+            Self::Invalid(why) => format!("INVALID: {}", why.join("; ")),
+        }
+    }
+}
+
+/// Runs `tutti load`. Returns its verdict against the SLO.
+pub fn run_load(args: &LoadArgs) -> Result<Verdict, LoadError> {
     let (api, _) = parse_url(&args.url)?;
     let mut cfg = LoadConfig::new(api, args.clients);
     cfg.room = args.room.clone();
@@ -365,9 +439,15 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
     if let Some(h) = &hooks {
         println!("webhook receiver on http://{}/", h.addr());
     }
+    // The human report: on stdout, or on stderr when stdout carries the JSON.
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if args.json { eprintln!($($t)*) } else { println!($($t)*) }
+        };
+    }
     let stop = stop_on_signal();
-    println!(
-        "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {:?}, {:.0} % without level, {:.0} % over TCP, {}, {} threads; server CPU from {}",
+    say!(
+        "tutti load: {} participants into {} ({} rooms '{}'…) at {} ({} ms apart), {:.0} % talkers, silence as {}, {:.0} % without level, {:.0} % over TCP, {}, {} threads; server CPU from {}",
         cfg.clients,
         cfg.rooms,
         sizes.len(),
@@ -382,34 +462,52 @@ pub fn run_load(args: &LoadArgs) -> Result<bool, LoadError> {
         cfg.threads,
         cfg.server_cpu.describe()
     );
+    let bar = indicatif::ProgressBar::new(cfg.clients as u64).with_style(
+        indicatif::ProgressStyle::with_template("joining {bar:40} {pos}/{len} joined, {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     let report = generator::run(&cfg, &stop, &mut |p| match p {
         Progress::Joining { joined, failed, total } => {
-            println!("joining: {joined}/{total} joined, {failed} failed");
+            // A bar on a terminal; a line now and then elsewhere (a log, CI).
+            if bar.is_hidden() {
+                say!("joining: {joined}/{total} joined, {failed} failed");
+            }
+            bar.set_length(total as u64);
+            bar.set_position(joined as u64);
+            bar.set_message(format!("{failed} failed"));
+            if joined + failed >= total {
+                bar.finish_and_clear();
+            }
         }
-        Progress::Summary(s) => println!("{}", s.to_text()),
+        Progress::Summary(s) => {
+            bar.suspend(|| say!("{}", s.to_text()));
+        }
     })?;
-    println!("\n== final summary ==\n{}", report.summary.to_text());
+    bar.finish_and_clear();
+    say!("\n== final summary ==\n{}", report.summary.to_text());
     if let Some(h) = &hooks {
         // The rooms' last events (left, room_finished) come after the run: give them a moment.
         std::thread::sleep(Duration::from_secs(1));
-        println!("\n== webhooks received ==\n{}", h.counts_text());
+        say!("\n== webhooks received ==\n{}", h.counts_text());
     }
-    println!("\n== clients ==\n{}", report.details_text(args.details));
+    say!("\n== clients ==\n{}", report.details_text(args.details));
     if report.summary.rooms.len() > 1 {
-        println!("\n== rooms ==\n{}", report.rooms_text(args.room_details));
+        say!("\n== rooms ==\n{}", report.rooms_text(args.room_details));
     }
     if report.nodes.len() > 1 {
-        println!("\n== nodes ==\n{}", crate::nodes::nodes_text(&report.nodes));
+        say!("\n== nodes ==\n{}", crate::nodes::nodes_text(&report.nodes));
     }
+    let json = serde_json::to_string_pretty(&report).map_err(|e| LoadError::Io(e.to_string()))?;
     if let Some(path) = &args.report {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| LoadError::Io(e.to_string()))?;
         write_file(path, &json)?;
-        println!("JSON report: {}", path.display());
+        say!("JSON report: {}", path.display());
     }
-    if !report.summary.valid {
-        println!("RUN INVALID: {}", report.summary.invalid_reasons.join("; "));
+    let verdict = Verdict::of(&report.summary, cfg.clients, &args.slo.slo());
+    say!("\n{}", verdict.line(&report.summary));
+    if args.json {
+        println!("{json}");
     }
-    Ok(report.summary.valid)
+    Ok(verdict)
 }
 
 /// A `tutti serve` child process, killed when dropped.
@@ -622,12 +720,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         max_trials: args.max_trials.max(1),
         ..SearchPolicy::default()
     };
-    let slo = Slo {
-        min_mos_p5: args.min_mos,
-        max_loss_percent: args.max_loss,
-        max_latency_p95_ms: args.max_latency,
-        min_perfect_share: args.min_perfect / 100.0,
-    };
+    let slo = args.slo.slo();
     println!(
         "tutti capacity: SLO p5 MOS ≥ {}, loss ≤ {} % (overall and in the worst room), p95 mouth-to-ear ≤ {} ms, perfect delivery ≥ {} %, no self-echo; {}; {:.0} % talkers, {:.0} % without level, {}; server CPU from {}",
         slo.min_mos_p5,
@@ -645,7 +738,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     let result = capacity::search(&policy, &slo, &mut runner, &|| stop.load(Ordering::Relaxed), &mut |t| {
         let f = &t.figures;
         println!(
-            "  {:?} N = {}: {} | p5 MOS {:.2} (worst room {:.2}), loss {:.3} % (worst room {:.3} %), m2e p95 {} ms, perfect {:.1} %, server {} µs/participant/tick, generator {} cores{}",
+            "  {} N = {}: {} | p5 MOS {:.2} (worst room {:.2}), loss {:.3} % (worst room {:.3} %), m2e p95 {} ms, perfect {:.1} %, server {} µs/participant/tick, generator {} cores{}",
             t.phase,
             f.n,
             if t.pass { "PASS" } else { "FAIL" },

@@ -131,7 +131,7 @@ pub mod webhooks;
 
 pub use audio::{Material, read_wav, speech_like};
 pub use capacity::{CapacityResult, Phase, SearchPolicy, Slo, Trial, TrialFigures, TrialRunner, search};
-pub use cli::{CapacityArgs, LoadArgs, LoadRunner, run_capacity, run_load};
+pub use cli::{CapacityArgs, LoadArgs, LoadRunner, SloArgs, Verdict, run_capacity, run_load};
 pub use cpu::CpuSource;
 pub use generator::{Progress, run};
 pub use marker::{MarkerDetector, Onset, marker_freq, marker_pcm};

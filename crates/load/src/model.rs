@@ -412,3 +412,36 @@ pub struct NodeSummary {
     /// Its CPU over the measurement window, in cores (local nodes only).
     pub cpu_cores: Option<f64>,
 }
+
+/// Plain words for the reports (not Rust's debug names).
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Talker => "talker",
+            Self::Silent => "silent",
+            Self::ProbeTalker => "probe talker",
+            Self::ProbeListener => "probe listener",
+        })
+    }
+}
+
+impl std::fmt::Display for ClientState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Joining => "joining",
+            Self::JoinFailed => "join failed",
+            Self::Connecting => "connecting",
+            Self::Connected => "connected",
+            Self::Closed => "closed",
+        })
+    }
+}
+
+impl std::fmt::Display for SilenceMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Dtx => "DTX (a frame every 400 ms)",
+            Self::Frames => "silence frames every 20 ms",
+        })
+    }
+}

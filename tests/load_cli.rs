@@ -1,0 +1,74 @@
+//! `tutti load` as a person runs it, against `tutti serve`: with `--json`
+//! the JSON report alone is on stdout and the human report on stderr, which
+//! ends with one verdict line against the SLO (`PASS:`, `FAIL:` with the
+//! figure that failed, or `INVALID:` with why); roles and states are plain
+//! words. The verdict matches the report: an SLO nobody can meet fails
+//! with the figure that missed it.
+
+mod common;
+
+use std::process::Command;
+
+/// Runs `tutti load` with `extra` against `api`: (exit status, stdout, stderr).
+fn load(api: std::net::SocketAddr, token: &str, extra: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["load", "--url", &format!("http://{api}"), "-n", "6", "--life", "8", "--warmup", "1"])
+        .args(["--probes", "2", "--probe-listeners", "2", "--json"])
+        .args(extra)
+        .env("TOKEN", token)
+        .output()
+        .expect("tutti load runs");
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The verdict line: the last line of stderr that starts with one.
+fn verdict(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .rev()
+        .find(|l| ["PASS: ", "FAIL: ", "INVALID: "].iter().any(|v| l.starts_with(v)))
+        .unwrap_or_else(|| panic!("no verdict line in:\n{stderr}"))
+}
+
+#[test]
+fn a_load_run_prints_its_json_on_stdout_and_one_verdict_line() {
+    let mut served = common::serve(&["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"]);
+    let token = served.banner_token();
+
+    let (status, stdout, stderr) = load(served.api, &token, &[]);
+    let report: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is the JSON report alone ({e}):\n{stdout}\n-- stderr:\n{stderr}"));
+    let s = &report["summary"];
+    assert_eq!(s["clients"], 6, "{s}");
+    let line = verdict(&stderr);
+    println!("{line}");
+    // The verdict says what the report says.
+    if s["valid"] == false {
+        assert!(line.starts_with("INVALID: "), "{line}");
+        assert_eq!(status.code(), Some(2), "an invalid run exits 2");
+    } else if line.starts_with("PASS: ") {
+        assert_eq!(s["connected"], 6, "{line}");
+        assert!(status.success(), "a pass exits 0");
+    } else {
+        assert!(line.starts_with("FAIL: "), "{line}");
+        assert_eq!(status.code(), Some(1), "a fail exits 1");
+    }
+    // Plain words, no Rust debug names.
+    for debug in ["ProbeTalker", "ProbeListener", "Connected ", "JoinFailed", "Dtx"] {
+        assert!(!stderr.contains(debug), "'{debug}' in the report:\n{stderr}");
+    }
+    assert!(stderr.contains("probe talker"), "{stderr}");
+
+    // An SLO nobody meets (a p5 MOS above 5): FAIL, naming the MOS, unless the run was invalid.
+    let (status, stdout, stderr) = load(served.api, &token, &["--min-mos", "5.5"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the JSON report");
+    let line = verdict(&stderr);
+    println!("{line}");
+    if report["summary"]["valid"] == true {
+        assert!(line.starts_with("FAIL: ") && line.contains("p5 MOS"), "{line}");
+        assert_eq!(status.code(), Some(1), "a fail exits 1");
+    } else {
+        assert!(line.starts_with("INVALID: "), "{line}");
+    }
+    let _ = served.child.kill();
+}
