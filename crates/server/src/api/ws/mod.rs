@@ -464,8 +464,11 @@ async fn session(
                         break;
                     }
                 }
-                // Missed events: start again from a fresh snapshot.
-                Err(RecvError::Lagged(_)) => ok = socket.send(snapshot(&room, admin)).await.is_ok(),
+                // Missed events: counted, and start again from a fresh snapshot.
+                Err(RecvError::Lagged(n)) => {
+                    crate::metrics::ws_lagged(n);
+                    ok = socket.send(snapshot(&room, admin)).await.is_ok();
+                }
                 Err(RecvError::Closed) => break,
             },
             // The room was handed over to another node (a drain): say where to
