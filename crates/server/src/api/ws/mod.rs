@@ -2,17 +2,25 @@
 //! happen, and joining with an offer message.
 //!
 //! Server → client (JSON text, field `type`): `room` (a snapshot, first,
-//! and again after the socket fell behind), `answer` `{id, sdp}`, `error`
-//! `{code, message}`, and `events` `{events: […]}`: the room's events of one
-//! 20 ms tick, in order, each one of `joined` `{id, name}`, `left` `{id,
-//! reason}`, `talking` `{id, talking}`, `muted` `{id, muted}`,
-//! `room_closed`, `shutdown` `{message}`, and the stage's `permissions`
-//! `{id, speak}`, `hand` `{id, raised}`, `room_updated` `{locked,
-//! max_participants, max_speakers}` and `muted_all` `{count}` (with the
-//! `muted` kind). The snapshot says whether the socket's token is an
-//! admin's for the room (`admin`) and whether the room is `locked`. At most one `events` message per
-//! tick reaches a socket, however many people join at once, and it is
-//! serialized once for every socket that takes every kind. In cluster mode
+//! and again after the socket fell behind: its first 64 `participants` and
+//! `more`, how many follow in `participants` `{participants, more}`
+//! messages right after it, `more` counting down to 0), `answer` `{id,
+//! sdp}`, `error` `{code, message}`, and `events` `{events: […]}`: the
+//! room's events since the last batch, in order, each one of `joined` `{id,
+//! name}`, `left` `{id, reason}`, `talking` `{id, talking}`, `muted` `{id,
+//! muted}`, `room_closed`, `shutdown` `{message}`, and the stage's
+//! `permissions` `{id, speak}`, `hand` `{id, raised}`, `room_updated`
+//! `{locked, max_participants, max_speakers}` and `muted_all` `{count}`
+//! (with the `muted` kind). The snapshot says whether the socket's token is
+//! an admin's for the room (`admin`) and whether the room is `locked`. At
+//! most one `events` message per 260 ms reaches a socket (13 ticks, see
+//! `room::event`; the first after a quiet spell comes at the next tick),
+//! however many people join or talk at once: `talking` changes within it
+//! are coalesced (a participant is named once, with its state now, and not
+//! at all if it is back to what was last told; `talking` follows the
+//! batch's other events). A batch is serialized once for every socket that
+//! takes every kind, and once for each other set of kinds asked for (the
+//! bytes shared, never copied per socket). In cluster mode
 //! a socket opened on a node that does not hold the room gets `moved`
 //! `{room, node, api_url, ticket}` (the page goes to
 //! `<api_url>/v1/rooms/{room}/enter?ticket=…` to join there, see
@@ -233,15 +241,42 @@ fn error(e: &ApiError) -> Message {
     text(&serde_json::json!({ "type": "error", "code": e.code, "message": e.message }))
 }
 
-fn snapshot(room: &Room, admin: bool) -> Message {
-    text(&serde_json::json!({
+/// Participants per snapshot message. A socket keeps a write buffer as
+/// large as the largest message it ever sent (tungstenite never shrinks
+/// it), so a room of 1,000 sent whole (~150 KB of JSON) would pin that
+/// much memory on every socket for its life; in messages of 64 (under
+/// 16 KB even with long names) it pins at most that.
+pub(crate) const SNAPSHOT_CHUNK: usize = 64;
+
+/// Sends the room's snapshot: `room` with the first [`SNAPSHOT_CHUNK`]
+/// participants and `more` (how many are still to come), then as many
+/// `participants` `{participants, more}` messages as needed, each counting
+/// down `more` to 0. Nothing else is sent in between. Whether all were sent.
+async fn send_snapshot(socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
+    let members = room.member_list();
+    let mut chunks = members.chunks(SNAPSHOT_CHUNK);
+    let first = chunks.next().unwrap_or(&[]);
+    let mut more = members.len() - first.len();
+    let head = text(&serde_json::json!({
         "type": "room",
         "room": room.id,
         "admin": admin,
         "locked": room.is_locked(),
-        "participants": room.member_list(),
+        "participants": first,
+        "more": more,
         "speakers": room.speaker_ids(),
-    }))
+    }));
+    if socket.send(head).await.is_err() {
+        return false;
+    }
+    for chunk in chunks {
+        more -= chunk.len();
+        let next = text(&serde_json::json!({ "type": "participants", "participants": chunk, "more": more }));
+        if socket.send(next).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 pub(super) fn close(code: u16, reason: &'static str) -> Message {
@@ -342,7 +377,7 @@ async fn session(
     let mut clean = false;
     let mut kinds = kinds;
     let mut admin = caller.grant.may_manage(&room.id);
-    let mut ok = socket.send(snapshot(&room, admin)).await.is_ok();
+    let mut ok = send_snapshot(&mut socket, &room, admin).await;
     while ok {
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {
@@ -467,7 +502,7 @@ async fn session(
                 // Missed events: counted, and start again from a fresh snapshot.
                 Err(RecvError::Lagged(n)) => {
                     crate::metrics::ws_lagged(n);
-                    ok = socket.send(snapshot(&room, admin)).await.is_ok();
+                    ok = send_snapshot(&mut socket, &room, admin).await;
                 }
                 Err(RecvError::Closed) => break,
             },
