@@ -362,6 +362,12 @@ async fn session(
     let mut expires_at = expires_at;
     let mut deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
     let mut warn_at = Some(warning_of(deadline)).filter(|_| expires_at.is_some());
+    // Two timers for the socket's life, reset when the token changes (not
+    // made again on every turn of the loop, i.e. every message).
+    let expiry = tokio::time::sleep_until(deadline);
+    tokio::pin!(expiry);
+    let warning = tokio::time::sleep_until(warn_at.unwrap_or(deadline));
+    tokio::pin!(warning);
     let limits = &api.cfg.limits;
     let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
     let idle = Duration::from_secs_f64(limits.ws_idle_timeout_seconds);
@@ -380,10 +386,11 @@ async fn session(
     let mut ok = send_snapshot(&mut socket, &room, admin).await;
     while ok {
         tokio::select! {
-            () = tokio::time::sleep_until(deadline) => {
+            () = &mut expiry => {
                 if expires_at.is_none_or(|exp| unix_now() < exp) {
                     // Not expired (no expiry, or further off than one wait): wait again.
                     deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
+                    expiry.as_mut().reset(deadline);
                     continue;
                 }
                 if let Some(id) = me.take() {
@@ -396,7 +403,7 @@ async fn session(
                 tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: its token expired");
                 break;
             }
-            () = async { match warn_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+            () = &mut warning, if warn_at.is_some() => {
                 warn_at = None;
                 let warning = serde_json::json!({ "type": "token_expiring", "expires_at": expires_at });
                 ok = socket.send(text(&warning)).await.is_ok();
@@ -427,6 +434,8 @@ async fn session(
                                 expires_at = Some(exp);
                                 deadline = deadline_of(exp);
                                 warn_at = Some(warning_of(deadline));
+                                expiry.as_mut().reset(deadline);
+                                warning.as_mut().reset(warning_of(deadline));
                                 tracing::debug!(room = %room.id, client = %caller.client, exp, "WebSocket token refreshed");
                                 Some(text(&serde_json::json!({ "type": "token_accepted", "expires_at": exp })))
                             }
