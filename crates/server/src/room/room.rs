@@ -23,9 +23,10 @@ pub(crate) struct RoomKey(pub(crate) u64);
 
 /// Event batches queued per subscriber before it lags (and gets a fresh
 /// snapshot): at one batch per [`super::event::EVENT_INTERVAL_TICKS`] at
-/// most, over four minutes of a busy room. Per room, not per socket: the
-/// channel keeps one slot (a pointer) per batch.
-const EVENT_QUEUE: usize = 1024;
+/// most, over a minute of a busy room. Per room, not per socket; but the
+/// channel keeps the last this many batches alive, so it is no longer
+/// than that (1,024 kept ~1.5 MB for a busy room of 1,000).
+const EVENT_QUEUE: usize = 256;
 
 /// Received packets on their way to a room's mixer.
 pub(crate) type Inbox = Vec<(ParticipantId, Packet)>;
