@@ -22,8 +22,16 @@ import zipfile
 
 import yaml
 
-# Kinds deploy/k8s uses, as kubeconform names their schema files.
-KINDS = ["configmap-v1", "deployment-apps-v1", "networkpolicy-networking-v1", "secret-v1", "service-v1", "statefulset-apps-v1"]
+# Kinds deploy/k8s and the Helm chart use, as kubeconform names their schema files.
+KINDS = [
+    "configmap-v1",
+    "deployment-apps-v1",
+    "networkpolicy-networking-v1",
+    "poddisruptionbudget-policy-v1",
+    "secret-v1",
+    "service-v1",
+    "statefulset-apps-v1",
+]
 # Oldest and newest Kubernetes validated against.
 VERSIONS = ["v1.30.0", "v1.37.0"]
 ROOT = "kubernetes_validate/kubernetes-json-schema"

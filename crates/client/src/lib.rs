@@ -7,6 +7,7 @@
 //! http      request / request_as ─► one blocking HTTP/1.1 request on its own connection
 //!           (a token as Bearer, optionally from another loopback address)
 //! process   run_bounded: a helper program (npm, pip, apt-get) to its end, or killed after a bound
+//! redis     RedisServer: a real redis-server on 127.0.0.1 (Debian's, installed when missing)
 //! tone      ToneClient: UDP socket on 127.0.0.1 ─► tutti_rtc::ClientPeer (ICE, DTLS, SRTP)
 //!           ─► a sine tone in Opus every 20 ms (absolute schedule), or silence / DTX
 //!           ◄─ everything heard, with arrival times; Goertzel to tell which tones
@@ -28,6 +29,7 @@
 
 mod http;
 pub mod process;
+pub mod redis;
 mod tone;
 
 pub use http::{Requester, Response, request, request_as, request_following, split_location};

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, config, start, wait_for};
+use common::{RedisServer, TestRedis, config, start, wait_for};
 use tutti_cluster::{Cluster, ClusterError, Placement, TicketError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

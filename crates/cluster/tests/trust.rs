@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{RedisServer, SECRET, config};
+use common::{RedisServer, SECRET, TestRedis, config};
 use tutti_cluster::{Cluster, ClusterConfig, ClusterError, Placement};
 
 const PASSWORD: &str = "correct horse battery staple";

@@ -177,8 +177,11 @@ impl Default for RecordingSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebhookSettings {
-    /// Receivers (`http://host:port/path`); empty = no webhooks.
+    /// Receivers (`http://host:port/path` or `https://…`); empty = no webhooks.
     pub urls: Vec<String>,
+    /// A PEM file of CA certificates to check `https://` receivers with,
+    /// besides the system's (a private CA); empty = the system's only.
+    pub ca_file: String,
     /// The token's issuer (`iss`), naming this server to receivers.
     pub api_key: String,
     /// The secret webhook signatures are made with (at least 32 bytes), so
@@ -199,6 +202,7 @@ impl Default for WebhookSettings {
     fn default() -> Self {
         Self {
             urls: Vec::new(),
+            ca_file: String::new(),
             api_key: "tutti".to_owned(),
             secret: String::new(),
             queue: 1024,
@@ -232,6 +236,7 @@ impl WebhookSettings {
         let secs = |v: f64| Duration::from_secs_f64(if v.is_finite() { v.clamp(0.0, 60.0) } else { 0.0 });
         crate::ops::webhook::WebhookConfig {
             urls: self.urls.clone(),
+            ca_file: self.ca_file.clone(),
             secret: secret.to_vec(),
             issuer: self.api_key.clone(),
             queue: self.queue,

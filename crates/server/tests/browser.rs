@@ -16,13 +16,18 @@
 //! not itself. Before that, the page opened without a token must say it
 //! needs one. Screenshots: `target/browser-test/first-run-*.png`.
 //!
-//! The second test takes the page where networks get in the way: Debian's
+//! The hand-over test puts a page in a call on one node of a two-node
+//! cluster (a real redis-server) and drains that node: the page must follow
+//! its room's `moved` to the other node on its own, still muted, hear the
+//! room there and, unmuted, be heard (`tests/browser/move_page.js`).
+//!
+//! The network test takes the page where networks get in the way: Debian's
 //! Firefox ESR (WebDriver BiDi, puppeteer-core) in a network namespace of
 //! its own, a Chromium page in a namespace whose outgoing UDP is dropped,
 //! joining through a real coturn over TCP with TURN REST credentials from
 //! tutti's `[[ice_servers]]`, and an ICE restart when Firefox's UDP is cut.
 //! It needs root (namespaces, nftables), and installs `firefox-esr`,
-//! `coturn` and `nftables` with apt-get when they are missing. The two
+//! `coturn` and `nftables` with apt-get when they are missing. The browser
 //! tests run one after the other (each keeps both cores busy; the first-run
 //! test too).
 //!
@@ -54,16 +59,17 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{http, start_with, test_config};
+use common::{cluster_node, cluster_room, http, start_with, test_config};
 use serde_json::{Value, json};
 use tutti_client::process::{drain_pipe as drain, run_bounded as run};
+use tutti_client::redis::RedisServer;
 use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_for, run_until};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
 use tutti_server::auth::Grant;
@@ -112,7 +118,7 @@ fn ensure_playwright(out: &Path) -> PathBuf {
     let lock = std::fs::read(src.join("package-lock.json")).expect("tests/browser/package-lock.json");
     let current = dir.join("node_modules/playwright-core/package.json").exists()
         && std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock);
-    for file in ["package.json", "package-lock.json", "driver.js", "one_page.js", "first_run.js"] {
+    for file in ["package.json", "package-lock.json", "driver.js", "one_page.js", "first_run.js", "move_page.js"] {
         std::fs::copy(src.join(file), dir.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
     }
     if !current {
@@ -593,6 +599,175 @@ fn the_readme_first_run_reaches_a_two_person_call_through_the_banner_link_and_an
         assert!(size > 5_000, "{} ({size} bytes)", path.display());
         println!("screenshot: {}", path.display());
     }
+}
+
+/// The page of a call whose node drains (issue 25): its node hands the room
+/// to the other node of a two-node cluster (a real redis-server), and the
+/// page must follow the `moved` it is sent on its own — to the other origin,
+/// with a ticket, not its token — joining there at once, still muted, and
+/// hearing the room; unmuted, it is heard there. A Rust client in the call
+/// rejoins as a WHIP client would when its call is closed.
+#[test]
+fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    let alice_wav = out.join("tone-500.wav");
+    write_tone_wav(&alice_wav, ALICE_HZ, 2);
+
+    let redis = RedisServer::start();
+    let nodes = [cluster_node([127, 0, 0, 2], "node-2", &redis), cluster_node([127, 0, 0, 3], "node-3", &redis)];
+    let apis = [nodes[0].1.http_addr(), nodes[1].1.http_addr()];
+    let admin = nodes[0].1.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
+    let token = |who: &str| nodes[0].1.mint_token(&Grant::participant("moving", who), Duration::from_secs(600));
+    let (alice, bob) = (token("alice").expect("token"), token("bob").expect("token"));
+    let as_admin = Requester::token(&admin);
+
+    let from = cluster_room(&apis, &admin, "moving", r#"{"id":"moving"}"#);
+    let (old, new) = (apis[from], apis[1 - from]);
+
+    // bob, a Rust client over WHIP, talks throughout.
+    let mut bob1 = ToneClient::join_as(old, &Requester::token(&bob), "moving", BOB_HZ, JoinAs::Whip).expect("bob");
+    assert!(run_until(&mut [&mut bob1], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
+
+    let config = json!({
+        "chromium": chromium,
+        "out": out,
+        "wav": alice_wav,
+        "url": format!("http://{old}/?room=moving&name=alice#token={alice}"),
+        "tones": [ALICE_HZ, BOB_HZ, CONTROL_HZ],
+        "measureMs": 2000,
+        "waitMs": 20000,
+    });
+    let mut child = Command::new("node")
+        .arg(node_dir.join("move_page.js"))
+        .arg(config.to_string())
+        .current_dir(&node_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node starts move_page.js");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let stderr = drain(child.stderr.take());
+    let mut driver = Driver(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    // Pump the Rust clients while the page works; act on its marks.
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let mut events: HashMap<String, (Instant, Value)> = HashMap::new();
+    let mut bob2: Option<ToneClient> = None;
+    let mut drained = None;
+    let mut asked_measure = false;
+    let mut listed = None;
+    let mut failure = None;
+    loop {
+        let now = Instant::now();
+        bob1.pump(now);
+        if let Some(b) = bob2.as_mut() {
+            b.pump(now);
+        }
+        match rx.try_recv() {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) => {
+                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
+                    eprintln!("page: {event}");
+                    if event == "failed" {
+                        failure = Some(msg["message"].to_string());
+                    }
+                    if event == "muted" {
+                        // The page hears bob on the first node: now its node drains.
+                        let r = request_as(old, &as_admin, "POST", "/v1/node/drain", None, b"").expect("API");
+                        assert_eq!(r.status, 202, "{}", r.body);
+                        drained = Some(Instant::now());
+                    }
+                    if event == "heard" {
+                        // Both in the room on the new node: what its API says then.
+                        listed = Some(request_as(new, &as_admin, "GET", "/v1/rooms/moving", None, b"").expect("API"));
+                    }
+                    if event == "unmuted" {
+                        // bob hears alice again, then the page leaves.
+                        let b = bob2.as_mut().expect("bob rejoined before the page measured");
+                        run_for(&mut [b], Duration::from_secs(3));
+                        let _ = writeln!(stdin, "leave");
+                    }
+                    let last = event == "done" || event == "failed";
+                    events.insert(event, (now, msg));
+                    if last {
+                        break;
+                    }
+                }
+                None => eprintln!("page: {line}"),
+            },
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        // bob's call is closed by the drain: he rejoins through the other node, as a WHIP client does.
+        if bob2.is_none() && bob1.closed {
+            let (b, _) = ToneClient::join_following(new, &Requester::token(&bob), "moving", BOB_HZ, JoinAs::Whip, 2)
+                .expect("bob rejoins on the other node");
+            bob2 = Some(b);
+        }
+        if !asked_measure && events.contains_key("moved") && bob2.as_ref().is_some_and(|b| b.connected) {
+            let _ = writeln!(stdin, "measure");
+            asked_measure = true;
+        }
+        assert!(now < deadline, "the page did not finish within 150 s; marks: {:?}", events.keys());
+    }
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    std::fs::write(out.join("move-driver.log"), &log).expect("write move-driver.log");
+    assert!(status.success() && failure.is_none(), "the page driver failed ({status}): {failure:?}\n{log}");
+    let event = |name: &str| events.get(name).unwrap_or_else(|| panic!("no '{name}' from the page\n{log}")).clone();
+
+    // Before: alice hears bob on the first node.
+    let (_, muted) = event("muted");
+    assert!(db(&muted["heard"], BOB_HZ) > HEARD_DB, "alice hears bob before the move: {muted}");
+
+    // The page moved to the other node on its own, with a token for this room in the fragment.
+    let (moved_at, moved) = event("moved");
+    let took = moved_at - drained.expect("drained");
+    println!("the page was in the call on the other node {took:?} after the drain: {moved}");
+    assert_eq!(moved["host"], new.to_string().as_str(), "{moved}");
+    assert_eq!(moved["hasToken"], true, "{moved}");
+    assert!(!moved["search"].as_str().unwrap_or_default().contains("token="), "no token in the query: {moved}");
+    assert_eq!(moved["state"]["muted"], true, "still muted after the move: {moved}");
+    assert!(took < Duration::from_secs(15), "the move took {took:?}");
+
+    // There the server had alice (muted) and bob, once each, in the new node's room.
+    let r = listed.expect("the room was listed");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let room: Value = serde_json::from_str(&r.body).expect("JSON");
+    assert_eq!(room["room"]["node"], ["node-2", "node-3"][1 - from], "{room}");
+    let people = room["participants"].as_array().cloned().unwrap_or_default();
+    let mut who: Vec<(&str, bool)> =
+        people.iter().filter_map(|p| Some((p["identity"].as_str()?, p["muted"].as_bool()?))).collect();
+    who.sort_unstable();
+    assert_eq!(who, [("alice", true), ("bob", false)], "{room}");
+
+    // There, alice hears bob; while she is muted bob does not hear her; unmuted, he does.
+    let (heard_at, heard) = event("heard");
+    assert!(db(&heard["heard"], BOB_HZ) > HEARD_DB, "alice hears bob on the new node: {heard}");
+    assert!(db(&heard["heard"], CONTROL_HZ) < ABSENT_DB, "alice's noise floor: {heard}");
+    let (unmuted_at, _) = event("unmuted");
+    let b = bob2.as_ref().expect("bob rejoined");
+    let while_muted = heard_between(b, ALICE_HZ, heard_at - Duration::from_secs(2), heard_at);
+    let unmuted =
+        heard_between(b, ALICE_HZ, unmuted_at + Duration::from_millis(500), unmuted_at + Duration::from_secs(3));
+    println!("bob hears alice: {while_muted:.4} while she is muted, {unmuted:.4} after she unmutes");
+    assert!(while_muted < ABSENT_AMP, "bob hears the muted alice after the move: {while_muted}");
+    assert!(unmuted > HEARD_AMP, "bob hears alice once she unmutes on the new node: {unmuted}");
+    drop(nodes);
 }
 
 /// Reads a driver's `@@` lines to its end (or `timeout`): its `done`

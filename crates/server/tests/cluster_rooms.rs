@@ -7,66 +7,16 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::start_with;
+use tutti_client::redis::RedisServer;
 use tutti_client::{Requester, Response, ToneClient, request_as};
 use tutti_server::Config;
 use tutti_server::auth::Grant;
 
 const SECRET: &str = "cluster-rooms-test-secret-0123456789";
-
-/// A redis-server on 127.0.0.1; killed on drop. Skips (returns `None`) where none is installed.
-struct Redis {
-    port: u16,
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Redis {
-    fn start() -> Option<Self> {
-        let binary = PathBuf::from("/usr/bin/redis-server");
-        if !binary.exists() {
-            eprintln!("redis-server is not installed (apt-get install redis-server): skipped");
-            return None;
-        }
-        let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
-        let dir = std::env::temp_dir().join(format!("tutti-cluster-rooms-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        let child = Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--dir", dir.to_str()?])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let redis = Self { port, dir, child };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            let mut buf = [0u8; 7];
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
-                    return Some(redis);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not answer within 10 s");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn call(api: SocketAddr, token: &str, method: &str, path: &str, ct: Option<&str>, body: &[u8]) -> Response {
     request_as(api, &Requester::token(token), method, path, ct, body).expect("the API answers")
@@ -84,7 +34,7 @@ fn upgrade_status(api: SocketAddr, room: &str, token: &str) -> u16 {
 
 #[test]
 fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
-    let Some(redis) = Redis::start() else { return };
+    let redis = RedisServer::start();
     let http_port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let media_port = UdpSocket::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let mut cfg = Config {

@@ -2,7 +2,10 @@
 //! bodies arrive in order with a signature the receiver verifies; a
 //! receiver answering 500 twice gets the event on the third try; a
 //! receiver that hangs times out without holding up another URL's events
-//! or the caller; a full queue drops and counts.
+//! or the caller; a full queue drops and counts. An `https://` receiver
+//! (rustls, a certificate from a test CA) gets its events when
+//! `webhooks.ca_file` names that CA, and none otherwise; a redirect is not
+//! followed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -232,12 +235,102 @@ async fn a_refused_connection_is_retried_then_counted_as_failed() {
     assert_eq!((stats.sent, stats.retried, stats.failed), (0, 2, 1));
 }
 
-#[test]
-fn https_urls_are_refused_at_validation() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    let err = WebhookSender::start(&config(vec!["https://hooks.example.test/".into()]), rt.handle())
-        .expect_err("https is not supported");
-    assert!(err.to_string().contains("proxy"), "{err}");
+/// A CA (its PEM file in a fresh directory) and a rustls server config
+/// with a certificate it signed for 127.0.0.1.
+fn tls_receiver_config() -> (std::path::PathBuf, Arc<rustls::ServerConfig>) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.distinguished_name.push(DnType::CommonName, "tutti webhook test CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let key = KeyPair::generate().expect("server key");
+    let params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("server params");
+    let cert = params.signed_by(&key, &Issuer::new(ca_params, ca_key)).expect("server certificate");
+    let dir = tutti_client::redis::fresh_dir("webhook-tls");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write the CA");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("a key");
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .expect("server TLS config");
+    (ca_file, Arc::new(config))
+}
+
+/// The same receiver as [`receiver`], over TLS (tokio-rustls, hyper): its
+/// `https://127.0.0.1:port` base, what it got, and the CA file to trust it with.
+async fn tls_receiver() -> (String, mpsc::UnboundedReceiver<(String, HeaderMap, Bytes)>, std::path::PathBuf) {
+    let (plain, rx) = receiver().await;
+    let (ca_file, tls) = tls_receiver_config();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound");
+    // Each TLS connection is relayed to the plain receiver: its handlers record what arrives.
+    let upstream: std::net::SocketAddr = plain.trim_start_matches("http://").parse().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let Ok(mut up) = tokio::net::TcpStream::connect(upstream).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    (format!("https://{addr}"), rx, ca_file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_receivers_are_checked_against_the_system_roots_and_ca_file() {
+    let (base, mut rx, ca_file) = tls_receiver().await;
+    let url = format!("{base}/ok");
+    let handle = tokio::runtime::Handle::current();
+
+    // Trusted through webhooks.ca_file: delivered, signed.
+    let cfg = WebhookConfig { ca_file: ca_file.display().to_string(), ..config(vec![url.clone()]) };
+    let sender = WebhookSender::start(&cfg, &handle).expect("valid config");
+    sender.send(&WebhookEvent::RoomStarted { room: "tls".into() });
+    let (path, headers, body) = next(&mut rx).await;
+    assert_eq!(path, "/ok");
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).expect("signed");
+    verify(&SECRET, auth, &body, now()).expect("verifies");
+    assert_eq!(headers.get("content-type").and_then(|v| v.to_str().ok()), Some(CONTENT_TYPE));
+    wait_for(&sender, "delivered", |s| s.sent == 1).await;
+
+    // A certificate no trusted CA signed: every attempt fails, nothing arrives.
+    let cfg = WebhookConfig { attempts: 2, ..config(vec![url]) };
+    let untrusted = WebhookSender::start(&cfg, &handle).expect("valid config");
+    untrusted.send(&WebhookEvent::RoomStarted { room: "tls".into() });
+    wait_for(&untrusted, "given up", |s| s.failed == 1).await;
+    assert!(rx.try_recv().is_err(), "the receiver got nothing over an unchecked connection");
+
+    // A CA file that is not one: a clear error at start.
+    let bad = WebhookConfig { ca_file: "/nonexistent/ca.pem".into(), ..config(vec![format!("{base}/ok")]) };
+    let err = WebhookSender::start(&bad, &handle).expect_err("a missing CA file");
+    assert!(err.to_string().contains("webhooks.ca_file /nonexistent/ca.pem"), "{err}");
+    let _ = std::fs::remove_dir_all(ca_file.parent().expect("its directory"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_not_followed() {
+    let (base, mut rx) = receiver().await;
+    let app = Router::new().route("/moved", post(|| async { (StatusCode::TEMPORARY_REDIRECT, [("location", "/ok")]) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    // The redirect points at a working receiver; it must still not be followed.
+    let _ = base;
+    let cfg = WebhookConfig { attempts: 1, ..config(vec![format!("http://{addr}/moved")]) };
+    let sender = WebhookSender::start(&cfg, &tokio::runtime::Handle::current()).expect("valid config");
+    sender.send(&WebhookEvent::RoomStarted { room: "r".into() });
+    wait_for(&sender, "given up", |s| s.failed == 1).await;
+    assert!(rx.try_recv().is_err(), "nothing was delivered anywhere");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

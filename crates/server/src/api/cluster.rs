@@ -41,13 +41,14 @@ use tutti_cluster::{Cluster, ClusterError, Load, Owner, Placement, TicketClaims,
 use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate};
 use crate::auth::{Grant, unix_now};
-use crate::room::{Room, RoomError, RoomEvent, valid_room_id};
+use crate::room::{CarriedStage, Room, RoomError, RoomEvent, valid_room_id};
 
 /// Close code of a WebSocket whose room is on another node.
 pub(crate) const CLOSE_MOVED: u16 = 4307;
 
 /// The query parameters a request may carry besides its body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct Access {
     /// A redirect ticket (set by another node's `307`), standing in for the token.
     pub(crate) ticket: Option<String>,
@@ -241,7 +242,13 @@ pub(crate) fn moved_message(
     grant: &Grant,
     token_exp: Option<u64>,
 ) -> serde_json::Value {
-    let mut msg = serde_json::json!({ "type": "moved", "room": room, "node": node, "api_url": api_url });
+    let mut msg = serde_json::json!({
+        "type": "moved",
+        "protocol": super::schema::WS_PROTOCOL,
+        "room": room,
+        "node": node,
+        "api_url": api_url,
+    });
     if let (Some(cluster), Some(_), Some(exp)) = (&api.cluster, &api.auth, token_exp) {
         let mut grants = grants_json(&Grant { room: room.to_owned(), ..grant.clone() });
         grants["exp"] = exp.into();
@@ -265,6 +272,28 @@ const PAGE_PARAMS: [&str; 5] = ["name", "processing", "autojoin", "muted", "hand
 /// the page at this origin (`/?room=…#token=…`), with an access token for
 /// this room only, the ticket's grant, expiring with the token the socket
 /// was opened with. A bad or used ticket: 401 `bad_ticket`.
+#[utoipa::path(
+    get,
+    path = "/v1/rooms/{room}/enter",
+    tag = "cluster",
+    operation_id = "enter",
+    security(()),
+    params(
+        ("room" = String, Path, description = "The room's id"),
+        ("ticket" = String, Query, description = "The single-use ticket of a `moved` message"),
+        ("name" = Option<String>, Query, description = "Passed on to the page"),
+        ("processing" = Option<String>, Query, description = "Passed on to the page"),
+        ("autojoin" = Option<String>, Query, description = "Passed on to the page"),
+        ("muted" = Option<String>, Query, description = "Passed on to the page"),
+        ("hand" = Option<String>, Query, description = "Passed on to the page"),
+    ),
+    responses(
+        (status = 303, description = "To the page on this node, `/?…&room=<room>#token=<token>`", headers(("Location" = String))),
+        (status = 401, description = "`bad_ticket` (malformed, used, expired, or for another path)", body = super::schema::ErrorBody),
+        (status = 404, description = "`not_found`: not a cluster node with auth", body = super::schema::ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = super::schema::ErrorBody),
+    ),
+)]
 pub(crate) async fn enter(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
@@ -352,7 +381,13 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
             // Created elsewhere (or here, before a restart): host it as it was created.
             let stored = cluster.room_config(room).await.map_err(|e| unavailable(&e))?;
             let config = StoredConfig::parse(stored.as_deref());
-            Ok(Located::Here(host(api, cluster, room, config.max_participants, config.max_speakers, false)?))
+            let fresh = api.rooms.get(room).is_err();
+            let state = host(api, cluster, room, config.max_participants, config.max_speakers, false)?;
+            // Handed over by a draining node: its lock and bans come with it.
+            if fresh && let Some(carried) = &config.handover {
+                api.rooms.restore_stage(&state, carried, Instant::now(), unix_now());
+            }
+            Ok(Located::Here(state))
         }
         Placement::Remote(owner) => Ok(Located::Elsewhere(owner)),
     }
@@ -396,11 +431,13 @@ pub(crate) async fn may_create_on_join(api: &ApiState, cluster: &tutti_cluster::
 }
 
 /// The config a room's creator gave, as stored in the directory (JSON);
-/// fields missing or unreadable take the defaults.
+/// fields missing or unreadable take the defaults. A drain's hand-over
+/// writes the room's current limits and its lock and bans into it.
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 pub(crate) struct StoredConfig {
     pub(crate) max_participants: Option<usize>,
     pub(crate) max_speakers: Option<usize>,
+    pub(crate) handover: Option<CarriedStage>,
 }
 
 impl StoredConfig {

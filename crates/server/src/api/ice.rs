@@ -14,11 +14,14 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, authenticate_until, may_see};
 use crate::auth::{Grant, unix_now};
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct TokenQuery {
+    /// The access token, for a client that cannot set `Authorization`.
     token: Option<String>,
 }
 
@@ -33,6 +36,21 @@ fn servers(api: &ApiState, grant: &Grant, room: &str, expires_at: Option<u64>) -
     crate::ice::for_client_until(&api.cfg.ice_servers, &user(grant, room), unix_now(), expires_at)
 }
 
+/// The STUN/TURN servers for `RTCPeerConnection({iceServers})`, TURN
+/// credentials minted for the caller (token with `listen`).
+#[utoipa::path(
+    get,
+    path = "/v1/rooms/{room}/ice-servers",
+    tag = "participants",
+    operation_id = "ice_servers",
+    security(("bearer" = []), ("token_query" = [])),
+    params(("room" = String, Path, description = "The room's id"), TokenQuery),
+    responses(
+        (status = 200, description = "The servers (never cached)", body = shapes::IceServers),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden` (no `listen`)", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn ice_servers(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,

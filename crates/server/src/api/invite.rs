@@ -36,9 +36,11 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult};
 use super::rooms::{body, json};
+use super::schema::ErrorBody;
 use super::{ApiState, authenticate};
 use crate::auth::{Grant, is_room_id, unix_now};
 
@@ -50,7 +52,7 @@ pub const MIN_TTL_SECONDS: u64 = 60;
 pub const MAX_TTL_SECONDS: u64 = 7 * 24 * 3600;
 
 /// What a guest may do.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Permissions {
     /// Talk and listen.
@@ -61,20 +63,26 @@ pub(crate) enum Permissions {
 }
 
 /// The request body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct InviteRequest {
+    /// Default `speak`.
     permissions: Option<Permissions>,
+    /// How long the token lives: 60 to 604800 (7 days); default 3600.
     ttl_seconds: Option<u64>,
 }
 
 /// The answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct Invite {
+    /// The guest's access token (null with auth disabled).
     token: Option<String>,
+    /// The page's link for the room, the token in its fragment.
     url: String,
+    /// Unix seconds (null with auth disabled).
     expires_at: Option<u64>,
     permissions: Permissions,
+    /// `guest-` and 8 hex digits: one invite, one guest.
     identity: String,
 }
 
@@ -83,6 +91,22 @@ pub(crate) fn routes() -> Router<Arc<ApiState>> {
     Router::new().route("/v1/rooms/{room}/invites", post(create_invite))
 }
 
+/// Mints a guest's token for the room (admin of the room); the room need not exist yet.
+#[utoipa::path(
+    post,
+    path = "/v1/rooms/{room}/invites",
+    tag = "invites",
+    operation_id = "create_invite",
+    params(("room" = String, Path, description = "The room's id")),
+    request_body(content = Option<InviteRequest>, content_type = "application/json", description = "Every field optional; an empty body takes the defaults"),
+    responses(
+        (status = 201, description = "The invite", body = Invite),
+        (status = 400, description = "`bad_room_id`, `bad_json`, `bad_value`", body = ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`: not an admin of the room", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+    ),
+)]
 async fn create_invite(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,

@@ -21,11 +21,13 @@ mod ice;
 mod invite;
 mod limit;
 pub(crate) mod node;
+mod openapi;
 mod origin;
 mod recording;
 pub(crate) mod rooms;
 mod rtp_in;
 mod rtp_out;
+pub(crate) mod schema;
 mod stage;
 mod web;
 pub(crate) mod ws;
@@ -210,10 +212,19 @@ pub(crate) async fn housekeeping(api: Arc<ApiState>, mut stop: tokio::sync::watc
     }
 }
 
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "node", operation_id = "healthz", security(()),
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain")))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
+/// Readiness: 503 while the node drains or shuts down (take it out of the load balancer).
+#[utoipa::path(get, path = "/readyz", tag = "node", operation_id = "readyz", security(()),
+    responses(
+        (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
+        (status = 503, description = "`draining`, `shutting_down`", body = schema::ErrorBody),
+    ))]
 async fn readyz(axum::extract::State(api): axum::extract::State<Arc<ApiState>>) -> ApiResult<&'static str> {
     if api.rooms.is_closing() {
         return Err(ApiError::shutting_down());
@@ -279,6 +290,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())
         .merge(web::routes())
+        .merge(openapi::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body_bytes))

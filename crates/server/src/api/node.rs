@@ -31,6 +31,7 @@ use axum::routing::{get, post};
 use tutti_cluster::{Cluster, Placement};
 
 use super::error::{ApiError, ApiResult};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, authenticate};
 use crate::auth::Grant;
 use crate::room::{LeaveReason, MovedTo, Room};
@@ -89,15 +90,17 @@ pub(crate) async fn begin(api: &Arc<ApiState>, within: Duration) -> u64 {
     );
     if let Some(cluster) = api.cluster.clone() {
         // Not in the caller's way: each room is a few Redis round trips.
-        tokio::spawn(hand_over_all(api.clone(), cluster));
+        tokio::spawn(hand_over_all(api.clone(), cluster, deadline_ms.div_ceil(1000)));
     }
     deadline_ms
 }
 
 /// Hands every room of this node over to another node, one by one.
-async fn hand_over_all(api: Arc<ApiState>, cluster: Cluster) {
+/// `until`: the drain's deadline (Unix seconds), when what the rooms carry
+/// (their lock and bans) stops applying on the new node.
+async fn hand_over_all(api: Arc<ApiState>, cluster: Cluster, until: u64) {
     for room in api.rooms.all() {
-        match hand_over(&cluster, &room.id).await {
+        match hand_over(&api, &cluster, &room, until).await {
             Ok(Some(to)) => {
                 tracing::info!(room = %room.id, node = %to.node, "room handed over");
                 room.hand_over(to);
@@ -111,15 +114,24 @@ async fn hand_over_all(api: Arc<ApiState>, cluster: Cluster) {
     }
 }
 
-/// Places `room` on another node: its creation config kept, this node's
-/// lease given up, the room claimed for the lighter of the others (this
-/// node is draining: placement skips it). `Ok(None)` when no other node can
-/// take it (the room is claimed back here). A lease that could not be
-/// released is claimed back too: `release` stops renewing it at once.
-async fn hand_over(cluster: &Cluster, room: &str) -> Result<Option<MovedTo>, tutti_cluster::ClusterError> {
-    let config = cluster.room_config(room).await?;
+/// Places `room` on another node: its creation config kept with its
+/// current limits, lock and bans written in ([`carried_config`]), this
+/// node's lease given up, the room claimed for the lighter of the others
+/// (this node is draining: placement skips it). `Ok(None)` when no other
+/// node can take it (the room is claimed back here, with the config it
+/// had). A lease that could not be released is claimed back too: `release`
+/// stops renewing it at once.
+async fn hand_over(
+    api: &ApiState,
+    cluster: &Cluster,
+    room: &Room,
+    until: u64,
+) -> Result<Option<MovedTo>, tutti_cluster::ClusterError> {
+    let config = cluster.room_config(&room.id).await?;
+    let carried = carried_config(api, room, config.as_deref(), until);
+    let room = room.id.as_str();
     let placed = match cluster.release(room).await {
-        Ok(_) => cluster.place(room, config.as_deref()).await,
+        Ok(_) => cluster.place(room, Some(&carried)).await,
         Err(e) => Err(e),
     };
     match placed {
@@ -134,6 +146,21 @@ async fn hand_over(cluster: &Cluster, room: &str) -> Result<Option<MovedTo>, tut
             }
         }
     }
+}
+
+/// The stored config (JSON) the room's new node hosts it with: what its
+/// creator gave (fields this node does not know kept as they are), its
+/// limits as they stand now, and its lock, bans and participants as
+/// `handover` (see [`crate::room::CarriedStage`]).
+fn carried_config(api: &ApiState, room: &Room, stored: Option<&str>, until: u64) -> String {
+    let mut config = stored
+        .and_then(|c| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(c).ok())
+        .unwrap_or_default();
+    config.insert("max_participants".into(), room.max_participants().into());
+    config.insert("max_speakers".into(), room.max_speakers().into());
+    let stage = api.rooms.carry_stage(room, until, std::time::Instant::now(), crate::auth::unix_now());
+    config.insert("handover".into(), serde_json::to_value(stage).unwrap_or_default());
+    serde_json::Value::Object(config).to_string()
 }
 
 /// Closes the participants of a handed-over room that no WebSocket can
@@ -196,14 +223,36 @@ fn summary(api: &ApiState) -> serde_json::Value {
 }
 
 /// `GET /v1/node`: whether it drains, what it holds.
-async fn status(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
+#[utoipa::path(
+    get,
+    path = "/v1/node",
+    tag = "node",
+    operation_id = "node_status",
+    responses(
+        (status = 200, description = "The node", body = shapes::NodeSummary),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin of every room", body = ErrorBody),
+    ),
+)]
+pub(super) async fn status(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
     node_admin(&api, &headers)?;
     Ok(axum::Json(summary(&api)).into_response())
 }
 
 /// `POST /v1/node/drain`: starts a drain of `drain_seconds` (as SIGTERM
 /// does); `tutti serve` shuts down when it ends. 202, with the node's summary.
-async fn drain(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
+#[utoipa::path(
+    post,
+    path = "/v1/node/drain",
+    tag = "node",
+    operation_id = "node_drain",
+    responses(
+        (status = 202, description = "Draining (a second call changes nothing)", body = shapes::NodeSummary),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin of every room", body = ErrorBody),
+    ),
+)]
+pub(super) async fn drain(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
     node_admin(&api, &headers)?;
     begin(&api, api.cfg.drain_time()).await;
     api.drain.asked.notify_one();

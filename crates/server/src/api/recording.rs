@@ -21,6 +21,7 @@ use axum::routing::post;
 
 use super::cluster::{self, Access};
 use super::error::{ApiError, ApiResult};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, may_see};
 use crate::auth::Grant;
 use crate::outputs::OutputError;
@@ -137,7 +138,24 @@ pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
     Ok(())
 }
 
-async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+/// Starts recording the room (admin of the room).
+#[utoipa::path(
+    post,
+    path = "/v1/rooms/{room}/recording",
+    tag = "outputs",
+    operation_id = "start_recording",
+    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    responses(
+        (status = 201, description = "Recording", body = shapes::Recording),
+        (status = 409, description = "`recording_active`", body = ErrorBody),
+        (status = 507, description = "`recording_quota`", body = ErrorBody),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`, `recording_disabled`", body = ErrorBody),
+        (status = 404, description = "`room_not_found`", body = ErrorBody),
+    ),
+)]
+pub(super) async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "recording a room")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
@@ -147,7 +165,22 @@ async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<
     Ok((StatusCode::CREATED, axum::Json(public(body))).into_response())
 }
 
-async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+/// The room's recording, if any.
+#[utoipa::path(
+    get,
+    path = "/v1/rooms/{room}/recording",
+    tag = "outputs",
+    operation_id = "show_recording",
+    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    responses(
+        (status = 200, description = "The recording (`{\"active\": false}` when none ran)", body = shapes::Recording),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`, `recording_disabled`", body = ErrorBody),
+        (status = 404, description = "`room_not_found`", body = ErrorBody),
+    ),
+)]
+pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let state = match req.room(&api, may_see).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
@@ -156,7 +189,22 @@ async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<R
     Ok(axum::Json(public(body)).into_response())
 }
 
-async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+/// Stops the room's recording (admin of the room) and waits up to 5 s for the file to close.
+#[utoipa::path(
+    delete,
+    path = "/v1/rooms/{room}/recording",
+    tag = "outputs",
+    operation_id = "stop_recording",
+    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    responses(
+        (status = 200, description = "The finished file (or, still closing, its state with `finishing`)", body = shapes::RecordingStopped),
+        (status = 404, description = "`room_not_found`, `recording_not_found`", body = ErrorBody),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`, `recording_disabled`", body = ErrorBody),
+    ),
+)]
+pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "stopping a recording")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),

@@ -10,9 +10,11 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::cluster::{self, Access, Located};
 use super::error::{ApiError, ApiResult};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, authenticate, join_room, may_join, may_see};
 use crate::auth::Grant;
 use crate::room::{LeaveReason, Room, RoomError};
@@ -56,17 +58,21 @@ pub(super) fn json<T: serde::de::DeserializeOwned>(
 }
 
 /// `POST /v1/rooms`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateRoom {
+    /// 1 to 64 letters, digits, `-` or `_` (default: a fresh name, or a room admin's token's room).
     id: Option<String>,
+    /// Default: `room.max_participants`.
     max_participants: Option<usize>,
+    /// How many are mixed at once (top-K); default: `room.max_speakers`.
     max_speakers: Option<usize>,
     /// Record the room from its first join (docs/features/recording.md).
     record: Option<bool>,
 }
 
-#[derive(Debug, Serialize)]
+/// A room and its figures.
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RoomSummary {
     id: String,
     participants: usize,
@@ -90,6 +96,27 @@ pub(super) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
     }
 }
 
+/// Creates a room (admin). In cluster mode the room is placed on the
+/// lighter of two nodes: another node's answers a `307` with a ticket.
+#[utoipa::path(
+    post,
+    path = "/v1/rooms",
+    tag = "rooms",
+    operation_id = "create_room",
+    params(cluster::Access),
+    request_body(content = Option<CreateRoom>, content_type = "application/json", description = "Every field optional; an empty body takes the defaults"),
+    responses(
+        (status = 201, description = "Created", body = RoomSummary, headers(("Location" = String, description = "/v1/rooms/{room}"))),
+        (status = 307, description = "Cluster mode: placed on another node; follow `Location` (it carries a single-use ticket)"),
+        (status = 400, description = "`bad_json`, `bad_room_id`, `bad_room_config`", body = ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`forbidden` (not an admin), `recording_disabled`", body = ErrorBody),
+        (status = 409, description = "`room_exists`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        (status = 503, description = "`server_full`, `draining`, `shutting_down`, `cluster_unavailable` (with `Retry-After`)", body = ErrorBody),
+        (status = 507, description = "`recording_quota` (`record: true` with the recordings directory full)", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn create_room(
     State(api): State<Arc<ApiState>>,
     headers: HeaderMap,
@@ -165,6 +192,20 @@ pub(crate) async fn create_room(
         .into_response())
 }
 
+/// Lists the rooms (an admin token for every room, `*`); in cluster mode
+/// every room of the directory, those elsewhere with their node.
+#[utoipa::path(
+    get,
+    path = "/v1/rooms",
+    tag = "rooms",
+    operation_id = "list_rooms",
+    responses(
+        (status = 200, description = "The rooms", body = Vec<RoomListEntry>),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin of every room", body = ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn list_rooms(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
     let grant = authenticate(&api, &headers, None)?;
     if !grant.may_list() {
@@ -189,6 +230,22 @@ pub(crate) async fn list_rooms(State(api): State<Arc<ApiState>>, headers: Header
     Ok(axum::Json(out).into_response())
 }
 
+/// A room: its participants, who is talking, the selected speakers. In
+/// cluster mode, a room held by another node: where it is.
+#[utoipa::path(
+    get,
+    path = "/v1/rooms/{room}",
+    tag = "rooms",
+    operation_id = "get_room",
+    params(("room" = String, Path, description = "The room's id")),
+    responses(
+        (status = 200, description = "The room", body = RoomLookup),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`", body = ErrorBody),
+        (status = 404, description = "`room_not_found`", body = ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn get_room(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
@@ -218,6 +275,22 @@ pub(crate) async fn get_room(
     Ok(axum::Json(body).into_response())
 }
 
+/// Deletes a room (admin of the room): every participant's peer is closed.
+#[utoipa::path(
+    delete,
+    path = "/v1/rooms/{room}",
+    tag = "rooms",
+    operation_id = "delete_room",
+    params(("room" = String, Path, description = "The room's id"), cluster::Access),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 307, description = "Cluster mode: held by another node; follow `Location`"),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin of the room", body = ErrorBody),
+        (status = 404, description = "`room_not_found`", body = ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn delete_room(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
@@ -247,20 +320,60 @@ pub(crate) async fn delete_room(
 }
 
 /// `POST /v1/rooms/{room}/participants` as JSON.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct JoinRequest {
+    /// The SDP offer, with an Opus audio section.
     sdp: String,
+    /// The name others see.
     #[serde(default)]
     name: String,
 }
 
-#[derive(Debug, Serialize)]
+/// A JSON join's answer.
+#[derive(Debug, Serialize, ToSchema)]
 struct JoinResponse {
+    /// The participant's id.
     id: u64,
+    /// The SDP answer (ICE-lite, host candidates, non-trickle).
     sdp: String,
 }
 
+/// Joins a room with an SDP offer: WHIP-style (`application/sdp` in, SDP
+/// answer out) or JSON `{sdp, name}` (token with `listen`; without `speak`
+/// the participant is muted for good). A plain RTP/AVP offer joins from
+/// `rtp_in.allowed` networks only. The answer carries the ICE servers as
+/// WHIP `Link` headers.
+#[utoipa::path(
+    post,
+    path = "/v1/rooms/{room}/participants",
+    tag = "participants",
+    operation_id = "join",
+    params(("room" = String, Path, description = "The room's id"), cluster::Access),
+    request_body(content(
+        (String = "application/sdp"),
+        (JoinRequest = "application/json"),
+    )),
+    responses(
+        (status = 201, description = "Joined: the SDP answer (as the offer came: SDP, or JSON)",
+            content((String = "application/sdp"), (JoinResponse = "application/json")),
+            headers(
+                ("Location" = String, description = "/v1/rooms/{room}/participants/{id}: the WHIP resource"),
+                ("Link" = String, description = "`<url>; rel=\"ice-server\"`, one per STUN/TURN server (WHIP)"),
+            )),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location` (WHIP clients must)"),
+        (status = 400, description = "`bad_sdp`, `bad_json`, `bad_body`", body = ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden` (no `listen`), `banned`, `rtp_in_forbidden`", body = ErrorBody),
+        (status = 404, description = "`room_not_found`", body = ErrorBody),
+        (status = 409, description = "`room_full`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        (status = 423, description = "`room_locked`", body = ErrorBody),
+        (status = 429, description = "`rate_limited` (joins per address; `Retry-After`)", body = ErrorBody),
+        (status = 503, description = "`server_full`, `draining`, `shutting_down`, `cluster_unavailable`", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn join(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
@@ -346,7 +459,8 @@ fn may_act_on(grant: &Grant, room: &Room, id: u64) -> ApiResult<bool> {
 }
 
 /// The query of `DELETE …/participants/{id}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LeaveParams {
     /// Keep the participant's identity out of the room this long (admin only).
@@ -358,6 +472,25 @@ pub(crate) struct LeaveParams {
 /// `DELETE …/participants/{id}`: a participant leaves (its own token), or an
 /// admin removes it (reason `kicked`), with `?ban_seconds=` banning its
 /// identity from the room for that long.
+#[utoipa::path(
+    delete,
+    path = "/v1/rooms/{room}/participants/{id}",
+    tag = "participants",
+    operation_id = "leave",
+    params(
+        ("room" = String, Path, description = "The room's id"),
+        ("id" = u64, Path, description = "The participant's id"),
+        LeaveParams,
+    ),
+    responses(
+        (status = 204, description = "Left (or kicked, or banned)"),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 400, description = "`bad_value` (the query)", body = ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or a ban, without admin)", body = ErrorBody),
+        (status = 404, description = "`room_not_found`, `participant_not_found`", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn leave(
     State(api): State<Arc<ApiState>>,
     Path((room, id)): Path<(String, u64)>,
@@ -396,22 +529,55 @@ pub(crate) async fn leave(
 }
 
 /// `PATCH /v1/rooms/{room}/participants/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateParticipant {
     muted: Option<bool>,
+    /// 0 to 4 (admin only).
     gain: Option<f32>,
     /// Grant or revoke the right to speak (admin only).
     speak: Option<bool>,
     /// Raise or lower the hand (its own, or an admin).
     hand: Option<bool>,
     // sound: voice processing over the room's setting (admin only; null: the room's).
+    /// Over the room's setting (admin only; null: the room's again).
     #[serde(default, deserialize_with = "crate::room::double_option")]
     noise_suppression: Option<Option<bool>>,
+    /// Over the room's setting (admin only; null: the room's again).
     #[serde(default, deserialize_with = "crate::room::double_option")]
     loudness: Option<Option<bool>>,
 }
 
+/// Changes a participant (JSON: mute, gain, speak, hand, voice), or
+/// restarts its ICE (`application/sdp`: a new offer on the same connection).
+#[utoipa::path(
+    patch,
+    path = "/v1/rooms/{room}/participants/{id}",
+    tag = "participants",
+    operation_id = "update_participant",
+    params(
+        ("room" = String, Path, description = "The room's id"),
+        ("id" = u64, Path, description = "The participant's id"),
+        cluster::Access,
+    ),
+    request_body(content(
+        (UpdateParticipant = "application/json"),
+        (String = "application/sdp"),
+    )),
+    responses(
+        (status = 200, description = "JSON: the participant now; SDP: the ICE restart's answer",
+            content((shapes::ParticipantChanged = "application/json"), (String = "application/sdp"))),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 400, description = "`bad_json`, `bad_value`, `bad_sdp`", body = ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or an admin-only field)", body = ErrorBody),
+        (status = 404, description = "`room_not_found`, `participant_not_found`", body = ErrorBody),
+        (status = 409, description = "`not_connected` (ICE restart before the first connection)", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        (status = 429, description = "`rate_limited` (updates per participant, restarts per address)", body = ErrorBody),
+        (status = 503, description = "`media_busy`", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn update_participant(
     State(api): State<Arc<ApiState>>,
     Path((room, id)): Path<(String, u64)>,
@@ -486,6 +652,49 @@ pub(crate) async fn update_participant(
     });
     body["voice"] = serde_json::to_value(voice).unwrap_or_default(); // sound
     Ok(axum::Json(body).into_response())
+}
+
+// Answers built with `json!`, described for the OpenAPI document (see `schema`).
+
+/// `GET /v1/rooms/{room}` for a room on this node.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described, never built
+pub(super) struct RoomDetail {
+    room: RoomSummary,
+    participants: Vec<shapes::Member>,
+    /// The ids of the last tick's selected speakers.
+    speakers: Vec<u64>,
+    /// How many identities are banned from the room now.
+    bans: usize,
+}
+
+/// `GET /v1/rooms/{room}`: the room here, or (cluster mode) where it is.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // described, never built
+pub(super) enum RoomLookup {
+    Here(RoomDetail),
+    Elsewhere(shapes::RoomElsewhere),
+}
+
+/// An entry of `GET /v1/rooms`: a room here with its figures, or one elsewhere.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // described, never built
+pub(super) enum RoomListEntry {
+    Here(RoomSummary),
+    Elsewhere(shapes::RemoteRoom),
+}
+
+/// `PATCH /v1/rooms/{room}`: the room as it is now.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described, never built
+pub(super) struct RoomChanged {
+    #[serde(flatten)]
+    room: RoomSummary,
+    /// How many participants `mute_all` muted.
+    muted: usize,
+    voice: shapes::RoomVoice,
 }
 
 /// How long the API waits for the I/O thread's answer to a restart offer.

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use super::error::{ApiError, ApiResult};
 use super::recording::{RoomRequest, may_manage, output_error};
 use super::rooms::{body, json};
+use super::schema::{ErrorBody, shapes};
 use super::{ApiState, may_see};
 use crate::outputs::OutputError;
 
@@ -27,14 +28,33 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
 }
 
 /// `POST /v1/rooms/{room}/rtp_out`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StartRtpOut {
     /// `host:port` of the receiver, an IP address (no names: the allow-list is by address).
     address: String,
 }
 
-async fn start(
+/// Forwards the room's mix as RTP/Opus to an address in `rtp_out.allowed` (admin of the room).
+#[utoipa::path(
+    post,
+    path = "/v1/rooms/{room}/rtp_out",
+    tag = "outputs",
+    operation_id = "start_rtp_out",
+    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    request_body(content = StartRtpOut, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Forwarding: with the SDP a receiver opens", body = shapes::RtpOut),
+        (status = 400, description = "`bad_json`, `bad_address`, `bad_value`", body = ErrorBody),
+        (status = 409, description = "`rtp_out_active`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`, `rtp_out_disabled`", body = ErrorBody),
+        (status = 404, description = "`room_not_found`", body = ErrorBody),
+    ),
+)]
+pub(super) async fn start(
     State(api): State<Arc<ApiState>>,
     req: RoomRequest,
     raw: Result<Bytes, BytesRejection>,
@@ -54,7 +74,22 @@ async fn start(
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+/// The room's RTP out.
+#[utoipa::path(
+    get,
+    path = "/v1/rooms/{room}/rtp_out",
+    tag = "outputs",
+    operation_id = "show_rtp_out",
+    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    responses(
+        (status = 200, description = "Forwarding", body = shapes::RtpOut),
+        (status = 404, description = "`room_not_found`, `rtp_out_not_found`", body = ErrorBody),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`, `rtp_out_disabled`", body = ErrorBody),
+    ),
+)]
+pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let state = match req.room(&api, may_see).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
@@ -64,7 +99,22 @@ async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<R
     Ok(axum::Json(body).into_response())
 }
 
-async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+/// Stops the room's RTP out (admin of the room).
+#[utoipa::path(
+    delete,
+    path = "/v1/rooms/{room}/rtp_out",
+    tag = "outputs",
+    operation_id = "stop_rtp_out",
+    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    responses(
+        (status = 200, description = "Stopped: its last figures", body = shapes::RtpOut),
+        (status = 404, description = "`room_not_found`, `rtp_out_not_found`", body = ErrorBody),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`, `rtp_out_disabled`", body = ErrorBody),
+    ),
+)]
+pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "stopping a room's RTP out")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),

@@ -14,24 +14,30 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::cluster::{self, Access};
 use super::error::{ApiError, ApiResult};
+use super::schema::ErrorBody;
 use super::{ApiState, rooms};
 use crate::auth::Grant;
 use crate::room::{Room, RoomError, RoomUpdate};
 
 /// `PATCH /v1/rooms/{room}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateRoom {
+    /// No new joins while locked.
     locked: Option<bool>,
     max_participants: Option<usize>,
     max_speakers: Option<usize>,
+    /// Mute everyone but the room's admins.
     #[serde(default)]
     mute_all: bool,
     // sound: the room's voice processing ("auto" | "on" | "off"; true | false).
+    /// `auto`, `on` or `off`.
     noise_suppression: Option<String>,
+    /// Loudness normalisation.
     loudness: Option<bool>,
 }
 
@@ -48,6 +54,24 @@ pub(crate) fn admit(api: &ApiState, room: &Room, grant: &Grant, name: &str) -> A
     })
 }
 
+/// Changes a room (admin of the room): lock, size, speaker limit, mute-all, voice processing.
+#[utoipa::path(
+    patch,
+    path = "/v1/rooms/{room}",
+    tag = "rooms",
+    operation_id = "update_room",
+    params(("room" = String, Path, description = "The room's id"), cluster::Access),
+    request_body(content = UpdateRoom, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The room now", body = rooms::RoomChanged),
+        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 400, description = "`bad_json`, `bad_value`, `bad_room_config`", body = ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not an admin of the room", body = ErrorBody),
+        (status = 404, description = "`room_not_found`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+    ),
+)]
 pub(crate) async fn update_room(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,

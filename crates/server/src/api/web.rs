@@ -36,10 +36,28 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// The page's routes; merged into the API's router.
 pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
+    Router::new().route("/", get(index)).route("/app.js", get(app_js)).route("/style.css", get(style_css))
+}
+
+/// The page: `/?room=<room>#token=<token>` joins a room.
+#[utoipa::path(get, path = "/", tag = "web", operation_id = "page", security(()),
+    responses((status = 200, description = "The page", body = String, content_type = "text/html")))]
+pub(super) async fn index() -> Response {
+    asset("text/html; charset=utf-8", INDEX_HTML)
+}
+
+/// The page's script.
+#[utoipa::path(get, path = "/app.js", tag = "web", operation_id = "page_script", security(()),
+    responses((status = 200, description = "The script", body = String, content_type = "text/javascript")))]
+pub(super) async fn app_js() -> Response {
+    asset("text/javascript; charset=utf-8", APP_JS)
+}
+
+/// The page's style sheet.
+#[utoipa::path(get, path = "/style.css", tag = "web", operation_id = "page_style", security(()),
+    responses((status = 200, description = "The style sheet", body = String, content_type = "text/css")))]
+pub(super) async fn style_css() -> Response {
+    asset("text/css; charset=utf-8", STYLE_CSS)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! ```text
 //! caller (API, room, recorder thread) ── WebhookSender::send(event) ── body built once
 //!     └─ try_send to each URL's bounded queue (full: dropped, counted, logged)
-//! one tokio task per URL ── in order: sign ─► HTTP/1.1 POST ─► 2xx? done : retry after 1 s, 2 s, …
+//! one tokio task per URL ── in order: sign ─► POST (reqwest, rustls) ─► 2xx? done : retry after 1 s, 2 s, …
 //! ```
 //!
 //! **Body.** `{"event":"participant_left","id":"EV_…","created_at":1767225600,"room":"demo",
@@ -28,14 +28,14 @@
 //! were sent. A response with a 2xx status is success; anything else, a
 //! refused or timed-out connection, is retried.
 //!
-//! **Plain `http://` only.** `https://` URLs are refused when the config is
-//! validated ([`WebhookError::Https`]): the server has no TLS client stack
-//! (rustls plus a root store would add a second TLS implementation beside
-//! webrtc-rs' DTLS, its compile time and a CA-bundle setting to get
-//! right). To reach an `https://` receiver, put a TLS-originating proxy on
-//! the same host or trusted network (e.g. a local nginx, envoy or
-//! stunnel `client = yes` forwarding `http://127.0.0.1:PORT` to the
-//! receiver); the body is signed either way.
+//! **`http://` and `https://`.** One reqwest client per sender, over
+//! rustls with ring (the provider the cluster's `rediss://` uses):
+//! certificates are checked against the system's roots
+//! (`/etc/ssl/certs`, Debian's `ca-certificates`) plus `webhooks.ca_file`
+//! (a private CA's PEM file). Redirects are not followed (a 3xx is a
+//! failed attempt: a webhook goes where it was configured to, nowhere
+//! else), no proxy is read from the environment, and each attempt is on a
+//! connection of its own or one kept from the last attempt to that URL.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,8 +46,6 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use bytes::Bytes;
 use ring::{digest, hmac};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// Most URLs accepted.
@@ -60,14 +58,14 @@ pub const MIN_SECRET_BYTES: usize = 32;
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(300);
 /// The `Content-Type` of a webhook body.
 pub const CONTENT_TYPE: &str = "application/webhook+json";
-/// Bytes of a response read at most to find its status line.
-const MAX_STATUS_LINE: usize = 1024;
 
 /// Webhook settings (suggested under `[webhooks]`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
-    /// Receivers, `http://host[:port][/path]`.
+    /// Receivers, `http[s]://host[:port][/path]`.
     pub urls: Vec<String>,
+    /// A PEM file of CA certificates trusted besides the system's (empty: none).
+    pub ca_file: String,
     /// The HMAC secret receivers verify with (the server's auth secret, or one of its own).
     pub secret: Vec<u8>,
     /// The token's `iss` claim.
@@ -88,6 +86,7 @@ impl std::fmt::Debug for WebhookConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookConfig")
             .field("urls", &self.urls)
+            .field("ca_file", &self.ca_file)
             .field("secret", &"<redacted>")
             .field("issuer", &self.issuer)
             .field("queue", &self.queue)
@@ -103,6 +102,7 @@ impl Default for WebhookConfig {
     fn default() -> Self {
         Self {
             urls: Vec::new(),
+            ca_file: String::new(),
             secret: Vec::new(),
             issuer: "tutti".into(),
             queue: 1024,
@@ -117,10 +117,10 @@ impl Default for WebhookConfig {
 /// Why a webhook configuration is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WebhookError {
-    /// An `https://` URL: not supported (see the module docs for the proxy set-up).
-    #[error("webhook URL {0}: https is not supported; point it at a local TLS-originating proxy over http:// instead")]
-    Https(String),
-    /// A URL that is not `http://host[:port][/path]`.
+    /// `webhooks.ca_file` unreadable, or no certificate to check an `https://` receiver with.
+    #[error("webhooks: {0}")]
+    Tls(String),
+    /// A URL that is not `http[s]://host[:port][/path]`.
     #[error("webhook URL {url}: {why}")]
     Url {
         /// The URL.
@@ -252,22 +252,23 @@ impl WebhookEvent {
     }
 }
 
-/// A receiver address parsed from an `http://` URL.
+/// A receiver's URL, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     /// The URL as configured.
     pub url: String,
-    /// Host name or address (IPv6 without brackets).
-    pub host: String,
-    /// Port (80 if absent).
-    pub port: u16,
-    /// The `Host` header value.
-    pub authority: String,
-    /// Path and query (`/` if absent).
-    pub target: String,
+    /// As parsed.
+    pub parsed: reqwest::Url,
 }
 
-/// Parses an `http://host[:port][/path][?query]` URL.
+impl Endpoint {
+    /// Whether it is an `https://` URL.
+    pub fn tls(&self) -> bool {
+        self.parsed.scheme() == "https"
+    }
+}
+
+/// Parses an `http[s]://host[:port][/path][?query]` URL.
 pub fn parse_url(url: &str) -> Result<Endpoint, WebhookError> {
     let bad = |why| WebhookError::Url { url: url.to_owned(), why };
     if url.len() > MAX_URL_BYTES {
@@ -276,42 +277,67 @@ pub fn parse_url(url: &str) -> Result<Endpoint, WebhookError> {
     if url.bytes().any(|b| b.is_ascii_control() || b == b' ' || b >= 0x80) {
         return Err(bad("control characters, spaces or non-ASCII (percent-encode them)"));
     }
-    let lower = url.to_ascii_lowercase();
-    if lower.starts_with("https://") {
-        return Err(WebhookError::Https(url.to_owned()));
+    let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("not an http:// or https:// URL"));
     }
-    let Some(rest) = lower.starts_with("http://").then(|| &url[7..]) else {
-        return Err(bad("not an http:// URL"));
-    };
-    if rest.contains('#') {
+    if parsed.fragment().is_some() {
         return Err(bad("a fragment is not sent"));
     }
-    let (authority, target) = match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_owned()),
-        Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
-        None => (rest, "/".to_owned()),
-    };
-    if authority.contains('@') {
+    if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(bad("credentials in the URL are not supported (the body is signed instead)"));
     }
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let Some((h, after)) = v6.split_once(']') else { return Err(bad("unclosed '[' in the host")) };
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().map_err(|_| bad("bad port"))?,
-            None if after.is_empty() => 80,
-            None => return Err(bad("bad port")),
-        };
-        (h.to_owned(), port)
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), p.parse().map_err(|_| bad("bad port"))?),
-            None => (authority.to_owned(), 80),
-        }
-    };
-    if host.is_empty() || port == 0 {
+    if parsed.host_str().is_none_or(str::is_empty) || parsed.port() == Some(0) {
         return Err(bad("no host or port 0"));
     }
-    Ok(Endpoint { url: url.to_owned(), host, port, authority: authority.to_owned(), target })
+    Ok(Endpoint { url: url.to_owned(), parsed })
+}
+
+/// The TLS settings of the sender's client: the system's roots and
+/// `ca_file`'s; an `https://` URL with neither is refused.
+fn tls_config(ca_file: &str, https: bool) -> Result<rustls::ClientConfig, WebhookError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let system = rustls_native_certs::load_native_certs();
+    let (added, _) = roots.add_parsable_certificates(system.certs);
+    if !ca_file.is_empty() {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca_file)
+            .and_then(|certs| certs.collect())
+            .map_err(|e| WebhookError::Tls(format!("webhooks.ca_file {ca_file}: {e}")))?;
+        let (ok, _) = roots.add_parsable_certificates(certs);
+        if ok == 0 {
+            return Err(WebhookError::Tls(format!("webhooks.ca_file {ca_file}: no CA certificate in it")));
+        }
+    }
+    if https && roots.is_empty() {
+        return Err(WebhookError::Tls(
+            "an https:// URL, but no CA certificate to check it with: install the system's (Debian: \
+             ca-certificates) or set webhooks.ca_file"
+                .into(),
+        ));
+    }
+    tracing::debug!(system = added, ca_file, "webhook TLS roots");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+        .map_err(|e| WebhookError::Tls(e.to_string()))
+}
+
+/// The client every URL's worker shares.
+fn client(cfg: &WebhookConfig, endpoints: &[Endpoint]) -> Result<reqwest::Client, WebhookError> {
+    let tls = tls_config(&cfg.ca_file, endpoints.iter().any(Endpoint::tls))?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .connect_timeout(cfg.connect_timeout)
+        .timeout(cfg.timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .user_agent("tutti")
+        .pool_max_idle_per_host(1)
+        .build()
+        .map_err(|e| WebhookError::Tls(format!("the HTTP client: {e}")))
 }
 
 impl WebhookConfig {
@@ -335,7 +361,11 @@ impl WebhookConfig {
         if self.backoff > Duration::from_secs(60) {
             return Err(WebhookError::Config("webhooks.backoff is above 60 s"));
         }
-        self.urls.iter().map(|u| parse_url(u)).collect()
+        let endpoints: Vec<Endpoint> = self.urls.iter().map(|u| parse_url(u)).collect::<Result<_, _>>()?;
+        if !endpoints.is_empty() {
+            tls_config(&self.ca_file, endpoints.iter().any(Endpoint::tls))?;
+        }
+        Ok(endpoints)
     }
 }
 
@@ -388,6 +418,7 @@ impl WebhookSender {
     /// (the server's API runtime).
     pub fn start(cfg: &WebhookConfig, runtime: &tokio::runtime::Handle) -> Result<Self, WebhookError> {
         let endpoints = cfg.validate()?;
+        let client = if endpoints.is_empty() { None } else { Some(client(cfg, &endpoints)?) };
         let counters = Arc::new(Counters::default());
         let key = hmac::Key::new(hmac::HMAC_SHA256, &cfg.secret);
         let mut queues = Vec::with_capacity(endpoints.len());
@@ -395,7 +426,8 @@ impl WebhookSender {
         for ep in endpoints {
             let (tx, rx) = mpsc::channel(cfg.queue);
             queues.push((ep.url.clone(), tx));
-            let worker = Worker { ep, cfg: cfg.clone(), key: key.clone(), counters: Arc::clone(&counters) };
+            let http = client.clone().unwrap_or_default();
+            let worker = Worker { ep, http, cfg: cfg.clone(), key: key.clone(), counters: Arc::clone(&counters) };
             tasks.push(runtime.spawn(worker.run(rx)));
         }
         Ok(Self { queues, counters, tasks })
@@ -470,6 +502,7 @@ impl Drop for WebhookSender {
 /// One URL's delivery loop.
 struct Worker {
     ep: Endpoint,
+    http: reqwest::Client,
     cfg: WebhookConfig,
     key: hmac::Key,
     counters: Arc<Counters>,
@@ -479,8 +512,7 @@ struct Worker {
 enum AttemptError {
     Timeout,
     Status(u16),
-    Io(std::io::Error),
-    Response,
+    Http(reqwest::Error),
 }
 
 impl std::fmt::Display for AttemptError {
@@ -488,8 +520,16 @@ impl std::fmt::Display for AttemptError {
         match self {
             Self::Timeout => f.write_str("timed out"),
             Self::Status(s) => write!(f, "status {s}"),
-            Self::Io(e) => write!(f, "{e}"),
-            Self::Response => f.write_str("not an HTTP/1.x response"),
+            // With its causes: "error sending request" alone says little.
+            Self::Http(e) => {
+                write!(f, "{e}")?;
+                let mut cause = std::error::Error::source(e);
+                while let Some(c) = cause {
+                    write!(f, ": {c}")?;
+                    cause = c.source();
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -529,54 +569,19 @@ impl Worker {
         }
     }
 
-    async fn attempt(&self, body: &[u8], token: &str) -> Result<(), AttemptError> {
-        let work = async {
-            let connect = TcpStream::connect((self.ep.host.as_str(), self.ep.port));
-            let mut stream = tokio::time::timeout(self.cfg.connect_timeout, connect)
-                .await
-                .map_err(|_| AttemptError::Timeout)?
-                .map_err(AttemptError::Io)?;
-            let _ = stream.set_nodelay(true);
-            let head = format!(
-                "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: tutti\r\nContent-Type: {CONTENT_TYPE}\r\n\
-                 Content-Length: {}\r\nAuthorization: {token}\r\nConnection: close\r\n\r\n",
-                self.ep.target,
-                self.ep.authority,
-                body.len()
-            );
-            let mut request = Vec::with_capacity(head.len() + body.len());
-            request.extend_from_slice(head.as_bytes());
-            request.extend_from_slice(body);
-            stream.write_all(&request).await.map_err(AttemptError::Io)?;
-            let status = read_status(&mut stream).await?;
-            if (200..300).contains(&status) { Ok(()) } else { Err(AttemptError::Status(status)) }
-        };
-        tokio::time::timeout(self.cfg.timeout, work).await.map_err(|_| AttemptError::Timeout)?
-    }
-}
-
-/// Reads up to the end of the status line and returns its code.
-async fn read_status(stream: &mut TcpStream) -> Result<u16, AttemptError> {
-    let mut buf = [0u8; MAX_STATUS_LINE];
-    let mut len = 0;
-    loop {
-        if let Some(end) = buf[..len].windows(2).position(|w| w == b"\r\n") {
-            let line = std::str::from_utf8(&buf[..end]).map_err(|_| AttemptError::Response)?;
-            let mut parts = line.split(' ');
-            let (Some(version), Some(code)) = (parts.next(), parts.next()) else { return Err(AttemptError::Response) };
-            if !version.starts_with("HTTP/1.") || code.len() != 3 {
-                return Err(AttemptError::Response);
-            }
-            return code.parse().map_err(|_| AttemptError::Response);
-        }
-        if len == buf.len() {
-            return Err(AttemptError::Response);
-        }
-        let n = stream.read(&mut buf[len..]).await.map_err(AttemptError::Io)?;
-        if n == 0 {
-            return Err(AttemptError::Response);
-        }
-        len += n;
+    async fn attempt(&self, body: &Bytes, token: &str) -> Result<(), AttemptError> {
+        let request = self
+            .http
+            .post(self.ep.parsed.clone())
+            .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
+            .header(reqwest::header::AUTHORIZATION, token)
+            .body(body.clone());
+        let response = request
+            .send()
+            .await
+            .map_err(|e| if e.is_timeout() { AttemptError::Timeout } else { AttemptError::Http(e) })?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) { Ok(()) } else { Err(AttemptError::Status(status)) }
     }
 }
 
@@ -709,12 +714,19 @@ mod tests {
     #[test]
     fn urls_parse_or_are_refused_clearly() {
         let ep = parse_url("http://127.0.0.1:8080/hooks?x=1").expect("valid");
-        assert_eq!((ep.host.as_str(), ep.port, ep.target.as_str()), ("127.0.0.1", 8080, "/hooks?x=1"));
+        let p = &ep.parsed;
+        assert_eq!(
+            (p.host_str(), p.port(), p.path(), p.query()),
+            (Some("127.0.0.1"), Some(8080), "/hooks", Some("x=1"))
+        );
         let ep = parse_url("http://[::1]/").expect("valid");
-        assert_eq!((ep.host.as_str(), ep.port, ep.authority.as_str()), ("::1", 80, "[::1]"));
+        assert_eq!((ep.parsed.host_str(), ep.parsed.port_or_known_default()), (Some("[::1]"), Some(80)));
         let ep = parse_url("http://example.test?q").expect("valid");
-        assert_eq!(ep.target, "/?q");
-        assert!(matches!(parse_url("https://example.test/"), Err(WebhookError::Https(_))));
+        assert_eq!((ep.parsed.path(), ep.parsed.query()), ("/", Some("q")));
+        let ep = parse_url("HTTPS://Example.test/x").expect("valid");
+        assert!(ep.tls());
+        assert_eq!(ep.parsed.port_or_known_default(), Some(443));
+        assert!(matches!(parse_url("http://x/#frag"), Err(WebhookError::Url { .. })));
         assert!(matches!(parse_url("ftp://x/"), Err(WebhookError::Url { .. })));
         assert!(matches!(parse_url("http://u:p@x/"), Err(WebhookError::Url { .. })));
         assert!(matches!(parse_url("http://x:99999/"), Err(WebhookError::Url { .. })));

@@ -41,7 +41,7 @@ pub(crate) use member::{LeaveReason, ListenOnly, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inboxes, MovedTo, Room, RoomKey, RoomMix};
-pub(crate) use stage::RoomUpdate;
+pub(crate) use stage::{CarriedStage, RoomUpdate};
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};
 pub(crate) use voice::{double_option, parse_noise_suppression};

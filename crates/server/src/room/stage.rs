@@ -16,6 +16,11 @@
 //! names none (auth disabled), the display name (best effort: anyone may
 //! pick a name). At most [`MAX_BANS`] live bans per room; expired ones go
 //! when a ban is added or checked.
+//!
+//! A drain hands the room to another node with its lock and bans
+//! ([`CarriedStage`], in the room's stored config): there the participants
+//! who were in it come back through the lock until the drain's deadline,
+//! nobody else does, and a banned identity stays out.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -33,6 +38,10 @@ pub(crate) const MAX_BANS: usize = 4096;
 /// Largest `max_participants` a `PATCH` may set.
 pub(crate) const MAX_ROOM_PARTICIPANTS: usize = 100_000;
 
+/// Longest ban key carried to another node (an identity, or `name:` and a
+/// display name of at most 64 bytes): a longer one is not a key of ours.
+const MAX_KEY_BYTES: usize = 512;
+
 /// A room's lock and bans.
 #[derive(Debug, Default)]
 pub(crate) struct Stage {
@@ -40,12 +49,31 @@ pub(crate) struct Stage {
     pub(crate) locked: bool,
     /// Ban key (see [`ban_key`]) → banned until.
     bans: HashMap<String, Instant>,
+    /// Ban keys of participants moved here by a drain → until when they
+    /// come back through the lock.
+    returning: HashMap<String, Instant>,
 }
 
 impl Stage {
     fn prune(&mut self, now: Instant) {
         self.bans.retain(|_, until| *until > now);
+        self.returning.retain(|_, until| *until > now);
     }
+}
+
+/// A room's lock and bans on their way to another node (a drain's
+/// hand-over, through the room's stored config): times in Unix seconds,
+/// the one clock the nodes share.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct CarriedStage {
+    /// Until when (Unix seconds) it applies: the drain's deadline. A room
+    /// hosted again later (its node failed) starts from its creation config.
+    pub(crate) until: u64,
+    pub(crate) locked: bool,
+    /// Ban key → banned until (Unix seconds).
+    pub(crate) bans: Vec<(String, u64)>,
+    /// The ban keys of the participants in the room at the hand-over.
+    pub(crate) returning: Vec<String>,
 }
 
 /// What `PATCH /v1/rooms/{room}` changes; `None` leaves a setting as it is.
@@ -73,16 +101,18 @@ impl Room {
 impl Rooms {
     /// Refuses a join into a locked room, or by an identity banned from it
     /// (checked before any work is spent on the offer, and again at the join).
+    /// A participant a drain moved here comes back through the lock until
+    /// the drain's deadline.
     pub(crate) fn admit(&self, room: &Room, identity: &str, name: &str, now: Instant) -> Result<(), RoomError> {
         let mut stage = lock(&room.stage);
-        if stage.locked {
-            return Err(RoomError::Locked(room.id.clone()));
-        }
-        if stage.bans.is_empty() {
+        if !stage.locked && stage.bans.is_empty() {
             return Ok(());
         }
         let name = clean_name(if name.is_empty() { identity } else { name });
         let key = ban_key(identity, &name);
+        if stage.locked && stage.returning.get(&key).is_none_or(|until| *until <= now) {
+            return Err(RoomError::Locked(room.id.clone()));
+        }
         match stage.bans.get(&key) {
             Some(until) if *until > now => {
                 let left = until.saturating_duration_since(now);
@@ -227,6 +257,47 @@ impl Rooms {
         let mut stage = lock(&room.stage);
         stage.prune(now);
         stage.bans.len()
+    }
+
+    /// The room's lock, bans and participants, for the node a drain hands
+    /// it to (see [`CarriedStage`]), valid until `until` (Unix seconds).
+    pub(crate) fn carry_stage(&self, room: &Room, until: u64, now: Instant, unix_now: u64) -> CarriedStage {
+        let returning = lock(&room.members).values().map(|m| ban_key(&m.identity, &m.name)).collect();
+        let mut stage = lock(&room.stage);
+        stage.prune(now);
+        let unix = |at: Instant| unix_now + at.saturating_duration_since(now).as_secs().max(1);
+        let bans = stage.bans.iter().map(|(key, at)| (key.clone(), unix(*at))).collect();
+        CarriedStage { until, locked: stage.locked, bans, returning }
+    }
+
+    /// Applies what [`Rooms::carry_stage`] carried, if it is not stale,
+    /// to a room just hosted here. What it holds came through Redis: keys
+    /// too long, bans beyond [`MAX_BANS`] or [`MAX_BAN_SECONDS`], and more
+    /// returning participants than the room takes are left out.
+    pub(crate) fn restore_stage(&self, room: &Room, carried: &CarriedStage, now: Instant, unix_now: u64) {
+        if carried.until <= unix_now {
+            return;
+        }
+        let at = |unix: u64| now + Duration::from_secs(unix.saturating_sub(unix_now).min(MAX_BAN_SECONDS));
+        let fits = |key: &&String| key.len() <= MAX_KEY_BYTES;
+        let mut stage = lock(&room.stage);
+        stage.locked |= carried.locked;
+        for (key, until) in carried.bans.iter().filter(|(k, u)| fits(&k) && *u > unix_now).take(MAX_BANS) {
+            let until = at(*until);
+            let entry = stage.bans.entry(key.clone()).or_insert(until);
+            *entry = (*entry).max(until);
+        }
+        let back = at(carried.until);
+        for key in carried.returning.iter().filter(fits).take(room.max_participants()) {
+            stage.returning.insert(key.clone(), back);
+        }
+        tracing::info!(
+            room = %room.id,
+            locked = stage.locked,
+            bans = stage.bans.len(),
+            returning = stage.returning.len(),
+            "room's lock and bans carried over from its previous node"
+        );
     }
 }
 

@@ -187,3 +187,70 @@ pub fn series(name: &str, labels: &[(&str, &str)]) -> String {
     labels.sort_unstable();
     format!("{name}{{{}}}", labels.join(","))
 }
+
+/// The secret of the nodes [`cluster_node`] starts.
+pub const MOVE_SECRET: &str = "cluster-node-test-secret-0123456789abcdef";
+
+/// One node of a cluster in this process, on `ip` (a loopback address of
+/// its own, so that its origin differs from the other nodes'), with short
+/// timings; auth on with [`MOVE_SECRET`].
+pub fn cluster_node(
+    ip: [u8; 4],
+    id: &str,
+    redis: &tutti_client::redis::RedisServer,
+) -> (tokio::runtime::Runtime, Server) {
+    let any = SocketAddr::from((ip, 0));
+    let http_port = std::net::TcpListener::bind(any).and_then(|l| l.local_addr()).expect("a port").port();
+    let media_port = std::net::UdpSocket::bind(any).and_then(|s| s.local_addr()).expect("a port").port();
+    let mut cfg = test_config();
+    cfg.http = SocketAddr::from((ip, http_port));
+    cfg.media = SocketAddr::from((ip, media_port));
+    cfg.metrics = String::new();
+    (cfg.mix_threads, cfg.io_threads) = (1, 1);
+    cfg.auth.disabled = false;
+    cfg.auth.secret = MOVE_SECRET.to_owned();
+    cfg.cluster.redis_url = redis.url();
+    cfg.cluster.node_id = id.to_owned();
+    cfg.cluster.api_url = format!("http://{}", cfg.http);
+    cfg.cluster.media_addr = cfg.media.to_string();
+    cfg.cluster.heartbeat_interval_seconds = 0.5;
+    cfg.cluster.node_ttl_seconds = 2.0;
+    // Debug builds on a busy machine tick slowly: a 20 ms budget would count the node full.
+    cfg.cluster.tick_budget_seconds = 1.0;
+    cfg.cluster.capacity = 100;
+    start_with(cfg)
+}
+
+/// Creates `room` (the JSON `body`) through the first of `apis` once every
+/// node answers, and returns the index of the node that holds it.
+pub fn cluster_room(apis: &[SocketAddr], admin: &str, room: &str, body: &str) -> usize {
+    use tutti_client::{Requester, request_as};
+    let as_admin = Requester::token(admin);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let up = apis
+            .iter()
+            .all(|api| request_as(*api, &as_admin, "GET", "/v1/node", None, b"").is_ok_and(|r| r.status == 200));
+        if up {
+            let r = request_as(apis[0], &as_admin, "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
+                .expect("API");
+            // Made here (201), or placed on another node (307 to it).
+            if r.status == 201 || r.status == 307 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no node took the room: {} {}", r.status, r.body);
+        }
+        assert!(Instant::now() < deadline, "the nodes did not start");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The node a GET names (whichever node answers it), by its id.
+    let r = request_as(apis[0], &as_admin, "GET", &format!("/v1/rooms/{room}"), None, b"").expect("API");
+    let body: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+    let owner = if r.status == 200 { &body["room"]["node"] } else { &body["node"] };
+    let owner = owner.as_str().unwrap_or_else(|| panic!("no node holds the room: {} {}", r.status, r.body)).to_owned();
+    let id = |api: &SocketAddr| {
+        let r = request_as(*api, &as_admin, "GET", "/v1/node", None, b"").expect("API");
+        serde_json::from_str::<serde_json::Value>(&r.body).unwrap_or_default()["node"].as_str().map(str::to_owned)
+    };
+    apis.iter().position(|a| id(a).as_deref() == Some(owner.as_str())).unwrap_or_else(|| panic!("{owner} is not ours"))
+}

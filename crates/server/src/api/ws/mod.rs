@@ -98,11 +98,16 @@ pub(crate) const CLOSE_REPLACED: u16 = 4409;
 /// How long before its token's expiry a socket is warned, at most.
 const EXPIRY_WARNING: Duration = Duration::from_secs(60);
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct WsParams {
+    /// The access token (browsers cannot set headers on a WebSocket).
     token: Option<String>,
     /// The event kinds wanted, comma-separated (default: all).
     events: Option<String>,
+    /// The protocol version the client speaks (default: the server's, 1);
+    /// another is refused with 400 `unsupported_protocol` before the upgrade.
+    protocol: Option<String>,
 }
 
 /// The read buffer of a socket: clients send small JSON messages (an SDP
@@ -151,6 +156,23 @@ pub(crate) struct Caller {
     pub(crate) client: SocketAddr,
 }
 
+/// The room's WebSocket: events, joining with an offer (docs/api/websocket.md).
+#[utoipa::path(
+    get,
+    path = "/v1/rooms/{room}/ws",
+    tag = "websocket",
+    operation_id = "room_socket",
+    security(("bearer" = []), ("token_query" = [])),
+    params(("room" = String, Path, description = "The room's id"), WsParams),
+    responses(
+        (status = 101, description = "Switching Protocols: the first message is `room` (or `moved`), with `protocol`"),
+        (status = 400, description = "`unsupported_protocol`, `bad_events`, `websocket_required`", body = super::schema::ErrorBody),
+        (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = super::schema::ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`", body = super::schema::ErrorBody),
+        (status = 429, description = "`too_many_sockets`", body = super::schema::ErrorBody),
+        (status = 503, description = "`cluster_unavailable`", body = super::schema::ErrorBody),
+    ),
+)]
 pub(crate) async fn upgrade(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
@@ -161,6 +183,9 @@ pub(crate) async fn upgrade(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let params = params.map(|Query(p)| p).unwrap_or_default();
+    if let Some(e) = params.protocol.as_deref().and_then(unsupported_protocol) {
+        return e.into_response();
+    }
     let kinds = match params.events.as_deref().map(EventKinds::parse).transpose() {
         Ok(kinds) => kinds.unwrap_or(EventKinds::ALL),
         Err(message) => return ApiError::bad_request("bad_events", message).into_response(),
@@ -233,6 +258,18 @@ pub(crate) async fn upgrade(
     })
 }
 
+/// The 400 for a `?protocol=` this server does not speak; `None` for its own.
+fn unsupported_protocol(asked: &str) -> Option<ApiError> {
+    let ours = super::schema::WS_PROTOCOL;
+    (asked.trim().parse::<u32>().ok() != Some(ours)).then(|| {
+        let asked: String = asked.chars().take(16).collect();
+        ApiError::bad_request(
+            "unsupported_protocol",
+            format!("this server speaks WebSocket protocol {ours}, not '{asked}' (see docs/api/websocket.md)"),
+        )
+    })
+}
+
 fn text(value: &impl serde::Serialize) -> Message {
     Message::Text(serde_json::to_string(value).unwrap_or_default().into())
 }
@@ -261,6 +298,7 @@ async fn send_snapshot(socket: &mut WebSocket, room: &Room, admin: bool) -> bool
     let mut more = members.len() - first.len();
     let head = text(&serde_json::json!({
         "type": "room",
+        "protocol": super::schema::WS_PROTOCOL,
         "room": room.id,
         "admin": admin,
         "locked": room.is_locked(),

@@ -181,3 +181,49 @@ fn without_an_identity_a_ban_goes_by_display_name() {
     assert_eq!(rooms.admit(&room, "", "mallory", now), Err(RoomError::Banned(5)));
     assert_eq!(rooms.admit(&room, "", "alice", now), Ok(()));
 }
+
+#[test]
+fn a_drain_carries_the_lock_and_bans_and_lets_the_room_back_in() {
+    let (old, new) = (rooms(), rooms());
+    let room = old.create("carried", None, None).expect("room");
+    let now = Instant::now();
+    let ann = old.join(&room, joiner("ann", false, false), now).expect("join");
+    let eve = old.join(&room, joiner("eve", false, false), now).expect("join");
+    old.kick(&room, eve, Some(Duration::from_secs(600)), now).expect("kicked");
+    let update = RoomUpdate { locked: Some(true), ..RoomUpdate::default() };
+    old.update_room(&room, update).expect("locked");
+    let carried = old.carry_stage(&room, 1_000_030, now, 1_000_000);
+    assert!(carried.locked);
+    assert_eq!(carried.bans, vec![("id:eve".to_owned(), 1_000_600)]);
+    assert_eq!(carried.returning, vec!["id:ann".to_owned()], "ann was in the room: {ann}");
+
+    // Through JSON (the room's stored config), as the new node reads it.
+    let carried: super::CarriedStage =
+        serde_json::from_str(&serde_json::to_string(&carried).expect("JSON")).expect("read back");
+    let there = new.create("carried", None, None).expect("room");
+    new.restore_stage(&there, &carried, now, 1_000_000);
+    assert!(there.is_locked());
+    assert_eq!(new.bans(&there, now), 1);
+    assert_eq!(new.admit(&there, "ann", "", now), Ok(()), "ann comes back through the lock");
+    assert_eq!(new.admit(&there, "zed", "", now), Err(RoomError::Locked("carried".into())), "a newcomer does not");
+    assert_eq!(new.admit(&there, "eve", "", now), Err(RoomError::Locked("carried".into())));
+    // Until the drain's deadline only.
+    let later = now + Duration::from_secs(31);
+    assert_eq!(new.admit(&there, "ann", "", later), Err(RoomError::Locked("carried".into())));
+    // Unlocked, the ban still holds.
+    new.update_room(&there, RoomUpdate { locked: Some(false), ..RoomUpdate::default() }).expect("unlocked");
+    assert!(matches!(new.admit(&there, "eve", "", later), Err(RoomError::Banned(s)) if s > 500));
+
+    // Stale (past its deadline), or from Redis with keys nobody makes: left out.
+    let other = new.create("stale", None, None).expect("room");
+    new.restore_stage(&other, &carried, now, 1_000_031);
+    assert!(!other.is_locked());
+    let forged = super::CarriedStage {
+        until: 2_000_000,
+        locked: false,
+        bans: vec![("id:".to_owned() + &"x".repeat(600), 1_000_600), ("id:old".to_owned(), 999_999)],
+        returning: Vec::new(),
+    };
+    new.restore_stage(&other, &forged, now, 1_000_000);
+    assert_eq!(new.bans(&other, now), 0, "too long a key, and a ban already over");
+}
