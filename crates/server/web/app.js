@@ -401,6 +401,7 @@
       };
       ws.onerror = refused;
       ws.onclose = refused;
+      let snapshot = null;
       ws.onmessage = (ev) => {
         const msg = parse(ev.data);
         if (msg && msg.type === 'moved' && msg.api_url) {
@@ -411,12 +412,23 @@
           followMoved(room, msg, { autojoin: '1' });
           return;
         }
-        if (!msg || msg.type !== 'room') return;
+        // A big room's snapshot is `room` and then `participants` messages
+        // until `more` is 0: resolve with all of it.
+        if (msg && msg.type === 'room' && !snapshot) {
+          snapshot = msg;
+          snapshot.participants = Array.isArray(msg.participants) ? msg.participants : [];
+        } else if (msg && msg.type === 'participants' && snapshot && Array.isArray(msg.participants)) {
+          snapshot.participants.push(...msg.participants);
+          snapshot.more = msg.more;
+        } else {
+          return;
+        }
+        if (snapshot.more > 0) return;
         clearTimeout(timer);
         ws.onerror = null;
         ws.onclose = null;
         ws.onmessage = null;
-        resolve({ ws, snapshot: msg });
+        resolve({ ws, snapshot });
       };
     });
   }
@@ -743,6 +755,13 @@
     switch (msg.type) {
       case 'room':
         applySnapshot(msg);
+        break;
+      case 'participants':
+        // The rest of a big room's snapshot, right after `room`.
+        for (const p of Array.isArray(msg.participants) ? msg.participants : []) {
+          if (!state.participants.some((x) => x.id === p.id)) state.participants.push(member(p));
+        }
+        renderParticipants();
         break;
       case 'answer':
         if (mine.pending) {

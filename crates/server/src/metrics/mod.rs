@@ -139,6 +139,9 @@ pub const API_REQUESTS: &str = "tutti_api_requests_total";
 pub const API_JOIN_DURATION_SECONDS: &str = "tutti_api_join_duration_seconds";
 /// ICE restarts asked for through the API, by `result` (`ok`, `failed`).
 pub const API_ICE_RESTARTS: &str = "tutti_api_ice_restarts_total";
+/// Room event batches that WebSockets missed by falling behind their room's
+/// event queue (a local socket then gets a fresh `room` snapshot), counter.
+pub const API_WS_LAGGED: &str = "tutti_api_ws_lagged_batches_total";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
 /// 1 while the node drains (SIGTERM or `POST /v1/node/drain`), else 0.
@@ -203,6 +206,7 @@ pub const NAMES: &[&str] = &[
     API_REQUESTS,
     API_JOIN_DURATION_SECONDS,
     API_ICE_RESTARTS,
+    API_WS_LAGGED,
     NODE_DRAINING,
     BUILD_INFO,
     STAGE_ACTIONS,
@@ -420,6 +424,11 @@ fn describe() {
         API_ICE_RESTARTS,
         Unit::Count,
         "ICE restarts asked for through the API (a participant's new offer), by result: ok or failed."
+    );
+    describe_counter!(
+        API_WS_LAGGED,
+        Unit::Count,
+        "Room event batches WebSockets missed by falling behind (a local socket gets a fresh snapshot)."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
     describe_gauge!(NODE_DRAINING, Unit::Count, "1 while the node drains (no new rooms; calls go on), else 0.");
@@ -663,6 +672,13 @@ pub fn ice_restart(ok: bool) {
 pub fn set_draining(on: bool) {
     if handles().is_some() {
         metrics::gauge!(NODE_DRAINING).set(if on { 1.0 } else { 0.0 });
+    }
+}
+
+/// `n` event batches a WebSocket missed (see [`API_WS_LAGGED`]).
+pub fn ws_lagged(n: u64) {
+    if handles().is_some() {
+        metrics::counter!(API_WS_LAGGED).increment(n);
     }
 }
 

@@ -1,10 +1,18 @@
 //! What a room tells its WebSocket subscribers, and how: a room's events
-//! are gathered and sent once per 20 ms tick as one batch, serialized once
-//! for all subscribers, so a room of N sockets where N people join costs
-//! N·ticks messages, not N².
+//! are gathered and sent as one batch at most every [`EVENT_INTERVAL_TICKS`]
+//! ticks (the first after a quiet spell at the next tick), serialized once
+//! for all subscribers, so a room of N sockets costs at most N messages per
+//! interval however busy it is: N people joining at once, or a hundred of
+//! them talking. `talking` changes are coalesced within an interval: only a
+//! participant whose state differs from the last one told is named, once.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use serde::Serialize;
+
+use crate::sync::lock;
 
 /// A room event, pushed to the room's WebSocket subscribers as JSON
 /// (`{"type": "joined", …}`).
@@ -103,28 +111,120 @@ impl EventKinds {
     }
 }
 
-/// One tick's events of a room, as every subscriber of every kind gets them.
+/// Ticks from one batch of a room's events to the next, at least: 13 × 20 ms
+/// = 260 ms, so a socket gets under 4 `events` messages a second however
+/// busy its room. A quarter of a second is about how late a "talking"
+/// indicator may light without looking wrong, and a talkspurt lasts ~850 ms
+/// on average (ITU-T P.59): each is still shown, and most blips of a
+/// speaker pausing for breath inside one interval cancel out.
+pub(crate) const EVENT_INTERVAL_TICKS: u64 = 13;
+
+/// A room's events waiting for their batch.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    /// Every event but `talking`, in order.
+    events: Vec<RoomEvent>,
+    /// Participants whose talking changed since the last batch: (as last
+    /// told, now). Told after the other events (a `joined` comes first).
+    talk: BTreeMap<u64, (bool, bool)>,
+    /// The tick of the last batch sent from a tick.
+    last: Option<u64>,
+}
+
+impl Outbox {
+    /// Queues `event` for the next batch.
+    pub(crate) fn push(&mut self, event: RoomEvent) {
+        match event {
+            RoomEvent::Talking { id, talking } => {
+                // The mixer alternates started/stopped, so the state told before the first change is its opposite.
+                self.talk.entry(id).and_modify(|t| t.1 = talking).or_insert((!talking, talking));
+            }
+            event => {
+                if let RoomEvent::Left { id, .. } = event {
+                    // Gone: whether it talked meanwhile is nobody's business now.
+                    self.talk.remove(&id);
+                }
+                self.events.push(event);
+            }
+        }
+    }
+
+    /// Whether a batch goes out at `tick`: something is waiting and the
+    /// last batch is at least [`EVENT_INTERVAL_TICKS`] old.
+    pub(crate) fn due(&self, tick: u64) -> bool {
+        (!self.events.is_empty() || !self.talk.is_empty())
+            && self.last.is_none_or(|t| tick >= t.saturating_add(EVENT_INTERVAL_TICKS))
+    }
+
+    /// The events of the next batch (empty: nothing to tell), and, with a
+    /// tick, the interval starts again there. A talking state that went back
+    /// to what was last told is not told; neither is talking in a last batch
+    /// (`room_closed`, `shutdown`).
+    pub(crate) fn take(&mut self, tick: Option<u64>) -> Vec<RoomEvent> {
+        let mut events = std::mem::take(&mut self.events);
+        let last_words = events.iter().any(|e| matches!(e, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. }));
+        for (id, (told, now)) in std::mem::take(&mut self.talk) {
+            if told != now && !last_words {
+                events.push(RoomEvent::Talking { id, talking: now });
+            }
+        }
+        if let Some(tick) = tick
+            && !events.is_empty()
+        {
+            self.last = Some(tick);
+        }
+        events
+    }
+}
+
+/// One batch of a room's events, as every subscriber gets it: serialized
+/// once for the subscribers of every kind, and once per other set of kinds
+/// asked for (at most one per distinct set, cached here), so a room of N
+/// sockets pays one serialization per batch, not N.
 #[derive(Debug)]
 pub(crate) struct EventBatch {
     pub(crate) events: Vec<RoomEvent>,
     /// `{"type":"events","events":[…]}`, serialized once.
     pub(crate) json: Bytes,
+    /// The renders for other sets of kinds (`None`: nothing in the batch is
+    /// for that set). At most 2^7 sets exist; a room's sockets use a few.
+    subsets: Mutex<Vec<(EventKinds, Option<Bytes>)>>,
 }
 
 impl EventBatch {
     pub(crate) fn new(events: Vec<RoomEvent>) -> Self {
         let json = Self::render(&events.iter().collect::<Vec<_>>());
-        Self { events, json }
+        Self { events, json, subsets: Mutex::new(Vec::new()) }
     }
 
-    /// The message for a subscriber of `kinds`: the shared one, or its own
-    /// subset (`None` when nothing in the batch is for it).
+    /// The message for a subscriber of `kinds`: the shared one, or the
+    /// shared render of its subset (`None` when nothing in the batch is for
+    /// it). A clone of [`Bytes`] shares the buffer: no copy per socket.
     pub(crate) fn for_kinds(&self, kinds: EventKinds) -> Option<Bytes> {
         if kinds == EventKinds::ALL {
             return Some(self.json.clone());
         }
+        let mut subsets = lock(&self.subsets);
+        if let Some((_, json)) = subsets.iter().find(|(k, _)| *k == kinds) {
+            return json.clone();
+        }
         let mine: Vec<&RoomEvent> = self.events.iter().filter(|e| kinds.wants(e)).collect();
-        (!mine.is_empty()).then(|| Self::render(&mine))
+        let json = if mine.len() == self.events.len() {
+            Some(self.json.clone())
+        } else {
+            (!mine.is_empty()).then(|| Self::render(&mine))
+        };
+        subsets.push((kinds, json.clone()));
+        json
+    }
+
+    /// How many distinct renders this batch made (1 + the subsets' with something in them).
+    #[cfg(test)]
+    pub(crate) fn renders(&self) -> usize {
+        1 + lock(&self.subsets)
+            .iter()
+            .filter(|(_, j)| j.as_ref().is_some_and(|j| j.as_ptr() != self.json.as_ptr()))
+            .count()
     }
 
     fn render(events: &[&RoomEvent]) -> Bytes {

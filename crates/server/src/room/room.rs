@@ -11,7 +11,7 @@ use tokio::sync::{broadcast, watch};
 use tutti_mix::{ActiveSpeaker, Delivery, MixPool, Packet, ParticipantId, TalkEvent, TickReport};
 use tutti_rtc::Contributor;
 
-use super::event::{EventBatch, RoomEvent};
+use super::event::{EventBatch, Outbox, RoomEvent};
 use super::member::Member;
 use super::stage::Stage;
 use crate::sync::lock;
@@ -21,9 +21,12 @@ use crate::sync::lock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct RoomKey(pub(crate) u64);
 
-/// Event batches (one per tick at most) queued per subscriber before it lags
-/// (and gets a fresh snapshot): 20 s of ticks.
-const EVENT_QUEUE: usize = 1024;
+/// Event batches queued per subscriber before it lags (and gets a fresh
+/// snapshot): at one batch per [`super::event::EVENT_INTERVAL_TICKS`] at
+/// most, over a minute of a busy room. Per room, not per socket; but the
+/// channel keeps the last this many batches alive, so it is no longer
+/// than that (1,024 kept ~1.5 MB for a busy room of 1,000).
+const EVENT_QUEUE: usize = 256;
 
 /// Received packets on their way to a room's mixer.
 pub(crate) type Inbox = Vec<(ParticipantId, Packet)>;
@@ -68,7 +71,7 @@ pub(crate) struct Room {
     inbox: Mutex<Inbox>,
     pub(crate) members: Mutex<BTreeMap<u64, Member>>,
     /// Events since the last batch went out.
-    outbox: Mutex<Vec<RoomEvent>>,
+    outbox: Mutex<Outbox>,
     events: broadcast::Sender<Arc<EventBatch>>,
     /// The speakers of the last tick.
     speakers: Mutex<Arc<[ActiveSpeaker]>>,
@@ -175,7 +178,7 @@ impl Room {
             mixing: Mutex::new(Mixing { mixer, sources: HashMap::new() }),
             inbox: Mutex::new(Vec::new()),
             members: Mutex::new(BTreeMap::new()),
-            outbox: Mutex::new(Vec::new()),
+            outbox: Mutex::new(Outbox::default()),
             events: broadcast::channel(EVENT_QUEUE).0,
             speakers: Mutex::new(Arc::from([])),
             deaf: Mutex::new(Arc::from([])),
@@ -242,20 +245,37 @@ impl Room {
         Ok(())
     }
 
-    /// Tells the room's subscribers with the next batch (at the end of the
-    /// next tick); the last words, `room_closed` and `shutdown`, go at once.
+    /// Tells the room's subscribers with the next batch (at the next tick,
+    /// or the first one [`super::event::EVENT_INTERVAL_TICKS`] after the last
+    /// batch); the last words, `room_closed` and `shutdown`, go at once.
     pub(crate) fn publish(&self, event: RoomEvent) {
         let last = matches!(event, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. });
-        lock(&self.outbox).push(event);
+        let mut outbox = lock(&self.outbox);
+        outbox.push(event);
         if last {
-            self.flush_events();
+            self.send(&mut outbox, None);
         }
     }
 
-    /// Sends what was published since the last batch, as one batch (none
-    /// listening is fine).
+    /// Sends what was published since the last batch, as one batch, now
+    /// (none listening is fine). The tests' way to see events without ticks.
+    #[cfg(test)]
     pub(crate) fn flush_events(&self) {
-        let events = std::mem::take(&mut *lock(&self.outbox));
+        self.send(&mut lock(&self.outbox), None);
+    }
+
+    /// Sends the waiting events if a batch is due at `tick`.
+    fn flush_due(&self, tick: u64) {
+        let mut outbox = lock(&self.outbox);
+        if outbox.due(tick) {
+            self.send(&mut outbox, Some(tick));
+        }
+    }
+
+    /// One batch, serialized once, sent under the outbox's lock so that
+    /// batches keep their order.
+    fn send(&self, outbox: &mut Outbox, tick: Option<u64>) {
+        let events = outbox.take(tick);
         if !events.is_empty() && self.events.receiver_count() > 0 {
             let _ = self.events.send(Arc::new(EventBatch::new(events)));
         }
@@ -326,14 +346,15 @@ impl Room {
 
     /// Runs one tick: the inbox into the jitter buffers, the mix on `pool`,
     /// then what each participant is sent; talking changes go to the members;
-    /// the tick's events go to the subscribers as one batch. `None` for a
+    /// the events waiting go to the subscribers as one batch if one is due
+    /// (see [`super::event::EVENT_INTERVAL_TICKS`]). `None` for a
     /// room with nobody in it.
     /// `shed` is the load-shedding level the clock asks for
     /// (`tutti_mix::Room::set_shed_level`).
     /// `pool`: split the tick's work on it; `None`: all on this thread.
     pub(crate) fn tick(&self, pool: Option<&MixPool>, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
         let out = self.mix(pool, tick, shed);
-        self.flush_events();
+        self.flush_due(tick);
         out
     }
 

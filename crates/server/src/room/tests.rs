@@ -291,3 +291,90 @@ fn a_silent_rooms_mix_sends_nothing_between_its_dtx_frames() {
     assert!(silent > 0, "most ticks of a silent room send nothing");
     assert!(silent < 2 * tutti_mix::DTX_INTERVAL_TICKS as usize, "but its DTX frames go out");
 }
+
+#[test]
+fn a_busy_rooms_batches_go_out_at_most_once_per_interval() {
+    use super::event::EVENT_INTERVAL_TICKS;
+    let (rooms, acc) = (rooms(), acceptor());
+    let room = rooms.create("r", None, None).expect("room");
+    room.flush_events();
+    let mut rx = room.subscribe();
+    let a = rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
+    // The first batch after a quiet spell goes at the next tick.
+    let _ = room.tick(None, 100, 0);
+    assert!(rx.try_recv().expect("at once").events.contains(&RoomEvent::Joined { id: a, name: "a".into() }));
+    // Something every tick (hands up and down): batches at most every interval.
+    let mut batches = Vec::new();
+    for t in 101..101 + 4 * EVENT_INTERVAL_TICKS {
+        rooms.set_hand(&room, a, t % 2 == 0).expect("hand");
+        let _ = room.tick(None, t, 0);
+        while let Ok(batch) = rx.try_recv() {
+            batches.push((t, batch));
+        }
+    }
+    assert_eq!(
+        batches.len(),
+        4,
+        "one per {EVENT_INTERVAL_TICKS} ticks: {:?}",
+        batches.iter().map(|b| b.0).collect::<Vec<_>>()
+    );
+    for pair in batches.windows(2) {
+        assert!(pair[1].0 - pair[0].0 >= EVENT_INTERVAL_TICKS, "ticks {} and {}", pair[0].0, pair[1].0);
+    }
+    // Nothing is lost: every hand event of an interval is in its batch, in order.
+    assert!(batches[1].1.events.len() > 1, "{:?}", batches[1].1.events);
+    // The last words do not wait.
+    rooms.set_hand(&room, a, true).expect("hand");
+    rooms.delete("r").expect("deleted");
+    let last = rx.try_recv().expect("at once");
+    assert_eq!(last.events.last(), Some(&RoomEvent::RoomClosed));
+}
+
+#[test]
+fn talking_changes_are_coalesced_within_an_interval() {
+    let mut out = event::Outbox::default();
+    out.push(RoomEvent::Joined { id: 1, name: "a".into() });
+    // 1 starts, stops and starts again; 2 starts and stops (a blip); 3 stops.
+    for e in [(1, true), (2, true), (1, false), (2, false), (1, true), (3, false)] {
+        out.push(RoomEvent::Talking { id: e.0, talking: e.1 });
+    }
+    out.push(RoomEvent::Talking { id: 4, talking: true });
+    out.push(RoomEvent::Left { id: 4, reason: "left" });
+    assert!(out.due(0));
+    let events = out.take(Some(0));
+    assert_eq!(
+        events,
+        vec![
+            RoomEvent::Joined { id: 1, name: "a".into() },
+            RoomEvent::Left { id: 4, reason: "left" },
+            RoomEvent::Talking { id: 1, talking: true },
+            RoomEvent::Talking { id: 3, talking: false },
+        ],
+        "joined before talking; a blip and the talking of someone gone are not told"
+    );
+    out.push(RoomEvent::Talking { id: 1, talking: false });
+    assert!(!out.due(event::EVENT_INTERVAL_TICKS - 1), "not before the interval");
+    assert!(out.due(event::EVENT_INTERVAL_TICKS));
+    // The last words carry no talking.
+    out.push(RoomEvent::RoomClosed);
+    assert_eq!(out.take(None), vec![RoomEvent::RoomClosed]);
+}
+
+#[test]
+fn a_batch_is_rendered_once_per_set_of_kinds_and_shared() {
+    let batch = EventBatch::new(vec![
+        RoomEvent::Joined { id: 1, name: "a".into() },
+        RoomEvent::Talking { id: 1, talking: true },
+    ]);
+    let all = batch.for_kinds(EventKinds::ALL).expect("all");
+    assert_eq!(all.as_ptr(), batch.json.as_ptr(), "the shared buffer, not a copy");
+    let talking = EventKinds::parse("talking").expect("kinds");
+    let (x, y) = (batch.for_kinds(talking).expect("talking"), batch.for_kinds(talking).expect("talking"));
+    assert_eq!(x.as_ptr(), y.as_ptr(), "a subset is rendered once for every socket that asks for it");
+    let v: serde_json::Value = serde_json::from_slice(&x).expect("JSON");
+    assert_eq!(v["events"], serde_json::json!([{ "type": "talking", "id": 1, "talking": true }]));
+    let both = EventKinds::parse("joined,talking").expect("kinds");
+    assert_eq!(batch.for_kinds(both).expect("both").as_ptr(), batch.json.as_ptr(), "everything in it: the shared one");
+    assert!(batch.for_kinds(EventKinds::parse("").expect("none")).is_none(), "nothing for a socket that wants nothing");
+    assert_eq!(batch.renders(), 2, "the full batch and the talking subset");
+}

@@ -2,17 +2,25 @@
 //! happen, and joining with an offer message.
 //!
 //! Server → client (JSON text, field `type`): `room` (a snapshot, first,
-//! and again after the socket fell behind), `answer` `{id, sdp}`, `error`
-//! `{code, message}`, and `events` `{events: […]}`: the room's events of one
-//! 20 ms tick, in order, each one of `joined` `{id, name}`, `left` `{id,
-//! reason}`, `talking` `{id, talking}`, `muted` `{id, muted}`,
-//! `room_closed`, `shutdown` `{message}`, and the stage's `permissions`
-//! `{id, speak}`, `hand` `{id, raised}`, `room_updated` `{locked,
-//! max_participants, max_speakers}` and `muted_all` `{count}` (with the
-//! `muted` kind). The snapshot says whether the socket's token is an
-//! admin's for the room (`admin`) and whether the room is `locked`. At most one `events` message per
-//! tick reaches a socket, however many people join at once, and it is
-//! serialized once for every socket that takes every kind. In cluster mode
+//! and again after the socket fell behind: its first 16 `participants` and
+//! `more`, how many follow in `participants` `{participants, more}`
+//! messages right after it, `more` counting down to 0), `answer` `{id,
+//! sdp}`, `error` `{code, message}`, and `events` `{events: […]}`: the
+//! room's events since the last batch, in order, each one of `joined` `{id,
+//! name}`, `left` `{id, reason}`, `talking` `{id, talking}`, `muted` `{id,
+//! muted}`, `room_closed`, `shutdown` `{message}`, and the stage's
+//! `permissions` `{id, speak}`, `hand` `{id, raised}`, `room_updated`
+//! `{locked, max_participants, max_speakers}` and `muted_all` `{count}`
+//! (with the `muted` kind). The snapshot says whether the socket's token is
+//! an admin's for the room (`admin`) and whether the room is `locked`. At
+//! most one `events` message per 260 ms reaches a socket (13 ticks, see
+//! `room::event`; the first after a quiet spell comes at the next tick),
+//! however many people join or talk at once: `talking` changes within it
+//! are coalesced (a participant is named once, with its state now, and not
+//! at all if it is back to what was last told; `talking` follows the
+//! batch's other events). A batch is serialized once for every socket that
+//! takes every kind, and once for each other set of kinds asked for (the
+//! bytes shared, never copied per socket). In cluster mode
 //! a socket opened on a node that does not hold the room gets `moved`
 //! `{room, node, api_url, ticket}` (the page goes to
 //! `<api_url>/v1/rooms/{room}/enter?ticket=…` to join there, see
@@ -273,16 +281,45 @@ fn error(e: &ApiError) -> Message {
     text(&serde_json::json!({ "type": "error", "code": e.code, "message": e.message }))
 }
 
-fn snapshot(room: &Room, admin: bool) -> Message {
-    text(&serde_json::json!({
+/// Participants per snapshot message. A socket keeps a write buffer as
+/// large as the largest message it ever sent (tungstenite never shrinks
+/// it), so a room of 1,000 sent whole (~150 KB of JSON) would pin that
+/// much memory on every socket for its life; in messages of 16 (a few KB,
+/// no more than the join's answer) it pins little. Measured in a room of
+/// 400: ~180 KiB of server RSS per participant with its socket sent whole
+/// in 64s, ~160 in 16s, ~210 whole; ~145 without a socket.
+pub(crate) const SNAPSHOT_CHUNK: usize = 16;
+
+/// Sends the room's snapshot: `room` with the first [`SNAPSHOT_CHUNK`]
+/// participants and `more` (how many are still to come), then as many
+/// `participants` `{participants, more}` messages as needed, each counting
+/// down `more` to 0. Nothing else is sent in between. Whether all were sent.
+async fn send_snapshot(socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
+    let members = room.member_list();
+    let mut chunks = members.chunks(SNAPSHOT_CHUNK);
+    let first = chunks.next().unwrap_or(&[]);
+    let mut more = members.len() - first.len();
+    let head = text(&serde_json::json!({
         "type": "room",
         "protocol": super::schema::WS_PROTOCOL,
         "room": room.id,
         "admin": admin,
         "locked": room.is_locked(),
-        "participants": room.member_list(),
+        "participants": first,
+        "more": more,
         "speakers": room.speaker_ids(),
-    }))
+    }));
+    if socket.send(head).await.is_err() {
+        return false;
+    }
+    for chunk in chunks {
+        more -= chunk.len();
+        let next = text(&serde_json::json!({ "type": "participants", "participants": chunk, "more": more }));
+        if socket.send(next).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 pub(super) fn close(code: u16, reason: &'static str) -> Message {
@@ -368,6 +405,12 @@ async fn session(
     let mut expires_at = expires_at;
     let mut deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
     let mut warn_at = Some(warning_of(deadline)).filter(|_| expires_at.is_some());
+    // Two timers for the socket's life, reset when the token changes (not
+    // made again on every turn of the loop, i.e. every message).
+    let expiry = tokio::time::sleep_until(deadline);
+    tokio::pin!(expiry);
+    let warning = tokio::time::sleep_until(warn_at.unwrap_or(deadline));
+    tokio::pin!(warning);
     let limits = &api.cfg.limits;
     let (rate, burst) = (limits.ws_messages_per_second, limits.ws_message_burst);
     let idle = Duration::from_secs_f64(limits.ws_idle_timeout_seconds);
@@ -383,13 +426,14 @@ async fn session(
     let mut clean = false;
     let mut kinds = kinds;
     let mut admin = caller.grant.may_manage(&room.id);
-    let mut ok = socket.send(snapshot(&room, admin)).await.is_ok();
+    let mut ok = send_snapshot(&mut socket, &room, admin).await;
     while ok {
         tokio::select! {
-            () = tokio::time::sleep_until(deadline) => {
+            () = &mut expiry => {
                 if expires_at.is_none_or(|exp| unix_now() < exp) {
                     // Not expired (no expiry, or further off than one wait): wait again.
                     deadline = expires_at.map_or(tokio::time::Instant::now() + LONGEST_WAIT, deadline_of);
+                    expiry.as_mut().reset(deadline);
                     continue;
                 }
                 if let Some(id) = me.take() {
@@ -402,7 +446,7 @@ async fn session(
                 tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: its token expired");
                 break;
             }
-            () = async { match warn_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+            () = &mut warning, if warn_at.is_some() => {
                 warn_at = None;
                 let warning = serde_json::json!({ "type": "token_expiring", "expires_at": expires_at });
                 ok = socket.send(text(&warning)).await.is_ok();
@@ -433,6 +477,8 @@ async fn session(
                                 expires_at = Some(exp);
                                 deadline = deadline_of(exp);
                                 warn_at = Some(warning_of(deadline));
+                                expiry.as_mut().reset(deadline);
+                                warning.as_mut().reset(warning_of(deadline));
                                 tracing::debug!(room = %room.id, client = %caller.client, exp, "WebSocket token refreshed");
                                 Some(text(&serde_json::json!({ "type": "token_accepted", "expires_at": exp })))
                             }
@@ -505,8 +551,11 @@ async fn session(
                         break;
                     }
                 }
-                // Missed events: start again from a fresh snapshot.
-                Err(RecvError::Lagged(_)) => ok = socket.send(snapshot(&room, admin)).await.is_ok(),
+                // Missed events: counted, and start again from a fresh snapshot.
+                Err(RecvError::Lagged(n)) => {
+                    crate::metrics::ws_lagged(n);
+                    ok = send_snapshot(&mut socket, &room, admin).await;
+                }
                 Err(RecvError::Closed) => break,
             },
             // The room was handed over to another node (a drain): say where to

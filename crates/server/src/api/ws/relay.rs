@@ -90,7 +90,10 @@ pub(crate) async fn relay(
                         break;
                     }
                 }
-                Err(RecvError::Lagged(n)) => tracing::info!(room, lagged = n, "relayed WebSocket fell behind"),
+                Err(RecvError::Lagged(n)) => {
+                    crate::metrics::ws_lagged(n);
+                    tracing::info!(room, lagged = n, "relayed WebSocket fell behind");
+                }
                 Err(RecvError::Closed) => break,
             },
             msg = socket.recv() => {
