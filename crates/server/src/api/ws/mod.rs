@@ -676,9 +676,7 @@ pub(crate) fn handle(
         ClientMessage::Leave => match me.take() {
             Some(id) => {
                 api.ws_resumes.forget(id);
-                if let Ok(effect) = api.rooms.leave(room, id, LeaveReason::Left) {
-                    api.apply(effect);
-                }
+                resume::leave(api, room, id);
                 None
             }
             None => bad("not_joined", "join first".into()),

@@ -125,8 +125,11 @@ pub(crate) fn socket_gone(api: &Arc<ApiState>, room: &Arc<Room>, id: u64, clean:
     });
 }
 
-fn leave(api: &ApiState, room: &Room, id: u64) {
-    if let Ok(effect) = api.rooms.leave(room, id, LeaveReason::Left) {
+/// Its participant leaves with its socket: `moved` when the room was
+/// handed over (a drain: the client went to the new node), else `left`.
+pub(super) fn leave(api: &ApiState, room: &Room, id: u64) {
+    let reason = if room.is_handed_over() { LeaveReason::Moved } else { LeaveReason::Left };
+    if let Ok(effect) = api.rooms.leave(room, id, reason) {
         api.apply(effect);
     }
 }
