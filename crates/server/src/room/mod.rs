@@ -355,12 +355,8 @@ impl Rooms {
     /// Removes participant `id` from `room`. `Ok(None)` when its peer was not
     /// adopted by an I/O thread yet; the effect closes it where it is.
     pub(crate) fn leave(&self, room: &Room, id: u64, reason: LeaveReason) -> Result<Option<Effect>, RoomError> {
-        let Some(gone) = lock(&room.members).remove(&id) else {
+        if lock(&room.members).remove(&id).is_none() {
             return Err(RoomError::NoParticipant(id));
-        };
-        if gone.deaf {
-            let mut deaf = lock(&room.deaf);
-            *deaf = deaf.iter().copied().filter(|d| *d != id).collect();
         }
         room.remove(ParticipantId(id));
         self.participants.fetch_sub(1, Ordering::Relaxed);

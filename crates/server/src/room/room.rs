@@ -60,6 +60,9 @@ impl Inboxes {
 pub(super) struct Mixing {
     pub(super) mixer: tutti_mix::Room,
     sources: HashMap<ParticipantId, u32>,
+    /// The participants sent nothing (deaf), sorted: read under the lock
+    /// each tick takes anyway.
+    deaf: Arc<[u64]>,
 }
 
 /// One room.
@@ -75,8 +78,6 @@ pub(crate) struct Room {
     events: broadcast::Sender<Arc<EventBatch>>,
     /// The speakers of the last tick.
     speakers: Mutex<Arc<[ActiveSpeaker]>>,
-    /// The participants sent nothing (deaf), sorted.
-    pub(super) deaf: Mutex<Arc<[u64]>>,
     closed: AtomicBool,
     /// Its size and speaker limit (set at creation, changed by `PATCH`):
     /// read them with [`Room::max_participants`] and [`Room::max_speakers`].
@@ -175,13 +176,12 @@ impl Room {
         Self {
             id,
             key,
-            mixing: Mutex::new(Mixing { mixer, sources: HashMap::new() }),
+            mixing: Mutex::new(Mixing { mixer, sources: HashMap::new(), deaf: Arc::from([]) }),
             inbox: Mutex::new(Vec::new()),
             members: Mutex::new(BTreeMap::new()),
             outbox: Mutex::new(Outbox::default()),
             events: broadcast::channel(EVENT_QUEUE).0,
             speakers: Mutex::new(Arc::from([])),
-            deaf: Mutex::new(Arc::from([])),
             closed: AtomicBool::new(false),
             max_participants: AtomicUsize::new(max_participants),
             max_speakers: AtomicUsize::new(max_speakers),
@@ -334,6 +334,14 @@ impl Room {
         let mut m = lock(&self.mixing);
         let _ = m.mixer.remove_participant(id);
         m.sources.remove(&id);
+        if m.deaf.contains(&id.0) {
+            m.deaf = m.deaf.iter().copied().filter(|d| *d != id.0).collect();
+        }
+    }
+
+    /// Who is sent nothing from the next tick on (sorted ids).
+    pub(super) fn set_deaf(&self, deaf: Arc<[u64]>) {
+        lock(&self.mixing).deaf = deaf;
     }
 
     pub(super) fn set_muted(&self, id: ParticipantId, muted: bool) -> Result<(), tutti_mix::MixError> {
@@ -401,7 +409,7 @@ impl Room {
             tick,
             listeners: feed(m.mixer.listener_delivery(), None),
             speakers: m.mixer.speaker_deliveries().map(|(id, d)| (id, feed(d, Some(id)))).collect(),
-            deaf: lock(&self.deaf).clone(),
+            deaf: m.deaf.clone(),
         };
         // Only while a feed listens: one Vec of reference-counted frames per tick.
         if self.speaker_feeds.load(Ordering::Relaxed) > 0 {

@@ -184,9 +184,9 @@ impl Rooms {
             return Ok(false);
         }
         // Sorted (members are keyed by id): the I/O threads look it up per peer.
-        let list: std::sync::Arc<[u64]> = members.values().filter(|m| m.deaf).map(|m| m.id).collect();
+        let list = members.values().filter(|m| m.deaf).map(|m| m.id).collect();
         drop(members);
-        *lock(&room.deaf) = list;
+        room.set_deaf(list);
         room.publish(RoomEvent::Deaf { id, deaf });
         Ok(true)
     }
