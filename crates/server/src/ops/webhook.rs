@@ -341,8 +341,18 @@ fn client(cfg: &WebhookConfig, endpoints: &[Endpoint]) -> Result<reqwest::Client
 }
 
 impl WebhookConfig {
-    /// Checks every value and parses the URLs.
+    /// Checks every value, parses the URLs and, when there are any, the
+    /// TLS roots they would be checked with (`ca_file`, the system's).
     pub fn validate(&self) -> Result<Vec<Endpoint>, WebhookError> {
+        let endpoints = self.endpoints()?;
+        if !endpoints.is_empty() {
+            tls_config(&self.ca_file, endpoints.iter().any(Endpoint::tls))?;
+        }
+        Ok(endpoints)
+    }
+
+    /// Every check but the TLS roots', and the URLs parsed.
+    fn endpoints(&self) -> Result<Vec<Endpoint>, WebhookError> {
         if self.urls.len() > MAX_URLS {
             return Err(WebhookError::TooManyUrls);
         }
@@ -361,11 +371,7 @@ impl WebhookConfig {
         if self.backoff > Duration::from_secs(60) {
             return Err(WebhookError::Config("webhooks.backoff is above 60 s"));
         }
-        let endpoints: Vec<Endpoint> = self.urls.iter().map(|u| parse_url(u)).collect::<Result<_, _>>()?;
-        if !endpoints.is_empty() {
-            tls_config(&self.ca_file, endpoints.iter().any(Endpoint::tls))?;
-        }
-        Ok(endpoints)
+        self.urls.iter().map(|u| parse_url(u)).collect()
     }
 }
 
@@ -417,7 +423,8 @@ impl WebhookSender {
     /// Validates `cfg` and starts one delivery task per URL on `runtime`
     /// (the server's API runtime).
     pub fn start(cfg: &WebhookConfig, runtime: &tokio::runtime::Handle) -> Result<Self, WebhookError> {
-        let endpoints = cfg.validate()?;
+        // The TLS roots are read once, by the client (`validate` would read them again).
+        let endpoints = cfg.endpoints()?;
         let client = if endpoints.is_empty() { None } else { Some(client(cfg, &endpoints)?) };
         let counters = Arc::new(Counters::default());
         let key = hmac::Key::new(hmac::HMAC_SHA256, &cfg.secret);
