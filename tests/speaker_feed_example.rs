@@ -25,17 +25,7 @@ fn example() -> PathBuf {
 
 /// ffmpeg, installing Debian's package when it is missing.
 fn ffmpeg() -> PathBuf {
-    let path = PathBuf::from("/usr/bin/ffmpeg");
-    if !path.exists() {
-        for args in [&["update"][..], &["install", "-y", "ffmpeg"][..]] {
-            let mut cmd = Command::new("apt-get");
-            cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-            if let Err(e) = tutti_client::process::run_bounded(&mut cmd, "apt-get", Duration::from_secs(600)) {
-                panic!("installing ffmpeg failed: {e}");
-            }
-        }
-    }
-    path
+    tutti_client::process::ensure_debian_package("/usr/bin/ffmpeg", "ffmpeg")
 }
 
 /// A file's audio, decoded to 48 kHz mono samples by ffmpeg.

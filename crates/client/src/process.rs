@@ -1,8 +1,11 @@
 //! Helper programs run by tests and tools (npm, pip, apt-get, a browser
-//! driver): to their end, or killed after a bound, with what they printed.
+//! driver): to their end, or killed after a bound, with what they printed;
+//! and Debian's packages the tests need, installed when missing.
 
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,6 +25,11 @@ pub fn drain_pipe(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<String
 /// Its standard output when it succeeds; else why it failed, named by
 /// `what`, with everything it printed.
 pub fn run_bounded(cmd: &mut Command, what: &str, timeout: Duration) -> Result<String, String> {
+    run_bounded_output(cmd, what, timeout).map(|(out, _)| out)
+}
+
+/// [`run_bounded`], with its standard output and standard error when it succeeds.
+pub fn run_bounded_output(cmd: &mut Command, what: &str, timeout: Duration) -> Result<(String, String), String> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -43,5 +51,33 @@ pub fn run_bounded(cmd: &mut Command, what: &str, timeout: Duration) -> Result<S
         }
     };
     let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    if status.success() { Ok(out) } else { Err(format!("{what} failed ({status}):\n{out}{err}")) }
+    if status.success() { Ok((out, err)) } else { Err(format!("{what} failed ({status}):\n{out}{err}")) }
+}
+
+/// `binary` (a path), installing Debian's `package` with apt-get when it is
+/// missing and this runs as root (one install at a time); panics saying
+/// what to install otherwise. For the tests that need a real tool or server.
+pub fn ensure_debian_package(binary: &str, package: &str) -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _one = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
+    let path = PathBuf::from(binary);
+    if path.exists() {
+        return path;
+    }
+    let root =
+        run_bounded(Command::new("id").arg("-u"), "id -u", Duration::from_secs(10)).is_ok_and(|u| u.trim() == "0");
+    assert!(
+        root,
+        "this test needs {binary}: install it (Debian: `sudo apt-get install -y {package}`), or run it as root"
+    );
+    eprintln!("{binary} is missing: installing Debian's {package} with apt-get");
+    for args in [&["update"][..], &["install", "-y", "--no-install-recommends", package][..]] {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        if let Err(e) = run_bounded(&mut cmd, "apt-get", Duration::from_secs(600)) {
+            panic!("installing {package} failed: {e}");
+        }
+    }
+    assert!(Path::new(binary).exists(), "apt-get installed {package}, but {binary} is still missing");
+    path
 }

@@ -4,33 +4,17 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::process::run_bounded;
+use crate::process::{ensure_debian_package, run_bounded};
 
 const BINARY: &str = "/usr/bin/redis-server";
 
-/// `redis-server`'s path, installing Debian's package when it is missing
-/// (one install at a time; panics with what to do when that fails).
+/// `redis-server`'s path, installing Debian's package when it is missing.
 pub fn redis_server_binary() -> PathBuf {
-    static INSTALL: Mutex<()> = Mutex::new(());
-    let _one = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
-    if Path::new(BINARY).exists() {
-        return PathBuf::from(BINARY);
-    }
-    eprintln!("redis-server missing: installing Debian's package (apt-get)");
-    for args in [&["update"][..], &["install", "-y", "redis-server"][..]] {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        if let Err(e) = run_bounded(&mut cmd, "apt-get", Duration::from_secs(600)) {
-            panic!("installing redis-server failed (root on Debian? or install it by hand): {e}");
-        }
-    }
-    assert!(Path::new(BINARY).exists(), "apt-get installed redis-server, but {BINARY} is still missing");
-    PathBuf::from(BINARY)
+    ensure_debian_package(BINARY, "redis-server")
 }
 
 /// One `redis-server` process; killed (and its directory removed) on drop.

@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use common::{cluster_node, cluster_room, http, start_with, test_config};
 use serde_json::{Value, json};
-use tutti_client::process::{drain_pipe as drain, run_bounded as run};
+use tutti_client::process::{drain_pipe as drain, ensure_debian_package, run_bounded as run};
 use tutti_client::redis::RedisServer;
 use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_for, run_until};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
@@ -104,8 +104,7 @@ fn out_dir() -> PathBuf {
 
 /// Debian's Chromium, installed with apt-get when missing and we are root.
 fn ensure_chromium() -> PathBuf {
-    ensure_package(CHROMIUM, "chromium");
-    PathBuf::from(CHROMIUM)
+    ensure_debian_package(CHROMIUM, "chromium")
 }
 
 /// playwright-core, as pinned by tests/browser/package-lock.json, in
@@ -839,23 +838,6 @@ const TURN_SECRET: &str = "tutti and coturn share this secret";
 const AUTH_SECRET: &str = "the browser test's auth secret, 32 bytes or more";
 
 /// `/usr/bin/<binary>` from Debian's `package`, installed with apt-get when missing (as root).
-fn ensure_package(binary: &str, package: &str) {
-    if Path::new(binary).exists() {
-        return;
-    }
-    let root = run(Command::new("id").arg("-u"), "id -u", Duration::from_secs(10)).is_ok_and(|uid| uid.trim() == "0");
-    assert!(root, "the browser test needs {binary} (Debian: `sudo apt-get install -y {package}`), or run it as root");
-    eprintln!("browser test: {binary} is missing, installing Debian's {package} with apt-get");
-    for args in [&["update"][..], &["install", "-y", package][..]] {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        if let Err(e) = run(&mut cmd, "apt-get", Duration::from_secs(600)) {
-            panic!("installing {package} failed: {e}");
-        }
-    }
-    assert!(Path::new(binary).exists(), "apt-get installed {package}, but {binary} is still missing");
-}
-
 fn sh(args: &[&str]) {
     let mut cmd = Command::new(args[0]);
     cmd.args(&args[1..]);
@@ -993,9 +975,9 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
     std::fs::create_dir_all(&out).expect("create target/browser-test/networks");
     let chromium = ensure_chromium();
     let node_dir = ensure_playwright(&out_dir());
-    ensure_package(FIREFOX, "firefox-esr");
-    ensure_package(TURNSERVER, "coturn");
-    ensure_package("/usr/sbin/nft", "nftables");
+    ensure_debian_package(FIREFOX, "firefox-esr");
+    ensure_debian_package(TURNSERVER, "coturn");
+    ensure_debian_package("/usr/sbin/nft", "nftables");
     let ready = t0.elapsed();
 
     // Test addresses of our own: 10.200.N.0/24 for Firefox, 10.201.N.0/24 for the UDP-blocked page.

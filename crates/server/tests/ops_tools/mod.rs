@@ -3,74 +3,18 @@
 //! a minimal Ogg page reader with its own CRC, and temporary directories.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
 /// Runs `cmd` to completion within `timeout`; stdout + stderr on success.
 pub fn run(cmd: &mut Command, what: &str, timeout: Duration) -> Result<String, String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{what}: could not start: {e}"))?;
-    let drain = |p: Option<std::process::ChildStdout>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut p) = p {
-                let _ = std::io::Read::read_to_string(&mut p, &mut s);
-            }
-            s
-        })
-    };
-    let out = drain(child.stdout.take());
-    let mut stderr = child.stderr.take();
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(p) = stderr.as_mut() {
-            let _ = std::io::Read::read_to_string(p, &mut s);
-        }
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{what}: still running after {timeout:?}, killed"));
-            }
-            Err(e) => return Err(format!("{what}: {e}")),
-        }
-    };
-    let text = format!("{}{}", out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    if status.success() { Ok(text) } else { Err(format!("{what} failed ({status}):\n{text}")) }
+    tutti_client::process::run_bounded_output(cmd, what, timeout).map(|(out, err)| out + &err)
 }
 
 /// The path of `/usr/bin/<bin>`, installing Debian's `package` with apt-get if it is missing and we are root.
 pub fn ensure_tool(bin: &str, package: &str) -> PathBuf {
-    let path = Path::new("/usr/bin").join(bin);
-    if path.exists() {
-        return path;
-    }
-    let root = run(Command::new("id").arg("-u"), "id -u", Duration::from_secs(10)).is_ok_and(|u| u.trim() == "0");
-    assert!(
-        root,
-        "this test needs {bin}: install it (Debian: `sudo apt-get install -y {package}`), or run the tests as root"
-    );
-    eprintln!("{bin} is missing: installing Debian's {package} with apt-get");
-    for args in [&["update"][..], &["install", "-y", "--no-install-recommends", package][..]] {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        if let Err(e) = run(&mut cmd, "apt-get", Duration::from_secs(600)) {
-            panic!("installing {package} failed: {e}");
-        }
-    }
-    assert!(path.exists(), "apt-get installed {package}, but {} is still missing", path.display());
-    path
+    tutti_client::process::ensure_debian_package(&format!("/usr/bin/{bin}"), package)
 }
 
 /// A fresh directory under the system's temporary directory.
