@@ -39,7 +39,7 @@ impl Drop for Served {
 /// `tutti serve` on ephemeral loopback ports with a known secret.
 fn serve() -> Served {
     let set = format!("auth.secret={SECRET}");
-    Served(common::serve(&["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off", "--set", &set]))
+    Served(common::serve_loopback(&["--set", &set]))
 }
 
 fn mint(grant: &Grant) -> String {

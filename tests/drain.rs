@@ -107,18 +107,7 @@ fn pause() {
 
 #[test]
 fn a_draining_node_keeps_its_calls_takes_no_new_room_and_exits_once_empty() {
-    let mut served = common::serve(&[
-        "--http",
-        "127.0.0.1:0",
-        "--media",
-        "127.0.0.1:0",
-        "--metrics",
-        "off",
-        "--set",
-        "drain_seconds=60",
-        "--set",
-        "shutdown_timeout_seconds=3",
-    ]);
+    let mut served = common::serve_loopback(&["--set", "drain_seconds=60", "--set", "shutdown_timeout_seconds=3"]);
     let api = served.api;
     let token = served.banner_token();
     let admin = Requester::token(&token);
@@ -170,15 +159,9 @@ fn the_drain_ends_at_its_time_and_a_second_signal_stops_at_once() {
     let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).unwrap();
     let guest = auth.mint(&Grant::participant("call", "guest"), Duration::from_secs(600), unix_now()).unwrap();
     let start = |drain: &str| {
-        let served = common::serve(&[
+        let served = common::serve_loopback(&[
             "--set",
             &format!("auth.secret={SECRET}"),
-            "--http",
-            "127.0.0.1:0",
-            "--media",
-            "127.0.0.1:0",
-            "--metrics",
-            "off",
             "--set",
             &format!("drain_seconds={drain}"),
             "--set",

@@ -32,7 +32,7 @@ fn verdict(stderr: &str) -> &str {
 
 #[test]
 fn a_load_run_prints_its_json_on_stdout_and_one_verdict_line() {
-    let mut served = common::serve(&["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"]);
+    let mut served = common::serve_loopback(&[]);
     let token = served.banner_token();
 
     let (status, stdout, stderr) = load(served.api, &token, &[]);

@@ -15,13 +15,7 @@ use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_until};
 
 #[test]
 fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
-    let mut served = common::serve(&[
-        "--http",
-        "127.0.0.1:0",
-        "--media",
-        "127.0.0.1:0",
-        "--metrics",
-        "off",
+    let mut served = common::serve_loopback(&[
         "--set",
         "shutdown_timeout_seconds=3",
         // No drain: this is the stop itself (tests/drain.rs drains first).

@@ -19,6 +19,13 @@ pub struct Served {
     logs: JoinHandle<String>,
 }
 
+/// `tutti serve` on ephemeral loopback ports with its metrics off, and `extra` arguments.
+pub fn serve_loopback(extra: &[&str]) -> Served {
+    let mut args = vec!["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"];
+    args.extend_from_slice(extra);
+    serve(&args)
+}
+
 /// Starts `tutti serve ARGS…` and reads its banner's first line.
 pub fn serve(args: &[&str]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tutti"))
