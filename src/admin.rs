@@ -2,18 +2,18 @@
 //! API of any node (`--url`, `TUTTI_URL`) with a token (`--token`,
 //! `TUTTI_TOKEN`). Human tables by default; `--json` prints the API's JSON.
 //!
-//! Every command is one or two requests through `tutti_client` (blocking,
-//! one connection each, 10 s timeout); a cluster node's `307` to the room's
-//! node is followed (its ticket stands in for the token; plain http only,
-//! host names resolved). An API error (`{code, message}`) becomes one line
-//! on stderr and exit status 1.
+//! Every command is one or two requests through `tutti_client::Client`
+//! (blocking, one connection each, 10 s timeout), `http://` or `https://`
+//! (the system's roots and `--ca-file`'s); a cluster node's `307` to the
+//! room's node is followed (its ticket stands in for the token). An API
+//! error (`{code, message}`) becomes one line on stderr and exit status 1.
 
-use std::net::{SocketAddr, ToSocketAddrs as _};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::{Value, json};
-use tutti_client::{Requester, Response, request_as};
+use tutti_client::{Client, HttpError, Origin, Requester, Response};
 
 /// How many `307`s a request follows (a cluster node to the room's node).
 const MAX_REDIRECTS: usize = 3;
@@ -21,9 +21,14 @@ const MAX_REDIRECTS: usize = 3;
 /// Where the API is and who calls it: shared by every admin command.
 #[derive(clap::Args)]
 pub struct Connection {
-    /// The node's API (any node of a cluster), plain http.
+    /// The node's API (any node of a cluster): `http://HOST:PORT`, or
+    /// `https://HOST[:PORT]` behind a TLS proxy.
     #[arg(long, env = "TUTTI_URL", default_value = "http://127.0.0.1:8080", global = true)]
     url: String,
+    /// A PEM file of CA certificates trusted for `https://` besides the
+    /// system's (e.g. the CA of a self-signed deployment).
+    #[arg(long, env = "TUTTI_CA_FILE", global = true)]
+    ca_file: Option<PathBuf>,
     /// An access token, admin for the room or for every room (`*`); needed
     /// unless the server runs with `auth.disabled`. `tutti token --room '*'
     /// --identity ops --admin` mints one; a server with no `auth.secret`
@@ -312,41 +317,33 @@ pub fn participants(args: &ParticipantsArgs) -> anyhow::Result<()> {
 
 /// The API at `--url`, called with `--token`.
 struct Api<'a> {
-    url: &'a str,
-    addr: SocketAddr,
+    origin: Origin,
+    http: Client,
     token: Option<&'a str>,
 }
 
 impl<'a> Api<'a> {
     fn new(conn: &'a Connection) -> anyhow::Result<Self> {
         let token = conn.token.as_deref().map(str::trim).filter(|t| !t.is_empty());
-        Ok(Self { url: conn.url.trim_end_matches('/'), addr: address(&conn.url)?, token })
+        let origin = origin(&conn.url)?;
+        let http = Client::new(conn.ca_file.as_deref())?;
+        Ok(Self { origin, http, token })
     }
 
     /// One request (JSON body if any), following a cluster's `307`s; an
     /// answer of 400 or more is the API's error as one sentence.
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Response> {
-        self.call_at(self.addr, self.url, method, path, body)
+        self.call_at(&self.origin, method, path, body)
     }
 
-    fn call_at(
-        &self,
-        addr: SocketAddr,
-        url: &str,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> anyhow::Result<Response> {
+    fn call_at(&self, origin: &Origin, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Response> {
         let bytes = body.map(Value::to_string).unwrap_or_default();
         let content_type = body.map(|_| "application/json");
         let mut who = Requester { token: self.token, from: None };
-        let (mut addr, mut url, mut path) = (addr, url.to_owned(), path.to_owned());
+        let (mut origin, mut path) = (origin.clone(), path.to_owned());
         for hop in 0..=MAX_REDIRECTS {
-            let r = request_as(addr, &who, method, &path, content_type, bytes.as_bytes())
-                .with_context(|| format!("cannot reach {url}"))?;
-            if r.status == 0 {
-                bail!("{url} answered nothing that reads as HTTP");
-            }
+            let r =
+                self.http.send(&origin, &who, method, &path, content_type, bytes.as_bytes()).map_err(unreachable)?;
             if (200..300).contains(&r.status) {
                 return Ok(r);
             }
@@ -357,10 +354,10 @@ impl<'a> Api<'a> {
             // ticket standing in for the token.
             let location = r.header("location").unwrap_or_default();
             if r.status != 307 || hop == MAX_REDIRECTS {
-                bail!("{url} answered {} (to {location:?}), which the CLI does not follow", r.status);
+                bail!("{origin} answered {} (to {location:?}), which the CLI does not follow", r.status);
             }
-            let (base, rest) = split_url(location)?;
-            (addr, url, path) = (address(&base)?, base, rest);
+            (origin, path) = Origin::parse(location)
+                .with_context(|| format!("{origin} sent the request on to {location:?}, which the CLI cannot reach"))?;
             who.token = None;
         }
         bail!("more than {MAX_REDIRECTS} redirects")
@@ -391,47 +388,32 @@ impl<'a> Api<'a> {
         let body = parse(&r)?;
         let owner = body["api_url"].as_str().filter(|_| body.get("participants").is_none());
         let Some(owner) = owner else { return Ok((r, body)) };
-        let (owner, _) = split_url(owner)?;
-        let r = self.call_at(address(&owner)?, &owner, "GET", &path, None)?;
+        let (owner, _) = Origin::parse(owner)
+            .with_context(|| format!("the room is on another node, {owner}, which the CLI cannot reach"))?;
+        let r = self.call_at(&owner, "GET", &path, None)?;
         let body = parse(&r)?;
         Ok((r, body))
     }
 }
 
-/// A node's URL (a redirect's `Location`, a cluster's `api_url`) as its
-/// base, `http://host:port`, and the path after it. Plain http only: the
-/// CLI has no TLS, so an `https://` node is to be reached by its plain-http
-/// address (`--url`).
-fn split_url(location: &str) -> anyhow::Result<(String, String)> {
-    let Some(rest) = location.strip_prefix("http://") else {
-        bail!(
-            "the room is on another node, {location}, which this CLI cannot reach (plain http only): \
-             run it with --url set to that node's plain-http API"
-        );
-    };
-    let (authority, path) = rest.find('/').map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
-    Ok((format!("http://{authority}"), path.to_owned()))
+/// `--url`: `http(s)://host[:port]`, no path.
+fn origin(url: &str) -> anyhow::Result<Origin> {
+    let (origin, path) = Origin::parse(url).map_err(|e| anyhow!("--url {e}"))?;
+    if path != "/" {
+        bail!("--url {url}: give the API as http://HOST:PORT or https://HOST[:PORT], with no path");
+    }
+    Ok(origin)
 }
 
-/// The socket address of `http://host[:port][/]`.
-fn address(url: &str) -> anyhow::Result<SocketAddr> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow!("--url {url}: give the API as http://HOST:PORT (plain http)"))?;
-    let authority = rest.trim_end_matches('/');
-    if authority.is_empty() || authority.contains('/') {
-        bail!("--url {url}: give the API as http://HOST:PORT, with no path");
+/// A request that got no answer, as one line (a certificate: what to do about it).
+fn unreachable(e: HttpError) -> anyhow::Error {
+    match e {
+        HttpError::Transport { origin, reason, .. } => anyhow!("cannot reach {origin}: {reason}"),
+        e @ HttpError::Certificate { .. } => {
+            anyhow!("{e} (trust its CA with --ca-file or TUTTI_CA_FILE)")
+        }
+        e => anyhow!(e),
     }
-    let target = if authority.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok()) {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
-    };
-    target
-        .to_socket_addrs()
-        .with_context(|| format!("--url {url}: cannot resolve {target}"))?
-        .next()
-        .ok_or_else(|| anyhow!("--url {url}: no address for {target}"))
 }
 
 fn parse(r: &Response) -> anyhow::Result<Value> {
@@ -548,18 +530,21 @@ mod tests {
     }
 
     #[test]
-    fn urls_are_plain_http_host_and_port() {
-        assert_eq!(address("http://127.0.0.1:8080").ok(), "127.0.0.1:8080".parse().ok());
-        assert_eq!(address("http://127.0.0.1:9/").ok(), "127.0.0.1:9".parse().ok());
-        assert_eq!(address("http://[::1]:7").ok(), "[::1]:7".parse().ok());
-        assert_eq!(address("http://127.0.0.1").ok(), "127.0.0.1:80".parse().ok());
-        for bad in ["https://127.0.0.1:8080", "127.0.0.1:8080", "http://127.0.0.1:8080/v1"] {
-            assert!(address(bad).is_err(), "{bad}");
+    fn urls_are_http_or_https_host_and_port() {
+        let addr = |url: &str| origin(url).map(|o| o.addr()).ok();
+        assert_eq!(addr("http://127.0.0.1:8080"), "127.0.0.1:8080".parse().ok());
+        assert_eq!(addr("http://127.0.0.1:9/"), "127.0.0.1:9".parse().ok());
+        assert_eq!(addr("http://[::1]:7"), "[::1]:7".parse().ok());
+        assert_eq!(addr("http://127.0.0.1"), "127.0.0.1:80".parse().ok());
+        assert_eq!(addr("https://127.0.0.1"), "127.0.0.1:443".parse().ok());
+        assert!(origin("https://127.0.0.1:8443").is_ok_and(|o| o.is_tls()));
+        for (bad, says) in [
+            ("ftp://127.0.0.1:8080", "unknown scheme"),
+            ("127.0.0.1:8080", "http://HOST:PORT"),
+            ("http://127.0.0.1:8080/v1", "no path"),
+        ] {
+            let e = origin(bad).expect_err(bad).to_string();
+            assert!(e.starts_with("--url") && e.contains(says), "{bad}: {e}");
         }
-        let (base, path) = split_url("http://tutti-1.tutti:8080/v1/rooms/r?ticket=a.b").expect("splits");
-        assert_eq!((base.as_str(), path.as_str()), ("http://tutti-1.tutti:8080", "/v1/rooms/r?ticket=a.b"));
-        assert_eq!(split_url("http://127.0.0.3:8080").ok(), Some(("http://127.0.0.3:8080".to_owned(), "/".to_owned())));
-        let err = split_url("https://tutti-1.example.org/v1/rooms/r").expect_err("no TLS");
-        assert!(err.to_string().contains("--url"), "{err}");
     }
 }

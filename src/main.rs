@@ -57,7 +57,7 @@ enum Command {
 /// image has no curl.
 #[derive(clap::Args)]
 struct HealthcheckArgs {
-    /// The URL to get (plain http). Default: `/healthz` on the configured
+    /// The URL to get (`http://` or `https://`). Default: `/healthz` on the configured
     /// `http` address (`TUTTI_HTTP`, `--config`), on loopback when that
     /// listens on every address.
     #[arg(long)]
@@ -406,44 +406,12 @@ fn healthcheck(args: &HealthcheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The status of `GET url` (plain `http://host:port/path`), within `timeout`.
+/// The status of `GET url` (`http://`, or `https://` checked against the
+/// system's roots), within `timeout`.
 fn http_get_status(url: &str, timeout: Duration) -> anyhow::Result<u16> {
-    use std::io::Read as _;
-    use std::net::ToSocketAddrs as _;
-    let rest = url.strip_prefix("http://").with_context(|| format!("{url}: only http:// URLs are checked"))?;
-    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
-    let target = if authority.contains(':') && !authority.ends_with(']') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
-    };
-    let addr = target
-        .to_socket_addrs()
-        .with_context(|| format!("{url}: cannot resolve {target}"))?
-        .next()
-        .with_context(|| format!("{url}: no address for {target}"))?;
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("{url}: connect"))?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")?;
-    // The status line is all we need: read at most a small head.
-    let mut head = [0u8; 256];
-    let mut len = 0;
-    while len < head.len() {
-        let n = stream.read(&mut head[len..]).with_context(|| format!("{url}: read"))?;
-        if n == 0 || head[..len + n].contains(&b'\n') {
-            len += n;
-            break;
-        }
-        len += n;
-    }
-    let line = String::from_utf8_lossy(&head[..len]);
-    let status = line
-        .strip_prefix("HTTP/1.")
-        .and_then(|r| r.get(2..5))
-        .and_then(|code| code.parse::<u16>().ok())
-        .with_context(|| format!("{url}: not an HTTP answer: {:?}", line.lines().next().unwrap_or_default()))?;
-    Ok(status)
+    let (origin, path) = tutti_client::Origin::parse(url)?;
+    let http = if origin.is_tls() { tutti_client::Client::new(None)? } else { tutti_client::Client::plain() };
+    Ok(http.with_timeout(timeout).send(&origin, &Default::default(), "GET", &path, None, b"")?.status)
 }
 
 async fn wait_for_signal() {

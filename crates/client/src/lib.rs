@@ -4,8 +4,10 @@
 //! out of the server so that none of them links the server to reuse it:
 //!
 //! ```text
-//! http      request / request_as ─► one blocking HTTP/1.1 request on its own connection
-//!           (a token as Bearer, optionally from another loopback address)
+//! http      Client (ureq, rustls): one blocking request on its own connection to an
+//!           http:// or https:// origin (a token as Bearer, optionally from another
+//!           loopback address); a TCP or TLS stream for ws:// or wss://;
+//!           request / request_as: the same over plain http, for tests
 //! process   run_bounded: a helper program (npm, pip, apt-get) to its end, or killed after a bound
 //! redis     RedisServer: a real redis-server on 127.0.0.1 (Debian's, installed when missing)
 //! tone      ToneClient: UDP socket on 127.0.0.1 ─► tutti_rtc::ClientPeer (ICE, DTLS, SRTP)
@@ -32,5 +34,8 @@ pub mod process;
 pub mod redis;
 mod tone;
 
-pub use http::{Requester, Response, request, request_as, request_following, split_location};
+pub use http::{
+    Client, HttpError, Origin, Requester, Response, Stream, request, request_as, request_following, split_location,
+    trusted_roots,
+};
 pub use tone::{JoinAs, JoinError, ToneClient, Transport, run_for, run_until};

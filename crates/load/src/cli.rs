@@ -1,12 +1,14 @@
 //! `tutti load` and `tutti capacity`: flags, output, and the local server
 //! that `tutti capacity` starts when it is given no `--url`.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use tutti_client::{Client, Origin};
 
 use crate::LoadError;
 use crate::capacity::{self, SearchPolicy, Slo, TrialFigures, TrialRunner};
@@ -102,9 +104,14 @@ impl FleetArgs {
 /// `tutti load`: N simulated participants against a running server.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
-    /// The server's HTTP API.
+    /// The server's HTTP API: `http://HOST:PORT`, or `https://HOST[:PORT]`
+    /// behind a TLS proxy (the room WebSockets are then `wss://`).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub url: String,
+    /// A PEM file of CA certificates trusted for `https://` besides the
+    /// system's (e.g. the CA of a self-signed deployment).
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
     /// An admin access token for the room (or `*`), e.g. the one `tutti serve` prints.
     #[arg(long, env = "TOKEN")]
     pub token: Option<String>,
@@ -194,9 +201,12 @@ pub struct LoadArgs {
 /// `tutti capacity`: the largest room that meets the SLO.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CapacityArgs {
-    /// A running server's HTTP API; without it a local server is started.
+    /// A running server's HTTP API (`http://` or `https://`); without it a local server is started.
     #[arg(long)]
     pub url: Option<String>,
+    /// A PEM file of CA certificates trusted for an `https://` --url besides the system's.
+    #[arg(long, requires = "url")]
+    pub ca_file: Option<PathBuf>,
     /// An admin access token (`*`) for the server at --url.
     #[arg(long, env = "TOKEN")]
     pub token: Option<String>,
@@ -266,22 +276,19 @@ pub struct CapacityArgs {
     pub verbose: bool,
 }
 
-/// Resolves `http://host:port[/path]` (or `host:port`) to an address and path.
-pub fn parse_url(url: &str) -> Result<(SocketAddr, String), LoadError> {
-    let rest = url.strip_prefix("http://").unwrap_or(url);
-    if rest.starts_with("https://") {
-        return Err(LoadError::Config("https is not supported; use http://".into()));
-    }
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].to_owned()),
-        None => (rest, "/".to_owned()),
-    };
-    let addr = host
-        .to_socket_addrs()
-        .map_err(|e| LoadError::Config(format!("'{url}': {e}")))?
-        .next()
-        .ok_or_else(|| LoadError::Config(format!("'{url}' resolves to nothing")))?;
-    Ok((addr, path))
+/// `http://host:port[/path]`, `https://host[:port][/path]` (or `host:port`,
+/// plain http) as its origin (the host resolved) and path.
+pub fn parse_url(url: &str) -> Result<(Origin, String), LoadError> {
+    let full = if url.contains("://") { url.to_owned() } else { format!("http://{url}") };
+    Origin::parse(&full).map_err(|e| LoadError::Config(e.to_string()))
+}
+
+/// The client of a run: the system's roots and `--ca-file`'s, and `origin`
+/// (an `https://` one reached over TLS under its name).
+fn client(ca_file: Option<&std::path::Path>, origin: &Origin) -> Result<Client, LoadError> {
+    let http = Client::new(ca_file).map_err(|e| LoadError::Config(e.to_string()))?;
+    http.add_origin(origin);
+    Ok(http)
 }
 
 /// A flag that Ctrl-C (SIGINT) or SIGTERM sets.
@@ -314,15 +321,15 @@ pub fn stop_on_signal() -> Arc<AtomicBool> {
     flag
 }
 
-fn cpu_source(metrics_url: Option<&str>, pid: Option<u32>) -> Result<CpuSource, LoadError> {
+fn cpu_source(http: &Client, metrics_url: Option<&str>, pid: Option<u32>) -> Result<CpuSource, LoadError> {
     if let Some(pid) = pid {
         return Ok(CpuSource::Process(pid));
     }
     match metrics_url {
         Some(u) => {
-            let (addr, path) = parse_url(u)?;
+            let (origin, path) = parse_url(u)?;
             let path = if path == "/" { "/metrics".to_owned() } else { path };
-            Ok(CpuSource::Metrics(addr, path))
+            Ok(CpuSource::Metrics { origin, path, http: http.clone() })
         }
         None => Ok(CpuSource::Unknown),
     }
@@ -411,8 +418,9 @@ impl Verdict {
 
 /// Runs `tutti load`. Returns its verdict against the SLO.
 pub fn run_load(args: &LoadArgs) -> Result<Verdict, LoadError> {
-    let (api, _) = parse_url(&args.url)?;
-    let mut cfg = LoadConfig::new(api, args.clients);
+    let (origin, _) = parse_url(&args.url)?;
+    let mut cfg = LoadConfig::new(origin.addr(), args.clients);
+    cfg.http = client(args.ca_file.as_deref(), &origin)?;
     cfg.room = args.room.clone();
     args.fleet.apply(&mut cfg)?;
     let sizes = rooms::sizes(&cfg).map_err(LoadError::Config)?;
@@ -429,7 +437,7 @@ pub fn run_load(args: &LoadArgs) -> Result<Verdict, LoadError> {
     cfg.threads = args.threads;
     cfg.seed = args.seed;
     cfg.speech = args.clip.as_deref().map(crate::audio::read_wav).transpose()?;
-    cfg.server_cpu = cpu_source(args.metrics_url.as_deref(), args.server_pid)?;
+    cfg.server_cpu = cpu_source(&cfg.http, args.metrics_url.as_deref(), args.server_pid)?;
     cfg.record = args.record;
     cfg.rejoin_attempts = args.rejoin_attempts;
     let hooks = args.webhook_listen.map(crate::webhooks::Receiver::start).transpose()?;
@@ -641,7 +649,7 @@ impl TrialRunner for LoadRunner {
         for room in &names {
             let path = format!("/v1/rooms/{room}");
             // On a cluster, through a redirect to the room's node.
-            let _ = tutti_client::request_following(
+            let _ = cfg.http.request_following(
                 cfg.api,
                 &crate::generator::caller(cfg.token.as_deref()),
                 "DELETE",
@@ -677,18 +685,24 @@ impl TrialRunner for LoadRunner {
 pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     let stop = stop_on_signal();
     let mut local = None;
-    let (api, server_cpu) = match &args.url {
-        Some(url) => (parse_url(url)?.0, cpu_source(args.metrics_url.as_deref(), None)?),
+    let (api, http, server_cpu) = match &args.url {
+        Some(url) => {
+            let (origin, _) = parse_url(url)?;
+            let http = client(args.ca_file.as_deref(), &origin)?;
+            let cpu = cpu_source(&http, args.metrics_url.as_deref(), None)?;
+            (origin.addr(), http, cpu)
+        }
         None => {
             let server = LocalServer::start(args.server_mix_threads, &args.server_arg)?;
             let source = CpuSource::Process(server.child.id());
             let api = server.api;
             println!("tutti capacity: started a local server (pid {}) on http://{api}", server.child.id());
             local = Some(server);
-            (api, source)
+            (api, Client::plain(), source)
         }
     };
     let mut base = LoadConfig::new(api, 1);
+    base.http = http;
     args.fleet.apply(&mut base)?;
     if let Some(s) = args.room_size {
         if s == 0 || s > rooms::MAX_ROOM_SIZE {
@@ -779,10 +793,13 @@ mod tests {
     #[test]
     fn urls() {
         let (a, p) = parse_url("http://127.0.0.1:8080").expect("url");
-        assert_eq!((a.port(), p.as_str()), (8080, "/"));
+        assert_eq!((a.addr().port(), a.is_tls(), p.as_str()), (8080, false, "/"));
         let (a, p) = parse_url("127.0.0.2:9/metrics").expect("url");
-        assert_eq!((a.to_string().as_str(), p.as_str()), ("127.0.0.2:9", "/metrics"));
-        assert!(parse_url("https://x:1").is_err());
+        assert_eq!((a.addr().to_string().as_str(), p.as_str()), ("127.0.0.2:9", "/metrics"));
+        let (a, _) = parse_url("https://127.0.0.1:8443").expect("https");
+        assert_eq!((a.is_tls(), a.ws_url("/w").as_str()), (true, "wss://127.0.0.1:8443/w"));
+        let e = parse_url("ftp://127.0.0.1:1").expect_err("no ftp").to_string();
+        assert!(e.contains("unknown scheme"), "{e}");
     }
 
     #[derive(clap::Parser)]

@@ -62,8 +62,15 @@ fn parse_udp_drops(text: &str, local: &str) -> Option<u64> {
 pub enum CpuSource {
     /// A local process: /proc/PID.
     Process(u32),
-    /// A Prometheus endpoint: address and path of `/metrics`.
-    Metrics(SocketAddr, String),
+    /// A Prometheus endpoint (`http://` or `https://`).
+    Metrics {
+        /// Where it is.
+        origin: tutti_client::Origin,
+        /// Its path, `/metrics`.
+        path: String,
+        /// The client that reads it (its trusted roots).
+        http: tutti_client::Client,
+    },
     /// Not known.
     Unknown,
 }
@@ -73,8 +80,8 @@ impl CpuSource {
     pub fn cpu_seconds(&self) -> Option<f64> {
         match self {
             Self::Process(pid) => process_cpu_seconds(&pid.to_string()),
-            Self::Metrics(addr, path) => {
-                let r = tutti_client::request(*addr, "GET", path, None, b"").ok()?;
+            Self::Metrics { origin, path, http } => {
+                let r = http.send(origin, &Default::default(), "GET", path, None, b"").ok()?;
                 if r.status != 200 {
                     return None;
                 }
@@ -96,7 +103,7 @@ impl CpuSource {
     pub fn describe(&self) -> String {
         match self {
             Self::Process(pid) => format!("/proc/{pid}"),
-            Self::Metrics(addr, path) => format!("http://{addr}{path} process_cpu_seconds_total"),
+            Self::Metrics { origin, path, .. } => format!("{} process_cpu_seconds_total", origin.url(path)),
             Self::Unknown => "unknown (no --metrics-url)".into(),
         }
     }

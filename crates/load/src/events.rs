@@ -8,13 +8,14 @@
 //! it, keeping what a full socket buffer refuses for the next round).
 
 use std::io::ErrorKind;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use tungstenite::protocol::WebSocket;
 use tungstenite::{Error as WsError, Message};
+use tutti_client::{Client, Stream};
 
 /// Blocking connect, handshake and join answer: each step's bound.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,7 +46,7 @@ struct Answer {
 
 /// One client's room WebSocket and what it received.
 pub(crate) struct EventSocket {
-    ws: WebSocket<TcpStream>,
+    ws: WebSocket<Stream>,
     /// Open: no close frame, no error.
     pub(crate) open: bool,
     /// The `room` snapshot arrived.
@@ -67,20 +68,21 @@ pub(crate) struct EventSocket {
 /// cluster hands out none, e.g. with auth off).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Moved {
-    /// The new node's API address.
-    pub(crate) api: SocketAddr,
+    /// The new node's API URL, `http://` or `https://`: resolved by the
+    /// rejoin thread (a name lookup blocks; the `load-N` threads may not).
+    pub(crate) url: String,
     /// The ticket, if any.
     pub(crate) ticket: Option<String>,
 }
 
 impl Moved {
-    /// The target of a `moved` message's text; `None` when its `api_url` is unusable.
+    /// The target of a `moved` message's text; `None` when it has no
+    /// `http://` or `https://` `api_url`.
     pub(crate) fn parse(text: &str) -> Option<Self> {
         let v: serde_json::Value = serde_json::from_str(text).ok()?;
-        let url = v["api_url"].as_str()?;
-        let (api, _) = tutti_client::split_location(&format!("{}/", url.trim_end_matches('/')))?;
+        let url = v["api_url"].as_str().filter(|u| u.starts_with("http://") || u.starts_with("https://"))?;
         let ticket = v["ticket"].as_str().filter(|t| !t.is_empty()).map(str::to_owned);
-        Some(Self { api, ticket })
+        Some(Self { url: url.to_owned(), ticket })
     }
 }
 
@@ -89,16 +91,13 @@ fn kind(text: &str) -> Option<&str> {
 }
 
 impl EventSocket {
-    /// Opens the WebSocket of `room` (blocking, bounded by a timeout).
-    pub(crate) fn connect(api: SocketAddr, room: &str, token: Option<&str>) -> Result<Self, String> {
-        let stream =
-            TcpStream::connect_timeout(&api, BLOCKING_TIMEOUT).map_err(|e| format!("WebSocket connect: {e}"))?;
-        stream.set_read_timeout(Some(BLOCKING_TIMEOUT)).map_err(|e| e.to_string())?;
-        stream.set_write_timeout(Some(BLOCKING_TIMEOUT)).map_err(|e| e.to_string())?;
-        let _ = stream.set_nodelay(true);
+    /// Opens the WebSocket of `room` (blocking, bounded by a timeout):
+    /// `ws://`, or `wss://` when `http` reaches `api` over TLS.
+    pub(crate) fn connect(http: &Client, api: SocketAddr, room: &str, token: Option<&str>) -> Result<Self, String> {
+        let stream = http.connect(api, BLOCKING_TIMEOUT).map_err(|e| format!("WebSocket connect: {e}"))?;
         let url = match token {
-            Some(t) => format!("ws://{api}/v1/rooms/{room}/ws?token={t}"),
-            None => format!("ws://{api}/v1/rooms/{room}/ws"),
+            Some(t) => http.ws_url(api, &format!("/v1/rooms/{room}/ws?token={t}")),
+            None => http.ws_url(api, &format!("/v1/rooms/{room}/ws")),
         };
         let (ws, _) = tungstenite::client::client(url.as_str(), stream).map_err(|e| match e {
             tungstenite::HandshakeError::Failure(WsError::Http(r)) => format!("WebSocket refused: {}", r.status()),
@@ -121,6 +120,7 @@ impl EventSocket {
     /// the socket is then opened again there, at most `max_moves` times.
     /// Returns the socket, the API address it is open on and the moves followed.
     pub(crate) fn connect_following(
+        http: &Client,
         api: SocketAddr,
         room: &str,
         token: Option<&str>,
@@ -128,7 +128,7 @@ impl EventSocket {
     ) -> Result<(Self, SocketAddr, usize), String> {
         let mut at = api;
         for moves in 0..=max_moves {
-            let mut s = Self::connect(at, room, token)?;
+            let mut s = Self::connect(http, at, room, token)?;
             let msg = s.ws.read().map_err(|e| format!("WebSocket (first message): {e}"))?;
             let Some(text) = s.count(&msg) else { return Ok((s, at, moves)) };
             if kind(&text) != Some("moved") {
@@ -138,8 +138,8 @@ impl EventSocket {
                 .ok()
                 .and_then(|v| v["api_url"].as_str().map(str::to_owned))
                 .unwrap_or_default();
-            let (next, _) = tutti_client::split_location(&format!("{}/", url.trim_end_matches('/')))
-                .ok_or_else(|| format!("WebSocket moved to an unusable api_url '{url}'"))?;
+            let (next, _) =
+                http.locate(&url).ok_or_else(|| format!("WebSocket moved to an unusable api_url '{url}'"))?;
             s.close();
             at = next;
         }
@@ -212,20 +212,20 @@ impl EventSocket {
 
     /// Switches to non-blocking reads (for a `load-N` thread's poll).
     pub(crate) fn set_nonblocking(&mut self) -> Result<(), String> {
-        let s = self.ws.get_ref();
+        let s = self.ws.get_ref().tcp();
         s.set_read_timeout(None).map_err(|e| e.to_string())?;
         s.set_nonblocking(true).map_err(|e| e.to_string())
     }
 
     /// Registers the socket for readability with `registry`.
     pub(crate) fn register(&self, registry: &mio::Registry, token: mio::Token) -> std::io::Result<()> {
-        let fd = self.ws.get_ref().as_raw_fd();
+        let fd = self.ws.get_ref().tcp().as_raw_fd();
         registry.register(&mut mio::unix::SourceFd(&fd), token, mio::Interest::READABLE)
     }
 
     /// Takes the socket off `registry` (before it is closed and dropped).
     pub(crate) fn deregister(&self, registry: &mio::Registry) {
-        let fd = self.ws.get_ref().as_raw_fd();
+        let fd = self.ws.get_ref().tcp().as_raw_fd();
         let _ = registry.deregister(&mut mio::unix::SourceFd(&fd));
     }
 

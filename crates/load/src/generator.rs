@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
-use tutti_client::{Requester, request_as, request_following};
+use tutti_client::{Client, Requester};
 use tutti_mix::FRAME_SAMPLES;
 use tutti_rtc::{ClientEvent, ClientPeer, FrameReader, FrameWriter};
 
@@ -980,6 +980,7 @@ const MAX_REDIRECTS: usize = 2;
 /// node that holds it. Returns that node's API address and its id (when
 /// the answer names it). With `record`, the room records from its first join.
 pub(crate) fn ensure_room_at(
+    http: &Client,
     api: SocketAddr,
     token: Option<&str>,
     room: &str,
@@ -988,16 +989,17 @@ pub(crate) fn ensure_room_at(
     let body =
         if record { serde_json::json!({ "id": room, "record": true }) } else { serde_json::json!({ "id": room }) };
     let body = body.to_string();
-    let (r, at, _) = request_following(
-        api,
-        &caller(token),
-        "POST",
-        "/v1/rooms",
-        Some("application/json"),
-        body.as_bytes(),
-        MAX_REDIRECTS,
-    )
-    .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
+    let (r, at, _) = http
+        .request_following(
+            api,
+            &caller(token),
+            "POST",
+            "/v1/rooms",
+            Some("application/json"),
+            body.as_bytes(),
+            MAX_REDIRECTS,
+        )
+        .map_err(|e| LoadError::Api(format!("creating room '{room}': {e}")))?;
     if r.status == 201 || r.code() == "room_exists" {
         let node =
             serde_json::from_str::<serde_json::Value>(&r.body).ok().and_then(|v| v["node"].as_str().map(str::to_owned));
@@ -1039,6 +1041,7 @@ struct JoinedPeer {
 /// Joins one client into `room`: through the room's WebSocket (`join`
 /// message, the socket kept open) when `websocket`, else over REST.
 fn join_one(
+    http: &Client,
     api: SocketAddr,
     token: Option<&str>,
     room: &str,
@@ -1073,7 +1076,7 @@ fn join_one(
         }
     };
     if websocket {
-        let (mut ws, node, redirects) = EventSocket::connect_following(api, room, token, MAX_REDIRECTS)?;
+        let (mut ws, node, redirects) = EventSocket::connect_following(http, api, room, token, MAX_REDIRECTS)?;
         let (id, answer) = ws.join(&offer, name)?;
         ws.set_nonblocking()?;
         peer.accept_answer(&answer, Instant::now()).map_err(|e| e.to_string())?;
@@ -1086,9 +1089,9 @@ fn join_one(
     // carries the client's name, as a WebSocket join's does.
     let path = format!("/v1/rooms/{room}/participants");
     let body = serde_json::json!({ "sdp": offer, "name": name }).to_string();
-    let (r, node, redirects) =
-        request_following(api, &caller(token), "POST", &path, Some("application/json"), body.as_bytes(), MAX_REDIRECTS)
-            .map_err(|e| format!("join request: {e}"))?;
+    let (r, node, redirects) = http
+        .request_following(api, &caller(token), "POST", &path, Some("application/json"), body.as_bytes(), MAX_REDIRECTS)
+        .map_err(|e| format!("join request: {e}"))?;
     if r.status != 201 {
         return Err(format!("join refused: {} {}", r.status, r.body.trim()));
     }
@@ -1130,7 +1133,7 @@ pub fn run(
     let known = Arc::new(Known::default());
     known.add(cfg.api);
     for (r, name) in room_names.iter().enumerate() {
-        let (at, id) = ensure_room_at(cfg.api, cfg.token.as_deref(), name, cfg.record)?;
+        let (at, id) = ensure_room_at(&cfg.http, cfg.api, cfg.token.as_deref(), name, cfg.record)?;
         nodes.room(r, at, id);
         known.add(at);
     }
@@ -1157,18 +1160,19 @@ pub fn run(
     let room_names = Arc::new(room_names);
     let pool = (cfg.rejoin_attempts > 0)
         .then(|| {
-            let (token, websocket) = (cfg.token.clone(), cfg.websocket);
+            let (token, websocket, http) = (cfg.token.clone(), cfg.websocket, cfg.http.clone());
             let tcp_share = (cfg.clients, cfg.tcp_share);
             let deliver = senders.clone();
             let stopping = shared.clone();
             handover::Pool::start(
                 REJOIN_THREADS,
+                cfg.http.clone(),
                 known.clone(),
                 move |req: &handover::Request, to: &handover::Target| {
                     let token = to.token.as_deref().or(token.as_deref());
                     let tcp = rooms::without_level(req.index, tcp_share.0, tcp_share.1);
                     let name = format!("load-{}", req.index);
-                    join_one(to.api, token, &req.room, websocket, &name, tcp)
+                    join_one(&http, to.api, token, &req.room, websocket, &name, tcp)
                 },
                 move |reply: handover::Reply<JoinedPeer>| {
                     if let Some(tx) = deliver.get(reply.thread) {
@@ -1266,7 +1270,7 @@ pub fn run(
         let name = format!("load-{index}");
         let asked = Instant::now();
         let tcp = rooms::without_level(index, cfg.clients, cfg.tcp_share);
-        match join_one(cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name, tcp) {
+        match join_one(&cfg.http, cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name, tcp) {
             Ok(j) => {
                 let ms = asked.elapsed().as_secs_f64() * 1000.0;
                 nodes.joined(index, JoinRecord { node: j.node, redirects: j.redirects, ms });
@@ -1384,7 +1388,7 @@ pub fn run(
                 None => (nodes.node_of(index).unwrap_or(cfg.api), j.location.as_deref()),
             };
             if let Some(loc) = loc.filter(|l| !l.is_empty()) {
-                let _ = request_as(at, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
+                let _ = cfg.http.request_as(at, &caller(cfg.token.as_deref()), "DELETE", loc, None, b"");
             }
         }
     }

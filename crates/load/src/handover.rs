@@ -24,6 +24,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tutti_client::Client;
+
 use crate::events::Moved;
 
 /// First wait before a failed rejoin is tried again; doubled each time.
@@ -107,12 +109,14 @@ impl Known {
 }
 
 /// Where try `req` goes, redeeming its ticket when it has one (`known` when it has no `moved`).
-pub(crate) fn target(req: &Request, known: &Known) -> Result<Target, String> {
-    match &req.moved {
-        Some(m) => {
-            known.add(m.api);
-            let token = m.ticket.as_deref().and_then(|t| enter(m.api, &req.room, t).ok());
-            Ok(Target { api: m.api, token })
+/// A `moved` whose `api_url` does not resolve is treated as none.
+pub(crate) fn target(http: &Client, req: &Request, known: &Known) -> Result<Target, String> {
+    let moved = req.moved.as_ref().and_then(|m| Some((m, http.locate(&m.url)?.0)));
+    match moved {
+        Some((m, api)) => {
+            known.add(api);
+            let token = m.ticket.as_deref().and_then(|t| enter(http, api, &req.room, t).ok());
+            Ok(Target { api, token })
         }
         None => known
             .pick(req.index, req.attempt, req.current)
@@ -123,9 +127,9 @@ pub(crate) fn target(req: &Request, known: &Known) -> Result<Target, String> {
 
 /// Redeems a `moved` ticket as the page does: `GET /v1/rooms/{room}/enter?ticket=…`
 /// answers `303` to the page with a token for the room in the fragment.
-pub(crate) fn enter(api: SocketAddr, room: &str, ticket: &str) -> Result<String, String> {
+pub(crate) fn enter(http: &Client, api: SocketAddr, room: &str, ticket: &str) -> Result<String, String> {
     let path = format!("/v1/rooms/{room}/enter?ticket={ticket}");
-    let r = tutti_client::request(api, "GET", &path, None, b"").map_err(|e| format!("enter: {e}"))?;
+    let r = http.request_as(api, &Default::default(), "GET", &path, None, b"").map_err(|e| format!("enter: {e}"))?;
     if r.status != 303 {
         return Err(format!("enter: {} {}", r.status, r.body.trim()));
     }
@@ -150,6 +154,7 @@ impl Pool {
     /// every sender of requests is gone (the run's end) or `stopped` says so.
     pub(crate) fn start<T: Send + 'static>(
         threads: usize,
+        http: Client,
         known: Arc<Known>,
         join: impl Fn(&Request, &Target) -> Result<T, String> + Send + Sync + 'static,
         deliver: impl Fn(Reply<T>) + Send + Sync + 'static,
@@ -159,13 +164,13 @@ impl Pool {
         let rx = Arc::new(Mutex::new(rx));
         let work = Arc::new((join, deliver, stopped));
         for k in 0..threads.max(1) {
-            let (rx, work, known) = (rx.clone(), work.clone(), known.clone());
+            let (rx, work, known, http) = (rx.clone(), work.clone(), known.clone(), http.clone());
             std::thread::Builder::new()
                 .name(format!("rejoin-{k}"))
                 .spawn(move || {
                     let (join, deliver, stopped) = &*work;
                     while let Some(req) = next(&rx, stopped) {
-                        let (result, ticket) = match target(&req, &known) {
+                        let (result, ticket) = match target(&http, &req, &known) {
                             Ok(t) => (join(&req, &t), t.token.is_some()),
                             Err(e) => (Err(e), false),
                         };
@@ -238,14 +243,15 @@ mod tests {
 
     #[test]
     fn a_moved_message_names_the_target() {
+        let http = Client::plain();
         let m = Moved::parse(
             r#"{"type":"moved","room":"r","node":"n3","api_url":"http://127.0.0.3:8080","reason":"drain","ticket":"T"}"#,
         )
         .expect("parsed");
-        assert_eq!((m.api.to_string().as_str(), m.ticket.as_deref()), ("127.0.0.3:8080", Some("T")));
+        assert_eq!((m.url.as_str(), m.ticket.as_deref()), ("http://127.0.0.3:8080", Some("T")));
         let m = Moved::parse(r#"{"type":"moved","api_url":"http://127.0.0.3:8080/"}"#).expect("no ticket");
         assert_eq!(m.ticket, None);
-        assert!(Moved::parse(r#"{"type":"moved","api_url":"https://example.com"}"#).is_none());
+        assert!(Moved::parse(r#"{"type":"moved","api_url":"ftp://127.0.0.3:21"}"#).is_none());
         let req = Request {
             thread: 0,
             slot: 0,
@@ -255,6 +261,13 @@ mod tests {
             moved: Some(m.clone()),
             current: None,
         };
-        assert_eq!(target(&req, &Known::default()), Ok(Target { api: m.api, token: None }));
+        let api = "127.0.0.3:8080".parse().expect("addr");
+        assert_eq!(target(&http, &req, &Known::default()), Ok(Target { api, token: None }));
+        // An https node: reached over TLS from then on, its WebSocket over wss://.
+        let tls = Moved::parse(r#"{"type":"moved","api_url":"https://127.0.0.4:8443"}"#).expect("https");
+        let req = Request { moved: Some(tls), ..req };
+        let api = target(&http, &req, &Known::default()).expect("a target").api;
+        assert!(http.origin_of(api).is_tls());
+        assert_eq!(http.ws_url(api, "/w"), "wss://127.0.0.4:8443/w");
     }
 }

@@ -99,6 +99,9 @@ pub enum ClientState {
 pub struct LoadConfig {
     /// The server's HTTP API.
     pub api: SocketAddr,
+    /// How the API is reached: `http://` or `https://` (its name and the
+    /// trusted roots), for `api` and every node a redirect names.
+    pub http: tutti_client::Client,
     /// The room (created if missing); with several rooms, their names are `<room>-<i>` (i from 0).
     pub room: String,
     /// How the clients are split into rooms.
@@ -166,6 +169,7 @@ impl LoadConfig {
     pub fn new(api: SocketAddr, clients: usize) -> Self {
         Self {
             api,
+            http: tutti_client::Client::plain(),
             room: "load".into(),
             rooms: RoomLayout::Single,
             probe_rooms: 1,

@@ -676,7 +676,7 @@ pub(crate) fn final_report(s: &RunState<'_>) -> LoadReport {
     let cfg = s.cfg;
     LoadReport {
         config: ConfigEcho {
-            url: format!("http://{}", cfg.api),
+            url: cfg.http.origin_of(cfg.api).to_string(),
             room: cfg.room.clone(),
             layout: cfg.rooms.to_string(),
             rooms: s.room_sizes.len(),
