@@ -405,13 +405,10 @@ fn origin(url: &str) -> anyhow::Result<Origin> {
     Ok(origin)
 }
 
-/// A request that got no answer, as one line (a certificate: what to do about it).
+/// A request that got no answer, as one line.
 fn unreachable(e: HttpError) -> anyhow::Error {
     match e {
         HttpError::Transport { origin, reason, .. } => anyhow!("cannot reach {origin}: {reason}"),
-        e @ HttpError::Certificate { .. } => {
-            anyhow!("{e} (trust its CA with --ca-file or TUTTI_CA_FILE)")
-        }
         e => anyhow!(e),
     }
 }

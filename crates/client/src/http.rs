@@ -649,9 +649,7 @@ fn untrusted(e: &rustls::Error) -> Option<String> {
     use rustls::CertificateError as C;
     let rustls::Error::InvalidCertificate(c) = e else { return None };
     Some(match c {
-        C::UnknownIssuer => "it is signed by an authority that is not trusted (not among the system's roots \
-                             nor in --ca-file)"
-            .to_owned(),
+        C::UnknownIssuer => "its issuer is not among the trusted roots (the system's, and --ca-file's)".to_owned(),
         C::NotValidForName | C::NotValidForNameContext { .. } => "it does not name this host".to_owned(),
         C::Expired | C::ExpiredContext { .. } => "it has expired".to_owned(),
         C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet".to_owned(),
