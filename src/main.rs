@@ -53,7 +53,7 @@ enum Command {
     Participants(admin::ParticipantsArgs),
 }
 
-/// `GET /healthz` over plain HTTP/1.1 with a bounded wait: the container
+/// `GET /healthz` (`http://` or `https://`) with a bounded wait: the container
 /// image has no curl.
 #[derive(clap::Args)]
 struct HealthcheckArgs {
