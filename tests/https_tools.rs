@@ -4,7 +4,8 @@
 //! CA that rcgen makes) in front of a real `tutti serve`, relaying bytes both
 //! ways, WebSocket upgrades included. The real binaries trust it through
 //! `--ca-file`; without it they stop with "certificate not trusted"; an
-//! unknown scheme is named as such.
+//! unknown scheme is named as such; proxy variables in the environment are
+//! not followed.
 
 mod common;
 
@@ -89,12 +90,17 @@ impl Terminator {
     }
 }
 
-/// Runs `tutti ARGS…` with `TOKEN` and `TUTTI_TOKEN` set to `token`.
+/// Runs `tutti ARGS…` with `TOKEN` and `TUTTI_TOKEN` set to `token`, and
+/// proxy variables that point nowhere: the tools go straight to the server
+/// (their WebSockets and media could not follow a proxy anyway).
 fn tutti(token: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tutti"))
         .args(args)
         .env("TOKEN", token)
         .env("TUTTI_TOKEN", token)
+        .envs(
+            ["ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"].map(|k| (k, "http://127.0.0.1:9")),
+        )
         .env_remove("TUTTI_URL")
         .env_remove("TUTTI_CA_FILE")
         .output()

@@ -379,6 +379,9 @@ impl Client {
                     .build();
                 let config = ureq::config::Config::builder()
                     .http_status_as_error(false)
+                    // Straight to the server, as the WebSockets go: no HTTP_PROXY / ALL_PROXY
+                    // from the environment (loopback tests must not leave the box either).
+                    .proxy(None)
                     .max_redirects(0)
                     .max_redirects_will_error(false)
                     .timeout_global(Some(self.inner.timeout))
