@@ -180,6 +180,10 @@ fn load_and_the_admin_cli_work_against_an_https_deployment() {
     );
     assert_eq!((s["clients"].as_u64(), s["join_failed"].as_u64()), (Some(4), Some(0)), "{}", text(&out));
     assert_eq!(report["config"]["url"], url.as_str(), "{}", report["config"]);
+    // The sockets stayed open over TLS on the load threads (non-blocking reads) and carried the room's events.
+    let ws = &s["ws"];
+    assert_eq!([&ws["sockets"], &ws["open"], &ws["snapshots"]].map(|v| v.as_u64()), [Some(4); 3], "{ws}");
+    assert!(ws["messages"].as_u64().is_some_and(|m| m > 0), "{ws}");
     let lines = proxy.lines();
     let upgrades = lines.iter().filter(|l| l.starts_with("GET /v1/rooms/tls-room/ws")).count();
     assert_eq!(upgrades, 4, "each client's room WebSocket came through the TLS terminator: {lines:?}");
