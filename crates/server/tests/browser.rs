@@ -464,7 +464,8 @@ fn code_block(markdown: &str, heading: &str, lang: &str) -> String {
 /// the room. Through the SDK alone the app joins over the WebSocket, lists
 /// the Rust client and shows it talking, hears it and not itself, and is
 /// heard; muted it is not heard, and the server says so; its raised hand
-/// comes back in the room's events. A second `Room` in the page joins
+/// comes back in the room's events; its socket, dropped by the network
+/// without a close frame (a TCP relay in between), is resumed. A second `Room` in the page joins
 /// WHIP-style (`transport: 'rest'`), hears the Rust client, is muted over
 /// REST and leaves; then the app leaves (`tests/browser/sdk_app.js`).
 #[test]
@@ -486,11 +487,13 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     std::fs::write(app_dir.join("app.js"), code_block(&readme, "## A ten-line app", "js")).expect("app.js");
     std::fs::copy(sdk.join("dist/tutti.js"), app_dir.join("tutti.js")).expect("copy dist/tutti.js");
 
-    let app_port = free_port("127.0.0.1");
+    let (app_port, relay_port) = (free_port("127.0.0.1"), free_port("127.0.0.1"));
     let mut cfg = test_config();
     cfg.auth.disabled = false;
     cfg.auth.secret = AUTH_SECRET.to_owned();
     cfg.cors.allowed_origins = vec![format!("http://127.0.0.1:{app_port}")];
+    // A socket lost without a close frame keeps its participant this long (the SDK resumes it).
+    cfg.limits.ws_resume_seconds = 10.0;
     let (rt, server) = start_with(cfg);
     let api = server.http_addr();
     let ttl = Duration::from_secs(600);
@@ -511,6 +514,7 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
         "wav": wav,
         "appDir": app_dir,
         "appPort": app_port,
+        "relayPort": relay_port,
         "server": format!("http://{api}/"),
         "token": token("ada"),
         "restToken": token("rest"),
@@ -539,7 +543,7 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
                         "done" => result = msg["result"].clone(),
                         "failed" => failure = Some(msg["message"].to_string()),
                         // What the server holds at these steps.
-                        "muted" | "hand" | "rest_joined" | "rest_muted" | "left" => {
+                        "muted" | "hand" | "resumed" | "rest_joined" | "rest_muted" | "left" => {
                             seen.insert(event.clone(), room_now());
                         }
                         _ => {}
@@ -593,6 +597,15 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     assert_eq!(who("muted"), [("ada".to_owned(), true, false), ("rust".to_owned(), false, false)]);
     assert!(amp(ALICE_HZ, "muted", "muted_end") < ABSENT_AMP, "the Rust client hears the muted app");
     assert_eq!(who("hand"), [("ada".to_owned(), false, true), ("rust".to_owned(), false, false)]);
+
+    // The relay dropped the socket without a close frame: the SDK took its participant over on a new one.
+    let resume = &result["resume"];
+    assert!(resume["cut"].as_u64().is_some_and(|n| n >= 1), "{resume}");
+    assert_eq!(resume["seen"], json!(["socketLost", "resumed"]), "{resume}");
+    assert_eq!(resume["after"]["state"], "joined", "{resume}");
+    assert_eq!(resume["after"]["id"], result["self"]["id"], "the same participant: {resume}");
+    assert_eq!(resume["after"]["resumes"], 1, "{resume}");
+    assert_eq!(who("resumed"), who("hand"), "the server kept the participant as it was");
 
     // The second Room, WHIP-style over REST: joined, heard the room, muted, left.
     let rest = &result["rest"];

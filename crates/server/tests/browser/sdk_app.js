@@ -3,11 +3,13 @@
 // app.js, beside the SDK's committed dist/tutti.js) is served by a small
 // static server here, on its own origin (`cfg.appPort` on 127.0.0.1: the
 // tutti server allows it in `cors.allowed_origins`), and opened with
-// `#server=…&token=…`. Then the page, through the SDK only: joins over the
-// WebSocket, lists and hears the Rust client, shows it talking, mutes,
-// raises its hand; a second Room in the same page joins WHIP-style
-// (`transport: 'rest'`), hears the Rust client, mutes over REST and leaves;
-// the first leaves.
+// `#server=…&token=…`, the server being a TCP relay here to the tutti
+// server. Then the page, through the SDK only: joins over the WebSocket,
+// lists and hears the Rust client, shows it talking, mutes, raises its
+// hand; the relay drops every connection (no close frame) and the SDK
+// resumes its participant on a new socket; a second Room in the same page
+// joins WHIP-style (`transport: 'rest'`), hears the Rust client, mutes over
+// REST and leaves; the first leaves.
 //
 // Output: `@@{json}` lines (marks, then `done` with what was measured, or
 // `failed`); the Rust test asserts. Every wait has a timeout.
@@ -15,6 +17,7 @@
 
 const fs = require('fs');
 const http = require('http');
+const net = require('net');
 const path = require('path');
 const { chromium } = require('playwright-core');
 
@@ -51,6 +54,47 @@ function serveApp(dir, port) {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, '127.0.0.1', () => resolve(server));
+  });
+}
+
+/**
+ * A TCP relay on 127.0.0.1:`port` to the tutti server at `target`
+ * (host:port): the app reaches the API and its WebSocket through it, so
+ * that `cut()` can drop every connection at once, with no WebSocket close
+ * frame, as a network change does.
+ */
+function relay(port, target) {
+  const [host, to] = [target.replace(/:\d+$/, ''), Number(target.replace(/^.*:/, ''))];
+  const open = new Set();
+  const server = net.createServer((inbound) => {
+    const outbound = net.connect(to, host);
+    const pair = [inbound, outbound];
+    open.add(pair);
+    const close = () => {
+      open.delete(pair);
+      inbound.destroy();
+      outbound.destroy();
+    };
+    inbound.on('error', close).on('close', close);
+    outbound.on('error', close).on('close', close);
+    inbound.pipe(outbound);
+    outbound.pipe(inbound);
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () =>
+      resolve({
+        cut: () => {
+          const n = open.size;
+          for (const [a, b] of Array.from(open)) {
+            a.resetAndDestroy();
+            b.destroy();
+          }
+          return n;
+        },
+        close: () => server.close(),
+      }),
+    );
   });
 }
 
@@ -120,6 +164,8 @@ const people = (page, key) =>
 async function main() {
   const result = {};
   const app = await serveApp(cfg.appDir, cfg.appPort);
+  const api = await relay(cfg.relayPort, new URL(cfg.server).host);
+  const server = `http://127.0.0.1:${cfg.relayPort}/`;
   const browser = await chromium.launch({
     executablePath: cfg.chromium,
     headless: true,
@@ -145,7 +191,7 @@ async function main() {
     const page = await browser.newPage();
     page.on('console', (m) => log(`console.${m.type()}:`, m.text()));
     page.on('pageerror', (e) => log('page error:', e.message));
-    const link = new URLSearchParams({ server: cfg.server, token: cfg.token });
+    const link = new URLSearchParams({ server, token: cfg.token });
     await page.goto(`http://127.0.0.1:${cfg.appPort}/#${link}`, WAIT);
 
     // The README's app joins by itself.
@@ -173,6 +219,17 @@ async function main() {
     await until(page, 'the hand comes back raised', () => !!window.room.me && window.room.me.hand);
     emit('hand');
 
+    // The network drops the socket (no close frame): the SDK resumes the participant on a new one.
+    await page.evaluate(() => {
+      window.seen = [];
+      for (const e of ['socketLost', 'resumed', 'ended']) window.room.on(e, (v) => window.seen.push(e + (v && v.code ? ` ${v.code}` : '')));
+    });
+    result.resume = { cut: api.cut() };
+    await until(page, 'the socket resumed', () => window.seen.includes('resumed'));
+    result.resume.seen = await page.evaluate(() => window.seen);
+    result.resume.after = await page.evaluate(() => ({ state: window.room.state, id: window.room.id, resumes: window.room.socketResumes, listed: window.room.participants.length }));
+    emit('resumed');
+
     // A second Room in the same page, WHIP-style over REST, with its own token.
     await page.evaluate(
       async ({ server, token }) => {
@@ -181,7 +238,7 @@ async function main() {
         window.rest = rest;
         await rest.join();
       },
-      { server: cfg.server, token: cfg.restToken },
+      { server, token: cfg.restToken },
     );
     await until(page, 'the REST participant connected', () => window.rest.state === 'joined' && window.rest.connectionState === 'connected');
     await until(page, 'the REST participant lists all three', () => window.rest.participants.length === 3);
@@ -209,6 +266,7 @@ async function main() {
   } finally {
     await browser.close().catch(() => {});
     app.close();
+    api.close();
   }
   result.seconds = ((Date.now() - started) / 1000).toFixed(1);
   emit('done', { result });
