@@ -449,6 +449,10 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
 
 // ---- The client SDK's README app ---------------------------------------------
 
+/// Silent listeners in the SDK test's room: with the Rust client, more
+/// than a snapshot message holds (16), so the app's snapshot comes in parts.
+const QUIET: usize = 17;
+
 /// The `lang` code block after `heading` in `markdown`.
 fn code_block(markdown: &str, heading: &str, lang: &str) -> String {
     let section = markdown.split(heading).nth(1).unwrap_or_else(|| panic!("no {heading:?}"));
@@ -460,8 +464,8 @@ fn code_block(markdown: &str, heading: &str, lang: &str) -> String {
 /// The SDK's README app, literally (its `index.html` and `app.js` beside
 /// the committed `sdk/js/dist/tutti.js`), served from an origin of its own
 /// that the server allows (`cors.allowed_origins`), with auth on, in
-/// Chromium with a 500 Hz microphone; a Rust client sending 900 Hz is in
-/// the room. Through the SDK alone the app joins over the WebSocket, lists
+/// Chromium with a 500 Hz microphone; a Rust client sending 900 Hz and 17
+/// silent ones are in the room (so its snapshot comes in parts). Through the SDK alone the app joins over the WebSocket, lists
 /// the Rust client and shows it talking, hears it and not itself, and is
 /// heard; muted it is not heard, and the server says so; its raised hand
 /// comes back in the room's events; its socket, dropped by the network
@@ -508,10 +512,22 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     let mut rust = ToneClient::join_as(api, &Requester::token(&token("rust")), room, RUST_HZ, JoinAs::Json)
         .expect("the Rust client joins");
     assert!(run_until(&mut [&mut rust], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
+    // Silent listeners, so that the room's snapshot comes in parts (`room`, then `participants` with `more`).
+    let mut quiet: Vec<ToneClient> = (0..QUIET)
+        .map(|i| {
+            let listener = token(&format!("quiet-{i}"));
+            let who = Requester::token(&listener);
+            let mut c = ToneClient::join_as(api, &who, room, 100.0 + i as f32, JoinAs::Json).expect("a listener joins");
+            (c.talking, c.dtx) = (false, true);
+            c
+        })
+        .collect();
+    let everyone = 2 + QUIET;
 
     let config = json!({
         "chromium": chromium,
         "wav": wav,
+        "everyone": everyone,
         "appDir": app_dir,
         "appPort": app_port,
         "relayPort": relay_port,
@@ -535,6 +551,9 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     loop {
         let now = Instant::now();
         rust.pump(now);
+        for c in &mut quiet {
+            c.pump(now);
+        }
         match rx.try_recv() {
             Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
                 Some(msg) => {
@@ -566,9 +585,10 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     );
     println!("the SDK app: {result}");
 
-    // It listed the Rust client and showed it talking, in its own words.
+    // It listed everyone (a snapshot in parts) and showed the Rust client talking, in its own words.
     let listed = names_of(&result["listed"]);
-    assert_eq!(listed.len(), 2, "{result}");
+    assert_eq!(listed.len(), everyone, "{result}");
+    assert_eq!(result["talking"], json!(["900 Hz"]), "only the Rust client talks: {result}");
     assert!(listed.contains(&"ada") && listed.contains(&"900 Hz"), "{listed:?}");
     assert!(result["shown"].as_str().is_some_and(|s| s.contains("900 Hz (talking)")), "{result}");
     assert_eq!(result["self"]["admin"], false, "a participant's token manages nothing: {result}");
@@ -586,6 +606,7 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
         let people = seen[step]["participants"].as_array().cloned().unwrap_or_default();
         let mut v: Vec<_> = people
             .iter()
+            .filter(|p| !p["identity"].as_str().unwrap_or_default().starts_with("quiet-"))
             .map(|p| {
                 let id = p["identity"].as_str().unwrap_or_default().to_owned();
                 (id, p["muted"].as_bool().unwrap_or(false), p["hand"].as_bool().unwrap_or(false))
@@ -605,11 +626,12 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     assert_eq!(resume["after"]["state"], "joined", "{resume}");
     assert_eq!(resume["after"]["id"], result["self"]["id"], "the same participant: {resume}");
     assert_eq!(resume["after"]["resumes"], 1, "{resume}");
+    assert_eq!(resume["after"]["listed"], everyone, "the new socket's snapshot, whole: {resume}");
     assert_eq!(who("resumed"), who("hand"), "the server kept the participant as it was");
 
     // The second Room, WHIP-style over REST: joined, heard the room, muted, left.
     let rest = &result["rest"];
-    assert_eq!(names_of(&rest["listed"]).len(), 3, "{rest}");
+    assert_eq!(names_of(&rest["listed"]).len(), everyone + 1, "{rest}");
     assert!(db(&rest["heard"], RUST_HZ) > HEARD_DB, "the REST participant hears the Rust client: {rest}");
     assert_eq!(who("rest_joined").len(), 3, "{:?}", who("rest_joined"));
     assert!(who("rest_muted").contains(&("rest".to_owned(), true, false)), "{:?}", who("rest_muted"));
@@ -619,13 +641,17 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     assert_eq!(result["ended"], Value::Null, "{result}");
     assert_eq!(result["afterLeave"], json!({ "state": "ended", "participants": 0 }), "{result}");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while room_now()["participants"].as_array().map_or(0, Vec::len) > 1 && Instant::now() < deadline {
+    while who_now(&room_now()).contains(&"ada".to_owned()) && Instant::now() < deadline {
         rust.pump(Instant::now());
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(who_now(&room_now()), ["rust"], "only the Rust client is left");
+    let left = who_now(&room_now());
+    assert!(left.len() == everyone - 1 && !left.contains(&"ada".to_owned()), "only ada left: {left:?}");
 
     rust.close();
+    for c in &mut quiet {
+        c.close();
+    }
     rt.block_on(server.shutdown());
 }
 

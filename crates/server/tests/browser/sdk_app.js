@@ -197,9 +197,15 @@ async function main() {
     // The README's app joins by itself.
     await until(page, 'the app joined and connected', () => !!window.room && window.room.state === 'joined' && window.room.connectionState === 'connected');
     emit('joined');
-    await until(page, 'the app lists the Rust client', (n) => window.room.participants.length === 2 && window.room.participants.some((p) => !p.you && p.name === n), cfg.other);
+    await until(
+      page,
+      'the app lists everyone',
+      ({ n, other }) => window.room.participants.length === n && window.room.participants.some((p) => !p.you && p.name === other),
+      { n: cfg.everyone, other: cfg.other },
+    );
     await until(page, 'the app shows the Rust client talking', () => window.room.participants.some((p) => !p.you && p.talking));
     result.listed = await people(page, 'room');
+    result.talking = result.listed.filter((p) => !p.you && p.talking).map((p) => p.name);
     result.shown = await page.$eval('#people', (e) => e.textContent);
     result.self = await page.evaluate(() => ({ id: window.room.id, muted: window.room.muted, admin: window.room.admin, iceServers: window.room.iceServers.length }));
 
@@ -241,8 +247,8 @@ async function main() {
       { server, token: cfg.restToken },
     );
     await until(page, 'the REST participant connected', () => window.rest.state === 'joined' && window.rest.connectionState === 'connected');
-    await until(page, 'the REST participant lists all three', () => window.rest.participants.length === 3);
-    await until(page, 'the app lists the REST participant', () => window.room.participants.length === 3);
+    await until(page, 'the REST participant lists everyone', (n) => window.rest.participants.length === n, cfg.everyone + 1);
+    await until(page, 'the app lists the REST participant', (n) => window.room.participants.length === n, cfg.everyone + 1);
     result.rest = { listed: await people(page, 'rest'), id: await page.evaluate(() => window.rest.id) };
     emit('rest_joined');
     result.rest.heard = await tones(page, 'rest', cfg.tones, cfg.measureMs);
@@ -250,7 +256,7 @@ async function main() {
     await until(page, 'the app sees the REST participant muted', () => window.room.participants.some((p) => p.name === 'rest' && p.muted));
     emit('rest_muted');
     await page.evaluate(() => window.rest.leave());
-    await until(page, 'the app sees the REST participant leave', () => window.room.participants.length === 2);
+    await until(page, 'the app sees the REST participant leave', (n) => window.room.participants.length === n, cfg.everyone);
     result.rest.ended = await page.evaluate(() => window.rest.state);
 
     // Leaving: the event says we left ourselves.
