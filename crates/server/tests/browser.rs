@@ -469,7 +469,8 @@ fn code_block(markdown: &str, heading: &str, lang: &str) -> String {
 /// the Rust client and shows it talking, hears it and not itself, and is
 /// heard; muted it is not heard, and the server says so; its raised hand
 /// comes back in the room's events; its socket, dropped by the network
-/// without a close frame (a TCP relay in between), is resumed. A second `Room` in the page joins
+/// without a close frame (a TCP relay in between), is resumed; a fresh
+/// token is taken (`refreshToken`, `token_accepted`). A second `Room` in the page joins
 /// WHIP-style (`transport: 'rest'`), hears the Rust client, is muted over
 /// REST and leaves; then the app leaves (`tests/browser/sdk_app.js`).
 #[test]
@@ -534,6 +535,7 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
         "server": format!("http://{api}/"),
         "token": token("ada"),
         "restToken": token("rest"),
+        "freshToken": server.mint_token(&Grant::participant(room, "ada"), 2 * ttl).expect("token"),
         "other": format!("{RUST_HZ} Hz"),
         "tones": [ALICE_HZ, RUST_HZ, CONTROL_HZ],
         "measureMs": 2000,
@@ -628,6 +630,11 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     assert_eq!(resume["after"]["resumes"], 1, "{resume}");
     assert_eq!(resume["after"]["listed"], everyone, "the new socket's snapshot, whole: {resume}");
     assert_eq!(who("resumed"), who("hand"), "the server kept the participant as it was");
+
+    // The fresh token was taken: the socket now lives as long as it does.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    let until = result["tokenAccepted"].as_u64().unwrap_or(0);
+    assert!(until > now + ttl.as_secs() + 300, "the fresh token's expiry ({until}, now {now}): {result}");
 
     // The second Room, WHIP-style over REST: joined, heard the room, muted, left.
     let rest = &result["rest"];

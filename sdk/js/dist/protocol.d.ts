@@ -81,6 +81,21 @@ export type RoomEventMessage = {
     bytes: number;
     duration_seconds: number;
     reason: string;
+} | {
+    type: 'playback_started';
+    id: number;
+    file: string;
+    purpose: 'announcement' | 'hold' | string;
+    loop: boolean;
+} | {
+    type: 'playback_stopped';
+    id: number;
+    file: string;
+    reason: string;
+} | {
+    type: 'playback_finished';
+    id: number;
+    file: string;
 };
 /** The room's snapshot: the first message on the room's node. */
 export interface RoomMessage {

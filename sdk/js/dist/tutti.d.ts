@@ -158,8 +158,14 @@ export interface RoomEvents {
     };
     /** Cluster hand-over: the room is now at `moved.api_url`; open `enterUrl(moved)`. */
     moved: MovedMessage;
-    /** A recording started, stopped or finished. */
+    /** A recording started, stopped or finished (`recording_*`). */
     recording: RoomEventMessage;
+    /** A sound file started, stopped or finished playing into the room (`playback_*`). */
+    playback: RoomEventMessage;
+    /** The server took the token of `refreshToken()`; it now expires at `expiresAt` (Unix s). */
+    tokenAccepted: {
+        expiresAt: number;
+    };
     /** An ICE restart attempt was made, or answered (the same object, updated). */
     iceRestart: IceRestartAttempt;
     /** The socket was lost; resuming it. */

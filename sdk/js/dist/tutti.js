@@ -792,6 +792,9 @@ export class Room extends Emitter {
             case 'token_expiring':
                 this.emit('tokenExpiring', { expiresAt: Number(msg.expires_at) });
                 return;
+            case 'token_accepted':
+                this.emit('tokenAccepted', { expiresAt: Number(msg.expires_at) });
+                return;
             case 'moved':
                 if (msg.api_url && msg.room)
                     this.emit('moved', msg);
@@ -884,6 +887,11 @@ export class Room extends Emitter {
             case 'recording_stopped':
             case 'recording_finished':
                 this.emit('recording', e);
+                break;
+            case 'playback_started':
+            case 'playback_stopped':
+            case 'playback_finished':
+                this.emit('playback', e);
                 break;
             default:
             // unknown within the version: skipped

@@ -53,7 +53,10 @@ export type RoomEventMessage =
   | { type: 'shutdown'; message: string }
   | { type: 'recording_started'; file: string }
   | { type: 'recording_stopped'; file: string; reason: string; error?: string }
-  | { type: 'recording_finished'; file: string; bytes: number; duration_seconds: number; reason: string };
+  | { type: 'recording_finished'; file: string; bytes: number; duration_seconds: number; reason: string }
+  | { type: 'playback_started'; id: number; file: string; purpose: 'announcement' | 'hold' | string; loop: boolean }
+  | { type: 'playback_stopped'; id: number; file: string; reason: string }
+  | { type: 'playback_finished'; id: number; file: string };
 
 /** The room's snapshot: the first message on the room's node. */
 export interface RoomMessage {

@@ -210,8 +210,12 @@ export interface RoomEvents {
   draining: { deadline: number; message: string };
   /** Cluster hand-over: the room is now at `moved.api_url`; open `enterUrl(moved)`. */
   moved: MovedMessage;
-  /** A recording started, stopped or finished. */
+  /** A recording started, stopped or finished (`recording_*`). */
   recording: RoomEventMessage;
+  /** A sound file started, stopped or finished playing into the room (`playback_*`). */
+  playback: RoomEventMessage;
+  /** The server took the token of `refreshToken()`; it now expires at `expiresAt` (Unix s). */
+  tokenAccepted: { expiresAt: number };
   /** An ICE restart attempt was made, or answered (the same object, updated). */
   iceRestart: IceRestartAttempt;
   /** The socket was lost; resuming it. */
@@ -972,6 +976,9 @@ export class Room extends Emitter<RoomEvents> {
       case 'token_expiring':
         this.emit('tokenExpiring', { expiresAt: Number(msg.expires_at) });
         return;
+      case 'token_accepted':
+        this.emit('tokenAccepted', { expiresAt: Number(msg.expires_at) });
+        return;
       case 'moved':
         if (msg.api_url && msg.room) this.emit('moved', msg);
         return;
@@ -1058,6 +1065,11 @@ export class Room extends Emitter<RoomEvents> {
       case 'recording_stopped':
       case 'recording_finished':
         this.emit('recording', e);
+        break;
+      case 'playback_started':
+      case 'playback_stopped':
+      case 'playback_finished':
+        this.emit('playback', e);
         break;
       default:
       // unknown within the version: skipped

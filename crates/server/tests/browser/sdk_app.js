@@ -7,7 +7,7 @@
 // server. Then the page, through the SDK only: joins over the WebSocket,
 // lists and hears the Rust client, shows it talking, mutes, raises its
 // hand; the relay drops every connection (no close frame) and the SDK
-// resumes its participant on a new socket; a second Room in the same page
+// resumes its participant on a new socket; a fresh token is taken; a second Room in the same page
 // joins WHIP-style (`transport: 'rest'`), hears the Rust client, mutes over
 // REST and leaves; the first leaves.
 //
@@ -235,6 +235,18 @@ async function main() {
     result.resume.seen = await page.evaluate(() => window.seen);
     result.resume.after = await page.evaluate(() => ({ state: window.room.state, id: window.room.id, resumes: window.room.socketResumes, listed: window.room.participants.length }));
     emit('resumed');
+
+    // A fresh token for the same identity, before the first one expires.
+    result.tokenAccepted = await page.evaluate(
+      (token) =>
+        new Promise((resolve, reject) => {
+          setTimeout(() => reject(new Error('no token_accepted within 10 s')), 10000);
+          window.room.on('serverError', (err) => reject(err));
+          window.room.on('tokenAccepted', (v) => resolve(v.expiresAt));
+          window.room.refreshToken(token);
+        }),
+      cfg.freshToken,
+    );
 
     // A second Room in the same page, WHIP-style over REST, with its own token.
     await page.evaluate(
