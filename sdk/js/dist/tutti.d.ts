@@ -249,28 +249,21 @@ export declare class Room extends Emitter<RoomEvents> {
     readonly transport: Transport;
     readonly api: Api;
     readonly timings: Timings;
-    state: RoomState;
-    /** This client's participant id, once joined. */
-    id: number | null;
-    muted: boolean;
-    /** The token manages the room: the moderator's controls work. */
-    admin: boolean;
-    /** The room takes no new joins. */
-    locked: boolean;
-    connectionState: RTCPeerConnectionState;
-    pc: RTCPeerConnection | null;
-    /** The microphone stream sent. */
-    stream: MediaStream | null;
-    /** The room's mix, once its track arrived. */
-    remoteStream: MediaStream | null;
-    /** The ICE servers the server gave. */
-    iceServers: RTCIceServer[];
-    offerSdp: string;
-    answerSdp: string;
-    /** Every ICE restart attempt of this call. */
+    private _state;
+    private _id;
+    private _muted;
+    private _admin;
+    private _locked;
+    private _connectionState;
+    private _pc;
+    private _stream;
+    private _remoteStream;
+    private _iceServers;
+    private _offerSdp;
+    private _answerSdp;
+    private _socketResumes;
+    /** Every ICE restart attempt of this call (each updated with its outcome). */
     readonly iceRestarts: IceRestartAttempt[];
-    /** How many times the socket was lost and resumed (or tried). */
-    socketResumes: number;
     private readonly options;
     private readonly members;
     private ws;
@@ -284,6 +277,32 @@ export declare class Room extends Emitter<RoomEvents> {
     private lostAt;
     private restarting;
     constructor(options: RoomOptions);
+    /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
+    get state(): RoomState;
+    /** This client's participant id, once joined. */
+    get id(): number | null;
+    /** This client is muted (by itself, or by a moderator). */
+    get muted(): boolean;
+    /** The token manages the room: the moderator's controls work. */
+    get admin(): boolean;
+    /** The room takes no new joins. */
+    get locked(): boolean;
+    /** The peer connection's state. */
+    get connectionState(): RTCPeerConnectionState;
+    /** The peer connection (for its stats). */
+    get pc(): RTCPeerConnection | null;
+    /** The microphone stream sent. */
+    get stream(): MediaStream | null;
+    /** The room's mix, once its track arrived. */
+    get remoteStream(): MediaStream | null;
+    /** The ICE servers the server gave. */
+    get iceServers(): RTCIceServer[];
+    /** The offer sent. */
+    get offerSdp(): string;
+    /** The server's answer (the last one, after an ICE restart). */
+    get answerSdp(): string;
+    /** How many times the socket was lost and resumed (or tried). */
+    get socketResumes(): number;
     /** The participants, this client's own first, then by id. */
     get participants(): Participant[];
     /** This client's own participant, once joined. */

@@ -403,28 +403,21 @@ function openSocket(api, room, timeoutMs, events) {
 export class Room extends Emitter {
     constructor(options) {
         super();
-        this.state = 'idle';
-        /** This client's participant id, once joined. */
-        this.id = null;
-        this.muted = false;
-        /** The token manages the room: the moderator's controls work. */
-        this.admin = false;
-        /** The room takes no new joins. */
-        this.locked = false;
-        this.connectionState = 'new';
-        this.pc = null;
-        /** The microphone stream sent. */
-        this.stream = null;
-        /** The room's mix, once its track arrived. */
-        this.remoteStream = null;
-        /** The ICE servers the server gave. */
-        this.iceServers = [];
-        this.offerSdp = '';
-        this.answerSdp = '';
-        /** Every ICE restart attempt of this call. */
+        this._state = 'idle';
+        this._id = null;
+        this._muted = false;
+        this._admin = false;
+        this._locked = false;
+        this._connectionState = 'new';
+        this._pc = null;
+        this._stream = null;
+        this._remoteStream = null;
+        this._iceServers = [];
+        this._offerSdp = '';
+        this._answerSdp = '';
+        this._socketResumes = 0;
+        /** Every ICE restart attempt of this call (each updated with its outcome). */
         this.iceRestarts = [];
-        /** How many times the socket was lost and resumed (or tried). */
-        this.socketResumes = 0;
         this.members = new Map();
         this.ws = null;
         this.resumeKey = '';
@@ -439,19 +432,71 @@ export class Room extends Emitter {
         this.api = new Api(options.url, options.token);
         this.timings = { ...DEFAULT_TIMINGS, ...(options.timings || {}) };
     }
+    /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
+    get state() {
+        return this._state;
+    }
+    /** This client's participant id, once joined. */
+    get id() {
+        return this._id;
+    }
+    /** This client is muted (by itself, or by a moderator). */
+    get muted() {
+        return this._muted;
+    }
+    /** The token manages the room: the moderator's controls work. */
+    get admin() {
+        return this._admin;
+    }
+    /** The room takes no new joins. */
+    get locked() {
+        return this._locked;
+    }
+    /** The peer connection's state. */
+    get connectionState() {
+        return this._connectionState;
+    }
+    /** The peer connection (for its stats). */
+    get pc() {
+        return this._pc;
+    }
+    /** The microphone stream sent. */
+    get stream() {
+        return this._stream;
+    }
+    /** The room's mix, once its track arrived. */
+    get remoteStream() {
+        return this._remoteStream;
+    }
+    /** The ICE servers the server gave. */
+    get iceServers() {
+        return this._iceServers;
+    }
+    /** The offer sent. */
+    get offerSdp() {
+        return this._offerSdp;
+    }
+    /** The server's answer (the last one, after an ICE restart). */
+    get answerSdp() {
+        return this._answerSdp;
+    }
+    /** How many times the socket was lost and resumed (or tried). */
+    get socketResumes() {
+        return this._socketResumes;
+    }
     /** The participants, this client's own first, then by id. */
     get participants() {
         return Array.from(this.members.values()).sort((a, b) => Number(b.you) - Number(a.you) || a.id - b.id);
     }
     /** This client's own participant, once joined. */
     get me() {
-        return this.id === null ? null : this.members.get(this.id) || null;
+        return this._id === null ? null : this.members.get(this._id) || null;
     }
     participant(id) {
         return this.members.get(id) || null;
     }
     get live() {
-        return this.state === 'joining' || this.state === 'joined';
+        return this._state === 'joining' || this._state === 'joined';
     }
     /**
      * Joins: resolves once the answer is applied (the media may still be
@@ -460,17 +505,17 @@ export class Room extends Emitter {
      * `error.moved` and `enterUrl`).
      */
     async join() {
-        if (this.state !== 'idle')
+        if (this._state !== 'idle')
             throw new TuttiError('already_joined', 'a Room joins once; make a new one');
         if (!validRoomId(this.room))
             throw new TuttiError('bad_room_id');
-        this.state = 'joining';
+        this._state = 'joining';
         try {
             await this.connect();
         }
         catch (e) {
             const err = e instanceof TuttiError ? e : new TuttiError('error', e instanceof Error ? e.message : String(e));
-            if (this.state === 'joining')
+            if (this._state === 'joining')
                 this.teardown();
             if (err.moved)
                 this.emit('moved', err.moved);
@@ -484,28 +529,28 @@ export class Room extends Emitter {
         this.check();
         this.emit('progress', 'microphone');
         if (this.options.stream) {
-            this.stream = this.options.stream;
+            this._stream = this.options.stream;
         }
         else {
-            this.stream = await microphone(this.options.processing !== false);
+            this._stream = await microphone(this.options.processing !== false);
             this.ownStream = true;
-            if (this.state !== 'joining') {
-                this.stream.getTracks().forEach((track) => track.stop());
+            if (this._state !== 'joining') {
+                this._stream.getTracks().forEach((track) => track.stop());
             }
             this.check();
         }
-        this.emit('stream', this.stream);
-        this.iceServers = await this.api.iceServers(this.room);
+        this.emit('stream', this._stream);
+        this._iceServers = await this.api.iceServers(this.room);
         this.check();
         const pc = new RTCPeerConnection({
             bundlePolicy: 'max-bundle',
             rtcpMuxPolicy: 'require',
             ...(this.options.rtcConfiguration || {}),
-            iceServers: [...(this.options.rtcConfiguration?.iceServers || []), ...this.iceServers],
+            iceServers: [...(this.options.rtcConfiguration?.iceServers || []), ...this._iceServers],
         });
-        this.pc = pc;
-        for (const track of this.stream.getAudioTracks())
-            pc.addTrack(track, this.stream);
+        this._pc = pc;
+        for (const track of this._stream.getAudioTracks())
+            pc.addTrack(track, this._stream);
         pc.ontrack = (e) => this.onTrack(e);
         pc.onconnectionstatechange = () => this.onConnectionState();
         pc.oniceconnectionstatechange = () => this.onIceState();
@@ -513,10 +558,10 @@ export class Room extends Emitter {
         await pc.setLocalDescription(await pc.createOffer());
         await gathered(pc, t.gatherTimeoutMs);
         this.check();
-        this.offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
+        this._offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
         // Subscribe to everything (the default) so the state stays whole.
         const { ws, snapshot } = await openSocket(this.api, this.room, t.joinTimeoutMs);
-        if (this.state !== 'joining') {
+        if (this._state !== 'joining') {
             ws.close(1000);
             throw new TuttiError('left');
         }
@@ -527,7 +572,7 @@ export class Room extends Emitter {
             ws.onmessage = (ev) => this.onMessage(parse(ev.data));
             ws.onclose = (ev) => this.socketLost(ev);
             const r = await this.api.request('POST', this.api.roomPath(this.room, '/participants'), {
-                sdp: this.offerSdp,
+                sdp: this._offerSdp,
                 ...(this.name ? { name: this.name } : {}),
             });
             if (!r.ok)
@@ -535,21 +580,21 @@ export class Room extends Emitter {
             answer = (await r.json());
         }
         else {
-            answer = await this.exchange({ type: 'join', sdp: this.offerSdp, ...(this.name ? { name: this.name } : {}) });
+            answer = await this.exchange({ type: 'join', sdp: this._offerSdp, ...(this.name ? { name: this.name } : {}) });
         }
         this.check();
-        this.id = answer.id;
+        this._id = answer.id;
         this.resumeKey = answer.resume || '';
-        this.answerSdp = answer.sdp;
+        this._answerSdp = answer.sdp;
         for (const p of this.members.values())
-            p.you = p.id === this.id;
+            p.you = p.id === this._id;
         await pc.setRemoteDescription({ type: 'answer', sdp: answer.sdp });
         this.check();
         this.connectTimer = setTimeout(() => {
             if (this.live && pc.connectionState !== 'connected')
                 this.end(new TuttiError('ice_failed'));
         }, t.connectTimeoutMs);
-        this.state = 'joined';
+        this._state = 'joined';
         this.applyMute(false);
         // Restore what a hand-over carried: muted, the hand.
         if (this.options.muted)
@@ -560,7 +605,7 @@ export class Room extends Emitter {
     }
     /** Throws when the call ended while `join()` waited. */
     check() {
-        if (this.state !== 'joining')
+        if (this._state !== 'joining')
             throw new TuttiError('left', 'the call ended while joining');
     }
     /** Sends the join message; resolves with its answer (or rejects with its error). */
@@ -596,9 +641,9 @@ export class Room extends Emitter {
     leave() {
         if (!this.live)
             return;
-        if (this.transport === 'rest' && this.id !== null) {
+        if (this.transport === 'rest' && this._id !== null) {
             // Fire and forget: the page may be going away.
-            this.api.request('DELETE', this.api.roomPath(this.room, `/participants/${this.id}`)).catch(() => { });
+            this.api.request('DELETE', this.api.roomPath(this.room, `/participants/${this._id}`)).catch(() => { });
         }
         else {
             this.sendMessage({ type: 'leave' });
@@ -616,7 +661,7 @@ export class Room extends Emitter {
         this.emit('change', undefined);
     }
     teardown() {
-        this.state = 'ended';
+        this._state = 'ended';
         clearTimeout(this.connectTimer);
         clearTimeout(this.disconnectedTimer);
         clearTimeout(this.restartTimer);
@@ -632,28 +677,28 @@ export class Room extends Emitter {
             this.ws.close(1000);
             this.ws = null;
         }
-        if (this.pc)
-            this.pc.close();
-        if (this.stream && this.ownStream)
-            this.stream.getTracks().forEach((t) => t.stop());
+        if (this._pc)
+            this._pc.close();
+        if (this._stream && this.ownStream)
+            this._stream.getTracks().forEach((t) => t.stop());
         this.members.clear();
-        this.id = null;
-        this.muted = false;
-        this.admin = false;
-        this.locked = false;
-        this.connectionState = 'closed';
+        this._id = null;
+        this._muted = false;
+        this._admin = false;
+        this._locked = false;
+        this._connectionState = 'closed';
     }
     // ---- Controls -------------------------------------------------------------
     /** Mutes or unmutes this client: the track stops sending, and the room is told. */
     setMuted(muted) {
-        if (this.state !== 'joined' || this.id === null)
+        if (this._state !== 'joined' || this._id === null)
             return;
         this.applyMute(muted);
-        const self = this.members.get(this.id);
+        const self = this.members.get(this._id);
         if (self)
             self.muted = muted;
         if (this.transport === 'rest') {
-            this.api.request('PATCH', this.api.roomPath(this.room, `/participants/${this.id}`), { muted }).then(async (r) => {
+            this.api.request('PATCH', this.api.roomPath(this.room, `/participants/${this._id}`), { muted }).then(async (r) => {
                 if (!r.ok)
                     this.emit('serverError', await errorOf(r));
             }, (e) => this.emit('serverError', e));
@@ -664,16 +709,16 @@ export class Room extends Emitter {
         this.emit('change', undefined);
     }
     applyMute(muted) {
-        this.muted = muted;
-        if (this.stream)
-            for (const t of this.stream.getAudioTracks())
+        this._muted = muted;
+        if (this._stream)
+            for (const t of this._stream.getAudioTracks())
                 t.enabled = !muted;
     }
     /** Raises or lowers this client's hand, or (`id`, a moderator) someone else's. */
     setHand(raised, id) {
-        if (this.state !== 'joined')
+        if (this._state !== 'joined')
             return;
-        const target = id === undefined ? this.id : id;
+        const target = id === undefined ? this._id : id;
         if (target === null)
             return;
         if (this.transport === 'rest') {
@@ -737,15 +782,15 @@ export class Room extends Emitter {
             hand: !!p.hand,
             admin: !!p.admin,
             deaf: !!p.deaf,
-            you: p.id === this.id,
+            you: p.id === this._id,
         };
     }
     applySnapshot(msg) {
         this.members.clear();
         for (const p of msg.participants || [])
             this.members.set(p.id, this.member(p));
-        this.admin = !!msg.admin;
-        this.locked = !!msg.locked;
+        this._admin = !!msg.admin;
+        this._locked = !!msg.locked;
         this.emit('change', undefined);
     }
     onMessage(msg) {
@@ -823,7 +868,7 @@ export class Room extends Emitter {
                 this.emit('left', { participant: p, reason: e.reason });
                 // Our own leave tears the call down before its event arrives: a
                 // `left` about us means the server (or a moderator) ended it.
-                if (e.id === this.id)
+                if (e.id === this._id)
                     this.end(new TuttiError(e.reason === 'left' ? 'removed' : e.reason));
                 break;
             }
@@ -839,7 +884,7 @@ export class Room extends Emitter {
                 const p = find(e.id);
                 if (p)
                     p.muted = !!e.muted;
-                if (e.id === this.id)
+                if (e.id === this._id)
                     this.applyMute(!!e.muted);
                 if (p)
                     this.emit('muted', { participant: p, muted: !!e.muted });
@@ -868,8 +913,8 @@ export class Room extends Emitter {
                 break;
             }
             case 'room_updated':
-                this.locked = !!e.locked;
-                this.emit('roomUpdated', { locked: this.locked, maxParticipants: e.max_participants, maxSpeakers: e.max_speakers });
+                this._locked = !!e.locked;
+                this.emit('roomUpdated', { locked: this._locked, maxParticipants: e.max_participants, maxSpeakers: e.max_speakers });
                 break;
             case 'muted_all':
                 this.emit('mutedAll', { count: Number(e.count) || 0 });
@@ -923,12 +968,12 @@ export class Room extends Emitter {
             return;
         }
         const rest = this.transport === 'rest';
-        if (this.id === null || (!rest && !this.resumeKey)) {
+        if (this._id === null || (!rest && !this.resumeKey)) {
             this.end(new TuttiError('socket_lost'));
             return;
         }
         const since = Date.now();
-        this.socketResumes += 1;
+        this._socketResumes += 1;
         this.emit('socketLost', undefined);
         const retry = () => {
             this.resumeTimer = setTimeout(attempt, this.timings.resumeRetryMs);
@@ -980,7 +1025,7 @@ export class Room extends Emitter {
                 }
             };
             ws.onclose = () => retry();
-            ws.send(JSON.stringify({ type: 'resume', id: this.id ?? 0, key: this.resumeKey }));
+            ws.send(JSON.stringify({ type: 'resume', id: this._id ?? 0, key: this.resumeKey }));
         };
         attempt();
     }
@@ -989,14 +1034,14 @@ export class Room extends Emitter {
         if (!this.live)
             return;
         const stream = e.streams && e.streams[0] ? e.streams[0] : new MediaStream([e.track]);
-        this.remoteStream = stream;
+        this._remoteStream = stream;
         this.emit('track', stream);
     }
     onConnectionState() {
-        if (!this.live || !this.pc)
+        if (!this.live || !this._pc)
             return;
-        const s = this.pc.connectionState;
-        this.connectionState = s;
+        const s = this._pc.connectionState;
+        this._connectionState = s;
         if (s === 'connected') {
             clearTimeout(this.connectTimer);
             clearTimeout(this.restartTimer);
@@ -1017,8 +1062,8 @@ export class Room extends Emitter {
      * covers that).
      */
     onIceState() {
-        const pc = this.pc;
-        if (this.state !== 'joined' || !pc || this.id === null)
+        const pc = this._pc;
+        if (this._state !== 'joined' || !pc || this._id === null)
             return;
         const s = pc.iceConnectionState;
         if (s === 'connected' || s === 'completed') {
@@ -1029,8 +1074,8 @@ export class Room extends Emitter {
         if (s === 'disconnected' && this.disconnectedTimer === undefined) {
             this.disconnectedTimer = setTimeout(() => {
                 this.disconnectedTimer = undefined;
-                const now = this.pc && this.pc.iceConnectionState;
-                if (this.state === 'joined' && (now === 'disconnected' || now === 'failed'))
+                const now = this._pc && this._pc.iceConnectionState;
+                if (this._state === 'joined' && (now === 'disconnected' || now === 'failed'))
                     this.restartIce();
             }, this.timings.disconnectedWaitMs);
         }
@@ -1049,8 +1094,8 @@ export class Room extends Emitter {
      * Called by the client itself; an app may call it too.
      */
     async restartIce() {
-        const pc = this.pc;
-        if (this.state !== 'joined' || !pc || this.restarting)
+        const pc = this._pc;
+        if (this._state !== 'joined' || !pc || this.restarting)
             return;
         const t = this.timings;
         if (!this.lostAt)
@@ -1068,16 +1113,16 @@ export class Room extends Emitter {
         try {
             await pc.setLocalDescription(await pc.createOffer({ iceRestart: true }));
             await gathered(pc, t.gatherTimeoutMs);
-            if (this.state !== 'joined')
+            if (this._state !== 'joined')
                 return;
-            const r = await this.api.request('PATCH', this.api.roomPath(this.room, `/participants/${this.id}`), pc.localDescription ? pc.localDescription.sdp : '');
+            const r = await this.api.request('PATCH', this.api.roomPath(this.room, `/participants/${this._id}`), pc.localDescription ? pc.localDescription.sdp : '');
             attempt.status = r.status;
-            if (this.state !== 'joined')
+            if (this._state !== 'joined')
                 return;
             if (r.status === 200) {
                 const sdp = await r.text();
                 await pc.setRemoteDescription({ type: 'answer', sdp });
-                this.answerSdp = sdp;
+                this._answerSdp = sdp;
                 attempt.code = 'answered';
                 retry = false;
             }
@@ -1098,7 +1143,7 @@ export class Room extends Emitter {
             attempt.code = (e instanceof TuttiError && e.code) || 'error';
             // Our offer is still pending if the answer never came: roll back for the next try.
             try {
-                if (this.state === 'joined' && pc.signalingState === 'have-local-offer') {
+                if (this._state === 'joined' && pc.signalingState === 'have-local-offer') {
                     await pc.setLocalDescription({ type: 'rollback' });
                 }
             }
@@ -1109,15 +1154,15 @@ export class Room extends Emitter {
         finally {
             this.restarting = false;
         }
-        if (this.state !== 'joined')
+        if (this._state !== 'joined')
             return;
         this.emit('iceRestart', attempt);
         // Until connected again (which clears the timer), keep trying within the grace period.
         const left = t.restartGraceMs - (Date.now() - this.lostAt);
         this.restartTimer = setTimeout(() => {
-            if (this.state !== 'joined' || !this.pc)
+            if (this._state !== 'joined' || !this._pc)
                 return;
-            const s = this.pc.iceConnectionState;
+            const s = this._pc.iceConnectionState;
             if (s === 'connected' || s === 'completed') {
                 this.lostAt = 0;
                 return;

@@ -581,28 +581,21 @@ export class Room extends Emitter<RoomEvents> {
   readonly api: Api;
   readonly timings: Timings;
 
-  state: RoomState = 'idle';
-  /** This client's participant id, once joined. */
-  id: number | null = null;
-  muted = false;
-  /** The token manages the room: the moderator's controls work. */
-  admin = false;
-  /** The room takes no new joins. */
-  locked = false;
-  connectionState: RTCPeerConnectionState = 'new';
-  pc: RTCPeerConnection | null = null;
-  /** The microphone stream sent. */
-  stream: MediaStream | null = null;
-  /** The room's mix, once its track arrived. */
-  remoteStream: MediaStream | null = null;
-  /** The ICE servers the server gave. */
-  iceServers: RTCIceServer[] = [];
-  offerSdp = '';
-  answerSdp = '';
-  /** Every ICE restart attempt of this call. */
+  private _state: RoomState = 'idle';
+  private _id: number | null = null;
+  private _muted: boolean = false;
+  private _admin: boolean = false;
+  private _locked: boolean = false;
+  private _connectionState: RTCPeerConnectionState = 'new';
+  private _pc: RTCPeerConnection | null = null;
+  private _stream: MediaStream | null = null;
+  private _remoteStream: MediaStream | null = null;
+  private _iceServers: RTCIceServer[] = [];
+  private _offerSdp: string = '';
+  private _answerSdp: string = '';
+  private _socketResumes: number = 0;
+  /** Every ICE restart attempt of this call (each updated with its outcome). */
   readonly iceRestarts: IceRestartAttempt[] = [];
-  /** How many times the socket was lost and resumed (or tried). */
-  socketResumes = 0;
 
   private readonly options: RoomOptions;
   private readonly members = new Map<number, Participant>();
@@ -627,6 +620,71 @@ export class Room extends Emitter<RoomEvents> {
     this.timings = { ...DEFAULT_TIMINGS, ...(options.timings || {}) };
   }
 
+  /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
+  get state(): RoomState {
+    return this._state;
+  }
+
+  /** This client's participant id, once joined. */
+  get id(): number | null {
+    return this._id;
+  }
+
+  /** This client is muted (by itself, or by a moderator). */
+  get muted(): boolean {
+    return this._muted;
+  }
+
+  /** The token manages the room: the moderator's controls work. */
+  get admin(): boolean {
+    return this._admin;
+  }
+
+  /** The room takes no new joins. */
+  get locked(): boolean {
+    return this._locked;
+  }
+
+  /** The peer connection's state. */
+  get connectionState(): RTCPeerConnectionState {
+    return this._connectionState;
+  }
+
+  /** The peer connection (for its stats). */
+  get pc(): RTCPeerConnection | null {
+    return this._pc;
+  }
+
+  /** The microphone stream sent. */
+  get stream(): MediaStream | null {
+    return this._stream;
+  }
+
+  /** The room's mix, once its track arrived. */
+  get remoteStream(): MediaStream | null {
+    return this._remoteStream;
+  }
+
+  /** The ICE servers the server gave. */
+  get iceServers(): RTCIceServer[] {
+    return this._iceServers;
+  }
+
+  /** The offer sent. */
+  get offerSdp(): string {
+    return this._offerSdp;
+  }
+
+  /** The server's answer (the last one, after an ICE restart). */
+  get answerSdp(): string {
+    return this._answerSdp;
+  }
+
+  /** How many times the socket was lost and resumed (or tried). */
+  get socketResumes(): number {
+    return this._socketResumes;
+  }
+
   /** The participants, this client's own first, then by id. */
   get participants(): Participant[] {
     return Array.from(this.members.values()).sort((a, b) => Number(b.you) - Number(a.you) || a.id - b.id);
@@ -634,7 +692,7 @@ export class Room extends Emitter<RoomEvents> {
 
   /** This client's own participant, once joined. */
   get me(): Participant | null {
-    return this.id === null ? null : this.members.get(this.id) || null;
+    return this._id === null ? null : this.members.get(this._id) || null;
   }
 
   participant(id: number): Participant | null {
@@ -642,7 +700,7 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private get live(): boolean {
-    return this.state === 'joining' || this.state === 'joined';
+    return this._state === 'joining' || this._state === 'joined';
   }
 
   /**
@@ -652,14 +710,14 @@ export class Room extends Emitter<RoomEvents> {
    * `error.moved` and `enterUrl`).
    */
   async join(): Promise<void> {
-    if (this.state !== 'idle') throw new TuttiError('already_joined', 'a Room joins once; make a new one');
+    if (this._state !== 'idle') throw new TuttiError('already_joined', 'a Room joins once; make a new one');
     if (!validRoomId(this.room)) throw new TuttiError('bad_room_id');
-    this.state = 'joining';
+    this._state = 'joining';
     try {
       await this.connect();
     } catch (e) {
       const err = e instanceof TuttiError ? e : new TuttiError('error', e instanceof Error ? e.message : String(e));
-      if (this.state === 'joining') this.teardown();
+      if (this._state === 'joining') this.teardown();
       if (err.moved) this.emit('moved', err.moved);
       throw err;
     }
@@ -672,27 +730,27 @@ export class Room extends Emitter<RoomEvents> {
     this.check();
     this.emit('progress', 'microphone');
     if (this.options.stream) {
-      this.stream = this.options.stream;
+      this._stream = this.options.stream;
     } else {
-      this.stream = await microphone(this.options.processing !== false);
+      this._stream = await microphone(this.options.processing !== false);
       this.ownStream = true;
-      if (this.state !== 'joining') {
-        this.stream.getTracks().forEach((track) => track.stop());
+      if (this._state !== 'joining') {
+        this._stream.getTracks().forEach((track) => track.stop());
       }
       this.check();
     }
-    this.emit('stream', this.stream);
+    this.emit('stream', this._stream);
 
-    this.iceServers = await this.api.iceServers(this.room);
+    this._iceServers = await this.api.iceServers(this.room);
     this.check();
     const pc = new RTCPeerConnection({
       bundlePolicy: 'max-bundle',
       rtcpMuxPolicy: 'require',
       ...(this.options.rtcConfiguration || {}),
-      iceServers: [...(this.options.rtcConfiguration?.iceServers || []), ...this.iceServers],
+      iceServers: [...(this.options.rtcConfiguration?.iceServers || []), ...this._iceServers],
     });
-    this.pc = pc;
-    for (const track of this.stream.getAudioTracks()) pc.addTrack(track, this.stream);
+    this._pc = pc;
+    for (const track of this._stream.getAudioTracks()) pc.addTrack(track, this._stream);
     pc.ontrack = (e) => this.onTrack(e);
     pc.onconnectionstatechange = () => this.onConnectionState();
     pc.oniceconnectionstatechange = () => this.onIceState();
@@ -701,11 +759,11 @@ export class Room extends Emitter<RoomEvents> {
     await pc.setLocalDescription(await pc.createOffer());
     await gathered(pc, t.gatherTimeoutMs);
     this.check();
-    this.offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
+    this._offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
 
     // Subscribe to everything (the default) so the state stays whole.
     const { ws, snapshot } = await openSocket(this.api, this.room, t.joinTimeoutMs);
-    if (this.state !== 'joining') {
+    if (this._state !== 'joining') {
       ws.close(1000);
       throw new TuttiError('left');
     }
@@ -716,25 +774,25 @@ export class Room extends Emitter<RoomEvents> {
       ws.onmessage = (ev) => this.onMessage(parse(ev.data));
       ws.onclose = (ev) => this.socketLost(ev);
       const r = await this.api.request('POST', this.api.roomPath(this.room, '/participants'), {
-        sdp: this.offerSdp,
+        sdp: this._offerSdp,
         ...(this.name ? { name: this.name } : {}),
       });
       if (!r.ok) throw await errorOf(r);
       answer = (await r.json()) as { id: number; sdp: string };
     } else {
-      answer = await this.exchange({ type: 'join', sdp: this.offerSdp, ...(this.name ? { name: this.name } : {}) });
+      answer = await this.exchange({ type: 'join', sdp: this._offerSdp, ...(this.name ? { name: this.name } : {}) });
     }
     this.check();
-    this.id = answer.id;
+    this._id = answer.id;
     this.resumeKey = answer.resume || '';
-    this.answerSdp = answer.sdp;
-    for (const p of this.members.values()) p.you = p.id === this.id;
+    this._answerSdp = answer.sdp;
+    for (const p of this.members.values()) p.you = p.id === this._id;
     await pc.setRemoteDescription({ type: 'answer', sdp: answer.sdp });
     this.check();
     this.connectTimer = setTimeout(() => {
       if (this.live && pc.connectionState !== 'connected') this.end(new TuttiError('ice_failed'));
     }, t.connectTimeoutMs);
-    this.state = 'joined';
+    this._state = 'joined';
     this.applyMute(false);
     // Restore what a hand-over carried: muted, the hand.
     if (this.options.muted) this.setMuted(true);
@@ -744,7 +802,7 @@ export class Room extends Emitter<RoomEvents> {
 
   /** Throws when the call ended while `join()` waited. */
   private check(): void {
-    if (this.state !== 'joining') throw new TuttiError('left', 'the call ended while joining');
+    if (this._state !== 'joining') throw new TuttiError('left', 'the call ended while joining');
   }
 
   /** Sends the join message; resolves with its answer (or rejects with its error). */
@@ -780,9 +838,9 @@ export class Room extends Emitter<RoomEvents> {
   /** Leaves the room (the socket's close leaves it too); `ended` with null. */
   leave(): void {
     if (!this.live) return;
-    if (this.transport === 'rest' && this.id !== null) {
+    if (this.transport === 'rest' && this._id !== null) {
       // Fire and forget: the page may be going away.
-      this.api.request('DELETE', this.api.roomPath(this.room, `/participants/${this.id}`)).catch(() => {});
+      this.api.request('DELETE', this.api.roomPath(this.room, `/participants/${this._id}`)).catch(() => {});
     } else {
       this.sendMessage({ type: 'leave' });
     }
@@ -800,7 +858,7 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private teardown(): void {
-    this.state = 'ended';
+    this._state = 'ended';
     clearTimeout(this.connectTimer);
     clearTimeout(this.disconnectedTimer);
     clearTimeout(this.restartTimer);
@@ -816,26 +874,26 @@ export class Room extends Emitter<RoomEvents> {
       this.ws.close(1000);
       this.ws = null;
     }
-    if (this.pc) this.pc.close();
-    if (this.stream && this.ownStream) this.stream.getTracks().forEach((t) => t.stop());
+    if (this._pc) this._pc.close();
+    if (this._stream && this.ownStream) this._stream.getTracks().forEach((t) => t.stop());
     this.members.clear();
-    this.id = null;
-    this.muted = false;
-    this.admin = false;
-    this.locked = false;
-    this.connectionState = 'closed';
+    this._id = null;
+    this._muted = false;
+    this._admin = false;
+    this._locked = false;
+    this._connectionState = 'closed';
   }
 
   // ---- Controls -------------------------------------------------------------
 
   /** Mutes or unmutes this client: the track stops sending, and the room is told. */
   setMuted(muted: boolean): void {
-    if (this.state !== 'joined' || this.id === null) return;
+    if (this._state !== 'joined' || this._id === null) return;
     this.applyMute(muted);
-    const self = this.members.get(this.id);
+    const self = this.members.get(this._id);
     if (self) self.muted = muted;
     if (this.transport === 'rest') {
-      this.api.request('PATCH', this.api.roomPath(this.room, `/participants/${this.id}`), { muted }).then(
+      this.api.request('PATCH', this.api.roomPath(this.room, `/participants/${this._id}`), { muted }).then(
         async (r) => {
           if (!r.ok) this.emit('serverError', await errorOf(r));
         },
@@ -848,14 +906,14 @@ export class Room extends Emitter<RoomEvents> {
   }
 
   private applyMute(muted: boolean): void {
-    this.muted = muted;
-    if (this.stream) for (const t of this.stream.getAudioTracks()) t.enabled = !muted;
+    this._muted = muted;
+    if (this._stream) for (const t of this._stream.getAudioTracks()) t.enabled = !muted;
   }
 
   /** Raises or lowers this client's hand, or (`id`, a moderator) someone else's. */
   setHand(raised: boolean, id?: number): void {
-    if (this.state !== 'joined') return;
-    const target = id === undefined ? this.id : id;
+    if (this._state !== 'joined') return;
+    const target = id === undefined ? this._id : id;
     if (target === null) return;
     if (this.transport === 'rest') {
       this.moderate('PATCH', `/participants/${target}`, { hand: raised });
@@ -924,15 +982,15 @@ export class Room extends Emitter<RoomEvents> {
       hand: !!p.hand,
       admin: !!p.admin,
       deaf: !!p.deaf,
-      you: p.id === this.id,
+      you: p.id === this._id,
     };
   }
 
   private applySnapshot(msg: RoomMessage): void {
     this.members.clear();
     for (const p of msg.participants || []) this.members.set(p.id, this.member(p));
-    this.admin = !!msg.admin;
-    this.locked = !!msg.locked;
+    this._admin = !!msg.admin;
+    this._locked = !!msg.locked;
     this.emit('change', undefined);
   }
 
@@ -1006,7 +1064,7 @@ export class Room extends Emitter<RoomEvents> {
         this.emit('left', { participant: p, reason: e.reason });
         // Our own leave tears the call down before its event arrives: a
         // `left` about us means the server (or a moderator) ended it.
-        if (e.id === this.id) this.end(new TuttiError(e.reason === 'left' ? 'removed' : e.reason));
+        if (e.id === this._id) this.end(new TuttiError(e.reason === 'left' ? 'removed' : e.reason));
         break;
       }
       case 'talking': {
@@ -1020,7 +1078,7 @@ export class Room extends Emitter<RoomEvents> {
       case 'muted': {
         const p = find(e.id);
         if (p) p.muted = !!e.muted;
-        if (e.id === this.id) this.applyMute(!!e.muted);
+        if (e.id === this._id) this.applyMute(!!e.muted);
         if (p) this.emit('muted', { participant: p, muted: !!e.muted });
         break;
       }
@@ -1046,8 +1104,8 @@ export class Room extends Emitter<RoomEvents> {
         break;
       }
       case 'room_updated':
-        this.locked = !!e.locked;
-        this.emit('roomUpdated', { locked: this.locked, maxParticipants: e.max_participants, maxSpeakers: e.max_speakers });
+        this._locked = !!e.locked;
+        this.emit('roomUpdated', { locked: this._locked, maxParticipants: e.max_participants, maxSpeakers: e.max_speakers });
         break;
       case 'muted_all':
         this.emit('mutedAll', { count: Number(e.count) || 0 });
@@ -1102,12 +1160,12 @@ export class Room extends Emitter<RoomEvents> {
       return;
     }
     const rest = this.transport === 'rest';
-    if (this.id === null || (!rest && !this.resumeKey)) {
+    if (this._id === null || (!rest && !this.resumeKey)) {
       this.end(new TuttiError('socket_lost'));
       return;
     }
     const since = Date.now();
-    this.socketResumes += 1;
+    this._socketResumes += 1;
     this.emit('socketLost', undefined);
     const retry = () => {
       this.resumeTimer = setTimeout(attempt, this.timings.resumeRetryMs);
@@ -1156,7 +1214,7 @@ export class Room extends Emitter<RoomEvents> {
         }
       };
       ws.onclose = () => retry();
-      ws.send(JSON.stringify({ type: 'resume', id: this.id ?? 0, key: this.resumeKey } satisfies ClientMessage));
+      ws.send(JSON.stringify({ type: 'resume', id: this._id ?? 0, key: this.resumeKey } satisfies ClientMessage));
     };
     attempt();
   }
@@ -1166,14 +1224,14 @@ export class Room extends Emitter<RoomEvents> {
   private onTrack(e: RTCTrackEvent): void {
     if (!this.live) return;
     const stream = e.streams && e.streams[0] ? e.streams[0] : new MediaStream([e.track]);
-    this.remoteStream = stream;
+    this._remoteStream = stream;
     this.emit('track', stream);
   }
 
   private onConnectionState(): void {
-    if (!this.live || !this.pc) return;
-    const s = this.pc.connectionState;
-    this.connectionState = s;
+    if (!this.live || !this._pc) return;
+    const s = this._pc.connectionState;
+    this._connectionState = s;
     if (s === 'connected') {
       clearTimeout(this.connectTimer);
       clearTimeout(this.restartTimer);
@@ -1195,8 +1253,8 @@ export class Room extends Emitter<RoomEvents> {
    * covers that).
    */
   private onIceState(): void {
-    const pc = this.pc;
-    if (this.state !== 'joined' || !pc || this.id === null) return;
+    const pc = this._pc;
+    if (this._state !== 'joined' || !pc || this._id === null) return;
     const s = pc.iceConnectionState;
     if (s === 'connected' || s === 'completed') {
       clearTimeout(this.disconnectedTimer);
@@ -1206,8 +1264,8 @@ export class Room extends Emitter<RoomEvents> {
     if (s === 'disconnected' && this.disconnectedTimer === undefined) {
       this.disconnectedTimer = setTimeout(() => {
         this.disconnectedTimer = undefined;
-        const now = this.pc && this.pc.iceConnectionState;
-        if (this.state === 'joined' && (now === 'disconnected' || now === 'failed')) this.restartIce();
+        const now = this._pc && this._pc.iceConnectionState;
+        if (this._state === 'joined' && (now === 'disconnected' || now === 'failed')) this.restartIce();
       }, this.timings.disconnectedWaitMs);
     } else if (s === 'failed') {
       clearTimeout(this.disconnectedTimer);
@@ -1225,8 +1283,8 @@ export class Room extends Emitter<RoomEvents> {
    * Called by the client itself; an app may call it too.
    */
   async restartIce(): Promise<void> {
-    const pc = this.pc;
-    if (this.state !== 'joined' || !pc || this.restarting) return;
+    const pc = this._pc;
+    if (this._state !== 'joined' || !pc || this.restarting) return;
     const t = this.timings;
     if (!this.lostAt) this.lostAt = Date.now();
     if (Date.now() - this.lostAt > t.restartGraceMs) {
@@ -1242,18 +1300,18 @@ export class Room extends Emitter<RoomEvents> {
     try {
       await pc.setLocalDescription(await pc.createOffer({ iceRestart: true }));
       await gathered(pc, t.gatherTimeoutMs);
-      if (this.state !== 'joined') return;
+      if (this._state !== 'joined') return;
       const r = await this.api.request(
         'PATCH',
-        this.api.roomPath(this.room, `/participants/${this.id}`),
+        this.api.roomPath(this.room, `/participants/${this._id}`),
         pc.localDescription ? pc.localDescription.sdp : '',
       );
       attempt.status = r.status;
-      if (this.state !== 'joined') return;
+      if (this._state !== 'joined') return;
       if (r.status === 200) {
         const sdp = await r.text();
         await pc.setRemoteDescription({ type: 'answer', sdp });
-        this.answerSdp = sdp;
+        this._answerSdp = sdp;
         attempt.code = 'answered';
         retry = false;
       } else {
@@ -1272,7 +1330,7 @@ export class Room extends Emitter<RoomEvents> {
       attempt.code = (e instanceof TuttiError && e.code) || 'error';
       // Our offer is still pending if the answer never came: roll back for the next try.
       try {
-        if (this.state === 'joined' && pc.signalingState === 'have-local-offer') {
+        if (this._state === 'joined' && pc.signalingState === 'have-local-offer') {
           await pc.setLocalDescription({ type: 'rollback' });
         }
       } catch (_) {
@@ -1281,14 +1339,14 @@ export class Room extends Emitter<RoomEvents> {
     } finally {
       this.restarting = false;
     }
-    if (this.state !== 'joined') return;
+    if (this._state !== 'joined') return;
     this.emit('iceRestart', attempt);
     // Until connected again (which clears the timer), keep trying within the grace period.
     const left = t.restartGraceMs - (Date.now() - this.lostAt);
     this.restartTimer = setTimeout(
       () => {
-        if (this.state !== 'joined' || !this.pc) return;
-        const s = this.pc.iceConnectionState;
+        if (this._state !== 'joined' || !this._pc) return;
+        const s = this._pc.iceConnectionState;
         if (s === 'connected' || s === 'completed') {
           this.lostAt = 0;
           return;
