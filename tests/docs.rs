@@ -1,5 +1,5 @@
-//! The documentation holds together: in README.md, docs/**/*.md and
-//! deploy/README.md every relative link `[text](target)` names a file that
+//! The documentation holds together: in README.md, docs/**/*.md,
+//! deploy/README.md and sdk/js/README.md every relative link `[text](target)` names a file that
 //! exists, and every `#anchor` (on the same page or another markdown page)
 //! names a heading there, by GitHub's rules for heading anchors; the README
 //! stays short and opens with its two commands (CI and people copy them).
@@ -22,7 +22,8 @@ fn root() -> PathBuf {
 
 /// The markdown files the check covers, relative to the repository root.
 fn documents(root: &Path) -> Vec<PathBuf> {
-    let mut out = vec![PathBuf::from("README.md"), PathBuf::from("deploy/README.md")];
+    let mut out =
+        vec![PathBuf::from("README.md"), PathBuf::from("deploy/README.md"), PathBuf::from("sdk/js/README.md")];
     let mut stack = vec![root.join("docs")];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };

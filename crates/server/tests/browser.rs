@@ -16,6 +16,14 @@
 //! not itself. Before that, the page opened without a token must say it
 //! needs one. Screenshots: `target/browser-test/first-run-*.png`.
 //!
+//! The SDK test runs the client SDK's README app (`sdk/js/README.md`, its
+//! `index.html` and `app.js` as written, beside the committed
+//! `sdk/js/dist/tutti.js`) from an origin of its own against a real server
+//! with auth and CORS on: it joins, sees and hears a Rust client, mutes,
+//! raises its hand, and a second `Room` joins WHIP-style over REST
+//! (`tests/browser/sdk_app.js`). The page itself is built on the same SDK,
+//! so every page test above tests it too.
+//!
 //! The hand-over test puts a page in a call on one node of a two-node
 //! cluster (a real redis-server) and drains that node: the page must follow
 //! its room's `moved` to the other node on its own, still muted, hear the
@@ -117,7 +125,9 @@ fn ensure_playwright(out: &Path) -> PathBuf {
     let lock = std::fs::read(src.join("package-lock.json")).expect("tests/browser/package-lock.json");
     let current = dir.join("node_modules/playwright-core/package.json").exists()
         && std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock);
-    for file in ["package.json", "package-lock.json", "driver.js", "one_page.js", "first_run.js", "move_page.js"] {
+    for file in
+        ["package.json", "package-lock.json", "driver.js", "one_page.js", "first_run.js", "move_page.js", "sdk_app.js"]
+    {
         std::fs::copy(src.join(file), dir.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
     }
     if !current {
@@ -435,6 +445,234 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
         result["seconds"],
         result["chromium"],
     );
+}
+
+// ---- The client SDK's README app ---------------------------------------------
+
+/// Silent listeners in the SDK test's room: with the Rust client, more
+/// than a snapshot message holds (16), so the app's snapshot comes in parts.
+const QUIET: usize = 17;
+
+/// The `lang` code block after `heading` in `markdown`.
+fn code_block(markdown: &str, heading: &str, lang: &str) -> String {
+    let section = markdown.split(heading).nth(1).unwrap_or_else(|| panic!("no {heading:?}"));
+    let fence = format!("```{lang}\n");
+    let block = section.split(fence.as_str()).nth(1).unwrap_or_else(|| panic!("no {lang} block after {heading:?}"));
+    block.split("```").next().unwrap_or_default().to_owned()
+}
+
+/// The SDK's README app, literally (its `index.html` and `app.js` beside
+/// the committed `sdk/js/dist/tutti.js`), served from an origin of its own
+/// that the server allows (`cors.allowed_origins`), with auth on, in
+/// Chromium with a 500 Hz microphone; a Rust client sending 900 Hz and 17
+/// silent ones are in the room (so its snapshot comes in parts). Through the SDK alone the app joins over the WebSocket, lists
+/// the Rust client and shows it talking, hears it and not itself, and is
+/// heard; muted it is not heard, and the server says so; its raised hand
+/// comes back in the room's events; its socket, dropped by the network
+/// without a close frame (a TCP relay in between), is resumed; a fresh
+/// token is taken (`refreshToken`, `token_accepted`). A second `Room` in the page joins
+/// WHIP-style (`transport: 'rest'`), hears the Rust client, is muted over
+/// REST and leaves; then the app leaves (`tests/browser/sdk_app.js`).
+#[test]
+fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    let wav = out.join("tone-500.wav");
+    write_tone_wav(&wav, ALICE_HZ, 2);
+
+    // The README's app, as a reader would copy it.
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/js");
+    let readme = std::fs::read_to_string(sdk.join("README.md")).expect("sdk/js/README.md");
+    let app_dir = out.join("sdk-app");
+    std::fs::create_dir_all(&app_dir).expect("create target/browser-test/sdk-app");
+    std::fs::write(app_dir.join("index.html"), code_block(&readme, "## A ten-line app", "html")).expect("index.html");
+    std::fs::write(app_dir.join("app.js"), code_block(&readme, "## A ten-line app", "js")).expect("app.js");
+    std::fs::copy(sdk.join("dist/tutti.js"), app_dir.join("tutti.js")).expect("copy dist/tutti.js");
+
+    let (app_port, relay_port) = (free_port("127.0.0.1"), free_port("127.0.0.1"));
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = AUTH_SECRET.to_owned();
+    cfg.cors.allowed_origins = vec![format!("http://127.0.0.1:{app_port}")];
+    // A socket lost without a close frame keeps its participant this long (the SDK resumes it).
+    cfg.limits.ws_resume_seconds = 10.0;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let ttl = Duration::from_secs(600);
+    let admin = server.mint_token(&Grant::admin("ops"), ttl).expect("token");
+    let as_admin = Requester::token(&admin);
+    let room = "demo";
+    let r =
+        request_as(api, &as_admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"demo"}"#).expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let token = |who: &str| server.mint_token(&Grant::participant(room, who), ttl).expect("token");
+
+    let mut rust = ToneClient::join_as(api, &Requester::token(&token("rust")), room, RUST_HZ, JoinAs::Json)
+        .expect("the Rust client joins");
+    assert!(run_until(&mut [&mut rust], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
+    // Silent listeners, so that the room's snapshot comes in parts (`room`, then `participants` with `more`).
+    let mut quiet: Vec<ToneClient> = (0..QUIET)
+        .map(|i| {
+            let listener = token(&format!("quiet-{i}"));
+            let who = Requester::token(&listener);
+            let mut c = ToneClient::join_as(api, &who, room, 100.0 + i as f32, JoinAs::Json).expect("a listener joins");
+            (c.talking, c.dtx) = (false, true);
+            c
+        })
+        .collect();
+    let everyone = 2 + QUIET;
+
+    let config = json!({
+        "chromium": chromium,
+        "wav": wav,
+        "everyone": everyone,
+        "appDir": app_dir,
+        "appPort": app_port,
+        "relayPort": relay_port,
+        "server": format!("http://{api}/"),
+        "token": token("ada"),
+        "restToken": token("rest"),
+        "freshToken": server.mint_token(&Grant::participant(room, "ada"), 2 * ttl).expect("token"),
+        "other": format!("{RUST_HZ} Hz"),
+        "tones": [ALICE_HZ, RUST_HZ, CONTROL_HZ],
+        "measureMs": 2000,
+        "waitMs": 20000,
+    });
+    let (mut driver, _, rx, stderr) = start_driver(&node_dir, "sdk_app.js", &config);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut marks: HashMap<String, Instant> = HashMap::new();
+    let (mut result, mut failure) = (Value::Null, None);
+    let mut seen = HashMap::new();
+    let room_now = || {
+        let r = request_as(api, &as_admin, "GET", "/v1/rooms/demo", None, b"").expect("API");
+        serde_json::from_str::<Value>(&r.body).expect("JSON")
+    };
+    loop {
+        let now = Instant::now();
+        rust.pump(now);
+        for c in &mut quiet {
+            c.pump(now);
+        }
+        match rx.try_recv() {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) => {
+                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
+                    match event.as_str() {
+                        "done" => result = msg["result"].clone(),
+                        "failed" => failure = Some(msg["message"].to_string()),
+                        // What the server holds at these steps.
+                        "muted" | "hand" | "resumed" | "rest_joined" | "rest_muted" | "left" => {
+                            seen.insert(event.clone(), room_now());
+                        }
+                        _ => {}
+                    }
+                    marks.insert(event, now);
+                }
+                None => eprintln!("sdk app: {line}"),
+            },
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        assert!(now < deadline, "the SDK app did not finish within 120 s; marks: {marks:?}");
+    }
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    std::fs::write(out.join("sdk-app.log"), &log).expect("write sdk-app.log");
+    assert!(
+        status.success() && failure.is_none() && result.is_object(),
+        "the SDK app failed ({status}): {failure:?}\n{log}"
+    );
+    println!("the SDK app: {result}");
+
+    // It listed everyone (a snapshot in parts) and showed the Rust client talking, in its own words.
+    let listed = names_of(&result["listed"]);
+    assert_eq!(listed.len(), everyone, "{result}");
+    assert_eq!(result["talking"], json!(["900 Hz"]), "only the Rust client talks: {result}");
+    assert!(listed.contains(&"ada") && listed.contains(&"900 Hz"), "{listed:?}");
+    assert!(result["shown"].as_str().is_some_and(|s| s.contains("900 Hz (talking)")), "{result}");
+    assert_eq!(result["self"]["admin"], false, "a participant's token manages nothing: {result}");
+
+    // It hears the Rust client, not itself; the Rust client hears it.
+    let heard = &result["heard"];
+    assert!(db(heard, RUST_HZ) > HEARD_DB, "the app hears the Rust client: {heard}");
+    assert!(db(heard, ALICE_HZ) < ABSENT_DB, "the app hears itself: {heard}");
+    assert!(db(heard, CONTROL_HZ) < ABSENT_DB, "the app's noise floor: {heard}");
+    let amp = |f, from: &str, to: &str| heard_between(&rust, f, marks[from], marks[to]);
+    assert!(amp(ALICE_HZ, "measure_start", "measure_end") > HEARD_AMP, "the Rust client hears the app");
+
+    // Muted through the SDK: the server holds it muted, the Rust client hears nothing of it.
+    let who = |step: &str| -> Vec<(String, bool, bool)> {
+        let people = seen[step]["participants"].as_array().cloned().unwrap_or_default();
+        let mut v: Vec<_> = people
+            .iter()
+            .filter(|p| !p["identity"].as_str().unwrap_or_default().starts_with("quiet-"))
+            .map(|p| {
+                let id = p["identity"].as_str().unwrap_or_default().to_owned();
+                (id, p["muted"].as_bool().unwrap_or(false), p["hand"].as_bool().unwrap_or(false))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(who("muted"), [("ada".to_owned(), true, false), ("rust".to_owned(), false, false)]);
+    assert!(amp(ALICE_HZ, "muted", "muted_end") < ABSENT_AMP, "the Rust client hears the muted app");
+    assert_eq!(who("hand"), [("ada".to_owned(), false, true), ("rust".to_owned(), false, false)]);
+
+    // The relay dropped the socket without a close frame: the SDK took its participant over on a new one.
+    let resume = &result["resume"];
+    assert!(resume["cut"].as_u64().is_some_and(|n| n >= 1), "{resume}");
+    assert_eq!(resume["seen"], json!(["socketLost", "resumed"]), "{resume}");
+    assert_eq!(resume["after"]["state"], "joined", "{resume}");
+    assert_eq!(resume["after"]["id"], result["self"]["id"], "the same participant: {resume}");
+    assert_eq!(resume["after"]["resumes"], 1, "{resume}");
+    assert_eq!(resume["after"]["listed"], everyone, "the new socket's snapshot, whole: {resume}");
+    assert_eq!(who("resumed"), who("hand"), "the server kept the participant as it was");
+
+    // The fresh token was taken: the socket now lives as long as it does.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    let until = result["tokenAccepted"].as_u64().unwrap_or(0);
+    assert!(until > now + ttl.as_secs() + 300, "the fresh token's expiry ({until}, now {now}): {result}");
+
+    // The second Room, WHIP-style over REST: joined, heard the room, muted, left.
+    let rest = &result["rest"];
+    assert_eq!(names_of(&rest["listed"]).len(), everyone + 1, "{rest}");
+    assert!(db(&rest["heard"], RUST_HZ) > HEARD_DB, "the REST participant hears the Rust client: {rest}");
+    assert_eq!(who("rest_joined").len(), 3, "{:?}", who("rest_joined"));
+    assert!(who("rest_muted").contains(&("rest".to_owned(), true, false)), "{:?}", who("rest_muted"));
+    assert_eq!(rest["ended"], "ended", "{rest}");
+
+    // Leaving: `ended` with no error, and the server lets it go.
+    assert_eq!(result["ended"], Value::Null, "{result}");
+    assert_eq!(result["afterLeave"], json!({ "state": "ended", "participants": 0 }), "{result}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while who_now(&room_now()).contains(&"ada".to_owned()) && Instant::now() < deadline {
+        rust.pump(Instant::now());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = who_now(&room_now());
+    assert!(left.len() == everyone - 1 && !left.contains(&"ada".to_owned()), "only ada left: {left:?}");
+
+    rust.close();
+    for c in &mut quiet {
+        c.close();
+    }
+    rt.block_on(server.shutdown());
+}
+
+/// The `name`s of a list of participants.
+fn names_of(v: &Value) -> Vec<&str> {
+    v.as_array().map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect()).unwrap_or_default()
+}
+
+/// The identities of the participants a room's `GET` lists.
+fn who_now(room: &Value) -> Vec<String> {
+    room["participants"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["identity"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
 }
 
 // ---- The README's first run -------------------------------------------------

@@ -1,6 +1,8 @@
-//! The browser client is served by tutti itself: the page, its script and
-//! its style sheet, each with its content type and a same-origin-only
-//! Content-Security-Policy; the API's JSON 404 still answers everything else.
+//! The browser client is served by tutti itself: the page, its script, the
+//! client SDK the script imports (`/tutti.js`, the committed build of
+//! `sdk/js`) and its style sheet, each with its content type and a
+//! same-origin-only Content-Security-Policy; the API's JSON 404 still
+//! answers everything else.
 
 mod common;
 
@@ -11,8 +13,9 @@ fn the_page_its_script_and_style_are_served_with_a_strict_policy() {
     let (rt, server) = start();
     let api = server.http_addr();
     for (path, content_type, contains) in [
-        ("/", "text/html; charset=utf-8", r#"<script src="app.js" defer></script>"#),
+        ("/", "text/html; charset=utf-8", r#"<script type="module" src="app.js"></script>"#),
         ("/app.js", "text/javascript; charset=utf-8", "window.tuttiState"),
+        ("/tutti.js", "text/javascript; charset=utf-8", "export class Room extends Emitter"),
         ("/style.css", "text/css; charset=utf-8", ".participant.talking"),
     ] {
         let r = http(api, "GET", path, None, b"");
@@ -36,6 +39,16 @@ fn the_page_its_script_and_style_are_served_with_a_strict_policy() {
     let page = http(api, "GET", "/", None, b"").body;
     assert!(page.contains(r#"id="invite""#) && page.contains(r#"id="invite-link""#), "the Invite control");
     let script = http(api, "GET", "/app.js", None, b"").body;
-    assert!(script.contains("location.hash") && script.contains("v1/rooms/${encodeURIComponent(state.room)}/invites"));
+    assert!(script.contains("location.hash") && script.contains("call.room.invite(permissions, ttl)"));
+    // One client: the page's script imports the SDK and speaks no protocol of its own.
+    assert!(
+        script.contains("import { Api, DEFAULT_TIMINGS, Room, TuttiError, enterUrl, validRoomId } from './tutti.js';")
+    );
+    for own in ["new WebSocket(", "new RTCPeerConnection(", "fetch("] {
+        assert!(!script.contains(own), "the page's script calls {own} itself: that is the SDK's");
+    }
+    let sdk = http(api, "GET", "/tutti.js", None, b"").body;
+    assert!(sdk.contains("room, '/invites')") && sdk.contains("'/participants'"), "the SDK makes invites and joins");
+    assert_eq!(sdk, include_str!("../../../sdk/js/dist/tutti.js"), "/tutti.js is the committed build");
     rt.block_on(server.shutdown());
 }

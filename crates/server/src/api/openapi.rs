@@ -88,6 +88,7 @@ impl Modify for Security {
         super::invite::create_invite,
         super::web::index,
         super::web::app_js,
+        super::web::tutti_js,
         super::web::style_css,
     ),
     components(schemas(super::schema::ErrorBody)),

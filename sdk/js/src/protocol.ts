@@ -1,0 +1,111 @@
+// The room WebSocket's messages (protocol 1), as docs/api/websocket.md
+// describes them and docs/api/websocket.schema.json defines them. Types
+// only: nothing here is emitted as code. A server may add message types
+// and fields within a version; the client skips what it does not know.
+
+/** The WebSocket protocol version this client speaks. */
+export type ProtocolVersion = 1;
+
+/** A participant as the room shows it (`$defs/member`). */
+export interface Member {
+  id: number;
+  name: string;
+  /** The identity (`sub`) of the token it joined with. */
+  identity?: string;
+  talking?: boolean;
+  muted?: boolean;
+  /** It may not speak (no `speak` permission, or revoked). */
+  listen_only?: boolean;
+  /** ICE and DTLS are up. */
+  connected?: boolean;
+  /** Its hand is raised. */
+  hand?: boolean;
+  /** It joined with an admin token for the room. */
+  admin?: boolean;
+  /** It hears no one. */
+  deaf?: boolean;
+}
+
+/** Why someone left (`left.reason`). */
+export type LeftReason =
+  | 'left'
+  | 'timed_out'
+  | 'failed'
+  | 'room_closed'
+  | 'kicked'
+  | 'moved'
+  | 'replaced'
+  | 'token_expired';
+
+/** One room event, an element of `events`. */
+export type RoomEventMessage =
+  | { type: 'joined'; id: number; name: string }
+  | { type: 'left'; id: number; reason: LeftReason | string }
+  | { type: 'talking'; id: number; talking: boolean }
+  | { type: 'muted'; id: number; muted: boolean }
+  | { type: 'muted_all'; count: number }
+  | { type: 'permissions'; id: number; speak: boolean }
+  | { type: 'hand'; id: number; raised: boolean }
+  | { type: 'deaf'; id: number; deaf: boolean }
+  | { type: 'room_updated'; locked: boolean; max_participants?: number; max_speakers?: number }
+  | { type: 'draining'; deadline: number; message: string }
+  | { type: 'room_closed' }
+  | { type: 'shutdown'; message: string }
+  | { type: 'recording_started'; file: string }
+  | { type: 'recording_stopped'; file: string; reason: string; error?: string }
+  | { type: 'recording_finished'; file: string; bytes: number; duration_seconds: number; reason: string }
+  | { type: 'playback_started'; id: number; file: string; purpose: 'announcement' | 'hold' | string; loop: boolean }
+  | { type: 'playback_stopped'; id: number; file: string; reason: string }
+  | { type: 'playback_finished'; id: number; file: string };
+
+/** The room's snapshot: the first message on the room's node. */
+export interface RoomMessage {
+  type: 'room';
+  protocol: ProtocolVersion;
+  room: string;
+  /** The socket's token manages the room. */
+  admin: boolean;
+  locked: boolean;
+  participants: Member[];
+  speakers?: number[];
+  /** Participants still to come in `participants` messages. */
+  more?: number;
+}
+
+/** Cluster mode: the room is on another node, or went there (`reason: drain`). */
+export interface MovedMessage {
+  type: 'moved';
+  protocol: ProtocolVersion;
+  room: string;
+  node: string;
+  api_url: string;
+  /** Single-use, for `…/enter` (absent with auth disabled). */
+  ticket?: string;
+  reason?: 'drain';
+}
+
+/** A message the server sends. */
+export type ServerMessage =
+  | RoomMessage
+  | { type: 'participants'; participants: Member[]; more: number }
+  | { type: 'events'; events: RoomEventMessage[] }
+  | { type: 'answer'; id: number; sdp: string; resume?: string }
+  | { type: 'resumed'; id: number }
+  | { type: 'error'; code: string; message: string }
+  | { type: 'token_expiring'; expires_at: number }
+  | { type: 'token_accepted'; expires_at: number }
+  | MovedMessage
+  | RoomEventMessage;
+
+/** The event kinds a socket may subscribe to. */
+export type EventKind = 'joined' | 'left' | 'talking' | 'muted' | 'permissions' | 'hand' | 'room_updated';
+
+/** A message a client sends. */
+export type ClientMessage =
+  | { type: 'join'; sdp: string; name?: string }
+  | { type: 'resume'; id: number; key: string }
+  | { type: 'mute'; muted: boolean }
+  | { type: 'hand'; raised: boolean; id?: number | null }
+  | { type: 'leave' }
+  | { type: 'subscribe'; events: EventKind[] }
+  | { type: 'token'; token: string };

@@ -1,0 +1,1360 @@
+// tutti-client: a typed browser client for tutti rooms, with no runtime
+// dependencies. tutti is an MCU: a client sends one Opus track and
+// receives one, the mix of everyone else, whatever the room's size.
+//
+// Flow of `Room.join()`: the room is checked (or created) over REST → the
+// microphone → the room's ICE servers (`GET …/ice-servers`) → an
+// RTCPeerConnection offer with every ICE candidate in it (the server is
+// ICE-lite and does not trickle) → the room's WebSocket: its snapshot
+// (`room`, then `participants` while `more` > 0), then `join` → `answer` →
+// audio. Room events arrive on the same socket and become the `Room`'s
+// state and typed events. With `transport: 'rest'` the participant is made
+// WHIP-style (`POST …/participants`) and the socket only watches.
+//
+// What keeps a call up: ICE `disconnected` for a moment, or `failed`,
+// restarts ICE (a new offer to `PATCH …/participants/{id}`, the answer in
+// the 200's body) for up to `restartGraceMs`; a socket lost without a close
+// frame is taken over by a new one with the join's resume key (`resume`)
+// within `resumeWindowMs`. A `moved` (cluster hand-over) is an event: the
+// app follows it to `enterUrl(moved)`, which a browser page opens.
+//
+//     import { Room } from './tutti.js';
+//     const room = new Room({ room: 'demo', token, name: 'alice' });
+//     room.on('track', (stream) => { audio.srcObject = stream; });
+//     room.on('change', () => render(room.participants));
+//     await room.join();
+
+import type {
+  ClientMessage,
+  EventKind,
+  Member,
+  MovedMessage,
+  RoomEventMessage,
+  RoomMessage,
+  ServerMessage,
+} from './protocol.js';
+
+export type {
+  ClientMessage,
+  EventKind,
+  LeftReason,
+  Member,
+  MovedMessage,
+  ProtocolVersion,
+  RoomEventMessage,
+  RoomMessage,
+  ServerMessage,
+} from './protocol.js';
+
+/** The WebSocket protocol version this client speaks (asked for at the upgrade). */
+export const PROTOCOL = 1;
+
+// ---- Errors -----------------------------------------------------------------
+
+/**
+ * A failure, with the server's stable error code where it gave one
+ * (docs/api/errors.md), or one of the client's own: `network`, `timeout`,
+ * `socket_refused`, `socket_lost`, `ice_failed`, `ice_lost`,
+ * `restart_refused`, `mic_denied`, `mic_missing`, `mic_busy`, `insecure`,
+ * `no_webrtc`, `bad_room_id`, `room_full`, `moved`, and the reasons a
+ * call ends (`kicked`, `removed`, `timed_out`, `replaced`, `token_expired`,
+ * `room_closed`, `shutdown`, …).
+ */
+export class TuttiError extends Error {
+  /** The stable code. */
+  readonly code: string;
+  /** The HTTP status, when the error came from one (else 0). */
+  readonly status: number;
+  /** With code `moved`: where the room went. */
+  readonly moved: MovedMessage | null;
+
+  constructor(code: string, message?: string, status?: number, moved?: MovedMessage) {
+    super(message || code);
+    this.name = 'TuttiError';
+    this.code = code;
+    this.status = status || 0;
+    this.moved = moved || null;
+  }
+}
+
+// ---- Types ------------------------------------------------------------------
+
+/** How the participant is made: over the room WebSocket, or WHIP-style over REST. */
+export type Transport = 'websocket' | 'rest';
+
+/** A participant, as the client keeps it. */
+export interface Participant {
+  id: number;
+  name: string;
+  identity: string;
+  talking: boolean;
+  muted: boolean;
+  /** May not speak (no `speak` permission, or revoked). */
+  listenOnly: boolean;
+  hand: boolean;
+  admin: boolean;
+  deaf: boolean;
+  /** This client's own participant. */
+  you: boolean;
+}
+
+/** Where `Room.join()` is. */
+export type JoinStep = 'room' | 'microphone' | 'connecting';
+
+/** The client's state. */
+export type RoomState = 'idle' | 'joining' | 'joined' | 'ended';
+
+/** One ICE restart attempt: when (ms after the connection dropped), the HTTP status, the outcome. */
+export interface IceRestartAttempt {
+  at: number;
+  status: number;
+  code: string;
+}
+
+/** The guest link a moderator asked for (`POST …/invites`). */
+export interface Invite {
+  token: string;
+  permissions: 'speak' | 'listen';
+  /** Unix seconds, when the server said. */
+  expiresAt: number | null;
+  /** The server's own link for it, when it gave one. */
+  url: string | null;
+}
+
+/** What the pre-join check found out about a token. */
+export type Access = 'ok' | 'token_missing' | 'token_invalid' | 'token_expired' | 'wrong_room';
+
+/** Timeouts and windows, all in milliseconds. */
+export interface Timings {
+  /** The socket's snapshot and the join's answer. */
+  joinTimeoutMs: number;
+  /** ICE gathering before the offer is sent as it is. */
+  gatherTimeoutMs: number;
+  /** From the answer to `connected`, else `ice_failed`. */
+  connectTimeoutMs: number;
+  /** ICE `disconnected` for this long restarts ICE. */
+  disconnectedWaitMs: number;
+  /** How long after the connection dropped ICE restarts are tried. */
+  restartGraceMs: number;
+  /** Between ICE restart attempts that failed. */
+  restartRetryMs: number;
+  /** How long a lost socket is resumed (within the server's `limits.ws_resume_seconds`, 10 s). */
+  resumeWindowMs: number;
+  /** Between socket resume attempts. */
+  resumeRetryMs: number;
+}
+
+export const DEFAULT_TIMINGS: Timings = {
+  joinTimeoutMs: 15000,
+  gatherTimeoutMs: 3000,
+  connectTimeoutMs: 15000,
+  disconnectedWaitMs: 2000,
+  restartGraceMs: 15000,
+  restartRetryMs: 2000,
+  resumeWindowMs: 9000,
+  resumeRetryMs: 1000,
+};
+
+export interface RoomOptions {
+  /** The room's id: 1 to 64 letters, digits, `-` or `_`. */
+  room: string;
+  /** The server's address (`https://tutti.example.org`); default: the page's own (document.baseURI). */
+  url?: string | URL | null;
+  /** An access token (the server's JWT); none when auth is off. */
+  token?: string | null;
+  /** The name others see. */
+  name?: string;
+  /** Default `websocket`. */
+  transport?: Transport;
+  /** The microphone to send; default: asked for with `microphone(processing)`, stopped on leave. */
+  stream?: MediaStream;
+  /** Echo cancellation, noise suppression and gain control on the microphone asked for (default on). */
+  processing?: boolean;
+  /** Create the room when it does not exist (needs a token that may; default true). */
+  create?: boolean;
+  /** Join muted, and with a raised hand (after a hand-over: as the call was). */
+  muted?: boolean;
+  hand?: boolean;
+  /** Passed to RTCPeerConnection besides the room's ICE servers. */
+  rtcConfiguration?: RTCConfiguration;
+  timings?: Partial<Timings>;
+}
+
+/** The `Room`'s events and what each carries. */
+export interface RoomEvents {
+  /** Anything in the room's state changed (participants, mute, admin, lock, connection): re-render. */
+  change: void;
+  /** `join()` reached a step. */
+  progress: JoinStep;
+  /** The microphone stream, once there (before the call is). */
+  stream: MediaStream;
+  /** The room's mix, to play. */
+  track: MediaStream;
+  /** The peer connection's state (`connected`, `disconnected`, …). */
+  connection: RTCPeerConnectionState;
+  /** Someone joined. */
+  joined: Participant;
+  /** Someone left (`participant` is gone from `participants` by then). */
+  left: { participant: Participant; reason: string };
+  talking: { participant: Participant; talking: boolean };
+  muted: { participant: Participant; muted: boolean };
+  hand: { participant: Participant; raised: boolean };
+  permissions: { participant: Participant; speak: boolean };
+  /** An admin muted everyone but the admins. */
+  mutedAll: { count: number };
+  /** The room's lock (or limits) changed. */
+  roomUpdated: { locked: boolean; maxParticipants?: number; maxSpeakers?: number };
+  /** The token expires at `expiresAt` (Unix s): `refreshToken()` before then, or the call ends. */
+  tokenExpiring: { expiresAt: number };
+  /** The server is stopping; the call goes on, and may move (`moved`). */
+  draining: { deadline: number; message: string };
+  /** Cluster hand-over: the room is now at `moved.api_url`; open `enterUrl(moved)`. */
+  moved: MovedMessage;
+  /** A recording started, stopped or finished (`recording_*`). */
+  recording: RoomEventMessage;
+  /** A sound file started, stopped or finished playing into the room (`playback_*`). */
+  playback: RoomEventMessage;
+  /** The server took the token of `refreshToken()`; it now expires at `expiresAt` (Unix s). */
+  tokenAccepted: { expiresAt: number };
+  /** An ICE restart attempt was made, or answered (the same object, updated). */
+  iceRestart: IceRestartAttempt;
+  /** The socket was lost; resuming it. */
+  socketLost: void;
+  /** A new socket took the participant over. */
+  resumed: void;
+  /** The server refused a message (the call goes on). */
+  serverError: TuttiError;
+  /** The call ended: `null` after `leave()`, else why. */
+  ended: TuttiError | null;
+}
+
+type Listener<T> = (value: T) => void;
+
+/** A minimal typed event emitter. */
+export class Emitter<E> {
+  private listeners: { [K in keyof E]?: Set<Listener<E[K]>> } = {};
+
+  /** Calls `fn` on every `event`; returns the function that stops it. */
+  on<K extends keyof E>(event: K, fn: Listener<E[K]>): () => void {
+    let set = this.listeners[event];
+    if (!set) {
+      set = new Set();
+      this.listeners[event] = set;
+    }
+    set.add(fn);
+    return () => this.off(event, fn);
+  }
+
+  off<K extends keyof E>(event: K, fn: Listener<E[K]>): void {
+    this.listeners[event]?.delete(fn);
+  }
+
+  protected emit<K extends keyof E>(event: K, value: E[K]): void {
+    const set = this.listeners[event];
+    if (!set) return;
+    for (const fn of Array.from(set)) {
+      try {
+        fn(value);
+      } catch (e) {
+        // A listener's bug must not break the call.
+        setTimeout(() => {
+          throw e;
+        });
+      }
+    }
+  }
+}
+
+// ---- REST -------------------------------------------------------------------
+
+const ROOM_ID = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** Whether `room` is a valid room id. */
+export function validRoomId(room: string): boolean {
+  return ROOM_ID.test(room);
+}
+
+/** The server's base URL (ending in `/`). */
+function baseOf(url?: string | URL | null): URL {
+  const base = new URL(url ? String(url) : document.baseURI);
+  if (!base.pathname.endsWith('/')) base.pathname += '/';
+  base.search = '';
+  base.hash = '';
+  return base;
+}
+
+function headers(token: string | undefined, extra?: Record<string, string>): Record<string, string> {
+  const h: Record<string, string> = { ...(extra || {}) };
+  if (token) h.Authorization = `Bearer ${token}`;
+  return h;
+}
+
+/** The server's JSON error of a response, as a TuttiError. */
+export async function errorOf(response: Response): Promise<TuttiError> {
+  let body: { code?: string; message?: string } = {};
+  try {
+    body = await response.json();
+  } catch (_) {
+    // not JSON: the status says enough
+  }
+  return new TuttiError(body.code || `http_${response.status}`, body.message || response.statusText, response.status);
+}
+
+async function send(url: URL, init?: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, { cache: 'no-store', ...(init || {}) });
+  } catch (_) {
+    throw new TuttiError('network');
+  }
+}
+
+/** REST calls on one server with one token. */
+export class Api {
+  readonly base: URL;
+  token: string;
+
+  constructor(url?: string | URL | null, token?: string | null) {
+    this.base = baseOf(url);
+    this.token = token || '';
+  }
+
+  url(path: string): URL {
+    return new URL(path, this.base);
+  }
+
+  roomPath(room: string, rest = ''): string {
+    return `v1/rooms/${encodeURIComponent(room)}${rest}`;
+  }
+
+  /** A request; `body` objects go as JSON, strings as SDP. */
+  request(method: string, path: string, body?: unknown): Promise<Response> {
+    const init: RequestInit = { method };
+    if (typeof body === 'string') {
+      init.headers = headers(this.token, { 'Content-Type': 'application/sdp' });
+      init.body = body;
+    } else if (body !== undefined) {
+      init.headers = headers(this.token, { 'Content-Type': 'application/json' });
+      init.body = JSON.stringify(body);
+    } else {
+      init.headers = headers(this.token);
+    }
+    return send(this.url(path), init);
+  }
+
+  /** A request whose JSON answer is returned; a refusal throws its TuttiError. */
+  async json<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const r = await this.request(method, path, body);
+    if (!r.ok) throw await errorOf(r);
+    if (r.status === 204) return undefined as T;
+    return (await r.json()) as T;
+  }
+
+  /**
+   * Makes sure the room exists (creating it when `create` and it is
+   * missing) and has space: `room_full`, `room_not_found` (a guest's
+   * token may join a room, not create it), or the server's refusal.
+   */
+  async ensureRoom(room: string, create = true): Promise<void> {
+    let r = await this.request('GET', this.roomPath(room));
+    if (r.status === 404) {
+      const err = await errorOf(r);
+      if (err.code !== 'room_not_found' || !create) throw err;
+      r = await this.request('POST', 'v1/rooms', { id: room });
+      if (r.status === 403) {
+        const refused = await errorOf(r);
+        throw refused.code === 'forbidden' ? new TuttiError('room_not_found', undefined, 404) : refused;
+      }
+      if (r.status !== 201 && r.status !== 409) throw await errorOf(r);
+      return;
+    }
+    if (!r.ok) throw await errorOf(r);
+    const info = (await r.json()) as { room?: { participants: number; max_participants: number } };
+    const summary = info && info.room;
+    if (summary && summary.participants >= summary.max_participants) throw new TuttiError('room_full');
+  }
+
+  /** The STUN/TURN servers the server wants this client to use; none when it gives none. */
+  async iceServers(room: string): Promise<RTCIceServer[]> {
+    try {
+      const r = await this.request('GET', this.roomPath(room, '/ice-servers'));
+      if (!r.ok) return [];
+      const body = (await r.json()) as { ice_servers?: RTCIceServer[] };
+      return Array.isArray(body.ice_servers) ? body.ice_servers : [];
+    } catch (_) {
+      return [];
+    }
+  }
+
+  /**
+   * What the server says of this token for `room` before anyone joins:
+   * `ok` (or auth off), or the token's problem. Without a valid room id
+   * the room list stands in. Unreachable servers count as `ok` (the join
+   * will tell).
+   */
+  async checkAccess(room: string): Promise<{ access: Access; error: TuttiError | null }> {
+    const listing = !validRoomId(room);
+    let r: Response;
+    try {
+      r = await this.request('GET', listing ? 'v1/rooms' : this.roomPath(room));
+    } catch (_) {
+      return { access: 'ok', error: null };
+    }
+    if (r.status !== 401 && r.status !== 403) return { access: 'ok', error: null };
+    const err = await errorOf(r);
+    // A room admin's token cannot list every room: that says nothing about the token.
+    if (listing && err.code === 'forbidden') return { access: 'ok', error: null };
+    const known: string[] = ['token_missing', 'token_invalid', 'token_expired', 'wrong_room'];
+    return known.includes(err.code) ? { access: err.code as Access, error: err } : { access: 'ok', error: null };
+  }
+
+  /** A guest token for `room` (moderators only): `POST …/invites`. */
+  async invite(room: string, permissions: 'speak' | 'listen' = 'speak', ttlSeconds = 3600): Promise<Invite> {
+    const body = await this.json<{ token?: string; expires_at?: number; url?: string }>(
+      'POST',
+      this.roomPath(room, '/invites'),
+      { permissions, ttl_seconds: ttlSeconds },
+    );
+    return { token: body.token || '', permissions, expiresAt: body.expires_at ?? null, url: body.url ?? null };
+  }
+
+  /** The room's WebSocket URL (the token in the query: browsers cannot set headers on it). */
+  socketUrl(room: string, events?: EventKind[]): URL {
+    const url = this.url(this.roomPath(room, '/ws'));
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    url.searchParams.set('protocol', String(PROTOCOL));
+    if (events) url.searchParams.set('events', events.join(','));
+    if (this.token) url.searchParams.set('token', this.token);
+    return url;
+  }
+}
+
+/**
+ * The address that follows a `moved` hand-over: `<api_url>/v1/rooms/{room}/enter?ticket=…`
+ * (the node burns the ticket and answers with its page and a token for
+ * the room), or the page at `api_url` with auth off. `params` go along
+ * (the page's `name`, `processing`, `autojoin`, `muted`, `hand`).
+ */
+export function enterUrl(moved: MovedMessage, params?: Record<string, string>, pagePath = '/'): URL {
+  const there = moved.ticket
+    ? new URL(`/v1/rooms/${encodeURIComponent(moved.room)}/enter`, moved.api_url)
+    : new URL(pagePath, moved.api_url);
+  for (const [key, value] of Object.entries(params || {})) there.searchParams.set(key, value);
+  there.searchParams.set('room', moved.room);
+  if (moved.ticket) there.searchParams.set('ticket', moved.ticket);
+  return there;
+}
+
+// ---- Microphone and WebRTC --------------------------------------------------
+
+/**
+ * The microphone, with the browser's voice processing on or off; refusals
+ * as codes: `insecure` (not https or localhost), `no_webrtc`,
+ * `mic_denied`, `mic_missing`, `mic_busy`.
+ */
+export async function microphone(processing = true): Promise<MediaStream> {
+  if (!window.isSecureContext || !navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+    throw new TuttiError('insecure');
+  }
+  if (typeof RTCPeerConnection === 'undefined') throw new TuttiError('no_webrtc');
+  const audio = {
+    echoCancellation: processing,
+    noiseSuppression: processing,
+    autoGainControl: processing,
+    channelCount: 1,
+  };
+  try {
+    return await navigator.mediaDevices.getUserMedia({ audio, video: false });
+  } catch (e) {
+    const name = e instanceof Error || e instanceof DOMException ? e.name : '';
+    if (name === 'NotAllowedError' || name === 'SecurityError') throw new TuttiError('mic_denied');
+    if (name === 'NotFoundError' || name === 'OverconstrainedError') throw new TuttiError('mic_missing');
+    if (name === 'NotReadableError' || name === 'AbortError') throw new TuttiError('mic_busy');
+    throw new TuttiError('mic_denied', e instanceof Error ? e.message : undefined);
+  }
+}
+
+/** Resolves when ICE gathering is complete, or after `ms` (then what was gathered goes). */
+function gathered(pc: RTCPeerConnection, ms: number): Promise<void> {
+  if (pc.iceGatheringState === 'complete') return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      if (pc.iceGatheringState !== 'complete') return;
+      pc.removeEventListener('icegatheringstatechange', done);
+      clearTimeout(timer);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      pc.removeEventListener('icegatheringstatechange', done);
+      resolve();
+    }, ms);
+    pc.addEventListener('icegatheringstatechange', done);
+  });
+}
+
+function parse(text: unknown): ServerMessage | null {
+  if (typeof text !== 'string') return null;
+  try {
+    const msg = JSON.parse(text);
+    return msg && typeof msg === 'object' && typeof msg.type === 'string' ? (msg as ServerMessage) : null;
+  } catch (_) {
+    return null;
+  }
+}
+
+/** Why a room socket closed, when the server said: 4001 token expired, 4409 replaced. */
+function closeReason(ev: CloseEvent | null): string {
+  if (ev && ev.code === 4001) return 'token_expired';
+  if (ev && ev.code === 4409) return 'replaced';
+  return '';
+}
+
+/** The room's snapshot, whole (a big room's comes in parts). */
+type Snapshot = RoomMessage;
+
+/**
+ * Opens the room's WebSocket; resolves with it once its whole snapshot
+ * arrived. A `moved` first (the room is on another node) rejects with
+ * code `moved`.
+ */
+function openSocket(api: Api, room: string, timeoutMs: number, events?: EventKind[]): Promise<{ ws: WebSocket; snapshot: Snapshot }> {
+  return new Promise((resolve, reject) => {
+    let ws: WebSocket;
+    try {
+      ws = new WebSocket(api.socketUrl(room, events));
+    } catch (_) {
+      reject(new TuttiError('socket_refused'));
+      return;
+    }
+    const timer = setTimeout(() => {
+      ws.close();
+      reject(new TuttiError('timeout'));
+    }, timeoutMs);
+    const stop = () => {
+      clearTimeout(timer);
+      ws.onerror = null;
+      ws.onclose = null;
+      ws.onmessage = null;
+    };
+    const refused = () => {
+      stop();
+      reject(new TuttiError('socket_refused'));
+    };
+    ws.onerror = refused;
+    ws.onclose = refused;
+    let snapshot: Snapshot | null = null;
+    ws.onmessage = (ev) => {
+      const msg = parse(ev.data);
+      if (!msg) return;
+      if (msg.type === 'moved' && msg.api_url) {
+        stop();
+        ws.close(1000);
+        reject(new TuttiError('moved', `the room is on ${msg.node || msg.api_url}`, 0, msg));
+        return;
+      }
+      if (msg.type === 'room' && !snapshot) {
+        snapshot = { ...msg, participants: Array.isArray(msg.participants) ? msg.participants.slice() : [] };
+      } else if (msg.type === 'participants' && snapshot && Array.isArray(msg.participants)) {
+        snapshot.participants.push(...msg.participants);
+        snapshot.more = msg.more;
+      } else {
+        return;
+      }
+      if ((snapshot.more || 0) > 0) return;
+      stop();
+      resolve({ ws, snapshot });
+    };
+  });
+}
+
+// ---- The room ---------------------------------------------------------------
+
+/**
+ * One client in one room: `join()`, then its state (`participants`,
+ * `muted`, `admin`, `locked`, `connectionState`) and events, and the
+ * controls (`setMuted`, `setHand`, the moderator's). A `Room` joins once;
+ * after `ended`, make a new one.
+ */
+export class Room extends Emitter<RoomEvents> {
+  readonly room: string;
+  readonly name: string;
+  readonly transport: Transport;
+  readonly api: Api;
+  readonly timings: Timings;
+
+  private _state: RoomState = 'idle';
+  private _id: number | null = null;
+  private _muted: boolean = false;
+  private _admin: boolean = false;
+  private _locked: boolean = false;
+  private _connectionState: RTCPeerConnectionState = 'new';
+  private _pc: RTCPeerConnection | null = null;
+  private _stream: MediaStream | null = null;
+  private _remoteStream: MediaStream | null = null;
+  private _iceServers: RTCIceServer[] = [];
+  private _offerSdp: string = '';
+  private _answerSdp: string = '';
+  private _socketResumes: number = 0;
+  /** Every ICE restart attempt of this call (each updated with its outcome). */
+  readonly iceRestarts: IceRestartAttempt[] = [];
+
+  private readonly options: RoomOptions;
+  private readonly members = new Map<number, Participant>();
+  private ws: WebSocket | null = null;
+  private resumeKey = '';
+  private ownStream = false;
+  private pending: { resolve: (m: { id: number; sdp: string; resume?: string }) => void; reject: (e: TuttiError) => void } | null = null;
+  private connectTimer: ReturnType<typeof setTimeout> | undefined;
+  private disconnectedTimer: ReturnType<typeof setTimeout> | undefined;
+  private restartTimer: ReturnType<typeof setTimeout> | undefined;
+  private resumeTimer: ReturnType<typeof setTimeout> | undefined;
+  private lostAt = 0;
+  private restarting = false;
+
+  constructor(options: RoomOptions) {
+    super();
+    this.options = options;
+    this.room = options.room;
+    this.name = options.name || '';
+    this.transport = options.transport || 'websocket';
+    this.api = new Api(options.url, options.token);
+    this.timings = { ...DEFAULT_TIMINGS, ...(options.timings || {}) };
+  }
+
+  /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
+  get state(): RoomState {
+    return this._state;
+  }
+
+  /** This client's participant id, once joined. */
+  get id(): number | null {
+    return this._id;
+  }
+
+  /** This client is muted (by itself, or by a moderator). */
+  get muted(): boolean {
+    return this._muted;
+  }
+
+  /** The token manages the room: the moderator's controls work. */
+  get admin(): boolean {
+    return this._admin;
+  }
+
+  /** The room takes no new joins. */
+  get locked(): boolean {
+    return this._locked;
+  }
+
+  /** The peer connection's state. */
+  get connectionState(): RTCPeerConnectionState {
+    return this._connectionState;
+  }
+
+  /** The peer connection (for its stats). */
+  get pc(): RTCPeerConnection | null {
+    return this._pc;
+  }
+
+  /** The microphone stream sent. */
+  get stream(): MediaStream | null {
+    return this._stream;
+  }
+
+  /** The room's mix, once its track arrived. */
+  get remoteStream(): MediaStream | null {
+    return this._remoteStream;
+  }
+
+  /** The ICE servers the server gave. */
+  get iceServers(): RTCIceServer[] {
+    return this._iceServers;
+  }
+
+  /** The offer sent. */
+  get offerSdp(): string {
+    return this._offerSdp;
+  }
+
+  /** The server's answer (the last one, after an ICE restart). */
+  get answerSdp(): string {
+    return this._answerSdp;
+  }
+
+  /** How many times the socket was lost and resumed (or tried). */
+  get socketResumes(): number {
+    return this._socketResumes;
+  }
+
+  /** The participants, this client's own first, then by id. */
+  get participants(): Participant[] {
+    return Array.from(this.members.values()).sort((a, b) => Number(b.you) - Number(a.you) || a.id - b.id);
+  }
+
+  /** This client's own participant, once joined. */
+  get me(): Participant | null {
+    return this._id === null ? null : this.members.get(this._id) || null;
+  }
+
+  participant(id: number): Participant | null {
+    return this.members.get(id) || null;
+  }
+
+  private get live(): boolean {
+    return this._state === 'joining' || this._state === 'joined';
+  }
+
+  /**
+   * Joins: resolves once the answer is applied (the media may still be
+   * connecting: `connection` tells); rejects with a TuttiError, and then
+   * the room is `ended` (code `moved`: the room is on another node, see
+   * `error.moved` and `enterUrl`).
+   */
+  async join(): Promise<void> {
+    if (this._state !== 'idle') throw new TuttiError('already_joined', 'a Room joins once; make a new one');
+    if (!validRoomId(this.room)) throw new TuttiError('bad_room_id');
+    this._state = 'joining';
+    try {
+      await this.connect();
+    } catch (e) {
+      const err = e instanceof TuttiError ? e : new TuttiError('error', e instanceof Error ? e.message : String(e));
+      if (this._state === 'joining') this.teardown();
+      if (err.moved) this.emit('moved', err.moved);
+      throw err;
+    }
+  }
+
+  private async connect(): Promise<void> {
+    const t = this.timings;
+    this.emit('progress', 'room');
+    await this.api.ensureRoom(this.room, this.options.create !== false);
+    this.check();
+    this.emit('progress', 'microphone');
+    if (this.options.stream) {
+      this._stream = this.options.stream;
+    } else {
+      this._stream = await microphone(this.options.processing !== false);
+      this.ownStream = true;
+      if (this._state !== 'joining') {
+        this._stream.getTracks().forEach((track) => track.stop());
+      }
+      this.check();
+    }
+    this.emit('stream', this._stream);
+
+    this._iceServers = await this.api.iceServers(this.room);
+    this.check();
+    const pc = new RTCPeerConnection({
+      bundlePolicy: 'max-bundle',
+      rtcpMuxPolicy: 'require',
+      ...(this.options.rtcConfiguration || {}),
+      iceServers: [...(this.options.rtcConfiguration?.iceServers || []), ...this._iceServers],
+    });
+    this._pc = pc;
+    for (const track of this._stream.getAudioTracks()) pc.addTrack(track, this._stream);
+    pc.ontrack = (e) => this.onTrack(e);
+    pc.onconnectionstatechange = () => this.onConnectionState();
+    pc.oniceconnectionstatechange = () => this.onIceState();
+
+    this.emit('progress', 'connecting');
+    await pc.setLocalDescription(await pc.createOffer());
+    await gathered(pc, t.gatherTimeoutMs);
+    this.check();
+    this._offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
+
+    // Subscribe to everything (the default) so the state stays whole.
+    const { ws, snapshot } = await openSocket(this.api, this.room, t.joinTimeoutMs);
+    if (this._state !== 'joining') {
+      ws.close(1000);
+      throw new TuttiError('left');
+    }
+    this.ws = ws;
+    this.applySnapshot(snapshot);
+    let answer: { id: number; sdp: string; resume?: string };
+    if (this.transport === 'rest') {
+      ws.onmessage = (ev) => this.onMessage(parse(ev.data));
+      ws.onclose = (ev) => this.socketLost(ev);
+      const r = await this.api.request('POST', this.api.roomPath(this.room, '/participants'), {
+        sdp: this._offerSdp,
+        ...(this.name ? { name: this.name } : {}),
+      });
+      if (!r.ok) throw await errorOf(r);
+      answer = (await r.json()) as { id: number; sdp: string };
+    } else {
+      answer = await this.exchange({ type: 'join', sdp: this._offerSdp, ...(this.name ? { name: this.name } : {}) });
+    }
+    this.check();
+    this._id = answer.id;
+    this.resumeKey = answer.resume || '';
+    this._answerSdp = answer.sdp;
+    for (const p of this.members.values()) p.you = p.id === this._id;
+    await pc.setRemoteDescription({ type: 'answer', sdp: answer.sdp });
+    this.check();
+    this.connectTimer = setTimeout(() => {
+      if (this.live && pc.connectionState !== 'connected') this.end(new TuttiError('ice_failed'));
+    }, t.connectTimeoutMs);
+    this._state = 'joined';
+    this.applyMute(false);
+    // Restore what a hand-over carried: muted, the hand.
+    if (this.options.muted) this.setMuted(true);
+    if (this.options.hand) this.setHand(true);
+    this.emit('change', undefined);
+  }
+
+  /** Throws when the call ended while `join()` waited. */
+  private check(): void {
+    if (this._state !== 'joining') throw new TuttiError('left', 'the call ended while joining');
+  }
+
+  /** Sends the join message; resolves with its answer (or rejects with its error). */
+  private exchange(message: ClientMessage): Promise<{ id: number; sdp: string; resume?: string }> {
+    return new Promise((resolve, reject) => {
+      const ws = this.ws as WebSocket;
+      const timer = setTimeout(() => {
+        this.pending = null;
+        reject(new TuttiError('timeout'));
+      }, this.timings.joinTimeoutMs);
+      this.pending = {
+        resolve: (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      ws.onmessage = (ev) => this.onMessage(parse(ev.data));
+      ws.onclose = (ev) => this.socketLost(ev);
+      ws.send(JSON.stringify(message));
+    });
+  }
+
+  private sendMessage(message: ClientMessage): boolean {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(JSON.stringify(message));
+    return true;
+  }
+
+  /** Leaves the room (the socket's close leaves it too); `ended` with null. */
+  leave(): void {
+    if (!this.live) return;
+    if (this.transport === 'rest' && this._id !== null) {
+      // Fire and forget: the page may be going away.
+      this.api.request('DELETE', this.api.roomPath(this.room, `/participants/${this._id}`)).catch(() => {});
+    } else {
+      this.sendMessage({ type: 'leave' });
+    }
+    this.teardown();
+    this.emit('ended', null);
+    this.emit('change', undefined);
+  }
+
+  /** Ends the call for a reason the server or the network gave. */
+  private end(err: TuttiError): void {
+    if (!this.live) return;
+    this.teardown();
+    this.emit('ended', err);
+    this.emit('change', undefined);
+  }
+
+  private teardown(): void {
+    this._state = 'ended';
+    clearTimeout(this.connectTimer);
+    clearTimeout(this.disconnectedTimer);
+    clearTimeout(this.restartTimer);
+    clearTimeout(this.resumeTimer);
+    if (this.pending) {
+      const p = this.pending;
+      this.pending = null;
+      p.reject(new TuttiError('socket_lost'));
+    }
+    if (this.ws) {
+      this.ws.onclose = null;
+      this.ws.onmessage = null;
+      this.ws.close(1000);
+      this.ws = null;
+    }
+    if (this._pc) this._pc.close();
+    if (this._stream && this.ownStream) this._stream.getTracks().forEach((t) => t.stop());
+    this.members.clear();
+    this._id = null;
+    this._muted = false;
+    this._admin = false;
+    this._locked = false;
+    this._connectionState = 'closed';
+  }
+
+  // ---- Controls -------------------------------------------------------------
+
+  /** Mutes or unmutes this client: the track stops sending, and the room is told. */
+  setMuted(muted: boolean): void {
+    if (this._state !== 'joined' || this._id === null) return;
+    this.applyMute(muted);
+    const self = this.members.get(this._id);
+    if (self) self.muted = muted;
+    if (this.transport === 'rest') {
+      this.api.request('PATCH', this.api.roomPath(this.room, `/participants/${this._id}`), { muted }).then(
+        async (r) => {
+          if (!r.ok) this.emit('serverError', await errorOf(r));
+        },
+        (e) => this.emit('serverError', e),
+      );
+    } else {
+      this.sendMessage({ type: 'mute', muted });
+    }
+    this.emit('change', undefined);
+  }
+
+  private applyMute(muted: boolean): void {
+    this._muted = muted;
+    if (this._stream) for (const t of this._stream.getAudioTracks()) t.enabled = !muted;
+  }
+
+  /** Raises or lowers this client's hand, or (`id`, a moderator) someone else's. */
+  setHand(raised: boolean, id?: number): void {
+    if (this._state !== 'joined') return;
+    const target = id === undefined ? this._id : id;
+    if (target === null) return;
+    if (this.transport === 'rest') {
+      this.moderate('PATCH', `/participants/${target}`, { hand: raised });
+    } else {
+      this.sendMessage(id === undefined ? { type: 'hand', raised } : { type: 'hand', raised, id });
+    }
+  }
+
+  /** A moderator's REST call on the room; resolves with the server's refusal (also `serverError`), or null. */
+  async moderate(method: string, path: string, body?: unknown): Promise<TuttiError | null> {
+    try {
+      const r = await this.api.request(method, this.api.roomPath(this.room, path), body);
+      if (r.ok) return null;
+      const err = await errorOf(r);
+      this.emit('serverError', err);
+      return err;
+    } catch (e) {
+      const err = e instanceof TuttiError ? e : new TuttiError('network');
+      this.emit('serverError', err);
+      return err;
+    }
+  }
+
+  /** Grants or revokes someone's right to speak (moderators). */
+  setSpeak(id: number, speak: boolean): Promise<TuttiError | null> {
+    return this.moderate('PATCH', `/participants/${id}`, { speak });
+  }
+
+  /** Removes someone; with `banSeconds`, they cannot rejoin for that long (moderators). */
+  kick(id: number, banSeconds?: number): Promise<TuttiError | null> {
+    const query = banSeconds ? `?ban_seconds=${Math.floor(banSeconds)}` : '';
+    return this.moderate('DELETE', `/participants/${id}${query}`);
+  }
+
+  /** Mutes everyone but the moderators. */
+  muteAll(): Promise<TuttiError | null> {
+    return this.moderate('PATCH', '', { mute_all: true });
+  }
+
+  /** Locks or unlocks the room (a locked room takes no new joins). */
+  setLocked(locked: boolean): Promise<TuttiError | null> {
+    return this.moderate('PATCH', '', { locked });
+  }
+
+  /** A guest token for this room (moderators). */
+  invite(permissions: 'speak' | 'listen' = 'speak', ttlSeconds = 3600): Promise<Invite> {
+    return this.api.invite(this.room, permissions, ttlSeconds);
+  }
+
+  /** A fresh token for the same identity before the socket's expires (`tokenExpiring`). */
+  refreshToken(token: string): void {
+    this.api.token = token;
+    this.sendMessage({ type: 'token', token });
+  }
+
+  // ---- Messages -------------------------------------------------------------
+
+  private member(p: Member): Participant {
+    return {
+      id: p.id,
+      name: p.name || `participant ${p.id}`,
+      identity: p.identity || '',
+      talking: !!p.talking,
+      muted: !!p.muted,
+      listenOnly: !!p.listen_only,
+      hand: !!p.hand,
+      admin: !!p.admin,
+      deaf: !!p.deaf,
+      you: p.id === this._id,
+    };
+  }
+
+  private applySnapshot(msg: RoomMessage): void {
+    this.members.clear();
+    for (const p of msg.participants || []) this.members.set(p.id, this.member(p));
+    this._admin = !!msg.admin;
+    this._locked = !!msg.locked;
+    this.emit('change', undefined);
+  }
+
+  private onMessage(msg: ServerMessage | null): void {
+    if (!msg || !this.live) return;
+    switch (msg.type) {
+      case 'events':
+        // One batch's room events, in order; one `change` after them.
+        for (const e of Array.isArray(msg.events) ? msg.events : []) {
+          this.onEvent(e);
+          if (!this.live) return;
+        }
+        break;
+      case 'room':
+        this.applySnapshot(msg);
+        return;
+      case 'participants':
+        // The rest of a big room's snapshot, right after `room`.
+        for (const p of Array.isArray(msg.participants) ? msg.participants : []) {
+          if (!this.members.has(p.id)) this.members.set(p.id, this.member(p));
+        }
+        break;
+      case 'answer':
+        if (this.pending) {
+          const p = this.pending;
+          this.pending = null;
+          p.resolve(msg);
+        }
+        return;
+      case 'error': {
+        const err = new TuttiError(msg.code, msg.message);
+        if (this.pending) {
+          const p = this.pending;
+          this.pending = null;
+          p.reject(err);
+        } else {
+          this.emit('serverError', err);
+        }
+        return;
+      }
+      case 'token_expiring':
+        this.emit('tokenExpiring', { expiresAt: Number(msg.expires_at) });
+        return;
+      case 'token_accepted':
+        this.emit('tokenAccepted', { expiresAt: Number(msg.expires_at) });
+        return;
+      case 'moved':
+        if (msg.api_url && msg.room) this.emit('moved', msg);
+        return;
+      default:
+        // A bare event (older servers), or one this client does not know.
+        this.onEvent(msg as RoomEventMessage);
+    }
+    if (this.live) this.emit('change', undefined);
+  }
+
+  private onEvent(e: RoomEventMessage): void {
+    const find = (id: number) => this.members.get(id);
+    switch (e.type) {
+      case 'joined': {
+        if (!this.members.has(e.id)) {
+          const p = this.member({ id: e.id, name: e.name });
+          this.members.set(e.id, p);
+          this.emit('joined', p);
+        }
+        break;
+      }
+      case 'left': {
+        const p = find(e.id) || this.member({ id: e.id, name: '' });
+        this.members.delete(e.id);
+        this.emit('left', { participant: p, reason: e.reason });
+        // Our own leave tears the call down before its event arrives: a
+        // `left` about us means the server (or a moderator) ended it.
+        if (e.id === this._id) this.end(new TuttiError(e.reason === 'left' ? 'removed' : e.reason));
+        break;
+      }
+      case 'talking': {
+        const p = find(e.id);
+        if (p) {
+          p.talking = !!e.talking;
+          this.emit('talking', { participant: p, talking: p.talking });
+        }
+        break;
+      }
+      case 'muted': {
+        const p = find(e.id);
+        if (p) p.muted = !!e.muted;
+        if (e.id === this._id) this.applyMute(!!e.muted);
+        if (p) this.emit('muted', { participant: p, muted: !!e.muted });
+        break;
+      }
+      case 'hand': {
+        const p = find(e.id);
+        if (p) {
+          p.hand = !!e.raised;
+          this.emit('hand', { participant: p, raised: p.hand });
+        }
+        break;
+      }
+      case 'permissions': {
+        const p = find(e.id);
+        if (p) {
+          p.listenOnly = !e.speak;
+          this.emit('permissions', { participant: p, speak: !!e.speak });
+        }
+        break;
+      }
+      case 'deaf': {
+        const p = find(e.id);
+        if (p) p.deaf = !!e.deaf;
+        break;
+      }
+      case 'room_updated':
+        this._locked = !!e.locked;
+        this.emit('roomUpdated', { locked: this._locked, maxParticipants: e.max_participants, maxSpeakers: e.max_speakers });
+        break;
+      case 'muted_all':
+        this.emit('mutedAll', { count: Number(e.count) || 0 });
+        break;
+      case 'draining':
+        this.emit('draining', { deadline: Number(e.deadline) || 0, message: e.message || '' });
+        break;
+      case 'room_closed':
+        this.end(new TuttiError('room_closed'));
+        break;
+      case 'shutdown':
+        this.end(new TuttiError('shutdown', e.message));
+        break;
+      case 'recording_started':
+      case 'recording_stopped':
+      case 'recording_finished':
+        this.emit('recording', e);
+        break;
+      case 'playback_started':
+      case 'playback_stopped':
+      case 'playback_finished':
+        this.emit('playback', e);
+        break;
+      default:
+      // unknown within the version: skipped
+    }
+  }
+
+  // ---- The socket: lost and resumed -----------------------------------------
+
+  /**
+   * The room's socket closed under a call (a network change, a reset). The
+   * server keeps the participant for `limits.ws_resume_seconds`: open a new
+   * socket and `resume` with the answer's key, every `resumeRetryMs` for
+   * `resumeWindowMs`; the media restarts ICE on its own. Refused or out of
+   * time: the call ends (`socket_lost`). With `transport: 'rest'` the
+   * socket only watches: a new one is opened the same way.
+   */
+  private socketLost(ev: CloseEvent | null): void {
+    const reason = closeReason(ev);
+    if (this.pending) {
+      const p = this.pending;
+      this.pending = null;
+      p.reject(new TuttiError(reason || 'socket_lost'));
+      return;
+    }
+    if (!this.live) return;
+    this.ws = null;
+    // Closed on purpose (token expired, joined elsewhere): no resume.
+    if (reason) {
+      this.end(new TuttiError(reason));
+      return;
+    }
+    const rest = this.transport === 'rest';
+    if (this._id === null || (!rest && !this.resumeKey)) {
+      this.end(new TuttiError('socket_lost'));
+      return;
+    }
+    const since = Date.now();
+    this._socketResumes += 1;
+    this.emit('socketLost', undefined);
+    const retry = () => {
+      this.resumeTimer = setTimeout(attempt, this.timings.resumeRetryMs);
+    };
+    const attempt = async () => {
+      if (!this.live) return;
+      if (Date.now() - since > this.timings.resumeWindowMs) {
+        this.end(new TuttiError('socket_lost'));
+        return;
+      }
+      let ws: WebSocket;
+      let snapshot: Snapshot;
+      try {
+        ({ ws, snapshot } = await openSocket(this.api, this.room, this.timings.joinTimeoutMs));
+      } catch (e) {
+        if (e instanceof TuttiError && e.moved) {
+          this.emit('moved', e.moved);
+          return;
+        }
+        retry();
+        return;
+      }
+      if (!this.live) {
+        ws.close(1000);
+        return;
+      }
+      const adopt = () => {
+        this.ws = ws;
+        this.applySnapshot(snapshot);
+        ws.onmessage = (e) => this.onMessage(parse(e.data));
+        ws.onclose = (e) => this.socketLost(e);
+        this.emit('resumed', undefined);
+      };
+      if (rest) {
+        adopt();
+        return;
+      }
+      ws.onmessage = (e) => {
+        const msg = parse(e.data);
+        if (msg && msg.type === 'resumed') {
+          adopt();
+        } else if (msg && msg.type === 'error') {
+          ws.onclose = null;
+          ws.close(1000);
+          this.end(new TuttiError('socket_lost', msg.message));
+        }
+      };
+      ws.onclose = () => retry();
+      ws.send(JSON.stringify({ type: 'resume', id: this._id ?? 0, key: this.resumeKey } satisfies ClientMessage));
+    };
+    attempt();
+  }
+
+  // ---- The media: connection and ICE restart ---------------------------------
+
+  private onTrack(e: RTCTrackEvent): void {
+    if (!this.live) return;
+    const stream = e.streams && e.streams[0] ? e.streams[0] : new MediaStream([e.track]);
+    this._remoteStream = stream;
+    this.emit('track', stream);
+  }
+
+  private onConnectionState(): void {
+    if (!this.live || !this._pc) return;
+    const s = this._pc.connectionState;
+    this._connectionState = s;
+    if (s === 'connected') {
+      clearTimeout(this.connectTimer);
+      clearTimeout(this.restartTimer);
+      this.lostAt = 0;
+    }
+    this.emit('connection', s);
+    this.emit('change', undefined);
+    if (s === 'failed') this.onIceState();
+  }
+
+  /** Whether the connection dropped and is being restored. */
+  get reconnecting(): boolean {
+    return this.lostAt !== 0;
+  }
+
+  /**
+   * ICE `disconnected` for `disconnectedWaitMs`, or `failed`: restart ICE.
+   * Before the answer there is nothing to restart (the connect timeout
+   * covers that).
+   */
+  private onIceState(): void {
+    const pc = this._pc;
+    if (this._state !== 'joined' || !pc || this._id === null) return;
+    const s = pc.iceConnectionState;
+    if (s === 'connected' || s === 'completed') {
+      clearTimeout(this.disconnectedTimer);
+      this.disconnectedTimer = undefined;
+      return;
+    }
+    if (s === 'disconnected' && this.disconnectedTimer === undefined) {
+      this.disconnectedTimer = setTimeout(() => {
+        this.disconnectedTimer = undefined;
+        const now = this._pc && this._pc.iceConnectionState;
+        if (this._state === 'joined' && (now === 'disconnected' || now === 'failed')) this.restartIce();
+      }, this.timings.disconnectedWaitMs);
+    } else if (s === 'failed') {
+      clearTimeout(this.disconnectedTimer);
+      this.disconnectedTimer = undefined;
+      this.restartIce();
+    }
+  }
+
+  /**
+   * One ICE restart: a new offer (new ICE credentials) for our participant,
+   * `PATCH …/participants/{id}` (application/sdp), its answer. Failed
+   * attempts are retried until `restartGraceMs` after the connection
+   * dropped (then `ice_lost`); a refusal (401, 403, 404: the server does
+   * not know us, or will not) ends the call at once (`restart_refused`).
+   * Called by the client itself; an app may call it too.
+   */
+  async restartIce(): Promise<void> {
+    const pc = this._pc;
+    if (this._state !== 'joined' || !pc || this.restarting) return;
+    const t = this.timings;
+    if (!this.lostAt) this.lostAt = Date.now();
+    if (Date.now() - this.lostAt > t.restartGraceMs) {
+      this.end(new TuttiError('ice_lost'));
+      return;
+    }
+    this.restarting = true;
+    clearTimeout(this.restartTimer);
+    const attempt: IceRestartAttempt = { at: Date.now() - this.lostAt, status: 0, code: '' };
+    this.iceRestarts.push(attempt);
+    this.emit('iceRestart', attempt);
+    let retry = true;
+    try {
+      await pc.setLocalDescription(await pc.createOffer({ iceRestart: true }));
+      await gathered(pc, t.gatherTimeoutMs);
+      if (this._state !== 'joined') return;
+      const r = await this.api.request(
+        'PATCH',
+        this.api.roomPath(this.room, `/participants/${this._id}`),
+        pc.localDescription ? pc.localDescription.sdp : '',
+      );
+      attempt.status = r.status;
+      if (this._state !== 'joined') return;
+      if (r.status === 200) {
+        const sdp = await r.text();
+        await pc.setRemoteDescription({ type: 'answer', sdp });
+        this._answerSdp = sdp;
+        attempt.code = 'answered';
+        retry = false;
+      } else {
+        const err = await errorOf(r);
+        attempt.code = err.code;
+        // The server no longer knows us, or will not let us: final. Anything
+        // else (busy, briefly unavailable, not ready) is tried again.
+        if (r.status === 401 || r.status === 403 || r.status === 404) {
+          retry = false;
+          this.emit('iceRestart', attempt);
+          this.end(new TuttiError('restart_refused', err.message || err.code, r.status));
+          return;
+        }
+      }
+    } catch (e) {
+      attempt.code = (e instanceof TuttiError && e.code) || 'error';
+      // Our offer is still pending if the answer never came: roll back for the next try.
+      try {
+        if (this._state === 'joined' && pc.signalingState === 'have-local-offer') {
+          await pc.setLocalDescription({ type: 'rollback' });
+        }
+      } catch (_) {
+        // nothing to roll back
+      }
+    } finally {
+      this.restarting = false;
+    }
+    if (this._state !== 'joined') return;
+    this.emit('iceRestart', attempt);
+    // Until connected again (which clears the timer), keep trying within the grace period.
+    const left = t.restartGraceMs - (Date.now() - this.lostAt);
+    this.restartTimer = setTimeout(
+      () => {
+        if (this._state !== 'joined' || !this._pc) return;
+        const s = this._pc.iceConnectionState;
+        if (s === 'connected' || s === 'completed') {
+          this.lostAt = 0;
+          return;
+        }
+        if (Date.now() - this.lostAt > t.restartGraceMs) this.end(new TuttiError('ice_lost'));
+        else this.restartIce();
+      },
+      Math.max(0, retry ? Math.min(t.restartRetryMs, left) : Math.min(t.restartGraceMs, left)),
+    );
+  }
+}
