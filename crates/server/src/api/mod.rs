@@ -23,6 +23,7 @@ mod limit;
 pub(crate) mod node;
 mod openapi;
 mod origin;
+pub(crate) mod playback;
 mod recording;
 pub(crate) mod rooms;
 mod rtp_in;
@@ -288,6 +289,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(recording::routes())
         .merge(rtp_out::routes())
         .merge(speakers::routes())
+        .merge(playback::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())

@@ -1,0 +1,269 @@
+//! Files played into a room, heard by real WebRTC participants: a file of
+//! the playback directory and an upload, each forwarded frame for frame
+//! (the listener receives the file's own Opus packets: no decode, no
+//! encode) while it plays alone; stopping silences it, looping repeats it;
+//! hold music plays to one participant alone and stops when a second
+//! joins; bad files, paths out of the directory, oversized uploads and a
+//! full room of playbacks get clear JSON errors and break nothing.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{Ws, create_room, http, start_with, test_config};
+use serde_json::{Value, json};
+use tutti_client::{JoinAs, ToneClient, run_for};
+use tutti_server::ops::ogg::{OggOpusWriter, OpusHead};
+
+/// An Ogg/Opus file of `frames` 20 ms frames of a `freq` Hz tone (real
+/// Opus, the recorder's Ogg writer), and its Opus packets.
+fn tone_file(freq: f32, frames: usize) -> (Vec<u8>, Vec<Bytes>) {
+    let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("encoder");
+    let head = OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 };
+    let mut w = OggOpusWriter::new(Vec::new(), 11, head, "tutti test", &[]).expect("headers");
+    let mut packets = Vec::new();
+    for n in 0..frames {
+        let pcm = tutti_mix::tone(freq, 0.3, (n * 960) as u64);
+        let packet = enc.encode_vec_float(&pcm, 1500).expect("encode");
+        w.push_packet(&packet, 960).expect("write");
+        packets.push(Bytes::from(packet));
+    }
+    w.finish().expect("finish");
+    (std::mem::take(w.get_mut()), packets)
+}
+
+/// A fresh directory of sound files.
+fn sounds_dir(name: &str, files: &[(&str, &[u8])]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tutti-playback-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (file, bytes) in files {
+        std::fs::write(dir.join(file), bytes).expect("write");
+    }
+    dir
+}
+
+fn post_json(api: SocketAddr, path: &str, body: Value) -> (u16, Value) {
+    let r = http(api, "POST", path, Some("application/json"), body.to_string().as_bytes());
+    (r.status, serde_json::from_str(&r.body).unwrap_or(Value::Null))
+}
+
+fn call(api: SocketAddr, method: &str, path: &str) -> (u16, Value) {
+    let r = http(api, method, path, None, b"");
+    (r.status, serde_json::from_str(&r.body).unwrap_or(Value::Null))
+}
+
+/// A participant that sends silence and listens, connected; `others`
+/// are pumped meanwhile (what they hear is stamped when it arrives).
+fn listener(api: SocketAddr, room: &str, others: &mut [&mut ToneClient]) -> ToneClient {
+    let mut c = ToneClient::join(api, room, 200.0, JoinAs::Whip).expect("join");
+    c.talking = false;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.connected && Instant::now() < deadline {
+        let now = Instant::now();
+        c.pump(now);
+        others.iter_mut().for_each(|o| o.pump(now));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(c.connected, "connected");
+    c
+}
+
+/// Received packets (after `since`) that are byte for byte one of `packets`.
+fn identical(c: &ToneClient, packets: &HashSet<Bytes>, since: Instant) -> usize {
+    c.heard.iter().filter(|(at, p)| *at >= since && packets.contains(&p.payload)).count()
+}
+
+#[test]
+fn a_file_is_heard_forwarded_unchanged_then_stopped_and_a_loop_repeats() {
+    let (file, packets) = tone_file(523.0, 50);
+    let dir = sounds_dir("heard", &[("tone.opus", &file)]);
+    let mut cfg = test_config();
+    cfg.playback.dir = dir.display().to_string();
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "pb");
+    let mut ws = Ws::connect(api, "pb");
+    let mut c = listener(api, "pb", &mut []);
+    let packets: HashSet<Bytes> = packets.into_iter().collect();
+
+    // Once: one second of 523 Hz, the file's own packets.
+    let started = Instant::now();
+    let (status, once) = post_json(api, "/v1/rooms/pb/playbacks", json!({ "file": "tone.opus" }));
+    assert_eq!(status, 201, "{once}");
+    assert_eq!((&once["file"], &once["purpose"], &once["loop"]), (&json!("tone.opus"), &json!("announcement"), &json!(false)));
+    assert_eq!(once["duration_seconds"], 1.0);
+    let id = once["id"].as_u64().expect("id");
+    assert!(id >= 1 << 52, "a playback id is not a participant's: {id}");
+    let ev = ws.wait_pumping(Duration::from_secs(5), &mut [&mut c], |v| v["type"] == "playback_started");
+    assert_eq!((&ev["id"], &ev["purpose"], &ev["loop"]), (&json!(id), &json!("announcement"), &json!(false)));
+    let ev = ws.wait_pumping(Duration::from_secs(5), &mut [&mut c], |v| v["type"] == "playback_finished");
+    assert_eq!((&ev["id"], &ev["file"]), (&json!(id), &json!("tone.opus")));
+    run_for(&mut [&mut c], Duration::from_millis(200));
+    let amp = c.hears(523.0, started);
+    assert!(amp > 0.1, "the listener hears the file: {amp}");
+    let same = identical(&c, &packets, started);
+    assert!(same >= 40, "forwarded without a decode: {same} of the file's 50 packets arrived unchanged");
+    assert!(call(api, "GET", "/v1/rooms/pb/playbacks").1["playbacks"].as_array().is_some_and(Vec::is_empty));
+    let room = common::room(api, "pb");
+    assert_eq!(room["participants"].as_array().map(Vec::len), Some(1), "a playback is no participant: {room}");
+
+    // Looped: it goes round until stopped, then silence.
+    let looped_at = Instant::now();
+    let (status, looped) = post_json(api, "/v1/rooms/pb/playbacks", json!({ "file": "tone.opus", "loop": true }));
+    assert_eq!(status, 201, "{looped}");
+    let id = looped["id"].as_u64().expect("id");
+    run_for(&mut [&mut c], Duration::from_millis(2600));
+    let (_, list) = call(api, "GET", "/v1/rooms/pb/playbacks");
+    let now = &list["playbacks"][0];
+    assert_eq!((&now["id"], &now["loop"]), (&json!(id), &json!(true)), "{list}");
+    assert!(now["loops"].as_u64().is_some_and(|l| l >= 2), "it went round: {list}");
+    let last_second = Instant::now() - Duration::from_millis(800);
+    assert!(c.hears(523.0, last_second) > 0.1, "still heard after its end, looped");
+    assert!(identical(&c, &packets, looped_at) >= 100, "two rounds and more of the file's packets");
+    let (status, stopped) = call(api, "DELETE", &format!("/v1/rooms/pb/playbacks/{id}"));
+    assert_eq!(status, 200, "{stopped}");
+    let stop = Instant::now();
+    let ev = ws.wait_pumping(Duration::from_secs(5), &mut [&mut c], |v| v["type"] == "playback_stopped");
+    assert_eq!((&ev["id"], &ev["reason"]), (&json!(id), &json!("stopped")));
+    run_for(&mut [&mut c], Duration::from_millis(800));
+    let after = c.hears(523.0, stop + Duration::from_millis(200));
+    assert!(after < 0.01, "silent once stopped: {after}");
+    assert_eq!(call(api, "DELETE", &format!("/v1/rooms/pb/playbacks/{id}")).0, 404);
+
+    // An upload plays the same way.
+    let (tone, up) = tone_file(784.0, 50);
+    let up: HashSet<Bytes> = up.into_iter().collect();
+    let at = Instant::now();
+    let r = http(api, "POST", "/v1/rooms/pb/playbacks", Some("audio/ogg"), &tone);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let body: Value = serde_json::from_str(&r.body).expect("JSON");
+    assert_eq!(body["file"], "upload");
+    run_for(&mut [&mut c], Duration::from_millis(1400));
+    assert!(c.hears(784.0, at) > 0.1, "the upload is heard");
+    assert!(identical(&c, &up, at) >= 40, "and forwarded unchanged");
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn hold_music_plays_to_one_alone_and_stops_when_a_second_joins() {
+    let (hold, _) = tone_file(660.0, 50);
+    let (enter, _) = tone_file(880.0, 10);
+    let dir = sounds_dir("hold", &[("hold.opus", &hold), ("enter.opus", &enter)]);
+    let mut cfg = test_config();
+    cfg.playback.dir = dir.display().to_string();
+    cfg.playback.hold_music = "hold.opus".to_owned();
+    cfg.playback.enter_sound = "enter.opus".to_owned();
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "lobby");
+    let mut ws = Ws::connect(api, "lobby");
+    assert_eq!(call(api, "GET", "/v1/rooms/lobby/sounds").1, json!({ "enter": "enter.opus", "leave": null, "hold": "hold.opus" }));
+    let mut a = listener(api, "lobby", &mut []);
+    let ev = ws.wait_pumping(Duration::from_secs(5), &mut [&mut a], |v| v["type"] == "playback_started");
+    assert_eq!((&ev["purpose"], &ev["loop"], &ev["file"]), (&json!("hold"), &json!(true), &json!("hold.opus")));
+    let alone = Instant::now();
+    run_for(&mut [&mut a], Duration::from_millis(1500));
+    assert!(a.hears(660.0, alone) > 0.1, "alone: the hold music");
+    let joining = Instant::now();
+    let mut b = listener(api, "lobby", &mut [&mut a]);
+    let joined = Instant::now();
+    let ev = ws.wait_pumping(Duration::from_secs(5), &mut [&mut a, &mut b], |v| v["type"] == "playback_stopped");
+    assert_eq!(ev["reason"], "joined");
+    run_for(&mut [&mut a, &mut b], Duration::from_millis(1500));
+    for (who, c) in [("a", &a), ("b", &b)] {
+        let amp = c.hears(660.0, joined + Duration::from_millis(300));
+        assert!(amp < 0.01, "{who}: no hold music once two are in: {amp}");
+    }
+    assert!(a.hears(880.0, joining) > 0.05, "a hears the enter sound as b joins");
+    let (_, list) = call(api, "GET", "/v1/rooms/lobby/playbacks");
+    assert!(list["playbacks"].as_array().is_some_and(Vec::is_empty), "{list}");
+    // b leaves: a is alone again, and the hold music is back.
+    b.close();
+    let ev = ws.wait_pumping(Duration::from_secs(10), &mut [&mut a], |v| v["type"] == "playback_started");
+    assert_eq!(ev["purpose"], "hold");
+    // A room's own sounds change at run time; a missing file changes nothing.
+    let put = |body: Value| {
+        let r = http(api, "PUT", "/v1/rooms/lobby/sounds", Some("application/json"), body.to_string().as_bytes());
+        (r.status, serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null))
+    };
+    let (status, err) = put(json!({ "hold": "nope.opus", "enter": null }));
+    assert_eq!((status, &err["code"]), (404, &json!("file_not_found")), "{err}");
+    assert_eq!(call(api, "GET", "/v1/rooms/lobby/sounds").1["enter"], "enter.opus", "unchanged");
+    let (status, now) = put(json!({ "hold": null }));
+    assert_eq!(status, 200, "{now}");
+    assert_eq!(now, json!({ "enter": "enter.opus", "leave": null, "hold": null }));
+    let ev = ws.wait_pumping(Duration::from_secs(5), &mut [&mut a], |v| v["type"] == "playback_stopped");
+    assert_eq!(ev["reason"], "replaced");
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn bad_files_paths_out_of_the_directory_and_big_uploads_get_clear_errors() {
+    let (good, _) = tone_file(440.0, 25);
+    let (big, _) = tone_file(440.0, 2000);
+    let dir = sounds_dir("bad", &[("good.opus", &good), ("junk.opus", b"RIFF\x24\x00\x00\x00WAVEfmt not ogg at all")]);
+    std::fs::write(dir.parent().expect("tmp").join(format!("secret-{}.opus", std::process::id())), &good).expect("outside");
+    let mut cfg = test_config();
+    cfg.playback.dir = dir.display().to_string();
+    cfg.playback.max_file_bytes = 16 * 1024;
+    cfg.playback.max_per_room = 2;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "bad");
+    let play = |file: &str| post_json(api, "/v1/rooms/bad/playbacks", json!({ "file": file }));
+    let outside = format!("../secret-{}.opus", std::process::id());
+    for (file, status, code) in [
+        (outside.as_str(), 400, "bad_file_name"),
+        ("/etc/passwd", 400, "bad_file_name"),
+        (".hidden", 400, "bad_file_name"),
+        ("", 400, "bad_file_name"),
+        ("missing.opus", 404, "file_not_found"),
+        ("junk.opus", 422, "bad_audio_file"),
+    ] {
+        let (got, body) = play(file);
+        assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{file:?}: {body}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.contains(&dir.display().to_string())), "no server path: {body}");
+    }
+    std::fs::write(dir.join("big.opus"), &big).expect("big");
+    assert_eq!(play("big.opus").1["code"], "file_too_large");
+    let upload = |bytes: &[u8]| {
+        let r = http(api, "POST", "/v1/rooms/bad/playbacks", Some("audio/ogg"), bytes);
+        (r.status, serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null))
+    };
+    let (status, body) = upload(&big);
+    assert_eq!((status, &body["code"]), (413, &json!("file_too_large")), "{body}");
+    let (status, body) = upload(b"OggS but then nothing of the kind");
+    assert_eq!((status, &body["code"]), (422, &json!("bad_audio_file")), "{body}");
+    let mut damaged = good.clone();
+    let n = damaged.len();
+    damaged[n - 20] ^= 0x55;
+    let (status, body) = upload(&damaged);
+    assert_eq!((status, &body["code"]), (422, &json!("bad_audio_file")), "{body}");
+    let r = http(api, "POST", "/v1/rooms/bad/playbacks", Some("text/plain"), b"good.opus");
+    assert_eq!((r.status, r.body.contains("unsupported_media_type")), (415, true), "{}", r.body);
+    assert_eq!(post_json(api, "/v1/rooms/bad/playbacks", json!({ "file": "good.opus", "x": 1 })).1["code"], "bad_json");
+    assert_eq!(post_json(api, "/v1/rooms/nowhere/playbacks", json!({ "file": "good.opus" })).0, 404);
+    assert_eq!(call(api, "DELETE", "/v1/rooms/bad/playbacks/abc").1["code"], "bad_value");
+    assert_eq!(call(api, "DELETE", "/v1/rooms/bad/playbacks/12").1["code"], "playback_not_found");
+    // The limit per room.
+    let looped = json!({ "file": "good.opus", "loop": true });
+    assert_eq!(post_json(api, "/v1/rooms/bad/playbacks", looped.clone()).0, 201);
+    assert_eq!(post_json(api, "/v1/rooms/bad/playbacks", looped.clone()).0, 201);
+    let (status, body) = post_json(api, "/v1/rooms/bad/playbacks", looped);
+    assert_eq!((status, &body["code"]), (429, &json!("too_many_playbacks")), "{body}");
+    // Nothing else is affected: a participant joins and hears the two playing.
+    let mut c = listener(api, "bad", &mut []);
+    let at = Instant::now();
+    run_for(&mut [&mut c], Duration::from_millis(1000));
+    assert!(c.hears(440.0, at) > 0.1, "the room plays on");
+    let _ = std::fs::remove_file(dir.parent().expect("tmp").join(format!("secret-{}.opus", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(server.shutdown());
+}
