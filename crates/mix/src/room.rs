@@ -1062,7 +1062,7 @@ impl Room {
             events,
             decodes,
             encodes,
-            participants: self.len(),
+            participants: self.len() - self.sources,
             lost: phase_a.lost,
             concealed,
             late,

@@ -857,9 +857,11 @@ impl Config {
         if !(1..=64).contains(&p.max_per_room) {
             return invalid("playback.max_per_room", "must be within 1 to 64".into());
         }
-        for (key, name) in
-            [("playback.enter_sound", &p.enter_sound), ("playback.leave_sound", &p.leave_sound), ("playback.hold_music", &p.hold_music)]
-        {
+        for (key, name) in [
+            ("playback.enter_sound", &p.enter_sound),
+            ("playback.leave_sound", &p.leave_sound),
+            ("playback.hold_music", &p.hold_music),
+        ] {
             if name.is_empty() {
                 continue;
             }

@@ -95,7 +95,10 @@ fn a_file_is_heard_forwarded_unchanged_then_stopped_and_a_loop_repeats() {
     let started = Instant::now();
     let (status, once) = post_json(api, "/v1/rooms/pb/playbacks", json!({ "file": "tone.opus" }));
     assert_eq!(status, 201, "{once}");
-    assert_eq!((&once["file"], &once["purpose"], &once["loop"]), (&json!("tone.opus"), &json!("announcement"), &json!(false)));
+    assert_eq!(
+        (&once["file"], &once["purpose"], &once["loop"]),
+        (&json!("tone.opus"), &json!("announcement"), &json!(false))
+    );
     assert_eq!(once["duration_seconds"], 1.0);
     let id = once["id"].as_u64().expect("id");
     assert!(id >= 1 << 52, "a playback id is not a participant's: {id}");
@@ -163,7 +166,10 @@ fn hold_music_plays_to_one_alone_and_stops_when_a_second_joins() {
     let api = server.http_addr();
     create_room(api, "lobby");
     let mut ws = Ws::connect(api, "lobby");
-    assert_eq!(call(api, "GET", "/v1/rooms/lobby/sounds").1, json!({ "enter": "enter.opus", "leave": null, "hold": "hold.opus" }));
+    assert_eq!(
+        call(api, "GET", "/v1/rooms/lobby/sounds").1,
+        json!({ "enter": "enter.opus", "leave": null, "hold": "hold.opus" })
+    );
     let mut a = listener(api, "lobby", &mut []);
     let ev = ws.wait_pumping(Duration::from_secs(5), &mut [&mut a], |v| v["type"] == "playback_started");
     assert_eq!((&ev["purpose"], &ev["loop"], &ev["file"]), (&json!("hold"), &json!(true), &json!("hold.opus")));
@@ -209,7 +215,8 @@ fn bad_files_paths_out_of_the_directory_and_big_uploads_get_clear_errors() {
     let (good, _) = tone_file(440.0, 25);
     let (big, _) = tone_file(440.0, 2000);
     let dir = sounds_dir("bad", &[("good.opus", &good), ("junk.opus", b"RIFF\x24\x00\x00\x00WAVEfmt not ogg at all")]);
-    std::fs::write(dir.parent().expect("tmp").join(format!("secret-{}.opus", std::process::id())), &good).expect("outside");
+    std::fs::write(dir.parent().expect("tmp").join(format!("secret-{}.opus", std::process::id())), &good)
+        .expect("outside");
     let mut cfg = test_config();
     cfg.playback.dir = dir.display().to_string();
     cfg.playback.max_file_bytes = 16 * 1024;
@@ -229,7 +236,10 @@ fn bad_files_paths_out_of_the_directory_and_big_uploads_get_clear_errors() {
     ] {
         let (got, body) = play(file);
         assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{file:?}: {body}");
-        assert!(body["message"].as_str().is_some_and(|m| !m.contains(&dir.display().to_string())), "no server path: {body}");
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.contains(&dir.display().to_string())),
+            "no server path: {body}"
+        );
     }
     std::fs::write(dir.join("big.opus"), &big).expect("big");
     assert_eq!(play("big.opus").1["code"], "file_too_large");
@@ -266,4 +276,27 @@ fn bad_files_paths_out_of_the_directory_and_big_uploads_get_clear_errors() {
     let _ = std::fs::remove_file(dir.parent().expect("tmp").join(format!("secret-{}.opus", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir);
     rt.block_on(server.shutdown());
+}
+
+#[test]
+fn the_playback_settings_are_checked_and_a_missing_sound_stops_the_start() {
+    let refused = |key: &str, value: &str| {
+        let sets = [(key.to_owned(), value.to_owned())];
+        let e = tutti_server::Config::load(None, Vec::<(String, String)>::new(), &sets).expect_err("refused");
+        e.to_string()
+    };
+    assert!(refused("playback.hold_music", "../../etc/passwd").contains("playback.hold_music"));
+    assert!(refused("playback.enter_sound", "sub/dir.opus").contains("playback.enter_sound"));
+    assert!(refused("playback.max_per_room", "0").contains("playback.max_per_room"));
+    assert!(refused("playback.max_file_bytes", "10").contains("playback.max_file_bytes"));
+    let dir = sounds_dir("start", &[("junk.opus", b"not an ogg file")]);
+    for (name, says) in [("missing.opus", "no file"), ("junk.opus", "Ogg")] {
+        let mut cfg = test_config();
+        cfg.playback.dir = dir.display().to_string();
+        cfg.playback.leave_sound = name.to_owned();
+        let rt = tutti_server::api_runtime(1).expect("runtime");
+        let e = rt.block_on(tutti_server::Server::start(cfg)).err().expect("the start fails").to_string();
+        assert!(e.contains("playback.leave_sound") && e.contains(says), "{name}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -122,7 +122,8 @@ pub(crate) fn load_file(dir: &str, name: &str, max: u64) -> Result<Clip, LoadErr
     }
     let mut bytes = Vec::with_capacity(len as usize);
     // Bounded even if the file grows meanwhile.
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, max.saturating_add(1)), &mut bytes).map_err(|e| io(e.kind()))?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, max.saturating_add(1)), &mut bytes)
+        .map_err(|e| io(e.kind()))?;
     if bytes.len() as u64 > max {
         return Err(LoadError::TooLarge { max });
     }
@@ -438,7 +439,8 @@ pub(super) async fn set_sounds(State(api): State<Arc<ApiState>>, req: RoomReques
     let bytes = read_body(&req.headers, body, api.cfg.max_body_bytes as u64).await?;
     let set: SetSounds = super::rooms::json(&req.headers, &bytes, None)?;
     let mut change = SoundsChange::default();
-    for (field, name) in [(&mut change.enter, set.enter), (&mut change.leave, set.leave), (&mut change.hold, set.hold)] {
+    for (field, name) in [(&mut change.enter, set.enter), (&mut change.leave, set.leave), (&mut change.hold, set.hold)]
+    {
         *field = match name {
             None => None,
             Some(None) => Some(None),

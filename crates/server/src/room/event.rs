@@ -121,7 +121,9 @@ impl EventKinds {
             | RoomEvent::RecordingStopped { .. }
             | RoomEvent::RecordingFinished { .. } => return true,
             // Few and for everyone: what the room hears.
-            RoomEvent::PlaybackStarted { .. } | RoomEvent::PlaybackStopped { .. } | RoomEvent::PlaybackFinished { .. } => {
+            RoomEvent::PlaybackStarted { .. }
+            | RoomEvent::PlaybackStopped { .. }
+            | RoomEvent::PlaybackFinished { .. } => {
                 return true;
             }
         };

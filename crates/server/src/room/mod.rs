@@ -23,8 +23,8 @@
 mod error;
 mod event;
 mod member;
-pub(crate) mod playback;
 mod plain;
+pub(crate) mod playback;
 mod registry;
 #[allow(clippy::module_inception)]
 mod room;

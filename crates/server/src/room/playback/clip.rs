@@ -36,7 +36,9 @@ pub(crate) enum ClipError {
     #[error("the file holds more than one Ogg stream; only a single Opus stream is played")]
     MultipleStreams,
     /// An audio packet that is not one 20 ms Opus packet.
-    #[error("audio packet {index} lasts {samples} samples, not 960 (20 ms): encode with 20 ms frames (opusenc --framesize 20)")]
+    #[error(
+        "audio packet {index} lasts {samples} samples, not 960 (20 ms): encode with 20 ms frames (opusenc --framesize 20)"
+    )]
     FrameSize {
         /// Its position among the audio packets, from 0.
         index: usize,
@@ -72,8 +74,6 @@ pub(crate) struct Clip {
     /// Its file name (or `upload` for a body).
     pub(crate) name: String,
     pub(crate) frames: Vec<ClipFrame>,
-    /// Channels its header names (1 or 2; mixed as mono).
-    pub(crate) channels: u8,
 }
 
 impl Clip {
@@ -83,7 +83,8 @@ impl Clip {
         let mut next = || reader.read_packet().map_err(|e| ClipError::NotOgg(e.to_string()));
         let head = next()?.ok_or_else(|| ClipError::NotOgg("no Ogg page found".into()))?;
         let serial = head.stream_serial();
-        let channels = opus_head(&head.data)?;
+        // Mono or stereo: either is mixed (and decoded) as mono.
+        opus_head(&head.data)?;
         let tags = next()?.ok_or(ClipError::BadHeader("no OpusTags packet".into()))?;
         if tags.stream_serial() != serial {
             return Err(ClipError::MultipleStreams);
@@ -130,7 +131,7 @@ impl Clip {
             frames.push(ClipFrame { payload: all.slice(at..at + p.len()), level: level_of(&pcm) });
             at += p.len();
         }
-        Ok(Self { name: name.to_owned(), frames, channels })
+        Ok(Self { name: name.to_owned(), frames })
     }
 
     /// How long it plays once, in seconds.
@@ -139,8 +140,8 @@ impl Clip {
     }
 }
 
-/// Checks an `OpusHead` (RFC 7845 §5.1); returns its channel count.
-fn opus_head(p: &[u8]) -> Result<u8, ClipError> {
+/// Checks an `OpusHead` (RFC 7845 §5.1).
+fn opus_head(p: &[u8]) -> Result<(), ClipError> {
     if !p.starts_with(b"OpusHead") {
         return Err(ClipError::NotOpus);
     }
@@ -157,7 +158,7 @@ fn opus_head(p: &[u8]) -> Result<u8, ClipError> {
     if family > 1 {
         return Err(ClipError::BadHeader(format!("channel mapping family {family} (0 or 1 only)")));
     }
-    Ok(channels)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -183,7 +184,7 @@ pub(crate) mod tests {
     #[test]
     fn a_real_tone_file_is_read_frame_by_frame_with_levels() {
         let clip = Clip::parse("tone.opus", &tone_file(440.0, 100)).expect("parsed");
-        assert_eq!((clip.frames.len(), clip.channels), (100, 1));
+        assert_eq!(clip.frames.len(), 100);
         assert!((clip.duration_seconds() - 2.0).abs() < 1e-9);
         // A 0.3 sine is about −13 dBov; the first frame holds the encoder's ramp-up.
         assert!(clip.frames[10..].iter().all(|f| (10..=16).contains(&f.level)), "{:?}", clip.frames[10].level);
@@ -202,12 +203,14 @@ pub(crate) mod tests {
         // Truncated in the middle of a page.
         assert!(Clip::parse("x", &good[..good.len() - 10]).is_err());
         // Headers only.
-        let mut w = OggOpusWriter::new(Vec::new(), 1, OpusHead { channels: 1, pre_skip: 0, input_rate: 48_000 }, "t", &[])
-            .expect("headers");
+        let mut w =
+            OggOpusWriter::new(Vec::new(), 1, OpusHead { channels: 1, pre_skip: 0, input_rate: 48_000 }, "t", &[])
+                .expect("headers");
         assert_eq!(Clip::parse("x", w.get_mut()).err(), Some(ClipError::Empty));
         // Another codec in Ogg: a Vorbis-like first packet.
-        let mut w = OggOpusWriter::new(Vec::new(), 1, OpusHead { channels: 1, pre_skip: 0, input_rate: 48_000 }, "t", &[])
-            .expect("headers");
+        let mut w =
+            OggOpusWriter::new(Vec::new(), 1, OpusHead { channels: 1, pre_skip: 0, input_rate: 48_000 }, "t", &[])
+                .expect("headers");
         w.push_packet(&[0x08; 3], 960).expect("push");
         w.finish().expect("finish");
         let mut file = std::mem::take(w.get_mut());
@@ -221,8 +224,9 @@ pub(crate) mod tests {
     #[test]
     fn packets_of_another_duration_are_refused() {
         let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("encoder");
-        let mut w = OggOpusWriter::new(Vec::new(), 3, OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 }, "t", &[])
-            .expect("headers");
+        let mut w =
+            OggOpusWriter::new(Vec::new(), 3, OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 }, "t", &[])
+                .expect("headers");
         for n in 0..5 {
             // 40 ms packets.
             let pcm: Vec<f32> = (0..1920).map(|i| 0.2 * ((n * 1920 + i) as f32 * 0.05).sin()).collect();

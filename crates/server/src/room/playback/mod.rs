@@ -48,7 +48,6 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(PLAYBACK_ID_BASE);
 /// mixer to play what its jitter buffer still holds.
 const DRAIN_TICKS: u64 = 25;
 
-
 /// Whether participant id `id` is a playback's.
 pub(crate) fn is_playback(id: u64) -> bool {
     id >= PLAYBACK_ID_BASE
@@ -230,7 +229,13 @@ impl Playbacks {
 }
 
 /// Starts a playback under the mixing lock.
-fn start(room: &str, m: &mut Mixing, clip: Arc<Clip>, looping: bool, purpose: Purpose) -> Result<Active, PlaybackError> {
+fn start(
+    room: &str,
+    m: &mut Mixing,
+    clip: Arc<Clip>,
+    looping: bool,
+    purpose: Purpose,
+) -> Result<Active, PlaybackError> {
     let max = m.playbacks.defaults.max_per_room;
     if m.playbacks.active.len() >= max {
         return Err(PlaybackError::TooMany { room: room.to_owned(), max });
@@ -442,7 +447,8 @@ impl Room {
         }
         let a = if busy { None } else { start(&self.id, &mut m, clip, purpose == Purpose::Hold, purpose).ok() };
         let Some(a) = a else {
-            metrics::counter!(crate::metrics::outputs::PLAYBACK_SOUNDS_SKIPPED, "purpose" => purpose.as_str()).increment(1);
+            metrics::counter!(crate::metrics::outputs::PLAYBACK_SOUNDS_SKIPPED, "purpose" => purpose.as_str())
+                .increment(1);
             tracing::debug!(room = %self.id, purpose = purpose.as_str(), "room sound skipped");
             return None;
         };
@@ -480,7 +486,10 @@ mod tests {
         Arc::new(Clip::parse("tone.opus", &tone_file(523.0, frames)).expect("clip"))
     }
 
-    fn events(room: &Room, rx: &mut tokio::sync::broadcast::Receiver<Arc<super::super::event::EventBatch>>) -> Vec<RoomEvent> {
+    fn events(
+        room: &Room,
+        rx: &mut tokio::sync::broadcast::Receiver<Arc<super::super::event::EventBatch>>,
+    ) -> Vec<RoomEvent> {
         room.flush_events();
         let mut out = Vec::new();
         while let Ok(batch) = rx.try_recv() {
@@ -516,7 +525,11 @@ mod tests {
         assert_eq!(&frames[start..start + forwarded.len()], &forwarded[..]);
         assert!(room.playbacks().is_empty(), "gone after its end");
         assert!(room.tick(None, 41, 0).is_none(), "the mixer is empty again");
-        assert!(events(&room, &mut rx).iter().any(|e| matches!(e, RoomEvent::PlaybackFinished { id, .. } if *id == info.id)));
+        assert!(
+            events(&room, &mut rx)
+                .iter()
+                .any(|e| matches!(e, RoomEvent::PlaybackFinished { id, .. } if *id == info.id))
+        );
         assert_eq!(room.speaker_ids(), Vec::<u64>::new(), "a playback is never listed as a speaker");
     }
 
@@ -548,8 +561,9 @@ mod tests {
         room.init_playback(Defaults { max_per_room: 4, sounds });
         let mut rx = room.subscribe();
         let purposes = |room: &Room| room.playbacks().iter().map(|p| p.purpose).collect::<Vec<_>>();
-        let acceptor = tutti_rtc::Acceptor::new("127.0.0.1:4000".parse().expect("addr"), std::time::Duration::from_secs(5))
-            .expect("acceptor");
+        let acceptor =
+            tutti_rtc::Acceptor::new("127.0.0.1:4000".parse().expect("addr"), std::time::Duration::from_secs(5))
+                .expect("acceptor");
         let join = |name: &str| {
             let joiner = crate::room::PlainJoiner {
                 id: acceptor.reserve_id(),
