@@ -300,3 +300,69 @@ fn the_playback_settings_are_checked_and_a_missing_sound_stops_the_start() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_playback_events_reach_a_webhook_receiver() {
+    use std::sync::{Arc, Mutex};
+    let (file, _) = tone_file(523.0, 10);
+    let dir = sounds_dir("hooks", &[("short.opus", &file)]);
+    let rt = tutti_server::api_runtime(2).expect("runtime");
+    let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let app = {
+        let got = got.clone();
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let got = got.clone();
+                async move {
+                    got.lock().expect("not poisoned").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                    axum::http::StatusCode::OK
+                }
+            }),
+        )
+    };
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
+    let hooks = listener.local_addr().expect("addr");
+    rt.spawn(async move { axum::serve(listener, app).await });
+    let mut cfg = test_config();
+    cfg.playback.dir = dir.display().to_string();
+    cfg.webhooks.urls = vec![format!("http://{hooks}/hook")];
+    cfg.webhooks.secret = "a webhook secret of thirty-two bytes or more".to_owned();
+    let server = rt.block_on(tutti_server::Server::start(cfg)).expect("server starts");
+    let api = server.http_addr();
+    create_room(api, "hooked");
+    let (status, started) = post_json(api, "/v1/rooms/hooked/playbacks", json!({ "file": "short.opus" }));
+    assert_eq!(status, 201, "{started}");
+    let (_, looped) = post_json(api, "/v1/rooms/hooked/playbacks", json!({ "file": "short.opus", "loop": true }));
+    let looped = looped["id"].as_u64().expect("id");
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(call(api, "DELETE", &format!("/v1/rooms/hooked/playbacks/{looped}")).0, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events: Vec<Value> = got
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .filter(|e| e["event"].as_str().is_some_and(|n| n.starts_with("playback_")))
+            .cloned()
+            .collect();
+        if events.len() >= 4 || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(names.len(), 4, "{events:?}");
+    assert_eq!(names.iter().filter(|n| **n == "playback_started").count(), 2, "{names:?}");
+    let finished = events.iter().find(|e| e["event"] == "playback_finished").expect("finished");
+    assert_eq!((&finished["room"], &finished["playback"]["id"]), (&json!("hooked"), &started["id"]), "{finished}");
+    let stopped = events.iter().find(|e| e["event"] == "playback_stopped").expect("stopped");
+    assert_eq!((&stopped["playback"]["id"], &stopped["reason"]), (&json!(looped), &json!("stopped")), "{stopped}");
+    let first = events.iter().find(|e| e["event"] == "playback_started").expect("started");
+    assert_eq!(
+        (&first["playback"]["file"], &first["playback"]["purpose"]),
+        (&json!("short.opus"), &json!("announcement"))
+    );
+    rt.block_on(server.shutdown());
+    let _ = std::fs::remove_dir_all(&dir);
+}
