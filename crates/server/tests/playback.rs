@@ -366,3 +366,49 @@ fn the_playback_events_reach_a_webhook_receiver() {
     rt.block_on(server.shutdown());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn only_an_admin_of_the_room_plays_files_or_changes_its_sounds() {
+    use tutti_client::{Requester, request_as};
+    use tutti_server::auth::{Auth, Grant, unix_now};
+    const SECRET: &str = "the playback test's secret: 32 bytes and more";
+    let (file, _) = tone_file(523.0, 10);
+    let dir = sounds_dir("auth", &[("tone.opus", &file)]);
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = SECRET.to_owned();
+    cfg.playback.dir = dir.display().to_string();
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let auth = Auth::new(SECRET).expect("auth");
+    let mint = |g: Grant| auth.mint(&g, Duration::from_secs(600), unix_now()).expect("mint");
+    let admin = mint(Grant::admin("ops"));
+    let room_admin = mint(Grant { admin: true, ..Grant::participant("guarded", "host") });
+    let other_admin = mint(Grant { admin: true, ..Grant::participant("elsewhere", "host2") });
+    let guest = mint(Grant::participant("guarded", "guest"));
+    let as_ = |token: Option<&str>, method: &str, path: &str, body: &str| {
+        let ct = (!body.is_empty()).then_some("application/json");
+        let r = request_as(api, &Requester { token, from: None }, method, path, ct, body.as_bytes()).expect("answer");
+        (r.status, serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null)["code"].clone())
+    };
+    assert_eq!(as_(Some(&admin), "POST", "/v1/rooms", r#"{"id":"guarded"}"#).0, 201);
+    let play = r#"{"file":"tone.opus"}"#;
+    let refused = [
+        (None, "POST", "/v1/rooms/guarded/playbacks", play, 401, "token_missing"),
+        (Some(guest.as_str()), "POST", "/v1/rooms/guarded/playbacks", play, 403, "forbidden"),
+        (Some(guest.as_str()), "GET", "/v1/rooms/guarded/playbacks", "", 403, "forbidden"),
+        (Some(guest.as_str()), "PUT", "/v1/rooms/guarded/sounds", r#"{"hold":"tone.opus"}"#, 403, "forbidden"),
+        (Some(other_admin.as_str()), "POST", "/v1/rooms/guarded/playbacks", play, 403, "wrong_room"),
+        (Some(other_admin.as_str()), "DELETE", "/v1/rooms/guarded/playbacks/1", "", 403, "wrong_room"),
+    ];
+    for (token, method, path, body, status, code) in refused {
+        assert_eq!(as_(token, method, path, body), (status, json!(code)), "{method} {path} with {token:?}");
+    }
+    let list =
+        request_as(api, &Requester::token(&admin), "GET", "/v1/rooms/guarded/playbacks", None, b"").expect("answer");
+    assert!(list.body.contains(r#""playbacks":[]"#), "nothing was started: {}", list.body);
+    assert_eq!(as_(Some(&room_admin), "POST", "/v1/rooms/guarded/playbacks", play).0, 201, "the room's admin may");
+    assert_eq!(as_(Some(&room_admin), "PUT", "/v1/rooms/guarded/sounds", r#"{"enter":"tone.opus"}"#).0, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(server.shutdown());
+}
