@@ -245,7 +245,6 @@ fn start(
     m.mixer.add_source(id).map_err(|_| PlaybackError::Closed(room.to_owned()))?;
     // Its CSRC while it plays (RFC 6465): a value of its own.
     m.sources.insert(id, 0x7000_0000 | (id.0 as u32 & 0x0FFF_FFFF));
-    metrics::counter!(crate::metrics::outputs::PLAYBACKS_STARTED, "purpose" => purpose.as_str()).increment(1);
     let active = Active { id, clip, purpose, looping, next: 0, seq: 0, pushed: 0, loops: 0, ended: None };
     Ok(active)
 }
@@ -261,6 +260,11 @@ fn remove(m: &mut Mixing, at: usize, reason: Option<&'static str>) -> (PlaybackI
         None => RoomEvent::PlaybackFinished { id: a.id.0, file: info.file.clone() },
     });
     (info, event)
+}
+
+/// Counts a start (outside the mixing lock: a metrics registry lookup).
+fn count_start(purpose: Purpose) {
+    metrics::counter!(crate::metrics::outputs::PLAYBACKS_STARTED, "purpose" => purpose.as_str()).increment(1);
 }
 
 fn started(a: &Active) -> Option<RoomEvent> {
@@ -335,6 +339,7 @@ impl Room {
             m.playbacks.active.push(a);
             out
         };
+        count_start(Purpose::Announcement);
         self.publish_all(event);
         tracing::info!(room = %self.id, playback = info.id, file = %info.file, looping, "playback started");
         Ok(info)
@@ -425,7 +430,9 @@ impl Room {
     /// playing (an enter or leave sound: if neither is); a room at its
     /// limit skips it (counted).
     fn start_sound(&self, purpose: Purpose) -> Option<RoomEvent> {
-        if self.is_closed() {
+        // A closing room, or one handed over to another node (its
+        // participants leave to rejoin there): no sounds for that.
+        if self.is_closed() || self.is_handed_over() {
             return None;
         }
         let mut m = lock(&self.mixing);
@@ -447,6 +454,7 @@ impl Room {
         }
         let a = if busy { None } else { start(&self.id, &mut m, clip, purpose == Purpose::Hold, purpose).ok() };
         let Some(a) = a else {
+            drop(m);
             metrics::counter!(crate::metrics::outputs::PLAYBACK_SOUNDS_SKIPPED, "purpose" => purpose.as_str())
                 .increment(1);
             tracing::debug!(room = %self.id, purpose = purpose.as_str(), "room sound skipped");
@@ -454,6 +462,8 @@ impl Room {
         };
         let event = started(&a);
         m.playbacks.active.push(a);
+        drop(m);
+        count_start(purpose);
         event
     }
 
