@@ -241,6 +241,11 @@ fn bad_files_paths_out_of_the_directory_and_big_uploads_get_clear_errors() {
             "no server path: {body}"
         );
     }
+    // A link in the directory that leads out of it is no file of it.
+    let secret = dir.parent().expect("tmp").join(format!("secret-{}.opus", std::process::id()));
+    std::os::unix::fs::symlink(&secret, dir.join("link.opus")).expect("symlink");
+    let (got, body) = play("link.opus");
+    assert_eq!((got, &body["code"]), (404, &json!("file_not_found")), "{body}");
     std::fs::write(dir.join("big.opus"), &big).expect("big");
     assert_eq!(play("big.opus").1["code"], "file_too_large");
     let upload = |bytes: &[u8]| {

@@ -3,7 +3,8 @@
 //! No sockets, no HTTP, no threads: [`Rooms`] is the single owner of the
 //! rooms map and the peer registry, and every operation a user can cause
 //! (create, join, leave, mute, gain, delete, and the stage's speak, hand,
-//! lock, resize, mute-all and kick: `stage`) is a method here that checks,
+//! lock, resize, mute-all and kick: `stage`; files played into a room, its
+//! enter and leave sounds and hold music: `playback`) is a method here that checks,
 //! changes the state, tells the room's subscribers ([`RoomEvent`]) and
 //! returns `Result<_, RoomError>`. What must happen elsewhere is returned as
 //! [`Effect`]s ("close peer P on I/O thread T"), for the caller to carry out:
