@@ -553,6 +553,8 @@ fn playback_answers_and_events_match_their_schemas() {
     let doc = spec(api);
     common::create_room(api, "played");
     let mut ws = RawWs::connect(api, "/v1/rooms/played/ws");
+    let first = ws.next_message();
+    assert_eq!(first["type"], "room", "{first}");
     let call = |method: &str, path: &str, template: &str, ct: Option<&str>, body: &[u8]| {
         let r = http(api, method, path, ct, body);
         answer_matches(&doc, method, template, &r);
@@ -576,6 +578,13 @@ fn playback_answers_and_events_match_their_schemas() {
     let r = call("PUT", "/v1/rooms/played/sounds", sounds, json_ct, br#"{"hold":"tone.opus","enter":null}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(call("PUT", "/v1/rooms/played/sounds", sounds, json_ct, br#"{"leave":"gone.opus"}"#).status, 404);
+    // A socket opened while the upload plays: the snapshot names it.
+    let mut late = RawWs::connect(api, "/v1/rooms/played/ws");
+    let snapshot = late.next_message();
+    assert_eq!(snapshot["playbacks"][0]["file"], "upload", "{snapshot}");
+    if let Err(e) = check(&ws_schema, &json!({ "$ref": "#/$defs/server_message" }), &snapshot, "server") {
+        panic!("the snapshot does not match the schema: {e}");
+    }
     // The events: started (twice), stopped, finished (the upload, after its second).
     let mut seen = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(10);

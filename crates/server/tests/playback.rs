@@ -88,6 +88,8 @@ fn a_file_is_heard_forwarded_unchanged_then_stopped_and_a_loop_repeats() {
     let api = server.http_addr();
     create_room(api, "pb");
     let mut ws = Ws::connect(api, "pb");
+    let first = ws.wait_for(Duration::from_secs(5), |v| v["type"] == "room");
+    assert_eq!(first["playbacks"], json!([]), "{first}");
     let mut c = listener(api, "pb", &mut []);
     let packets: HashSet<Bytes> = packets.into_iter().collect();
 
@@ -125,6 +127,9 @@ fn a_file_is_heard_forwarded_unchanged_then_stopped_and_a_loop_repeats() {
     let now = &list["playbacks"][0];
     assert_eq!((&now["id"], &now["loop"]), (&json!(id), &json!(true)), "{list}");
     assert!(now["loops"].as_u64().is_some_and(|l| l >= 2), "it went round: {list}");
+    let mut late = Ws::connect(api, "pb");
+    let snapshot = late.wait_for(Duration::from_secs(5), |v| v["type"] == "room");
+    assert_eq!(snapshot["playbacks"][0]["id"], json!(id), "a socket opened now sees what plays: {snapshot}");
     let last_second = Instant::now() - Duration::from_millis(800);
     assert!(c.hears(523.0, last_second) > 0.1, "still heard after its end, looped");
     assert!(identical(&c, &packets, looped_at) >= 100, "two rounds and more of the file's packets");
