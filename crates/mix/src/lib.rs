@@ -47,7 +47,8 @@
 //! receiver fills with comfort noise, never delay.
 //!
 //! A *source* ([`Room::add_source`]: a file played into the room) is heard
-//! like a speaker and sent nothing: selected among the K, forwarded when it
+//! like a speaker and sent nothing: selected among the K ahead of any
+//! talker while it sounds, forwarded when it
 //! is the only one, mixed otherwise, with no N-minus-self encode of its own.
 //!
 //! A listener's one decoder hears forwarded frames (the speaker's encoder)

@@ -276,6 +276,13 @@ impl DecodeState {
 }
 
 impl Participant {
+    /// How it ranks in the speaker selection: its loudness; a source
+    /// ([`Room::add_source`]) above everyone while it sounds, so that a
+    /// file played into the room is always heard.
+    fn rank(&self) -> f32 {
+        if self.source { f32::INFINITY } else { self.loudness }
+    }
+
     /// Decodes this tick's frame once: the samples, with the participant's
     /// gain applied, stay in `dec.pcm` for tick `decoded_at`. Lost frames are
     /// concealed (PLC, or FEC from the next packet). Returns the RFC 6464
@@ -500,8 +507,9 @@ impl Room {
     }
 
     /// Adds a source: a participant that everyone hears and that is sent
-    /// nothing (a file played into the room). It is selected, mixed and,
-    /// alone, forwarded like any speaker, but no N-minus-self stream is
+    /// nothing (a file played into the room). It is selected (ahead of any
+    /// talker, while it sounds), mixed and, alone, forwarded like any
+    /// speaker, but no N-minus-self stream is
     /// encoded for it, and it does not count against
     /// [`RoomConfig::max_participants`] (the caller bounds its sources).
     /// Its noise suppression is off (a file is no microphone; see
@@ -1160,7 +1168,7 @@ impl Room {
             let weakest = self
                 .selected
                 .iter()
-                .map(|sel| (sel.id, self.participant(sel.id).map_or(0.0, |p| p.loudness)))
+                .map(|sel| (sel.id, self.participant(sel.id).map_or(0.0, Participant::rank)))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
                 .map(|(id, _)| id);
             let Some(out) = weakest else { break };
@@ -1200,7 +1208,7 @@ impl Room {
                 .selected
                 .iter()
                 .enumerate()
-                .map(|(n, sel)| (n, self.participant(sel.id).map_or(0.0, |p| p.loudness)))
+                .map(|(n, sel)| (n, self.participant(sel.id).map_or(0.0, Participant::rank)))
                 .min_by(|a, b| a.1.total_cmp(&b.1));
             let Some((n, weakest_loudness)) = weakest else { break };
             if c.loudness <= weakest_loudness + self.cfg.hysteresis_db {
@@ -1352,7 +1360,7 @@ impl Shard {
                 self.events.push(TalkEvent::Stopped(p.id));
             }
             if p.talking && !p.muted && p.slot.is_none() {
-                self.candidates.push(Candidate { id: p.id, loudness: p.loudness });
+                self.candidates.push(Candidate { id: p.id, loudness: p.rank() });
             }
         }
         if self.candidates.len() > k {

@@ -87,3 +87,41 @@ fn sources_take_no_participant_place_and_leave_cleanly() {
     room.remove_participant(ParticipantId((1 << 52) + 1)).expect("removed");
     assert_eq!((room.len(), room.sources()), (1, 0));
 }
+
+#[test]
+fn a_source_is_heard_over_louder_talkers_when_the_speakers_are_full() {
+    let cfg = RoomConfig { max_speakers: tutti_mix::SpeakerLimit::Top(2), ..RoomConfig::default() };
+    let mut room = Room::new(cfg).expect("room");
+    let pool = MixPool::new(1).expect("pool");
+    let mut talkers: Vec<ToneParticipant> =
+        (1..=3).map(|i| ToneParticipant::new(i, 300.0 + 100.0 * i as f32)).collect();
+    let mut listener = ToneParticipant::new(9, 200.0);
+    let mut file = ToneParticipant::new(1 << 52, 523.0);
+    for p in talkers.iter().chain([&listener]) {
+        room.add_participant(p.id).expect("join");
+    }
+    let tick = |room: &mut Room, talkers: &mut [ToneParticipant], t: u64| {
+        for p in talkers.iter_mut() {
+            // Loud: well above the quiet file.
+            room.push_packet(p.id, p.next_packet(0.5)).expect("in room");
+        }
+        room.tick(&pool, t)
+    };
+    for t in 0..20 {
+        tick(&mut room, &mut talkers, t);
+    }
+    room.add_source(file.id).expect("source");
+    for t in 20..120 {
+        room.push_packet(file.id, file.next_packet(0.05)).expect("in room");
+        room.push_packet(listener.id, listener.next_packet(0.0)).expect("in room");
+        let report = tick(&mut room, &mut talkers, t);
+        if t >= 25 {
+            assert!(report.speakers.iter().any(|s| s.id == file.id), "tick {t}: the file is among the 2 mixed");
+            assert_eq!(report.speakers.len(), 2);
+        }
+        if t >= 60 {
+            listener.receive(&room);
+        }
+    }
+    assert!(tutti_mix::goertzel(&listener.heard, 523.0) > 0.02, "the listener hears the quiet file");
+}
