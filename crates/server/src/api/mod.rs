@@ -74,6 +74,8 @@ pub(crate) struct ApiState {
     pub(crate) updates: limit::KeyedLimiter<u64>,
     /// Open WebSockets per token identity.
     pub(crate) ws_identities: limit::Counts,
+    /// Files of the playback directory read once for every room playing them.
+    pub(crate) clips: playback::ClipCache,
 }
 
 impl ApiState {
@@ -93,6 +95,7 @@ impl ApiState {
                 cfg.limits.participant_update_burst,
             ),
             ws_identities: limit::Counts::default(),
+            clips: playback::ClipCache::default(),
             cfg,
         }
     }

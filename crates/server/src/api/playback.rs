@@ -15,8 +15,10 @@
 //! upload is read past the limit), Ogg/Opus with 20 ms frames (422
 //! `bad_audio_file`, naming what is wrong).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::SystemTime;
 
 use axum::Router;
 use axum::body::Body;
@@ -33,6 +35,7 @@ use super::recording::{RoomRequest, may_manage};
 use super::schema::ErrorBody;
 use crate::config::PlaybackSettings;
 use crate::room::playback::{self, Clip, PlaybackError, PlaybackInfo, Sounds, SoundsChange, check_file_name};
+use crate::sync::lock;
 
 /// The routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {
@@ -97,9 +100,20 @@ impl From<PlaybackError> for ApiError {
     }
 }
 
+/// The clips of the playback directory read so far and still playing
+/// somewhere, by path: a file played into 500 rooms is read, checked and
+/// held in memory once. An entry is used only while the file's size and
+/// modification time are as they were, and while a playback holds it.
+#[derive(Default)]
+pub(crate) struct ClipCache(Mutex<HashMap<PathBuf, Cached>>);
+
+/// A cache entry: the file's modification time and size when read, and its clip.
+type Cached = (Option<SystemTime>, u64, Weak<Clip>);
+
 /// Reads file `name` of `dir` (blocking): a plain name, inside the
-/// directory even through links, at most `max` bytes, a playable clip.
-pub(crate) fn load_file(dir: &str, name: &str, max: u64) -> Result<Clip, LoadError> {
+/// directory even through links, at most `max` bytes, a playable clip;
+/// from `cache` when it holds it.
+pub(crate) fn load_file(dir: &str, name: &str, max: u64, cache: Option<&ClipCache>) -> Result<Arc<Clip>, LoadError> {
     check_file_name(name).map_err(LoadError::BadName)?;
     if dir.is_empty() {
         return Err(LoadError::NoDirectory);
@@ -116,9 +130,18 @@ pub(crate) fn load_file(dir: &str, name: &str, max: u64) -> Result<Clip, LoadErr
         return Err(LoadError::NotFound(name.to_owned()));
     }
     let file = std::fs::File::open(&path).map_err(not_found)?;
-    let len = file.metadata().map_err(|e| io(e.kind()))?.len();
+    let meta = file.metadata().map_err(|e| io(e.kind()))?;
+    let (len, modified) = (meta.len(), meta.modified().ok());
     if len > max {
         return Err(LoadError::TooLarge { max });
+    }
+    if let Some(cache) = cache
+        && let Some((m, l, clip)) = lock(&cache.0).get(&path)
+        && (*m, *l) == (modified, len)
+        && let Some(clip) = clip.upgrade()
+        && clip.name == name
+    {
+        return Ok(clip);
     }
     let mut bytes = Vec::with_capacity(len as usize);
     // Bounded even if the file grows meanwhile.
@@ -127,7 +150,13 @@ pub(crate) fn load_file(dir: &str, name: &str, max: u64) -> Result<Clip, LoadErr
     if bytes.len() as u64 > max {
         return Err(LoadError::TooLarge { max });
     }
-    Ok(Clip::parse(name, &bytes)?)
+    let clip = Arc::new(Clip::parse(name, &bytes)?);
+    if let Some(cache) = cache {
+        let mut map = lock(&cache.0);
+        map.retain(|_, (_, _, c)| c.strong_count() > 0);
+        map.insert(path, (modified, len, Arc::downgrade(&clip)));
+    }
+    Ok(clip)
 }
 
 /// The sounds `[playback]` names, read at start (a missing or bad file stops the start, naming it).
@@ -136,7 +165,7 @@ pub(crate) fn default_sounds(cfg: &PlaybackSettings) -> Result<playback::Default
         if name.is_empty() {
             return Ok(None);
         }
-        load_file(&cfg.dir, name, cfg.max_file_bytes).map(|c| Some(Arc::new(c))).map_err(|e| format!("{key}: {e}"))
+        load_file(&cfg.dir, name, cfg.max_file_bytes, None).map(Some).map_err(|e| format!("{key}: {e}"))
     };
     let sounds = Sounds {
         enter: read("playback.enter_sound", &cfg.enter_sound)?,
@@ -147,9 +176,10 @@ pub(crate) fn default_sounds(cfg: &PlaybackSettings) -> Result<playback::Default
 }
 
 /// Reads a file of the directory off the async workers.
-async fn load(api: &ApiState, name: String) -> ApiResult<Clip> {
+async fn load(api: &Arc<ApiState>, name: String) -> ApiResult<Arc<Clip>> {
     let (dir, max) = (api.cfg.playback.dir.clone(), api.cfg.playback.max_file_bytes);
-    tokio::task::spawn_blocking(move || load_file(&dir, &name, max))
+    let api = api.clone();
+    tokio::task::spawn_blocking(move || load_file(&dir, &name, max, Some(&api.clips)))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
         .map_err(ApiError::from)
@@ -298,7 +328,7 @@ pub(super) async fn start(
                 .await
                 .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
                 .map_err(|e| ApiError::from(LoadError::Bad(e)))?;
-            (clip, q.looping.unwrap_or(false))
+            (Arc::new(clip), q.looping.unwrap_or(false))
         }
         "application/json" => {
             // A name and a flag: the API's usual body limit is plenty.
@@ -320,7 +350,7 @@ pub(super) async fn start(
             ));
         }
     };
-    let info = room.play(Arc::new(clip), looping)?;
+    let info = room.play(clip, looping)?;
     Ok((StatusCode::CREATED, axum::Json(json(&info))).into_response())
 }
 
@@ -445,8 +475,37 @@ pub(super) async fn set_sounds(State(api): State<Arc<ApiState>>, req: RoomReques
             None => None,
             Some(None) => Some(None),
             Some(Some(n)) if n.is_empty() => Some(None),
-            Some(Some(n)) => Some(Some(Arc::new(load(&api, n).await?))),
+            Some(Some(n)) => Some(Some(load(&api, n).await?)),
         };
     }
     Ok(axum::Json(room.set_sounds(change)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_read_once_while_it_plays_and_again_when_it_changed() {
+        let dir = std::env::temp_dir().join(format!("tutti-clip-cache-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("a.opus"), playback::tone_file(440.0, 10)).expect("write");
+        let d = dir.display().to_string();
+        let cache = ClipCache::default();
+        let first = load_file(&d, "a.opus", 1 << 20, Some(&cache)).expect("read");
+        let again = load_file(&d, "a.opus", 1 << 20, Some(&cache)).expect("cached");
+        assert!(Arc::ptr_eq(&first, &again), "one clip for both");
+        assert!(!Arc::ptr_eq(&first, &load_file(&d, "a.opus", 1 << 20, None).expect("read")), "no cache: read");
+        // Changed on disk: read again.
+        std::fs::write(dir.join("a.opus"), playback::tone_file(440.0, 20)).expect("write");
+        let changed = load_file(&d, "a.opus", 1 << 20, Some(&cache)).expect("read");
+        assert_eq!(changed.frames.len(), 20);
+        // Nobody plays it: the cache does not keep it alive.
+        let weak = Arc::downgrade(&changed);
+        drop((first, again, changed));
+        assert!(weak.upgrade().is_none());
+        assert_eq!(load_file(&d, "a.opus", 1 << 20, Some(&cache)).expect("read").frames.len(), 20);
+        assert!(matches!(load_file(&d, "a.opus", 100, Some(&cache)), Err(LoadError::TooLarge { max: 100 })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -33,6 +33,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use tutti_mix::{Packet, ParticipantId};
 
+/// A real Ogg/Opus tone file, for tests.
+#[cfg(test)]
+pub(crate) use clip::tests::tone_file;
 pub(crate) use clip::{Clip, ClipError};
 
 use super::event::RoomEvent;
