@@ -4,9 +4,11 @@
 //! encode) while it plays alone; stopping silences it, looping repeats it;
 //! hold music plays to one participant alone and stops when a second
 //! joins; bad files, paths out of the directory, oversized uploads and a
-//! full room of playbacks get clear JSON errors and break nothing.
+//! full room of playbacks get clear JSON errors and break nothing. Files
+//! made by Debian's ffmpeg and opusenc play to a plain RTP participant.
 
 mod common;
+mod ops_tools;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -419,6 +421,87 @@ fn only_an_admin_of_the_room_plays_files_or_changes_its_sounds() {
     assert!(list.body.contains(r#""playbacks":[]"#), "nothing was started: {}", list.body);
     assert_eq!(as_(Some(&room_admin), "POST", "/v1/rooms/guarded/playbacks", play).0, 201, "the room's admin may");
     assert_eq!(as_(Some(&room_admin), "PUT", "/v1/rooms/guarded/sounds", r#"{"enter":"tone.opus"}"#).0, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn files_made_by_ffmpeg_and_opusenc_play_to_a_plain_rtp_participant() {
+    use std::net::UdpSocket;
+    use std::process::Command;
+    let ffmpeg = ops_tools::ensure_tool("ffmpeg", "ffmpeg");
+    let opusenc = ops_tools::ensure_tool("opusenc", "opus-tools");
+    let dir = ops_tools::temp_dir("playback-tools");
+    let mut cmd = Command::new(&ffmpeg);
+    cmd.args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=frequency=700:duration=2"])
+        .args(["-c:a", "libopus", "-ac", "1", "-ar", "48000", "-frame_duration", "20"])
+        .arg(dir.join("ffmpeg.opus"));
+    ops_tools::run(&mut cmd, "ffmpeg", Duration::from_secs(30)).expect("ffmpeg writes an Ogg/Opus file");
+    // opusenc takes a WAV: 2 s of 900 Hz, 16-bit, 48 kHz mono.
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 48_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut wav = hound::WavWriter::create(dir.join("tone.wav"), spec).expect("wav");
+    for n in 0..96_000 {
+        let x = 0.3 * (std::f32::consts::TAU * 900.0 * n as f32 / 48_000.0).sin();
+        wav.write_sample((x * 32_767.0) as i16).expect("sample");
+    }
+    wav.finalize().expect("wav written");
+    let mut cmd = Command::new(&opusenc);
+    cmd.arg("--quiet").arg(dir.join("tone.wav")).arg(dir.join("opusenc.opus"));
+    ops_tools::run(&mut cmd, "opusenc", Duration::from_secs(30)).expect("opusenc writes an Ogg/Opus file");
+
+    let mut cfg = test_config();
+    cfg.playback.dir = dir.display().to_string();
+    cfg.rtp_in.trusted = vec!["127.0.0.0/8".into()];
+    cfg.peer_timeout_seconds = 60.0;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "tools");
+    // A plain RTP participant (as a SIP gateway bridges a phone) that only listens.
+    let rx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    rx.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+    let port = rx.local_addr().expect("bound").port();
+    let offer = format!(
+        "v=0\r\no=gw 1 1 IN IP4 127.0.0.1\r\ns=call\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+         m=audio {port} RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n"
+    );
+    let r = http(api, "POST", "/v1/rooms/tools/participants", Some("application/sdp"), offer.as_bytes());
+    assert_eq!(r.status, 201, "{}", r.body);
+    // ffmpeg's sine has a peak of 1/8, the WAV's 0.3: each is heard at half of that at least.
+    for (file, freq, peak) in [("ffmpeg.opus", 700.0, 0.125), ("opusenc.opus", 900.0, 0.3)] {
+        let bytes = std::fs::read(dir.join(file)).expect("the tool's file");
+        let pages = ops_tools::read_pages(&bytes).expect("Ogg pages");
+        let packets: HashSet<Bytes> = ops_tools::packets(&pages).into_iter().skip(2).map(Bytes::from).collect();
+        let (status, body) = post_json(api, "/v1/rooms/tools/playbacks", json!({ "file": file }));
+        assert_eq!(status, 201, "{file}: {body}");
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut buf = [0u8; 1500];
+        let end = Instant::now() + Duration::from_millis(2400);
+        while Instant::now() < end {
+            if let Ok(n) = rx.recv(&mut buf)
+                && n > 12
+            {
+                got.push(buf[12..n].to_vec());
+            }
+        }
+        let same = got.iter().filter(|p| packets.contains(&p[..])).count();
+        let mut dec = opus::Decoder::new(48_000, opus::Channels::Mono).expect("decoder");
+        let mut pcm = Vec::new();
+        for p in &got {
+            let mut out = [0f32; 960];
+            if let Ok(n) = dec.decode_float(p, &mut out, false) {
+                pcm.extend_from_slice(&out[..n]);
+            }
+        }
+        let amp = tutti_mix::goertzel(&pcm, freq);
+        eprintln!("{file}: {} packets received, {same} of them the file's own; {freq} Hz at {amp:.3}", got.len());
+        assert!(amp > peak / 2.0, "{file}: the plain participant hears {freq} Hz only at {amp}");
+        assert!(same >= 80, "{file}: forwarded unchanged, {same} of {} packets", got.len());
+    }
     let _ = std::fs::remove_dir_all(&dir);
     rt.block_on(server.shutdown());
 }
