@@ -3,9 +3,11 @@
 //! A playback is a [`Clip`] (an Ogg/Opus file read whole, off the media
 //! threads) played into a room as a *source* of its mixer
 //! (`tutti_mix::Room::add_source`): everyone hears it, it is sent nothing,
-//! it is selected among the loudest K like any speaker, and when it is the
-//! only one it is forwarded frame for frame, without a decode or an
-//! encode, exactly as a lone speaker is.
+//! while it sounds it takes one of the K places mixed (ahead of any
+//! talker), and when it is the only one it is forwarded frame for frame,
+//! without a decode or an encode, exactly as a lone speaker is. Its RFC
+//! 6464 levels are measured once, when the clip is read, so the mixer
+//! never decodes it to learn them.
 //!
 //! ```text
 //! api-N:     file or upload ─► Clip::parse (blocking thread: Ogg, OpusHead, 20 ms frames, levels)
