@@ -46,6 +46,11 @@
 //! timestamp `tick × 960 + offset`, so the gaps are gaps in time the
 //! receiver fills with comfort noise, never delay.
 //!
+//! A *source* ([`Room::add_source`]: a file played into the room) is heard
+//! like a speaker and sent nothing: selected among the K ahead of any
+//! talker while it sounds, forwarded when it
+//! is the only one, mixed otherwise, with no N-minus-self encode of its own.
+//!
 //! A listener's one decoder hears forwarded frames (the speaker's encoder)
 //! and then the mix (the room's encoder). Into the mix, the listener
 //! encoder is first fed the forwarded speaker's last four frames and codes

@@ -45,6 +45,9 @@ pub const MAX_SHED_LEVEL: u8 = 5;
 /// An empty payload, for the participants sent nothing.
 static EMPTY: Bytes = Bytes::new();
 
+/// What a source is sent: nothing, ever.
+static NOTHING: Delivery = Delivery::Nothing;
+
 /// What one participant is sent after a tick (see [`Room::delivery_for`]).
 ///
 /// The transport sends every non-empty one as the participant's next RTP
@@ -164,7 +167,7 @@ pub struct TickReport {
     /// Opus encodes run: while mixing, one for the listeners plus one per
     /// selected speaker (plus `primes` at a switch); none while silent or forwarding.
     pub encodes: usize,
-    /// Participants in the room.
+    /// Participants in the room, sources ([`Room::add_source`]) not counted.
     pub participants: usize,
     /// Frames found missing in the jitter buffers this tick (sequence gaps).
     pub lost: u64,
@@ -259,6 +262,8 @@ struct Participant {
     decoded: u64,
     concealed: u64,
     decode_errors: u64,
+    /// A source ([`Room::add_source`]): heard, sent nothing.
+    source: bool,
 }
 
 impl DecodeState {
@@ -271,6 +276,13 @@ impl DecodeState {
 }
 
 impl Participant {
+    /// How it ranks in the speaker selection: its loudness; a source
+    /// ([`Room::add_source`]) above everyone while it sounds, so that a
+    /// file played into the room is always heard.
+    fn rank(&self) -> f32 {
+        if self.source { f32::INFINITY } else { self.loudness }
+    }
+
     /// Decodes this tick's frame once: the samples, with the participant's
     /// gain applied, stay in `dec.pcm` for tick `decoded_at`. Lost frames are
     /// concealed (PLC, or FEC from the next packet). Returns the RFC 6464
@@ -400,6 +412,8 @@ struct Selected {
     out: Delivery,
     /// Their stream was not encoded last tick (they were the only speaker).
     idle: bool,
+    /// A source ([`Room::add_source`]): never sent anything, so never encoded for.
+    source: bool,
 }
 
 /// One room's mixer. Drive it with [`Room::push_packet`] as packets arrive
@@ -431,6 +445,8 @@ pub struct Room {
     last_tick: Option<u64>,
     /// Packets dropped as late since the last tick ([`TickReport::late`]).
     late: u64,
+    /// Sources among the participants ([`Room::add_source`]).
+    sources: usize,
 }
 
 impl Room {
@@ -456,6 +472,7 @@ impl Room {
             spare_encoders: Vec::new(),
             last_tick: None,
             late: 0,
+            sources: 0,
         })
     }
 
@@ -464,9 +481,14 @@ impl Room {
         &self.cfg
     }
 
-    /// Participants in the room.
+    /// Participants in the room, sources ([`Room::add_source`]) included.
     pub fn len(&self) -> usize {
         self.index.len()
+    }
+
+    /// Sources in the room ([`Room::add_source`]).
+    pub fn sources(&self) -> usize {
+        self.sources
     }
 
     /// Whether the room has no participants.
@@ -481,10 +503,26 @@ impl Room {
 
     /// Adds a participant (unmuted, gain 1).
     pub fn add_participant(&mut self, id: ParticipantId) -> Result<(), MixError> {
+        self.add(id, false)
+    }
+
+    /// Adds a source: a participant that everyone hears and that is sent
+    /// nothing (a file played into the room). It is selected (ahead of any
+    /// talker, while it sounds), mixed and, alone, forwarded like any
+    /// speaker, but no N-minus-self stream is
+    /// encoded for it, and it does not count against
+    /// [`RoomConfig::max_participants`] (the caller bounds its sources).
+    /// Its noise suppression is off (a file is no microphone; see
+    /// [`Room::set_noise_suppression`]).
+    pub fn add_source(&mut self, id: ParticipantId) -> Result<(), MixError> {
+        self.add(id, true)
+    }
+
+    fn add(&mut self, id: ParticipantId, source: bool) -> Result<(), MixError> {
         if self.index.contains_key(&id) {
             return Err(MixError::DuplicateParticipant(id));
         }
-        if self.index.len() >= self.cfg.max_participants {
+        if !source && self.index.len() - self.sources >= self.cfg.max_participants {
             return Err(MixError::RoomFull(self.cfg.max_participants));
         }
         let shard_size = self.cfg.shard_size;
@@ -512,14 +550,17 @@ impl Room {
             probed_silent: false,
             slot: None,
             raw_source: false,
-            suppress: None,
+            // A file is not a microphone: RNNoise would eat music.
+            suppress: source.then_some(false),
             normalise: None,
             voice: None,
             decoded: 0,
             concealed: 0,
             decode_errors: 0,
+            source,
         });
         self.index.insert(id, (s, shard.members.len() - 1));
+        self.sources += usize::from(source);
         Ok(())
     }
 
@@ -531,6 +572,7 @@ impl Room {
         if let Some(moved) = members.get(i) {
             self.index.insert(moved.id, (s, i));
         }
+        self.sources -= usize::from(gone.source);
         if gone.slot.is_some() {
             self.drop_speakers(|sel| sel.id == id);
         }
@@ -720,6 +762,9 @@ impl Room {
     }
 
     fn delivery_of(&self, p: &Participant) -> &Delivery {
+        if p.source {
+            return &NOTHING;
+        }
         match p.slot.and_then(|slot| self.selected.get(slot)) {
             Some(sel) => &sel.out,
             None => &self.listener_out,
@@ -810,7 +855,7 @@ impl Room {
                 events: Vec::new(),
                 decodes: 0,
                 encodes: 0,
-                participants: self.len(),
+                participants: self.len() - self.sources,
                 lost: 0,
                 concealed: 0,
                 late: 0,
@@ -853,7 +898,9 @@ impl Room {
         let (mut forwarded, mut dtx) = (0, 0);
         let dtx_due = tick.is_multiple_of(DTX_INTERVAL_TICKS) || self.mode != mode;
         let dtx_out = if dtx_due { Delivery::Dtx(self.dtx_frame.clone()) } else { Delivery::Nothing };
-        let others = self.len().saturating_sub(self.selected.len());
+        // Those sent the listeners' delivery: neither a source nor selected.
+        let selected_hearing = self.selected.iter().filter(|s| !s.source).count();
+        let others = (self.len() - self.sources).saturating_sub(selected_hearing);
 
         match mode {
             MixMode::Silent => {
@@ -889,9 +936,13 @@ impl Room {
                         self.listener_out = Delivery::Nothing;
                     }
                 }
-                dtx += usize::from(dtx_due);
                 if let Some(sel) = self.selected.first_mut() {
-                    sel.out = dtx_out;
+                    if sel.source {
+                        sel.out = Delivery::Nothing;
+                    } else {
+                        dtx += usize::from(dtx_due);
+                        sel.out = dtx_out;
+                    }
                 }
             }
             MixMode::Mix => {
@@ -945,6 +996,12 @@ impl Room {
                 let alone = selected.len() == 1 && self.cfg.dtx;
                 let dtx_out = &dtx_out;
                 let speaker = |(sel, own): (&mut Selected, &Option<&Pcm>)| {
+                    if sel.source {
+                        // Sent nothing: no stream to encode.
+                        sel.idle = true;
+                        sel.out = Delivery::Nothing;
+                        return;
+                    }
                     if alone {
                         sel.idle = true;
                         sel.out = dtx_out.clone();
@@ -976,9 +1033,9 @@ impl Room {
                 }
                 if alone {
                     encodes += 1;
-                    dtx += usize::from(dtx_due);
+                    dtx += usize::from(dtx_due && selected_hearing == 1);
                 } else {
-                    encodes += 1 + self.selected.len();
+                    encodes += 1 + selected_hearing;
                 }
             }
         }
@@ -1013,7 +1070,7 @@ impl Room {
             events,
             decodes,
             encodes,
-            participants: self.len(),
+            participants: self.len() - self.sources,
             lost: phase_a.lost,
             concealed,
             late,
@@ -1111,7 +1168,7 @@ impl Room {
             let weakest = self
                 .selected
                 .iter()
-                .map(|sel| (sel.id, self.participant(sel.id).map_or(0.0, |p| p.loudness)))
+                .map(|sel| (sel.id, self.participant(sel.id).map_or(0.0, Participant::rank)))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
                 .map(|(id, _)| id);
             let Some(out) = weakest else { break };
@@ -1151,7 +1208,7 @@ impl Room {
                 .selected
                 .iter()
                 .enumerate()
-                .map(|(n, sel)| (n, self.participant(sel.id).map_or(0.0, |p| p.loudness)))
+                .map(|(n, sel)| (n, self.participant(sel.id).map_or(0.0, Participant::rank)))
                 .min_by(|a, b| a.1.total_cmp(&b.1));
             let Some((n, weakest_loudness)) = weakest else { break };
             if c.loudness <= weakest_loudness + self.cfg.hysteresis_db {
@@ -1178,11 +1235,13 @@ impl Room {
         };
         // Start at the listener stream's limiter gain so the level is continuous.
         let limiter = self.listener.limiter.clone();
+        let source = self.participant(id).is_ok_and(|p| p.source);
         self.selected.push(Selected {
             id,
             stream: Stream { encoder, limiter, payload: Bytes::new() },
             out: Delivery::Nothing,
             idle: false,
+            source,
         });
         let slot = self.selected.len() - 1;
         if let Ok(p) = self.participant_mut(id) {
@@ -1301,7 +1360,7 @@ impl Shard {
                 self.events.push(TalkEvent::Stopped(p.id));
             }
             if p.talking && !p.muted && p.slot.is_none() {
-                self.candidates.push(Candidate { id: p.id, loudness: p.loudness });
+                self.candidates.push(Candidate { id: p.id, loudness: p.rank() });
             }
         }
         if self.candidates.len() > k {

@@ -88,6 +88,9 @@ pub struct Config {
     pub cluster: tutti_cluster::ClusterConfig,
     /// Recording rooms to Ogg/Opus files (docs/features/recording.md).
     pub recording: RecordingSettings,
+    /// Playing Ogg/Opus files into rooms: announcements, enter and leave
+    /// sounds, hold music (docs/features/playback.md).
+    pub playback: PlaybackSettings,
     /// Signed webhooks to the application's backend (docs/features/webhooks.md).
     pub webhooks: WebhookSettings,
     /// Forwarding a room's mix as plain RTP (docs/features/rtp-out.md).
@@ -169,6 +172,40 @@ impl Default for RecordingSettings {
             dir_max_bytes: 0,
             max_duration_seconds: 14_400.0,
             queue_frames: 500,
+        }
+    }
+}
+
+/// Playing Ogg/Opus files into rooms (`POST /v1/rooms/{room}/playbacks`)
+/// and the sounds rooms play by themselves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlaybackSettings {
+    /// Directory of the files rooms may play, named by file name only;
+    /// empty = none (uploads only).
+    pub dir: String,
+    /// Largest file played or uploaded, in bytes (beyond: 413 `file_too_large`).
+    pub max_file_bytes: u64,
+    /// Playbacks at once per room, its own sounds included (beyond: 429
+    /// `too_many_playbacks`; a sound due then is skipped and counted).
+    pub max_per_room: usize,
+    /// A file of `dir` played when someone joins a room that has others in it; empty = none.
+    pub enter_sound: String,
+    /// A file of `dir` played when someone leaves a room that still has others; empty = none.
+    pub leave_sound: String,
+    /// A file of `dir` played, looped, while one participant is alone in a room; empty = none.
+    pub hold_music: String,
+}
+
+impl Default for PlaybackSettings {
+    fn default() -> Self {
+        Self {
+            dir: "sounds".to_owned(),
+            max_file_bytes: 8 * 1024 * 1024,
+            max_per_room: 4,
+            enter_sound: String::new(),
+            leave_sound: String::new(),
+            hold_music: String::new(),
         }
     }
 }
@@ -463,6 +500,7 @@ impl Default for Config {
             log: LogConfig::default(),
             cluster: tutti_cluster::ClusterConfig::default(),
             recording: RecordingSettings::default(),
+            playback: PlaybackSettings::default(),
             webhooks: WebhookSettings::default(),
             rtp_out: RtpOutSettings::default(),
             rtp_in: RtpInConfig::default(),
@@ -779,7 +817,7 @@ impl Config {
         Ok(())
     }
 
-    /// Checks `[recording]`, `[webhooks]` and `[rtp_out]`.
+    /// Checks `[recording]`, `[webhooks]`, `[rtp_out]` and `[playback]`.
     fn validate_outputs(&self) -> Result<(), ConfigError> {
         let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
         if let Err(e) = self.recording.to_config().validate() {
@@ -811,6 +849,28 @@ impl Config {
         }
         if let Err(e) = self.rtp_out.networks() {
             return invalid("rtp_out.allowed", e);
+        }
+        let p = &self.playback;
+        if !(4096..=1 << 30).contains(&p.max_file_bytes) {
+            return invalid("playback.max_file_bytes", "must be within 4 KiB to 1 GiB".into());
+        }
+        if !(1..=64).contains(&p.max_per_room) {
+            return invalid("playback.max_per_room", "must be within 1 to 64".into());
+        }
+        for (key, name) in [
+            ("playback.enter_sound", &p.enter_sound),
+            ("playback.leave_sound", &p.leave_sound),
+            ("playback.hold_music", &p.hold_music),
+        ] {
+            if name.is_empty() {
+                continue;
+            }
+            if p.dir.is_empty() {
+                return invalid(key, "names a file of playback.dir, which is empty".into());
+            }
+            if let Err(e) = crate::room::playback::check_file_name(name) {
+                return invalid(key, e);
+            }
         }
         Ok(())
     }

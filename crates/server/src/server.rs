@@ -95,7 +95,11 @@ pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
         loudness_target_dbfs: cfg.room.loudness_target_dbfs as f32,
         ..tutti_mix::RoomConfig::default()
     };
-    Rooms::new(defaults, cfg.max_rooms, cfg.max_participants).map_err(|e| ServerError::Setup(e.to_string()))
+    let rooms =
+        Rooms::new(defaults, cfg.max_rooms, cfg.max_participants).map_err(|e| ServerError::Setup(e.to_string()))?;
+    // The sounds `[playback]` names, read once here: a missing or bad file stops the start.
+    rooms.set_playback_defaults(crate::api::playback::default_sounds(&cfg.playback).map_err(ServerError::Setup)?);
+    Ok(rooms)
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its

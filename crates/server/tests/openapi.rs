@@ -524,3 +524,81 @@ fn real_socket_messages_match_the_websocket_schema() {
     assert!(check(&schema, &client_schema, &json!({ "type": "mute" }), "client").is_err());
     drop(client);
 }
+
+/// The playback routes' real answers match their descriptions, and the
+/// playback events a real socket gets match docs/api/websocket.schema.json.
+#[test]
+fn playback_answers_and_events_match_their_schemas() {
+    let ws_schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("docs/api/websocket.schema.json")).expect("the schema"),
+    )
+    .expect("JSON");
+    // A one-second tone, as real Opus in the recorder's Ogg writer.
+    let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("encoder");
+    let head = tutti_server::ops::ogg::OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 };
+    let mut w = tutti_server::ops::ogg::OggOpusWriter::new(Vec::new(), 5, head, "t", &[]).expect("headers");
+    for n in 0..50u64 {
+        let packet = enc.encode_vec_float(&tutti_mix::tone(440.0, 0.3, n * 960), 1500).expect("encode");
+        w.push_packet(&packet, 960).expect("write");
+    }
+    w.finish().expect("finish");
+    let file = std::mem::take(w.get_mut());
+    let dir = std::env::temp_dir().join(format!("tutti-openapi-sounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("tone.opus"), &file).expect("write");
+    let mut cfg = test_config();
+    cfg.playback.dir = dir.display().to_string();
+    let (_rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let doc = spec(api);
+    common::create_room(api, "played");
+    let mut ws = RawWs::connect(api, "/v1/rooms/played/ws");
+    let first = ws.next_message();
+    assert_eq!(first["type"], "room", "{first}");
+    let call = |method: &str, path: &str, template: &str, ct: Option<&str>, body: &[u8]| {
+        let r = http(api, method, path, ct, body);
+        answer_matches(&doc, method, template, &r);
+        r
+    };
+    let list = "/v1/rooms/{room}/playbacks";
+    let json_ct = Some("application/json");
+    let r = call("POST", "/v1/rooms/played/playbacks", list, json_ct, br#"{"file":"tone.opus","loop":true}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = serde_json::from_str::<Value>(&r.body).expect("JSON")["id"].as_u64().expect("id");
+    let r = call("POST", "/v1/rooms/played/playbacks", list, Some("audio/ogg"), &file);
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(call("GET", "/v1/rooms/played/playbacks", list, None, b"").status, 200);
+    let one = "/v1/rooms/{room}/playbacks/{id}";
+    assert_eq!(call("DELETE", &format!("/v1/rooms/played/playbacks/{id}"), one, None, b"").status, 200);
+    assert_eq!(call("DELETE", &format!("/v1/rooms/played/playbacks/{id}"), one, None, b"").status, 404);
+    assert_eq!(call("POST", "/v1/rooms/played/playbacks", list, Some("audio/ogg"), b"nothing").status, 422);
+    assert_eq!(call("POST", "/v1/rooms/played/playbacks", list, json_ct, br#"{"file":"../x"}"#).status, 400);
+    let sounds = "/v1/rooms/{room}/sounds";
+    assert_eq!(call("GET", "/v1/rooms/played/sounds", sounds, None, b"").status, 200);
+    let r = call("PUT", "/v1/rooms/played/sounds", sounds, json_ct, br#"{"hold":"tone.opus","enter":null}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(call("PUT", "/v1/rooms/played/sounds", sounds, json_ct, br#"{"leave":"gone.opus"}"#).status, 404);
+    // A socket opened while the upload plays: the snapshot names it.
+    let mut late = RawWs::connect(api, "/v1/rooms/played/ws");
+    let snapshot = late.next_message();
+    assert_eq!(snapshot["playbacks"][0]["file"], "upload", "{snapshot}");
+    if let Err(e) = check(&ws_schema, &json!({ "$ref": "#/$defs/server_message" }), &snapshot, "server") {
+        panic!("the snapshot does not match the schema: {e}");
+    }
+    // The events: started (twice), stopped, finished (the upload, after its second).
+    let mut seen = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.len() < 3 && Instant::now() < deadline {
+        let m = ws.next_message();
+        if let Err(e) = check(&ws_schema, &json!({ "$ref": "#/$defs/server_message" }), &m, "server") {
+            panic!("a server message does not match the schema: {e}");
+        }
+        for e in m["events"].as_array().into_iter().flatten() {
+            if let Some(kind) = e["type"].as_str().filter(|k| k.starts_with("playback_")) {
+                seen.insert(kind.to_owned());
+            }
+        }
+    }
+    assert_eq!(seen.len(), 3, "playback_started, _stopped and _finished seen: {seen:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -23,6 +23,7 @@ mod limit;
 pub(crate) mod node;
 mod openapi;
 mod origin;
+pub(crate) mod playback;
 mod recording;
 pub(crate) mod rooms;
 mod rtp_in;
@@ -73,6 +74,8 @@ pub(crate) struct ApiState {
     pub(crate) updates: limit::KeyedLimiter<u64>,
     /// Open WebSockets per token identity.
     pub(crate) ws_identities: limit::Counts,
+    /// Files of the playback directory read once for every room playing them.
+    pub(crate) clips: playback::ClipCache,
 }
 
 impl ApiState {
@@ -92,6 +95,7 @@ impl ApiState {
                 cfg.limits.participant_update_burst,
             ),
             ws_identities: limit::Counts::default(),
+            clips: playback::ClipCache::default(),
             cfg,
         }
     }
@@ -288,6 +292,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(recording::routes())
         .merge(rtp_out::routes())
         .merge(speakers::routes())
+        .merge(playback::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())

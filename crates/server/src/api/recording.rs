@@ -75,9 +75,11 @@ impl FromRequestParts<Arc<ApiState>> for RoomRequest {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<ApiState>) -> Result<Self, ApiError> {
-        let Path(room) = Path::<String>::from_request_parts(parts, state)
+        // The room, whatever else the path names (a playback's id).
+        let Path(params) = Path::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
+        let room = params.get("room").cloned().unwrap_or_default();
         let access = cluster::access(Query::<Access>::from_request_parts(parts, state).await);
         let target = cluster::Target { method: parts.method.clone(), uri: parts.uri.clone() };
         Ok(Self { room, headers: parts.headers.clone(), target, ticket: access.ticket })

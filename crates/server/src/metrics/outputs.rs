@@ -28,6 +28,11 @@ pub const WEBHOOK_EVENTS_LOST: &str = "tutti_webhook_events_lost_total";
 /// Speaker feed frames by result: `sent` (frames), `dropped` (ticks lost by a feed too slow to read them).
 pub const SPEAKER_FEED_FRAMES: &str = "tutti_speaker_feed_frames_total";
 
+/// Files started playing into rooms, by purpose: `announcement`, `enter`, `leave`, `hold`.
+pub const PLAYBACKS_STARTED: &str = "tutti_playbacks_started_total";
+/// Room sounds not played, by purpose: the room played `playback.max_per_room` files, or an enter or leave sound, already.
+pub const PLAYBACK_SOUNDS_SKIPPED: &str = "tutti_playback_sounds_skipped_total";
+
 /// Every name above.
 pub const NAMES: &[&str] = &[
     RECORDINGS_ACTIVE,
@@ -41,6 +46,8 @@ pub const NAMES: &[&str] = &[
     WEBHOOK_DELIVERIES,
     WEBHOOK_EVENTS_LOST,
     SPEAKER_FEED_FRAMES,
+    PLAYBACKS_STARTED,
+    PLAYBACK_SOUNDS_SKIPPED,
 ];
 
 /// Help text.
@@ -64,6 +71,12 @@ pub(super) fn describe() {
         SPEAKER_FEED_FRAMES,
         Unit::Count,
         "Speaker feed frames sent, and ticks dropped for feeds too slow to read them."
+    );
+    describe_counter!(PLAYBACKS_STARTED, Unit::Count, "Files started playing into rooms, by purpose.");
+    describe_counter!(
+        PLAYBACK_SOUNDS_SKIPPED,
+        Unit::Count,
+        "Enter, leave and hold sounds not played: the room played its maximum, or another enter or leave sound."
     );
 }
 

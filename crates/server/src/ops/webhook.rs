@@ -164,6 +164,21 @@ pub struct RecordingInfo {
     pub error: Option<String>,
 }
 
+/// A file played into a room, as the `playback_*` events describe it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlaybackInfo {
+    /// The playback's id in the room.
+    pub id: u64,
+    /// The file's name (`upload` for an uploaded one).
+    pub file: String,
+    /// `announcement` or `hold` (`playback_started` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// Whether it loops (`playback_started` only).
+    #[serde(rename = "loop", skip_serializing_if = "Option::is_none")]
+    pub looping: Option<bool>,
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WebhookEvent {
@@ -200,10 +215,34 @@ pub enum WebhookEvent {
         /// The file and why it ended.
         recording: RecordingInfo,
     },
+    /// A file started playing into a room (an announcement or hold music).
+    PlaybackStarted {
+        /// The room.
+        room: String,
+        /// Which.
+        playback: PlaybackInfo,
+    },
+    /// A playback was stopped before its end.
+    PlaybackStopped {
+        /// The room.
+        room: String,
+        /// Which.
+        playback: PlaybackInfo,
+        /// `stopped` (an admin); hold music: `joined`, `empty`, `replaced`.
+        reason: String,
+    },
+    /// A playback played to its end.
+    PlaybackFinished {
+        /// The room.
+        room: String,
+        /// Which.
+        playback: PlaybackInfo,
+    },
 }
 
 impl WebhookEvent {
-    /// The `event` field: `room_started`, `room_finished`, `participant_joined`, `participant_left`, `recording_finished`.
+    /// The `event` field: `room_started`, `room_finished`, `participant_joined`, `participant_left`,
+    /// `recording_finished`, `playback_started`, `playback_stopped`, `playback_finished`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::RoomStarted { .. } => "room_started",
@@ -211,6 +250,9 @@ impl WebhookEvent {
             Self::ParticipantJoined { .. } => "participant_joined",
             Self::ParticipantLeft { .. } => "participant_left",
             Self::RecordingFinished { .. } => "recording_finished",
+            Self::PlaybackStarted { .. } => "playback_started",
+            Self::PlaybackStopped { .. } => "playback_stopped",
+            Self::PlaybackFinished { .. } => "playback_finished",
         }
     }
 
@@ -228,9 +270,19 @@ impl WebhookEvent {
             reason: Option<&'a str>,
             #[serde(skip_serializing_if = "Option::is_none")]
             recording: Option<&'a RecordingInfo>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            playback: Option<&'a PlaybackInfo>,
         }
-        let mut b =
-            Body { event: self.name(), id, created_at, room: "", participant: None, reason: None, recording: None };
+        let mut b = Body {
+            event: self.name(),
+            id,
+            created_at,
+            room: "",
+            participant: None,
+            reason: None,
+            recording: None,
+            playback: None,
+        };
         match self {
             Self::RoomStarted { room } | Self::RoomFinished { room } => b.room = room,
             Self::ParticipantJoined { room, participant } => {
@@ -245,6 +297,15 @@ impl WebhookEvent {
             Self::RecordingFinished { room, recording } => {
                 b.room = room;
                 b.recording = Some(recording);
+            }
+            Self::PlaybackStarted { room, playback } | Self::PlaybackFinished { room, playback } => {
+                b.room = room;
+                b.playback = Some(playback);
+            }
+            Self::PlaybackStopped { room, playback, reason } => {
+                b.room = room;
+                b.playback = Some(playback);
+                b.reason = Some(reason);
             }
         }
         // Serializing plain strings and numbers cannot fail; an empty body would be refused by the receiver's hash check anyway.

@@ -1,6 +1,7 @@
 //! Room events as webhooks: one task per room subscribes to the room's
 //! event batches (the same broadcast the WebSockets read) and hands
-//! `room_started`, `participant_joined`, `participant_left` and
+//! `room_started`, `participant_joined`, `participant_left`,
+//! `playback_started`, `playback_stopped`, `playback_finished` and
 //! `room_finished` to the [`WebhookSender`], whose `send` never blocks.
 //! A watcher that falls more than the broadcast's queue behind loses
 //! batches: counted and logged, never waited for.
@@ -12,7 +13,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::Outputs;
 use crate::metrics::outputs as m;
-use crate::ops::webhook::{ParticipantInfo, WebhookEvent, WebhookSender};
+use crate::ops::webhook::{ParticipantInfo, PlaybackInfo, WebhookEvent, WebhookSender};
 use crate::room::{Room, RoomEvent};
 use crate::sync::lock;
 
@@ -67,6 +68,24 @@ pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<We
                         participant,
                         reason: (*reason).to_owned(),
                     });
+                }
+                RoomEvent::PlaybackStarted { id: pid, file, purpose, looping } => {
+                    let playback = PlaybackInfo {
+                        id: *pid,
+                        file: file.clone(),
+                        purpose: Some((*purpose).to_owned()),
+                        looping: Some(*looping),
+                    };
+                    sender.send(&WebhookEvent::PlaybackStarted { room: id.clone(), playback });
+                }
+                RoomEvent::PlaybackStopped { id: pid, file, reason } => {
+                    let playback = PlaybackInfo { id: *pid, file: file.clone(), purpose: None, looping: None };
+                    let reason = (*reason).to_owned();
+                    sender.send(&WebhookEvent::PlaybackStopped { room: id.clone(), playback, reason });
+                }
+                RoomEvent::PlaybackFinished { id: pid, file } => {
+                    let playback = PlaybackInfo { id: *pid, file: file.clone(), purpose: None, looping: None };
+                    sender.send(&WebhookEvent::PlaybackFinished { room: id.clone(), playback });
                 }
                 RoomEvent::RoomClosed => finished = true,
                 _ => {}

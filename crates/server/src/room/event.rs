@@ -59,6 +59,20 @@ pub(crate) enum RoomEvent {
     },
     /// A recording ended (`reason`: `stopped`, `limit`, `error`) and its file is closed.
     RecordingFinished { file: String, bytes: u64, duration_seconds: f64, reason: &'static str },
+    /// A file started playing into the room (`purpose`: `announcement` or
+    /// `hold`; enter and leave sounds are not told).
+    PlaybackStarted {
+        id: u64,
+        file: String,
+        purpose: &'static str,
+        #[serde(rename = "loop")]
+        looping: bool,
+    },
+    /// A playback was stopped before its end (`reason`: `stopped` by an
+    /// admin; hold music: `joined`, `empty`, `replaced`).
+    PlaybackStopped { id: u64, file: String, reason: &'static str },
+    /// A playback played to its end.
+    PlaybackFinished { id: u64, file: String },
 }
 
 /// The kinds of event a subscriber may choose (the others are always sent:
@@ -106,6 +120,12 @@ impl EventKinds {
             RoomEvent::RecordingStarted { .. }
             | RoomEvent::RecordingStopped { .. }
             | RoomEvent::RecordingFinished { .. } => return true,
+            // Few and for everyone: what the room hears.
+            RoomEvent::PlaybackStarted { .. }
+            | RoomEvent::PlaybackStopped { .. }
+            | RoomEvent::PlaybackFinished { .. } => {
+                return true;
+            }
         };
         self.0 & (1 << bit) != 0
     }

@@ -3,7 +3,8 @@
 //! No sockets, no HTTP, no threads: [`Rooms`] is the single owner of the
 //! rooms map and the peer registry, and every operation a user can cause
 //! (create, join, leave, mute, gain, delete, and the stage's speak, hand,
-//! lock, resize, mute-all and kick: `stage`) is a method here that checks,
+//! lock, resize, mute-all and kick: `stage`; files played into a room, its
+//! enter and leave sounds and hold music: `playback`) is a method here that checks,
 //! changes the state, tells the room's subscribers ([`RoomEvent`]) and
 //! returns `Result<_, RoomError>`. What must happen elsewhere is returned as
 //! [`Effect`]s ("close peer P on I/O thread T"), for the caller to carry out:
@@ -24,6 +25,7 @@ mod error;
 mod event;
 mod member;
 mod plain;
+pub(crate) mod playback;
 mod registry;
 #[allow(clippy::module_inception)]
 mod room;
@@ -112,6 +114,8 @@ pub(crate) struct Rooms {
     /// Effects of participants replaced by a join with their identity, for
     /// the joiner's caller to carry out ([`Rooms::take_replaced`]).
     replaced: Mutex<Vec<Effect>>,
+    /// What new rooms play (`[playback]`: limit and sounds).
+    playback: RwLock<playback::Defaults>,
 }
 
 /// Whether `id` may name a room: 1 to 64 letters, digits, '-' or '_'.
@@ -147,7 +151,13 @@ impl Rooms {
             draining: AtomicBool::new(false),
             vacant: Mutex::new(HashMap::new()),
             replaced: Mutex::new(Vec::new()),
+            playback: RwLock::new(playback::Defaults::default()),
         })
+    }
+
+    /// Sets what rooms created from now on play (`[playback]`).
+    pub(crate) fn set_playback_defaults(&self, defaults: playback::Defaults) {
+        *write(&self.playback) = defaults;
     }
 
     /// The room `id`.
@@ -195,6 +205,7 @@ impl Rooms {
         let mixer = tutti_mix::Room::new(cfg).map_err(|e| RoomError::BadRoomConfig(e.to_string()))?;
         let key = RoomKey(self.next_key.fetch_add(1, Ordering::Relaxed));
         let room = Arc::new(Room::new(id.to_owned(), key, mixer, speakers));
+        room.init_playback(read(&self.playback).clone());
         let mut map = write(&self.map);
         if map.contains_key(id) {
             return Err(RoomError::RoomExists(id.to_owned()));
@@ -348,7 +359,12 @@ impl Rooms {
             admin,
             gate: gate.clone(),
         };
-        lock(&room.members).insert(id, member);
+        let members = {
+            let mut members = lock(&room.members);
+            members.insert(id, member);
+            members.len()
+        };
+        room.sounds_on_join(members);
         Ok((name, gate))
     }
 
@@ -359,6 +375,7 @@ impl Rooms {
             return Err(RoomError::NoParticipant(id));
         }
         room.remove(ParticipantId(id));
+        room.sounds_on_leave(room.len());
         self.participants.fetch_sub(1, Ordering::Relaxed);
         let io = lock(&self.registry).remove(PeerId(id));
         room.publish(RoomEvent::Left { id, reason: reason.as_str() });

@@ -59,7 +59,9 @@ impl Inboxes {
 /// sending SSRC, as its packets carry it (named in RFC 6465 CSRC lists).
 pub(super) struct Mixing {
     pub(super) mixer: tutti_mix::Room,
-    sources: HashMap<ParticipantId, u32>,
+    pub(super) sources: HashMap<ParticipantId, u32>,
+    /// Files played into the room (see `playback`), fed to the mixer each tick.
+    pub(super) playbacks: super::playback::Playbacks,
     /// The participants sent nothing (deaf), sorted: read under the lock
     /// each tick takes anyway.
     deaf: Arc<[u64]>,
@@ -176,7 +178,12 @@ impl Room {
         Self {
             id,
             key,
-            mixing: Mutex::new(Mixing { mixer, sources: HashMap::new(), deaf: Arc::from([]) }),
+            mixing: Mutex::new(Mixing {
+                mixer,
+                sources: HashMap::new(),
+                playbacks: Default::default(),
+                deaf: Arc::from([]),
+            }),
             inbox: Mutex::new(Vec::new()),
             members: Mutex::new(BTreeMap::new()),
             outbox: Mutex::new(Outbox::default()),
@@ -296,9 +303,9 @@ impl Room {
         lock(&self.members).len()
     }
 
-    /// The ids of the last tick's speakers.
+    /// The ids of the last tick's speakers (participants: not playbacks).
     pub(crate) fn speaker_ids(&self) -> Vec<u64> {
-        lock(&self.speakers).iter().map(|s| s.id.0).collect()
+        lock(&self.speakers).iter().map(|s| s.id.0).filter(|&id| !super::playback::is_playback(id)).collect()
     }
 
     /// Whether the room was deleted (its packets are no longer wanted).
@@ -379,6 +386,7 @@ impl Room {
             // Packets of a participant removed since they arrived are dropped here.
             let _ = m.mixer.push_packet(id, packet);
         }
+        let played = super::playback::feed(&mut m, tick);
         let report = match pool {
             Some(pool) => m.mixer.tick(pool, tick),
             None => m.mixer.tick_inline(tick),
@@ -421,6 +429,9 @@ impl Room {
             }
         }
         drop(m);
+        for event in played {
+            self.publish(event);
+        }
         if !report.events.is_empty() {
             let mut members = lock(&self.members);
             for event in &report.events {
@@ -431,7 +442,10 @@ impl Room {
                 if let Some(m) = members.get_mut(&id.0) {
                     m.talking = talking;
                 }
-                self.publish(RoomEvent::Talking { id: id.0, talking });
+                // A playback talks too; its own events say when it plays.
+                if !super::playback::is_playback(id.0) {
+                    self.publish(RoomEvent::Talking { id: id.0, talking });
+                }
             }
         }
         *lock(&self.speakers) = report.speakers.clone();

@@ -308,6 +308,7 @@ async fn send_snapshot(socket: &mut WebSocket, room: &Room, admin: bool) -> bool
         "participants": first,
         "more": more,
         "speakers": room.speaker_ids(),
+        "playbacks": room.playbacks(),
     }));
     if socket.send(head).await.is_err() {
         return false;
