@@ -26,6 +26,7 @@ mod event;
 mod member;
 mod plain;
 pub(crate) mod playback;
+mod playing;
 mod registry;
 #[allow(clippy::module_inception)]
 mod room;

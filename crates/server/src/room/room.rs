@@ -386,7 +386,10 @@ impl Room {
             // Packets of a participant removed since they arrived are dropped here.
             let _ = m.mixer.push_packet(id, packet);
         }
-        let played = super::playback::feed(&mut m, tick);
+        let played = {
+            let Mixing { mixer, sources, playbacks, .. } = &mut *m;
+            super::playback::feed(mixer, sources, playbacks, tick)
+        };
         let report = match pool {
             Some(pool) => m.mixer.tick(pool, tick),
             None => m.mixer.tick_inline(tick),
