@@ -340,6 +340,7 @@ impl Opener {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -348,7 +349,7 @@ mod tests {
             participant: p,
             level: 30,
             rank: 97 * 256,
-            selected: p % 2 == 0,
+            selected: p.is_multiple_of(2),
             seq: p as u16,
             rtp_time: 960 * p as u32,
             frame: vec![p as u8; len],

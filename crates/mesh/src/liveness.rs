@@ -51,6 +51,7 @@ impl Liveness {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -83,6 +83,7 @@ pub fn select(k: usize, hysteresis: u16, entries: &[Entry]) -> Vec<Speaker> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
