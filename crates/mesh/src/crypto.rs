@@ -465,4 +465,81 @@ mod tests {
         restarted.seal_tick(1, Summary::default(), &[], &mut out).unwrap();
         assert!(open(&mut o, &out[0]).is_ok());
     }
+
+    mod hostile {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn random_bytes_never_panic_and_never_open(bytes in prop::collection::vec(any::<u8>(), 0..1400)) {
+                let (_, mut o) = pair();
+                if let Ok(h) = Header::read(&bytes) {
+                    prop_assert!(o.open(&h, &mut bytes.clone()).is_err());
+                }
+            }
+
+            #[test]
+            fn a_real_header_over_random_bytes_never_opens(body in prop::collection::vec(any::<u8>(), 0..1200)) {
+                let (mut s, mut o) = pair();
+                let mut out = Vec::new();
+                s.seal_tick(1, Summary::default(), &[], &mut out).unwrap();
+                let mut d = out[0][..HEADER_BYTES].to_vec();
+                d.extend_from_slice(&body);
+                if let Ok(h) = Header::read(&d) {
+                    prop_assert!(o.open(&h, &mut d).is_err());
+                }
+            }
+
+            #[test]
+            fn the_body_parser_is_bounded(
+                summary in prop::collection::vec(any::<u8>(), 8),
+                items in prop::collection::vec((any::<u64>(), 0u8..130, 0u8..3, any::<u16>(), 0u16..1300, prop::collection::vec(any::<u8>(), 0..200)), 0..40),
+                cut in any::<prop::sample::Index>(),
+            ) {
+                // A plausible body (what a holder of the key could send): it parses or is refused, never panics.
+                let mut b = summary.clone();
+                for (p, level, flags, rank, len, frame) in &items {
+                    b.extend_from_slice(&p.to_be_bytes());
+                    b.extend_from_slice(&[*level, *flags]);
+                    b.extend_from_slice(&rank.to_be_bytes());
+                    b.extend_from_slice(&[0; 6]);
+                    b.extend_from_slice(&len.to_be_bytes());
+                    b.extend_from_slice(frame);
+                }
+                b.truncate(cut.index(b.len() + 1));
+                if let Ok((sum, cands)) = read_body(&b) {
+                    prop_assert!(cands.len() <= MAX_CANDIDATES && cands.len() <= usize::from(sum.candidates));
+                    prop_assert!(cands.iter().all(|c| c.frame.len() <= MAX_FRAME_BYTES && c.level <= 127));
+                }
+            }
+
+            #[test]
+            fn a_changed_datagram_never_opens(
+                k in 0usize..8,
+                len in 0usize..300,
+                edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+                cut in any::<prop::sample::Index>(),
+                extra in prop::collection::vec(any::<u8>(), 0..8),
+            ) {
+                let (mut s, _) = pair();
+                let cs: Vec<Candidate> = (0..k as u64).map(|p| cand(p, len)).collect();
+                let mut out = Vec::new();
+                s.seal_tick(1, Summary::default(), &cs, &mut out).unwrap();
+                for d in &out {
+                    let mut bad = d.clone();
+                    for (i, v) in &edits {
+                        let i = i.index(bad.len());
+                        bad[i] = *v;
+                    }
+                    let cut = cut.index(bad.len() + 1);
+                    bad.truncate(cut);
+                    bad.extend_from_slice(&extra);
+                    let (_, mut o) = pair();
+                    let opened = Header::read(&bad).map_err(DropReason::from).and_then(|h| o.open(&h, &mut bad.clone()));
+                    prop_assert!(opened.is_err() || &bad == d, "a changed datagram opened");
+                }
+            }
+        }
+    }
 }
