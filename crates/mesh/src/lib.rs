@@ -64,7 +64,8 @@
 //! per (room, epoch) is derived with HKDF-SHA256 (salt `tutti v1
 //! cluster-mesh`: its own purpose, never the token key), and from it one
 //! AES-256-GCM key per sender session, so the nonce `tick ‖ part` never
-//! repeats under a key, even across a node's restart (a new session). The
+//! repeats under a key, even across a node's restart or a room left and
+//! joined again (each is a new, larger session: [`MeshSocket::session_now`]). The
 //! header is authenticated. Refused and counted ([`MeshStats`]): datagrams
 //! that do not parse, from a room or node not configured or from another
 //! address than the peer's, of another epoch, failing the tag (tampered,

@@ -126,6 +126,9 @@ pub struct MeshSocket {
     queue: Receiver<Received>,
     thread: Option<JoinHandle<()>>,
     node: NodeId,
+    /// The next sealer's session: each room joined (or rejoined) seals under
+    /// a session of its own, so a tick number reused after a rejoin is
+    /// never a nonce reused under one key.
     session: u64,
     secret: Vec<u8>,
     sealers: HashMap<RoomId, Sealer>,
@@ -141,9 +144,11 @@ impl std::fmt::Debug for MeshSocket {
 
 impl MeshSocket {
     /// Binds `addr` and starts the receive thread. `session` must exceed
-    /// every earlier session of this node (its start time in Unix
-    /// milliseconds); `secret` is the cluster's shared secret; `queue` the
-    /// most verified messages held for the caller.
+    /// every session an earlier run of this node used: each room joined
+    /// takes the next value (`session`, `session + 1`, …), so pass
+    /// [`MeshSocket::session_now`] (Unix milliseconds × 2²⁰); `secret` is
+    /// the cluster's shared secret; `queue` the most verified messages held
+    /// for the caller.
     pub fn bind(addr: SocketAddr, node: NodeId, session: u64, secret: &[u8], queue: usize) -> io::Result<Self> {
         let socket = Arc::new(UdpSocket::bind(addr)?);
         socket.set_nonblocking(true)?;
@@ -171,6 +176,15 @@ impl MeshSocket {
         })
     }
 
+    /// A session base for [`MeshSocket::bind`]: the time in Unix
+    /// milliseconds shifted left by 20, above any session a run of this node
+    /// started at least a millisecond earlier used (unless it joined rooms
+    /// more than 2²⁰ times a millisecond).
+    pub fn session_now() -> u64 {
+        let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        ms << 20
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr()
@@ -191,8 +205,9 @@ impl MeshSocket {
             _ => {
                 let opener = Opener::new(RoomKey::derive(&self.secret, room, epoch), self.node, ids);
                 rooms.insert(room, RoomState { opener, peers });
-                self.sealers
-                    .insert(room, Sealer::new(&RoomKey::derive(&self.secret, room, epoch), self.node, self.session));
+                let sealer = Sealer::new(&RoomKey::derive(&self.secret, room, epoch), self.node, self.session);
+                self.session += 1;
+                self.sealers.insert(room, sealer);
             }
         }
     }

@@ -69,9 +69,9 @@ pub struct Header {
     pub epoch: u64,
     /// The sending node.
     pub sender: NodeId,
-    /// The sender's session: chosen at its start, larger than any earlier
-    /// session of the same node (start time in Unix milliseconds). Keys are
-    /// per session, so a restarted node never reuses a nonce.
+    /// The sender's session: larger than any earlier session of the same
+    /// node in the room (a new one at each start and each room joined).
+    /// Keys are per session, so a restarted node never reuses a nonce.
     pub session: u64,
     /// The tick the candidates belong to.
     pub tick: u64,
