@@ -150,6 +150,47 @@ mod tests {
         }
 
         #[test]
+        fn three_nodes_ticking_agree_at_every_tick_without_loss(
+            ranks in prop::collection::vec(prop::collection::vec(0u16..30, 12), 1..40),
+            losses in prop::collection::vec((0usize..40, 0usize..3, 0usize..3), 0..6),
+            k in 1usize..5,
+        ) {
+            // Three nodes, four participants each; every tick each node flags
+            // its own participants that its previous choice held, sends its
+            // candidates, and chooses from its own and what it received.
+            // A lost message makes one node choose from less, for that tick.
+            let node = |n: usize| NodeId(n as u64 * 7 + 3);
+            let mut prev: Vec<Vec<Speaker>> = vec![Vec::new(); 3];
+            for (t, r) in ranks.iter().enumerate() {
+                let sent: Vec<Vec<Entry>> = (0..3)
+                    .map(|n| {
+                        (0..4)
+                            .map(|i| {
+                                let p = (n * 4 + i) as u64;
+                                Entry { node: node(n), participant: p, rank: r[n * 4 + i] * 256, incumbent: prev[n].contains(&(node(n), p)) }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let lossy = losses.iter().any(|&(lt, to, from)| lt == t && to != from);
+                let chosen: Vec<Vec<Speaker>> = (0..3)
+                    .map(|n| {
+                        let seen: Vec<Entry> = (0..3)
+                            .filter(|&m| m == n || !losses.iter().any(|&(lt, to, from)| lt == t && to == n && from == m))
+                            .flat_map(|m| sent[m].iter().copied())
+                            .collect();
+                        select(k, 6 * 256, &seen)
+                    })
+                    .collect();
+                if !lossy {
+                    prop_assert_eq!(&chosen[0], &chosen[1], "tick {}", t);
+                    prop_assert_eq!(&chosen[1], &chosen[2], "tick {}", t);
+                }
+                prev = chosen;
+            }
+        }
+
+        #[test]
         fn nodes_that_diverged_agree_again_on_the_same_candidates(es in entries(), k in 1usize..5, h in 0u16..2000) {
             // Whatever each node believed before, incumbency flags come from
             // the candidates, so the same candidates give the same choice.
