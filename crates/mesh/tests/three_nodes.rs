@@ -101,8 +101,7 @@ fn three_nodes_exchange_opus_frames_refuse_forgeries_and_detect_silence() {
             relay_in.send_to(&buf[..n], ac).expect("relay back");
         }
     };
-    let sockets = [&mut sa, &mut sb, &mut sc];
-    let mut sockets = sockets;
+    let mut sockets = [&mut sa, &mut sb, &mut sc];
     for tick in 1..=TICKS {
         for (n, s) in sockets.iter_mut().enumerate() {
             let cands: Vec<Candidate> = talkers[n].iter_mut().map(|t| t.frame(tick, false)).collect();
@@ -164,7 +163,7 @@ fn three_nodes_exchange_opus_frames_refuse_forgeries_and_detect_silence() {
         }
         v
     };
-    let last_own: Vec<Vec<Candidate>> = (0..3).map(|n| r_own(&sent, ids[n], &talkers[n])).collect();
+    let last_own: Vec<Vec<Candidate>> = (0..3).map(|n| own_at_last_tick(&sent, ids[n], &talkers[n])).collect();
     let choices: Vec<_> = (0..3).map(|n| select(4, 6 * 256, &entries(&got[n], ids[n], &last_own[n]))).collect();
     assert_eq!(choices[0].len(), 4);
     assert!(choices.iter().all(|c| *c == choices[0]), "{choices:?}");
@@ -242,7 +241,7 @@ fn three_nodes_exchange_opus_frames_refuse_forgeries_and_detect_silence() {
 }
 
 /// What node `n` itself sent at the last tick (its local candidates).
-fn r_own(sent: &HashMap<(NodeId, u64, u64), Vec<u8>>, node: NodeId, talkers: &[Talker]) -> Vec<Candidate> {
+fn own_at_last_tick(sent: &HashMap<(NodeId, u64, u64), Vec<u8>>, node: NodeId, talkers: &[Talker]) -> Vec<Candidate> {
     talkers
         .iter()
         .map(|t| Candidate {
