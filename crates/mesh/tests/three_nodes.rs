@@ -235,8 +235,8 @@ fn three_nodes_exchange_opus_frames_refuse_forgeries_and_detect_silence() {
         }
     }
     let absent_at = absent_at.expect("A detected absent");
-    // 200 ms, seen at the first 20 ms tick after (a busy box may add a tick or two).
-    assert!(absent_at >= ABSENT_AFTER && absent_at <= Duration::from_millis(300), "{absent_at:?}");
+    // 200 ms, seen at the first 20 ms tick after (a busy box oversleeps: allow some).
+    assert!(absent_at >= ABSENT_AFTER && absent_at <= Duration::from_millis(400), "{absent_at:?}");
     assert_eq!(live.absent(Instant::now()), vec![a]);
 }
 
