@@ -315,7 +315,8 @@ fn p5_mos_stays_above_3_5_with_5_percent_loss_and_30_ms_jitter() {
     // not affected) stalls when its flight 4 is lost: it takes the client's
     // retransmitted ClientHello as progress, cancels its retransmission
     // timer and never resends (rtc-dtls 0.21.1, `Handshaker::wait`). A
-    // stalled client hangs up and joins again, as an application would.
+    // stalled client (not connected, or hearing nothing after a round)
+    // hangs up and joins again, as an application would.
     let mut stalls = 0;
     for round in 0..6 {
         let mut refs: Vec<&mut ToneClient> = clients.iter_mut().collect();
@@ -325,7 +326,9 @@ fn p5_mos_stays_above_3_5_with_5_percent_loss_and_30_ms_jitter() {
             break;
         }
         for (i, client) in clients.iter_mut().enumerate() {
-            if !client.connected {
+            // Stalled: never connected, or connected on its side while the
+            // server's side of the handshake never finished (nothing heard).
+            if !client.connected || client.heard.is_empty() {
                 stalls += 1;
                 let _ = tutti_client::request(api, "DELETE", &client.location, None, b"");
                 *client = join(i);
