@@ -192,9 +192,12 @@ impl ClientPeer {
             let _ = media.pc.handle_read(TaggedBytesMut { now, transport, message: BytesMut::from(data) });
             // webrtc-rs does not surface a close_notify as a state change (an
             // ICE-connected transport whose DTLS closed still reads "connected"),
-            // so the record header tells: once up, any DTLS alert from the
-            // server (close_notify or fatal) ends the call.
-            let hung_up = media.is_connected() && is_dtls_alert(data);
+            // so the record header tells: any DTLS alert from the server
+            // (close_notify or fatal) ends the call, also one that comes
+            // while the handshake is still under way (a server that drops a
+            // call it has just taken, as a node handing its room over does:
+            // otherwise the call would wait for consent to fail, 30 s).
+            let hung_up = is_dtls_alert(data);
             self.drain();
             if hung_up
                 && let Some(media) = &mut self.media
