@@ -68,6 +68,9 @@ pub(crate) enum LeaveReason {
     /// Its room was handed over to another node (a drain) and it was told
     /// to rejoin there.
     Moved,
+    /// An admin moved it to another room of this node (a breakout): the
+    /// same connection goes on there.
+    MovedRoom,
     /// Another join with the same identity took its place (one identity, one participant).
     Replaced,
     /// Its WebSocket's token expired before a fresh one came.
@@ -84,6 +87,7 @@ impl LeaveReason {
             Self::RoomClosed => "room_closed",
             Self::Kicked => "kicked",
             Self::Moved => "moved",
+            Self::MovedRoom => "moved_room",
             Self::Replaced => "replaced",
             Self::TokenExpired => "token_expired",
         }

@@ -387,7 +387,9 @@ fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<
             grant.identity, caller.grant.identity
         )));
     }
-    if !grant.may_see(&room.id) {
+    // After a move (a breakout) the socket is in a room its token may not
+    // cover: a token for what the old one covered is as good.
+    if !grant.may_see(&room.id) && grant.room != caller.grant.room {
         return Err(refused(format!("the new token is not for room '{}'", room.id)));
     }
     Ok((grant, exp))
@@ -395,7 +397,7 @@ fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<
 
 async fn session(
     api: Arc<ApiState>,
-    room: Arc<Room>,
+    mut room: Arc<Room>,
     mut socket: WebSocket,
     mut caller: Caller,
     kinds: EventKinds,
@@ -526,15 +528,25 @@ async fn session(
                         _ => None,
                     });
                     let mut replaced = false;
+                    let mut moved_into = None;
                     if let Some(id) = me
                         && let Some(reason) = batch.events.iter().find_map(|e| match e {
                             RoomEvent::Left { id: left, reason } if *left == id => Some(*reason),
                             _ => None,
                         })
                     {
-                        api.ws_resumes.forget(id);
-                        me = None;
-                        replaced = reason == LeaveReason::Replaced.as_str();
+                        // Moved to another room of this node (a breakout): the socket follows.
+                        let to = (reason == LeaveReason::MovedRoom.as_str())
+                            .then(|| api.rooms.room_of(id))
+                            .flatten()
+                            .filter(|to| to.key != room.key);
+                        if to.is_some() {
+                            moved_into = to;
+                        } else {
+                            api.ws_resumes.forget(id);
+                            me = None;
+                            replaced = reason == LeaveReason::Replaced.as_str();
+                        }
                     }
                     if let Some(json) = batch.for_kinds(kinds)
                         && let Ok(json) = Utf8Bytes::try_from(json)
@@ -544,6 +556,21 @@ async fn session(
                     if let Some(reason) = last {
                         close_gracefully(&mut socket, 1001, reason).await;
                         break;
+                    }
+                    if let Some(to) = moved_into
+                        && let Some(id) = me
+                    {
+                        // Its events from now on, then where it is: `room_changed` and a fresh snapshot.
+                        let from = std::mem::replace(&mut room, to);
+                        events = room.subscribe();
+                        moved = room.moved_to();
+                        api.ws_resumes.rehome(id, &room.id);
+                        admin = caller.grant.may_manage(&room.id);
+                        tracing::info!(from = %from.id, to = %room.id, participant = id, "WebSocket follows its participant to another room");
+                        let changed = serde_json::json!({ "type": "room_changed", "room": room.id, "from": from.id, "id": id });
+                        ok = ok && socket.send(text(&changed)).await.is_ok();
+                        ok = ok && send_snapshot(&mut socket, &room, admin).await;
+                        continue;
                     }
                     if replaced {
                         // Another socket (a tab, a device) joined with this identity: it has the seat now.

@@ -1,0 +1,118 @@
+//! Moving a participant to another room of this node without a new
+//! connection (a breakout): same peer, same ICE/DTLS/SRTP, same participant
+//! id and identity; only which room's mixer takes its packets and which
+//! room's mix it is sent change.
+//!
+//! The room domain decides and records the move (members, mixers, the
+//! registry's home of the peer, events in both rooms) and returns an
+//! [`Effect::Rehome`] for the I/O thread that owns the peer, which re-reads
+//! the peer's home between two loop turns: no media thread waits on
+//! anything here. Until it has, the peer's packets still reach the old room,
+//! whose mixer drops them (it no longer knows the participant), and it may
+//! be sent one more tick of the old room's mix.
+//!
+//! What moves: the participant's id, name, identity, admin flag, mute state
+//! and its speak gate (set by the move's `speak`, or kept). What starts
+//! afresh in the new room: its place in the mixer (jitter buffer, level,
+//! gain 1, the room's own voice processing), its hand (lowered) and its
+//! hearing (not deaf).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tutti_mix::ParticipantId;
+use tutti_rtc::PeerId;
+
+use super::{Effect, LeaveReason, Room, RoomError, RoomEvent, Rooms};
+use crate::sync::lock;
+
+/// A move that was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MoveOutcome {
+    /// Whether the participant may speak in the new room.
+    pub(crate) speak: bool,
+    /// Its name.
+    pub(crate) name: String,
+}
+
+impl Rooms {
+    /// Moves participant `id` from `from` to `to`. `speak`: its right to
+    /// speak there (`None`: as it had). The target's checks are a join's:
+    /// not closed, not full, not locked, the identity not banned. Returns
+    /// what was done and the effect that re-homes the peer on its I/O
+    /// thread (`None` while it waits for its first ICE check: the registry
+    /// hands it over with the new room then).
+    pub(crate) fn move_member(
+        &self,
+        from: &Arc<Room>,
+        to: &Arc<Room>,
+        id: u64,
+        speak: Option<bool>,
+        now: Instant,
+    ) -> Result<(MoveOutcome, Option<Effect>), RoomError> {
+        if from.key == to.key {
+            return Err(RoomError::SameRoom(to.id.clone()));
+        }
+        let (identity, name) = {
+            let members = lock(&from.members);
+            let m = members.get(&id).ok_or(RoomError::NoParticipant(id))?;
+            (m.identity.clone(), m.name.clone())
+        };
+        if lock(&self.registry).is_plain(PeerId(id)) {
+            return Err(RoomError::NotMovable(id));
+        }
+        if self.closing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(RoomError::ShuttingDown);
+        }
+        if to.is_closed() {
+            return Err(RoomError::NoRoom(to.id.clone()));
+        }
+        if to.len() >= to.max_participants() {
+            return Err(RoomError::RoomFull { room: to.id.clone(), max: to.max_participants() });
+        }
+        self.admit(to, &identity, &name, now)?;
+        // Out of the old room: its member entry (checked again: it may have left meanwhile), its mixer.
+        let Some(mut member) = lock(&from.members).remove(&id) else {
+            return Err(RoomError::NoParticipant(id));
+        };
+        from.remove(ParticipantId(id));
+        if let Some(speak) = speak {
+            member.listen_only = !speak;
+            if !speak {
+                member.muted = true;
+            }
+        }
+        member.gate.set(member.listen_only);
+        member.talking = false;
+        member.hand = false;
+        member.deaf = false;
+        let listen_only = member.listen_only;
+        let muted = member.muted;
+        // Into the new one. The mixer refuses only when full (a join raced
+        // us to the last seat): the participant then goes back.
+        if to.add(ParticipantId(id), muted).is_err() {
+            let _ = from.add(ParticipantId(id), muted);
+            lock(&from.members).insert(id, member);
+            return Err(RoomError::RoomFull { room: to.id.clone(), max: to.max_participants() });
+        }
+        lock(&self.vacant).remove(&to.key);
+        let members = {
+            let mut members = lock(&to.members);
+            members.insert(id, member);
+            members.len()
+        };
+        // The registry last: from here on the peer's I/O thread (or its first check) finds the new room.
+        let io = lock(&self.registry).rehome(PeerId(id), to.clone());
+        from.sounds_on_leave(from.len());
+        to.sounds_on_join(members);
+        from.publish(RoomEvent::Left { id, reason: LeaveReason::MovedRoom.as_str() });
+        to.publish(RoomEvent::Joined { id, name: name.clone() });
+        tracing::info!(from = %from.id, to = %to.id, participant = id, listen_only, "participant moved");
+        Ok((MoveOutcome { speak: !listen_only, name }, io.map(|io| Effect::Rehome { peer: PeerId(id), io })))
+    }
+
+    /// The room a participant is in now (the registry's record), if it is anywhere.
+    pub(crate) fn room_of(&self, id: u64) -> Option<Arc<Room>> {
+        lock(&self.registry).room_of(PeerId(id))
+    }
+}
