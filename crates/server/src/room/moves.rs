@@ -116,3 +116,74 @@ impl Rooms {
         lock(&self.registry).room_of(PeerId(id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use tutti_mix::{RoomConfig, SpeakerLimit};
+
+    use super::super::tests::events;
+    use super::super::{Claim, Joiner};
+    use super::*;
+
+    fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str) -> (Joiner, String) {
+        let now = Instant::now();
+        let (_client, offer) =
+            tutti_rtc::ClientPeer::new(SocketAddr::from(([127, 0, 0, 1], 50_000)), now).expect("client offer");
+        let (peer, _answer) = acceptor.accept(&offer, now).expect("accepted");
+        let ufrag = peer.ufrag().to_owned();
+        let j = Joiner { peer, name: name.into(), identity: name.into(), listen_only: false, admin: false };
+        (j, ufrag)
+    }
+
+    #[test]
+    fn a_move_changes_rooms_mixers_registry_and_tells_both_rooms() {
+        let cfg = RoomConfig { max_participants: 2, max_speakers: SpeakerLimit::Top(3), ..RoomConfig::default() };
+        let rooms = Rooms::new(cfg, 4, 10).expect("rooms");
+        let acc =
+            tutti_rtc::Acceptor::new(SocketAddr::from(([127, 0, 0, 1], 4000)), Duration::from_secs(10)).expect("acc");
+        let (a, b) = (rooms.create("a", None, None).expect("a"), rooms.create("b", None, None).expect("b"));
+        let now = Instant::now();
+        let (j, ufrag) = joiner(&acc, "x");
+        let x = rooms.join(&a, j, now).expect("x joins");
+        let (j, other) = joiner(&acc, "y");
+        let y = rooms.join(&a, j, now).expect("y joins");
+        let (mut rx_a, mut rx_b) = (a.subscribe(), b.subscribe());
+        events(&a, &mut rx_a);
+
+        // Pending (no I/O thread yet): no effect; its first check adopts it into b.
+        let (done, effect) = rooms.move_member(&a, &b, x, Some(false), now).expect("moved");
+        assert_eq!((done.speak, effect), (false, None));
+        assert_eq!((a.len(), b.len(), rooms.participants()), (1, 1, 2));
+        let m = b.member_list();
+        assert_eq!((m[0].id, m[0].listen_only, m[0].muted, m[0].gate.get()), (x, true, true, true));
+        assert_eq!(events(&a, &mut rx_a), vec![RoomEvent::Left { id: x, reason: "moved_room" }]);
+        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id: x, name: "x".into() }]);
+        match rooms.claim(&ufrag, 1) {
+            Claim::Adopt { room, .. } => assert_eq!(room.key, b.key),
+            _ => panic!("adopted"),
+        }
+        // Adopted: the effect names its I/O thread; the registry says where it is.
+        let Claim::Adopt { .. } = rooms.claim(&other, 0) else { panic!("adopted") };
+        let (_, effect) = rooms.move_member(&a, &b, y, None, now).expect("moved");
+        assert_eq!(effect, Some(Effect::Rehome { peer: PeerId(y), io: 0 }));
+        assert_eq!(rooms.room_of(y).map(|r| r.key), Some(b.key));
+        assert!(a.tick(None, 1, 0).is_none(), "a's mixer is empty");
+        assert!(b.tick(None, 1, 0).is_some(), "b's mixer has them");
+
+        // Refusals change nothing.
+        assert_eq!(rooms.move_member(&b, &b, y, None, now), Err(RoomError::SameRoom("b".into())));
+        assert_eq!(rooms.move_member(&a, &b, y, None, now), Err(RoomError::NoParticipant(y)));
+        let c = rooms.create("c", Some(1), None).expect("c");
+        rooms.move_member(&b, &c, y, None, now).expect("into c");
+        assert!(matches!(rooms.move_member(&b, &c, x, None, now), Err(RoomError::RoomFull { .. })));
+        assert_eq!((b.len(), rooms.room_of(x).map(|r| r.key)), (1, Some(b.key)));
+        // Back again, its speak right kept.
+        rooms.move_member(&b, &a, x, None, now).expect("back");
+        assert!(a.member_list()[0].listen_only);
+        // It leaves from where it is, closed on its thread.
+        assert_eq!(rooms.leave(&a, x, LeaveReason::Left), Ok(Some(Effect::ClosePeer { peer: PeerId(x), io: 1 })));
+    }
+}
