@@ -76,6 +76,13 @@ impl Rooms {
             return Err(RoomError::NoParticipant(id));
         };
         from.remove(ParticipantId(id));
+        // Put back as it was when the new room refuses it after all.
+        let original = member.clone();
+        let back = |original: super::Member| {
+            original.gate.set(original.listen_only);
+            let _ = from.add(ParticipantId(id), original.muted);
+            lock(&from.members).insert(id, original);
+        };
         if let Some(speak) = speak {
             member.listen_only = !speak;
             if !speak {
@@ -91,8 +98,7 @@ impl Rooms {
         // Into the new one. The mixer refuses only when full (a join raced
         // us to the last seat): the participant then goes back.
         if to.add(ParticipantId(id), muted).is_err() {
-            let _ = from.add(ParticipantId(id), muted);
-            lock(&from.members).insert(id, member);
+            back(original);
             return Err(RoomError::RoomFull { room: to.id.clone(), max: to.max_participants() });
         }
         lock(&self.vacant).remove(&to.key);
@@ -101,6 +107,15 @@ impl Rooms {
             members.insert(id, member);
             members.len()
         };
+        // Deleted meanwhile (its deletion marks it closed before it lists
+        // whom to remove, so either it lists this one or this sees it closed).
+        if to.is_closed() {
+            if lock(&to.members).remove(&id).is_some() {
+                to.remove(ParticipantId(id));
+                back(original);
+            }
+            return Err(RoomError::NoRoom(to.id.clone()));
+        }
         // The registry last: from here on the peer's I/O thread (or its first check) finds the new room.
         let io = lock(&self.registry).rehome(PeerId(id), to.clone());
         from.sounds_on_leave(from.len());

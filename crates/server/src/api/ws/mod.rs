@@ -560,16 +560,10 @@ async fn session(
                     if let Some(to) = moved_into
                         && let Some(id) = me
                     {
-                        // Its events from now on, then where it is: `room_changed` and a fresh snapshot.
                         let from = std::mem::replace(&mut room, to);
-                        events = room.subscribe();
-                        moved = room.moved_to();
-                        api.ws_resumes.rehome(id, &room.id);
+                        (events, moved) = (room.subscribe(), room.moved_to());
                         admin = caller.grant.may_manage(&room.id);
-                        tracing::info!(from = %from.id, to = %room.id, participant = id, "WebSocket follows its participant to another room");
-                        let changed = serde_json::json!({ "type": "room_changed", "room": room.id, "from": from.id, "id": id });
-                        ok = ok && socket.send(text(&changed)).await.is_ok();
-                        ok = ok && send_snapshot(&mut socket, &room, admin).await;
+                        ok = ok && follow(&api, &mut socket, &from, &room, id, admin).await;
                         continue;
                     }
                     if replaced {
@@ -582,7 +576,17 @@ async fn session(
                 // Missed events: counted, and start again from a fresh snapshot.
                 Err(RecvError::Lagged(n)) => {
                     crate::metrics::ws_lagged(n);
-                    ok = send_snapshot(&mut socket, &room, admin).await;
+                    // A move among the missed events: follow it rather than show the old room.
+                    if let Some(id) = me
+                        && let Some(to) = api.rooms.room_of(id).filter(|to| to.key != room.key)
+                    {
+                        let from = std::mem::replace(&mut room, to);
+                        (events, moved) = (room.subscribe(), room.moved_to());
+                        admin = caller.grant.may_manage(&room.id);
+                        ok = follow(&api, &mut socket, &from, &room, id, admin).await;
+                    } else {
+                        ok = send_snapshot(&mut socket, &room, admin).await;
+                    }
                 }
                 Err(RecvError::Closed) => break,
             },
@@ -601,6 +605,17 @@ async fn session(
         resume::socket_gone(&api, &room, id, clean);
     }
     api.ws_sessions.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Tells a socket that its participant `id` was moved from `from` to `to`
+/// (a breakout; the caller subscribed it to `to` already): `room_changed`,
+/// then a snapshot of `to`. Its resume key now resumes it there. Whether
+/// all was sent.
+async fn follow(api: &ApiState, socket: &mut WebSocket, from: &Room, to: &Room, id: u64, admin: bool) -> bool {
+    api.ws_resumes.rehome(id, &to.id);
+    tracing::info!(from = %from.id, to = %to.id, participant = id, "WebSocket follows its participant to another room");
+    let changed = serde_json::json!({ "type": "room_changed", "room": to.id, "from": from.id, "id": id });
+    socket.send(text(&changed)).await.is_ok() && send_snapshot(socket, to, admin).await
 }
 
 /// Whether a text message is a `token` message (handled by the session, which owns the socket's grant).
