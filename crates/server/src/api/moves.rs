@@ -145,7 +145,7 @@ async fn move_inner(
         }
     };
     let (done, effect) = api.rooms.move_member(&from, &to, id, req.speak, Instant::now())?;
-    api.apply(effect);
+    api.apply(effect.into_iter().chain(api.rooms.take_replaced()));
     let body = MoveResult { id, from: from.id.clone(), to: to.id.clone(), speak: done.speak };
     Ok(axum::Json(body).into_response())
 }

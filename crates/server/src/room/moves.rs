@@ -11,6 +11,9 @@
 //! whose mixer drops them (it no longer knows the participant), and it may
 //! be sent one more tick of the old room's mix.
 //!
+//! As on a join, one identity holds one participant per room: a
+//! participant of the same identity already in the new room is replaced.
+//!
 //! What moves: the participant's id, name, identity, admin flag, mute state
 //! and its speak gate (set by the move's `speak`, or kept). What starts
 //! afresh in the new room: its place in the mixer (jitter buffer, level,
@@ -100,6 +103,17 @@ impl Rooms {
         if to.add(ParticipantId(id), muted).is_err() {
             back(original);
             return Err(RoomError::RoomFull { room: to.id.clone(), max: to.max_participants() });
+        }
+        // One identity, one participant, as a join: the identity's participant
+        // already in the new room leaves (`replaced`); its peer is closed by
+        // whoever takes `take_replaced`.
+        if !identity.is_empty() && !original.admin {
+            let old: Vec<u64> = lock(&to.members).values().filter(|m| m.identity == identity).map(|m| m.id).collect();
+            for old in old {
+                if let Ok(Some(effect)) = self.leave(to, old, LeaveReason::Replaced) {
+                    lock(&self.replaced).push(effect);
+                }
+            }
         }
         lock(&self.vacant).remove(&to.key);
         let members = {
@@ -198,6 +212,13 @@ mod tests {
         // Back again, its speak right kept.
         rooms.move_member(&b, &a, x, None, now).expect("back");
         assert!(a.member_list()[0].listen_only);
+        // One identity, one participant: another "y" moved in replaces the one there.
+        rooms.move_member(&c, &b, y, None, now).expect("into b");
+        let (j, _) = joiner(&acc, "y");
+        let y2 = rooms.join(&a, j, now).expect("a second y joins a");
+        rooms.move_member(&a, &b, y2, None, now).expect("y2 into b");
+        assert_eq!(b.member_list().iter().map(|m| m.id).collect::<Vec<_>>(), vec![y2]);
+        assert_eq!(rooms.take_replaced(), vec![Effect::ClosePeer { peer: PeerId(y), io: 0 }]);
         // It leaves from where it is, closed on its thread.
         assert_eq!(rooms.leave(&a, x, LeaveReason::Left), Ok(Some(Effect::ClosePeer { peer: PeerId(x), io: 1 })));
     }
