@@ -29,6 +29,12 @@
 //! its room's `moved` to the other node on its own, still muted, hear the
 //! room there and, unmuted, be heard (`tests/browser/move_page.js`).
 //!
+//! The breakout test moves a page's participant to another room of the
+//! same server (an admin's `POST …/participants/{id}/move`): the page must
+//! follow on the same connection, showing the new room (title,
+//! participants, `?room=`), hearing its talker and not the old room's
+//! (`tests/browser/breakout_page.js`).
+//!
 //! The network test takes the page where networks get in the way: Debian's
 //! Firefox ESR (WebDriver BiDi, puppeteer-core) in a network namespace of
 //! its own, a Chromium page in a namespace whose outgoing UDP is dropped,
