@@ -150,6 +150,18 @@ fn a_moved_participant_keeps_its_connection_and_hears_only_its_new_room() {
     while let Some(m) = own.try_next() {
         assert_ne!(m["type"], "answer", "no renegotiation");
     }
+    // Its token (for main only) still acts on it in side: the move's grant
+    // stands in for it there. Another identity's token for main does not.
+    let path = format!("/v1/rooms/side/participants/{id}");
+    let r = call(api, &token("b", "main"), "PATCH", &path, r#"{"muted":false}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    refused(
+        &call(api, &token("a", "main"), "PATCH", &path, r#"{"muted":true}"#),
+        403,
+        "wrong_room",
+        "another identity",
+    );
+    refused(&call(api, &token("b", "other"), "PATCH", &path, r#"{"muted":true}"#), 403, "wrong_room", "another room");
     rt.block_on(server.shutdown());
 }
 

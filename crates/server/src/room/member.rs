@@ -47,6 +47,11 @@ pub(crate) struct Member {
     pub(crate) deaf: bool,
     /// It joined with an admin token for the room (`mute_all` spares it).
     pub(crate) admin: bool,
+    /// Moved here by an admin (a breakout): the room it first joined, which
+    /// its token may be all that covers. A token of its identity for that
+    /// room may still act on it here (mute, leave, ICE restart).
+    #[serde(skip)]
+    pub(crate) joined_in: Option<String>,
     /// The I/O thread's copy of `listen_only`.
     #[serde(skip)]
     pub(crate) gate: ListenOnly,

@@ -366,6 +366,7 @@ impl Rooms {
             hand: false,
             deaf: false,
             admin,
+            joined_in: None,
             gate: gate.clone(),
         };
         let members = {

@@ -93,6 +93,7 @@ impl Rooms {
             }
         }
         member.gate.set(member.listen_only);
+        member.joined_in.get_or_insert_with(|| from.id.clone());
         member.talking = false;
         member.hand = false;
         member.deaf = false;
