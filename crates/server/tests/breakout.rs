@@ -110,6 +110,19 @@ fn a_moved_participant_keeps_its_connection_and_hears_only_its_new_room() {
     let done: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
     assert_eq!(done, json!({ "id": id, "from": "main", "to": "side", "speak": true }));
     let moved_at = Instant::now();
+    // How soon b hears side's talker (over a 200 ms window, pumped in 20 ms steps).
+    {
+        let mut all = [&mut a, &mut b, &mut c, &mut d];
+        let mut took = None;
+        while took.is_none() && moved_at.elapsed() < Duration::from_secs(3) {
+            run_for(&mut all, Duration::from_millis(20));
+            if all[1].hears(330.0, Instant::now() - Duration::from_millis(200)) > HEARD {
+                took = Some(moved_at.elapsed());
+            }
+        }
+        let took = took.expect("b hears side within 3 s of the move");
+        println!("b heard side's talker {took:?} after the move answered");
+    }
     assert_eq!(ids(api, &admin, "main").len(), 2);
     assert!(ids(api, &admin, "side").contains(&id), "b is listed in side, with the same id");
 
