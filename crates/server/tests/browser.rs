@@ -29,6 +29,12 @@
 //! its room's `moved` to the other node on its own, still muted, hear the
 //! room there and, unmuted, be heard (`tests/browser/move_page.js`).
 //!
+//! The breakout test moves a page's participant to another room of the
+//! same server (an admin's `POST …/participants/{id}/move`): the page must
+//! follow on the same connection, showing the new room (title,
+//! participants, `?room=`), hearing its talker and not the old room's
+//! (`tests/browser/breakout_page.js`).
+//!
 //! The network test takes the page where networks get in the way: Debian's
 //! Firefox ESR (WebDriver BiDi, puppeteer-core) in a network namespace of
 //! its own, a Chromium page in a namespace whose outgoing UDP is dropped,
@@ -125,9 +131,16 @@ fn ensure_playwright(out: &Path) -> PathBuf {
     let lock = std::fs::read(src.join("package-lock.json")).expect("tests/browser/package-lock.json");
     let current = dir.join("node_modules/playwright-core/package.json").exists()
         && std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock);
-    for file in
-        ["package.json", "package-lock.json", "driver.js", "one_page.js", "first_run.js", "move_page.js", "sdk_app.js"]
-    {
+    for file in [
+        "package.json",
+        "package-lock.json",
+        "driver.js",
+        "one_page.js",
+        "first_run.js",
+        "move_page.js",
+        "sdk_app.js",
+        "breakout_page.js",
+    ] {
         std::fs::copy(src.join(file), dir.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
     }
     if !current {
@@ -996,6 +1009,113 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
     assert!(while_muted < ABSENT_AMP, "bob hears the muted alice after the move: {while_muted}");
     assert!(unmuted > HEARD_AMP, "bob hears alice once she unmutes on the new node: {unmuted}");
     drop(nodes);
+}
+
+/// A page moved to another room by an admin (a breakout) follows on the
+/// same connection: its title, participants and address change, it hears
+/// the new room's talker and not the old room's, and the new room hears it
+/// (`tests/browser/breakout_page.js`). Its token is for the first room only.
+#[test]
+fn a_page_follows_its_participant_moved_to_another_room() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    let alice_wav = out.join("tone-500.wav");
+    write_tone_wav(&alice_wav, ALICE_HZ, 2);
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = "the breakout page test's secret, thirty-two bytes+".to_owned();
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let mint = |g: &Grant| server.mint_token(g, Duration::from_secs(600)).expect("token");
+    let admin = mint(&Grant::admin("ops"));
+    let as_admin = Requester::token(&admin);
+    for room in ["main", "side"] {
+        let body = json!({ "id": room }).to_string();
+        let r =
+            request_as(api, &as_admin, "POST", "/v1/rooms", Some("application/json"), body.as_bytes()).expect("API");
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    // A talker in each room (BOB_HZ in main, RUST_HZ in side).
+    let mut in_main = ToneClient::join_as(api, &as_admin, "main", BOB_HZ, JoinAs::Whip).expect("join main");
+    let mut in_side = ToneClient::join_as(api, &as_admin, "side", RUST_HZ, JoinAs::Whip).expect("join side");
+    let alice = mint(&Grant::participant("main", "alice"));
+    let config = json!({
+        "chromium": chromium,
+        "out": out,
+        "wav": alice_wav,
+        "url": format!("http://{api}/?room=main&name=alice#token={alice}"),
+        "to": "side",
+        "tones": [ALICE_HZ, BOB_HZ, RUST_HZ, CONTROL_HZ],
+        "measureMs": 2000,
+        "waitMs": 20000,
+    });
+    let (mut driver, _stdin, rx, stderr) = start_driver(&node_dir, "breakout_page.js", &config);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut events: HashMap<String, (Instant, Value)> = HashMap::new();
+    let mut failure = None;
+    loop {
+        let now = Instant::now();
+        in_main.pump(now);
+        in_side.pump(now);
+        match rx.try_recv() {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) => {
+                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
+                    eprintln!("page: {event}");
+                    if event == "failed" {
+                        failure = Some(msg["message"].to_string());
+                    }
+                    if event == "before" {
+                        let id = msg["state"]["me"].as_u64().expect("the page's participant id");
+                        let r = request_as(
+                            api,
+                            &as_admin,
+                            "POST",
+                            &format!("/v1/rooms/main/participants/{id}/move"),
+                            Some("application/json"),
+                            br#"{"to":"side"}"#,
+                        )
+                        .expect("API");
+                        assert_eq!(r.status, 200, "{}", r.body);
+                    }
+                    let last = event == "done" || event == "failed";
+                    events.insert(event, (now, msg));
+                    if last {
+                        break;
+                    }
+                }
+                None => eprintln!("page: {line}"),
+            },
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        assert!(now < deadline, "the page did not finish within 120 s; marks: {:?}", events.keys());
+    }
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    std::fs::write(out.join("breakout-driver.log"), &log).expect("write breakout-driver.log");
+    assert!(status.success() && failure.is_none(), "the page driver failed ({status}): {failure:?}\n{log}");
+    let event = |name: &str| events.get(name).unwrap_or_else(|| panic!("no '{name}' from the page\n{log}")).clone();
+
+    let (_, before) = event("before");
+    assert!(db(&before["heard"], BOB_HZ) > HEARD_DB, "the page hears main's talker: {before}");
+    assert!(db(&before["heard"], RUST_HZ) < ABSENT_DB, "and not side's: {before}");
+    let (changed_at, changed) = event("changed");
+    assert_eq!(changed["title"], "side", "{changed}");
+    assert!(changed["search"].as_str().unwrap_or_default().contains("room=side"), "{changed}");
+    assert_eq!(changed["state"]["connection"], "connected", "the same connection: {changed}");
+    assert_eq!(changed["state"]["me"], before["state"]["me"], "the same participant: {changed}");
+    let (done_at, done) = event("done");
+    let heard = &done["result"]["heard"];
+    assert!(db(heard, RUST_HZ) > HEARD_DB, "the page hears side's talker: {done}");
+    assert!(db(heard, BOB_HZ) < ABSENT_DB, "and no longer main's: {done}");
+    let (from, to) = (changed_at + Duration::from_millis(500), done_at);
+    assert!(heard_between(&in_side, ALICE_HZ, from, to) > HEARD_AMP, "side hears the page");
+    assert!(heard_between(&in_main, ALICE_HZ, from, to) < ABSENT_AMP, "main no longer hears it");
+    rt.block_on(server.shutdown());
 }
 
 /// Reads a driver's `@@` lines to its end (or `timeout`): its `done`

@@ -602,3 +602,53 @@ fn playback_answers_and_events_match_their_schemas() {
     assert_eq!(seen.len(), 3, "playback_started, _stopped and _finished seen: {seen:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The move route's real answers match their descriptions, and the
+/// `room_changed` message the moved participant's socket gets matches
+/// docs/api/websocket.schema.json.
+#[test]
+fn move_answers_and_room_changed_match_their_schemas() {
+    let ws_schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("docs/api/websocket.schema.json")).expect("the schema"),
+    )
+    .expect("JSON");
+    let server_schema = json!({ "$ref": "#/$defs/server_message" });
+    let (_rt, server) = start();
+    let api = server.http_addr();
+    let doc = spec(api);
+    common::create_room(api, "hall");
+    common::create_room(api, "nook");
+    let mut ws = RawWs::connect(api, "/v1/rooms/hall/ws");
+    assert_eq!(ws.next_message()["type"], "room");
+    let (_client, offer) = tutti_client::ToneClient::offer(440.0).expect("offer");
+    ws.send(json!({ "type": "join", "sdp": offer }));
+    let id = ws.wait_for(|m| m["type"] == "answer")["id"].as_u64().expect("id");
+    let template = "/v1/rooms/{room}/participants/{id}/move";
+    let call = |room: &str, id: u64, body: &str| {
+        let r = http(
+            api,
+            "POST",
+            &format!("/v1/rooms/{room}/participants/{id}/move"),
+            Some("application/json"),
+            body.as_bytes(),
+        );
+        answer_matches(&doc, "POST", template, &r);
+        r
+    };
+    assert_eq!(call("hall", id, r#"{"to":"hall"}"#).status, 400);
+    assert_eq!(call("hall", id, r#"{"to":"gone"}"#).status, 404);
+    assert_eq!(call("hall", id + 1, r#"{"to":"nook"}"#).status, 404);
+    assert_eq!(call("hall", id, r#"{"to":"nook","speak":false}"#).status, 200);
+    let changed = ws.wait_for(|m| m["type"] == "room_changed");
+    assert_eq!(changed, json!({ "type": "room_changed", "room": "nook", "from": "hall", "id": id }));
+    let snapshot = ws.next_message();
+    assert_eq!((snapshot["type"].as_str(), snapshot["room"].as_str()), (Some("room"), Some("nook")));
+    for m in [&changed, &snapshot] {
+        if let Err(e) = check(&ws_schema, &server_schema, m, "server") {
+            panic!("a server message does not match the schema: {e}");
+        }
+    }
+    let mut wrong = changed.clone();
+    wrong["id"] = json!("1");
+    assert!(check(&ws_schema, &server_schema, &wrong, "server").is_err());
+}

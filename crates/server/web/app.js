@@ -263,6 +263,23 @@ function onMoved(moved) {
   followMoved(moved, extra);
 }
 
+/**
+ * A breakout: a moderator moved us to another room of this server. The
+ * call goes on (same connection); the page shows the new room, and its
+ * address names it, so a reload lands there.
+ */
+function onRoomChanged(to, from) {
+  state.room = to;
+  $('room').value = to;
+  const url = new URL(location.href);
+  url.searchParams.set('room', to);
+  history.replaceState(null, '', url);
+  $('room-title').textContent = to;
+  resetInvite();
+  showNotice(`A moderator moved you from “${from}” to “${to}”.`);
+  if (call) sync(call.room);
+}
+
 // ---- Meters -----------------------------------------------------------------
 
 /**
@@ -425,6 +442,9 @@ async function join(ev) {
   room.on('tokenExpiring', ({ expiresAt }) => onTokenExpiring(expiresAt));
   room.on('draining', () => showNotice('The server is restarting. Your call goes on; it may move to another server.'));
   room.on('moved', (moved) => onMoved(moved));
+  room.on('roomChanged', ({ room: to, from }) => {
+    if (call === mine) onRoomChanged(to, from);
+  });
   room.on('ended', (err) => {
     if (call !== mine || !err) return;
     teardown();

@@ -20,7 +20,7 @@ export interface Member {
     deaf?: boolean;
 }
 /** Why someone left (`left.reason`). */
-export type LeftReason = 'left' | 'timed_out' | 'failed' | 'room_closed' | 'kicked' | 'moved' | 'replaced' | 'token_expired';
+export type LeftReason = 'left' | 'timed_out' | 'failed' | 'room_closed' | 'kicked' | 'moved' | 'moved_room' | 'replaced' | 'token_expired';
 /** One room event, an element of `events`. */
 export type RoomEventMessage = {
     type: 'joined';
@@ -121,6 +121,19 @@ export interface MovedMessage {
     ticket?: string;
     reason?: 'drain';
 }
+/**
+ * A breakout: an admin moved the socket's participant to another room of
+ * the same node (same connection, same id). A `room` snapshot of the new
+ * room follows; the socket carries its events from then on.
+ */
+export interface RoomChangedMessage {
+    type: 'room_changed';
+    /** The room it is in now. */
+    room: string;
+    /** The room it left. */
+    from: string;
+    id: number;
+}
 /** A message the server sends. */
 export type ServerMessage = RoomMessage | {
     type: 'participants';
@@ -147,7 +160,7 @@ export type ServerMessage = RoomMessage | {
 } | {
     type: 'token_accepted';
     expires_at: number;
-} | MovedMessage | RoomEventMessage;
+} | MovedMessage | RoomChangedMessage | RoomEventMessage;
 /** The event kinds a socket may subscribe to. */
 export type EventKind = 'joined' | 'left' | 'talking' | 'muted' | 'permissions' | 'hand' | 'room_updated';
 /** A message a client sends. */

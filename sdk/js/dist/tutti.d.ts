@@ -158,6 +158,15 @@ export interface RoomEvents {
     };
     /** Cluster hand-over: the room is now at `moved.api_url`; open `enterUrl(moved)`. */
     moved: MovedMessage;
+    /**
+     * A breakout: an admin moved this participant to room `room` of the same
+     * server, on the same connection (`room.room` is the new room's id; the
+     * participants are the new room's by the next `change`).
+     */
+    roomChanged: {
+        room: string;
+        from: string;
+    };
     /** A recording started, stopped or finished (`recording_*`). */
     recording: RoomEventMessage;
     /** A sound file started, stopped or finished playing into the room (`playback_*`). */
@@ -244,7 +253,8 @@ export declare function microphone(processing?: boolean): Promise<MediaStream>;
  * after `ended`, make a new one.
  */
 export declare class Room extends Emitter<RoomEvents> {
-    readonly room: string;
+    /** The room's id (it changes when an admin moves the participant: `roomChanged`). */
+    room: string;
     readonly name: string;
     readonly transport: Transport;
     readonly api: Api;

@@ -844,6 +844,14 @@ export class Room extends Emitter {
                 if (msg.api_url && msg.room)
                     this.emit('moved', msg);
                 return;
+            case 'room_changed':
+                // A breakout: same connection; the new room's snapshot comes next.
+                if (typeof msg.room === 'string' && msg.room && msg.id === this._id) {
+                    const from = this.room;
+                    this.room = msg.room;
+                    this.emit('roomChanged', { room: msg.room, from });
+                }
+                return;
             default:
                 // A bare event (older servers), or one this client does not know.
                 this.onEvent(msg);
@@ -868,8 +876,10 @@ export class Room extends Emitter {
                 this.emit('left', { participant: p, reason: e.reason });
                 // Our own leave tears the call down before its event arrives: a
                 // `left` about us means the server (or a moderator) ended it.
-                if (e.id === this._id)
+                // Moved to another room (a breakout): the call goes on there (`room_changed` follows).
+                if (e.id === this._id && e.reason !== 'moved_room') {
                     this.end(new TuttiError(e.reason === 'left' ? 'removed' : e.reason));
+                }
                 break;
             }
             case 'talking': {

@@ -34,6 +34,7 @@ export type LeftReason =
   | 'room_closed'
   | 'kicked'
   | 'moved'
+  | 'moved_room'
   | 'replaced'
   | 'token_expired';
 
@@ -84,6 +85,20 @@ export interface MovedMessage {
   reason?: 'drain';
 }
 
+/**
+ * A breakout: an admin moved the socket's participant to another room of
+ * the same node (same connection, same id). A `room` snapshot of the new
+ * room follows; the socket carries its events from then on.
+ */
+export interface RoomChangedMessage {
+  type: 'room_changed';
+  /** The room it is in now. */
+  room: string;
+  /** The room it left. */
+  from: string;
+  id: number;
+}
+
 /** A message the server sends. */
 export type ServerMessage =
   | RoomMessage
@@ -95,6 +110,7 @@ export type ServerMessage =
   | { type: 'token_expiring'; expires_at: number }
   | { type: 'token_accepted'; expires_at: number }
   | MovedMessage
+  | RoomChangedMessage
   | RoomEventMessage;
 
 /** The event kinds a socket may subscribe to. */

@@ -210,6 +210,12 @@ export interface RoomEvents {
   draining: { deadline: number; message: string };
   /** Cluster hand-over: the room is now at `moved.api_url`; open `enterUrl(moved)`. */
   moved: MovedMessage;
+  /**
+   * A breakout: an admin moved this participant to room `room` of the same
+   * server, on the same connection (`room.room` is the new room's id; the
+   * participants are the new room's by the next `change`).
+   */
+  roomChanged: { room: string; from: string };
   /** A recording started, stopped or finished (`recording_*`). */
   recording: RoomEventMessage;
   /** A sound file started, stopped or finished playing into the room (`playback_*`). */
@@ -575,7 +581,8 @@ function openSocket(api: Api, room: string, timeoutMs: number, events?: EventKin
  * after `ended`, make a new one.
  */
 export class Room extends Emitter<RoomEvents> {
-  readonly room: string;
+  /** The room's id (it changes when an admin moves the participant: `roomChanged`). */
+  room: string;
   readonly name: string;
   readonly transport: Transport;
   readonly api: Api;
@@ -1040,6 +1047,14 @@ export class Room extends Emitter<RoomEvents> {
       case 'moved':
         if (msg.api_url && msg.room) this.emit('moved', msg);
         return;
+      case 'room_changed':
+        // A breakout: same connection; the new room's snapshot comes next.
+        if (typeof msg.room === 'string' && msg.room && msg.id === this._id) {
+          const from = this.room;
+          this.room = msg.room;
+          this.emit('roomChanged', { room: msg.room, from });
+        }
+        return;
       default:
         // A bare event (older servers), or one this client does not know.
         this.onEvent(msg as RoomEventMessage);
@@ -1064,7 +1079,10 @@ export class Room extends Emitter<RoomEvents> {
         this.emit('left', { participant: p, reason: e.reason });
         // Our own leave tears the call down before its event arrives: a
         // `left` about us means the server (or a moderator) ended it.
-        if (e.id === this._id) this.end(new TuttiError(e.reason === 'left' ? 'removed' : e.reason));
+        // Moved to another room (a breakout): the call goes on there (`room_changed` follows).
+        if (e.id === this._id && e.reason !== 'moved_room') {
+          this.end(new TuttiError(e.reason === 'left' ? 'removed' : e.reason));
+        }
         break;
       }
       case 'talking': {

@@ -20,6 +20,7 @@ pub(crate) mod http;
 mod ice;
 mod invite;
 mod limit;
+mod moves;
 pub(crate) mod node;
 mod openapi;
 mod origin;
@@ -293,6 +294,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(rtp_out::routes())
         .merge(speakers::routes())
         .merge(playback::routes())
+        .merge(moves::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())

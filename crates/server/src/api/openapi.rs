@@ -87,6 +87,7 @@ impl Modify for Security {
         super::playback::stop,
         super::playback::show_sounds,
         super::playback::set_sounds,
+        super::moves::move_participant,
         super::node::status,
         super::node::drain,
         super::ice::ice_servers,

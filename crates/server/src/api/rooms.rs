@@ -448,6 +448,23 @@ fn member_of(state: Arc<Room>, id: u64) -> ApiResult<Arc<Room>> {
     Ok(state)
 }
 
+/// 403 `wrong_room` unless the grant may see `room`, or is the token a
+/// participant moved here (a breakout) joined with: its identity's, for the
+/// room it first joined (the move's grant stands in for its token here).
+fn may_see_member(api: &ApiState, grant: &Grant, room: &str, id: u64) -> ApiResult<()> {
+    if grant.may_see(room) {
+        return Ok(());
+    }
+    let moved_here = api.rooms.get(room).is_ok_and(|r| {
+        lock(&r.members).get(&id).is_some_and(|m| {
+            !grant.identity.is_empty()
+                && m.identity == grant.identity
+                && m.joined_in.as_deref().is_some_and(|first| grant.may_see(first))
+        })
+    });
+    if moved_here { Ok(()) } else { may_see(grant, room) }
+}
+
 /// 403 unless the grant manages the room or is the participant's own
 /// (same identity); returns whether it manages the room.
 fn may_act_on(grant: &Grant, room: &Room, id: u64) -> ApiResult<bool> {
@@ -500,7 +517,7 @@ pub(crate) async fn leave(
 ) -> ApiResult<Response> {
     let Query(params) = params.map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
     let grant = cluster::caller(&api, &headers, &target, params.ticket.as_deref(), &room).await?;
-    may_see(&grant, &room)?;
+    may_see_member(&api, &grant, &room, id)?;
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
         return Err(ApiError::forbidden("banning a participant needs an admin token"));
     }
@@ -590,7 +607,7 @@ pub(crate) async fn update_participant(
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let grant = cluster::caller(&api, &headers, &target, cluster::access(query).ticket.as_deref(), &room).await?;
-    may_see(&grant, &room)?;
+    may_see_member(&api, &grant, &room, id)?;
     let here = match cluster::here(&api, &room, &target, &grant).await? {
         Ok(here) => here,
         Err(elsewhere) => return Ok(elsewhere),

@@ -17,6 +17,8 @@ pub(crate) enum IoCommand {
     Deliver(Arc<Vec<RoomMix>>),
     /// Close (DTLS close_notify) and forget a peer.
     Close(PeerId),
+    /// A peer was moved to another room: re-read its room (`Rooms::room_of`).
+    Rehome(PeerId),
     /// Answer a connected peer's ICE-restart offer; the answer (or why not) goes to `reply`.
     Restart { peer: PeerId, offer: String, reply: tokio::sync::oneshot::Sender<Result<String, RtcError>> },
     /// A datagram for one of this thread's peers that reached another socket.

@@ -270,6 +270,7 @@ impl IoThread {
             match cmd {
                 IoCommand::Deliver(mixes) => self.deliver(&mixes, now),
                 IoCommand::Close(id) => self.close(id),
+                IoCommand::Rehome(id) => self.rehome(id),
                 IoCommand::Restart { peer, offer, reply } => {
                     // The API may have given up waiting; the answer then goes nowhere.
                     let _ = reply.send(self.mux.restart(peer, &offer, now));
@@ -287,6 +288,31 @@ impl IoThread {
         if self.mux.remove(id).is_ok() {
             self.forget(id);
         }
+    }
+
+    /// Moves one of this thread's peers to the room the registry now has it
+    /// in (a breakout): its packets go to that room's inbox and it is sent
+    /// that room's mix from the next delivery on. Its SSRC is told to the
+    /// new room with its next packet.
+    fn rehome(&mut self, id: PeerId) {
+        let Some(room) = self.shared.rooms.room_of(id.0) else { return };
+        let Some(local) = self.peers.get_mut(&id) else { return };
+        if local.room.key == room.key {
+            return;
+        }
+        let old = std::mem::replace(&mut local.room, room.clone());
+        local.ssrc = None;
+        let connected = local.connected;
+        if let Some(list) = self.rooms.get_mut(&old.key) {
+            list.retain(|p| *p != id);
+            if list.is_empty() {
+                self.rooms.remove(&old.key);
+            }
+        }
+        if connected {
+            self.rooms.entry(room.key).or_default().push(id);
+        }
+        tracing::debug!(from = %old.id, to = %room.id, peer = %id, io = self.index, "peer moved to another room");
     }
 
     /// Sends each of this thread's connected peers its mix.
@@ -520,6 +546,12 @@ impl IoThread {
             Effect::ClosePeer { peer, io } => {
                 if let Some(h) = self.shared.io(io) {
                     h.send(IoCommand::Close(peer));
+                }
+            }
+            Effect::Rehome { peer, io } if io == self.index => self.rehome(peer),
+            Effect::Rehome { peer, io } => {
+                if let Some(h) = self.shared.io(io) {
+                    h.send(IoCommand::Rehome(peer));
                 }
             }
         }

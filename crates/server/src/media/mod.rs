@@ -285,6 +285,11 @@ impl MediaHandle {
                         h.send(IoCommand::Close(peer));
                     }
                 }
+                Effect::Rehome { peer, io } => {
+                    if let Some(h) = self.io.get(io) {
+                        h.send(IoCommand::Rehome(peer));
+                    }
+                }
             }
         }
     }

@@ -150,6 +150,9 @@ pub const NODE_DRAINING: &str = "tutti_node_draining";
 /// `hand_lowered`, `deafened`, `undeafened`, `lock`, `unlock`, `resize`, `mute_all`, `kick`, `ban`) and
 /// joins refused by them (`refused_locked`, `refused_banned`), counter.
 pub const STAGE_ACTIONS: &str = "tutti_stage_actions_total";
+/// Participant moves to another room (`POST …/participants/{id}/move`), by
+/// `result`: `moved`, `room_elsewhere`, `redirected`, or the error's code.
+pub const PARTICIPANT_MOVES: &str = "tutti_participant_moves_total";
 
 /// Plain RTP participants now (`[rtp_in]`: SIP gateways), gauge.
 pub const RTP_IN_PARTICIPANTS: &str = "tutti_rtp_in_participants";
@@ -210,6 +213,7 @@ pub const NAMES: &[&str] = &[
     NODE_DRAINING,
     BUILD_INFO,
     STAGE_ACTIONS,
+    PARTICIPANT_MOVES,
     RTP_IN_PARTICIPANTS,
     RTP_IN_PACKETS_RECEIVED,
     RTP_IN_PACKETS_SENT,
@@ -433,6 +437,11 @@ fn describe() {
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
     describe_gauge!(NODE_DRAINING, Unit::Count, "1 while the node drains (no new rooms; calls go on), else 0.");
     outputs::describe();
+    describe_counter!(
+        PARTICIPANT_MOVES,
+        Unit::Count,
+        "Participant moves to another room of the node, by result (moved, room_elsewhere, or the error code)."
+    );
     describe_counter!(
         STAGE_ACTIONS,
         Unit::Count,
@@ -679,6 +688,13 @@ pub fn set_draining(on: bool) {
 pub fn ws_lagged(n: u64) {
     if handles().is_some() {
         metrics::counter!(API_WS_LAGGED).increment(n);
+    }
+}
+
+/// One participant move's outcome (see [`PARTICIPANT_MOVES`]).
+pub fn participant_move(result: &'static str) {
+    if handles().is_some() {
+        metrics::counter!(PARTICIPANT_MOVES, "result" => result).increment(1);
     }
 }
 

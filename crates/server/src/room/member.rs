@@ -47,6 +47,11 @@ pub(crate) struct Member {
     pub(crate) deaf: bool,
     /// It joined with an admin token for the room (`mute_all` spares it).
     pub(crate) admin: bool,
+    /// Moved here by an admin (a breakout): the room it first joined, which
+    /// its token may be all that covers. A token of its identity for that
+    /// room may still act on it here (mute, leave, ICE restart).
+    #[serde(skip)]
+    pub(crate) joined_in: Option<String>,
     /// The I/O thread's copy of `listen_only`.
     #[serde(skip)]
     pub(crate) gate: ListenOnly,
@@ -68,6 +73,9 @@ pub(crate) enum LeaveReason {
     /// Its room was handed over to another node (a drain) and it was told
     /// to rejoin there.
     Moved,
+    /// An admin moved it to another room of this node (a breakout): the
+    /// same connection goes on there.
+    MovedRoom,
     /// Another join with the same identity took its place (one identity, one participant).
     Replaced,
     /// Its WebSocket's token expired before a fresh one came.
@@ -84,6 +92,7 @@ impl LeaveReason {
             Self::RoomClosed => "room_closed",
             Self::Kicked => "kicked",
             Self::Moved => "moved",
+            Self::MovedRoom => "moved_room",
             Self::Replaced => "replaced",
             Self::TokenExpired => "token_expired",
         }

@@ -24,6 +24,7 @@
 mod error;
 mod event;
 mod member;
+mod moves;
 mod plain;
 pub(crate) mod playback;
 mod playing;
@@ -58,6 +59,14 @@ use registry::Registry;
 pub(crate) enum Effect {
     /// Close this peer (DTLS close_notify) and forget it, on the I/O thread that owns it.
     ClosePeer {
+        /// The peer.
+        peer: PeerId,
+        /// Its I/O thread.
+        io: usize,
+    },
+    /// The peer was moved to another room: its I/O thread re-reads where it
+    /// is (`Rooms::room_of`) and sends it that room's mix from then on.
+    Rehome {
         /// The peer.
         peer: PeerId,
         /// Its I/O thread.
@@ -358,6 +367,7 @@ impl Rooms {
             hand: false,
             deaf: false,
             admin,
+            joined_in: None,
             gate: gate.clone(),
         };
         let members = {

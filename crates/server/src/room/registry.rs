@@ -83,6 +83,24 @@ impl Registry {
         home.io
     }
 
+    /// Moves a peer to another room. Returns the I/O thread that owns it,
+    /// if one adopted it (a pending peer is adopted with its new room).
+    pub(crate) fn rehome(&mut self, id: PeerId, room: Arc<Room>) -> Option<usize> {
+        let home = self.homes.get_mut(&id)?;
+        home.room = room;
+        home.io
+    }
+
+    /// The room a peer is in.
+    pub(crate) fn room_of(&self, id: PeerId) -> Option<Arc<Room>> {
+        self.homes.get(&id).map(|h| h.room.clone())
+    }
+
+    /// Whether a peer is a plain RTP participant (no ICE peer).
+    pub(crate) fn is_plain(&self, id: PeerId) -> bool {
+        self.homes.get(&id).is_some_and(|h| h.ufrag.starts_with("plain:"))
+    }
+
     /// Decides what I/O thread `io` does with an ICE check for `ufrag` (one
     /// its mux verified: see `tutti_rtc::Mux::handle_packet`).
     pub(crate) fn claim(&mut self, ufrag: &str, io: usize) -> Claim {

@@ -387,7 +387,9 @@ fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<
             grant.identity, caller.grant.identity
         )));
     }
-    if !grant.may_see(&room.id) {
+    // After a move (a breakout) the socket is in a room its token may not
+    // cover: a token for what the old one covered is as good.
+    if !grant.may_see(&room.id) && grant.room != caller.grant.room {
         return Err(refused(format!("the new token is not for room '{}'", room.id)));
     }
     Ok((grant, exp))
@@ -395,7 +397,7 @@ fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<
 
 async fn session(
     api: Arc<ApiState>,
-    room: Arc<Room>,
+    mut room: Arc<Room>,
     mut socket: WebSocket,
     mut caller: Caller,
     kinds: EventKinds,
@@ -526,15 +528,25 @@ async fn session(
                         _ => None,
                     });
                     let mut replaced = false;
+                    let mut moved_into = None;
                     if let Some(id) = me
                         && let Some(reason) = batch.events.iter().find_map(|e| match e {
                             RoomEvent::Left { id: left, reason } if *left == id => Some(*reason),
                             _ => None,
                         })
                     {
-                        api.ws_resumes.forget(id);
-                        me = None;
-                        replaced = reason == LeaveReason::Replaced.as_str();
+                        // Moved to another room of this node (a breakout): the socket follows.
+                        let to = (reason == LeaveReason::MovedRoom.as_str())
+                            .then(|| api.rooms.room_of(id))
+                            .flatten()
+                            .filter(|to| to.key != room.key);
+                        if to.is_some() {
+                            moved_into = to;
+                        } else {
+                            api.ws_resumes.forget(id);
+                            me = None;
+                            replaced = reason == LeaveReason::Replaced.as_str();
+                        }
                     }
                     if let Some(json) = batch.for_kinds(kinds)
                         && let Ok(json) = Utf8Bytes::try_from(json)
@@ -544,6 +556,15 @@ async fn session(
                     if let Some(reason) = last {
                         close_gracefully(&mut socket, 1001, reason).await;
                         break;
+                    }
+                    if let Some(to) = moved_into
+                        && let Some(id) = me
+                    {
+                        let from = std::mem::replace(&mut room, to);
+                        (events, moved) = (room.subscribe(), room.moved_to());
+                        admin = caller.grant.may_manage(&room.id);
+                        ok = ok && follow(&api, &mut socket, &from, &room, id, admin).await;
+                        continue;
                     }
                     if replaced {
                         // Another socket (a tab, a device) joined with this identity: it has the seat now.
@@ -555,7 +576,17 @@ async fn session(
                 // Missed events: counted, and start again from a fresh snapshot.
                 Err(RecvError::Lagged(n)) => {
                     crate::metrics::ws_lagged(n);
-                    ok = send_snapshot(&mut socket, &room, admin).await;
+                    // A move among the missed events: follow it rather than show the old room.
+                    if let Some(id) = me
+                        && let Some(to) = api.rooms.room_of(id).filter(|to| to.key != room.key)
+                    {
+                        let from = std::mem::replace(&mut room, to);
+                        (events, moved) = (room.subscribe(), room.moved_to());
+                        admin = caller.grant.may_manage(&room.id);
+                        ok = follow(&api, &mut socket, &from, &room, id, admin).await;
+                    } else {
+                        ok = send_snapshot(&mut socket, &room, admin).await;
+                    }
                 }
                 Err(RecvError::Closed) => break,
             },
@@ -574,6 +605,17 @@ async fn session(
         resume::socket_gone(&api, &room, id, clean);
     }
     api.ws_sessions.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Tells a socket that its participant `id` was moved from `from` to `to`
+/// (a breakout; the caller subscribed it to `to` already): `room_changed`,
+/// then a snapshot of `to`. Its resume key now resumes it there. Whether
+/// all was sent.
+async fn follow(api: &ApiState, socket: &mut WebSocket, from: &Room, to: &Room, id: u64, admin: bool) -> bool {
+    api.ws_resumes.rehome(id, &to.id);
+    tracing::info!(from = %from.id, to = %to.id, participant = id, "WebSocket follows its participant to another room");
+    let changed = serde_json::json!({ "type": "room_changed", "room": to.id, "from": from.id, "id": id });
+    socket.send(text(&changed)).await.is_ok() && send_snapshot(socket, to, admin).await
 }
 
 /// Whether a text message is a `token` message (handled by the session, which owns the socket's grant).

@@ -54,6 +54,14 @@ impl Resumes {
         key
     }
 
+    /// Its participant was moved to room `room` (a breakout): its key now
+    /// resumes it there.
+    pub(crate) fn rehome(&self, id: u64, room: &str) {
+        if let Some(slot) = lock(&self.0).get_mut(&id) {
+            room.clone_into(&mut slot.room);
+        }
+    }
+
     /// Whether participant `id` joined through a WebSocket (and has not left).
     pub(crate) fn holds(&self, id: u64) -> bool {
         lock(&self.0).contains_key(&id)
@@ -128,6 +136,9 @@ pub(crate) fn socket_gone(api: &Arc<ApiState>, room: &Arc<Room>, id: u64, clean:
 /// Its participant leaves with its socket: `moved` when the room was
 /// handed over (a drain: the client went to the new node), else `left`.
 pub(super) fn leave(api: &ApiState, room: &Room, id: u64) {
+    // Moved to another room of this node since (a breakout): it leaves from there.
+    let now_in = api.rooms.room_of(id);
+    let room = now_in.as_deref().unwrap_or(room);
     let reason = if room.is_handed_over() { LeaveReason::Moved } else { LeaveReason::Left };
     if let Ok(effect) = api.rooms.leave(room, id, reason) {
         api.apply(effect);
