@@ -125,8 +125,8 @@ pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, 
 pub use pool::MixPool;
 pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
 pub use room::{
-    ActiveSpeaker, Delivery, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room, TalkEvent, TickReport,
-    VoiceStatus,
+    ActiveSpeaker, ChannelId, Delivery, MAX_CHANNELS, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room,
+    TalkEvent, TickReport, VoiceStatus,
 };
 pub use voice::{
     DEFAULT_LOUDNESS_TARGET_DBFS, LOUDNESS_GATE_DBFS, LOUDNESS_MAX_GAIN_DB, NoiseSuppression, NoiseSuppressor,
