@@ -32,6 +32,7 @@ pub(crate) mod schema;
 mod speakers;
 mod stage;
 mod web;
+mod whisper;
 pub(crate) mod ws;
 
 use std::net::IpAddr;
@@ -293,6 +294,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(rtp_out::routes())
         .merge(speakers::routes())
         .merge(playback::routes())
+        .merge(whisper::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())
