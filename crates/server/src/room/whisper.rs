@@ -160,7 +160,9 @@ impl Room {
         m.whispers.next += 1;
         let id = m.whispers.next;
         let info = self.set_whisper(&mut m, id, speakers, listeners, limits)?;
+        let talking = self.sync_talking(&m, info.speakers.iter().copied());
         drop(m);
+        self.tell(talking);
         metrics::gauge!(crate::metrics::outputs::WHISPER_CHANNELS).increment(1.0);
         self.publish(RoomEvent::WhisperOpened {
             id,
@@ -181,9 +183,12 @@ impl Room {
     ) -> Result<WhisperInfo, WhisperError> {
         let mut m = lock(&self.mixing);
         let old = m.whispers.channels.get(&id).cloned().ok_or(WhisperError::NotFound(id))?;
+        let old_speakers = old.speakers.clone();
         let info =
             self.set_whisper(&mut m, id, speakers.unwrap_or(old.speakers), listeners.unwrap_or(old.listeners), limits)?;
+        let talking = self.sync_talking(&m, old_speakers.into_iter().chain(info.speakers.iter().copied()));
         drop(m);
+        self.tell(talking);
         self.publish(RoomEvent::WhisperChanged {
             id,
             speakers: info.speakers.clone(),
@@ -198,11 +203,38 @@ impl Room {
         let info = m.whispers.channels.remove(&id).ok_or(WhisperError::NotFound(id))?;
         let _ = m.mixer.close_channel(ChannelId(id));
         m.whispers.rebuild();
+        let talking = self.sync_talking(&m, info.speakers.iter().copied());
         drop(m);
+        self.tell(talking);
         metrics::gauge!(crate::metrics::outputs::WHISPER_CHANNELS).decrement(1.0);
         self.publish(RoomEvent::WhisperClosed { id, reason: "closed" });
         tracing::info!(room = %self.id, channel = id, "whisper channel closed");
         Ok(info)
+    }
+
+    /// The room's view of whether each of `ids` talks, made true again after
+    /// a change of who whispers: a speaker who starts whispering mid-word
+    /// stops talking for the room; one whose channel closes mid-word talks.
+    /// Returns the `talking` events to tell (after the locks).
+    fn sync_talking(&self, m: &Mixing, ids: impl Iterator<Item = u64>) -> Vec<RoomEvent> {
+        let mut events = Vec::new();
+        let mut members = lock(&self.members);
+        for id in ids {
+            let talking =
+                m.mixer.is_talking(ParticipantId(id)).unwrap_or(false) && m.whispers.of(id).is_none_or(|(_, w)| !w);
+            if let Some(member) = members.get_mut(&id)
+                && std::mem::replace(&mut member.talking, talking) != talking
+            {
+                events.push(RoomEvent::Talking { id, talking });
+            }
+        }
+        events
+    }
+
+    fn tell(&self, events: Vec<RoomEvent>) {
+        for e in events {
+            self.publish(e);
+        }
     }
 
     /// Checks and applies channel `id`'s members (under the mixer's lock).
