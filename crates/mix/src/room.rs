@@ -1053,7 +1053,7 @@ impl Room {
         let whispers = |n: usize| chan.get(n).is_some_and(|c| c.is_some_and(|(_, w)| w));
         let mut whisper_listeners = 0;
         for ch in &mut self.channels {
-            ch.active = chan.iter().any(|c| *c == Some((ch.id, true)));
+            ch.active = chan.contains(&Some((ch.id, true)));
             if ch.active {
                 let selected_in = chan.iter().filter(|c| c.is_some_and(|(id, _)| id == ch.id)).count();
                 whisper_listeners += ch.members - selected_in;

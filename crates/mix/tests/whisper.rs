@@ -64,7 +64,10 @@ fn a_coach_is_heard_by_the_one_they_whisper_to_and_nobody_else() {
     for who in [l, m, a, p] {
         assert!(hears(&clients[who], coach) > 0.05, "{who} hears the coach after the close");
     }
-    assert_eq!(room.close_channel(ChannelId(7)).unwrap_err().to_string(), MixError::UnknownChannel(7).to_string());
+    assert_eq!(
+        room.close_channel(ChannelId(7)).expect_err("closed already").to_string(),
+        MixError::UnknownChannel(7).to_string()
+    );
 }
 
 #[test]
@@ -170,11 +173,11 @@ fn bad_channel_changes_are_refused_and_change_nothing() {
     }
     room.add_source(ParticipantId(99)).expect("source");
     room.open_channel(ChannelId(1), &[ParticipantId(1)], &[ParticipantId(2)]).expect("open");
-    let err = room.open_channel(ChannelId(2), &[ParticipantId(3)], &[ParticipantId(2)]).unwrap_err();
+    let err = room.open_channel(ChannelId(2), &[ParticipantId(3)], &[ParticipantId(2)]).expect_err("refused");
     assert!(matches!(err, MixError::InChannel(ParticipantId(2))), "{err}");
-    let err = room.open_channel(ChannelId(2), &[ParticipantId(3)], &[ParticipantId(42)]).unwrap_err();
+    let err = room.open_channel(ChannelId(2), &[ParticipantId(3)], &[ParticipantId(42)]).expect_err("refused");
     assert!(matches!(err, MixError::UnknownParticipant(ParticipantId(42))), "{err}");
-    let err = room.open_channel(ChannelId(2), &[ParticipantId(99)], &[ParticipantId(3)]).unwrap_err();
+    let err = room.open_channel(ChannelId(2), &[ParticipantId(99)], &[ParticipantId(3)]).expect_err("refused");
     assert!(matches!(err, MixError::UnknownParticipant(_)), "a source whispers to nobody: {err}");
     assert_eq!(room.channels().count(), 1, "refused changes open nothing");
     assert_eq!(room.channel_of(ParticipantId(3)), None);
@@ -188,6 +191,6 @@ fn bad_channel_changes_are_refused_and_change_nothing() {
     for n in 2..MAX_CHANNELS as u64 + 1 {
         room.open_channel(ChannelId(n), &[], &[]).expect("an empty channel is bounded too");
     }
-    let err = room.open_channel(ChannelId(1_000), &[], &[]).unwrap_err();
+    let err = room.open_channel(ChannelId(1_000), &[], &[]).expect_err("refused");
     assert!(matches!(err, MixError::TooManyChannels(MAX_CHANNELS)), "{err}");
 }
