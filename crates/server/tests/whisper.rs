@@ -14,6 +14,11 @@ use common::{Ws, create_room, http, room, start};
 use serde_json::{Value, json};
 use tutti_client::{JoinAs, ToneClient, run_for, run_until};
 
+/// Goertzel amplitude above which a tone is heard.
+const HEARD: f32 = 0.01;
+/// ... and below which it is not.
+const NOT_HEARD: f32 = 0.005;
+
 fn send(api: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let bytes = body.map(|b| b.to_string()).unwrap_or_default();
     let ct = (!bytes.is_empty()).then_some("application/json");
@@ -61,17 +66,29 @@ fn a_coach_whispers_to_one_participant_and_nobody_else_hears_it() {
         run_for(&mut refs, Duration::from_secs(3));
     }
     let coach = clients[c].freq;
+    // A tone heard is ~0.1 to 0.17 here, one not heard ~0.0001. On a loaded
+    // box a late client's frames are concealed and a heard tone sinks (to
+    // ~0.015 seen): "heard" is above HEARD, "not heard" below NOT_HEARD.
     let hears = |who: usize, f: f32| clients[who].hears(f, since);
-    assert!(hears(p, coach) > 0.05, "P hears the coach: {}", hears(p, coach));
-    assert!(hears(p, 440.0) > 0.05, "P hears the room: {}", hears(p, 440.0));
-    assert!(hears(p, 660.0) < 0.01, "P does not hear themselves");
-    assert!(hears(c, 440.0) > 0.05 && hears(c, 660.0) > 0.05, "the coach hears the room");
-    assert!(hears(c, coach) < 0.01, "the coach does not hear themselves");
+    assert!(hears(p, coach) > HEARD, "P hears the coach: {}", hears(p, coach));
+    assert!(hears(p, 440.0) > HEARD, "P hears the room: {}", hears(p, 440.0));
+    assert!(hears(p, 660.0) < NOT_HEARD, "P does not hear themselves");
+    assert!(hears(c, 440.0) > HEARD && hears(c, 660.0) > HEARD, "the coach hears the room");
+    assert!(hears(c, coach) < NOT_HEARD, "the coach does not hear themselves");
     for who in [a, l] {
-        assert!(hears(who, coach) < 0.01, "{} Hz must not hear the coach: {}", clients[who].freq, hears(who, coach));
-        assert!(hears(who, 660.0) > 0.05, "{} Hz hears P", clients[who].freq);
+        assert!(
+            hears(who, coach) < NOT_HEARD,
+            "{} Hz must not hear the coach: {}",
+            clients[who].freq,
+            hears(who, coach)
+        );
+        assert!(hears(who, 660.0) > HEARD, "{} Hz hears P", clients[who].freq);
     }
-    // Nobody outside the channel is told the coach talks.
+    // Nobody outside the channel is told the coach talks: not in the RFC
+    // 6465 levels of their packets (L's mix names A and P, A's names P),
+    // not in the member list; P's mix names A and the coach.
+    let named = |who: usize| clients[who].heard.last().map_or(0, |(_, p)| p.contributors.len());
+    assert_eq!((named(l), named(a), named(p)), (2, 1, 2), "contributors named to L, A and P");
     let members = room(api, "coaching")["participants"].clone();
     let coach_row = members.as_array().expect("list").iter().find(|m| m["id"] == json!(ids[c])).cloned();
     assert_eq!(coach_row.expect("the coach is listed")["talking"], json!(false), "{members}");
@@ -113,7 +130,7 @@ fn a_coach_whispers_to_one_participant_and_nobody_else_hears_it() {
     }
     for who in [a, p, l] {
         let amp = clients[who].hears(coach, since);
-        assert!(amp > 0.05, "{} Hz hears the coach after the close: {amp}", clients[who].freq);
+        assert!(amp > HEARD, "{} Hz hears the coach after the close: {amp}", clients[who].freq);
     }
 
     // A whisper to someone who left: refused; a channel whose speaker left closes.
