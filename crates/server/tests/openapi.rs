@@ -645,6 +645,13 @@ fn whisper_answers_and_events_match_their_schemas() {
     let r =
         call("PATCH", &format!("/v1/rooms/whispered/whispers/{id}"), one, &json!({"listeners": [ids[1]]}).to_string());
     assert_eq!(r.status, 200, "{}", r.body);
+    // A socket opened while the channel is open: the snapshot names it.
+    let mut late = RawWs::connect(api, "/v1/rooms/whispered/ws");
+    let snapshot = late.next_message();
+    assert_eq!(snapshot["whispers"][0]["speakers"], json!([ids[0]]), "{snapshot}");
+    if let Err(e) = check(&ws_schema, &json!({ "$ref": "#/$defs/server_message" }), &snapshot, "server") {
+        panic!("the snapshot does not match the schema: {e}");
+    }
     assert_eq!(call("DELETE", &format!("/v1/rooms/whispered/whispers/{id}"), one, "").status, 200);
     assert_eq!(call("DELETE", &format!("/v1/rooms/whispered/whispers/{id}"), one, "").status, 404);
     let mut seen = BTreeSet::new();
