@@ -190,7 +190,8 @@ pub struct TickReport {
     pub tick: u64,
     /// The selected speakers, loudest first, shared by every participant's
     /// RFC 6465 levels and talking indicators. A participant's CSRC list is
-    /// this list without themselves.
+    /// this list without themselves (and without the whisperers of channels
+    /// they are not in: [`Room::channel_of`]).
     pub speakers: Arc<[ActiveSpeaker]>,
     /// Talking state changes this tick.
     pub events: Vec<TalkEvent>,
@@ -1056,7 +1057,7 @@ impl Room {
             ch.active = chan.contains(&Some((ch.id, true)));
             if ch.active {
                 let selected_in = chan.iter().filter(|c| c.is_some_and(|(id, _)| id == ch.id)).count();
-                whisper_listeners += ch.members - selected_in;
+                whisper_listeners += ch.members.saturating_sub(selected_in);
             }
         }
         let active = |c: &Option<(ChannelId, bool)>| {
@@ -1116,6 +1117,8 @@ impl Room {
                     } else {
                         dtx += usize::from(dtx_due);
                         sel.out = dtx_out.clone();
+                        // Not encoded: a whisper pass that encodes it later starts afresh.
+                        sel.idle = true;
                     }
                 }
             }
