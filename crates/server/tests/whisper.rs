@@ -94,6 +94,11 @@ fn a_coach_whispers_to_one_participant_and_nobody_else_hears_it() {
     assert_eq!(coach_row.expect("the coach is listed")["talking"], json!(false), "{members}");
     let (_, list) = send(api, "GET", "/v1/rooms/coaching/whispers", None);
     assert_eq!(list["whispers"].as_array().map(Vec::len), Some(1), "{list}");
+    let m = common::scrape(server.metrics_addr().expect("metrics on"));
+    assert_eq!(m.get("tutti_whisper_channels"), Some(&1.0), "one channel open");
+    // One "room + channel" encode a tick while the coach talks: ~150 in 3 s.
+    let encodes = m.get("tutti_whisper_encodes_total").copied().unwrap_or(0.0);
+    assert!(encodes > 50.0, "the channel's mix is encoded: {encodes}");
 
     // Bad input: clear errors, nothing changed.
     let bad = [
@@ -156,5 +161,7 @@ fn a_coach_whispers_to_one_participant_and_nobody_else_hears_it() {
     }
     let (_, list) = send(api, "GET", "/v1/rooms/coaching/whispers", None);
     assert_eq!(list["whispers"], json!([]));
+    let m = common::scrape(server.metrics_addr().expect("metrics on"));
+    assert_eq!(m.get("tutti_whisper_channels"), Some(&0.0), "every channel closed");
     rt.block_on(server.shutdown());
 }
