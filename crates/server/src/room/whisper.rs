@@ -304,3 +304,46 @@ impl Room {
         Some(event)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use tutti_mix::ParticipantId;
+
+    use super::{heard, lookup};
+    use crate::room::room::{Feed, RoomKey, RoomMix};
+
+    fn feed(bytes: &'static [u8]) -> Feed {
+        Feed { payload: Bytes::from_static(bytes), level: Some(30), contributors: Vec::new() }
+    }
+
+    #[test]
+    fn each_participant_is_sent_its_own_mix_its_channels_or_the_rooms_and_a_deaf_one_nothing() {
+        // Channel 9: 5 whispers to 6 and 7 (7 is deaf); 8 is in channel 10, which is silent.
+        let members: Arc<[(u64, u64, bool)]> = Arc::from([(5, 9, true), (6, 9, false), (7, 9, false), (8, 10, false)]);
+        let mix = RoomMix {
+            key: RoomKey(1),
+            tick: 0,
+            listeners: feed(b"room"),
+            speakers: vec![(ParticipantId(5), feed(b"room+9-5")), (ParticipantId(1), feed(b"room-1"))],
+            deaf: Arc::from([7]),
+            whisper: members.clone(),
+            channels: vec![(9, feed(b"room+9"))],
+        };
+        let sent = |id: u64| mix.feed_for(ParticipantId(id)).payload.clone();
+        assert_eq!(sent(5), Bytes::from_static(b"room+9-5"), "a selected whisperer: its own");
+        assert_eq!(sent(1), Bytes::from_static(b"room-1"), "a selected room speaker: its own");
+        assert_eq!(sent(6), Bytes::from_static(b"room+9"), "a listener of an active channel");
+        assert!(sent(7).is_empty(), "deaf in a channel: nothing");
+        assert_eq!(sent(8), Bytes::from_static(b"room"), "a silent channel's member: the room's");
+        assert_eq!(sent(2), Bytes::from_static(b"room"), "anyone else: the room's");
+        assert!(!mix.sends_nothing());
+        // Who is named to whom.
+        assert!(heard(&members, 5, Some(9)) && !heard(&members, 5, None) && !heard(&members, 5, Some(10)));
+        assert!(heard(&members, 6, None) && heard(&members, 1, None));
+        assert_eq!(lookup(&members, 8), Some((10, false)));
+        assert_eq!(lookup(&members, 2), None);
+    }
+}
