@@ -21,6 +21,15 @@ pub enum MixError {
     /// The room already holds its configured maximum of participants.
     #[error("the room is full ({0} participants)")]
     RoomFull(usize),
+    /// A participant is in another whisper channel already (one channel each).
+    #[error("participant {0} is in another whisper channel")]
+    InChannel(ParticipantId),
+    /// No whisper channel with this id is open in the room.
+    #[error("no whisper channel {0}")]
+    UnknownChannel(u64),
+    /// The room holds [`crate::MAX_CHANNELS`] whisper channels already.
+    #[error("the room has {0} whisper channels already")]
+    TooManyChannels(usize),
     /// libopus refused to create or configure a codec state.
     #[error("opus: {0}")]
     Codec(#[from] opus::Error),

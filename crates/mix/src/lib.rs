@@ -58,6 +58,18 @@
 //! [`RoomConfig::mix_hold_ticks`] and a pause of the remaining speaker.
 //! `tests/switch_click.rs` measures the result through real Opus.
 //!
+//! ## Whisper channels
+//!
+//! [`Room::open_channel`] makes some participants hear the room plus a
+//! channel: the channel's whisperers are left out of the room's mix and
+//! heard by its members only. A tick then encodes the room's mix, one
+//! N-minus-self per selected speaker (whisperers included, all within K)
+//! and one "room + channel" mix per channel with a selected whisperer: at
+//! most `1 + K + min(channels, K)` encodes, whatever the number of
+//! listeners; a channel whose whisperers are silent costs nothing. The
+//! room's mode (DTX, forwarding, mix) is chosen on the room's own speakers.
+//! `tests/whisper.rs` checks who hears whom and counts the encodes.
+//!
 //! ## Voice processing
 //!
 //! Only the selected speakers' voices are processed, so the cost is O(K):
@@ -125,8 +137,8 @@ pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, 
 pub use pool::MixPool;
 pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
 pub use room::{
-    ActiveSpeaker, Delivery, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room, TalkEvent, TickReport,
-    VoiceStatus,
+    ActiveSpeaker, ChannelId, Delivery, MAX_CHANNELS, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room,
+    TalkEvent, TickReport, VoiceStatus,
 };
 pub use voice::{
     DEFAULT_LOUDNESS_TARGET_DBFS, LOUDNESS_GATE_DBFS, LOUDNESS_MAX_GAIN_DB, NoiseSuppression, NoiseSuppressor,

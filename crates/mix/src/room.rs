@@ -130,6 +130,38 @@ impl Hasher for IdHasher {
 
 type IdMap<V> = HashMap<ParticipantId, V, BuildHasherDefault<IdHasher>>;
 
+/// Identifies a whisper channel within a room (assigned by the caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub u64);
+
+impl std::fmt::Display for ChannelId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Most whisper channels a room holds at once ([`Room::open_channel`]);
+/// the caller configures its own, lower bound.
+pub const MAX_CHANNELS: usize = 64;
+
+/// A whisper channel ([`Room::open_channel`]): its one "room + channel"
+/// stream, encoded only in ticks where one of its whisperers is selected.
+#[derive(Debug)]
+struct Channel {
+    id: ChannelId,
+    stream: Stream,
+    /// What its members who are not selected speakers are sent after the
+    /// last tick, when `active`.
+    out: Delivery,
+    /// One of its whisperers was selected in the last tick: its members hear
+    /// a mix of their own. Otherwise they hear what the room hears.
+    active: bool,
+    /// Its stream was not encoded last tick.
+    idle: bool,
+    /// Participants in it (whisperers and listeners).
+    members: usize,
+}
+
 /// Largest per-participant gain accepted (+12 dB).
 pub const MAX_GAIN: f32 = 4.0;
 
@@ -158,10 +190,14 @@ pub struct TickReport {
     pub tick: u64,
     /// The selected speakers, loudest first, shared by every participant's
     /// RFC 6465 levels and talking indicators. A participant's CSRC list is
-    /// this list without themselves.
+    /// this list without themselves (and without the whisperers of channels
+    /// they are not in: [`Room::channel_of`]).
     pub speakers: Arc<[ActiveSpeaker]>,
     /// Talking state changes this tick.
     pub events: Vec<TalkEvent>,
+    /// Of `encodes`, the whisper channels' "room + channel" mixes: one per
+    /// channel with a selected whisperer ([`Room::open_channel`]).
+    pub whisper_encodes: usize,
     /// Opus decodes run (including concealment).
     pub decodes: usize,
     /// Opus encodes run: while mixing, one for the listeners plus one per
@@ -264,6 +300,8 @@ struct Participant {
     decode_errors: u64,
     /// A source ([`Room::add_source`]): heard, sent nothing.
     source: bool,
+    /// Their whisper channel, and whether they whisper in it (else they listen).
+    channel: Option<(ChannelId, bool)>,
 }
 
 impl DecodeState {
@@ -447,6 +485,8 @@ pub struct Room {
     late: u64,
     /// Sources among the participants ([`Room::add_source`]).
     sources: usize,
+    /// Whisper channels ([`Room::open_channel`]), at most [`MAX_CHANNELS`].
+    channels: Vec<Channel>,
 }
 
 impl Room {
@@ -473,6 +513,7 @@ impl Room {
             last_tick: None,
             late: 0,
             sources: 0,
+            channels: Vec::new(),
         })
     }
 
@@ -558,6 +599,7 @@ impl Room {
             concealed: 0,
             decode_errors: 0,
             source,
+            channel: None,
         });
         self.index.insert(id, (s, shard.members.len() - 1));
         self.sources += usize::from(source);
@@ -573,6 +615,11 @@ impl Room {
             self.index.insert(moved.id, (s, i));
         }
         self.sources -= usize::from(gone.source);
+        if let Some((c, _)) = gone.channel
+            && let Some(ch) = self.channels.iter_mut().find(|ch| ch.id == c)
+        {
+            ch.members -= 1;
+        }
         if gone.slot.is_some() {
             self.drop_speakers(|sel| sel.id == id);
         }
@@ -765,10 +812,109 @@ impl Room {
         if p.source {
             return &NOTHING;
         }
-        match p.slot.and_then(|slot| self.selected.get(slot)) {
-            Some(sel) => &sel.out,
-            None => &self.listener_out,
+        if let Some(sel) = p.slot.and_then(|slot| self.selected.get(slot)) {
+            return &sel.out;
         }
+        if let Some((c, _)) = p.channel
+            && let Some(ch) = self.channels.iter().find(|ch| ch.id == c && ch.active)
+        {
+            return &ch.out;
+        }
+        &self.listener_out
+    }
+
+    /// Opens whisper channel `id`, or changes who is in it: its
+    /// `whisperers` are heard by its members only (not by the rest of the
+    /// room); every member (whisperer or listener) hears the room plus the
+    /// channel. A participant is in one channel at most, and a source in
+    /// none. From the next tick on.
+    ///
+    /// The cost grows with the distinct mixes, never with the listeners:
+    /// a tick encodes the room's mix, one N-minus-self per selected speaker
+    /// (whisperers included, all within the room's K), and one "room +
+    /// channel" mix per channel with a selected whisperer; at most
+    /// `1 + K + min(channels, K)`. A channel whose whisperers are silent
+    /// costs nothing (its members are sent the room's mix).
+    pub fn open_channel(
+        &mut self,
+        id: ChannelId,
+        whisperers: &[ParticipantId],
+        listeners: &[ParticipantId],
+    ) -> Result<(), MixError> {
+        let exists = self.channels.iter().any(|ch| ch.id == id);
+        if !exists && self.channels.len() >= MAX_CHANNELS {
+            return Err(MixError::TooManyChannels(self.channels.len()));
+        }
+        for &m in whisperers.iter().chain(listeners) {
+            let p = self.participant(m)?;
+            if p.source {
+                return Err(MixError::UnknownParticipant(m));
+            }
+            if p.channel.is_some_and(|(c, _)| c != id) {
+                return Err(MixError::InChannel(m));
+            }
+        }
+        if exists {
+            self.clear_channel(id);
+        } else {
+            let stream = Stream {
+                encoder: Encoder::new(&self.encoder_config())?,
+                limiter: Limiter::default(),
+                payload: Bytes::new(),
+            };
+            self.channels.push(Channel { id, stream, out: Delivery::Nothing, active: false, idle: true, members: 0 });
+        }
+        let mut members = 0;
+        // A participant named as both whispers (the first role given wins).
+        for (&m, whispers) in whisperers.iter().map(|m| (m, true)).chain(listeners.iter().map(|m| (m, false))) {
+            let p = self.participant_mut(m)?;
+            if p.channel.is_none() {
+                p.channel = Some((id, whispers));
+                members += 1;
+            }
+        }
+        if let Some(ch) = self.channels.iter_mut().find(|ch| ch.id == id) {
+            ch.members = members;
+        }
+        Ok(())
+    }
+
+    /// Closes whisper channel `id`: its whisperers are heard by the whole
+    /// room again, from the next tick on.
+    pub fn close_channel(&mut self, id: ChannelId) -> Result<(), MixError> {
+        let n = self.channels.iter().position(|ch| ch.id == id).ok_or(MixError::UnknownChannel(id.0))?;
+        self.clear_channel(id);
+        self.channels.swap_remove(n);
+        Ok(())
+    }
+
+    /// Takes everyone out of channel `id` (O(N), on a change by an admin only).
+    fn clear_channel(&mut self, id: ChannelId) {
+        for shard in &mut self.shards {
+            for p in &mut shard.members {
+                if p.channel.is_some_and(|(c, _)| c == id) {
+                    p.channel = None;
+                }
+            }
+        }
+    }
+
+    /// A participant's whisper channel and whether they whisper in it.
+    pub fn channel_of(&self, id: ParticipantId) -> Option<(ChannelId, bool)> {
+        self.participant(id).ok().and_then(|p| p.channel)
+    }
+
+    /// The whisper channels open, with their members.
+    pub fn channels(&self) -> impl Iterator<Item = (ChannelId, usize)> + '_ {
+        self.channels.iter().map(|ch| (ch.id, ch.members))
+    }
+
+    /// What the members of each whisper channel with a selected whisperer
+    /// are sent after the last tick (those who are not selected speakers
+    /// themselves); the members of the other channels are sent
+    /// [`Room::listener_delivery`].
+    pub fn channel_deliveries(&self) -> impl Iterator<Item = (ChannelId, &Delivery)> {
+        self.channels.iter().filter(|ch| ch.active).map(|ch| (ch.id, &ch.out))
     }
 
     /// How the last tick served the listeners.
@@ -797,6 +943,9 @@ impl Room {
         }
         for e in &mut self.spare_encoders {
             e.set_complexity(complexity);
+        }
+        for ch in &mut self.channels {
+            ch.stream.encoder.set_complexity(complexity);
         }
     }
 
@@ -855,6 +1004,7 @@ impl Room {
                 events: Vec::new(),
                 decodes: 0,
                 encodes: 0,
+                whisper_encodes: 0,
                 participants: self.len() - self.sources,
                 lost: 0,
                 concealed: 0,
@@ -893,19 +1043,44 @@ impl Room {
 
         // B: merge the shards' candidates with the current speakers (O(shards·K)).
         self.select(k);
-        let mode = self.next_mode(tick);
+        // Whisper channels: each selected speaker's channel, and which
+        // channels have a selected whisperer (their members hear a mix of
+        // their own). The room's mode is chosen on the room's speakers only.
+        let chan: Vec<Option<(ChannelId, bool)>> = if self.channels.is_empty() {
+            Vec::new()
+        } else {
+            self.selected.iter().map(|sel| self.participant(sel.id).ok().and_then(|p| p.channel)).collect()
+        };
+        let whispers = |n: usize| chan.get(n).is_some_and(|c| c.is_some_and(|(_, w)| w));
+        let mut whisper_listeners = 0;
+        for ch in &mut self.channels {
+            ch.active = chan.contains(&Some((ch.id, true)));
+            if ch.active {
+                let selected_in = chan.iter().filter(|c| c.is_some_and(|(id, _)| id == ch.id)).count();
+                whisper_listeners += ch.members.saturating_sub(selected_in);
+            }
+        }
+        let active = |c: &Option<(ChannelId, bool)>| {
+            c.is_some_and(|(id, _)| self.channels.iter().any(|ch| ch.id == id && ch.active))
+        };
+        // Selected speakers served by the whisper pass (their channel is active).
+        let in_active: Vec<bool> = chan.iter().map(active).collect();
+        let handled = |n: usize| in_active.get(n).copied().unwrap_or(false);
+        let room_speakers: Vec<ParticipantId> =
+            self.selected.iter().enumerate().filter(|(n, _)| !whispers(*n)).map(|(_, sel)| sel.id).collect();
+        let mode = self.next_mode(&room_speakers);
         let (mut decodes, mut concealed, mut encodes, mut primes) = (phase_a.decodes, phase_a.concealed, 0, 0);
         let (mut forwarded, mut dtx) = (0, 0);
         let dtx_due = tick.is_multiple_of(DTX_INTERVAL_TICKS) || self.mode != mode;
         let dtx_out = if dtx_due { Delivery::Dtx(self.dtx_frame.clone()) } else { Delivery::Nothing };
         // Those sent the listeners' delivery: neither a source nor selected.
         let selected_hearing = self.selected.iter().filter(|s| !s.source).count();
-        let others = (self.len() - self.sources).saturating_sub(selected_hearing);
+        let others = (self.len() - self.sources).saturating_sub(selected_hearing + whisper_listeners);
 
         match mode {
             MixMode::Silent => {
                 dtx += if dtx_due { others } else { 0 };
-                self.listener_out = dtx_out;
+                self.listener_out = dtx_out.clone();
                 self.recent.clear();
             }
             MixMode::Forward(id) => {
@@ -936,12 +1111,14 @@ impl Room {
                         self.listener_out = Delivery::Nothing;
                     }
                 }
-                if let Some(sel) = self.selected.first_mut() {
+                if let Some(sel) = self.selected.iter_mut().find(|sel| sel.id == id) {
                     if sel.source {
                         sel.out = Delivery::Nothing;
                     } else {
                         dtx += usize::from(dtx_due);
-                        sel.out = dtx_out;
+                        sel.out = dtx_out.clone();
+                        // Not encoded: a whisper pass that encodes it later starts afresh.
+                        sel.idle = true;
                     }
                 }
             }
@@ -977,25 +1154,32 @@ impl Room {
                 }
 
                 // D: total = Σ speakers; K+1 limited, encoded streams, in parallel.
+                // Whisperers are not in the room's total, and the speakers
+                // whose channel is active are encoded by the whisper pass.
                 let mut total = [0.0f32; FRAME_SAMPLES];
-                let mut own: Vec<Option<&Pcm>> = Vec::with_capacity(self.selected.len());
-                for sel in &self.selected {
+                let mut own: Vec<(Option<&Pcm>, bool)> = Vec::with_capacity(self.selected.len());
+                for (n, sel) in self.selected.iter().enumerate() {
                     let (s, i) = self.index[&sel.id];
                     let pcm =
                         self.shards[s].members[i].dec.as_ref().filter(|d| d.decoded_at == Some(tick)).map(|d| &*d.pcm);
-                    if let Some(pcm) = pcm {
+                    if let Some(pcm) = pcm
+                        && !whispers(n)
+                    {
                         accumulate(&mut total, pcm);
                     }
-                    own.push(pcm);
+                    own.push((pcm, handled(n)));
                 }
                 let listener = &mut self.listener;
                 let selected = &mut self.selected;
                 // A lone mixed speaker (their voice processed, or pass-through
                 // off) hears nobody: the DTX cadence, not an encode of silence
                 // (with `dtx` off, encoded silence as before).
-                let alone = selected.len() == 1 && self.cfg.dtx;
+                let alone = room_speakers.len() == 1 && self.cfg.dtx;
                 let dtx_out = &dtx_out;
-                let speaker = |(sel, own): (&mut Selected, &Option<&Pcm>)| {
+                let speaker = |(sel, (own, handled)): (&mut Selected, &(Option<&Pcm>, bool))| {
+                    if *handled {
+                        return;
+                    }
                     if sel.source {
                         // Sent nothing: no stream to encode.
                         sel.idle = true;
@@ -1031,15 +1215,28 @@ impl Room {
                         self.listener.encoder.set_prediction_disabled(false);
                     }
                 }
+                let unhandled = self.selected.iter().enumerate().filter(|(n, sel)| !sel.source && !handled(*n)).count();
                 if alone {
                     encodes += 1;
-                    dtx += usize::from(dtx_due && selected_hearing == 1);
+                    dtx += usize::from(dtx_due && unhandled == 1);
                 } else {
-                    encodes += 1 + selected_hearing;
+                    encodes += 1 + unhandled;
                 }
             }
         }
         self.mode = mode;
+        let mut whisper_encodes = 0;
+        if self.channels.iter().any(|ch| ch.active) {
+            let w = self.whisper(tick, &chan, &dtx_out);
+            decodes += w.decodes;
+            concealed += w.concealed;
+            encodes += w.encodes + w.channels;
+            dtx += w.dtx;
+            whisper_encodes = w.channels;
+        }
+        for ch in &mut self.channels {
+            ch.idle |= !ch.active;
+        }
 
         let speakers: Arc<[ActiveSpeaker]> = if self.selected.is_empty() {
             self.no_speakers.clone()
@@ -1070,6 +1267,7 @@ impl Room {
             events,
             decodes,
             encodes,
+            whisper_encodes,
             participants: self.len() - self.sources,
             lost: phase_a.lost,
             concealed,
@@ -1093,26 +1291,94 @@ impl Room {
         })
     }
 
-    /// How this tick serves the listeners, from the selection just made.
-    fn next_mode(&mut self, _tick: u64) -> MixMode {
+    /// The whisper pass (after the room's own deliveries): for every
+    /// channel with a selected whisperer, one "room + channel" mix for its
+    /// members, and each selected speaker in it gets that mix without
+    /// themselves. Decodes the selected speakers not decoded yet this tick
+    /// (the forwarded one, whisperers while the room forwards or is silent).
+    fn whisper(&mut self, tick: u64, chan: &[Option<(ChannelId, bool)>], dtx_out: &Delivery) -> Whispered {
+        let mut w = Whispered::default();
+        let mut pcm: Vec<Option<Pcm>> = Vec::with_capacity(self.selected.len());
+        for sel in &self.selected {
+            let (s, i) = self.index[&sel.id];
+            let p = &mut self.shards[s].members[i];
+            let lost = matches!(p.pending, Playout::Lost { .. });
+            let decoded = p.decode_pending(tick, &self.cfg).is_some();
+            w.decodes += usize::from(decoded);
+            w.concealed += u64::from(lost && decoded);
+            pcm.push(p.dec.as_ref().filter(|d| d.decoded_at == Some(tick)).map(|d| *d.pcm));
+        }
+        let whispers_in = |n: usize, c: ChannelId| chan.get(n).copied().flatten() == Some((c, true));
+        let mut room = [0.0f32; FRAME_SAMPLES];
+        let mut room_speakers = 0;
+        for (n, p) in pcm.iter().enumerate() {
+            if !chan.get(n).copied().flatten().is_some_and(|(_, w)| w) {
+                room_speakers += 1;
+                if let Some(p) = p {
+                    accumulate(&mut room, p);
+                }
+            }
+        }
+        for ch in self.channels.iter_mut().filter(|ch| ch.active) {
+            let mut total = room;
+            let mut voices = room_speakers;
+            for (n, p) in pcm.iter().enumerate() {
+                if whispers_in(n, ch.id) {
+                    voices += 1;
+                    if let Some(p) = p {
+                        accumulate(&mut total, p);
+                    }
+                }
+            }
+            if std::mem::take(&mut ch.idle) {
+                ch.stream.encoder.reset();
+            }
+            ch.stream.encode(&total, None);
+            ch.out = Delivery::Mix(ch.stream.payload.clone());
+            w.channels += 1;
+            for (n, sel) in self.selected.iter_mut().enumerate() {
+                if sel.source || chan.get(n).copied().flatten().is_none_or(|(c, _)| c != ch.id) {
+                    continue;
+                }
+                if voices <= 1 && self.cfg.dtx {
+                    // They are the only voice they could hear: nobody.
+                    sel.idle = true;
+                    w.dtx += usize::from(!dtx_out.is_nothing());
+                    sel.out = dtx_out.clone();
+                    continue;
+                }
+                if std::mem::take(&mut sel.idle) {
+                    sel.stream.encoder.reset();
+                }
+                sel.stream.encode(&total, pcm[n].as_ref());
+                sel.out = Delivery::Mix(sel.stream.payload.clone());
+                w.encodes += 1;
+            }
+        }
+        w
+    }
+
+    /// How this tick serves the listeners, from the selection just made
+    /// (the room's speakers: whisperers are served by the whisper pass).
+    fn next_mode(&mut self, room_speakers: &[ParticipantId]) -> MixMode {
         let cfg = &self.cfg;
-        let mode = match &self.selected[..] {
+        let mode = match room_speakers {
             [] if cfg.dtx => MixMode::Silent,
             // A speaker whose voice is processed is decoded, processed and
             // encoded even alone: forwarding would skip the processing.
-            [only] if cfg.passthrough && !self.processed(only.id) => {
+            [only] if cfg.passthrough && !self.processed(*only) => {
                 // Switch in a pause: the listeners' decoders then change
                 // streams while there is nothing to hear.
                 let quiet = self
-                    .participant(only.id)
+                    .participant(*only)
                     .is_ok_and(|p| p.level >= cfg.silence_level || f32::from(127 - p.level) + PAUSE_DB <= p.loudness);
                 // Shedding speakers (level 3+) forwards at once: cost first.
                 let held = (self.alone_for >= cfg.mix_hold_ticks && quiet) || self.shed >= 3;
-                if self.mode == MixMode::Mix && !held { MixMode::Mix } else { MixMode::Forward(only.id) }
+                if self.mode == MixMode::Mix && !held { MixMode::Mix } else { MixMode::Forward(*only) }
             }
             _ => MixMode::Mix,
         };
-        self.alone_for = if mode == MixMode::Mix && self.selected.len() == 1 { self.alone_for + 1 } else { 0 };
+        self.alone_for = if mode == MixMode::Mix && room_speakers.len() == 1 { self.alone_for + 1 } else { 0 };
         mode
     }
 
@@ -1369,6 +1635,18 @@ impl Shard {
         }
         seen
     }
+}
+
+/// What the whisper pass did ([`Room::whisper`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Whispered {
+    decodes: usize,
+    concealed: u64,
+    /// Selected speakers' own mixes encoded.
+    encodes: usize,
+    /// Channels' "room + channel" mixes encoded.
+    channels: usize,
+    dtx: usize,
 }
 
 /// What phase A saw in one shard.

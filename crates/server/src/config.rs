@@ -91,6 +91,8 @@ pub struct Config {
     /// Playing Ogg/Opus files into rooms: announcements, enter and leave
     /// sounds, hold music (docs/features/playback.md).
     pub playback: PlaybackSettings,
+    /// Whisper channels: who hears whom (docs/features/whisper.md).
+    pub whisper: WhisperSettings,
     /// Signed webhooks to the application's backend (docs/features/webhooks.md).
     pub webhooks: WebhookSettings,
     /// Forwarding a room's mix as plain RTP (docs/features/rtp-out.md).
@@ -207,6 +209,24 @@ impl Default for PlaybackSettings {
             leave_sound: String::new(),
             hold_music: String::new(),
         }
+    }
+}
+
+/// Whisper channels (`POST /v1/rooms/{room}/whispers`): some participants
+/// hear the room plus a channel, the rest the room only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WhisperSettings {
+    /// Channels open at once per room (beyond: 429 `too_many_whispers`);
+    /// each channel whose speaker talks costs one more encode per tick.
+    pub max_channels: usize,
+    /// Members of one channel, speakers and listeners together (beyond: 400 `too_many_members`).
+    pub max_members: usize,
+}
+
+impl Default for WhisperSettings {
+    fn default() -> Self {
+        Self { max_channels: 8, max_members: 100 }
     }
 }
 
@@ -501,6 +521,7 @@ impl Default for Config {
             cluster: tutti_cluster::ClusterConfig::default(),
             recording: RecordingSettings::default(),
             playback: PlaybackSettings::default(),
+            whisper: WhisperSettings::default(),
             webhooks: WebhookSettings::default(),
             rtp_out: RtpOutSettings::default(),
             rtp_in: RtpInConfig::default(),
@@ -849,6 +870,12 @@ impl Config {
         }
         if let Err(e) = self.rtp_out.networks() {
             return invalid("rtp_out.allowed", e);
+        }
+        if !(1..=tutti_mix::MAX_CHANNELS).contains(&self.whisper.max_channels) {
+            return invalid("whisper.max_channels", format!("must be within 1 to {}", tutti_mix::MAX_CHANNELS));
+        }
+        if !(2..=10_000).contains(&self.whisper.max_members) {
+            return invalid("whisper.max_members", "must be within 2 to 10000".into());
         }
         let p = &self.playback;
         if !(4096..=1 << 30).contains(&p.max_file_bytes) {

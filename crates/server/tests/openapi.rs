@@ -652,3 +652,70 @@ fn move_answers_and_room_changed_match_their_schemas() {
     wrong["id"] = json!("1");
     assert!(check(&ws_schema, &server_schema, &wrong, "server").is_err());
 }
+
+/// The whisper routes' real answers match their descriptions, and the
+/// whisper events a real socket gets match docs/api/websocket.schema.json.
+#[test]
+fn whisper_answers_and_events_match_their_schemas() {
+    let ws_schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("docs/api/websocket.schema.json")).expect("the schema"),
+    )
+    .expect("JSON");
+    let (_rt, server) = start();
+    let api = server.http_addr();
+    let doc = spec(api);
+    common::create_room(api, "whispered");
+    let mut ws = RawWs::connect(api, "/v1/rooms/whispered/ws");
+    assert_eq!(ws.next_message()["type"], "room");
+    let ids: Vec<u64> = (0..2)
+        .map(|_| {
+            let (client, offer) = tutti_client::ToneClient::offer(440.0).expect("offer");
+            drop(client);
+            let r = http(api, "POST", "/v1/rooms/whispered/participants", Some("application/sdp"), offer.as_bytes());
+            assert_eq!(r.status, 201, "{}", r.body);
+            r.header("location").and_then(|l| l.rsplit('/').next()?.parse().ok()).expect("an id")
+        })
+        .collect();
+    let call = |method: &str, path: &str, template: &str, body: &str| {
+        let ct = (!body.is_empty()).then_some("application/json");
+        let r = http(api, method, path, ct, body.as_bytes());
+        answer_matches(&doc, method, template, &r);
+        r
+    };
+    let list = "/v1/rooms/{room}/whispers";
+    let one = "/v1/rooms/{room}/whispers/{id}";
+    let body = json!({ "speakers": [ids[0]], "listeners": [ids[1]] }).to_string();
+    let r = call("POST", "/v1/rooms/whispered/whispers", list, &body);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = serde_json::from_str::<Value>(&r.body).expect("JSON")["id"].as_u64().expect("id");
+    assert_eq!(call("POST", "/v1/rooms/whispered/whispers", list, &body).status, 409);
+    assert_eq!(call("GET", "/v1/rooms/whispered/whispers", list, "").status, 200);
+    let r = call("PATCH", &format!("/v1/rooms/whispered/whispers/{id}"), one, r#"{"listeners":[424242]}"#);
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r =
+        call("PATCH", &format!("/v1/rooms/whispered/whispers/{id}"), one, &json!({"listeners": [ids[1]]}).to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    // A socket opened while the channel is open: the snapshot names it.
+    let mut late = RawWs::connect(api, "/v1/rooms/whispered/ws");
+    let snapshot = late.next_message();
+    assert_eq!(snapshot["whispers"][0]["speakers"], json!([ids[0]]), "{snapshot}");
+    if let Err(e) = check(&ws_schema, &json!({ "$ref": "#/$defs/server_message" }), &snapshot, "server") {
+        panic!("the snapshot does not match the schema: {e}");
+    }
+    assert_eq!(call("DELETE", &format!("/v1/rooms/whispered/whispers/{id}"), one, "").status, 200);
+    assert_eq!(call("DELETE", &format!("/v1/rooms/whispered/whispers/{id}"), one, "").status, 404);
+    let mut seen = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.len() < 3 && Instant::now() < deadline {
+        let m = ws.next_message();
+        if let Err(e) = check(&ws_schema, &json!({ "$ref": "#/$defs/server_message" }), &m, "server") {
+            panic!("a server message does not match the schema: {e}");
+        }
+        for e in m["events"].as_array().into_iter().flatten() {
+            if let Some(kind) = e["type"].as_str().filter(|k| k.starts_with("whisper_")) {
+                seen.insert(kind.to_owned());
+            }
+        }
+    }
+    assert_eq!(seen.len(), 3, "whisper_opened, _changed and _closed seen: {seen:?}");
+}

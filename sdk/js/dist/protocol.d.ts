@@ -96,6 +96,20 @@ export type RoomEventMessage = {
     type: 'playback_finished';
     id: number;
     file: string;
+} | {
+    type: 'whisper_opened';
+    id: number;
+    speakers: number[];
+    listeners: number[];
+} | {
+    type: 'whisper_changed';
+    id: number;
+    speakers: number[];
+    listeners: number[];
+} | {
+    type: 'whisper_closed';
+    id: number;
+    reason: 'closed' | 'empty' | string;
 };
 /** The room's snapshot: the first message on the room's node. */
 export interface RoomMessage {
@@ -107,6 +121,12 @@ export interface RoomMessage {
     locked: boolean;
     participants: Member[];
     speakers?: number[];
+    /** Whisper channels open now: `speakers` are heard by the channel's members only. */
+    whispers?: {
+        id: number;
+        speakers: number[];
+        listeners: number[];
+    }[];
     /** Participants still to come in `participants` messages. */
     more?: number;
 }

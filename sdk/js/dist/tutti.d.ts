@@ -171,6 +171,8 @@ export interface RoomEvents {
     recording: RoomEventMessage;
     /** A sound file started, stopped or finished playing into the room (`playback_*`). */
     playback: RoomEventMessage;
+    /** A whisper channel opened, changed or closed (`whisper_*`): who hears whom changed. */
+    whisper: RoomEventMessage;
     /** The server took the token of `refreshToken()`; it now expires at `expiresAt` (Unix s). */
     tokenAccepted: {
         expiresAt: number;

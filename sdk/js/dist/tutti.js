@@ -948,6 +948,11 @@ export class Room extends Emitter {
             case 'playback_finished':
                 this.emit('playback', e);
                 break;
+            case 'whisper_opened':
+            case 'whisper_changed':
+            case 'whisper_closed':
+                this.emit('whisper', e);
+                break;
             default:
             // unknown within the version: skipped
         }

@@ -57,7 +57,10 @@ export type RoomEventMessage =
   | { type: 'recording_finished'; file: string; bytes: number; duration_seconds: number; reason: string }
   | { type: 'playback_started'; id: number; file: string; purpose: 'announcement' | 'hold' | string; loop: boolean }
   | { type: 'playback_stopped'; id: number; file: string; reason: string }
-  | { type: 'playback_finished'; id: number; file: string };
+  | { type: 'playback_finished'; id: number; file: string }
+  | { type: 'whisper_opened'; id: number; speakers: number[]; listeners: number[] }
+  | { type: 'whisper_changed'; id: number; speakers: number[]; listeners: number[] }
+  | { type: 'whisper_closed'; id: number; reason: 'closed' | 'empty' | string };
 
 /** The room's snapshot: the first message on the room's node. */
 export interface RoomMessage {
@@ -69,6 +72,8 @@ export interface RoomMessage {
   locked: boolean;
   participants: Member[];
   speakers?: number[];
+  /** Whisper channels open now: `speakers` are heard by the channel's members only. */
+  whispers?: { id: number; speakers: number[]; listeners: number[] }[];
   /** Participants still to come in `participants` messages. */
   more?: number;
 }

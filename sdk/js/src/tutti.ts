@@ -220,6 +220,8 @@ export interface RoomEvents {
   recording: RoomEventMessage;
   /** A sound file started, stopped or finished playing into the room (`playback_*`). */
   playback: RoomEventMessage;
+  /** A whisper channel opened, changed or closed (`whisper_*`): who hears whom changed. */
+  whisper: RoomEventMessage;
   /** The server took the token of `refreshToken()`; it now expires at `expiresAt` (Unix s). */
   tokenAccepted: { expiresAt: number };
   /** An ICE restart attempt was made, or answered (the same object, updated). */
@@ -1146,6 +1148,11 @@ export class Room extends Emitter<RoomEvents> {
       case 'playback_stopped':
       case 'playback_finished':
         this.emit('playback', e);
+        break;
+      case 'whisper_opened':
+      case 'whisper_changed':
+      case 'whisper_closed':
+        this.emit('whisper', e);
         break;
       default:
       // unknown within the version: skipped

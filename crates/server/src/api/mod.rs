@@ -33,6 +33,7 @@ pub(crate) mod schema;
 mod speakers;
 mod stage;
 mod web;
+mod whisper;
 pub(crate) mod ws;
 
 use std::net::IpAddr;
@@ -295,6 +296,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(speakers::routes())
         .merge(playback::routes())
         .merge(moves::routes())
+        .merge(whisper::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())

@@ -33,6 +33,11 @@ pub const PLAYBACKS_STARTED: &str = "tutti_playbacks_started_total";
 /// Room sounds not played, by purpose: the room played `playback.max_per_room` files, or an enter or leave sound, already.
 pub const PLAYBACK_SOUNDS_SKIPPED: &str = "tutti_playback_sounds_skipped_total";
 
+/// Whisper channels open, over all rooms.
+pub const WHISPER_CHANNELS: &str = "tutti_whisper_channels";
+/// Whisper channels' "room + channel" mixes encoded (one per channel whose speaker talks, per tick).
+pub const WHISPER_ENCODES: &str = "tutti_whisper_encodes_total";
+
 /// Every name above.
 pub const NAMES: &[&str] = &[
     RECORDINGS_ACTIVE,
@@ -48,6 +53,8 @@ pub const NAMES: &[&str] = &[
     SPEAKER_FEED_FRAMES,
     PLAYBACKS_STARTED,
     PLAYBACK_SOUNDS_SKIPPED,
+    WHISPER_CHANNELS,
+    WHISPER_ENCODES,
 ];
 
 /// Help text.
@@ -73,6 +80,8 @@ pub(super) fn describe() {
         "Speaker feed frames sent, and ticks dropped for feeds too slow to read them."
     );
     describe_counter!(PLAYBACKS_STARTED, Unit::Count, "Files started playing into rooms, by purpose.");
+    describe_gauge!(WHISPER_CHANNELS, Unit::Count, "Whisper channels open.");
+    describe_counter!(WHISPER_ENCODES, Unit::Count, "Whisper channels' room + channel mixes encoded.");
     describe_counter!(
         PLAYBACK_SOUNDS_SKIPPED,
         Unit::Count,

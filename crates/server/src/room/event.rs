@@ -73,6 +73,14 @@ pub(crate) enum RoomEvent {
     PlaybackStopped { id: u64, file: String, reason: &'static str },
     /// A playback played to its end.
     PlaybackFinished { id: u64, file: String },
+    /// An admin opened a whisper channel: `speakers` are heard by the
+    /// channel's members only; `listeners` hear the room plus the channel.
+    WhisperOpened { id: u64, speakers: Vec<u64>, listeners: Vec<u64> },
+    /// A whisper channel's members changed (an admin, or a member left).
+    WhisperChanged { id: u64, speakers: Vec<u64>, listeners: Vec<u64> },
+    /// A whisper channel closed (`reason`: `closed` by an admin, `empty`:
+    /// its last speaker left): its speakers are heard by the room again.
+    WhisperClosed { id: u64, reason: &'static str },
 }
 
 /// The kinds of event a subscriber may choose (the others are always sent:
@@ -124,6 +132,10 @@ impl EventKinds {
             RoomEvent::PlaybackStarted { .. }
             | RoomEvent::PlaybackStopped { .. }
             | RoomEvent::PlaybackFinished { .. } => {
+                return true;
+            }
+            // Few, and who hears whom is everyone's business.
+            RoomEvent::WhisperOpened { .. } | RoomEvent::WhisperChanged { .. } | RoomEvent::WhisperClosed { .. } => {
                 return true;
             }
         };

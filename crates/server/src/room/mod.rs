@@ -33,6 +33,7 @@ mod registry;
 mod room;
 mod stage;
 mod voice;
+pub(crate) mod whisper;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

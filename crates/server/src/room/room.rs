@@ -65,6 +65,8 @@ pub(super) struct Mixing {
     /// The participants sent nothing (deaf), sorted: read under the lock
     /// each tick takes anyway.
     deaf: Arc<[u64]>,
+    /// Whisper channels (see `whisper`).
+    pub(super) whispers: super::whisper::Whispers,
 }
 
 /// One room.
@@ -152,6 +154,11 @@ pub(crate) struct RoomMix {
     pub(crate) speakers: Vec<(ParticipantId, Feed)>,
     /// Who is sent nothing (deaf), sorted.
     pub(crate) deaf: Arc<[u64]>,
+    /// Whisper channel members: (member, channel, whispers), sorted by member.
+    pub(crate) whisper: Arc<[(u64, u64, bool)]>,
+    /// The feed of each whisper channel whose speaker talks this tick (the
+    /// room plus the channel), for its members who are not selected speakers.
+    pub(crate) channels: Vec<(u64, Feed)>,
 }
 
 /// What a deaf participant is sent.
@@ -163,12 +170,23 @@ impl RoomMix {
         if !self.deaf.is_empty() && self.deaf.binary_search(&id.0).is_ok() {
             return &NOTHING;
         }
-        self.speakers.iter().find(|(s, _)| *s == id).map_or(&self.listeners, |(_, f)| f)
+        if let Some((_, f)) = self.speakers.iter().find(|(s, _)| *s == id) {
+            return f;
+        }
+        if !self.channels.is_empty()
+            && let Some((c, _)) = super::whisper::lookup(&self.whisper, id.0)
+            && let Some((_, f)) = self.channels.iter().find(|(ch, _)| *ch == c)
+        {
+            return f;
+        }
+        &self.listeners
     }
 
     /// Nobody is sent anything this tick (a silent room between its DTX frames).
     pub(crate) fn sends_nothing(&self) -> bool {
-        self.listeners.payload.is_empty() && self.speakers.iter().all(|(_, f)| f.payload.is_empty())
+        self.listeners.payload.is_empty()
+            && self.speakers.iter().all(|(_, f)| f.payload.is_empty())
+            && self.channels.iter().all(|(_, f)| f.payload.is_empty())
     }
 }
 
@@ -183,6 +201,7 @@ impl Room {
                 sources: HashMap::new(),
                 playbacks: Default::default(),
                 deaf: Arc::from([]),
+                whispers: Default::default(),
             }),
             inbox: Mutex::new(Vec::new()),
             members: Mutex::new(BTreeMap::new()),
@@ -344,6 +363,11 @@ impl Room {
         if m.deaf.contains(&id.0) {
             m.deaf = m.deaf.iter().copied().filter(|d| *d != id.0).collect();
         }
+        let whisper = Room::whisper_left(&mut m, id.0);
+        drop(m);
+        if let Some(event) = whisper {
+            self.publish(event);
+        }
     }
 
     /// Who is sent nothing from the next tick on (sorted ids).
@@ -399,18 +423,30 @@ impl Room {
             .iter()
             .map(|s| (s.id, Contributor { ssrc: m.sources.get(&s.id).copied().unwrap_or(0), level: s.level }))
             .collect();
+        // Whisper channel members: a channel's speaker is named only to its channel.
+        let whisper = m.whispers.members();
+        let heard = |id: ParticipantId, channel: Option<u64>| super::whisper::heard(&whisper, id.0, channel);
+        let channel_of = |id: ParticipantId| super::whisper::lookup(&whisper, id.0).map(|(c, _)| c);
         // The level of a mix is its loudest source's (RFC 6464: lower is louder).
-        let feed = |delivery: &Delivery, except: Option<ParticipantId>| {
+        let feed = |delivery: &Delivery, except: Option<ParticipantId>, channel: Option<u64>| {
             let (payload, contributors) = match delivery {
                 Delivery::Nothing => return Feed { payload: Bytes::new(), level: None, contributors: Vec::new() },
                 // Comfort noise: nobody is in it.
                 Delivery::Dtx(p) => return Feed { payload: p.clone(), level: Some(127), contributors: Vec::new() },
-                Delivery::Forward { from, payload } => {
-                    (payload, all.iter().filter(|(id, _)| id == from && Some(*id) != except).map(|(_, c)| *c).collect())
-                }
-                Delivery::Mix(p) => {
-                    (p, all.iter().filter(|(id, _)| Some(*id) != except).map(|(_, c)| *c).collect::<Vec<_>>())
-                }
+                Delivery::Forward { from, payload } => (
+                    payload,
+                    all.iter()
+                        .filter(|(id, _)| id == from && Some(*id) != except && heard(*id, channel))
+                        .map(|(_, c)| *c)
+                        .collect(),
+                ),
+                Delivery::Mix(p) => (
+                    p,
+                    all.iter()
+                        .filter(|(id, _)| Some(*id) != except && heard(*id, channel))
+                        .map(|(_, c)| *c)
+                        .collect::<Vec<_>>(),
+                ),
             };
             let level = contributors.iter().map(|c: &Contributor| c.level).min().unwrap_or(127);
             Feed { payload: payload.clone(), level: Some(level), contributors }
@@ -418,14 +454,24 @@ impl Room {
         let mix = RoomMix {
             key: self.key,
             tick,
-            listeners: feed(m.mixer.listener_delivery(), None),
-            speakers: m.mixer.speaker_deliveries().map(|(id, d)| (id, feed(d, Some(id)))).collect(),
+            listeners: feed(m.mixer.listener_delivery(), None, None),
+            speakers: m.mixer.speaker_deliveries().map(|(id, d)| (id, feed(d, Some(id), channel_of(id)))).collect(),
             deaf: m.deaf.clone(),
+            channels: m.mixer.channel_deliveries().map(|(c, d)| (c.0, feed(d, None, Some(c.0)))).collect(),
+            whisper: whisper.clone(),
         };
+        if report.whisper_encodes > 0 {
+            metrics::counter!(crate::metrics::outputs::WHISPER_ENCODES).increment(report.whisper_encodes as u64);
+        }
         // Only while a feed listens: one Vec of reference-counted frames per tick.
         if self.speaker_feeds.load(Ordering::Relaxed) > 0 {
-            let frames: Vec<(u64, u8, Bytes)> =
-                m.mixer.speaker_frames().filter_map(|(id, level, f)| Some((id.0, level, f?.clone()))).collect();
+            // A whisper is for its channel: not in the room's feed.
+            let frames: Vec<(u64, u8, Bytes)> = m
+                .mixer
+                .speaker_frames()
+                .filter(|(id, _, _)| heard(*id, None))
+                .filter_map(|(id, level, f)| Some((id.0, level, f?.clone())))
+                .collect();
             if !frames.is_empty() {
                 // Never blocks: a lagging feed loses its oldest ticks.
                 let _ = self.speaker_frames.send(Arc::new(SpeakerFrames { tick, frames }));
@@ -442,6 +488,10 @@ impl Room {
                     TalkEvent::Started(id) => (id, true),
                     TalkEvent::Stopped(id) => (id, false),
                 };
+                // A whisperer talks to its channel only: the room is not told.
+                if talking && !super::whisper::heard(&whisper, id.0, None) {
+                    continue;
+                }
                 if let Some(m) = members.get_mut(&id.0) {
                     m.talking = talking;
                 }
@@ -451,7 +501,11 @@ impl Room {
                 }
             }
         }
-        *lock(&self.speakers) = report.speakers.clone();
+        *lock(&self.speakers) = if whisper.is_empty() {
+            report.speakers.clone()
+        } else {
+            report.speakers.iter().filter(|s| super::whisper::heard(&whisper, s.id.0, None)).copied().collect()
+        };
         Some((mix, report))
     }
 }

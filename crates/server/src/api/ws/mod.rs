@@ -309,6 +309,7 @@ async fn send_snapshot(socket: &mut WebSocket, room: &Room, admin: bool) -> bool
         "more": more,
         "speakers": room.speaker_ids(),
         "playbacks": room.playbacks(),
+        "whispers": room.whispers(),
     }));
     if socket.send(head).await.is_err() {
         return false;
