@@ -34,6 +34,7 @@ mod room;
 mod stage;
 mod voice;
 pub(crate) mod whisper;
+mod whispering;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

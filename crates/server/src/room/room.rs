@@ -363,7 +363,10 @@ impl Room {
         if m.deaf.contains(&id.0) {
             m.deaf = m.deaf.iter().copied().filter(|d| *d != id.0).collect();
         }
-        let whisper = Room::whisper_left(&mut m, id.0);
+        let whisper = {
+            let Mixing { mixer, whispers, .. } = &mut *m;
+            whispers.left(mixer, id.0)
+        };
         drop(m);
         if let Some(event) = whisper {
             self.publish(event);
