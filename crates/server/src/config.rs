@@ -1076,6 +1076,19 @@ mod tests {
     }
 
     #[test]
+    fn breakout_create_rooms_is_off_unless_set() {
+        assert!(!Config::default().breakout.create_rooms);
+        let on = load_text("[breakout]\ncreate_rooms = true\n", &[], &[]).expect("loads");
+        assert!(on.breakout.create_rooms);
+        let flag = load_text("", &[], &[("breakout.create_rooms", "true")]).expect("loads");
+        assert!(flag.breakout.create_rooms);
+        let bad = load_text("[breakout]\ncreate_rooms = \"yes\"\n", &[], &[]).expect_err("refused").to_string();
+        assert!(bad.contains("create_rooms") || bad.contains("breakout"), "{bad}");
+        let unknown = load_text("[breakout]\ncreate_room = true\n", &[], &[]).expect_err("refused").to_string();
+        assert!(unknown.contains("create_room"), "{unknown}");
+    }
+
+    #[test]
     fn lists_are_set_from_flags_and_the_environment() {
         let cfg = load_text(
             "[auth]\nsecret = \"0123456789abcdef0123456789abcdef\"\n",
