@@ -93,6 +93,8 @@ pub struct Config {
     pub playback: PlaybackSettings,
     /// Whisper channels: who hears whom (docs/features/whisper.md).
     pub whisper: WhisperSettings,
+    /// Moving participants between rooms (docs/features/breakout.md).
+    pub breakout: BreakoutSettings,
     /// Signed webhooks to the application's backend (docs/features/webhooks.md).
     pub webhooks: WebhookSettings,
     /// Forwarding a room's mix as plain RTP (docs/features/rtp-out.md).
@@ -228,6 +230,17 @@ impl Default for WhisperSettings {
     fn default() -> Self {
         Self { max_channels: 8, max_members: 100 }
     }
+}
+
+/// Moves between rooms (`POST /v1/rooms/{room}/participants/{id}/move`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakoutSettings {
+    /// A move to a room that does not exist on this node creates it (with
+    /// the `[room]` defaults, as `POST /v1/rooms` without options); false:
+    /// 404 `room_not_found`. A single node only: in cluster mode a move
+    /// never creates a room.
+    pub create_rooms: bool,
 }
 
 /// Webhooks: events POSTed, signed with `auth.secret`, to every URL.
@@ -522,6 +535,7 @@ impl Default for Config {
             recording: RecordingSettings::default(),
             playback: PlaybackSettings::default(),
             whisper: WhisperSettings::default(),
+            breakout: BreakoutSettings::default(),
             webhooks: WebhookSettings::default(),
             rtp_out: RtpOutSettings::default(),
             rtp_in: RtpInConfig::default(),
@@ -1059,6 +1073,19 @@ mod tests {
     fn the_sample_config_is_the_defaults() {
         let sample = include_str!("../../../deploy/tutti.toml");
         assert_eq!(load_text(sample, &[], &[]).expect("the sample loads"), Config::default());
+    }
+
+    #[test]
+    fn breakout_create_rooms_is_off_unless_set() {
+        assert!(!Config::default().breakout.create_rooms);
+        let on = load_text("[breakout]\ncreate_rooms = true\n", &[], &[]).expect("loads");
+        assert!(on.breakout.create_rooms);
+        let flag = load_text("", &[], &[("breakout.create_rooms", "true")]).expect("loads");
+        assert!(flag.breakout.create_rooms);
+        let bad = load_text("[breakout]\ncreate_rooms = \"yes\"\n", &[], &[]).expect_err("refused").to_string();
+        assert!(bad.contains("create_rooms") || bad.contains("breakout"), "{bad}");
+        let unknown = load_text("[breakout]\ncreate_room = true\n", &[], &[]).expect_err("refused").to_string();
+        assert!(unknown.contains("create_room"), "{unknown}");
     }
 
     #[test]

@@ -302,3 +302,75 @@ fn a_plain_rtp_participant_is_not_movable() {
     assert_eq!(common::room(api, "sip")["participants"].as_array().map(Vec::len), Some(1));
     rt.block_on(server.shutdown());
 }
+
+/// With `breakout.create_rooms` on, a move to a room that does not exist
+/// creates it (the `[room]` defaults) and the participant is its first
+/// member: listed there, heard by a talker who joins after it. A refused
+/// move creates nothing (or deletes what it created). Off (the default):
+/// 404 `room_not_found`, in the test above.
+#[test]
+fn with_create_rooms_on_a_move_creates_its_room() {
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = SECRET.to_owned();
+    cfg.breakout.create_rooms = true;
+    let (rt, server) = start_with(cfg);
+    let auth = Auth::new(SECRET).expect("secret");
+    let mint = move |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
+    let api = server.http_addr();
+    let admin = mint(Grant::admin("host"));
+    assert_eq!(call(api, &admin, "POST", "/v1/rooms", r#"{"id":"main"}"#).status, 201);
+    let mut b = ToneClient::join_as(
+        api,
+        &Requester::token(&mint(Grant::participant("main", "b"))),
+        "main",
+        660.0,
+        JoinAs::Json,
+    )
+    .expect("join");
+    let id = b.id;
+    run_for(&mut [&mut b], Duration::from_millis(300));
+    let mut watch_main = ws(api, "main", &admin);
+
+    // Refused: nothing is created, or what was created goes again.
+    let admin_main = mint(Grant { admin: true, ..Grant::participant("main", "host-main") });
+    refused(&move_to(api, &admin_main, "main", id, json!({ "to": "fresh" })), 403, "forbidden", "admin of main only");
+    refused(&move_to(api, &admin, "main", 999_999, json!({ "to": "ghost" })), 404, "participant_not_found", "nobody");
+    for room in ["fresh", "ghost"] {
+        refused(&call(api, &admin, "GET", &format!("/v1/rooms/{room}"), ""), 404, "room_not_found", room);
+    }
+
+    // The move creates `breakout-1`; b is its member, main is told.
+    let r = move_to(api, &admin, "main", id, json!({ "to": "breakout-1" }));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let done: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
+    assert_eq!(done, json!({ "id": id, "from": "main", "to": "breakout-1", "speak": true }));
+    assert_eq!(ids(api, &admin, "breakout-1"), vec![id], "the new room lists b");
+    assert_eq!(ids(api, &admin, "main"), Vec::<u64>::new());
+    {
+        let mut all = [&mut b];
+        let left = watch_main.wait_pumping(WAIT, &mut all, |m| m["type"] == "left" && m["id"] == id);
+        assert_eq!(left["reason"], "moved_room");
+    }
+    // A talker who joins the new room afterwards is announced there and heard by b.
+    let mut watch_new = ws(api, "breakout-1", &admin);
+    let mut d = ToneClient::join_as(
+        api,
+        &Requester::token(&mint(Grant::participant("breakout-1", "d"))),
+        "breakout-1",
+        330.0,
+        JoinAs::Whip,
+    )
+    .expect("d joins the new room");
+    let d_id = d.id;
+    {
+        let mut all = [&mut b, &mut d];
+        let joined = watch_new.wait_pumping(WAIT, &mut all, |m| m["type"] == "joined");
+        assert_eq!(joined["id"].as_u64(), Some(d_id));
+        let heard = run_until(&mut all, Instant::now() + Duration::from_secs(10), |cs| {
+            cs[0].hears(330.0, Instant::now() - Duration::from_millis(300)) > HEARD
+        });
+        assert!(heard, "b hears the talker of the room it was moved into");
+    }
+    rt.block_on(server.shutdown());
+}

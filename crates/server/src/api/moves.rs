@@ -8,6 +8,12 @@
 //! WebSocket follows (`room_changed`, see `ws`). Across nodes (cluster
 //! mode, the target room held by another node): 409 `room_elsewhere`,
 //! with where it is; the participant must leave and join there.
+//!
+//! A target room that does not exist is 404 `room_not_found`, unless
+//! `breakout.create_rooms` is on (a single node only): then the move
+//! creates it, with the `[room]` defaults, as `POST /v1/rooms` without
+//! options would (the caller is an admin of it already: see above). If
+//! the move then fails, the room it created is deleted again.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,7 +32,7 @@ use super::cluster::{self, Access};
 use super::error::{ApiError, ApiResult};
 use super::schema::ErrorBody;
 use super::{ApiState, rooms};
-use crate::room::RoomError;
+use crate::room::{Room, RoomError};
 
 /// The routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {
@@ -37,7 +43,8 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MoveRequest {
-    /// The room to move it to (on this node; it must exist).
+    /// The room to move it to (on this node; it must exist unless
+    /// `breakout.create_rooms`).
     to: String,
     /// Whether it may speak there (default: as it may now).
     speak: Option<bool>,
@@ -89,7 +96,7 @@ fn counted(result: ApiResult<Response>) -> ApiResult<Response> {
         (status = 400, description = "`bad_json`, `bad_room_id`, `same_room`, `not_movable` (a plain RTP participant)", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`forbidden` (not an admin of both rooms), `banned` (from the target room)", body = ErrorBody),
-        (status = 404, description = "`room_not_found` (either room), `participant_not_found`", body = ErrorBody),
+        (status = 404, description = "`room_not_found` (either room; the target only while `breakout.create_rooms` is off), `participant_not_found`", body = ErrorBody),
         (status = 409, description = "`room_full` (the target), `room_elsewhere` (cluster mode: the target room is held by another node; `node` and `api_url` say which)", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 423, description = "`room_locked` (the target)", body = ErrorBody),
@@ -132,8 +139,14 @@ async fn move_inner(
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
+    let mut created = false;
     let to = match (api.rooms.get(&req.to), &api.cluster) {
         (Ok(to), _) if !to.is_handed_over() => to,
+        (Err(RoomError::NoRoom(_)), None) if api.cfg.breakout.create_rooms => {
+            let (to, fresh) = create_target(&api, &req.to)?;
+            created = fresh;
+            to
+        }
         (Ok(_), None) => return Err(RoomError::NoRoom(req.to.clone()).into()),
         (Err(e), None) => return Err(e.into()),
         (_, Some(c)) => {
@@ -144,10 +157,34 @@ async fn move_inner(
             };
         }
     };
-    let (done, effect) = api.rooms.move_member(&from, &to, id, req.speak, Instant::now())?;
+    let (done, effect) = match api.rooms.move_member(&from, &to, id, req.speak, Instant::now()) {
+        Ok(moved) => moved,
+        Err(e) => {
+            if created && to.len() == 0 {
+                // Nobody came: the room this move created goes again.
+                if let Ok(effects) = api.rooms.delete(&to.id) {
+                    api.apply(effects);
+                }
+            }
+            return Err(e.into());
+        }
+    };
     api.apply(effect.into_iter().chain(api.rooms.take_replaced()));
     let body = MoveResult { id, from: from.id.clone(), to: to.id.clone(), speak: done.speak };
     Ok(axum::Json(body).into_response())
+}
+
+/// The target room, created now (`breakout.create_rooms`, a single node):
+/// with the `[room]` defaults, watched by the outputs as a room `POST
+/// /v1/rooms` creates. Whether this call created it (not a concurrent one).
+fn create_target(api: &ApiState, room: &str) -> ApiResult<(Arc<Room>, bool)> {
+    let state = match api.rooms.create(room, None, None) {
+        Ok(state) => state,
+        Err(RoomError::RoomExists(_)) => return Ok((api.rooms.get(room)?, false)),
+        Err(e) => return Err(e.into()),
+    };
+    api.outputs.watch(&state);
+    Ok((state, true))
 }
 
 /// 409 `room_elsewhere`: the target room is held by another node.
