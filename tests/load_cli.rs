@@ -72,3 +72,25 @@ fn a_load_run_prints_its_json_on_stdout_and_one_verdict_line() {
     }
     let _ = served.child.kill();
 }
+
+/// Joins the server refuses are counted with their reason, in the text
+/// report (`joins failed: N × join refused: rate_limited …`) and in the
+/// JSON summary's `join_errors`, so a person sees why, not only how many.
+#[test]
+fn refused_joins_are_reported_with_their_reason() {
+    let mut served =
+        common::serve_loopback(&["--set", "limits.join_rate_per_second=0.1", "--set", "limits.join_burst=2"]);
+    let token = served.banner_token();
+    let (_, stdout, stderr) = load(served.api, &token, &[]);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the JSON report");
+    let s = &report["summary"];
+    let failed = s["join_failed"].as_u64().expect("join_failed");
+    assert!(failed >= 1, "a burst of 2 at 0.1 joins/s refuses some of 6: {s}");
+    let errors = s["join_errors"].as_object().unwrap_or_else(|| panic!("join_errors in {s}"));
+    assert_eq!(errors.values().filter_map(|n| n.as_u64()).sum::<u64>(), failed, "{s}");
+    assert!(errors.keys().all(|why| why.contains("rate_limited")), "{errors:?}");
+    let line = stderr.lines().find(|l| l.trim_start().starts_with("joins failed: ")).expect("a reason line");
+    println!("{line}");
+    assert!(line.contains(&format!("{failed} × join refused: rate_limited")), "{line}");
+    let _ = served.child.kill();
+}

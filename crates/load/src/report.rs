@@ -2,7 +2,7 @@
 //! final per-client details, mouth-to-ear latencies from the probes, the
 //! validity verdict, and the JSON report.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,10 @@ pub struct Summary {
     pub joining: usize,
     /// Join request refused or failed.
     pub join_failed: usize,
+    /// Why joins failed: each reason (e.g. `join refused: rate_limited …`)
+    /// with how many joins it stopped.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub join_errors: BTreeMap<String, usize>,
     /// Joined, ICE/DTLS not up yet.
     pub connecting: usize,
     /// Connected.
@@ -563,6 +567,10 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
         clients: s.total,
         joining: s.total.saturating_sub(clients.len()),
         join_failed: count(ClientState::JoinFailed),
+        join_errors: s.failed.iter().fold(BTreeMap::new(), |mut m, (_, _, _, why)| {
+            *m.entry(why.clone()).or_insert(0) += 1;
+            m
+        }),
         connecting: count(ClientState::Connecting),
         connected,
         closed: count(ClientState::Closed),
@@ -732,6 +740,10 @@ impl Summary {
             self.connect_ms.avg,
             self.connect_ms.max
         );
+        if !self.join_errors.is_empty() {
+            let why: Vec<String> = self.join_errors.iter().map(|(e, n)| format!("{n} × {e}")).collect();
+            let _ = writeln!(t, "  joins failed: {}", why.join("; "));
+        }
         let l = &self.latency;
         let _ = writeln!(
             t,
