@@ -399,19 +399,12 @@ pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
     ),
 )]
-pub(super) async fn stop(
-    State(api): State<Arc<ApiState>>,
-    req: RoomRequest,
-    path: Result<axum::extract::Path<(String, String)>, axum::extract::rejection::PathRejection>,
-) -> ApiResult<Response> {
+pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "stopping a playback")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let id = path
-        .ok()
-        .and_then(|axum::extract::Path((_, id))| id.parse::<u64>().ok())
-        .ok_or_else(|| ApiError::bad_request("bad_value", "a playback id is a number"))?;
+    let id = req.id("a playback id")?;
     let info = room.stop_playback(id)?;
     Ok(axum::Json(json(&info)).into_response())
 }

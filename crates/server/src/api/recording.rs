@@ -66,6 +66,8 @@ pub(super) fn may_manage(grant: &Grant, room: &str, what: &str) -> ApiResult<()>
 /// `307`), and a redirect ticket standing in for the token.
 pub(super) struct RoomRequest {
     room: String,
+    /// The path's `{id}`, on routes that name one (a playback, a whisper channel).
+    id: Option<String>,
     pub(super) headers: HeaderMap,
     target: cluster::Target,
     ticket: Option<String>,
@@ -80,9 +82,10 @@ impl FromRequestParts<Arc<ApiState>> for RoomRequest {
             .await
             .map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
         let room = params.get("room").cloned().unwrap_or_default();
+        let id = params.get("id").cloned();
         let access = cluster::access(Query::<Access>::from_request_parts(parts, state).await);
         let target = cluster::Target { method: parts.method.clone(), uri: parts.uri.clone() };
-        Ok(Self { room, headers: parts.headers.clone(), target, ticket: access.ticket })
+        Ok(Self { room, id, headers: parts.headers.clone(), target, ticket: access.ticket })
     }
 }
 
@@ -97,6 +100,14 @@ impl RoomRequest {
         let grant = cluster::caller(api, &self.headers, &self.target, self.ticket.as_deref(), &self.room).await?;
         allowed(&grant, &self.room)?;
         cluster::here(api, &self.room, &self.target, &grant).await
+    }
+
+    /// The path's `{id}` as a number; `400 bad_value` ("`what` is a number") otherwise.
+    pub(super) fn id(&self, what: &str) -> ApiResult<u64> {
+        self.id
+            .as_deref()
+            .and_then(|id| id.parse::<u64>().ok())
+            .ok_or_else(|| ApiError::bad_request("bad_value", format!("{what} is a number")))
     }
 }
 

@@ -90,14 +90,6 @@ fn limits(api: &ApiState) -> WhisperLimits {
     WhisperLimits { max_channels: api.cfg.whisper.max_channels, max_members: api.cfg.whisper.max_members }
 }
 
-fn channel_id(path: &axum::http::Uri) -> ApiResult<u64> {
-    path.path()
-        .rsplit('/')
-        .next()
-        .and_then(|id| id.parse::<u64>().ok())
-        .ok_or_else(|| ApiError::bad_request("bad_value", "a whisper channel id is a number"))
-}
-
 /// Opens a whisper channel (admin of the room).
 #[utoipa::path(
     post,
@@ -174,17 +166,12 @@ pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
     ),
 )]
-pub(super) async fn change(
-    State(api): State<Arc<ApiState>>,
-    uri: axum::http::Uri,
-    req: RoomRequest,
-    body: Bytes,
-) -> ApiResult<Response> {
+pub(super) async fn change(State(api): State<Arc<ApiState>>, req: RoomRequest, body: Bytes) -> ApiResult<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "changing a whisper channel")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let id = channel_id(&uri)?;
+    let id = req.id("a whisper channel id")?;
     let r: ChangeWhisper = super::rooms::json(&req.headers, &body, None)?;
     let info = room.change_whisper(id, r.speakers, r.listeners, limits(&api))?;
     Ok(axum::Json(info).into_response())
@@ -210,16 +197,12 @@ pub(super) async fn change(
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
     ),
 )]
-pub(super) async fn close(
-    State(api): State<Arc<ApiState>>,
-    uri: axum::http::Uri,
-    req: RoomRequest,
-) -> ApiResult<Response> {
+pub(super) async fn close(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "closing a whisper channel")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let id = channel_id(&uri)?;
+    let id = req.id("a whisper channel id")?;
     let info = room.close_whisper(id)?;
     Ok(axum::Json(info).into_response())
 }
