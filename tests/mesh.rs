@@ -1,0 +1,222 @@
+//! One room across three nodes: three `tutti serve` processes on
+//! 127.0.0.2, .3 and .4 and a real `redis-server`, `cluster.room_spread =
+//! "always"`, one room spread over all three (a talker and a silent
+//! listener on each, real WebRTC, tones at three frequencies). Every
+//! listener hears every node's talker, every talker hears the other two
+//! and never its own tone; the nodes' selections agree (the mismatch
+//! metric stays near 0); a lone talker's Opus frames reach listeners on
+//! the other nodes byte for byte (forwarded, never re-encoded); and after
+//! `kill -9` of one node the other two keep hearing each other.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::cluster::{Node, Redis, SECRET, send, shared_ports};
+use tutti_client::{Requester, ToneClient, request_as, request_following, run_for, run_until};
+use tutti_mix::{Encoder, EncoderConfig, FRAME_SAMPLES, tone};
+use tutti_server::auth::{Auth, Grant, unix_now};
+
+const FREQS: [f32; 3] = [440.0, 660.0, 990.0];
+
+/// Joins `room` through `api` with a WHIP offer, following a redirect;
+/// the client and the node (API address) that took it.
+fn join_at(api: SocketAddr, token: &str, room: &str, freq: f32) -> (ToneClient, SocketAddr) {
+    let (mut client, offer) = ToneClient::offer(freq).expect("offer");
+    let path = format!("/v1/rooms/{room}/participants");
+    let (r, at, _) =
+        request_following(api, &Requester::token(token), "POST", &path, Some("application/sdp"), offer.as_bytes(), 2)
+            .expect("API answers");
+    assert_eq!(r.status, 201, "join {room} via {api}: {}", r.body);
+    client.location = r.header("location").unwrap_or_default().to_owned();
+    let id = client.location.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    client.accept_answer(&r.body, id).expect("answer");
+    (client, at)
+}
+
+/// A metric's value (summed over its label sets) from a node's `/metrics`.
+fn metric(node: &Node, name: &str) -> f64 {
+    let m = request_as(node.metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
+    m.body
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Whether, over the last `window`, each listener hears every tone it
+/// should (> 0.05) and none it should not (< 0.02).
+fn hearing(clients: &[&mut ToneClient], expect: &[(usize, Vec<f32>, Vec<f32>)], window: Duration) -> bool {
+    let since = Instant::now() - window;
+    expect.iter().all(|(i, yes, no)| {
+        let c = &clients[*i];
+        yes.iter().all(|&f| c.hears(f, since) > 0.05) && no.iter().all(|&f| c.hears(f, since) < 0.02)
+    })
+}
+
+#[test]
+fn one_room_spread_over_three_nodes_sounds_as_one() {
+    let redis = Redis::start();
+    let ports = shared_ports();
+    let spread = [("TUTTI_CLUSTER_ROOM_SPREAD", "always"), ("TUTTI_ROOM_EMPTY_TIMEOUT_SECONDS", "0")];
+    let mut nodes: Vec<Node> = (2..=4).map(|n| Node::start_with(n, ports, &redis, &spread)).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("test"), Duration::from_secs(600), unix_now()).expect("token");
+    let apis: Vec<SocketAddr> = nodes.iter().map(|n| n.api).collect();
+    let node_of = |addr: SocketAddr| apis.iter().position(|&a| a == addr).expect("a node's address");
+    let (r, _) = send(apis[0], &admin, "POST", "/v1/rooms", r#"{"id":"wide","max_speakers":5}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+
+    // A talker through each node: all nodes empty, a tie stays where it is asked.
+    let mut talkers = Vec::new();
+    for (i, &f) in FREQS.iter().enumerate() {
+        let (c, at) = join_at(apis[i], &admin, "wide", f);
+        talkers.push((c, node_of(at)));
+        // Let the node's count reach its record before the next join.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let mut all: Vec<ToneClient> = Vec::new();
+    let mut on: Vec<usize> = Vec::new();
+    for (c, n) in talkers {
+        all.push(c);
+        on.push(n);
+    }
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_for(&mut refs, Duration::from_millis(2500));
+    }
+    for (i, &f) in FREQS.iter().enumerate() {
+        let (mut c, at) = join_at(apis[i], &admin, "wide", f * 3.0 + 7.0);
+        c.talking = false;
+        all.push(c);
+        on.push(node_of(at));
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_for(&mut refs, Duration::from_millis(300));
+    }
+    let talker_nodes: HashSet<usize> = on[..3].iter().copied().collect();
+    let listener_nodes: HashSet<usize> = on[3..].iter().copied().collect();
+    assert_eq!((talker_nodes.len(), listener_nodes.len()), (3, 3), "one talker and one listener per node: {on:?}");
+
+    // Everyone hears every other node's talker, nobody their own tone.
+    let expect: Vec<(usize, Vec<f32>, Vec<f32>)> = (0..6)
+        .map(|i| {
+            if i < 3 {
+                let others = FREQS.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, &f)| f).collect();
+                (i, others, vec![FREQS[i]])
+            } else {
+                (i, FREQS.to_vec(), Vec::new())
+            }
+        })
+        .collect();
+    let started = Instant::now();
+    let heard = {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        let mut last_check = Instant::now();
+        run_until(&mut refs, started + Duration::from_secs(20), |cs| {
+            if last_check.elapsed() < Duration::from_millis(500) || started.elapsed() < Duration::from_secs(2) {
+                return false;
+            }
+            last_check = Instant::now();
+            hearing(cs, &expect, Duration::from_millis(1500))
+        })
+    };
+    let levels: Vec<Vec<f32>> = {
+        let since = Instant::now() - Duration::from_millis(1500);
+        all.iter().map(|c| FREQS.iter().map(|&f| c.hears(f, since)).collect()).collect()
+    };
+    assert!(
+        heard,
+        "within 20 s: each listener hears the other nodes' talkers, never its own: {levels:?} (nodes {on:?})"
+    );
+    eprintln!("all hear each other after {:?}: {levels:?}", started.elapsed());
+
+    // The nodes' selections agree, tick by tick (datagrams flow both ways).
+    for n in &nodes {
+        let (ticks, mismatches) =
+            (metric(n, "tutti_mix_ticks_total"), metric(n, "tutti_mesh_selection_mismatches_total"));
+        let (sent, received) =
+            (metric(n, "tutti_mesh_datagrams_sent_total"), metric(n, "tutti_mesh_datagrams_received_total"));
+        eprintln!("{}: ticks {ticks}, mesh sent {sent} received {received}, mismatches {mismatches}", n.id);
+        assert!(sent > 100.0 && received > 100.0, "{}: mesh datagrams sent {sent}, received {received}", n.id);
+        // A few while the nodes learn of each other (each at its own
+        // refresh) or when a datagram is late on a busy machine; ~0 after.
+        assert!(mismatches <= ticks * 0.05, "{}: {mismatches} selection mismatches in {ticks} ticks", n.id);
+        assert_eq!(metric(n, "tutti_mesh_rooms"), 1.0, "{}", n.id);
+    }
+
+    // A lone talker: talkers 1 and 2 fall silent; talker 0's frames reach
+    // the other nodes' listeners unchanged (its encoder, replayed here,
+    // made exactly these bytes: a mix re-encoded would not match).
+    all[1].talking = false;
+    all[2].talking = false;
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_for(&mut refs, Duration::from_millis(1500));
+    }
+    let since = Instant::now();
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_for(&mut refs, Duration::from_millis(1500));
+    }
+    let mut encoder = Encoder::new(&EncoderConfig::default()).expect("encoder");
+    // As the tone client does: its silence frame first, then its tone frames.
+    let _ = encoder.encode(&[0.0; FRAME_SAMPLES]);
+    let made: HashSet<Vec<u8>> =
+        (0..all[0].sent).map(|n| encoder.encode(&tone(FREQS[0], 0.2, n * FRAME_SAMPLES as u64)).to_vec()).collect();
+    let talker0_node = on[0];
+    let counts: Vec<(usize, usize, usize)> = all
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, c)| {
+            let frames: Vec<&[u8]> =
+                c.heard.iter().filter(|(at, _)| *at >= since).map(|(_, p)| p.payload.as_ref()).collect();
+            let same = frames.iter().filter(|f| made.contains(**f)).count();
+            eprintln!("client {i} on node {}: {same} of {} frames are talker 0's own", on[i], frames.len());
+            (i, same, frames.len())
+        })
+        .collect();
+    for (i, same, n) in counts {
+        let remote = if on[i] == talker0_node { "on talker 0's node" } else { "on another node" };
+        assert!(n >= 40, "client {i} ({remote}): {n} frames in 1.5 s");
+        assert!(same * 100 >= n * 95, "client {i} ({remote}): {same} of {n} frames forwarded unchanged");
+    }
+
+    // kill -9 of the node of talker 2: the other two nodes keep hearing each other.
+    all[1].talking = true;
+    let dead = on[2];
+    nodes[dead].kill9();
+    let survivors: Vec<usize> = (0..6).filter(|&i| on[i] != dead).collect();
+    let expect: Vec<(usize, Vec<f32>, Vec<f32>)> = survivors
+        .iter()
+        .map(|&i| match i {
+            0 => (i, vec![FREQS[1]], vec![FREQS[0]]),
+            1 => (i, vec![FREQS[0]], vec![FREQS[1]]),
+            _ => (i, vec![FREQS[0], FREQS[1]], Vec::new()),
+        })
+        .collect();
+    let killed = Instant::now();
+    let heard = {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        let mut last_check = Instant::now();
+        run_until(&mut refs, killed + Duration::from_secs(15), |cs| {
+            if last_check.elapsed() < Duration::from_millis(500) || killed.elapsed() < Duration::from_secs(1) {
+                return false;
+            }
+            last_check = Instant::now();
+            hearing(cs, &expect, Duration::from_millis(1000))
+        })
+    };
+    assert!(heard, "the two nodes left keep hearing each other after kill -9 of node {dead}");
+    eprintln!("after kill -9: heard again within {:?}", killed.elapsed());
+    for c in &mut all {
+        c.close();
+    }
+}
