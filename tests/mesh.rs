@@ -137,6 +137,31 @@ fn one_room_spread_over_three_nodes_sounds_as_one() {
     );
     eprintln!("all hear each other after {:?}: {levels:?}", started.elapsed());
 
+    // What the mesh costs each node, three talkers talking: datagrams and
+    // bytes sent per tick (to two peers), over 2 s.
+    let before: Vec<(f64, f64, f64)> = nodes
+        .iter()
+        .map(|n| {
+            let ticks = metric(n, "tutti_mix_ticks_total");
+            (ticks, metric(n, "tutti_mesh_datagrams_sent_total"), metric(n, "tutti_mesh_sent_bytes_total"))
+        })
+        .collect();
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_for(&mut refs, Duration::from_secs(2));
+    }
+    for (n, (t0, d0, b0)) in nodes.iter().zip(&before) {
+        let ticks = metric(n, "tutti_mix_ticks_total") - t0;
+        let datagrams = metric(n, "tutti_mesh_datagrams_sent_total") - d0;
+        let bytes = metric(n, "tutti_mesh_sent_bytes_total") - b0;
+        eprintln!(
+            "{}: mesh sends {:.2} datagrams and {:.0} bytes per tick (2 peers, K = 5, 3 talkers)",
+            n.id,
+            datagrams / ticks.max(1.0),
+            bytes / ticks.max(1.0)
+        );
+    }
+
     // The nodes' selections agree, tick by tick (datagrams flow both ways).
     for n in &nodes {
         let (ticks, mismatches) =
@@ -160,6 +185,21 @@ fn one_room_spread_over_three_nodes_sounds_as_one() {
         let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
         run_for(&mut refs, Duration::from_millis(1500));
     }
+    // The mixers switch from mixing to forwarding in a pause (so that the
+    // listeners' decoders change streams in silence): talker 0 pauses 300 ms
+    // (within its hold: it stays the one speaker).
+    all[0].talking = false;
+    let paused_from = all[0].sent;
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_for(&mut refs, Duration::from_millis(300));
+    }
+    all[0].talking = true;
+    let paused = paused_from..all[0].sent;
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_for(&mut refs, Duration::from_millis(500));
+    }
     let since = Instant::now();
     {
         let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
@@ -168,8 +208,10 @@ fn one_room_spread_over_three_nodes_sounds_as_one() {
     let mut encoder = Encoder::new(&EncoderConfig::default()).expect("encoder");
     // As the tone client does: its silence frame first, then its tone frames.
     let _ = encoder.encode(&[0.0; FRAME_SAMPLES]);
-    let made: HashSet<Vec<u8>> =
-        (0..all[0].sent).map(|n| encoder.encode(&tone(FREQS[0], 0.2, n * FRAME_SAMPLES as u64)).to_vec()).collect();
+    let made: HashSet<Vec<u8>> = (0..all[0].sent)
+        .filter(|n| !paused.contains(n))
+        .map(|n| encoder.encode(&tone(FREQS[0], 0.2, n * FRAME_SAMPLES as u64)).to_vec())
+        .collect();
     let talker0_node = on[0];
     let counts: Vec<(usize, usize, usize)> = all
         .iter()
@@ -180,6 +222,11 @@ fn one_room_spread_over_three_nodes_sounds_as_one() {
                 c.heard.iter().filter(|(at, _)| *at >= since).map(|(_, p)| p.payload.as_ref()).collect();
             let same = frames.iter().filter(|f| made.contains(**f)).count();
             eprintln!("client {i} on node {}: {same} of {} frames are talker 0's own", on[i], frames.len());
+            if same < frames.len() {
+                let lens: Vec<usize> = frames.iter().take(12).map(|f| f.len()).collect();
+                let heads: Vec<u8> = frames.iter().take(12).map(|f| f.first().copied().unwrap_or(0)).collect();
+                eprintln!("  lengths {lens:?}, TOC bytes {heads:?}");
+            }
             (i, same, frames.len())
         })
         .collect();
