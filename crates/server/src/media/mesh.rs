@@ -49,6 +49,8 @@ const EXTRA_CANDIDATES: usize = 2;
 const DRAIN_PER_TICK: usize = 4096;
 /// Ticks of a peer's messages kept (for late parts and the mismatch check).
 const PEER_TICKS: usize = 4;
+/// A peer's tick (or this node's own candidates) older than this many ticks is not mixed.
+const MAX_LAG_TICKS: u64 = 3;
 /// Ticks of this node's selections kept for the mismatch check.
 const SELECTIONS_KEPT: usize = 8;
 /// Commands queued for the clock before the API's refresher waits for the next round.
@@ -121,6 +123,8 @@ struct PeerTick {
 
 struct PeerState {
     ticks: VecDeque<PeerTick>,
+    /// The newest of its ticks mixed here: older ones arriving now are late.
+    used: u64,
 }
 
 struct RemoteState {
@@ -243,7 +247,7 @@ impl Mesh {
                     r.removed = false;
                     r.peers.retain(|n, _| nodes.contains(n));
                     for n in &nodes {
-                        r.peers.entry(*n).or_insert_with(|| PeerState { ticks: VecDeque::new() });
+                        r.peers.entry(*n).or_insert_with(|| PeerState { ticks: VecDeque::new(), used: 0 });
                     }
                     r.liveness.set_peers(nodes);
                 }
@@ -271,8 +275,8 @@ impl Mesh {
             }
             let Some(peer) = room.peers.get_mut(&h.sender) else { continue };
             room.liveness.heard(h.sender, r.at);
-            // Its tick was used at our tick `h.tick + 1`: later is too late.
-            if h.tick + 1 < now_tick {
+            // A tick of it already mixed here (or one older) is too late.
+            if h.tick <= peer.used || h.tick + PEER_TICKS as u64 + 1 < now_tick {
                 self.late += 1;
                 continue;
             }
@@ -351,14 +355,27 @@ impl Mesh {
             };
             entries.clear();
             frames.clear();
-            if room.own_tick + 1 == t {
+            // Our own candidates of the last tick sent (T − 1, or older after
+            // ticks were skipped).
+            if room.own_tick < t && room.own_tick + MAX_LAG_TICKS >= t {
                 entries.extend_from_slice(&room.own);
             }
-            for (&node, peer) in &room.peers {
+            for (&node, peer) in &mut room.peers {
                 if !room.liveness.present(node, now) {
                     continue;
                 }
-                let Some(pt) = peer.ticks.iter().find(|p| p.tick + 1 == t) else { continue };
+                // Its tick T − 1; if that is missing, its newest earlier one not
+                // mixed yet (a node whose clock runs a little behind is heard a
+                // little later, rather than not at all).
+                let Some(pt) = peer
+                    .ticks
+                    .iter()
+                    .filter(|p| p.tick < t && p.tick > peer.used && p.tick + MAX_LAG_TICKS >= t)
+                    .max_by_key(|p| p.tick)
+                else {
+                    continue;
+                };
+                peer.used = pt.tick;
                 for c in &pt.candidates {
                     entries.push(Entry { node, participant: c.participant, rank: c.rank, incumbent: c.selected });
                     if !c.frame.is_empty() {
@@ -500,5 +517,77 @@ impl Mesh {
         metrics::gauge!(names::PEERS).set(peers as f64);
         let remotes: usize = self.rooms.values().map(|r| r.remotes.len()).sum();
         metrics::gauge!(names::REMOTE_PARTICIPANTS).set(remotes as f64);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use tutti_mix::{Encoder, EncoderConfig, FRAME_SAMPLES, Packet, RoomConfig, level_of, tone};
+
+    use super::*;
+    use crate::room::RoomKey;
+
+    #[test]
+    fn the_clock_epoch_falls_on_twenty_milliseconds_of_unix_time() {
+        let (epoch, base) = aligned_epoch();
+        let at = SystemTime::now() - epoch.elapsed();
+        let us = at.duration_since(UNIX_EPOCH).unwrap().as_micros();
+        let phase = us % 20_000;
+        assert!(!(1_000..19_000).contains(&phase), "the epoch is {phase} µs into a 20 ms period");
+        assert!(((us + 1_000) / 20_000) as u64 - base <= 1, "tick 0 is mesh tick {base}");
+    }
+
+    fn room(key: u64) -> Arc<Room> {
+        Arc::new(Room::new("r".into(), RoomKey(key), tutti_mix::Room::new(RoomConfig::default()).unwrap(), 5))
+    }
+
+    /// Two nodes in one process, over loopback UDP: node a's lone talker is
+    /// selected on both, and node b's listener is sent its frames unchanged.
+    #[test]
+    fn a_lone_talker_on_one_node_is_forwarded_unchanged_by_the_other() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let ip = std::net::Ipv4Addr::LOCALHOST.into();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (mut a, mut b) = (Mesh::bind(any, "a", secret, ip).unwrap(), Mesh::bind(any, "b", secret, ip).unwrap());
+        let (ra, rb) = (room(1), room(2));
+        ra.with_mixer(|m| m.add_participant(ParticipantId(1))).unwrap();
+        rb.with_mixer(|m| m.add_participant(ParticipantId(1))).unwrap();
+        let set = |to: &Mesh, peer: &Mesh, name: &str| {
+            to.control().send(MeshCommand::Set { room: "r".into(), epoch: 7, peers: vec![(name.into(), peer.addr())] })
+        };
+        assert!(set(&a, &b, "b") && set(&b, &a, "a"));
+        let mut encoder = Encoder::new(&EncoderConfig::default()).unwrap();
+        let mut sent = Vec::new();
+        let mut forwarded = 0;
+        for tick in 1..=100u64 {
+            let pcm = tone(440.0, 0.3, tick * FRAME_SAMPLES as u64);
+            let payload = encoder.encode(&pcm);
+            sent.push(payload.clone());
+            let packet =
+                Packet { seq: tick as u16, timestamp: (tick * 960) as u32, payload, level: Some(level_of(&pcm)) };
+            ra.deliver(&mut vec![(ParticipantId(1), packet)]);
+            a.before_tick(tick, std::slice::from_ref(&ra));
+            b.before_tick(tick, std::slice::from_ref(&rb));
+            let _ = ra.tick(None, tick, 0);
+            let heard = rb.tick(None, tick, 0).map(|(mix, _)| mix.listeners.payload.clone());
+            a.after_tick(tick, std::slice::from_ref(&ra));
+            b.after_tick(tick, std::slice::from_ref(&rb));
+            forwarded += usize::from(heard.is_some_and(|p| !p.is_empty() && sent.contains(&p)));
+            // Loopback delivery to the other node's receive thread.
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        assert!(forwarded >= 80, "{forwarded} of 100 ticks forwarded a's frames unchanged to b's listener");
+        assert_eq!(rb.with_mixer(|m| m.remotes()), 1, "a's talker is a remote in b's mixer");
+        assert_eq!(ra.with_mixer(|m| m.remotes()), 0, "b's silent listener is never a candidate");
+        let ((sa, _, _), (sb, mismatches, _)) = (a.stats(), b.stats());
+        assert!(sa.sent >= 99 && sb.received >= 95, "a sent {}, b received {}", sa.sent, sb.received);
+        assert_eq!(mismatches, 0, "a's selected flags agree with b's selection");
+        // b leaves the room: a's frames are refused from now on, the remote goes.
+        assert!(b.control().send(MeshCommand::Remove { room: "r".into() }));
+        b.before_tick(101, std::slice::from_ref(&rb));
+        assert_eq!(rb.with_mixer(|m| (m.remotes(), m.selection().is_some())), (0, false));
     }
 }
