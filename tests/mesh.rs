@@ -5,8 +5,9 @@
 //! listener hears every node's talker, every talker hears the other two
 //! and never its own tone; the nodes' selections agree (the mismatch
 //! metric stays near 0); a lone talker's Opus frames reach listeners on
-//! the other nodes byte for byte (forwarded, never re-encoded); and after
-//! `kill -9` of one node the other two keep hearing each other.
+//! the other nodes byte for byte (forwarded, never re-encoded); after
+//! `kill -9` of one node the other two keep hearing each other, and its
+//! talker, rejoining through another node, is heard again within seconds.
 
 #![allow(clippy::unwrap_used)]
 
@@ -26,16 +27,22 @@ const FREQS: [f32; 3] = [440.0, 660.0, 990.0];
 /// Joins `room` through `api` with a WHIP offer, following a redirect;
 /// the client and the node (API address) that took it.
 fn join_at(api: SocketAddr, token: &str, room: &str, freq: f32) -> (ToneClient, SocketAddr) {
-    let (mut client, offer) = ToneClient::offer(freq).expect("offer");
+    try_join_at(api, token, room, freq).unwrap_or_else(|e| panic!("join {room} via {api}: {e}"))
+}
+
+fn try_join_at(api: SocketAddr, token: &str, room: &str, freq: f32) -> Result<(ToneClient, SocketAddr), String> {
+    let (mut client, offer) = ToneClient::offer(freq).map_err(|e| e.to_string())?;
     let path = format!("/v1/rooms/{room}/participants");
     let (r, at, _) =
         request_following(api, &Requester::token(token), "POST", &path, Some("application/sdp"), offer.as_bytes(), 2)
-            .expect("API answers");
-    assert_eq!(r.status, 201, "join {room} via {api}: {}", r.body);
+            .map_err(|e| e.to_string())?;
+    if r.status != 201 {
+        return Err(format!("{}: {}", r.status, r.body));
+    }
     client.location = r.header("location").unwrap_or_default().to_owned();
     let id = client.location.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    client.accept_answer(&r.body, id).expect("answer");
-    (client, at)
+    client.accept_answer(&r.body, id).map_err(|e| e.to_string())?;
+    Ok((client, at))
 }
 
 /// A metric's value (summed over its label sets) from a node's `/metrics`.
@@ -263,6 +270,52 @@ fn one_room_spread_over_three_nodes_sounds_as_one() {
     };
     assert!(heard, "the two nodes left keep hearing each other after kill -9 of node {dead}");
     eprintln!("after kill -9: heard again within {:?}", killed.elapsed());
+
+    // The lost talker rejoins through a node left (the room may get a new
+    // owner and epoch meanwhile): within seconds it hears the others and
+    // they hear it, on both nodes.
+    let through = apis[(dead + 1) % 3];
+    let (mut back, at) = loop {
+        match try_join_at(through, &admin, "wide", FREQS[2]) {
+            Ok(joined) => break joined,
+            Err(e) if killed.elapsed() < Duration::from_secs(20) => {
+                eprintln!("rejoin via {through}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => panic!("the lost talker could not rejoin: {e}"),
+        }
+    };
+    back.talking = true;
+    all[2] = back;
+    on[2] = node_of(at);
+    assert_ne!(on[2], dead);
+    let alive: Vec<usize> = (0..6).filter(|&i| i == 2 || on[i] != dead).collect();
+    let expect: Vec<(usize, Vec<f32>, Vec<f32>)> = alive
+        .iter()
+        .map(|&i| match i {
+            0..3 => (i, FREQS.iter().copied().filter(|&f| f != FREQS[i]).collect(), vec![FREQS[i]]),
+            _ => (i, FREQS.to_vec(), Vec::new()),
+        })
+        .collect();
+    let rejoined = Instant::now();
+    let heard = {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        let mut last_check = Instant::now();
+        run_until(&mut refs, rejoined + Duration::from_secs(15), |cs| {
+            if last_check.elapsed() < Duration::from_millis(500) || rejoined.elapsed() < Duration::from_secs(1) {
+                return false;
+            }
+            last_check = Instant::now();
+            hearing(cs, &expect, Duration::from_millis(1000))
+        })
+    };
+    assert!(heard, "the talker back through node {} hears and is heard on both nodes left", on[2]);
+    eprintln!(
+        "rejoined through node {} {:?} after kill -9; heard within {:?}",
+        on[2],
+        rejoined.duration_since(killed),
+        rejoined.elapsed()
+    );
     for c in &mut all {
         c.close();
     }
