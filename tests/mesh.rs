@@ -202,6 +202,7 @@ fn one_room_spread_over_three_nodes_sounds_as_one() {
         run_for(&mut refs, Duration::from_millis(300));
     }
     all[0].talking = true;
+    let resumed = Instant::now();
     let paused = paused_from..all[0].sent;
     {
         let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
@@ -237,6 +238,18 @@ fn one_room_spread_over_three_nodes_sounds_as_one() {
             (i, same, frames.len())
         })
         .collect();
+    // How much later a listener on another node hears talker 0 resume than
+    // one on its node (first of its tone frames after the pause).
+    let first_after = |c: &ToneClient| {
+        c.heard.iter().find(|(at, p)| *at >= resumed && made.contains(p.payload.as_ref())).map(|(at, _)| *at - resumed)
+    };
+    let (mut local, mut remote) = (Vec::new(), Vec::new());
+    for (i, c) in all.iter().enumerate().skip(1) {
+        if let Some(d) = first_after(c) {
+            if on[i] == talker0_node { local.push(d) } else { remote.push(d) }
+        }
+    }
+    eprintln!("talker 0 heard again after its pause: on its node {local:?}, on the other nodes {remote:?}");
     for (i, same, n) in counts {
         let remote = if on[i] == talker0_node { "on talker 0's node" } else { "on another node" };
         assert!(n >= 40, "client {i} ({remote}): {n} frames in 1.5 s");
