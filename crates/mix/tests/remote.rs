@@ -337,8 +337,16 @@ fn a_lone_remote_speaker_is_forwarded_byte_for_byte() {
     for t in 0..40u64 {
         let pcm = tone(440.0, 0.2, t * FRAME_SAMPLES as u64);
         let frame = Bytes::from(enc.encode_vec_float(&pcm, 1500).expect("encode"));
-        room.put_remote_frame(r, level_of(&pcm), frame.clone()).expect("remote");
         room.set_selection(Some(vec![r]));
+        if t == 20 {
+            // Lost on the way: a gap the listeners' decoders conceal, no codec work here.
+            let report = room.tick(&pool, t);
+            assert_eq!(report.mode, MixMode::Forward(r));
+            assert_eq!((report.lost, report.decodes, report.encodes), (1, 0, 0));
+            assert_eq!(room.delivery_for(l1), Some(&Delivery::Nothing));
+            continue;
+        }
+        room.put_remote_frame(r, level_of(&pcm), frame.clone()).expect("remote");
         let report = room.tick(&pool, t);
         assert_eq!(report.mode, MixMode::Forward(r), "tick {t}");
         assert_eq!((report.decodes, report.encodes), (0, 0), "tick {t}: no codec work");
@@ -355,7 +363,7 @@ fn a_lone_remote_speaker_is_forwarded_byte_for_byte() {
         assert_eq!(report.forwarded, 2);
         forwarded += 1;
     }
-    assert_eq!(forwarded, 40);
+    assert_eq!(forwarded, 39);
 }
 
 /// What a speaker's frames do is the same whether the speaker is local or
@@ -504,4 +512,46 @@ fn a_bad_frame_of_a_forwarded_remote_is_a_gap_and_counted() {
         assert_eq!(d.is_nothing(), t == 5, "tick {t}: {d:?}");
     }
     assert_eq!(room.participant_stats(r).expect("in room").decode_errors, 1);
+}
+
+/// A remote speaker and a local whisper channel in one room: the remote is
+/// heard by everyone (room and channel), the coach only by the one they
+/// whisper to; the remote is decoded once a tick, whoever hears it.
+#[test]
+fn a_remote_speaker_is_heard_through_whisper_channels_too() {
+    let pool = MixPool::new(2).expect("pool");
+    let mut room = Room::new(RoomConfig::default()).expect("room");
+    let remote = ParticipantId(1 << 51);
+    // Coach (880 Hz) whispers to P; L listens to the room only.
+    let mut coach = ToneParticipant::new(1, 880.0);
+    let mut p = ToneParticipant::new(2, 550.0);
+    let mut l = ToneParticipant::new(3, 770.0);
+    for c in [&coach, &p, &l] {
+        room.add_participant(c.id).expect("join");
+    }
+    room.add_remote(remote).expect("remote");
+    room.open_channel(ChannelId(1), &[coach.id], &[p.id]).expect("open");
+    let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip).expect("encoder");
+    for t in 0..100u64 {
+        let pcm = tone(440.0, 0.2, t * FRAME_SAMPLES as u64);
+        let frame = Bytes::from(enc.encode_vec_float(&pcm, 1500).expect("encode"));
+        room.put_remote_frame(remote, level_of(&pcm), frame).expect("remote");
+        room.set_selection(Some(vec![remote, coach.id]));
+        room.push_packet(coach.id, coach.next_packet(0.2)).expect("in");
+        room.push_packet(p.id, p.next_packet(0.0)).expect("in");
+        room.push_packet(l.id, l.next_packet(0.0)).expect("in");
+        let report = room.tick(&pool, t);
+        if t > 5 {
+            assert_eq!(report.remote_decodes, 1, "tick {t}: the remote decoded once");
+            assert_eq!(report.whisper_encodes, 1, "tick {t}");
+        }
+        for c in [&mut coach, &mut p, &mut l] {
+            c.receive(&room);
+        }
+    }
+    let hears = |c: &ToneParticipant, f: f32| goertzel(tail(&c.heard, 1.0), f);
+    assert!(hears(&l, 440.0) > 0.1, "L hears the remote");
+    assert!(hears(&l, 880.0) < 0.01, "L does not hear the coach");
+    assert!(hears(&p, 440.0) > 0.1 && hears(&p, 880.0) > 0.1, "P hears the remote and the coach");
+    assert!(hears(&coach, 440.0) > 0.1 && hears(&coach, 880.0) < 0.01, "the coach hears the remote, not themselves");
 }
