@@ -194,6 +194,17 @@ fn paired() {
     for ((name, _), m) in SHAPES.iter().zip(medians) {
         println!("  {name:<34} {m:>8.1} µs  {:.2}x of local", m / medians[0]);
     }
+    // `candidates()` alone: one pass over the room's participants.
+    let s = &mut setups[1];
+    let mut calls = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        s.room.candidates(2, &mut s.out);
+        calls.push(start.elapsed().as_secs_f64() * 1e6);
+        std::hint::black_box(&s.out);
+    }
+    let c = median(&mut calls);
+    println!("  candidates(2) alone, {LOCALS} locals: {c:.2} µs ({:.1} % of a local tick)", 100.0 * c / medians[0]);
 }
 
 fn main() {
