@@ -555,3 +555,116 @@ fn a_remote_speaker_is_heard_through_whisper_channels_too() {
     assert!(hears(&p, 440.0) > 0.1 && hears(&p, 880.0) > 0.1, "P hears the remote and the coach");
     assert!(hears(&coach, 440.0) > 0.1 && hears(&coach, 880.0) < 0.01, "the coach hears the remote, not themselves");
 }
+
+mod properties {
+    use bytes::Bytes;
+    use proptest::prelude::*;
+    use tutti_mix::{Packet, ParticipantId, Room, RoomConfig, SpeakerLimit};
+
+    proptest! {
+        /// `candidates()`: locals only, never muted, loudest first; every
+        /// selected local still talking is in; the others are the loudest
+        /// non-silent locals, at most K + extra of them counted with the
+        /// selected ones, and none left out is louder than one kept.
+        #[test]
+        fn candidates_are_the_loudest_usable_locals(
+            k in 1usize..5,
+            extra in 0usize..3,
+            levels in prop::collection::vec(prop_oneof![Just(127u8), 0u8..127], 12),
+            muted in prop::collection::vec(any::<bool>(), 12),
+            selection in prop::collection::vec(0u64..16, 0..6),
+        ) {
+            let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(k), ..RoomConfig::default() };
+            let silence = cfg.silence_level;
+            let mut room = Room::new(cfg).expect("room");
+            for id in 0..12 {
+                room.add_participant(ParticipantId(id)).expect("join");
+                room.set_muted(ParticipantId(id), muted[id as usize]).expect("in room");
+            }
+            for id in 12..16 {
+                room.add_remote(ParticipantId(id)).expect("remote");
+            }
+            room.set_selection(Some(selection.iter().copied().map(ParticipantId).collect()));
+            let mut out = Vec::new();
+            for t in 0..4u64 {
+                for id in 0..12u64 {
+                    let payload = Bytes::from_static(&[0xf8, 0xff, 0xfe]);
+                    let packet = Packet { seq: t as u16, timestamp: t as u32 * 960, payload, level: Some(levels[id as usize]) };
+                    room.push_packet(ParticipantId(id), packet).expect("in room");
+                }
+                room.tick_inline(t);
+            }
+            room.candidates(extra, &mut out);
+            let selected: Vec<u64> = room.speakers().map(|id| id.0).collect();
+            for w in out.windows(2) {
+                prop_assert!(w[0].rank >= w[1].rank, "loudest first");
+            }
+            for c in &out {
+                prop_assert!(c.id.0 < 12 && !muted[c.id.0 as usize], "{} is a usable local", c.id);
+                prop_assert_eq!(c.selected, selected.contains(&c.id.0));
+                prop_assert!(c.selected || c.level < silence, "{} is silent", c.id);
+            }
+            for &s in selected.iter().filter(|&&s| s < 12) {
+                if room.is_talking(ParticipantId(s)).expect("in room") {
+                    prop_assert!(out.iter().any(|c| c.id.0 == s), "selected {} kept", s);
+                }
+            }
+            // The K + extra first by (rank, then id) are kept; beyond them, only the selected.
+            let keep = k + extra;
+            let before = |r: u16, id: u64| out.iter().filter(|c| (c.rank, std::cmp::Reverse(c.id.0)) > (r, std::cmp::Reverse(id))).count();
+            for (n, c) in out.iter().enumerate() {
+                if !c.selected {
+                    prop_assert!(n < keep, "{} kept beyond K + extra", c.id);
+                }
+            }
+            for id in 0..12u64 {
+                let usable = !muted[id as usize] && levels[id as usize] < silence && !selected.contains(&id);
+                if usable && !out.iter().any(|c| c.id.0 == id) {
+                    let rank = u16::from(127 - levels[id as usize]) * 256;
+                    prop_assert!(before(rank, id) >= keep, "{} left out with room to spare", id);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// Whatever ids are given (absent, repeated, muted, local or remote),
+        /// the speakers after the next tick are the first K usable ones, in
+        /// the order given, and nobody else.
+        #[test]
+        fn an_external_selection_is_the_first_k_usable_ids_in_order(
+            k in 1usize..5,
+            steps in prop::collection::vec(
+                (prop::collection::vec(0u64..12, 0..8), prop::collection::vec(any::<bool>(), 10)),
+                1..8,
+            ),
+        ) {
+            let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(k), ..RoomConfig::default() };
+            let mut room = Room::new(cfg).expect("room");
+            // 0..6 local, 6..10 remote, 10 and 11 not in the room.
+            for id in 0..6 {
+                room.add_participant(ParticipantId(id)).expect("join");
+            }
+            for id in 6..10 {
+                room.add_remote(ParticipantId(id)).expect("remote");
+            }
+            for (t, (ids, muted)) in steps.into_iter().enumerate() {
+                for (id, &m) in muted.iter().enumerate() {
+                    room.set_muted(ParticipantId(id as u64), m).expect("in room");
+                }
+                let mut want: Vec<u64> = Vec::new();
+                for &id in &ids {
+                    if id < 10 && !muted[id as usize] && !want.contains(&id) && want.len() < k {
+                        want.push(id);
+                    }
+                }
+                room.set_selection(Some(ids.into_iter().map(ParticipantId).collect()));
+                let report = room.tick_inline(t as u64);
+                let got: Vec<u64> = report.speakers.iter().map(|s| s.id.0).collect();
+                prop_assert_eq!(&got, &want);
+                let now: Vec<u64> = room.speakers().map(|id| id.0).collect();
+                prop_assert_eq!(now, want);
+            }
+        }
+    }
+}
