@@ -211,7 +211,8 @@ pub struct TickReport {
     /// Participants in the room, sources ([`Room::add_source`]) and remotes
     /// ([`Room::add_remote`]) not counted.
     pub participants: usize,
-    /// Frames found missing in the jitter buffers this tick (sequence gaps).
+    /// Frames found missing in the jitter buffers this tick (sequence gaps),
+    /// and remotes' frames not handed in while they are speakers.
     pub lost: u64,
     /// Frames concealed this tick (PLC or in-band FEC; only speakers' and
     /// unlevelled frames are decoded, so this is at most `lost`).
