@@ -6,10 +6,14 @@
 //!   that does not span nodes runs);
 //! - `local+select`: the same with a selection set from outside every tick
 //!   (three local speakers) and `candidates()` read after it;
-//! - `mesh`: plus 16 remote candidates whose frames are handed in every tick
-//!   (`put_remote_frame`), the selection from outside naming two of them and
-//!   one local talker, and `candidates()` read after the tick: a node's
-//!   whole per-tick mixer work for a spanned room.
+//! - `mesh+16-remote/local-speakers`: plus 16 remote candidates whose
+//!   frames are handed in every tick (`put_remote_frame`), the selection
+//!   still the three local talkers: the same codec work as `local`, so the
+//!   difference is the seam's own cost;
+//! - `mesh+16-remote/2-remote-speakers`: the same, the selection naming two
+//!   remotes and one local talker: a node's whole per-tick mixer work for a
+//!   spanned room whose loudest talkers are elsewhere (a remote speaker
+//!   costs a decode and no N-minus-self encode: cheaper than a local one).
 //!
 //! Criterion times each; then the shapes are alternated tick by tick
 //! (medians of many rounds), so a busy machine skews them alike: read the
@@ -50,6 +54,7 @@ impl Frames {
 enum Shape {
     Local,
     LocalSelect,
+    MeshLocalSpeakers,
     Mesh,
 }
 
@@ -74,7 +79,7 @@ impl Setup {
         for i in 0..LOCALS {
             room.add_participant(ParticipantId(i)).expect("join");
         }
-        if shape == Shape::Mesh {
+        if matches!(shape, Shape::Mesh | Shape::MeshLocalSpeakers) {
             for r in 0..REMOTES {
                 room.add_remote(ParticipantId(REMOTE_BASE + r)).expect("remote");
             }
@@ -111,19 +116,20 @@ impl Setup {
             Shape::LocalSelect => {
                 self.room.set_selection(Some(vec![ParticipantId(0), ParticipantId(20), ParticipantId(40)]));
             }
-            Shape::Mesh => {
+            Shape::Mesh | Shape::MeshLocalSpeakers => {
                 // The remote candidates' frames of the previous tick (loud: level 10 + r).
                 for r in 0..REMOTES {
                     // Its own buffer, as a datagram's.
                     let frame = Bytes::copy_from_slice(&self.remote[((t + r) % 50) as usize]);
                     self.room.put_remote_frame(ParticipantId(REMOTE_BASE + r), 10 + r as u8, frame).expect("remote");
                 }
-                // tutti_mesh::select over all candidates: two remotes and the loudest local.
-                self.room.set_selection(Some(vec![
-                    ParticipantId(0),
-                    ParticipantId(REMOTE_BASE),
-                    ParticipantId(REMOTE_BASE + 1),
-                ]));
+                // tutti_mesh::select over all candidates.
+                let speakers = if self.shape == Shape::Mesh {
+                    vec![ParticipantId(0), ParticipantId(REMOTE_BASE), ParticipantId(REMOTE_BASE + 1)]
+                } else {
+                    vec![ParticipantId(0), ParticipantId(20), ParticipantId(40)]
+                };
+                self.room.set_selection(Some(speakers));
             }
         }
         std::hint::black_box(self.room.tick_inline(t));
@@ -135,13 +141,18 @@ impl Setup {
     }
 }
 
+const SHAPES: [(&str, Shape); 4] = [
+    ("local", Shape::Local),
+    ("local+select", Shape::LocalSelect),
+    ("mesh+16-remote/local-speakers", Shape::MeshLocalSpeakers),
+    ("mesh+16-remote/2-remote-speakers", Shape::Mesh),
+];
+
 fn bench(c: &mut Criterion) {
     let frames = Frames::new();
     let mut group = c.benchmark_group(format!("mesh/{LOCALS}-local/K={K}"));
     group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    for (name, shape) in
-        [("local", Shape::Local), ("local+select", Shape::LocalSelect), ("mesh+16-remote", Shape::Mesh)]
-    {
+    for (name, shape) in SHAPES {
         let mut s = Setup::new(shape, &frames);
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -164,12 +175,12 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// The three shapes alternated tick by tick; medians in µs and the ratios.
+/// The shapes alternated tick by tick; medians in µs and the ratios to `local`.
 fn paired() {
     let frames = Frames::new();
-    let mut setups = [Shape::Local, Shape::LocalSelect, Shape::Mesh].map(|shape| Setup::new(shape, &frames));
+    let mut setups = SHAPES.map(|(_, shape)| Setup::new(shape, &frames));
     let rounds = 1_500;
-    let mut times: [Vec<f64>; 3] = Default::default();
+    let mut times: [Vec<f64>; 4] = Default::default();
     for _ in 0..rounds {
         for (s, times) in setups.iter_mut().zip(&mut times) {
             s.feed(&frames);
@@ -178,13 +189,22 @@ fn paired() {
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
-    let [a, b, m] = times.map(|mut v| median(&mut v));
-    println!(
-        "paired, {rounds} alternating ticks, medians: local {a:.1} µs, local+select {b:.1} µs ({:.2}x), \
-         mesh+16-remote {m:.1} µs ({:.2}x of local)",
-        b / a,
-        m / a
-    );
+    let medians = times.map(|mut v| median(&mut v));
+    println!("paired, {rounds} alternating ticks (medians; read the ratios):");
+    for ((name, _), m) in SHAPES.iter().zip(medians) {
+        println!("  {name:<34} {m:>8.1} µs  {:.2}x of local", m / medians[0]);
+    }
+    // `candidates()` alone: one pass over the room's participants.
+    let s = &mut setups[1];
+    let mut calls = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        s.room.candidates(2, &mut s.out);
+        calls.push(start.elapsed().as_secs_f64() * 1e6);
+        std::hint::black_box(&s.out);
+    }
+    let c = median(&mut calls);
+    println!("  candidates(2) alone, {LOCALS} locals: {c:.2} µs ({:.1} % of a local tick)", 100.0 * c / medians[0]);
 }
 
 fn main() {

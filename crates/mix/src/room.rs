@@ -211,7 +211,8 @@ pub struct TickReport {
     /// Participants in the room, sources ([`Room::add_source`]) and remotes
     /// ([`Room::add_remote`]) not counted.
     pub participants: usize,
-    /// Frames found missing in the jitter buffers this tick (sequence gaps).
+    /// Frames found missing in the jitter buffers this tick (sequence gaps),
+    /// and remotes' frames not handed in while they are speakers.
     pub lost: u64,
     /// Frames concealed this tick (PLC or in-band FEC; only speakers' and
     /// unlevelled frames are decoded, so this is at most `lost`).
@@ -310,8 +311,11 @@ struct Participant {
     /// A source ([`Room::add_source`]): heard, sent nothing.
     source: bool,
     /// A remote ([`Room::add_remote`]): heard, sent nothing, its frames
-    /// handed in per tick instead of through the jitter buffer.
-    remote: Option<Box<RemoteFeed>>,
+    /// handed in per tick (`feed`) instead of through the jitter buffer. A
+    /// flag beside the others a tick reads, so that locals never load `feed`.
+    remote: bool,
+    /// A remote's frame for the next tick (`Some` for remotes only).
+    feed: Option<Box<RemoteFeed>>,
     /// Their whisper channel, and whether they whisper in it (else they listen).
     channel: Option<(ChannelId, bool)>,
 }
@@ -636,7 +640,8 @@ impl Room {
             concealed: 0,
             decode_errors: 0,
             source,
-            remote: remote.then(Box::default),
+            remote,
+            feed: remote.then(Box::default),
             channel: None,
         });
         self.index.insert(id, (s, shard.members.len() - 1));
@@ -654,7 +659,7 @@ impl Room {
             self.index.insert(moved.id, (s, i));
         }
         self.sources -= usize::from(gone.source);
-        self.remotes -= usize::from(gone.remote.is_some());
+        self.remotes -= usize::from(gone.remote);
         if let Some((c, _)) = gone.channel
             && let Some(ch) = self.channels.iter_mut().find(|ch| ch.id == c)
         {
@@ -756,7 +761,7 @@ impl Room {
     /// ([`MixError::Remote`]).
     pub fn push_packet(&mut self, id: ParticipantId, packet: Packet) -> Result<PushOutcome, MixError> {
         let p = self.participant_mut(id)?;
-        if p.remote.is_some() {
+        if p.remote {
             return Err(MixError::Remote(id));
         }
         let outcome = p.jitter.push(packet);
@@ -855,7 +860,7 @@ impl Room {
     }
 
     fn delivery_of(&self, p: &Participant) -> &Delivery {
-        if p.source || p.remote.is_some() {
+        if p.source || p.remote {
             return &NOTHING;
         }
         if let Some(sel) = p.slot.and_then(|slot| self.selected.get(slot)) {
@@ -893,7 +898,7 @@ impl Room {
         }
         for &m in whisperers.iter().chain(listeners) {
             let p = self.participant(m)?;
-            if p.source || p.remote.is_some() {
+            if p.source || p.remote {
                 return Err(MixError::UnknownParticipant(m));
             }
             if p.channel.is_some_and(|(c, _)| c != id) {
@@ -1189,7 +1194,7 @@ impl Room {
                     {
                         primes = self.prime(id, tick);
                         decodes += primes;
-                        if self.participant(id).is_ok_and(|p| p.remote.is_some()) {
+                        if self.participant(id).is_ok_and(|p| p.remote) {
                             remote_decodes += primes;
                         }
                         encodes += primes;
@@ -1206,7 +1211,7 @@ impl Room {
                     let lost = matches!(p.pending, Playout::Lost { .. });
                     let decoded = p.decode_pending(tick, &self.cfg).is_some();
                     decodes += usize::from(decoded);
-                    remote_decodes += usize::from(decoded && p.remote.is_some());
+                    remote_decodes += usize::from(decoded && p.remote);
                     concealed += u64::from(lost && decoded);
                 }
 
@@ -1364,7 +1369,7 @@ impl Room {
             let lost = matches!(p.pending, Playout::Lost { .. });
             let decoded = p.decode_pending(tick, &self.cfg).is_some();
             w.decodes += usize::from(decoded);
-            w.remote_decodes += usize::from(decoded && p.remote.is_some());
+            w.remote_decodes += usize::from(decoded && p.remote);
             w.concealed += u64::from(lost && decoded);
             pcm.push(p.dec.as_ref().filter(|d| d.decoded_at == Some(tick)).map(|d| *d.pcm));
         }
@@ -1566,7 +1571,7 @@ impl Room {
         };
         // Start at the listener stream's limiter gain so the level is continuous.
         let limiter = self.listener.limiter.clone();
-        let source = self.participant(id).is_ok_and(|p| p.source || p.remote.is_some());
+        let source = self.participant(id).is_ok_and(|p| p.source || p.remote);
         self.selected.push(Selected {
             id,
             stream: Stream { encoder, limiter, payload: Bytes::new() },
@@ -1643,12 +1648,15 @@ impl Shard {
         let mut seen = Observed::default();
         self.candidates.clear();
         for p in &mut self.members {
-            p.pending = match &mut p.remote {
-                None => p.jitter.pop(),
-                // A remote's frame was handed in; a missing one is lost
-                // only while selected (its node sends it then), else the
-                // remote is just not among its node's candidates.
-                Some(feed) => feed.take(p.slot.is_some()),
+            // A remote's frame was handed in; a missing one is lost only
+            // while selected (its node sends it then), else the remote is
+            // just not among its node's candidates.
+            p.pending = if p.remote
+                && let Some(feed) = &mut p.feed
+            {
+                feed.take(p.slot.is_some())
+            } else {
+                p.jitter.pop()
             };
             let lost = matches!(p.pending, Playout::Lost { .. });
             seen.lost += u64::from(lost);
@@ -1672,7 +1680,7 @@ impl Shard {
                 (ran.then_some(level), level)
             };
             seen.decodes += usize::from(decoded.is_some());
-            seen.remote_decodes += usize::from(decoded.is_some() && p.remote.is_some());
+            seen.remote_decodes += usize::from(decoded.is_some() && p.remote);
             seen.concealed += u64::from(lost && decoded.is_some());
             p.level = level;
             if p.dec.as_ref().is_some_and(|d| d.decoded_at.is_none_or(|t| tick - t > DECODER_IDLE_TICKS))

@@ -80,7 +80,7 @@ impl Room {
 
     /// Whether `id` is a remote ([`Room::add_remote`]).
     pub fn is_remote(&self, id: ParticipantId) -> bool {
-        self.participant(id).is_ok_and(|p| p.remote.is_some())
+        self.participant(id).is_ok_and(|p| p.remote)
     }
 
     /// Hands in a remote's frame for the NEXT tick: its original Opus
@@ -92,7 +92,7 @@ impl Room {
     /// O(1). Fails for an id that is not a remote of the room.
     pub fn put_remote_frame(&mut self, id: ParticipantId, level: u8, payload: Bytes) -> Result<(), MixError> {
         let p = self.participant_mut(id)?;
-        let feed = p.remote.as_mut().ok_or(MixError::NotRemote(id))?;
+        let feed = p.feed.as_mut().ok_or(MixError::NotRemote(id))?;
         feed.next = Some((level.min(127), payload));
         Ok(())
     }
@@ -130,7 +130,7 @@ impl Room {
         out.clear();
         let silence = self.cfg.silence_level;
         for p in self.shards.iter().flat_map(|s| &s.members) {
-            if p.source || p.remote.is_some() || p.muted {
+            if p.source || p.remote || p.muted {
                 continue;
             }
             let selected = p.slot.is_some();
