@@ -607,7 +607,8 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
     // What the clock was told, and the epoch this node is a member at, per room.
     let mut told: HashMap<String, (u64, Vec<(String, std::net::SocketAddr)>)> = HashMap::new();
     let mut member: HashMap<String, u64> = HashMap::new();
-    let mut last_write = Instant::now() - SPAN_REWRITE;
+    // The first round writes every membership.
+    let mut last_write = Instant::now().checked_sub(SPAN_REWRITE).unwrap_or_else(Instant::now);
     let mut every = tokio::time::interval(SPAN_REFRESH);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let me = cluster.node_id().to_owned();
@@ -616,10 +617,10 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             _ = every.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
-        let hosted: Vec<String> =
+        let hosted: std::collections::HashSet<String> =
             api.rooms.all().iter().filter(|r| !r.is_handed_over() && !r.is_closed()).map(|r| r.id.clone()).collect();
         // Owned but not hosted here (emptied while others host it): read too.
-        let mut names = hosted.clone();
+        let mut names: Vec<String> = hosted.iter().cloned().collect();
         names.extend(cluster.owned_rooms().into_iter().map(|(r, _)| r).filter(|r| !hosted.contains(r)));
         let Ok(spans) = cluster.spans(&names).await else { continue };
         let mut writes = Vec::new();
@@ -663,7 +664,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             last_write = Instant::now();
         }
         // Rooms no longer hosted here: out of the clock and the span.
-        let gone: Vec<String> = member.keys().filter(|r| !hosted.contains(r)).cloned().collect();
+        let gone: Vec<String> = member.keys().filter(|r| !hosted.contains(*r)).cloned().collect();
         for room in gone {
             if api.media.leave_span(&room) {
                 told.remove(&room);
