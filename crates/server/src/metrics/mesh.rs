@@ -31,3 +31,21 @@ pub const ALL: &[&str] = &[
     PEERS,
     REMOTE_PARTICIPANTS,
 ];
+
+/// Help text and units of the mesh's metrics.
+pub(crate) fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge};
+    describe_counter!(DATAGRAMS_SENT, Unit::Count, "Mesh datagrams sent to the other nodes of spread rooms.");
+    describe_counter!(SENT_BYTES, Unit::Bytes, "UDP payload bytes of the mesh datagrams sent.");
+    describe_counter!(DATAGRAMS_RECEIVED, Unit::Count, "Mesh datagrams received from other nodes and verified.");
+    describe_counter!(RECEIVED_BYTES, Unit::Bytes, "UDP payload bytes of the mesh datagrams received and verified.");
+    describe_counter!(DATAGRAMS_DROPPED, Unit::Count, "Mesh datagrams dropped, by reason.");
+    describe_counter!(
+        SELECTION_MISMATCHES,
+        Unit::Count,
+        "Ticks where another node's selected speakers (among its participants) differ from this node's selection."
+    );
+    describe_gauge!(ROOMS, Unit::Count, "Rooms this node shares with other nodes.");
+    describe_gauge!(PEERS, Unit::Count, "Other nodes of those rooms heard within 200 ms, summed over the rooms.");
+    describe_gauge!(REMOTE_PARTICIPANTS, Unit::Count, "Participants of other nodes in this node's mixers.");
+}

@@ -353,6 +353,7 @@ pub fn install() -> Result<(), String> {
 /// described where they are rendered).
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
+    mesh::describe();
     describe_histogram!(
         MIX_TICK_DURATION_SECONDS,
         Unit::Seconds,
