@@ -44,8 +44,8 @@ const WAIT: Duration = Duration::from_secs(10);
 struct Mix {
     rx: UdpSocket,
     dec: opus::Decoder,
-    /// Each packet: when it arrived, where from, its SSRC and sequence number, the decoded PCM.
-    frames: Vec<(Instant, SocketAddr, u32, u16, Vec<f32>)>,
+    /// Each packet: when it arrived, where from, its SSRC, sequence number and timestamp, the decoded PCM.
+    frames: Vec<(Instant, SocketAddr, u32, u16, u32, Vec<f32>)>,
 }
 
 impl Mix {
@@ -57,19 +57,20 @@ impl Mix {
                 continue;
             }
             let seq = u16::from_be_bytes([p[2], p[3]]);
-            let ssrc = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
+            let ts = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
+            let ssrc = u32::from_be_bytes([p[8], p[9], p[10], p[11]]);
             let mut out = [0f32; 960];
             let pcm = match self.dec.decode_float(&p[12..], &mut out, false) {
                 Ok(k) => out[..k].to_vec(),
                 Err(_) => Vec::new(),
             };
-            self.frames.push((Instant::now(), from, ssrc, seq, pcm));
+            self.frames.push((Instant::now(), from, ssrc, seq, ts, pcm));
         }
     }
 
     /// How loud `freq` is in what arrived after `since`.
     fn hears(&self, freq: f32, since: Instant) -> f32 {
-        let pcm: Vec<f32> = self.frames.iter().filter(|f| f.0 >= since).flat_map(|f| f.4.iter().copied()).collect();
+        let pcm: Vec<f32> = self.frames.iter().filter(|f| f.0 >= since).flat_map(|f| f.5.iter().copied()).collect();
         tutti_mix::goertzel(&pcm, freq)
     }
 }
@@ -253,14 +254,17 @@ fn an_ffmpeg_caller_moved_to_another_room_hears_and_is_heard_only_there() {
     assert!(mix.frames.iter().all(|f| f.1.port() == plain_port), "the mix always comes from the plain RTP port");
     let ssrc = mix.frames[0].2;
     assert!(mix.frames.iter().all(|f| f.2 == ssrc), "one SSRC before and after the move");
-    let around: Vec<u16> = mix
+    let around: Vec<(u16, u32)> = mix
         .frames
         .iter()
         .filter(|f| f.0 + Duration::from_millis(500) >= moved_at && f.0 <= moved_at + Duration::from_millis(500))
-        .map(|f| f.3)
+        .map(|f| (f.3, f.4))
         .collect();
     assert!(around.len() > 30, "the mix went on across the move: {} packets", around.len());
-    assert!(around.windows(2).all(|w| w[1] == w[0].wrapping_add(1)), "sequence numbers one apart: {around:?}");
+    assert!(around.windows(2).all(|w| w[1].0 == w[0].0.wrapping_add(1)), "sequence numbers one apart: {around:?}");
+    // (Both rooms tick on the one clock: no jump in time either.)
+    let steps: Vec<u32> = around.windows(2).map(|w| w[1].1.wrapping_sub(w[0].1)).collect();
+    assert!(steps.iter().all(|&d| d > 0 && d % 960 == 0 && d <= 960 * 5), "timestamps step by ticks: {steps:?}");
 
     let r = http(api, "DELETE", &format!("/v1/rooms/b/participants/{caller}"), None, b"");
     assert_eq!(r.status, 204, "{}", r.body);
