@@ -9,21 +9,23 @@
 //! `a` hears it. A move into the full `c` is refused (409 `room_full`) and
 //! changes nothing: it still hears `a` and `a` still hears it. Moved to `b`:
 //! it hears 880 and not 440 or 330, `b` hears it and `a` no longer does
-//! (while `a`'s two still hear each other), and both rooms are told. The
+//! (while `a`'s two still hear each other); both rooms are told (`left`
+//! with reason `moved_room`, `joined`), and so is a webhook receiver. The
 //! RTP session is the same: no new offer, the mix still comes from the same
-//! server port with the same SSRC and sequence numbers one apart across the
-//! move.
+//! server port with the same SSRC, sequence numbers one apart and
+//! timestamps on the same tick grid across the move. Moved back with
+//! `"speak": false`, it hears `a` and nobody hears it.
 
 mod common;
 mod ops_tools;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Ws, create_room, http, start_with, test_config};
+use common::{Ws, create_room, http, test_config};
 use ops_tools::ensure_tool;
 use serde_json::{Value, json};
 use tutti_client::{JoinAs, ToneClient, run_until};
@@ -108,6 +110,10 @@ fn post(api: SocketAddr, path: &str, body: Value) -> (u16, Value) {
     (r.status, serde_json::from_str(&r.body).unwrap_or(Value::Null))
 }
 
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
 fn members(api: SocketAddr, room: &str) -> Vec<u64> {
     let r = common::room(api, room);
     r["participants"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_u64()).collect()
@@ -116,9 +122,30 @@ fn members(api: SocketAddr, room: &str) -> Vec<u64> {
 #[test]
 fn an_ffmpeg_caller_moved_to_another_room_hears_and_is_heard_only_there() {
     let ffmpeg = ensure_tool("ffmpeg", "ffmpeg");
+    // A webhook receiver (axum, on loopback): every body it gets.
+    let rt = tutti_server::api_runtime(2).expect("runtime");
+    let hooked: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let app = {
+        let hooked = hooked.clone();
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let hooked = hooked.clone();
+                async move {
+                    hooked.lock().expect("not poisoned").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+                    axum::http::StatusCode::OK
+                }
+            }),
+        )
+    };
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
+    let hooks = listener.local_addr().expect("addr");
+    rt.spawn(async move { axum::serve(listener, app).await });
     let mut cfg = test_config();
     cfg.rtp_in.trusted = vec!["127.0.0.0/8".into()];
-    let (rt, server) = start_with(cfg);
+    cfg.webhooks.urls = vec![format!("http://{hooks}/hook")];
+    cfg.webhooks.secret = "the breakout_rtp webhook secret, 32 bytes or more".to_owned();
+    let server = rt.block_on(tutti_server::Server::start(cfg)).expect("server starts");
     let api = server.http_addr();
     create_room(api, "a");
     create_room(api, "b");
@@ -244,6 +271,28 @@ fn an_ffmpeg_caller_moved_to_another_room_hears_and_is_heard_only_there() {
         assert_eq!(left["reason"], "moved_room", "{left}");
         watch_b.wait_pumping(WAIT, &mut refs, |m| m["type"] == "joined" && m["id"] == caller);
     }
+    // Webhooks likewise: left `a` (moved_room), joined `b`, the same participant.
+    let deadline = Instant::now() + WAIT;
+    let moved = loop {
+        let mine: Vec<Value> = hooked
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .filter(|e| e["participant"]["id"] == caller.to_string())
+            .cloned()
+            .collect();
+        if mine.len() >= 3 || Instant::now() > deadline {
+            break mine;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let seen: Vec<(&str, &str, &str)> =
+        moved.iter().map(|e| (text(&e["event"]), text(&e["room"]), text(&e["reason"]))).collect();
+    assert_eq!(
+        seen,
+        [("participant_joined", "a", ""), ("participant_left", "a", "moved_room"), ("participant_joined", "b", "")],
+        "{moved:?}"
+    );
     assert!(members(api, "b").contains(&caller), "listed in b with the same id");
     assert!(!members(api, "a").contains(&caller));
     // From 500 ms after the move on.
@@ -274,7 +323,17 @@ fn an_ffmpeg_caller_moved_to_another_room_hears_and_is_heard_only_there() {
     let steps: Vec<u32> = around.windows(2).map(|w| w[1].1.wrapping_sub(w[0].1)).collect();
     assert!(steps.iter().all(|&d| d > 0 && d % 960 == 0 && d <= 960 * 50), "timestamps step by ticks: {steps:?}");
 
-    let r = http(api, "DELETE", &format!("/v1/rooms/b/participants/{caller}"), None, b"");
+    // Back to `a` as a listener (the move's `speak`): it hears a, nobody hears it.
+    let (s, body) = post(api, &format!("/v1/rooms/b/participants/{caller}/move"), json!({ "to": "a", "speak": false }));
+    assert_eq!((s, body["speak"].as_bool()), (200, Some(false)), "{body}");
+    let back_at = Instant::now();
+    pump(&mut clients, &mut mix, back_at + Duration::from_millis(500), |_, _| false);
+    let (hears, heard_by) = listen(&mut clients, &mut mix, Duration::from_secs(2), "back in a, listening");
+    assert!(hears[0] > HEARD && hears[1] > HEARD, "the caller hears a again: {hears:?}");
+    assert!(hears[2] < NOT_HEARD, "the caller must no longer hear b: {hears:?}");
+    assert!(heard_by.iter().all(|&h| h < NOT_HEARD), "nobody may hear a listener: {heard_by:?}");
+
+    let r = http(api, "DELETE", &format!("/v1/rooms/a/participants/{caller}"), None, b"");
     assert_eq!(r.status, 204, "{}", r.body);
     drop(guard);
     let _ = relaying.join();
