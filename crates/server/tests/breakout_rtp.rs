@@ -273,12 +273,13 @@ fn an_ffmpeg_caller_moved_to_another_room_hears_and_is_heard_only_there() {
     }
     // Webhooks likewise: left `a` (moved_room), joined `b`, the same participant.
     let deadline = Instant::now() + WAIT;
+    let caller_id = caller.to_string(); // (a string in webhook bodies)
     let moved = loop {
         let mine: Vec<Value> = hooked
             .lock()
             .expect("not poisoned")
             .iter()
-            .filter(|e| e["participant"]["id"] == caller.to_string())
+            .filter(|e| e["participant"]["id"] == caller_id.as_str())
             .cloned()
             .collect();
         if mine.len() >= 3 || Instant::now() > deadline {
