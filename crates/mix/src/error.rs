@@ -21,6 +21,13 @@ pub enum MixError {
     /// The room already holds its configured maximum of participants.
     #[error("the room is full ({0} participants)")]
     RoomFull(usize),
+    /// A remote's frames are handed in with [`crate::Room::put_remote_frame`],
+    /// not pushed as packets.
+    #[error("participant {0} is on another node: its frames are put, not pushed")]
+    Remote(ParticipantId),
+    /// [`crate::Room::put_remote_frame`] for a participant that is not a remote.
+    #[error("participant {0} is not a remote participant")]
+    NotRemote(ParticipantId),
     /// A participant is in another whisper channel already (one channel each).
     #[error("participant {0} is in another whisper channel")]
     InChannel(ParticipantId),

@@ -70,6 +70,27 @@
 //! room's mode (DTX, forwarding, mix) is chosen on the room's own speakers.
 //! `tests/whisper.rs` checks who hears whom and counts the encodes.
 //!
+//! ## Remote participants and selection across nodes
+//!
+//! A room may span several nodes (issue 27): each node mixes for its own
+//! participants and hears the others' through this seam, one codec
+//! generation end to end. [`Room::add_remote`] adds a participant hosted
+//! elsewhere: heard like a source (selected, mixed, forwarded alone, sent
+//! nothing, no N-minus-self of its own, not counted as a participant), its
+//! frames handed in per tick ([`Room::put_remote_frame`]: the original Opus
+//! bytes and level its node sent) instead of a jitter buffer; a tick
+//! without one is a loss, concealed while it is a speaker. After each tick
+//! [`Room::candidates`] lists this node's loudest local participants
+//! ([`LocalCandidate`]: the frame just played, the smoothed loudness in
+//! 1/256 dB, whether selected), which the caller sends to the other nodes;
+//! every node then runs the same selection over all nodes' candidates and
+//! imposes it with [`Room::set_selection`], so every node mixes the same K
+//! speakers. N-minus-self stays intact: a speaker is left out of their own
+//! mix on their own node, where they are local. A lone remote speaker is
+//! forwarded byte for byte. `tests/remote.rs` runs two rooms as two nodes
+//! through real Opus. A room without remotes and without a selection from
+//! outside runs as before (one branch per participant per tick).
+//!
 //! ## Voice processing
 //!
 //! Only the selected speakers' voices are processed, so the cost is O(K):
@@ -137,8 +158,8 @@ pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, 
 pub use pool::MixPool;
 pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
 pub use room::{
-    ActiveSpeaker, ChannelId, Delivery, MAX_CHANNELS, MAX_GAIN, MAX_SHED_LEVEL, MixMode, ParticipantStats, Room,
-    TalkEvent, TickReport, VoiceStatus,
+    ActiveSpeaker, ChannelId, Delivery, LocalCandidate, MAX_CHANNELS, MAX_GAIN, MAX_SHED_LEVEL, MixMode,
+    ParticipantStats, Room, TalkEvent, TickReport, VoiceStatus,
 };
 pub use voice::{
     DEFAULT_LOUDNESS_TARGET_DBFS, LOUDNESS_GATE_DBFS, LOUDNESS_MAX_GAIN_DB, NoiseSuppression, NoiseSuppressor,

@@ -1,5 +1,10 @@
 //! A room: its participants in shards, its speaker selection and its streams.
 
+mod remote;
+
+pub use remote::LocalCandidate;
+use remote::RemoteFeed;
+
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -203,9 +208,11 @@ pub struct TickReport {
     /// Opus encodes run: while mixing, one for the listeners plus one per
     /// selected speaker (plus `primes` at a switch); none while silent or forwarding.
     pub encodes: usize,
-    /// Participants in the room, sources ([`Room::add_source`]) not counted.
+    /// Participants in the room, sources ([`Room::add_source`]) and remotes
+    /// ([`Room::add_remote`]) not counted.
     pub participants: usize,
-    /// Frames found missing in the jitter buffers this tick (sequence gaps).
+    /// Frames found missing in the jitter buffers this tick (sequence gaps),
+    /// and remotes' frames not handed in while they are speakers.
     pub lost: u64,
     /// Frames concealed this tick (PLC or in-band FEC; only speakers' and
     /// unlevelled frames are decoded, so this is at most `lost`).
@@ -227,6 +234,9 @@ pub struct TickReport {
     pub suppressed: usize,
     /// Selected speakers whose frame was loudness normalised this tick.
     pub normalised: usize,
+    /// Of `decodes`, the remotes' frames ([`Room::add_remote`]) decoded
+    /// (including concealed and primed ones).
+    pub remote_decodes: usize,
 }
 
 /// What is done to one participant's voice (see [`Room::voice`]).
@@ -300,6 +310,12 @@ struct Participant {
     decode_errors: u64,
     /// A source ([`Room::add_source`]): heard, sent nothing.
     source: bool,
+    /// A remote ([`Room::add_remote`]): heard, sent nothing, its frames
+    /// handed in per tick (`feed`) instead of through the jitter buffer. A
+    /// flag beside the others a tick reads, so that locals never load `feed`.
+    remote: bool,
+    /// A remote's frame for the next tick (`Some` for remotes only).
+    feed: Option<Box<RemoteFeed>>,
     /// Their whisper channel, and whether they whisper in it (else they listen).
     channel: Option<(ChannelId, bool)>,
 }
@@ -419,6 +435,17 @@ impl Participant {
     }
 }
 
+/// What a participant is to the room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Here, sends and is sent ([`Room::add_participant`]).
+    Local,
+    /// A file played in, sent nothing ([`Room::add_source`]).
+    Source,
+    /// On another node, sent nothing, frames handed in ([`Room::add_remote`]).
+    Remote,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Candidate {
     id: ParticipantId,
@@ -450,7 +477,8 @@ struct Selected {
     out: Delivery,
     /// Their stream was not encoded last tick (they were the only speaker).
     idle: bool,
-    /// A source ([`Room::add_source`]): never sent anything, so never encoded for.
+    /// A source ([`Room::add_source`]) or a remote ([`Room::add_remote`]):
+    /// never sent anything, so never encoded for.
     source: bool,
 }
 
@@ -485,6 +513,12 @@ pub struct Room {
     late: u64,
     /// Sources among the participants ([`Room::add_source`]).
     sources: usize,
+    /// Remotes among the participants ([`Room::add_remote`]).
+    remotes: usize,
+    /// The selection set from outside ([`Room::set_selection`]), if any.
+    external: Option<Vec<ParticipantId>>,
+    /// Scratch for applying `external`, kept for its capacity.
+    chosen: Vec<ParticipantId>,
     /// Whisper channels ([`Room::open_channel`]), at most [`MAX_CHANNELS`].
     channels: Vec<Channel>,
 }
@@ -513,6 +547,9 @@ impl Room {
             last_tick: None,
             late: 0,
             sources: 0,
+            remotes: 0,
+            external: None,
+            chosen: Vec::new(),
             channels: Vec::new(),
         })
     }
@@ -522,7 +559,8 @@ impl Room {
         &self.cfg
     }
 
-    /// Participants in the room, sources ([`Room::add_source`]) included.
+    /// Participants in the room, sources ([`Room::add_source`]) and remotes
+    /// ([`Room::add_remote`]) included.
     pub fn len(&self) -> usize {
         self.index.len()
     }
@@ -544,7 +582,7 @@ impl Room {
 
     /// Adds a participant (unmuted, gain 1).
     pub fn add_participant(&mut self, id: ParticipantId) -> Result<(), MixError> {
-        self.add(id, false)
+        self.add(id, Kind::Local)
     }
 
     /// Adds a source: a participant that everyone hears and that is sent
@@ -556,14 +594,16 @@ impl Room {
     /// Its noise suppression is off (a file is no microphone; see
     /// [`Room::set_noise_suppression`]).
     pub fn add_source(&mut self, id: ParticipantId) -> Result<(), MixError> {
-        self.add(id, true)
+        self.add(id, Kind::Source)
     }
 
-    fn add(&mut self, id: ParticipantId, source: bool) -> Result<(), MixError> {
+    fn add(&mut self, id: ParticipantId, kind: Kind) -> Result<(), MixError> {
         if self.index.contains_key(&id) {
             return Err(MixError::DuplicateParticipant(id));
         }
-        if !source && self.index.len() - self.sources >= self.cfg.max_participants {
+        let source = kind == Kind::Source;
+        let remote = kind == Kind::Remote;
+        if kind == Kind::Local && self.index.len() - self.sources - self.remotes >= self.cfg.max_participants {
             return Err(MixError::RoomFull(self.cfg.max_participants));
         }
         let shard_size = self.cfg.shard_size;
@@ -591,18 +631,22 @@ impl Room {
             probed_silent: false,
             slot: None,
             raw_source: false,
-            // A file is not a microphone: RNNoise would eat music.
-            suppress: source.then_some(false),
-            normalise: None,
+            // A file is not a microphone: RNNoise would eat music. A
+            // remote's voice is its own node's business: heard as sent.
+            suppress: (source || remote).then_some(false),
+            normalise: remote.then_some(false),
             voice: None,
             decoded: 0,
             concealed: 0,
             decode_errors: 0,
             source,
+            remote,
+            feed: remote.then(Box::default),
             channel: None,
         });
         self.index.insert(id, (s, shard.members.len() - 1));
         self.sources += usize::from(source);
+        self.remotes += usize::from(remote);
         Ok(())
     }
 
@@ -615,6 +659,7 @@ impl Room {
             self.index.insert(moved.id, (s, i));
         }
         self.sources -= usize::from(gone.source);
+        self.remotes -= usize::from(gone.remote);
         if let Some((c, _)) = gone.channel
             && let Some(ch) = self.channels.iter_mut().find(|ch| ch.id == c)
         {
@@ -712,8 +757,14 @@ impl Room {
     }
 
     /// Hands a received packet to the participant's jitter buffer.
+    /// A remote's frames come through [`Room::put_remote_frame`] instead
+    /// ([`MixError::Remote`]).
     pub fn push_packet(&mut self, id: ParticipantId, packet: Packet) -> Result<PushOutcome, MixError> {
-        let outcome = self.participant_mut(id)?.jitter.push(packet);
+        let p = self.participant_mut(id)?;
+        if p.remote {
+            return Err(MixError::Remote(id));
+        }
+        let outcome = p.jitter.push(packet);
         self.late += u64::from(outcome == PushOutcome::Late);
         Ok(outcome)
     }
@@ -809,7 +860,7 @@ impl Room {
     }
 
     fn delivery_of(&self, p: &Participant) -> &Delivery {
-        if p.source {
+        if p.source || p.remote {
             return &NOTHING;
         }
         if let Some(sel) = p.slot.and_then(|slot| self.selected.get(slot)) {
@@ -826,8 +877,8 @@ impl Room {
     /// Opens whisper channel `id`, or changes who is in it: its
     /// `whisperers` are heard by its members only (not by the rest of the
     /// room); every member (whisperer or listener) hears the room plus the
-    /// channel. A participant is in one channel at most, and a source in
-    /// none. From the next tick on.
+    /// channel. A participant is in one channel at most, and a source or a
+    /// remote ([`Room::add_remote`]) in none. From the next tick on.
     ///
     /// The cost grows with the distinct mixes, never with the listeners:
     /// a tick encodes the room's mix, one N-minus-self per selected speaker
@@ -847,7 +898,7 @@ impl Room {
         }
         for &m in whisperers.iter().chain(listeners) {
             let p = self.participant(m)?;
-            if p.source {
+            if p.source || p.remote {
                 return Err(MixError::UnknownParticipant(m));
             }
             if p.channel.is_some_and(|(c, _)| c != id) {
@@ -1005,7 +1056,7 @@ impl Room {
                 decodes: 0,
                 encodes: 0,
                 whisper_encodes: 0,
-                participants: self.len() - self.sources,
+                participants: self.len() - self.sources - self.remotes,
                 lost: 0,
                 concealed: 0,
                 late: 0,
@@ -1016,6 +1067,7 @@ impl Room {
                 shed_level: self.shed,
                 suppressed: 0,
                 normalised: 0,
+                remote_decodes: 0,
             };
         }
         self.last_tick = Some(tick);
@@ -1070,12 +1122,13 @@ impl Room {
             self.selected.iter().enumerate().filter(|(n, _)| !whispers(*n)).map(|(_, sel)| sel.id).collect();
         let mode = self.next_mode(&room_speakers);
         let (mut decodes, mut concealed, mut encodes, mut primes) = (phase_a.decodes, phase_a.concealed, 0, 0);
+        let mut remote_decodes = phase_a.remote_decodes;
         let (mut forwarded, mut dtx) = (0, 0);
         let dtx_due = tick.is_multiple_of(DTX_INTERVAL_TICKS) || self.mode != mode;
         let dtx_out = if dtx_due { Delivery::Dtx(self.dtx_frame.clone()) } else { Delivery::Nothing };
-        // Those sent the listeners' delivery: neither a source nor selected.
+        // Those sent the listeners' delivery: neither a source, a remote nor selected.
         let selected_hearing = self.selected.iter().filter(|s| !s.source).count();
-        let others = (self.len() - self.sources).saturating_sub(selected_hearing + whisper_listeners);
+        let others = (self.len() - self.sources - self.remotes).saturating_sub(selected_hearing + whisper_listeners);
 
         match mode {
             MixMode::Silent => {
@@ -1085,12 +1138,17 @@ impl Room {
             }
             MixMode::Forward(id) => {
                 let (s, i) = self.index[&id];
-                let p = &self.shards[s].members[i];
+                let p = &mut self.shards[s].members[i];
                 // Only a valid 20 ms frame is forwarded; a missing one is a
-                // gap the listeners' decoders conceal.
+                // gap the listeners' decoders conceal, an invalid one is
+                // counted as a decode error and heard as that gap.
                 let frame = match &p.pending {
                     Playout::Frame(f) if inspect(&f.payload).is_some_and(|info| info.samples() == 960) => {
                         Some(f.payload.clone())
+                    }
+                    Playout::Frame(_) => {
+                        p.decode_errors += 1;
+                        None
                     }
                     _ => None,
                 };
@@ -1136,6 +1194,9 @@ impl Room {
                     {
                         primes = self.prime(id, tick);
                         decodes += primes;
+                        if self.participant(id).is_ok_and(|p| p.remote) {
+                            remote_decodes += primes;
+                        }
                         encodes += primes;
                         self.independent_left = INDEPENDENT_FRAMES_AFTER_SWITCH;
                         self.listener.encoder.set_prediction_disabled(true);
@@ -1150,6 +1211,7 @@ impl Room {
                     let lost = matches!(p.pending, Playout::Lost { .. });
                     let decoded = p.decode_pending(tick, &self.cfg).is_some();
                     decodes += usize::from(decoded);
+                    remote_decodes += usize::from(decoded && p.remote);
                     concealed += u64::from(lost && decoded);
                 }
 
@@ -1229,6 +1291,7 @@ impl Room {
         if self.channels.iter().any(|ch| ch.active) {
             let w = self.whisper(tick, &chan, &dtx_out);
             decodes += w.decodes;
+            remote_decodes += w.remote_decodes;
             concealed += w.concealed;
             encodes += w.encodes + w.channels;
             dtx += w.dtx;
@@ -1268,7 +1331,7 @@ impl Room {
             decodes,
             encodes,
             whisper_encodes,
-            participants: self.len() - self.sources,
+            participants: self.len() - self.sources - self.remotes,
             lost: phase_a.lost,
             concealed,
             late,
@@ -1279,6 +1342,7 @@ impl Room {
             shed_level: self.shed,
             suppressed,
             normalised,
+            remote_decodes,
         }
     }
 
@@ -1305,6 +1369,7 @@ impl Room {
             let lost = matches!(p.pending, Playout::Lost { .. });
             let decoded = p.decode_pending(tick, &self.cfg).is_some();
             w.decodes += usize::from(decoded);
+            w.remote_decodes += usize::from(decoded && p.remote);
             w.concealed += u64::from(lost && decoded);
             pcm.push(p.dec.as_ref().filter(|d| d.decoded_at == Some(tick)).map(|d| *d.pcm));
         }
@@ -1427,8 +1492,13 @@ impl Room {
         Ok(&self.shards[s].members[i])
     }
 
-    /// Speaker selection with hold and hysteresis.
+    /// Speaker selection with hold and hysteresis (or the one set from
+    /// outside, [`Room::set_selection`]).
     fn select(&mut self, k: usize) {
+        if self.external.is_some() {
+            self.select_external(k);
+            return;
+        }
         // A lower limit (shedding) drops the weakest speakers.
         while self.selected.len() > k {
             let weakest = self
@@ -1501,7 +1571,7 @@ impl Room {
         };
         // Start at the listener stream's limiter gain so the level is continuous.
         let limiter = self.listener.limiter.clone();
-        let source = self.participant(id).is_ok_and(|p| p.source);
+        let source = self.participant(id).is_ok_and(|p| p.source || p.remote);
         self.selected.push(Selected {
             id,
             stream: Stream { encoder, limiter, payload: Bytes::new() },
@@ -1578,7 +1648,16 @@ impl Shard {
         let mut seen = Observed::default();
         self.candidates.clear();
         for p in &mut self.members {
-            p.pending = p.jitter.pop();
+            // A remote's frame was handed in; a missing one is lost only
+            // while selected (its node sends it then), else the remote is
+            // just not among its node's candidates.
+            p.pending = if p.remote
+                && let Some(feed) = &mut p.feed
+            {
+                feed.take(p.slot.is_some())
+            } else {
+                p.jitter.pop()
+            };
             let lost = matches!(p.pending, Playout::Lost { .. });
             seen.lost += u64::from(lost);
             // Current speakers are decoded here, in parallel, while the room
@@ -1601,6 +1680,7 @@ impl Shard {
                 (ran.then_some(level), level)
             };
             seen.decodes += usize::from(decoded.is_some());
+            seen.remote_decodes += usize::from(decoded.is_some() && p.remote);
             seen.concealed += u64::from(lost && decoded.is_some());
             p.level = level;
             if p.dec.as_ref().is_some_and(|d| d.decoded_at.is_none_or(|t| tick - t > DECODER_IDLE_TICKS))
@@ -1641,6 +1721,7 @@ impl Shard {
 #[derive(Debug, Default, Clone, Copy)]
 struct Whispered {
     decodes: usize,
+    remote_decodes: usize,
     concealed: u64,
     /// Selected speakers' own mixes encoded.
     encodes: usize,
@@ -1653,12 +1734,18 @@ struct Whispered {
 #[derive(Debug, Default, Clone, Copy)]
 struct Observed {
     decodes: usize,
+    remote_decodes: usize,
     lost: u64,
     concealed: u64,
 }
 
 impl Observed {
     fn sum(a: Self, b: Self) -> Self {
-        Self { decodes: a.decodes + b.decodes, lost: a.lost + b.lost, concealed: a.concealed + b.concealed }
+        Self {
+            decodes: a.decodes + b.decodes,
+            remote_decodes: a.remote_decodes + b.remote_decodes,
+            lost: a.lost + b.lost,
+            concealed: a.concealed + b.concealed,
+        }
     }
 }

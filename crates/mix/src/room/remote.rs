@@ -1,0 +1,205 @@
+//! Remote participants and the selection from outside: the mixer's seam
+//! for a room that spans several nodes (issue 27).
+//!
+//! A remote is a participant hosted by another node of the room. This node
+//! hears it like a source (it is selected, mixed or forwarded, and is sent
+//! nothing), but its frames do not come through a jitter buffer: the
+//! caller hands in, before each tick, the frame its node sent as a
+//! candidate ([`Room::put_remote_frame`]). Which speakers are heard is then
+//! decided across the nodes ([`Room::set_selection`], from every node's
+//! [`Room::candidates`]), so every node mixes the same speakers.
+
+use bytes::Bytes;
+
+use super::{Kind, Room};
+use crate::config::SpeakerLimit;
+use crate::jitter::{Frame, Playout};
+use crate::{MixError, ParticipantId};
+
+/// A remote's frame for the next tick, as handed in.
+#[derive(Debug, Default)]
+pub(super) struct RemoteFeed {
+    /// RFC 6464 level and original Opus payload.
+    next: Option<(u8, Bytes)>,
+}
+
+impl RemoteFeed {
+    /// The remote's frame for this tick: the one handed in; none while it
+    /// is selected is a lost frame (its node sends a selected speaker's
+    /// frames, so one is missing), else an empty turn.
+    pub(super) fn take(&mut self, selected: bool) -> Playout {
+        match self.next.take() {
+            Some((level, payload)) => Playout::Frame(Frame { timestamp: 0, payload, level: Some(level) }),
+            None if selected => Playout::Lost { fec: None },
+            None => Playout::Empty,
+        }
+    }
+}
+
+/// One of this node's candidates for the room's selection across nodes
+/// ([`Room::candidates`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalCandidate {
+    /// Who (a local participant: never a remote or a source).
+    pub id: ParticipantId,
+    /// RFC 6464 level of their frame this tick (127: silent or none).
+    pub level: u8,
+    /// Smoothed loudness in 1/256 dB above the silence floor (larger is
+    /// louder): the mixer's own ranking value (`127 − level + gain dB`,
+    /// with its release), times 256, rounded; 0 to 35,584 (+12 dB gain).
+    pub rank: u16,
+    /// Selected this tick (an incumbent, for hysteresis across nodes).
+    pub selected: bool,
+    /// The original Opus payload played this tick (`None`: lost or none).
+    pub frame: Option<Bytes>,
+}
+
+/// The mixer's smoothed loudness (dB above the silence floor) in 1/256 dB.
+fn rank_of(loudness: f32) -> u16 {
+    // In range by the clamp; a NaN (never produced) would map to 0.
+    (loudness * 256.0).round().clamp(0.0, f32::from(u16::MAX)) as u16
+}
+
+impl Room {
+    /// Adds a remote: a participant hosted by another node of the room.
+    /// It is heard like a source: selected, mixed, forwarded when it is the
+    /// only speaker, never sent anything and never encoded for, and not
+    /// counted as a participant ([`crate::TickReport::participants`],
+    /// [`crate::RoomConfig::max_participants`]). It has no jitter buffer:
+    /// its frames are handed in per tick ([`Room::put_remote_frame`]); its
+    /// voice is not processed here (its own node's business). It is in no
+    /// whisper channel. Removed with [`Room::remove_participant`].
+    pub fn add_remote(&mut self, id: ParticipantId) -> Result<(), MixError> {
+        self.add(id, Kind::Remote)
+    }
+
+    /// Remotes in the room ([`Room::add_remote`]).
+    pub fn remotes(&self) -> usize {
+        self.remotes
+    }
+
+    /// Whether `id` is a remote ([`Room::add_remote`]).
+    pub fn is_remote(&self, id: ParticipantId) -> bool {
+        self.participant(id).is_ok_and(|p| p.remote)
+    }
+
+    /// Hands in a remote's frame for the NEXT tick: its original Opus
+    /// payload and RFC 6464 level (0..=127; above is read as 127). A tick
+    /// without one is a lost frame, concealed by the remote's decoder when
+    /// it is a speaker, as a local loss is; a second call before the tick
+    /// replaces the first. A payload that is not valid Opus is heard as
+    /// silence and counted ([`crate::ParticipantStats::decode_errors`]).
+    /// O(1). Fails for an id that is not a remote of the room.
+    pub fn put_remote_frame(&mut self, id: ParticipantId, level: u8, payload: Bytes) -> Result<(), MixError> {
+        let p = self.participant_mut(id)?;
+        let feed = p.feed.as_mut().ok_or(MixError::NotRemote(id))?;
+        feed.next = Some((level.min(127), payload));
+        Ok(())
+    }
+
+    /// Sets the room's speakers from outside, from the next tick on.
+    ///
+    /// `Some(ids)`: the selected speakers are exactly `ids`, in that order
+    /// (local or remote; ids not in the room, repeated or muted are
+    /// skipped; at most K, the first ones, with K as shedding lowers it),
+    /// replacing the mixer's own choice until the next call; hold and
+    /// hysteresis are then the caller's (`tutti_mesh::select`). `None`:
+    /// the mixer selects again, starting from the speakers it has.
+    /// Everything after the selection is unchanged: forwarding a lone
+    /// speaker, N-minus-self for the local speakers, whisper channels,
+    /// shedding and DTX.
+    pub fn set_selection(&mut self, speakers: Option<Vec<ParticipantId>>) {
+        self.external = speakers;
+    }
+
+    /// The selection set from outside ([`Room::set_selection`]), if any.
+    pub fn selection(&self) -> Option<&[ParticipantId]> {
+        self.external.as_deref()
+    }
+
+    /// After a tick, this node's candidates for the selection across nodes,
+    /// into `out` (cleared first; reuse it, and no tick allocates), loudest
+    /// first: among the LOCAL participants (not remotes, not sources, not
+    /// muted), the K loudest by smoothed loudness plus `extra` challengers,
+    /// and every selected speaker still talking (within the hold time; a
+    /// speaker whose hold ran out is left out, so that the selection
+    /// across nodes lets them go). A participant whose level this tick is
+    /// at or above the silence threshold ([`crate::RoomConfig::silence_level`])
+    /// is left out unless selected. One pass over the participants, no decode.
+    pub fn candidates(&self, extra: usize, out: &mut Vec<LocalCandidate>) {
+        out.clear();
+        let silence = self.cfg.silence_level;
+        for p in self.shards.iter().flat_map(|s| &s.members) {
+            if p.source || p.remote || p.muted {
+                continue;
+            }
+            let selected = p.slot.is_some();
+            if p.level < silence || (selected && p.talking) {
+                out.push(LocalCandidate { id: p.id, level: p.level, rank: rank_of(p.loudness), selected, frame: None });
+            }
+        }
+        let k = match self.cfg.max_speakers {
+            SpeakerLimit::Top(k) => k,
+            SpeakerLimit::All => usize::MAX,
+        };
+        let keep = k.saturating_add(extra);
+        let order = |a: &LocalCandidate, b: &LocalCandidate| b.rank.cmp(&a.rank).then(a.id.cmp(&b.id));
+        if out.len() > keep {
+            // keep ≥ 1: K is at least 1.
+            out.select_nth_unstable_by(keep - 1, order);
+            let mut i = keep;
+            while i < out.len() {
+                if out[i].selected {
+                    i += 1;
+                } else {
+                    out.swap_remove(i);
+                }
+            }
+        }
+        out.sort_unstable_by(order);
+        for c in out.iter_mut() {
+            if let Ok(p) = self.participant(c.id)
+                && let Playout::Frame(f) = &p.pending
+            {
+                c.frame = Some(f.payload.clone());
+            }
+        }
+    }
+
+    /// Applies the selection set from outside: the first `k` usable ids, in
+    /// their order. O(K²) on the selection, no allocation unless it changes.
+    pub(super) fn select_external(&mut self, k: usize) {
+        let Some(ids) = self.external.take() else { return };
+        let mut chosen = std::mem::take(&mut self.chosen);
+        chosen.clear();
+        for &id in &ids {
+            if chosen.len() >= k {
+                break;
+            }
+            if !chosen.contains(&id) && self.participant(id).is_ok_and(|p| !p.muted) {
+                chosen.push(id);
+            }
+        }
+        self.external = Some(ids);
+        if self.selected.iter().any(|sel| !chosen.contains(&sel.id)) {
+            self.drop_speakers(|sel| !chosen.contains(&sel.id));
+        }
+        for &id in &chosen {
+            if self.participant(id).is_ok_and(|p| p.slot.is_none()) {
+                self.add_speaker(id);
+            }
+        }
+        let in_order = self.selected.iter().map(|sel| sel.id).eq(chosen.iter().copied());
+        if !in_order {
+            // A speaker missing (no encoder could be made) keeps the rest in order.
+            self.selected.sort_by_key(|sel| chosen.iter().position(|&c| c == sel.id));
+            for n in 0..self.selected.len() {
+                let id = self.selected[n].id;
+                if let Ok(p) = self.participant_mut(id) {
+                    p.slot = Some(n);
+                }
+            }
+        }
+        self.chosen = chosen;
+    }
+}
