@@ -126,7 +126,7 @@ fn cpus_allowed(status: &str) -> Option<String> {
 #[test]
 fn capacity_pins_the_server_and_the_generator_to_a_cpu_each() {
     let out = common::cluster::temp_dir("capacity-pin");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+    let child = Command::new(env!("CARGO_BIN_EXE_tutti"))
         .args(["capacity", "--pin", "--start", "4", "--max", "4", "--short", "3", "--full", "3"])
         .args(["--max-trials", "1", "--warmup", "1", "--probes", "1", "--probe-listeners", "1", "--out"])
         .arg(&out)
