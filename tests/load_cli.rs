@@ -94,3 +94,83 @@ fn refused_joins_are_reported_with_their_reason() {
     assert!(line.contains(&format!("{failed} × join refused: rate_limited")), "{line}");
     let _ = served.child.kill();
 }
+
+/// A server's per-address share of the connections refuses the sockets
+/// past it: the report names the code, not just the status.
+#[test]
+fn a_socket_refused_by_the_per_address_share_is_reported_with_its_code() {
+    let mut served = common::serve_loopback(&[
+        "--set",
+        "limits.join_rate_per_second=0",
+        "--set",
+        "limits.max_connections_per_address=3",
+    ]);
+    let token = served.banner_token();
+    let (_, stdout, stderr) = load(served.api, &token, &[]);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the JSON report");
+    let s = &report["summary"];
+    let failed = s["join_failed"].as_u64().expect("join_failed");
+    assert!(failed >= 1, "3 connections from one address cannot hold 6 sockets: {s}");
+    let errors = s["join_errors"].as_object().unwrap_or_else(|| panic!("join_errors in {s}"));
+    assert!(errors.keys().all(|why| why == "WebSocket refused: 503 too_many_connections"), "{errors:?}\n{stderr}");
+    let _ = served.child.kill();
+}
+
+/// The CPUs a process's thread may run on, from /proc (`Cpus_allowed_list`).
+fn cpus_allowed(status: &str) -> Option<String> {
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_owned())
+}
+
+/// `tutti capacity --pin` runs its server on one CPU and its own generator
+/// threads on another: read from /proc while it runs, and in its report.
+#[test]
+fn capacity_pins_the_server_and_the_generator_to_a_cpu_each() {
+    let out = common::cluster::temp_dir("capacity-pin");
+    let child = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["capacity", "--pin", "--start", "4", "--max", "4", "--short", "3", "--full", "3"])
+        .args(["--max-trials", "1", "--warmup", "1", "--probes", "1", "--probe-listeners", "1", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tutti capacity runs");
+    let me = child.id();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    // Its server: the child process running `serve`; its generator: its `load-0` thread.
+    let (mut server, mut generator) = (None, None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while (server.is_none() || generator.is_none()) && std::time::Instant::now() < deadline && cpus >= 2 {
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+            let parent = status.lines().find_map(|l| l.strip_prefix("PPid:")).map(str::trim);
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if parent == Some(&me.to_string()) && cmdline.split(|&b| b == 0).any(|a| a == b"serve") {
+                server = cpus_allowed(&status);
+            }
+        }
+        for task in std::fs::read_dir(format!("/proc/{me}/task")).into_iter().flatten().flatten() {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            if status.lines().any(|l| l == "Name:\tload-0") {
+                generator = cpus_allowed(&status);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let result = child.wait_with_output().expect("it ends");
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    if cpus < 2 {
+        // One CPU: nothing to pin to, and it says so.
+        assert!(!result.status.success(), "{stdout}");
+        return;
+    }
+    let (server, generator) = (server.expect("the server's CPUs"), generator.expect("load-0's CPUs"));
+    println!("server on CPU {server}, generator on CPU {generator}");
+    let one = |s: &str| s.parse::<usize>().unwrap_or_else(|_| panic!("one CPU, not {s:?}"));
+    assert_ne!(one(&server), one(&generator), "two different CPUs");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("capacity.json")).expect("capacity.json"))
+            .expect("JSON");
+    assert_eq!(json["pinned"]["server_cpu"].as_u64(), Some(one(&server) as u64), "{json}");
+    assert_eq!(json["pinned"]["generator_cpu"].as_u64(), Some(one(&generator) as u64), "{json}");
+    assert!(stdout.contains("participants per server core"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -277,6 +277,19 @@ pub struct CapacityResult {
     pub trials: Vec<Trial>,
     /// Wall time of the whole search, s.
     pub elapsed_s: f64,
+    /// Where the server and the generator were pinned (`--pin`): then the
+    /// server had one core, and its capacity is participants per core.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Pinning>,
+}
+
+/// `tutti capacity --pin`: the CPU of each side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Pinning {
+    /// The local server's CPU (all its threads).
+    pub server_cpu: usize,
+    /// The generator's CPU.
+    pub generator_cpu: usize,
 }
 
 /// Searches the largest N meeting `slo`. `stop` is polled between trials.
@@ -381,6 +394,7 @@ pub fn search(
         policy: policy.clone(),
         trials,
         elapsed_s: started.elapsed().as_secs_f64(),
+        pinned: None,
     })
 }
 
@@ -472,6 +486,13 @@ impl CapacityResult {
                     opt(f.latency_p95_ms, 0),
                     100.0 * f.perfect_share
                 );
+                if let Some(p) = self.pinned {
+                    let _ = writeln!(
+                        t,
+                        "  pinned: the server on CPU {} alone, the generator on CPU {}: {n} participants per server core",
+                        p.server_cpu, p.generator_cpu
+                    );
+                }
                 if !f.server_threads.is_empty() {
                     let threads: Vec<String> =
                         f.server_threads.iter().map(|(n, v)| format!("{n} {:.0} %", 100.0 * v)).collect();

@@ -219,6 +219,11 @@ pub struct CapacityArgs {
     /// Extra argument for the local `tutti serve` (repeatable), e.g. `--server-arg=--metrics --server-arg=off`.
     #[arg(long, allow_hyphen_values = true)]
     pub server_arg: Vec<String>,
+    /// Pin the local server to one core and the generator to another (the
+    /// first two CPUs this process may use; the server through `taskset`), so
+    /// the capacity found is the server's per core, not the box's.
+    #[arg(long, conflicts_with = "url")]
+    pub pin: bool,
     /// Share of participants that talk.
     #[arg(long, default_value_t = 0.1)]
     pub talkers: f64,
@@ -537,25 +542,58 @@ fn free_port(udp: bool) -> Result<u16, LoadError> {
     port.map(|a| a.port()).map_err(|e| LoadError::Io(format!("finding a free port: {e}")))
 }
 
+/// The local server's connection cap, whole and per address: above what
+/// any search holds (`--max` defaults to 4,000 clients, one WebSocket each).
+const LOCAL_MAX_CONNECTIONS: usize = 100_000;
+
+/// How `tutti capacity` starts its local server.
+#[derive(Debug, Clone, Default)]
+struct Launch {
+    /// `--mix-threads` (0 = one per core it may use).
+    mix_threads: usize,
+    /// Extra `tutti serve` arguments.
+    extra: Vec<String>,
+    /// The CPU it is pinned to (`taskset -c`), if any.
+    cpu: Option<usize>,
+}
+
 impl LocalServer {
     /// Starts this executable's `serve` on free loopback ports and waits for /readyz.
-    fn start(mix_threads: usize, extra: &[String]) -> Result<Self, LoadError> {
+    fn start(launch: &Launch) -> Result<Self, LoadError> {
         let exe = std::env::current_exe().map_err(|e| LoadError::Server(format!("finding the tutti binary: {e}")))?;
         let api = SocketAddr::from(([127, 0, 0, 1], free_port(false)?));
         let media = SocketAddr::from(([127, 0, 0, 1], free_port(true)?));
-        let child = Command::new(exe)
+        let (mix_threads, extra) = (launch.mix_threads, &launch.extra);
+        let mut command = match launch.cpu {
+            // Every thread the server starts inherits the mask.
+            Some(cpu) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &cpu.to_string()]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let child = command
             .args(["serve", "--http", &api.to_string(), "--media", &media.to_string()])
             .args(["--mix-threads", &mix_threads.to_string()])
             .args(["--metrics", &SocketAddr::from(([127, 0, 0, 1], free_port(false)?)).to_string()])
             .args(["--set", "log.filter=warn,rtc_dtls=error"])
             // Loopback only: every simulated client comes from 127.0.0.1, so
-            // no tokens and no per-address join rate limit.
+            // no tokens, no per-address join rate limit, and no per-address
+            // share of the connections (each client holds its WebSocket).
             .args(["--set", "auth.disabled=true", "--set", "limits.join_rate_per_second=0"])
+            .args(["--set", &format!("limits.max_connections={LOCAL_MAX_CONNECTIONS}")])
+            .args(["--set", &format!("limits.max_connections_per_address={LOCAL_MAX_CONNECTIONS}")])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
-            .map_err(|e| LoadError::Server(format!("starting tutti serve: {e}")))?;
+            .map_err(|e| match launch.cpu {
+                Some(_) if e.kind() == std::io::ErrorKind::NotFound => LoadError::Server(
+                    "--pin starts the server through `taskset`, which is not installed (Debian: util-linux)".into(),
+                ),
+                _ => LoadError::Server(format!("starting tutti serve: {e}")),
+            })?;
         let mut server = Self { child, api };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -585,7 +623,7 @@ pub struct LoadRunner {
     pub verbose: bool,
     trial: usize,
     /// The local server, its settings, and how often it was restarted.
-    local: Option<(LocalServer, usize, Vec<String>)>,
+    local: Option<(LocalServer, Launch)>,
     restarts: usize,
 }
 
@@ -601,7 +639,7 @@ impl LoadRunner {
     /// Makes sure the local server (if any) is still running; a server that
     /// died (killed from outside, crashed) is reported and started anew.
     fn check_local(&mut self) -> Result<(), LoadError> {
-        let Some((server, mix_threads, extra)) = &mut self.local else { return Ok(()) };
+        let Some((server, launch)) = &mut self.local else { return Ok(()) };
         let status = match server.child.try_wait() {
             Ok(None) => return Ok(()),
             Ok(Some(status)) => status.to_string(),
@@ -612,7 +650,7 @@ impl LoadRunner {
         }
         self.restarts += 1;
         println!("  the local server (pid {}) exited ({status}); starting another", server.child.id());
-        let fresh = LocalServer::start(*mix_threads, extra)?;
+        let fresh = LocalServer::start(launch)?;
         self.base.api = fresh.api;
         self.base.server_cpu = CpuSource::Process(fresh.child.id());
         println!("  local server (pid {}) on http://{}", fresh.child.id(), fresh.api);
@@ -659,7 +697,7 @@ impl TrialRunner for LoadRunner {
                 2,
             );
         }
-        if self.local.as_mut().is_some_and(|(s, _, _)| !matches!(s.child.try_wait(), Ok(None))) {
+        if self.local.as_mut().is_some_and(|(s, _)| !matches!(s.child.try_wait(), Ok(None))) {
             // The server died during the trial: its figures mean nothing; run it again.
             self.check_local()?;
             self.trial -= 1;
@@ -681,10 +719,41 @@ impl TrialRunner for LoadRunner {
     }
 }
 
+/// The first two CPUs this process may use: the server's and the
+/// generator's. Pins the calling thread (and so every thread it starts
+/// after) to the second.
+fn pin_cores() -> Result<(usize, usize), LoadError> {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::unistd::Pid;
+    let allowed =
+        sched_getaffinity(Pid::from_raw(0)).map_err(|e| LoadError::Io(format!("reading the CPU mask: {e}")))?;
+    let cpus: Vec<usize> = (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).take(2).collect();
+    let [server, generator] = cpus[..] else {
+        return Err(LoadError::Config(format!(
+            "--pin needs two CPUs to put the server and the generator on; this process may use {}",
+            cpus.len()
+        )));
+    };
+    let mut mask = CpuSet::new();
+    mask.set(generator).map_err(|e| LoadError::Io(format!("CPU {generator}: {e}")))?;
+    sched_setaffinity(Pid::from_raw(0), &mask)
+        .map_err(|e| LoadError::Io(format!("pinning the generator to CPU {generator}: {e}")))?;
+    Ok((server, generator))
+}
+
 /// Runs `tutti capacity`. Returns whether some N met the SLO.
 pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     let stop = stop_on_signal();
     let mut local = None;
+    let mut launch = Launch { mix_threads: args.server_mix_threads, extra: args.server_arg.clone(), cpu: None };
+    let pinned = if args.pin {
+        let (server, generator) = pin_cores()?;
+        launch.cpu = Some(server);
+        println!("tutti capacity: the server is pinned to CPU {server}, this generator to CPU {generator}");
+        Some(crate::capacity::Pinning { server_cpu: server, generator_cpu: generator })
+    } else {
+        None
+    };
     let (api, http, server_cpu) = match &args.url {
         Some(url) => {
             let (origin, _) = parse_url(url)?;
@@ -693,7 +762,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
             (origin.addr(), http, cpu)
         }
         None => {
-            let server = LocalServer::start(args.server_mix_threads, &args.server_arg)?;
+            let server = LocalServer::start(&launch)?;
             let source = CpuSource::Process(server.child.id());
             let api = server.api;
             println!("tutti capacity: started a local server (pid {}) on http://{api}", server.child.id());
@@ -745,8 +814,8 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         server_cpu.describe()
     );
     let mut runner = LoadRunner::new(base, stop.clone(), args.verbose);
-    runner.local = local.map(|s| (s, args.server_mix_threads, args.server_arg.clone()));
-    let result = capacity::search(&policy, &slo, &mut runner, &|| stop.load(Ordering::Relaxed), &mut |t| {
+    runner.local = local.map(|s| (s, launch.clone()));
+    let mut result = capacity::search(&policy, &slo, &mut runner, &|| stop.load(Ordering::Relaxed), &mut |t| {
         let f = &t.figures;
         println!(
             "  {} N = {}: {} | p5 MOS {:.2} (worst room {:.2}), loss {:.3} % (worst room {:.3} %), m2e p95 {} ms, perfect {:.1} %, server {} µs/participant/tick, generator {} cores{}",
@@ -765,6 +834,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         );
     })?;
     drop(runner);
+    result.pinned = pinned;
     let table = result.table();
     println!("\n{}\n\n{table}", result.headline());
     let md = format!("# tutti capacity\n\n```text\n{}\n```\n\n{table}", result.headline());

@@ -86,6 +86,18 @@ impl Moved {
     }
 }
 
+/// A refused handshake: its status and the JSON error's `code` when the
+/// answer has one (`WebSocket refused: 503 too_many_connections`).
+fn refused(status: tungstenite::http::StatusCode, body: Option<&[u8]>) -> String {
+    let code = body
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .and_then(|v| v["code"].as_str().map(str::to_owned));
+    match code {
+        Some(code) => format!("WebSocket refused: {} {code}", status.as_u16()),
+        None => format!("WebSocket refused: {status}"),
+    }
+}
+
 fn kind(text: &str) -> Option<&str> {
     serde_json::from_str::<Typed<'_>>(text).ok().map(|t| t.kind)
 }
@@ -100,7 +112,7 @@ impl EventSocket {
             None => http.ws_url(api, &format!("/v1/rooms/{room}/ws")),
         };
         let (ws, _) = tungstenite::client::client(url.as_str(), stream).map_err(|e| match e {
-            tungstenite::HandshakeError::Failure(WsError::Http(r)) => format!("WebSocket refused: {}", r.status()),
+            tungstenite::HandshakeError::Failure(WsError::Http(r)) => refused(r.status(), r.body().as_deref()),
             e => format!("WebSocket handshake: {e}"),
         })?;
         Ok(Self {

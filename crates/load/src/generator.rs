@@ -69,6 +69,10 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// node's clients at once).
 const REJOIN_THREADS: usize = 4;
 
+/// Joins in flight at once: each starts at its slot (`--cint` apart)
+/// without waiting for the answers to the ones before it, up to this many.
+const JOINERS: usize = 4;
+
 /// What a run tells its observer as it goes.
 #[derive(Debug)]
 pub enum Progress<'a> {
@@ -1234,8 +1238,9 @@ pub fn run(
     let start = Instant::now();
     let mut end = cfg.life.map(|l| start + l);
     let past_end = |now: Instant, end: Option<Instant>| end.is_some_and(|e| now >= e) || stop.load(Ordering::Relaxed);
-    let mut joined: Vec<Joined> = Vec::with_capacity(cfg.clients);
-    let mut failed = 0;
+    // By client index; a client not answered yet is neither joined nor failed.
+    let mut joined: Vec<Joined> =
+        roles.iter().map(|&(room, role, _)| Joined { room, role, location: None, error: None }).collect();
     let mut last_progress = start;
     let mut next_summary = start + cfg.summary_interval;
     let mut cpu_window_start: Option<CpuMark> = None;
@@ -1259,69 +1264,140 @@ pub fn run(
         })
     };
 
-    for (index, (room, role, probe)) in roles.iter().copied().enumerate() {
-        let due = start + cfg.join_interval.mul_f64(index as f64);
-        while Instant::now() < due && !past_end(Instant::now(), end) {
-            std::thread::sleep(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
-        }
-        if past_end(Instant::now(), end) {
-            break;
-        }
-        let name = format!("load-{index}");
-        let asked = Instant::now();
-        let tcp = rooms::without_level(index, cfg.clients, cfg.tcp_share);
-        match join_one(&cfg.http, cfg.api, cfg.token.as_deref(), &room_names[room], cfg.websocket, &name, tcp) {
-            Ok(j) => {
-                let ms = asked.elapsed().as_secs_f64() * 1000.0;
-                nodes.joined(index, JoinRecord { node: j.node, redirects: j.redirects, ms });
-                known.add(j.node);
-                if server_media.is_none() {
-                    server_media = j.media;
+    // Joins run on JOINERS threads, each started at its slot without
+    // waiting for the ones before it to be answered (as independent browsers
+    // join); the answers are taken here, in whatever order they come.
+    let mut dispatched = 0;
+    let (done, failed) = std::thread::scope(|scope| {
+        let roles = &roles;
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<(usize, Instant)>(0);
+        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        let (results_tx, results) = std::sync::mpsc::channel::<(usize, Instant, Result<JoinedPeer, String>)>();
+        for _ in 0..JOINERS {
+            let (jobs_rx, results_tx, room_names) = (jobs_rx.clone(), results_tx.clone(), &room_names);
+            scope.spawn(move || {
+                loop {
+                    let job = lock(&jobs_rx).recv();
+                    let Ok((index, asked)) = job else { break };
+                    let (room, _, _) = roles[index];
+                    let name = format!("load-{index}");
+                    let tcp = rooms::without_level(index, cfg.clients, cfg.tcp_share);
+                    let r = join_one(
+                        &cfg.http,
+                        cfg.api,
+                        cfg.token.as_deref(),
+                        &room_names[room],
+                        cfg.websocket,
+                        &name,
+                        tcp,
+                    );
+                    if results_tx.send((index, asked, r)).is_err() {
+                        break;
+                    }
                 }
-                let location = j.location;
-                let mut peer = j.peer;
-                peer.set_lean_receive(!cfg.rtc_receive);
-                let level = role == Role::ProbeTalker || !rooms::without_level(index, cfg.clients, cfg.no_level_share);
-                let c = NewClient {
-                    index,
-                    room,
-                    level,
-                    ws: j.ws,
-                    role,
-                    probe,
-                    peer,
-                    link: j.link,
-                    joined_at: Instant::now(),
-                    node: j.node,
-                };
-                if senders[index % threads].send(ToWorker::New(c)).is_err() {
-                    joined.push(Joined {
+            });
+        }
+        drop(results_tx);
+        // What an answer changes, passed in so the loop below can read it between answers.
+        struct Tally<'a> {
+            joined: &'a mut Vec<Joined>,
+            nodes: &'a mut Nodes,
+            server_media: &'a mut Option<SocketAddr>,
+            done: usize,
+            failed: usize,
+        }
+        let mut t =
+            Tally { joined: &mut joined, nodes: &mut nodes, server_media: &mut server_media, done: 0, failed: 0 };
+        let take = |t: &mut Tally<'_>, index: usize, asked: Instant, result: Result<JoinedPeer, String>| {
+            let (room, role, probe) = roles[index];
+            t.done += 1;
+            match result {
+                Ok(j) => {
+                    let ms = asked.elapsed().as_secs_f64() * 1000.0;
+                    t.nodes.joined(index, JoinRecord { node: j.node, redirects: j.redirects, ms });
+                    known.add(j.node);
+                    if t.server_media.is_none() {
+                        *t.server_media = j.media;
+                    }
+                    let location = j.location;
+                    let mut peer = j.peer;
+                    peer.set_lean_receive(!cfg.rtc_receive);
+                    let level =
+                        role == Role::ProbeTalker || !rooms::without_level(index, cfg.clients, cfg.no_level_share);
+                    let c = NewClient {
+                        index,
                         room,
+                        level,
+                        ws: j.ws,
                         role,
-                        location: Some(location),
-                        error: Some("generator thread ended".into()),
-                    });
-                    failed += 1;
-                } else {
-                    joined.push(Joined { room, role, location: Some(location), error: None });
+                        probe,
+                        peer,
+                        link: j.link,
+                        joined_at: Instant::now(),
+                        node: j.node,
+                    };
+                    t.joined[index] = if senders[index % threads].send(ToWorker::New(c)).is_err() {
+                        t.failed += 1;
+                        Joined { room, role, location: Some(location), error: Some("generator thread ended".into()) }
+                    } else {
+                        Joined { room, role, location: Some(location), error: None }
+                    };
+                }
+                Err(e) => {
+                    t.failed += 1;
+                    t.joined[index] = Joined { room, role, location: None, error: Some(e) };
                 }
             }
-            Err(e) => {
-                failed += 1;
-                joined.push(Joined { room, role, location: None, error: Some(e) });
+        };
+        for index in 0..roles.len() {
+            let due = start + cfg.join_interval.mul_f64(index as f64);
+            while Instant::now() < due && !past_end(Instant::now(), end) {
+                let wait = due.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
+                if let Ok((i, asked, r)) = results.recv_timeout(wait) {
+                    take(&mut t, i, asked, r);
+                }
+            }
+            if past_end(Instant::now(), end) {
+                break;
+            }
+            // Blocks while JOINERS joins are in flight: their answers are taken meanwhile.
+            let mut job = (index, Instant::now());
+            loop {
+                match jobs_tx.try_send(job) {
+                    Ok(()) => break,
+                    Err(std::sync::mpsc::TrySendError::Full(j)) => {
+                        job = j;
+                        if let Ok((i, asked, r)) = results.recv_timeout(Duration::from_millis(1)) {
+                            take(&mut t, i, asked, r);
+                        }
+                    }
+                    Err(std::sync::mpsc::TrySendError::Disconnected(_)) => unreachable!("the joiners outlive the jobs"),
+                }
+            }
+            dispatched += 1;
+            while let Ok((i, asked, r)) = results.try_recv() {
+                take(&mut t, i, asked, r);
+            }
+            let now = Instant::now();
+            if now - last_progress >= Duration::from_millis(500) {
+                last_progress = now;
+                observe(Progress::Joining { joined: t.done - t.failed, failed: t.failed, total: cfg.clients });
+            }
+            if now >= next_summary {
+                next_summary += cfg.summary_interval;
+                let s = summary_at(now, t.joined, None, *t.server_media);
+                observe(Progress::Summary(&s));
             }
         }
-        let now = Instant::now();
-        if now - last_progress >= Duration::from_millis(500) || index + 1 == roles.len() {
-            last_progress = now;
-            observe(Progress::Joining { joined: index + 1 - failed, failed, total: cfg.clients });
+        drop(jobs_tx);
+        // The joins in flight: each is bounded by its requests' timeouts.
+        for (i, asked, r) in results.iter() {
+            take(&mut t, i, asked, r);
         }
-        if now >= next_summary {
-            next_summary += cfg.summary_interval;
-            let s = summary_at(now, &joined, None, server_media);
-            observe(Progress::Summary(&s));
-        }
-    }
+        (t.done, t.failed)
+    });
+    joined.truncate(dispatched);
+    observe(Progress::Joining { joined: done - failed, failed, total: cfg.clients });
     let window_start = Instant::now() + cfg.warmup;
     let _ = shared.window_start.set(window_start);
     if let Some(w) = cfg.window {

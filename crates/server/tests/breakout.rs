@@ -7,9 +7,9 @@
 //! (`left` with reason `moved_room`, `joined`), and the participant's own
 //! socket, opened with a token for the old room only, follows it
 //! (`room_changed`, then a snapshot of the new room). Every refusal has its
-//! status and stable code, and leaves the participant where it was; a plain
-//! RTP participant is not movable; in a cluster (a real redis-server), a
-//! move to a room on another node says which node holds it.
+//! status and stable code, and leaves the participant where it was; in a
+//! cluster (a real redis-server), a move to a room on another node says
+//! which node holds it. (A plain RTP participant's move: tests/breakout_rtp.rs.)
 
 mod common;
 
@@ -278,29 +278,6 @@ fn across_nodes_a_move_says_where_the_room_is() {
     for (rt, server) in nodes {
         rt.block_on(server.shutdown());
     }
-}
-
-/// A plain RTP participant (a SIP gateway's call) has no WebRTC peer to
-/// move: 400 `not_movable`, and it stays.
-#[test]
-fn a_plain_rtp_participant_is_not_movable() {
-    let mut cfg = test_config();
-    cfg.rtp_in.trusted = vec!["127.0.0.0/8".into()];
-    let (rt, server) = start_with(cfg);
-    let api = server.http_addr();
-    common::create_room(api, "sip");
-    common::create_room(api, "other");
-    let offer = "v=0\r\no=gw 1 1 IN IP4 127.0.0.1\r\ns=call\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
-                 m=audio 40000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
-    let r = common::http(api, "POST", "/v1/rooms/sip/participants", Some("application/sdp"), offer.as_bytes());
-    assert_eq!(r.status, 201, "{}", r.body);
-    let location = r.header("location").expect("a Location").to_owned();
-    let id: u64 = location.rsplit('/').next().and_then(|s| s.parse().ok()).expect("an id");
-    let path = format!("/v1/rooms/sip/participants/{id}/move");
-    let r = common::http(api, "POST", &path, Some("application/json"), br#"{"to":"other"}"#);
-    refused(&r, 400, "not_movable", "a plain RTP participant");
-    assert_eq!(common::room(api, "sip")["participants"].as_array().map(Vec::len), Some(1));
-    rt.block_on(server.shutdown());
 }
 
 /// With `breakout.create_rooms` on, a move to a room that does not exist

@@ -107,7 +107,6 @@ impl From<RoomError> for ApiError {
             RoomError::Locked(_) => (StatusCode::LOCKED, "room_locked"),
             RoomError::Banned(_) => (StatusCode::FORBIDDEN, "banned"),
             RoomError::SameRoom(_) => (StatusCode::BAD_REQUEST, "same_room"),
-            RoomError::NotMovable(_) => (StatusCode::BAD_REQUEST, "not_movable"),
         };
         Self::new(status, code, e.to_string())
     }

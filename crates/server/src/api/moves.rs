@@ -93,7 +93,7 @@ fn counted(result: ApiResult<Response>) -> ApiResult<Response> {
     responses(
         (status = 200, description = "Moved: `left` (reason `moved_room`) in the old room, `joined` in the new", body = MoveResult),
         (status = 307, description = "Cluster mode: the participant's room is on another node; follow `Location`"),
-        (status = 400, description = "`bad_json`, `bad_room_id`, `same_room`, `not_movable` (a plain RTP participant)", body = ErrorBody),
+        (status = 400, description = "`bad_json`, `bad_room_id`, `same_room`", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`forbidden` (not an admin of both rooms), `banned` (from the target room)", body = ErrorBody),
         (status = 404, description = "`room_not_found` (either room; the target only while `breakout.create_rooms` is off), `participant_not_found`", body = ErrorBody),

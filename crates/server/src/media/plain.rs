@@ -5,6 +5,7 @@
 //! API join (RTP/AVP offer, trusted) ─► Rooms::join_plain ─► PlainHandle::add ─► this thread
 //! socket ─► RTP (source address checked) ─► the room's inbox, as any participant's packets
 //! mix-clock ─► IoCommand::Deliver ─► each participant's N-minus-self feed as plain RTP to its offered address
+//! API move ─► Rooms::move_member ─► IoCommand::Rehome ─► the same participant fed by, and feeding, another room
 //! ```
 //!
 //! The thread sits in the media plane's list of I/O threads, so the clock's
@@ -220,7 +221,13 @@ impl PlainThread {
         let _ = self.wake.read();
     }
 
-    fn add(&mut self, p: NewPlain, now: Instant) {
+    fn add(&mut self, mut p: NewPlain, now: Instant) {
+        // The registry's record wins: a move (or a leave) may have come
+        // before this thread took the participant in.
+        match self.rooms.room_of(p.id.0) {
+            Some(room) => p.room = room,
+            None => return,
+        }
         if p.room.is_closed() {
             return;
         }
@@ -252,6 +259,7 @@ impl PlainThread {
                 IoCommand::Close(id) => {
                     self.forget(id);
                 }
+                IoCommand::Rehome(id) => self.rehome(id),
                 IoCommand::Shutdown => return false,
                 // Nothing is forwarded to this thread (its peers have no ICE);
                 // other commands are the WebRTC threads'.
@@ -260,6 +268,30 @@ impl PlainThread {
             }
         }
         true
+    }
+
+    /// A participant was moved to another room (a breakout): its packets
+    /// go to the new room's inbox and it is sent the new room's mix from
+    /// the next tick on. The same socket, address, SSRC, sequence numbers
+    /// and timestamps (they follow the clock's tick, which every room
+    /// shares): the caller sees one unbroken stream.
+    fn rehome(&mut self, id: PeerId) {
+        let Some(room) = self.rooms.room_of(id.0) else { return };
+        let Some(peer) = self.peers.get_mut(&id) else { return };
+        if peer.room.key == room.key {
+            return;
+        }
+        let old = std::mem::replace(&mut peer.room, room.clone());
+        // The new room learns its SSRC from its next packet.
+        peer.their_ssrc = None;
+        if let Some(list) = self.by_room.get_mut(&old.key) {
+            list.retain(|p| *p != id);
+            if list.is_empty() {
+                self.by_room.remove(&old.key);
+            }
+        }
+        self.by_room.entry(room.key).or_default().push(id);
+        tracing::debug!(from = %old.id, to = %room.id, peer = %id, "plain RTP participant moved to another room");
     }
 
     fn forget(&mut self, id: PeerId) -> Option<Peer> {
@@ -385,8 +417,10 @@ impl PlainThread {
             let Some(peer) = self.forget(id) else { continue };
             self.stats.timed_out += 1;
             tracing::info!(room = %peer.room.id, peer = %id, "plain RTP participant silent for the peer timeout: removed");
+            // Where the registry has it (a move's re-home may still be queued).
             // Its ClosePeer effect names this thread, where it is gone already.
-            let _ = self.rooms.leave(&peer.room, id.0, LeaveReason::TimedOut);
+            let room = self.rooms.room_of(id.0).unwrap_or(peer.room);
+            let _ = self.rooms.leave(&room, id.0, LeaveReason::TimedOut);
         }
     }
 

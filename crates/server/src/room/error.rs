@@ -48,11 +48,6 @@ pub(crate) enum RoomError {
     /// A move into the room the participant is in already.
     #[error("participant is in room '{0}' already")]
     SameRoom(String),
-    /// A participant that cannot be moved (a plain RTP one: its own thread sends its mix).
-    #[error(
-        "participant {0} is a plain RTP participant: it cannot be moved to another room; remove it and join it there"
-    )]
-    NotMovable(u64),
     /// The server is shutting down and takes no joins.
     #[error("the server is shutting down")]
     ShuttingDown,

@@ -14,6 +14,11 @@
 //! As on a join, one identity holds one participant per room: a
 //! participant of the same identity already in the new room is replaced.
 //!
+//! A plain RTP participant (`media::plain`) moves the same way: its
+//! I/O thread is the `rtp-in` thread, which keeps its socket, addresses,
+//! SSRC, sequence numbers and timestamps (no new offer or answer); it stays
+//! marked as a source that suppresses no noise itself.
+//!
 //! What moves: the participant's id, name, identity, admin flag, mute state
 //! and its speak gate (set by the move's `speak`, or kept). What starts
 //! afresh in the new room: its place in the mixer (jitter buffer, level,
@@ -61,9 +66,7 @@ impl Rooms {
             let m = members.get(&id).ok_or(RoomError::NoParticipant(id))?;
             (m.identity.clone(), m.name.clone())
         };
-        if lock(&self.registry).is_plain(PeerId(id)) {
-            return Err(RoomError::NotMovable(id));
-        }
+        let plain = lock(&self.registry).is_plain(PeerId(id));
         if self.closing.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(RoomError::ShuttingDown);
         }
@@ -84,6 +87,9 @@ impl Rooms {
         let back = |original: super::Member| {
             original.gate.set(original.listen_only);
             let _ = from.add(ParticipantId(id), original.muted);
+            if plain {
+                from.mark_raw_source(ParticipantId(id));
+            }
             lock(&from.members).insert(id, original);
         };
         if let Some(speak) = speak {
@@ -104,6 +110,10 @@ impl Rooms {
         if to.add(ParticipantId(id), muted).is_err() {
             back(original);
             return Err(RoomError::RoomFull { room: to.id.clone(), max: to.max_participants() });
+        }
+        if plain {
+            // Its client suppresses no noise, in this room as in the old one.
+            to.mark_raw_source(ParticipantId(id));
         }
         // One identity, one participant, as a join: the identity's participant
         // already in the new room leaves (`replaced`); its peer is closed by
@@ -222,5 +232,47 @@ mod tests {
         assert_eq!(rooms.take_replaced(), vec![Effect::ClosePeer { peer: PeerId(y), io: 0 }]);
         // It leaves from where it is, closed on its thread.
         assert_eq!(rooms.leave(&a, x, LeaveReason::Left), Ok(Some(Effect::ClosePeer { peer: PeerId(x), io: 1 })));
+    }
+
+    #[test]
+    fn a_plain_rtp_participant_moves_on_its_own_thread_and_stays_a_raw_source() {
+        let cfg = RoomConfig { max_participants: 2, max_speakers: SpeakerLimit::Top(3), ..RoomConfig::default() };
+        let rooms = Rooms::new(cfg, 4, 10).expect("rooms");
+        let acc =
+            tutti_rtc::Acceptor::new(SocketAddr::from(([127, 0, 0, 1], 4000)), Duration::from_secs(10)).expect("acc");
+        let (a, b) = (rooms.create("a", None, None).expect("a"), rooms.create("b", None, None).expect("b"));
+        let c = rooms.create("c", Some(1), None).expect("c");
+        let now = Instant::now();
+        let (j, _) = joiner(&acc, "full");
+        rooms.join(&c, j, now).expect("c is full");
+        let peer = acc.reserve_id();
+        let plain = super::super::PlainJoiner {
+            id: peer,
+            name: "phone".into(),
+            identity: "phone".into(),
+            listen_only: false,
+            admin: false,
+            io: 7,
+        };
+        let (id, gate) = rooms.join_plain(&a, plain).expect("joins a");
+        let suppressed = |room: &Arc<Room>| rooms.set_voice(room, id, None, None).map(|v| v.noise_suppression);
+        assert_eq!(suppressed(&a), Ok(true), "room `auto`: a plain caller is suppressed");
+        let (mut rx_a, mut rx_b) = (a.subscribe(), b.subscribe());
+        events(&a, &mut rx_a);
+
+        // A full target refuses it; it stays in a, as it was.
+        assert!(matches!(rooms.move_member(&a, &c, id, None, now), Err(RoomError::RoomFull { .. })));
+        assert_eq!((a.len(), rooms.room_of(id).map(|r| r.key)), (1, Some(a.key)));
+        assert_eq!(suppressed(&a), Ok(true));
+
+        // Moved: the effect names the plain RTP thread; the gate it holds is the member's.
+        let (done, effect) = rooms.move_member(&a, &b, id, Some(false), now).expect("moved");
+        assert_eq!((done.speak, effect), (false, Some(Effect::Rehome { peer, io: 7 })));
+        assert!(gate.get(), "the thread's speak gate follows the move");
+        assert_eq!((a.len(), b.len(), rooms.room_of(id).map(|r| r.key)), (0, 1, Some(b.key)));
+        assert_eq!(suppressed(&b), Ok(true), "still a raw source in the new room");
+        assert_eq!(events(&a, &mut rx_a), vec![RoomEvent::Left { id, reason: "moved_room" }]);
+        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id, name: "phone".into() }]);
+        assert_eq!(rooms.leave(&b, id, LeaveReason::Left), Ok(Some(Effect::ClosePeer { peer, io: 7 })));
     }
 }
