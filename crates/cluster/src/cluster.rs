@@ -13,10 +13,10 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::config::{ClusterConfig, validate_node_id};
+use crate::config::{ClusterConfig, RoomSpread, validate_node_id};
 use crate::error::{ClusterError, TicketError};
 use crate::events::{Relay, RoomEvent};
-use crate::placement::{Load, NodeInfo, NodeState, choose};
+use crate::placement::{Load, NodeInfo, NodeState, choose, choose_for_join};
 use crate::record::{RecordKey, TICKET_PURPOSE, derive_key};
 use crate::scripts::Scripts;
 use crate::stats::{ClusterStats, Counters};
@@ -91,6 +91,47 @@ pub struct RoomEntry {
     pub owner: Option<Owner>,
 }
 
+/// Where a join of a room goes ([`Cluster::place_join`]), when rooms may
+/// span several nodes (`room_spread`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinPlacement {
+    /// Host the participant here. `owner`: this node holds the room's lease
+    /// (its control and recording are here); else this node is a member of
+    /// the room's span at `epoch` (its copy mixes its own participants and
+    /// meets the others over the mesh).
+    Here {
+        /// The room's epoch.
+        epoch: u64,
+        /// This node holds the lease.
+        owner: bool,
+    },
+    /// Send the join to this node: the owner, or another node of (or for) the span.
+    Elsewhere(Owner),
+}
+
+/// A node of a room's span as the directory holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanMember {
+    /// Node id.
+    pub node_id: String,
+    /// The room epoch it joined the span at.
+    pub epoch: u64,
+    /// Its mesh socket's address, from its signed record.
+    pub mesh_addr: Option<std::net::SocketAddr>,
+}
+
+/// A room's span: its lease and the live nodes hosting its participants.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Span {
+    /// The room.
+    pub room: String,
+    /// The lease: owner node and epoch (`None`: nobody holds it now).
+    pub lease: Option<(String, u64)>,
+    /// Members whose node is alive and whose record is signed (this node
+    /// included when it is one), sorted by id.
+    pub members: Vec<SpanMember>,
+}
+
 /// What the claim script said, before the callers decide.
 enum ClaimReply {
     /// Owned by this node or another live one.
@@ -125,6 +166,9 @@ impl Keys {
     }
     fn ticket(&self, nonce: &str) -> String {
         format!("{}ticket:{nonce}", self.prefix)
+    }
+    fn span(&self, room: &str) -> String {
+        format!("{}span:{room}", self.prefix)
     }
 }
 
@@ -220,6 +264,8 @@ fn parse_node(id: &str, h: &HashMap<String, String>) -> Option<NodeInfo> {
         },
         capacity: num("capacity") as u32,
         placements: num("placements") as u32,
+        joins: num("joins") as u32,
+        mesh_addr: h.get("mesh_addr").and_then(|a| a.parse().ok()),
     })
 }
 
@@ -239,11 +285,7 @@ impl Cluster {
                 reason: "every node of a cluster needs the same secret of at least 32 bytes".into(),
             });
         }
-        let node_id = if config.node_id.is_empty() {
-            format!("node-{:08x}", random_u64() as u32)
-        } else {
-            config.node_id.clone()
-        };
+        let node_id = config.clone().with_node_id().node_id;
         validate_node_id(&node_id).map_err(|reason| ClusterError::Config { field: "node_id", reason })?;
         let client = config.redis_client(false)?;
         let op = config.op_timeout();
@@ -677,6 +719,152 @@ impl Cluster {
         Record::Rejected
     }
 
+    /// Where a join of `room` goes, by `room_spread` (see [`RoomSpread`]).
+    /// `off`: as [`place`](Self::place) (or [`claim`](Self::claim) when
+    /// `ticketed`). Otherwise a join that was redirected here (`ticketed`)
+    /// stays: this node claims the room if nobody holds it, else joins its
+    /// span (never fencing the owner). A fresh join of a room nobody holds
+    /// is placed as a new room; of a held room, it goes to the owner while
+    /// the owner has room (`when_full`), else to the least-loaded eligible
+    /// node of the span, else of the cluster (`always`: of the cluster
+    /// straight away); a tie stays here. The chosen node's pending joins go
+    /// up (until its next heartbeat) so that joins in a burst spread.
+    pub async fn place_join(&self, room: &str, ticketed: bool) -> Result<JoinPlacement, ClusterError> {
+        let spread = self.inner.cfg.room_spread;
+        let me = self.inner.node_id.clone();
+        let here = |p: Placement| match p {
+            Placement::Local { epoch, .. } => JoinPlacement::Here { epoch, owner: true },
+            Placement::Remote(o) => JoinPlacement::Elsewhere(o),
+        };
+        if spread == RoomSpread::Off {
+            return Ok(here(if ticketed { self.claim(room, None).await? } else { self.place(room, None).await? }));
+        }
+        if ticketed {
+            return match self.claim(room, None).await? {
+                Placement::Local { epoch, .. } => Ok(JoinPlacement::Here { epoch, owner: true }),
+                Placement::Remote(owner) => {
+                    self.join_spans(&[(room.to_owned(), owner.epoch)]).await?;
+                    Ok(JoinPlacement::Here { epoch: owner.epoch, owner: false })
+                }
+            };
+        }
+        let Some(owner) = self.locate(room).await? else {
+            return Ok(here(self.place(room, None).await?));
+        };
+        let nodes = self.nodes().await?;
+        let budget = Duration::from_secs_f64(self.inner.cfg.tick_budget_seconds);
+        let owner_has_room = nodes.iter().any(|n| n.id == owner.node_id && n.eligible(budget));
+        let target = match spread {
+            RoomSpread::WhenFull if owner_has_room => None,
+            RoomSpread::WhenFull => {
+                let span = self.spans(&[room.to_owned()]).await?.pop().unwrap_or_default();
+                let member = |n: &NodeInfo| span.members.iter().any(|m| m.node_id == n.id && m.epoch == owner.epoch);
+                choose_for_join(&nodes, budget, &me, member).or_else(|| choose_for_join(&nodes, budget, &me, |_| true))
+            }
+            _ => choose_for_join(&nodes, budget, &me, |_| true),
+        };
+        let Some(target) = target.map(|i| &nodes[i]) else {
+            return Ok(if owner.node_id == me {
+                JoinPlacement::Here { epoch: owner.epoch, owner: true }
+            } else {
+                JoinPlacement::Elsewhere(owner)
+            });
+        };
+        self.count_join(&target.id).await;
+        if target.id == me {
+            if owner.node_id == me {
+                return Ok(JoinPlacement::Here { epoch: owner.epoch, owner: true });
+            }
+            self.join_spans(&[(room.to_owned(), owner.epoch)]).await?;
+            return Ok(JoinPlacement::Here { epoch: owner.epoch, owner: false });
+        }
+        Ok(JoinPlacement::Elsewhere(Owner {
+            node_id: target.id.clone(),
+            epoch: owner.epoch,
+            api_url: target.api_url.clone(),
+            media_addr: target.media_addr.clone(),
+        }))
+    }
+
+    /// Counts a join sent to `node` in its record until its next heartbeat
+    /// (best effort; only while its record exists, so that a dead node's
+    /// record is never brought back without its TTL).
+    async fn count_join(&self, node: &str) {
+        const BUMP: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
+            return redis.call('HINCRBY', KEYS[1], 'joins', 1) end return 0";
+        let mut con = self.inner.con.clone();
+        let key = self.inner.keys.node(node);
+        let _: Result<i64, _> =
+            self.run(async move { redis::Script::new(BUMP).key(key).invoke_async(&mut con).await }).await;
+    }
+
+    /// Records this node as a member of each room's span at the given
+    /// epoch (again: members rewrite it every few seconds, and the span key
+    /// lives three lease TTLs past its last rewrite).
+    pub async fn join_spans(&self, rooms: &[(String, u64)]) -> Result<(), ClusterError> {
+        if rooms.is_empty() {
+            return Ok(());
+        }
+        let keep = self.inner.cfg.lease_ttl_ms() * 3;
+        let mut pipe = redis::pipe();
+        for (room, epoch) in rooms {
+            let key = self.inner.keys.span(room);
+            pipe.cmd("HSET").arg(&key).arg(&self.inner.node_id).arg(*epoch).ignore();
+            pipe.cmd("PEXPIRE").arg(&key).arg(keep).ignore();
+        }
+        let mut con = self.inner.con.clone();
+        self.run(async move { pipe.exec_async(&mut con).await }).await
+    }
+
+    /// Takes this node out of `room`'s span (its last participant there left).
+    pub async fn leave_span(&self, room: &str) -> Result<(), ClusterError> {
+        let mut con = self.inner.con.clone();
+        let key = self.inner.keys.span(room);
+        let node = self.inner.node_id.clone();
+        let _: i64 = self.run(async move { redis::cmd("HDEL").arg(key).arg(node).query_async(&mut con).await }).await?;
+        Ok(())
+    }
+
+    /// The spans of `rooms`: each room's lease and its live members with
+    /// their mesh addresses, from signed records only (an address Redis
+    /// holds without a valid signature is never used). Two round trips
+    /// whatever the number of rooms, plus the registry read.
+    pub async fn spans(&self, rooms: &[String]) -> Result<Vec<Span>, ClusterError> {
+        if rooms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = &self.inner.keys;
+        let mut pipe = redis::pipe();
+        for room in rooms {
+            pipe.cmd("GET").arg(keys.lease(room));
+            pipe.cmd("HGETALL").arg(keys.span(room));
+        }
+        let mut con = self.inner.con.clone();
+        let replies: Vec<Value> = self.run(async move { pipe.query_async(&mut con).await }).await?;
+        let nodes: HashMap<String, NodeInfo> = self.nodes().await?.into_iter().map(|n| (n.id.clone(), n)).collect();
+        let mut out = Vec::with_capacity(rooms.len());
+        for (room, pair) in rooms.iter().zip(replies.chunks(2)) {
+            let [lease, span] = pair else {
+                return Err(ClusterError::Corrupt("short pipeline reply".into()));
+            };
+            let lease: Option<String> =
+                redis::from_redis_value(lease.clone()).map_err(|e| ClusterError::Corrupt(e.to_string()))?;
+            let span: HashMap<String, String> =
+                redis::from_redis_value(span.clone()).map_err(|e| ClusterError::Corrupt(e.to_string()))?;
+            let mut members: Vec<SpanMember> = span
+                .into_iter()
+                .filter_map(|(node, epoch)| {
+                    let n = nodes.get(&node)?;
+                    Some(SpanMember { node_id: node, epoch: epoch.parse().ok()?, mesh_addr: n.mesh_addr })
+                })
+                .collect();
+            members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+            let lease = lease.as_deref().and_then(parse_lease).map(|(n, e)| (n.to_owned(), e));
+            out.push(Span { room: room.clone(), lease, members });
+        }
+        Ok(out)
+    }
+
     /// A redirect ticket for `room`, vouching for `identity` and `grants`
     /// (the server's token claims, opaque here: give the least the request
     /// needs), for the one request `(method, path)`, valid `ticket_ttl_seconds`.
@@ -819,7 +1007,7 @@ impl Cluster {
         let load = *lock(&inner.load);
         let state = if inner.draining.load(Relaxed) { NodeState::Draining } else { NodeState::Serving };
         let key = inner.keys.node(&inner.node_id);
-        let fields: [(&str, String); 7] = [
+        let mut fields: Vec<(&str, String)> = vec![
             ("api_url", inner.cfg.api_url.clone()),
             ("media_addr", inner.cfg.media_addr.clone()),
             ("state", state.as_str().to_owned()),
@@ -828,6 +1016,10 @@ impl Cluster {
             ("cpu", load.busiest_thread_cpu.to_string()),
             ("tick_p99_seconds", load.tick_p99.as_secs_f64().to_string()),
         ];
+        // The address bound (the server puts it in the config it starts the cluster with).
+        if !inner.cfg.mesh_addr.is_empty() {
+            fields.push(("mesh_addr", inner.cfg.mesh_addr.clone()));
+        }
         let sig = inner.records.sign(&inner.node_id, &fields);
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("HSET").arg(&key);
@@ -839,6 +1031,8 @@ impl Cluster {
             // Placements since the last heartbeat: their participants show in
             // the next figures (a room's first clients arrive within a second).
             .arg("placements")
+            .arg(0)
+            .arg("joins")
             .arg(0)
             .ignore()
             .cmd("PEXPIRE")

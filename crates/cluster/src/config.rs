@@ -21,6 +21,8 @@ use crate::error::ClusterError;
 /// node_id = "tutti-1"                      # default: node-<random>, new on every start
 /// api_url = "http://127.0.0.2:8080"        # where other nodes redirect clients
 /// media_addr = "127.0.0.2:3478"
+/// mesh_addr = "10.0.0.2:3479"              # node-to-node media (UDP); empty = media_addr's IP, any port
+/// room_spread = "when_full"                # "off" | "when_full" | "always"
 /// capacity = 1400                          # participants this node is sized for
 /// ```
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -79,6 +81,42 @@ pub struct ClusterConfig {
     /// secret leak). Empty = any URL a signed record names. This node's own
     /// `api_url` must match.
     pub allowed_api_urls: Vec<String>,
+    /// The UDP address this node's node-to-node media (a room spread over
+    /// several nodes) binds, e.g. `10.0.0.2:3479`; empty = the IP of
+    /// [`media_addr`](Self::media_addr) with a port the system picks. The
+    /// address bound is published in the node's signed record (with an
+    /// unspecified IP such as `0.0.0.0`, `media_addr`'s IP is published).
+    pub mesh_addr: String,
+    /// When a join may land on another node than the room's owner, making
+    /// the room span several nodes: [`RoomSpread`].
+    pub room_spread: RoomSpread,
+}
+
+/// When a room spreads over several nodes (`cluster.room_spread`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoomSpread {
+    /// Never: a room lives on its owner alone (every join is sent there).
+    Off,
+    /// A join goes to the room's owner while it has room; when the owner is
+    /// full, to the least-loaded node already in the room's span, else to
+    /// the least-loaded node of the cluster.
+    #[default]
+    WhenFull,
+    /// Every join goes to the least-loaded node (by participants), so a
+    /// room spreads over the cluster from its first participants.
+    Always,
+}
+
+impl RoomSpread {
+    /// The config value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::WhenFull => "when_full",
+            Self::Always => "always",
+        }
+    }
 }
 
 impl Default for ClusterConfig {
@@ -100,6 +138,8 @@ impl Default for ClusterConfig {
             op_timeout_seconds: 0.5,
             ticket_ttl_seconds: 30.0,
             allowed_api_urls: Vec::new(),
+            mesh_addr: String::new(),
+            room_spread: RoomSpread::default(),
         }
     }
 }
@@ -132,6 +172,8 @@ impl std::fmt::Debug for ClusterConfig {
             .field("op_timeout_seconds", &self.op_timeout_seconds)
             .field("ticket_ttl_seconds", &self.ticket_ttl_seconds)
             .field("allowed_api_urls", &self.allowed_api_urls)
+            .field("mesh_addr", &self.mesh_addr)
+            .field("room_spread", &self.room_spread)
             .finish()
     }
 }
@@ -140,6 +182,16 @@ impl std::fmt::Debug for ClusterConfig {
 pub const MAX_NODE_ID_BYTES: usize = 64;
 
 impl ClusterConfig {
+    /// This config with its [`node_id`](Self::node_id) filled in: as set,
+    /// else `node-` and 8 random hex digits (what [`Cluster::start`](crate::Cluster::start)
+    /// would pick), for a caller that needs the id before starting.
+    pub fn with_node_id(mut self) -> Self {
+        if self.node_id.is_empty() {
+            self.node_id = generated_node_id();
+        }
+        self
+    }
+
     /// Cluster mode is on when a Redis URL is set.
     pub fn enabled(&self) -> bool {
         !self.redis_url.is_empty()
@@ -162,6 +214,9 @@ impl ClusterConfig {
         }
         if self.media_addr.is_empty() {
             return bad("media_addr", "must be set");
+        }
+        if !self.mesh_addr.is_empty() && self.mesh_addr.parse::<std::net::SocketAddr>().is_err() {
+            return bad("mesh_addr", "must be empty or an address like 10.0.0.2:3479 (port 0 = any)");
         }
         if !self.api_url_allowed(&self.api_url) {
             return bad("allowed_api_urls", "does not match this node's own api_url");
@@ -276,6 +331,14 @@ fn url_matches(pattern: &str, url: &str) -> bool {
     p[i..].iter().all(|&b| b == b'*')
 }
 
+/// `node-` and 8 random hex digits.
+pub(crate) fn generated_node_id() -> String {
+    let r = getrandom::u64().unwrap_or_else(|_| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos().into())
+    });
+    format!("node-{:08x}", r as u32)
+}
+
 /// A node id is safe in a key and in a lease value (`node:epoch`, so no `:`).
 pub(crate) fn validate_node_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_NODE_ID_BYTES {
@@ -317,6 +380,8 @@ mod tests {
         assert_eq!(field(ClusterConfig { node_ttl_seconds: 1.5, ..ok() }), "node_ttl_seconds");
         assert_eq!(field(ClusterConfig { lease_ttl_seconds: f64::NAN, ..ok() }), "lease_ttl_seconds");
         assert_eq!(field(ClusterConfig { capacity: 0, ..ok() }), "capacity");
+        assert_eq!(field(ClusterConfig { mesh_addr: "nowhere".into(), ..ok() }), "mesh_addr");
+        assert!(ClusterConfig { mesh_addr: "127.0.0.2:0".into(), ..ok() }.validate().is_ok());
     }
 
     #[test]
@@ -351,6 +416,9 @@ mod tests {
         let err = serde_json::from_str::<ClusterConfig>(r#"{"redis_url":"redis://x","colour":"red"}"#);
         assert!(err.is_err());
         let c: ClusterConfig = serde_json::from_str(r#"{"redis_url":"redis://x","capacity":7}"#).expect("valid json");
-        assert_eq!((c.capacity, c.node_ttl_seconds), (7, 5.0));
+        assert_eq!((c.capacity, c.node_ttl_seconds, c.room_spread), (7, 5.0, RoomSpread::WhenFull));
+        let c: ClusterConfig = serde_json::from_str(r#"{"room_spread":"always"}"#).expect("valid json");
+        assert_eq!(c.room_spread, RoomSpread::Always);
+        assert!(serde_json::from_str::<ClusterConfig>(r#"{"room_spread":"sometimes"}"#).is_err());
     }
 }

@@ -11,7 +11,7 @@
 //! ```text
 //! nodes               set of node ids (for enumeration; stale ids cleaned on read)
 //! node:<id>           hash api_url media_addr state participants capacity cpu
-//!                     tick_p99_seconds sig placements; rewritten every heartbeat
+//!                     tick_p99_seconds mesh_addr sig placements joins; rewritten every heartbeat
 //!                     (MULTI: HSET + PEXPIRE node_ttl + SADD). Gone = dead:
 //!                     Redis' clock alone decides, nodes need no clock agreement.
 //!                     `sig`: HMAC of the id and the fields but placements under
@@ -19,6 +19,10 @@
 //! rooms               set of room names with a record
 //! room:<r>            hash owner epoch config
 //! lease:<r>           "<node>:<epoch>", PX lease_ttl, renewed by the owner
+//! span:<r>            hash node → epoch: the nodes hosting participants of room r
+//!                     (a room spread over nodes); rewritten by each member every
+//!                     few seconds, PX 3 × lease_ttl; a member whose node key is
+//!                     gone, or of another epoch than the lease's, does not count
 //! ticket:<nonce>      burnt redirect tickets (SET NX EX)
 //! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>")
 //! ```
@@ -45,6 +49,16 @@
 //!
 //! ## Decisions
 //!
+//! - **A room may span nodes; its owner stays one node.** With
+//!   `room_spread` (`when_full`, the default, or `always`) a join may land
+//!   on a node that does not hold the room's lease: that node records
+//!   itself in `span:<r>` at the lease's epoch and hosts a copy of the room
+//!   with its own participants; the nodes meet over the mesh (tutti-mesh),
+//!   with the peers and their addresses read here. The lease holder is the
+//!   room's owner (control, recording) as before; a member never claims a
+//!   held room, so joining a span fences nobody. A new epoch (the owner
+//!   died and the room was claimed again) makes the members join again at
+//!   it, with new mesh keys.
 //! - **The placer claims for the chosen node.** The claim script takes the
 //!   node id and checks that node's registry key exists inside the same
 //!   atomic step, so a node that died after the registry read is never made
@@ -99,6 +113,9 @@
 //! | create room / WHIP or WS join of a room not hosted here | [`Cluster::place`]`(room, config JSON)` | `Local` → create/join here; `Remote(owner)` → 307 (below); `Err(Unavailable \| NoEligibleNode)` → 503 + `Retry-After:` [`ClusterError::retry_after_seconds`] |
 //! | 307 | `Location:` [`redirect_location`]`(owner.api_url, path_and_query, `[`Cluster::mint_ticket`]`(room, sub, least grants, (method, path)))`, [`Cluster::record_redirect`] | WHIP clients follow it; the browser page moves to `owner.api_url` with a ticket |
 //! | request with `?ticket=` (instead of a bearer token) | [`Cluster::verify_ticket`]`(ticket, room, (method, path))` → the claims stand in for the token | refused → 401; `Unavailable` → 503 |
+//! | a join, `room_spread` not `off` | [`Cluster::place_join`]`(room, ticketed)` | `Here { owner }` → host it here (`owner: false`: as a member of the room's span); `Elsewhere(node)` → 307 to that node |
+//! | every ~250 ms, for the rooms hosted here | [`Cluster::spans`]`(rooms)`, [`Cluster::join_spans`] now and then | the mesh's peers: the members at the lease's epoch, addresses from signed records |
+//! | the last local participant of a spread room left | [`Cluster::leave_span`]`(room)` | |
 //! | a room closes here (last participant left, deleted) | [`Cluster::release`]`(room)` | |
 //! | a [`Fenced`] notice arrives | close the local copy of `room` (disconnect its peers: they rejoin and are redirected to the new owner) | |
 //! | a room event is published locally | [`Cluster::publish_event`]`(room, json)` (never blocks) | |
@@ -148,11 +165,14 @@ mod scripts;
 mod stats;
 mod ticket;
 
-pub use cluster::{Cluster, FENCED_CHANNEL_CAPACITY, Fenced, Owner, Placement, RoomEntry, redirect_location};
-pub use config::{ClusterConfig, MAX_NODE_ID_BYTES};
+pub use cluster::{
+    Cluster, FENCED_CHANNEL_CAPACITY, Fenced, JoinPlacement, Owner, Placement, RoomEntry, Span, SpanMember,
+    redirect_location,
+};
+pub use config::{ClusterConfig, MAX_NODE_ID_BYTES, RoomSpread};
 pub use error::{ClusterError, TicketError};
 pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
-pub use placement::{Load, NodeInfo, NodeState, choose};
+pub use placement::{Load, NodeInfo, NodeState, choose, choose_for_join};
 pub use record::{NODE_RECORD_PURPOSE, TICKET_PURPOSE, derive_key};
 pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS, Sample, SampleKind};
 pub use ticket::{MAX_TICKET_BYTES, TicketClaims, TicketKey};

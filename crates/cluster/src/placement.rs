@@ -3,6 +3,7 @@
 //! Pure arithmetic on a snapshot of the registry; the random draws are
 //! passed in, so a test can replay any choice.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// The load a node reports in its heartbeat (the server calls
@@ -60,6 +61,11 @@ pub struct NodeInfo {
     pub capacity: u32,
     /// Rooms placed on it since its last heartbeat (by any node).
     pub placements: u32,
+    /// Joins of spread rooms sent to it since its last heartbeat (by any node).
+    pub joins: u32,
+    /// Where its node-to-node media socket listens (`None`: a node from
+    /// before room spreading, or an address that does not parse).
+    pub mesh_addr: Option<SocketAddr>,
 }
 
 impl NodeInfo {
@@ -84,6 +90,14 @@ impl NodeInfo {
             (self.load.tick_p99.as_secs_f64() / tick_budget.as_secs_f64()).min(1.5)
         };
         share.max(cpu).max(tick)
+    }
+
+    /// What spreading a room's joins compares: `(participants + joins sent
+    /// to it since its heartbeat) / capacity`. Participants only: the CPU
+    /// and tick figures decide whether a node is full ([`eligible`](Self::eligible)),
+    /// but are too noisy to rank nodes one join at a time.
+    pub fn join_load(&self) -> f64 {
+        (f64::from(self.load.participants) + f64::from(self.joins)) / f64::from(self.capacity.max(1))
     }
 
     /// Serving and below full measured load. Pending placements rank
@@ -117,6 +131,24 @@ pub fn choose(nodes: &[NodeInfo], tick_budget: Duration, room_size_estimate: u32
     }
 }
 
+/// Where a join of a spread room goes: among the eligible nodes that
+/// `allowed` admits, the one with the least [`NodeInfo::join_load`]; a tie
+/// goes to `prefer` (the node choosing: no redirect), then to the smaller
+/// id. `None` when none is eligible.
+pub fn choose_for_join(
+    nodes: &[NodeInfo],
+    tick_budget: Duration,
+    prefer: &str,
+    allowed: impl Fn(&NodeInfo) -> bool,
+) -> Option<usize> {
+    let key = |n: &NodeInfo| (n.join_load(), n.id != prefer);
+    (0..nodes.len()).filter(|&i| nodes[i].eligible(tick_budget) && allowed(&nodes[i])).min_by(|&a, &b| {
+        let (la, pa) = key(&nodes[a]);
+        let (lb, pb) = key(&nodes[b]);
+        la.total_cmp(&lb).then(pa.cmp(&pb)).then(nodes[a].id.cmp(&nodes[b].id))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,7 +164,25 @@ mod tests {
             load: Load { participants, ..Load::default() },
             capacity: 100,
             placements,
+            joins: 0,
+            mesh_addr: None,
         }
+    }
+
+    #[test]
+    fn joins_go_to_the_fewest_participants_ties_to_the_chooser() {
+        let mut nodes = vec![node("a", 3, 0), node("b", 2, 9), node("c", 2, 0)];
+        // Room placements do not count; participants do; a tie goes to the chooser, then the smaller id.
+        assert_eq!(choose_for_join(&nodes, BUDGET, "a", |_| true), Some(1));
+        assert_eq!(choose_for_join(&nodes, BUDGET, "c", |_| true), Some(2));
+        nodes[1].joins = 1;
+        assert_eq!(choose_for_join(&nodes, BUDGET, "a", |_| true), Some(2), "b has a join pending");
+        assert_eq!(choose_for_join(&nodes, BUDGET, "a", |n| n.id != "c"), Some(0), "a tie: the chooser");
+        // Full or draining nodes are never chosen.
+        nodes[2].load.busiest_thread_cpu = 1.0;
+        nodes[0].state = NodeState::Draining;
+        assert_eq!(choose_for_join(&nodes, BUDGET, "a", |_| true), Some(1));
+        assert_eq!(choose_for_join(&nodes, BUDGET, "a", |n| n.id == "c"), None);
     }
 
     #[test]

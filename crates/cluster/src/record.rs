@@ -15,8 +15,9 @@
 //! and `cluster-ticket` (redirect tickets).
 //!
 //! The signature (field `sig`, base64url) covers the node id and every
-//! field but `placements` (which other nodes' claims bump between
-//! heartbeats; a forged count only skews placement for a second), each as
+//! field but `placements` and `joins` (which other nodes' claims and joins
+//! bump between heartbeats; a forged count only skews placement for a
+//! second), each as
 //! a length-prefixed name and value, so no field can be shifted into
 //! another. A record replayed from the same node's past says what that
 //! node once said about itself (its own URL): it sends nobody elsewhere.
@@ -35,6 +36,10 @@ pub const TICKET_PURPOSE: &str = "cluster-ticket";
 /// The fields of a node record the signature covers, in order.
 pub(crate) const SIGNED_FIELDS: [&str; 7] =
     ["api_url", "media_addr", "state", "participants", "capacity", "cpu", "tick_p99_seconds"];
+/// Fields covered when present, after [`SIGNED_FIELDS`]: a record of a node
+/// from before they existed verifies without them, and one that has them
+/// cannot lose them (the signature would no longer verify).
+pub(crate) const OPTIONAL_SIGNED_FIELDS: [&str; 1] = ["mesh_addr"];
 
 /// The key for one purpose, derived from the shared secret:
 /// `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`.
@@ -67,6 +72,12 @@ impl RecordKey {
             put(field.as_bytes());
             put(value(field)?.as_bytes());
         }
+        for field in OPTIONAL_SIGNED_FIELDS {
+            if let Some(v) = value(field) {
+                put(field.as_bytes());
+                put(v.as_bytes());
+            }
+        }
         Some(m)
     }
 
@@ -90,7 +101,7 @@ mod tests {
     use super::*;
 
     fn fields() -> Vec<(&'static str, String)> {
-        SIGNED_FIELDS.iter().map(|f| (*f, format!("value of {f}"))).collect()
+        SIGNED_FIELDS.iter().chain(&OPTIONAL_SIGNED_FIELDS).map(|f| (*f, format!("value of {f}"))).collect()
     }
 
     #[test]
@@ -103,7 +114,7 @@ mod tests {
         assert!(!key.verify("node-2", &record), "a record copied under another id");
         let other = RecordKey::new(b"another cluster's secret, 32 b..");
         assert!(!other.verify("node-1", &record), "another cluster's key");
-        for field in SIGNED_FIELDS {
+        for &field in SIGNED_FIELDS.iter().chain(&OPTIONAL_SIGNED_FIELDS) {
             let mut changed = record.clone();
             changed.insert(field.into(), "http://evil.example".into());
             assert!(!key.verify("node-1", &changed), "{field} changed");
@@ -111,7 +122,15 @@ mod tests {
             assert!(!key.verify("node-1", &changed), "{field} missing");
         }
         record.insert("placements".into(), "99".into());
-        assert!(key.verify("node-1", &record), "placements is not covered");
+        record.insert("joins".into(), "99".into());
+        assert!(key.verify("node-1", &record), "placements and joins are not covered");
+        // A record of a node from before the optional fields verifies without them.
+        let old: Vec<(&str, String)> = SIGNED_FIELDS.iter().map(|f| (*f, format!("value of {f}"))).collect();
+        let mut older: HashMap<String, String> = old.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        older.insert("sig".into(), key.sign("node-1", &old));
+        assert!(key.verify("node-1", &older), "a record without mesh_addr");
+        older.insert("mesh_addr".into(), "10.0.0.9:7000".into());
+        assert!(!key.verify("node-1", &older), "a mesh_addr added to an older record");
         record.remove("sig");
         assert!(!key.verify("node-1", &record), "unsigned");
     }

@@ -50,12 +50,16 @@ pub struct Received {
 pub struct MeshStats {
     /// Datagrams sent.
     pub sent: u64,
+    /// Bytes of them (UDP payloads).
+    pub sent_bytes: u64,
     /// Datagrams not sent: the socket's buffer was full, or an error.
     pub send_dropped: u64,
     /// Candidates left out of a tick for a frame over the maximum.
     pub oversize: u64,
     /// Datagrams verified and queued.
     pub received: u64,
+    /// Bytes of them (UDP payloads).
+    pub received_bytes: u64,
     /// Verified datagrams dropped because the queue was full.
     pub queue_overflow: u64,
     /// Dropped: does not parse.
@@ -75,6 +79,8 @@ pub struct MeshStats {
 #[derive(Default)]
 struct Counters {
     sent: AtomicU64,
+    sent_bytes: AtomicU64,
+    received_bytes: AtomicU64,
     send_dropped: AtomicU64,
     oversize: AtomicU64,
     received: AtomicU64,
@@ -238,7 +244,10 @@ impl MeshSocket {
         for d in &self.datagrams {
             for addr in &self.addrs {
                 match self.socket.send_to(d, addr) {
-                    Ok(_) => c.sent.fetch_add(1, Relaxed),
+                    Ok(n) => {
+                        c.sent_bytes.fetch_add(n as u64, Relaxed);
+                        c.sent.fetch_add(1, Relaxed)
+                    }
                     Err(_) => c.send_dropped.fetch_add(1, Relaxed),
                 };
             }
@@ -262,6 +271,8 @@ impl MeshSocket {
         let c = &self.shared.counters;
         MeshStats {
             sent: c.sent.load(Relaxed),
+            sent_bytes: c.sent_bytes.load(Relaxed),
+            received_bytes: c.received_bytes.load(Relaxed),
             send_dropped: c.send_dropped.load(Relaxed),
             oversize: c.oversize.load(Relaxed),
             received: c.received.load(Relaxed),
@@ -302,7 +313,10 @@ fn receive_loop(socket: &UdpSocket, shared: &Shared, tx: &SyncSender<Received>) 
             let at = Instant::now();
             match verify(shared, &mut buf[..len], from) {
                 Ok(message) => match tx.try_send(Received { message, from, at }) {
-                    Ok(()) => shared.counters.received.fetch_add(1, Relaxed),
+                    Ok(()) => {
+                        shared.counters.received_bytes.fetch_add(len as u64, Relaxed);
+                        shared.counters.received.fetch_add(1, Relaxed)
+                    }
                     Err(TrySendError::Full(_)) => shared.counters.queue_overflow.fetch_add(1, Relaxed),
                     Err(TrySendError::Disconnected(_)) => return,
                 },

@@ -1195,5 +1195,17 @@ mod tests {
             "the environment variable comes from the key path"
         );
         assert!(!Config::default().cluster.enabled(), "off by default");
+        // Rooms across nodes: when_full unless told, a mesh address that must parse.
+        assert_eq!(cfg.cluster.room_spread, tutti_cluster::RoomSpread::WhenFull);
+        let always = [("TUTTI_CLUSTER_REDIS_URL", "redis://127.0.0.1:6379/0"), ("TUTTI_CLUSTER_ROOM_SPREAD", "always")];
+        let cfg = load_text(addrs, &always, &secret).expect("room_spread from the environment");
+        assert_eq!(cfg.cluster.room_spread, tutti_cluster::RoomSpread::Always);
+        let sometimes =
+            [("TUTTI_CLUSTER_REDIS_URL", "redis://127.0.0.1:6379/0"), ("TUTTI_CLUSTER_ROOM_SPREAD", "sometimes")];
+        assert!(err(load_text(addrs, &sometimes, &secret)).contains("sometimes"));
+        let mesh = [("cluster.mesh_addr", "not an address"), secret[0]];
+        assert!(err(load_text(addrs, &redis, &mesh)).contains("mesh_addr"));
+        let mesh = [("cluster.mesh_addr", "127.0.0.2:0"), secret[0]];
+        assert_eq!(load_text(addrs, &redis, &mesh).expect("a mesh address").cluster.mesh_addr, "127.0.0.2:0");
     }
 }

@@ -102,6 +102,26 @@ pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
     Ok(rooms)
 }
 
+/// Binds the node's mesh socket: at `cluster.mesh_addr`, or by default at
+/// the IP of `cluster.media_addr` (the address other nodes reach this one
+/// at) on a port the system picks; when that IP is not this machine's (an
+/// address behind a NAT), at the media socket's IP. An unspecified bound IP
+/// is published as `cluster.media_addr`'s.
+fn bind_mesh(cfg: &Config, cluster: &tutti_cluster::ClusterConfig) -> Result<crate::media::mesh::Mesh, ServerError> {
+    use crate::media::mesh::Mesh;
+    let advertised = cluster.media_addr.parse::<SocketAddr>().map_or(cfg.media.ip(), |a| a.ip());
+    let secret = cfg.auth.secret.as_bytes();
+    let id = &cluster.node_id;
+    if let Ok(bind) = cluster.mesh_addr.parse::<SocketAddr>() {
+        return Mesh::bind(bind, id, secret, advertised).map_err(io_err(format!("binding cluster.mesh_addr {bind}")));
+    }
+    let first = SocketAddr::new(advertised, 0);
+    Mesh::bind(first, id, secret, advertised).or_else(|_| {
+        let second = SocketAddr::new(cfg.media.ip(), 0);
+        Mesh::bind(second, id, secret, advertised).map_err(io_err(format!("binding the mesh socket at {second}")))
+    })
+}
+
 /// A running server. Dropping it without [`Server::shutdown`] leaves its
 /// threads running until the process exits.
 pub struct Server {
@@ -156,12 +176,22 @@ impl Server {
             Some(l) => Some(l.local_addr().map_err(io_err("reading the metrics address"))?),
             None => None,
         };
-        let (media, threads) = MediaHandle::start(&media_cfg, rooms.clone())?;
+        // Cluster mode: the node-to-node media socket (rooms spread over
+        // nodes), its address published in the node's record.
+        let mut cluster_cfg = cfg.cluster.clone().with_node_id();
+        let mesh = if cfg.cluster.enabled() {
+            let mesh = bind_mesh(&cfg, &cluster_cfg)?;
+            cluster_cfg.mesh_addr = mesh.addr().to_string();
+            Some(mesh)
+        } else {
+            None
+        };
+        let (media, threads) = MediaHandle::start(&media_cfg, rooms.clone(), mesh)?;
         let media_addr = media.addr();
         // Cluster mode: join the directory (the Redis connection is made
         // lazily: a node starts while Redis is down, and says so).
         let cluster = if cfg.cluster.enabled() {
-            let cluster = tutti_cluster::Cluster::start(cfg.cluster.clone(), cfg.auth.secret.as_bytes())
+            let cluster = tutti_cluster::Cluster::start(cluster_cfg, cfg.auth.secret.as_bytes())
                 .await
                 .map_err(|e| ServerError::Setup(e.to_string()))?;
             tracing::info!(node = cluster.node_id(), api_url = %cfg.cluster.api_url, "cluster mode: this node joined");
@@ -177,6 +207,9 @@ impl Server {
         let (stop_http, stopped) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
         if let Some(cluster) = cluster {
+            if api.media.has_mesh() && cluster.config().room_spread != tutti_cluster::RoomSpread::Off {
+                tasks.push(tokio::spawn(api::cluster::spans(api.clone(), cluster.clone(), stopped.clone())));
+            }
             tasks.push(tokio::spawn(api::cluster::maintain(api.clone(), cluster, stopped.clone())));
         }
         if let Some(l) = metrics_listener {

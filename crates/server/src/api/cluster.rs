@@ -36,7 +36,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
-use tutti_cluster::{Cluster, ClusterError, Load, Owner, Placement, TicketClaims, TicketError};
+use tutti_cluster::{
+    Cluster, ClusterError, JoinPlacement, Load, Owner, Placement, RoomSpread, TicketClaims, TicketError,
+};
 
 use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate};
@@ -356,12 +358,38 @@ pub(crate) enum Located {
 /// Finds `room` for a join (REST or WebSocket): here when hosted here
 /// (without asking Redis), else placed by the directory. `ticketed`: the
 /// caller was redirected here, so the room's lease is (most likely) this
-/// node's already: claim it rather than place it afresh.
+/// node's already: claim it rather than place it afresh. With
+/// `cluster.room_spread` a join may be hosted here for a room held by
+/// another node (this node joins the room's span) or sent to another node
+/// of the span: `when_full` keeps joins here while this node has room,
+/// `always` places every join that was not redirected here.
 pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) -> ApiResult<Located> {
+    let spread = api.cluster.as_ref().map_or(RoomSpread::Off, |c| c.config().room_spread);
+    let stays = match spread {
+        _ if ticketed => true,
+        RoomSpread::Off => true,
+        RoomSpread::WhenFull => {
+            api.cluster.as_ref().is_none_or(|c| api.rooms.participants() < c.config().capacity as usize)
+        }
+        RoomSpread::Always => false,
+    };
+    locate(api, room, ticketed, stays).await
+}
+
+/// Finds `room` for a WebSocket: here when hosted here (a member of a
+/// spread room included), else at its owner (a socket does not spread a
+/// room: its page joins where the socket is, and a `moved` page would
+/// bounce between nodes).
+pub(crate) async fn locate_for_socket(api: &ApiState, room: &str) -> ApiResult<Located> {
+    locate(api, room, false, true).await
+}
+
+async fn locate(api: &ApiState, room: &str, ticketed: bool, stay_if_hosted: bool) -> ApiResult<Located> {
     // A room this node handed over (a drain) is placed like any other: the
     // directory sends the join to its new node.
     if let Ok(r) = api.rooms.get(room)
         && !r.is_handed_over()
+        && stay_if_hosted
     {
         return Ok(Located::Here(r));
     }
@@ -374,10 +402,17 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
     }
     // Only an admin creates rooms, unless `room.auto_create` says a join may.
     may_create_on_join(api, cluster, room).await?;
-    let placement = if ticketed { cluster.claim(room, None).await } else { cluster.place(room, None).await }
-        .map_err(|e| unavailable(&e))?;
+    let placement = if stay_if_hosted && !ticketed {
+        // Placed as a whole room (a socket): its owner, or here if nobody holds it.
+        match cluster.place(room, None).await.map_err(|e| unavailable(&e))? {
+            Placement::Local { epoch, .. } => JoinPlacement::Here { epoch, owner: true },
+            Placement::Remote(owner) => JoinPlacement::Elsewhere(owner),
+        }
+    } else {
+        cluster.place_join(room, ticketed).await.map_err(|e| unavailable(&e))?
+    };
     match placement {
-        Placement::Local { .. } => {
+        JoinPlacement::Here { .. } => {
             // Created elsewhere (or here, before a restart): host it as it was created.
             let stored = cluster.room_config(room).await.map_err(|e| unavailable(&e))?;
             let config = StoredConfig::parse(stored.as_deref());
@@ -389,7 +424,7 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
             }
             Ok(Located::Here(state))
         }
-        Placement::Remote(owner) => Ok(Located::Elsewhere(owner)),
+        JoinPlacement::Elsewhere(node) => Ok(Located::Elsewhere(node)),
     }
 }
 
@@ -473,10 +508,23 @@ pub(crate) fn host(
     }
 }
 
-/// Gives `room`'s lease back, in the background (it lapses by itself if Redis is away).
+/// Gives `room`'s lease back, in the background (it lapses by itself if
+/// Redis is away). A room spread over other nodes keeps its owner: the
+/// lease is kept (and renewed) while another node of its span hosts
+/// participants ([`spans`] releases it when the last one leaves).
 pub(crate) fn release(cluster: &Cluster, room: &str) {
     let (cluster, room) = (cluster.clone(), room.to_owned());
     tokio::spawn(async move {
+        if cluster.config().room_spread != RoomSpread::Off
+            && let Some(epoch) = cluster.owned_epoch(&room)
+            && let Ok(spans) = cluster.spans(std::slice::from_ref(&room)).await
+            && spans.iter().flat_map(|s| &s.members).any(|m| m.node_id != cluster.node_id() && m.epoch == epoch)
+        {
+            tracing::debug!(room, "room closed here but hosted by other nodes of its span: its lease is kept");
+            let _ = cluster.leave_span(&room).await;
+            return;
+        }
+        let _ = cluster.leave_span(&room).await;
         if let Err(e) = cluster.release(&room).await {
             tracing::debug!(room, error = %e, "room lease not released; it lapses");
         }
@@ -539,6 +587,91 @@ impl BusiestThread {
         }
         (self.last, self.at) = (next, now);
         busiest.clamp(0.0, 1.0) as f32
+    }
+}
+
+/// How often a node reads the spans of the rooms it hosts.
+const SPAN_REFRESH: Duration = Duration::from_millis(250);
+/// How often it writes its membership again (the span key lives three lease TTLs).
+const SPAN_REWRITE: Duration = Duration::from_secs(2);
+
+/// The spans of the rooms hosted here, until `stop` (cluster mode with
+/// `room_spread` on): every [`SPAN_REFRESH`] it reads them and tells the
+/// mix clock each room's peers (the other members at the room's epoch
+/// whose signed records name a mesh address); it records this node as a
+/// member of every room it hosts (at the lease's epoch: a new epoch, after
+/// the owner changed, is joined again), leaves the spans of rooms no
+/// longer hosted, and gives back the lease of a room it holds but no
+/// longer hosts once no other node hosts it either.
+pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
+    // What the clock was told, and the epoch this node is a member at, per room.
+    let mut told: HashMap<String, (u64, Vec<(String, std::net::SocketAddr)>)> = HashMap::new();
+    let mut member: HashMap<String, u64> = HashMap::new();
+    // The first round writes every membership.
+    let mut last_write = Instant::now().checked_sub(SPAN_REWRITE).unwrap_or_else(Instant::now);
+    let mut every = tokio::time::interval(SPAN_REFRESH);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let me = cluster.node_id().to_owned();
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+        let hosted: std::collections::HashSet<String> =
+            api.rooms.all().iter().filter(|r| !r.is_handed_over() && !r.is_closed()).map(|r| r.id.clone()).collect();
+        // Owned but not hosted here (emptied while others host it): read too.
+        let mut names: Vec<String> = hosted.iter().cloned().collect();
+        names.extend(cluster.owned_rooms().into_iter().map(|(r, _)| r).filter(|r| !hosted.contains(r)));
+        let Ok(spans) = cluster.spans(&names).await else { continue };
+        let mut writes = Vec::new();
+        for span in &spans {
+            let room = &span.room;
+            let is_hosted = hosted.contains(room);
+            // The room's epoch: its lease's; without a lease (its owner
+            // died, or let it go), the one this node joined at.
+            let Some(epoch) = span.lease.as_ref().map(|(_, e)| *e).or_else(|| member.get(room).copied()) else {
+                continue;
+            };
+            if !is_hosted {
+                // Held here, hosted by nobody else any more: let it go.
+                let others = span.members.iter().any(|m| m.node_id != me && m.epoch == epoch);
+                if !others
+                    && cluster.owned_epoch(room).is_some()
+                    && let Err(e) = cluster.release(room).await
+                {
+                    tracing::debug!(room, error = %e, "room lease not released; it lapses");
+                }
+                continue;
+            }
+            let recorded = span.members.iter().any(|m| m.node_id == me && m.epoch == epoch);
+            if !recorded || member.get(room) != Some(&epoch) || last_write.elapsed() >= SPAN_REWRITE {
+                writes.push((room.clone(), epoch));
+            }
+            member.insert(room.clone(), epoch);
+            let peers: Vec<(String, std::net::SocketAddr)> = span
+                .members
+                .iter()
+                .filter(|m| m.node_id != me && m.epoch == epoch)
+                .filter_map(|m| Some((m.node_id.clone(), m.mesh_addr?)))
+                .collect();
+            if told.get(room) != Some(&(epoch, peers.clone())) && api.media.set_span(room, epoch, peers.clone()) {
+                told.insert(room.clone(), (epoch, peers));
+            }
+        }
+        // Every room whose record is missing or old, and all of them every SPAN_REWRITE.
+        let rewrite = last_write.elapsed() >= SPAN_REWRITE;
+        if !writes.is_empty() && cluster.join_spans(&writes).await.is_ok() && rewrite {
+            last_write = Instant::now();
+        }
+        // Rooms no longer hosted here: out of the clock and the span.
+        let gone: Vec<String> = member.keys().filter(|r| !hosted.contains(*r)).cloned().collect();
+        for room in gone {
+            if api.media.leave_span(&room) {
+                told.remove(&room);
+                member.remove(&room);
+                let _ = cluster.leave_span(&room).await;
+            }
+        }
     }
 }
 

@@ -104,6 +104,8 @@ pub(crate) struct Clock {
     pub(crate) thread_nice: i32,
     /// Recordings and RTP out: handed each tick's mixes (never blocks).
     pub(crate) outputs: Option<Arc<crate::outputs::Outputs>>,
+    /// Rooms spread over several nodes: this node's side, before and after each tick.
+    pub(crate) mesh: Option<super::mesh::Mesh>,
 }
 
 impl Clock {
@@ -112,8 +114,9 @@ impl Clock {
         std::thread::Builder::new().name("mix-clock".into()).spawn(move || self.run())
     }
 
-    fn run(&self) {
+    fn run(mut self) {
         crate::priority::media_thread(self.thread_nice);
+        let mut mesh = self.mesh.take();
         let start = self.epoch;
         let mut tick = 0u64;
         let mut shed = Shedder::default();
@@ -134,6 +137,9 @@ impl Clock {
             let started = Instant::now();
             let level = shed.level();
             let rooms = self.rooms.all();
+            if let Some(mesh) = mesh.as_mut() {
+                mesh.before_tick(tick, &rooms);
+            }
             let (ticked, work): (Vec<(RoomMix, TickReport)>, _) = if spread.pooled() {
                 let pool = Some(&*self.pool);
                 (self.pool.install(|| rooms.par_iter().filter_map(|room| room.tick(pool, tick, level)).collect()), None)
@@ -152,6 +158,9 @@ impl Clock {
                 .collect();
             // Every room counts, including empty ones that had nothing to tick.
             totals.rooms = rooms.len();
+            if let Some(mesh) = mesh.as_mut() {
+                mesh.after_tick(tick, &rooms);
+            }
             if !mixes.is_empty() {
                 let mixes = Arc::new(mixes);
                 for io in self.io.iter() {

@@ -15,6 +15,7 @@
 mod clock;
 mod command;
 mod io;
+pub(crate) mod mesh;
 mod plain;
 mod shed;
 mod socket;
@@ -126,6 +127,8 @@ pub(crate) struct MediaHandle {
     mix_threads: usize,
     /// The plain RTP thread, when `rtp_in` is on.
     plain: Option<plain::PlainHandle>,
+    /// The clock's mesh (rooms spread over nodes), in cluster mode.
+    mesh: Option<mesh::MeshControl>,
 }
 
 /// Why the media plane could not start.
@@ -186,7 +189,13 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MediaError 
 
 impl MediaHandle {
     /// Binds the media sockets and starts the I/O threads and the clock.
-    pub(crate) fn start(cfg: &MediaConfig, rooms: Arc<Rooms>) -> Result<(Self, Vec<JoinHandle<()>>), MediaError> {
+    /// With `mesh` (cluster mode), the clock also runs the node's side of
+    /// rooms spread over several nodes.
+    pub(crate) fn start(
+        cfg: &MediaConfig,
+        rooms: Arc<Rooms>,
+        mut mesh: Option<mesh::Mesh>,
+    ) -> Result<(Self, Vec<JoinHandle<()>>), MediaError> {
         let (sockets, listeners) = bind(cfg)?;
         let bound = sockets[0].local_addr().map_err(io_err("reading the UDP address"))?;
         let with_port = |a: SocketAddr| if a.port() == 0 { SocketAddr::new(a.ip(), bound.port()) } else { a };
@@ -205,8 +214,14 @@ impl MediaHandle {
         let nice = cfg.thread_nice;
         pool.install(|| rayon::broadcast(|_| crate::priority::media_thread(nice)));
         // The mixer's ticks fall at epoch + n · 20 ms; under load the I/O
-        // threads read just before each one.
-        let epoch = Instant::now();
+        // threads read just before each one. The epoch sits on a multiple of
+        // 20 ms of Unix time, so that the nodes of a cluster tick together
+        // and number their ticks alike (the mesh's tick numbers).
+        let (epoch, tick_base) = mesh::aligned_epoch();
+        if let Some(m) = mesh.as_mut() {
+            m.set_tick_base(tick_base);
+        }
+        let mesh_control = mesh.as_ref().map(mesh::Mesh::control);
         let shared = Arc::new(io::IoShared {
             rooms: rooms.clone(),
             peers_io: std::sync::OnceLock::new(),
@@ -248,10 +263,11 @@ impl MediaHandle {
             overruns: overruns.clone(),
             thread_nice: cfg.thread_nice,
             outputs: cfg.outputs.clone(),
+            mesh,
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
         tracing::info!(media = %bound, advertise = ?advertised, tcp = cfg.tcp.is_some(), io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, lean_receive = cfg.lean_receive, "media plane running");
-        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain }, threads))
+        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain, mesh: mesh_control }, threads))
     }
 
     /// A media plane with no sockets and no threads: offers are answered,
@@ -268,6 +284,7 @@ impl MediaHandle {
             overruns: Arc::new(AtomicU64::new(0)),
             mix_threads: 0,
             plain: None,
+            mesh: None,
         })
     }
 
@@ -335,6 +352,23 @@ impl MediaHandle {
         let Some(p) = &self.plain else { return false };
         let tutti_rtc::plain::PlainOffer { remote, payload_type, comedia } = offer;
         p.add(plain::NewPlain { id, room, remote, comedia, payload_type, listen_only })
+    }
+
+    /// Whether this node runs a mesh (cluster mode).
+    pub(crate) fn has_mesh(&self) -> bool {
+        self.mesh.is_some()
+    }
+
+    /// Tells the clock that `room` spans these other nodes (id, mesh
+    /// address) at `epoch`; none: this node is alone in it. Never blocks:
+    /// false when the clock's queue is full (try again later) or no mesh runs.
+    pub(crate) fn set_span(&self, room: &str, epoch: u64, peers: Vec<(String, SocketAddr)>) -> bool {
+        self.mesh.as_ref().is_some_and(|m| m.send(mesh::MeshCommand::Set { room: room.to_owned(), epoch, peers }))
+    }
+
+    /// Tells the clock that `room` is no longer hosted here (see [`MediaHandle::set_span`]).
+    pub(crate) fn leave_span(&self, room: &str) -> bool {
+        self.mesh.as_ref().is_some_and(|m| m.send(mesh::MeshCommand::Remove { room: room.to_owned() }))
     }
 
     /// The bound media address.

@@ -30,6 +30,7 @@
 //! series only grows (a counter). Linux only: elsewhere these series are
 //! absent.
 
+pub mod mesh;
 pub mod outputs;
 mod procfs;
 mod ticks;
@@ -352,6 +353,7 @@ pub fn install() -> Result<(), String> {
 /// described where they are rendered).
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
+    mesh::describe();
     describe_histogram!(
         MIX_TICK_DURATION_SECONDS,
         Unit::Seconds,
@@ -725,10 +727,12 @@ pub async fn track_api(req: Request, next: Next) -> Response {
 
 /// Every metric name tutti can export, once each: [`NAMES`], the
 /// recording, webhook and RTP-out ones ([`outputs::NAMES`]), the ICE-TCP
-/// ones ([`TCP_NAMES`]) and the cluster's ([`cluster_names`]).
+/// ones ([`TCP_NAMES`]), the cluster's ([`cluster_names`]) and the mesh's
+/// (`tutti_mesh_*`, rooms spread over nodes).
 pub fn all_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = NAMES.iter().chain(outputs::NAMES).chain(TCP_NAMES).copied().collect();
     names.extend(cluster_names());
+    names.extend(mesh::ALL);
     names
 }
 

@@ -46,7 +46,7 @@ pub(crate) use event::{EventKinds, RoomEvent};
 pub(crate) use member::{LeaveReason, ListenOnly, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
-pub(crate) use room::{Inboxes, MovedTo, Room, RoomKey, RoomMix, SpeakerFeed};
+pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, SpeakerFeed};
 pub(crate) use stage::{CarriedStage, RoomUpdate};
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};

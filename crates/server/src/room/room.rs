@@ -28,6 +28,15 @@ pub(crate) struct RoomKey(pub(crate) u64);
 /// than that (1,024 kept ~1.5 MB for a busy room of 1,000).
 const EVENT_QUEUE: usize = 256;
 
+/// Participants of other nodes in a spread room have ids in a mixer from
+/// `[2^51, 2^52)` (the mesh glue maps them; playbacks use `2^52` and up).
+pub(crate) const REMOTE_ID_BASE: u64 = 1 << 51;
+
+/// Whether `id` is a participant of another node in a mixer ([`REMOTE_ID_BASE`]).
+pub(crate) fn is_remote(id: u64) -> bool {
+    (REMOTE_ID_BASE..REMOTE_ID_BASE * 2).contains(&id)
+}
+
 /// Received packets on their way to a room's mixer.
 pub(crate) type Inbox = Vec<(ParticipantId, Packet)>;
 
@@ -324,7 +333,11 @@ impl Room {
 
     /// The ids of the last tick's speakers (participants: not playbacks).
     pub(crate) fn speaker_ids(&self) -> Vec<u64> {
-        lock(&self.speakers).iter().map(|s| s.id.0).filter(|&id| !super::playback::is_playback(id)).collect()
+        lock(&self.speakers)
+            .iter()
+            .map(|s| s.id.0)
+            .filter(|&id| !super::playback::is_playback(id) && !is_remote(id))
+            .collect()
     }
 
     /// Whether the room was deleted (its packets are no longer wanted).
@@ -371,6 +384,12 @@ impl Room {
         if let Some(event) = whisper {
             self.publish(event);
         }
+    }
+
+    /// Runs `f` on the room's mixer under its lock: the mesh's way in
+    /// (remote participants, the room-wide selection, this node's candidates).
+    pub(crate) fn with_mixer<R>(&self, f: impl FnOnce(&mut tutti_mix::Room) -> R) -> R {
+        f(&mut lock(&self.mixing).mixer)
     }
 
     /// Who is sent nothing from the next tick on (sorted ids).
@@ -498,8 +517,9 @@ impl Room {
                 if let Some(m) = members.get_mut(&id.0) {
                     m.talking = talking;
                 }
-                // A playback talks too; its own events say when it plays.
-                if !super::playback::is_playback(id.0) {
+                // A playback talks too; its own events say when it plays. A
+                // participant of another node (a spread room) is its node's to tell.
+                if !super::playback::is_playback(id.0) && !is_remote(id.0) {
                     self.publish(RoomEvent::Talking { id: id.0, talking });
                 }
             }

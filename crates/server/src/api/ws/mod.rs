@@ -219,7 +219,7 @@ pub(crate) async fn upgrade(
     } else {
         None
     };
-    let located = match super::cluster::locate_for_join(&api, &room, false).await {
+    let located = match super::cluster::locate_for_socket(&api, &room).await {
         Ok(located) => located,
         Err(e) => return e.into_response(),
     };
