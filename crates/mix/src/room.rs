@@ -32,6 +32,15 @@ const MEASURE_EVERY_TICKS: u64 = 4;
 /// decoded every tick until they stop.
 const MEASURE_SILENT_EVERY_TICKS: u64 = 16;
 
+/// An unlevelled participant who is talking but not selected, while every
+/// speaker seat is taken, is decoded every tick only while their loudness
+/// is within this many dB of what it takes to challenge the weakest speaker
+/// (that speaker's loudness plus the hysteresis); further below (a noisy
+/// microphone that keeps them "talking" under real speakers) they are
+/// measured like a silent one, one tick in [`MEASURE_EVERY_TICKS`], and at
+/// a voice onset: nothing the selection could use is decoded.
+const CHALLENGE_MARGIN_DB: f32 = 20.0;
+
 /// After a switch from forwarded frames to the mix, the listener encoder
 /// codes this many frames without inter-frame prediction
 /// (`OPUS_SET_PREDICTION_DISABLED`): the listeners' decoders hold the
@@ -404,8 +413,10 @@ impl Participant {
     /// The level of this tick's frame, which carries no RFC 6464 level:
     /// from the packet itself when it says it is silent (no decode), else
     /// decoded while talking, at a voice onset, and once in
-    /// [`MEASURE_EVERY_TICKS`] otherwise. Returns the level and whether a decode ran.
-    fn measure_unlevelled(&mut self, tick: u64, cfg: &RoomConfig) -> (u8, bool) {
+    /// [`MEASURE_EVERY_TICKS`] otherwise. While talking they are decoded
+    /// every tick only when their loudness reaches `challenge` (see
+    /// [`CHALLENGE_MARGIN_DB`]). Returns the level and whether a decode ran.
+    fn measure_unlevelled(&mut self, tick: u64, cfg: &RoomConfig, challenge: f32) -> (u8, bool) {
         let Playout::Frame(f) = &self.pending else { return (127, false) };
         if f.payload.len() <= 2 {
             // DTX: no audio data at all.
@@ -417,7 +428,7 @@ impl Participant {
         let onset = std::mem::replace(&mut self.probed_silent, silent) && activity == Activity::Voice;
         let every = if silent { MEASURE_SILENT_EVERY_TICKS } else { MEASURE_EVERY_TICKS };
         // Staggered by id, so a room's silent participants are not all measured in the same tick.
-        let due = self.talking
+        let due = (self.talking && self.loudness >= challenge)
             || onset
             || self.measured_at.map_or((tick + self.id.0).is_multiple_of(every), |t| tick - t >= every);
         if !due {
@@ -1076,20 +1087,21 @@ impl Room {
         // A: per participant — pop, level, activity; per shard — top-K
         // candidates. Current speakers are decoded here, in parallel, when
         // the room is mixing (they are almost always selected again).
+        let challenge = self.challenge_floor(k);
         let cfg = &self.cfg;
         let decode_speakers = !matches!(self.mode, MixMode::Forward(_));
         let phase_a = if let [shard] = &mut self.shards[..] {
             // One shard (every room up to `shard_size`): no pool round trip.
-            shard.observe(cfg, tick, k, decode_speakers)
+            shard.observe(cfg, tick, k, decode_speakers, challenge)
         } else if !parallel {
             self.shards
                 .iter_mut()
-                .map(|shard| shard.observe(cfg, tick, k, decode_speakers))
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge))
                 .fold(Observed::default(), Observed::sum)
         } else {
             self.shards
                 .par_iter_mut()
-                .map(|shard| shard.observe(cfg, tick, k, decode_speakers))
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge))
                 .reduce(Observed::default, Observed::sum)
         };
 
@@ -1482,6 +1494,24 @@ impl Room {
         primed
     }
 
+    /// The loudness from which an unselected, talking, unlevelled
+    /// participant could matter to this tick's selection: within
+    /// [`CHALLENGE_MARGIN_DB`] of beating the weakest speaker by the
+    /// hysteresis. −∞ (everyone talking is decoded) while a seat is free or
+    /// the selection comes from outside ([`Room::set_selection`]: the mesh
+    /// ranks candidates by their loudness, kept fresh).
+    fn challenge_floor(&self, k: usize) -> f32 {
+        if self.external.is_some() || self.selected.len() < k {
+            return f32::NEG_INFINITY;
+        }
+        let weakest = self
+            .selected
+            .iter()
+            .map(|sel| self.participant(sel.id).map_or(0.0, Participant::rank))
+            .fold(f32::INFINITY, f32::min);
+        weakest + self.cfg.hysteresis_db - CHALLENGE_MARGIN_DB
+    }
+
     fn participant_mut(&mut self, id: ParticipantId) -> Result<&mut Participant, MixError> {
         let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
         Ok(&mut self.shards[s].members[i])
@@ -1644,7 +1674,9 @@ impl Shard {
     /// Phase A for one shard. Returns the decodes it ran (participants whose
     /// packets carry no audio level are decoded to measure it) and the frames
     /// it found lost and concealed.
-    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize, decode_speakers: bool) -> Observed {
+    /// `challenge`: the loudness from which a talking unlevelled participant
+    /// is decoded every tick ([`Room::challenge_floor`]).
+    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize, decode_speakers: bool, challenge: f32) -> Observed {
         let mut seen = Observed::default();
         self.candidates.clear();
         for p in &mut self.members {
@@ -1676,7 +1708,7 @@ impl Shard {
             } else if let Some(level) = level {
                 (None, level)
             } else {
-                let (level, ran) = p.measure_unlevelled(tick, cfg);
+                let (level, ran) = p.measure_unlevelled(tick, cfg, challenge);
                 (ran.then_some(level), level)
             };
             seen.decodes += usize::from(decoded.is_some());
