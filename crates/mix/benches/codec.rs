@@ -264,7 +264,14 @@ fn main() {
     for (rooms, size) in [(1, 500), (50, 10), (5, 100), (1, 1_000)] {
         add(&mut shapes, format!("levels/{rooms}x{size}"), rooms, size, Client::Levels, &default);
     }
+    // A speaker's own stream at complexity 10 (the default before `speaker_complexity`).
+    let mut speakers_at_10 = default.clone();
+    speakers_at_10.encoder.speaker_complexity = 10;
+    for (rooms, size) in [(1, 500), (5, 100), (1, 1_000)] {
+        add(&mut shapes, format!("levels/{rooms}x{size}/speakers@10"), rooms, size, Client::Levels, &speakers_at_10);
+    }
     for size in [140, 500] {
+        add(&mut shapes, format!("unlevelled/1x{size}/speakers@10"), 1, size, Client::Unlevelled, &speakers_at_10);
         add(&mut shapes, format!("unlevelled/1x{size}"), 1, size, Client::Unlevelled, &default);
     }
     if wanted("parts") {

@@ -999,12 +999,13 @@ impl Room {
         }
         self.shed = level;
         let complexity = self.encoder_config().complexity;
+        let speaker_complexity = self.speaker_encoder_config().complexity;
         self.listener.encoder.set_complexity(complexity);
         for sel in &mut self.selected {
-            sel.stream.encoder.set_complexity(complexity);
+            sel.stream.encoder.set_complexity(speaker_complexity);
         }
         for e in &mut self.spare_encoders {
-            e.set_complexity(complexity);
+            e.set_complexity(speaker_complexity);
         }
         for ch in &mut self.channels {
             ch.stream.encoder.set_complexity(complexity);
@@ -1024,6 +1025,15 @@ impl Room {
             1 => e.complexity.min(5),
             _ => 0,
         };
+        e
+    }
+
+    /// The encoder settings of a selected speaker's own stream (heard by
+    /// them alone) at the current shed level: `speaker_complexity`, never
+    /// above the listeners' stream's.
+    fn speaker_encoder_config(&self) -> EncoderConfig {
+        let mut e = self.encoder_config();
+        e.complexity = e.complexity.min(self.cfg.encoder.speaker_complexity);
         e
     }
 
@@ -1593,7 +1603,7 @@ impl Room {
                 e.reset();
                 e
             }
-            None => match Encoder::new(&self.encoder_config()) {
+            None => match Encoder::new(&self.speaker_encoder_config()) {
                 Ok(e) => e,
                 // libopus out of memory: this challenger is not selected this tick.
                 Err(_) => return,
