@@ -232,6 +232,8 @@ fn parts(streams: &Streams) {
         let _ = dec.decode(&quiet[n % FRAMES].0, &mut pcm);
     });
     println!("| decode, −64 dBFS noise | {us:.1} |");
+    let us = time_us(|_| dec.reset());
+    println!("| decoder reset (OPUS_RESET_STATE) | {us:.1} |");
     let us = time_us(|n| {
         std::hint::black_box(inspect(&talk[n % FRAMES].0));
     });

@@ -359,7 +359,13 @@ impl Participant {
             Some(dec) => dec,
             None => self.dec.insert(DecodeState::new()?),
         };
-        if dec.decoded_at.is_none_or(|t| tick - t > DECODER_RESET_GAP_TICKS) {
+        // A fresh decoder needs no reset. A stale one is reset for a selected
+        // speaker (heard); a measuring decode of someone else continues it,
+        // as a receiver does after lost packets: libopus' reset runs `cpuid`
+        // (`opus_select_arch`, twice), which on a VM costs more than the
+        // decode itself, and a room of silent unlevelled participants
+        // measured one tick in 16 reset a decoder at every measure.
+        if self.slot.is_some() && dec.decoded_at.is_some_and(|t| tick - t > DECODER_RESET_GAP_TICKS) {
             dec.decoder.reset();
         }
         let decoded = match &self.pending {
