@@ -18,6 +18,11 @@ pub struct EncoderConfig {
     /// libopus complexity, 0 (fastest) to 10 (best). Default 10: only K+1
     /// encodes run per tick, so the best quality costs nothing that grows with N.
     pub complexity: i32,
+    /// libopus complexity of each selected speaker's own stream (the mix
+    /// without themselves, heard by that one person), 0 to 10. Default 10
+    /// (see `docs/benchmarks.md` for what a lower one saves and costs);
+    /// never above `complexity`'s shed level.
+    pub speaker_complexity: i32,
     /// Target bitrate in bits per second, 6 000 to 510 000. Default 32 000.
     pub bitrate_bps: i32,
     /// In-band forward error correction in the mixed streams. Default on.
@@ -28,7 +33,7 @@ pub struct EncoderConfig {
 
 impl Default for EncoderConfig {
     fn default() -> Self {
-        Self { complexity: 10, bitrate_bps: 32_000, inband_fec: true, expected_loss_percent: 10 }
+        Self { complexity: 10, speaker_complexity: 0, bitrate_bps: 32_000, inband_fec: true, expected_loss_percent: 10 }
     }
 }
 
@@ -181,6 +186,9 @@ impl RoomConfig {
         let e = &self.encoder;
         if !(0..=10).contains(&e.complexity) {
             return bad("encoder.complexity must be within 0..=10");
+        }
+        if !(0..=10).contains(&e.speaker_complexity) {
+            return bad("encoder.speaker_complexity must be within 0..=10");
         }
         if !(6_000..=510_000).contains(&e.bitrate_bps) {
             return bad("encoder.bitrate_bps must be within 6000..=510000");

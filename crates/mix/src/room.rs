@@ -32,6 +32,15 @@ const MEASURE_EVERY_TICKS: u64 = 4;
 /// decoded every tick until they stop.
 const MEASURE_SILENT_EVERY_TICKS: u64 = 16;
 
+/// An unlevelled participant who is talking but not selected, while every
+/// speaker seat is taken, is decoded every tick only while their loudness
+/// is within this many dB of what it takes to challenge the weakest speaker
+/// (that speaker's loudness plus the hysteresis); further below (a noisy
+/// microphone that keeps them "talking" under real speakers) they are
+/// measured like a silent one, one tick in [`MEASURE_EVERY_TICKS`], and at
+/// a voice onset: nothing the selection could use is decoded.
+const CHALLENGE_MARGIN_DB: f32 = 20.0;
+
 /// After a switch from forwarded frames to the mix, the listener encoder
 /// codes this many frames without inter-frame prediction
 /// (`OPUS_SET_PREDICTION_DISABLED`): the listeners' decoders hold the
@@ -350,7 +359,13 @@ impl Participant {
             Some(dec) => dec,
             None => self.dec.insert(DecodeState::new()?),
         };
-        if dec.decoded_at.is_none_or(|t| tick - t > DECODER_RESET_GAP_TICKS) {
+        // A fresh decoder needs no reset. A stale one is reset for a selected
+        // speaker (heard); a measuring decode of someone else continues it,
+        // as a receiver does after lost packets: libopus' reset runs `cpuid`
+        // (`opus_select_arch`, twice), which on a VM costs more than the
+        // decode itself, and a room of silent unlevelled participants
+        // measured one tick in 16 reset a decoder at every measure.
+        if self.slot.is_some() && dec.decoded_at.is_some_and(|t| tick - t > DECODER_RESET_GAP_TICKS) {
             dec.decoder.reset();
         }
         let decoded = match &self.pending {
@@ -404,8 +419,10 @@ impl Participant {
     /// The level of this tick's frame, which carries no RFC 6464 level:
     /// from the packet itself when it says it is silent (no decode), else
     /// decoded while talking, at a voice onset, and once in
-    /// [`MEASURE_EVERY_TICKS`] otherwise. Returns the level and whether a decode ran.
-    fn measure_unlevelled(&mut self, tick: u64, cfg: &RoomConfig) -> (u8, bool) {
+    /// [`MEASURE_EVERY_TICKS`] otherwise. While talking they are decoded
+    /// every tick only when their loudness reaches `challenge` (see
+    /// [`CHALLENGE_MARGIN_DB`]). Returns the level and whether a decode ran.
+    fn measure_unlevelled(&mut self, tick: u64, cfg: &RoomConfig, challenge: f32) -> (u8, bool) {
         let Playout::Frame(f) = &self.pending else { return (127, false) };
         if f.payload.len() <= 2 {
             // DTX: no audio data at all.
@@ -417,7 +434,7 @@ impl Participant {
         let onset = std::mem::replace(&mut self.probed_silent, silent) && activity == Activity::Voice;
         let every = if silent { MEASURE_SILENT_EVERY_TICKS } else { MEASURE_EVERY_TICKS };
         // Staggered by id, so a room's silent participants are not all measured in the same tick.
-        let due = self.talking
+        let due = (self.talking && self.loudness >= challenge)
             || onset
             || self.measured_at.map_or((tick + self.id.0).is_multiple_of(every), |t| tick - t >= every);
         if !due {
@@ -988,12 +1005,13 @@ impl Room {
         }
         self.shed = level;
         let complexity = self.encoder_config().complexity;
+        let speaker_complexity = self.speaker_encoder_config().complexity;
         self.listener.encoder.set_complexity(complexity);
         for sel in &mut self.selected {
-            sel.stream.encoder.set_complexity(complexity);
+            sel.stream.encoder.set_complexity(speaker_complexity);
         }
         for e in &mut self.spare_encoders {
-            e.set_complexity(complexity);
+            e.set_complexity(speaker_complexity);
         }
         for ch in &mut self.channels {
             ch.stream.encoder.set_complexity(complexity);
@@ -1013,6 +1031,15 @@ impl Room {
             1 => e.complexity.min(5),
             _ => 0,
         };
+        e
+    }
+
+    /// The encoder settings of a selected speaker's own stream (heard by
+    /// them alone) at the current shed level: `speaker_complexity`, never
+    /// above the listeners' stream's.
+    fn speaker_encoder_config(&self) -> EncoderConfig {
+        let mut e = self.encoder_config();
+        e.complexity = e.complexity.min(self.cfg.encoder.speaker_complexity);
         e
     }
 
@@ -1076,20 +1103,21 @@ impl Room {
         // A: per participant — pop, level, activity; per shard — top-K
         // candidates. Current speakers are decoded here, in parallel, when
         // the room is mixing (they are almost always selected again).
+        let challenge = self.challenge_floor(k);
         let cfg = &self.cfg;
         let decode_speakers = !matches!(self.mode, MixMode::Forward(_));
         let phase_a = if let [shard] = &mut self.shards[..] {
             // One shard (every room up to `shard_size`): no pool round trip.
-            shard.observe(cfg, tick, k, decode_speakers)
+            shard.observe(cfg, tick, k, decode_speakers, challenge)
         } else if !parallel {
             self.shards
                 .iter_mut()
-                .map(|shard| shard.observe(cfg, tick, k, decode_speakers))
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge))
                 .fold(Observed::default(), Observed::sum)
         } else {
             self.shards
                 .par_iter_mut()
-                .map(|shard| shard.observe(cfg, tick, k, decode_speakers))
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge))
                 .reduce(Observed::default, Observed::sum)
         };
 
@@ -1482,6 +1510,24 @@ impl Room {
         primed
     }
 
+    /// The loudness from which an unselected, talking, unlevelled
+    /// participant could matter to this tick's selection: within
+    /// [`CHALLENGE_MARGIN_DB`] of beating the weakest speaker by the
+    /// hysteresis. −∞ (everyone talking is decoded) while a seat is free or
+    /// the selection comes from outside ([`Room::set_selection`]: the mesh
+    /// ranks candidates by their loudness, kept fresh).
+    fn challenge_floor(&self, k: usize) -> f32 {
+        if self.external.is_some() || self.selected.len() < k {
+            return f32::NEG_INFINITY;
+        }
+        let weakest = self
+            .selected
+            .iter()
+            .map(|sel| self.participant(sel.id).map_or(0.0, Participant::rank))
+            .fold(f32::INFINITY, f32::min);
+        weakest + self.cfg.hysteresis_db - CHALLENGE_MARGIN_DB
+    }
+
     fn participant_mut(&mut self, id: ParticipantId) -> Result<&mut Participant, MixError> {
         let (s, i) = *self.index.get(&id).ok_or(MixError::UnknownParticipant(id))?;
         Ok(&mut self.shards[s].members[i])
@@ -1563,7 +1609,7 @@ impl Room {
                 e.reset();
                 e
             }
-            None => match Encoder::new(&self.encoder_config()) {
+            None => match Encoder::new(&self.speaker_encoder_config()) {
                 Ok(e) => e,
                 // libopus out of memory: this challenger is not selected this tick.
                 Err(_) => return,
@@ -1644,7 +1690,9 @@ impl Shard {
     /// Phase A for one shard. Returns the decodes it ran (participants whose
     /// packets carry no audio level are decoded to measure it) and the frames
     /// it found lost and concealed.
-    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize, decode_speakers: bool) -> Observed {
+    /// `challenge`: the loudness from which a talking unlevelled participant
+    /// is decoded every tick ([`Room::challenge_floor`]).
+    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize, decode_speakers: bool, challenge: f32) -> Observed {
         let mut seen = Observed::default();
         self.candidates.clear();
         for p in &mut self.members {
@@ -1676,7 +1724,7 @@ impl Shard {
             } else if let Some(level) = level {
                 (None, level)
             } else {
-                let (level, ran) = p.measure_unlevelled(tick, cfg);
+                let (level, ran) = p.measure_unlevelled(tick, cfg, challenge);
                 (ran.then_some(level), level)
             };
             seen.decodes += usize::from(decoded.is_some());

@@ -459,6 +459,10 @@ pub struct RoomDefaults {
     /// While nobody speaks, listeners get one Opus DTX frame every 400 ms
     /// instead of 50 encoded silence frames a second; `false`: silence frames.
     pub dtx: bool,
+    /// Opus complexity (0 to 10) of each selected speaker's own stream (the
+    /// mix without themselves, heard by that one person); the listeners'
+    /// stream, heard by everyone else, stays at 10. 0 costs a quarter of 10.
+    pub speaker_complexity: u8,
     /// A join (REST or WebSocket) for a room that does not exist creates
     /// it; `false`: only an admin creates rooms (`POST /v1/rooms`), and such
     /// a join gets 404 `room_not_found`. Single node and cluster alike.
@@ -579,6 +583,7 @@ impl Default for RoomDefaults {
             max_speakers: 5,
             passthrough: true,
             dtx: true,
+            speaker_complexity: 0,
             auto_create: false,
             empty_timeout_seconds: 300.0,
             noise_suppression: "auto".to_owned(),
@@ -738,6 +743,9 @@ impl Config {
         }
         if !(1..=tutti_mix::MAX_SPEAKERS).contains(&self.room.max_speakers) {
             return invalid("room.max_speakers", "must be within 1 to 16");
+        }
+        if self.room.speaker_complexity > 10 {
+            return invalid("room.speaker_complexity", "must be within 0 to 10");
         }
         if tutti_mix::NoiseSuppression::parse(&self.room.noise_suppression).is_none() {
             return invalid("room.noise_suppression", "must be \"auto\", \"on\" or \"off\"");
@@ -1134,6 +1142,7 @@ mod tests {
         assert!(err(load_text("", &[], &[("room.nope", "1")])).contains("unknown key 'room.nope'"));
         assert!(err(load_text("mix_threads = \"two\"\n", &[], &[])).contains("tutti.toml"));
         assert!(err(load_text("[room]\nmax_speakers = 0\n", &[], &[])).contains("room.max_speakers"));
+        assert!(err(load_text("[room]\nspeaker_complexity = 11\n", &[], &[])).contains("room.speaker_complexity"));
         assert!(err(load_text("advertise = \"somewhere\"\n", &[], &[])).contains("advertise"));
         assert!(err(load_text("room = 3\n", &[], &[])).contains("section"));
         assert_eq!(Config::unknown_env([("TUTTI_HTTPS".to_owned(), String::new())]), ["TUTTI_HTTPS"]);

@@ -89,6 +89,10 @@ pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
         max_speakers: tutti_mix::SpeakerLimit::Top(cfg.room.max_speakers),
         passthrough: cfg.room.passthrough,
         dtx: cfg.room.dtx,
+        encoder: tutti_mix::EncoderConfig {
+            speaker_complexity: i32::from(cfg.room.speaker_complexity),
+            ..tutti_mix::EncoderConfig::default()
+        },
         // Validated with the config: "auto", "on" or "off".
         noise_suppression: tutti_mix::NoiseSuppression::parse(&cfg.room.noise_suppression).unwrap_or_default(),
         loudness: cfg.room.loudness,
