@@ -507,6 +507,9 @@ pub fn run_load(args: &LoadArgs) -> Result<Verdict, LoadError> {
     if report.nodes.len() > 1 {
         say!("\n== nodes ==\n{}", crate::nodes::nodes_text(&report.nodes));
     }
+    if let Some(by_node) = &report.latency_by_node {
+        say!("{}", by_node.to_text());
+    }
     let json = serde_json::to_string_pretty(&report).map_err(|e| LoadError::Io(e.to_string()))?;
     if let Some(path) = &args.report {
         write_file(path, &json)?;
@@ -712,6 +715,9 @@ impl TrialRunner for LoadRunner {
         }
         if report.nodes.len() > 1 {
             println!("{}", crate::nodes::nodes_text(&report.nodes));
+        }
+        if let Some(by_node) = &report.latency_by_node {
+            println!("{}", by_node.to_text());
         }
         // Let the server finish closing the old room's peers before the next trial.
         std::thread::sleep(Duration::from_secs(2));

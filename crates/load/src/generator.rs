@@ -1453,6 +1453,9 @@ pub fn run(
     };
     let mut report = report::final_report(&state);
     report.nodes = nodes.summaries(&report.clients);
+    if report.nodes.len() > 1 {
+        report.latency_by_node = Some(report::latency_by_node(&state, |i| nodes.node_of(i)));
+    }
     // The rejoin threads end with the run (each finishes the try it is in).
     drop(pool);
     if cfg.leave {

@@ -139,7 +139,7 @@ pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, RoomLayout, Silen
 pub use model::{JoinTimes, NodeSummary};
 pub use nodes::{listening_pid, nodes_text};
 pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
-pub use report::{ClientReport, HandoverSummary, LoadReport, RoomSummary, Summary, WsSummary};
+pub use report::{ClientReport, HandoverSummary, LoadReport, NodeLatency, RoomSummary, Summary, WsSummary};
 pub use rooms::parse_room_sizes;
 pub use talk::{Rng, TalkModel};
 

@@ -366,6 +366,8 @@ pub struct LoadReport {
     pub latencies_ms: Vec<f64>,
     /// Per node of a cluster (the API addresses that answered the joins).
     pub nodes: Vec<crate::model::NodeSummary>,
+    /// Mouth-to-ear by where talker and listener joined (runs across nodes).
+    pub latency_by_node: Option<NodeLatency>,
 }
 
 /// What a summary is computed from.
@@ -399,6 +401,11 @@ pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
 /// Mouth-to-ear latencies in ms (`None`: missed) of every marker × decoding
 /// client pair that can be judged at `now`.
 fn latencies(s: &RunState<'_>, clients: &[ClientSnapshot]) -> Vec<Option<f64>> {
+    latency_pairs(s, clients).into_iter().map(|(_, _, l)| l).collect()
+}
+
+/// [`latencies`] with each pair's probe talker and listener (client indices).
+fn latency_pairs(s: &RunState<'_>, clients: &[ClientSnapshot]) -> Vec<(usize, usize, Option<f64>)> {
     let mut heard: HashMap<(usize, usize), Vec<Instant>> = HashMap::new();
     for d in s.detections {
         heard.entry((d.listener, d.probe)).or_default().push(d.at);
@@ -422,12 +429,76 @@ fn latencies(s: &RunState<'_>, clients: &[ClientSnapshot]) -> Vec<Option<f64>> {
             let from = m.at.checked_sub(MATCH_EARLY).unwrap_or(m.at);
             let i = times.partition_point(|&t| t < from);
             let hit = times.get(i).filter(|&&t| t <= m.at + MATCH_WINDOW);
-            out.push(hit.map(|&t| {
-                if t >= m.at { (t - m.at).as_secs_f64() * 1000.0 } else { -((m.at - t).as_secs_f64() * 1000.0) }
-            }));
+            out.push((
+                m.client,
+                c.index,
+                hit.map(|&t| {
+                    if t >= m.at { (t - m.at).as_secs_f64() * 1000.0 } else { -((m.at - t).as_secs_f64() * 1000.0) }
+                }),
+            ));
         }
     }
     out
+}
+
+/// The latency figures of some marker × listener pairs.
+fn latency_stat(lat: &[Option<f64>]) -> LatencyStat {
+    let heard: Vec<f64> = lat.iter().flatten().copied().collect();
+    let mut with_missed: Vec<f64> = lat.iter().map(|l| l.unwrap_or(f64::INFINITY)).collect();
+    with_missed.sort_by(f64::total_cmp);
+    LatencyStat {
+        pairs: lat.len(),
+        missed: lat.iter().filter(|l| l.is_none()).count(),
+        ms: Stat::of(heard.iter().copied()),
+        p50_ms: percentile(&with_missed, 0.5),
+        p95_ms: percentile(&with_missed, 0.95),
+    }
+}
+
+/// Mouth-to-ear of a run across nodes, split by where the probe talker
+/// joined against where its listener did (`node_of`: a client's node):
+/// `(same node, another node)`; pairs whose nodes are unknown are left out.
+pub(crate) fn latency_by_node(
+    s: &RunState<'_>,
+    node_of: impl Fn(usize) -> Option<std::net::SocketAddr>,
+) -> NodeLatency {
+    let clients = all_clients(s);
+    let (mut same, mut other) = (Vec::new(), Vec::new());
+    for (talker, listener, l) in latency_pairs(s, &clients) {
+        match (node_of(talker), node_of(listener)) {
+            (Some(a), Some(b)) if a == b => same.push(l),
+            (Some(_), Some(_)) => other.push(l),
+            _ => {}
+        }
+    }
+    NodeLatency { same_node: latency_stat(&same), other_node: latency_stat(&other) }
+}
+
+/// Mouth-to-ear in a room across nodes: pairs whose probe talker and
+/// listener joined on the same node, and on different nodes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeLatency {
+    /// Talker and listener on one node.
+    pub same_node: LatencyStat,
+    /// Talker and listener on different nodes (the talker's frames cross the mesh).
+    pub other_node: LatencyStat,
+}
+
+impl NodeLatency {
+    /// One line: p50/p95 (pairs, missed) for each kind of pair.
+    pub fn to_text(&self) -> String {
+        let one = |l: &LatencyStat| {
+            let ms = |v: Option<f64>| {
+                v.map_or("-".to_owned(), |v| if v.is_finite() { format!("{v:.1}") } else { "missed".to_owned() })
+            };
+            format!("p50/p95 {}/{} ms ({} pairs, {} missed)", ms(l.p50_ms), ms(l.p95_ms), l.pairs, l.missed)
+        };
+        format!(
+            "mouth-to-ear, talker on the listener's node: {}; on another node: {}",
+            one(&self.same_node),
+            one(&self.other_node)
+        )
+    }
 }
 
 fn is_perfect(c: &ClientSnapshot) -> bool {
@@ -490,15 +561,7 @@ fn summarize_clients(s: &RunState<'_>, clients: &[ClientSnapshot], lat: &[Option
 
     let mut heard: Vec<f64> = lat.iter().flatten().copied().collect();
     heard.sort_by(f64::total_cmp);
-    let mut with_missed: Vec<f64> = lat.iter().map(|l| l.unwrap_or(f64::INFINITY)).collect();
-    with_missed.sort_by(f64::total_cmp);
-    let latency = LatencyStat {
-        pairs: lat.len(),
-        missed: lat.iter().filter(|l| l.is_none()).count(),
-        ms: Stat::of(heard.iter().copied()),
-        p50_ms: percentile(&with_missed, 0.5),
-        p95_ms: percentile(&with_missed, 0.95),
-    };
+    let latency = latency_stat(lat);
     let one_way = percentile(&heard, 0.5).unwrap_or(0.0);
     let mut mos_all: Vec<f64> = clients.iter().map(|c| client_mos(c, one_way)).collect();
     mos_all.sort_by(f64::total_cmp);
@@ -710,6 +773,7 @@ pub(crate) fn final_report(s: &RunState<'_>) -> LoadReport {
             .collect(),
         latencies_ms: lat.iter().flatten().copied().collect(),
         nodes: Vec::new(),
+        latency_by_node: None,
         summary,
     }
 }
