@@ -121,7 +121,9 @@ fn connections_are_capped() {
     create_room(api, "cap");
     // Connections in use (WebSockets) hold their slots; idle ones would
     // give theirs up to a newcomer (tests/api_security.rs).
-    let busy: Vec<Ws> = (0..2).map(|_| Ws::connect(api, "cap")).collect();
+    // The room's creation used a connection of its own: on a busy machine
+    // its slot may not be given back yet when the sockets come (503 until it is).
+    let busy: Vec<Ws> = (0..2).map(|_| Ws::connect_when_free(api, "cap")).collect();
     std::thread::sleep(Duration::from_millis(200));
     let r = http(api, "GET", "/healthz", None, b"");
     assert_eq!((r.status, r.code().as_str()), (503, "too_many_connections"), "{}", r.body);
@@ -138,12 +140,35 @@ struct Ws(tungstenite::WebSocket<TcpStream>);
 
 impl Ws {
     fn connect(api: SocketAddr, room: &str) -> Self {
+        Self::try_connect(api, room).expect("WebSocket")
+    }
+
+    fn try_connect(
+        api: SocketAddr,
+        room: &str,
+    ) -> Result<Self, tungstenite::HandshakeError<tungstenite::ClientHandshake<TcpStream>>> {
         let stream = TcpStream::connect(api).expect("connect");
         // A slow handshake (a busy machine) is not a failure; reads after it poll.
         stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        let ws = tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws"), stream).expect("WebSocket").0;
+        let ws = tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws"), stream)?.0;
         ws.get_ref().set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
-        Self(ws)
+        Ok(Self(ws))
+    }
+
+    /// [`Ws::connect`], retried while the server answers 503 (at most 5 s).
+    fn connect_when_free(api: SocketAddr, room: &str) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Self::try_connect(api, room) {
+                Ok(ws) => return ws,
+                Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)))
+                    if r.status() == 503 && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("WebSocket: {e:?}"),
+            }
+        }
     }
 
     /// Text messages until the server closes (its close code) or `within` passes.
