@@ -11,8 +11,9 @@
 //! never redirected to.
 //!
 //! Keys, one per purpose: `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`
-//! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records)
-//! and `cluster-ticket` (redirect tickets).
+//! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records),
+//! `cluster-ticket` (redirect tickets) and `cluster-control` (room control
+//! messages between the nodes of a span).
 //!
 //! The signature (field `sig`, base64url) covers the node id and every
 //! field but `placements` and `joins` (which other nodes' claims and joins
@@ -32,6 +33,8 @@ use ring::hmac;
 pub const NODE_RECORD_PURPOSE: &str = "cluster-node";
 /// Purpose of the key that signs redirect tickets.
 pub const TICKET_PURPOSE: &str = "cluster-ticket";
+/// Purpose of the key that signs room control messages (see `control`).
+pub use crate::control::CONTROL_PURPOSE;
 
 /// The fields of a node record the signature covers, in order.
 pub(crate) const SIGNED_FIELDS: [&str; 7] =
@@ -39,7 +42,7 @@ pub(crate) const SIGNED_FIELDS: [&str; 7] =
 /// Fields covered when present, after [`SIGNED_FIELDS`]: a record of a node
 /// from before they existed verifies without them, and one that has them
 /// cannot lose them (the signature would no longer verify).
-pub(crate) const OPTIONAL_SIGNED_FIELDS: [&str; 1] = ["mesh_addr"];
+pub(crate) const OPTIONAL_SIGNED_FIELDS: [&str; 2] = ["mesh_addr", "number"];
 
 /// The key for one purpose, derived from the shared secret:
 /// `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`.
@@ -128,7 +131,7 @@ mod tests {
         let old: Vec<(&str, String)> = SIGNED_FIELDS.iter().map(|f| (*f, format!("value of {f}"))).collect();
         let mut older: HashMap<String, String> = old.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
         older.insert("sig".into(), key.sign("node-1", &old));
-        assert!(key.verify("node-1", &older), "a record without mesh_addr");
+        assert!(key.verify("node-1", &older), "a record without mesh_addr nor number");
         older.insert("mesh_addr".into(), "10.0.0.9:7000".into());
         assert!(!key.verify("node-1", &older), "a mesh_addr added to an older record");
         record.remove("sig");
@@ -151,6 +154,8 @@ mod tests {
     fn keys_differ_per_purpose() {
         let s = b"0123456789abcdef0123456789abcdef";
         assert_ne!(derive_key(s, NODE_RECORD_PURPOSE), derive_key(s, TICKET_PURPOSE));
+        assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, TICKET_PURPOSE));
+        assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, NODE_RECORD_PURPOSE));
         assert_ne!(
             derive_key(s, NODE_RECORD_PURPOSE),
             derive_key(b"0123456789abcdef0123456789abcdeF", NODE_RECORD_PURPOSE)

@@ -44,6 +44,7 @@ use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate};
 use crate::auth::{Grant, unix_now};
 use crate::room::{CarriedStage, Room, RoomError, RoomEvent, valid_room_id};
+use crate::sync::lock;
 
 /// Close code of a WebSocket whose room is on another node.
 pub(crate) const CLOSE_MOVED: u16 = 4307;
@@ -222,6 +223,45 @@ pub(crate) async fn here(
             redirect(c, &owner, room, target, None, grant).map(Err)
         }
     }
+}
+
+/// The room of a participant's route (`PATCH`, `DELETE` and `…/move` of
+/// `/v1/rooms/{room}/participants/{id}`): here when `id` is one of this
+/// node's participants of it. In a room spread over nodes, else, the `307`
+/// to the node of the room's span whose number the id carries (ids are
+/// `number << 32 | n`; the node found among the span's live members by
+/// their signed records only: [`Cluster::span_node`]), with a ticket of
+/// the least grant bound to this request, as [`here`] does for a room on
+/// another node. Else as [`here`]: the room here (its
+/// `participant_not_found` comes next), or the `307` to its owner. A
+/// request redirected already (`ticketed`) is never sent on for its id: an
+/// id whose node does not host it is a 404, not a bounce.
+pub(crate) async fn participant_here(
+    api: &ApiState,
+    room: &str,
+    id: u64,
+    target: &Target,
+    grant: &Grant,
+    ticketed: bool,
+) -> ApiResult<Result<Arc<Room>, Response>> {
+    if let Ok(r) = api.rooms.get(room)
+        && lock(&r.members).contains_key(&id)
+    {
+        return Ok(Ok(r));
+    }
+    if let Some(c) = &api.cluster
+        && !ticketed
+        && c.config().room_spread != RoomSpread::Off
+        && let Some(number) = tutti_cluster::node_number_of(id)
+        && number != c.node_number()
+    {
+        match c.span_node(room, number).await {
+            Ok(Some(node)) if node.node_id != c.node_id() => return redirect(c, &node, room, target, None, grant).map(Err),
+            Ok(_) => {}
+            Err(e) => return Err(unavailable(&e)),
+        }
+    }
+    here(api, room, target, grant).await
 }
 
 /// The path the page goes to after `moved`: [`enter`].
@@ -422,6 +462,13 @@ async fn locate(api: &ApiState, room: &str, ticketed: bool, stay_if_hosted: bool
             if fresh && let Some(carried) = &config.handover {
                 api.rooms.restore_stage(&state, carried, Instant::now(), unix_now());
             }
+            if fresh && cluster.config().room_spread != RoomSpread::Off {
+                // Its span is read now, here and (told) on the other nodes,
+                // so that the mesh carries the room to this node's first
+                // participant from its first frames.
+                api.span_wake.notify_one();
+                super::control::publish(api, room, &super::control::Control::Joined);
+            }
             Ok(Located::Here(state))
         }
         JoinPlacement::Elsewhere(node) => Ok(Located::Elsewhere(node)),
@@ -615,6 +662,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
     loop {
         tokio::select! {
             _ = every.tick() => {}
+            _ = api.span_wake.notified() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
         let hosted: std::collections::HashSet<String> =

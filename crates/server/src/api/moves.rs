@@ -64,7 +64,7 @@ pub(crate) struct MoveResult {
 }
 
 /// Counts a move's outcome (`tutti_participant_moves_total{result}`):
-/// `moved`, `room_elsewhere`, `redirected` (a 307 to the room's node), or
+/// `moved`, `room_elsewhere`, `redirected` (a 307 to the node of the room or of the participant), or
 /// the error's code.
 fn counted(result: ApiResult<Response>) -> ApiResult<Response> {
     let label = match &result {
@@ -135,7 +135,8 @@ async fn move_inner(
             req.to
         )));
     }
-    let from = match cluster::here(&api, &room, &target, &grant).await? {
+    let ticketed = access.ticket.is_some();
+    let from = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };

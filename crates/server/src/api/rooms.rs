@@ -521,7 +521,8 @@ pub(crate) async fn leave(
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
         return Err(ApiError::forbidden("banning a participant needs an admin token"));
     }
-    let state = match cluster::here(&api, &room, &target, &grant).await? {
+    let ticketed = params.ticket.is_some();
+    let state = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(state) => member_of(state, id)?,
         Err(elsewhere) => return Ok(elsewhere),
     };
@@ -529,8 +530,14 @@ pub(crate) async fn leave(
     let own = lock(&state.members).get(&id).is_some_and(|m| m.identity == grant.identity);
     let effect = match params.ban_seconds {
         Some(secs) => {
-            let effect = api.rooms.kick(&state, id, Some(std::time::Duration::from_secs(secs)), Instant::now())?;
+            let key = api.rooms.ban_key_of(&state, id);
+            let ban = std::time::Duration::from_secs(secs);
+            let effect = api.rooms.kick(&state, id, Some(ban), Instant::now())?;
             crate::metrics::stage_action("ban");
+            // The other nodes of a spread room refuse the identity too.
+            if let Some(key) = key {
+                super::control::publish(&api, &room, &super::control::Control::Ban { key, seconds: secs });
+            }
             effect
         }
         // An admin removing someone else kicks it (with auth off, every caller is an admin with no identity: it leaves).
@@ -606,9 +613,11 @@ pub(crate) async fn update_participant(
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let grant = cluster::caller(&api, &headers, &target, cluster::access(query).ticket.as_deref(), &room).await?;
+    let access = cluster::access(query);
+    let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     may_see_member(&api, &grant, &room, id)?;
-    let here = match cluster::here(&api, &room, &target, &grant).await? {
+    let ticketed = access.ticket.is_some();
+    let here = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(here) => here,
         Err(elsewhere) => return Ok(elsewhere),
     };
