@@ -166,24 +166,37 @@ fn room_control_reaches_every_node_of_a_spread_room() {
     accept(&mut late, &r).expect("answer");
     all.push(late);
     let answered = asked.elapsed();
+    let mut connected = None;
     {
         let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
-        run_until(&mut refs, Instant::now() + Duration::from_secs(10), |cs| cs[2].heard.len() >= 12);
+        run_until(&mut refs, Instant::now() + Duration::from_secs(10), |cs| {
+            if cs[2].connected && connected.is_none() {
+                connected = Some(Instant::now());
+            }
+            cs[2].heard.len() >= 12
+        });
     }
     let late = &all[2];
     assert!(late.heard.len() >= 10, "the late joiner receives audio: {} frames", late.heard.len());
     let carry = first_frames_carry(late, &FREQS[..2], 10);
+    let connected = connected.expect("connected before its first frames");
     let first_at = late.heard[0].0;
-    let first_tone = late.heard.iter().zip(&carry).find(|(_, c)| **c).map(|((at, _), _)| at.duration_since(first_at));
+    let first_tone = late.heard.iter().zip(&carry).find(|(_, c)| **c).map(|((at, _), _)| at.duration_since(connected));
     eprintln!(
-        "late joiner on C: answered in {answered:?}, first frame {:?} after the request; its first 10 frames carry \
-         A's and B's tones: {carry:?} (first tone frame {first_tone:?} after the first frame)",
-        first_at.duration_since(asked)
+        "late joiner on C: answered in {answered:?}, connected {:?} after the request, first frame {:?} after \
+         connecting, first frame with A's and B's tones {first_tone:?} after connecting; its first 10 frames carry \
+         them: {carry:?}",
+        connected.duration_since(asked),
+        first_at.saturating_duration_since(connected),
     );
+    // The first frames after connecting carry the room (a tick or two: the
+    // mesh was set up while the client connected), not silence, nor nothing.
     assert!(
         carry.iter().filter(|c| **c).count() >= 8,
         "at least 8 of the late joiner's first 10 frames carry the other nodes' tones: {carry:?}"
     );
+    let waited = first_at.saturating_duration_since(connected);
+    assert!(waited < Duration::from_millis(200), "the first frame {waited:?} after connecting");
 
     // An admin talker on A and a listener (listen-only token) on C.
     all.push(join_on(a, "moderator", true, true, ADMIN_FREQ).expect("admin talker on A"));
