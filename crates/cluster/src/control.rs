@@ -5,8 +5,8 @@
 //! ```text
 //! node A: Cluster::publish_control(room, body) ─► sign ─► bounded queue ─► PUBLISH control
 //! node B: SUBSCRIBE control (the relay's RESP3 connection) ─► bounded queue
-//!         ─► task: open (size, tag) ─► own? skip ─► fresh? ─► nonce unseen? ─► room hosted here
-//!            at that epoch? ─► bounded queue ─► the server applies it (Cluster::take_control)
+//!         ─► task: open (size, tag) ─► own? skip ─► room hosted here? ─► fresh? ─► nonce unseen?
+//!            ─► at this node's epoch? ─► bounded queue ─► the server applies it (Cluster::take_control)
 //! ```
 //!
 //! One channel (`<prefix>control`) for every room: control is rare (an
@@ -33,7 +33,8 @@
 //!
 //! Its own messages, which Redis hands back to the sender too, are skipped
 //! (a node never applies, nor publishes again, what it sent: no loops), as
-//! are messages for rooms this node does not host; neither is counted.
+//! are (well signed) messages for rooms this node does not host; neither is
+//! counted, nor takes a place among the nonces remembered.
 //! The body is the server's (opaque JSON here).
 
 use std::collections::{HashSet, VecDeque};

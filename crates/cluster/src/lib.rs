@@ -93,6 +93,16 @@
 //!   secret (`record`, [`derive_key`]): a forged or foreign record is never
 //!   placed on nor redirected to ([`ClusterError::Untrusted`] → 503),
 //!   and is counted (`tutti_cluster_node_records_rejected_total`).
+//! - **Ids name their node; control reaches the span.** Each node takes a
+//!   number at start ([`Cluster::node_number`], in its signed record), and
+//!   the server's participant ids carry it, so a request for a participant
+//!   hosted elsewhere in a room's span is redirected to its node
+//!   ([`Cluster::span_node`]). A room-wide change one node applied is
+//!   published, signed with its own derived key and fenced by epoch, time
+//!   and nonce, on the `control` channel ([`Cluster::publish_control`]);
+//!   every other node of the span applies it to its copy
+//!   ([`Cluster::take_control`]) and never sends it on. Best effort, like
+//!   room events: the answer tells what the first node did.
 //! - **Tickets are single-use cluster-wide** (Redis `SET NX`), not per node:
 //!   if the owner dies and the room moves, a ticket cannot be replayed on the
 //!   new owner. Without Redis a ticket cannot be checked: 503, like any

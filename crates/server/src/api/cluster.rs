@@ -17,6 +17,11 @@
 //! method and path: an admin's `DELETE` is redirected with a ticket that
 //! deletes that room once, and does nothing else.
 //!
+//! In a room spread over nodes, a participant's routes go to the node
+//! hosting the participant ([`participant_here`]: its id carries the
+//! node's number), and room-wide changes reach the other nodes as control
+//! messages (`control`).
+//!
 //! A WebSocket handshake does not follow redirects: on a node that does
 //! not hold the room the socket opens and says `{"type": "moved", "room",
 //! "node", "api_url", "ticket"}`. The page never carries its bearer token

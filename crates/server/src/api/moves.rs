@@ -92,7 +92,7 @@ fn counted(result: ApiResult<Response>) -> ApiResult<Response> {
     request_body(content = MoveRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Moved: `left` (reason `moved_room`) in the old room, `joined` in the new", body = MoveResult),
-        (status = 307, description = "Cluster mode: the participant's room is on another node; follow `Location`"),
+        (status = 307, description = "Cluster mode: the participant's room, or the participant (its id names its node), is on another node; follow `Location`"),
         (status = 400, description = "`bad_json`, `bad_room_id`, `same_room`", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`forbidden` (not an admin of both rooms), `banned` (from the target room)", body = ErrorBody),

@@ -488,7 +488,8 @@ pub(crate) struct LeaveParams {
 
 /// `DELETE …/participants/{id}`: a participant leaves (its own token), or an
 /// admin removes it (reason `kicked`), with `?ban_seconds=` banning its
-/// identity from the room for that long.
+/// identity from the room for that long (in a room spread over nodes, on
+/// every node of it: they refuse its joins within the pub/sub latency).
 #[utoipa::path(
     delete,
     path = "/v1/rooms/{room}/participants/{id}",
@@ -501,7 +502,7 @@ pub(crate) struct LeaveParams {
     ),
     responses(
         (status = 204, description = "Left (or kicked, or banned)"),
-        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 307, description = "Cluster mode: the room, or the participant (its id names its node), is on another node; follow `Location`"),
         (status = 400, description = "`bad_value` (the query)", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or a ban, without admin)", body = ErrorBody),
@@ -593,7 +594,7 @@ pub(crate) struct UpdateParticipant {
     responses(
         (status = 200, description = "JSON: the participant now; SDP: the ICE restart's answer",
             content((shapes::ParticipantChanged = "application/json"), (String = "application/sdp"))),
-        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 307, description = "Cluster mode: the room, or the participant (its id names its node), is on another node; follow `Location`"),
         (status = 400, description = "`bad_json`, `bad_value`, `bad_sdp`", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or an admin-only field)", body = ErrorBody),
