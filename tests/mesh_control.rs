@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::cluster::{Node, Redis, SECRET, json, send, shared_ports};
+use common::cluster::{Node, Redis, SECRET, json, metric, send, shared_ports};
 use tutti_client::{Requester, ToneClient, request_as, request_following, run_for, run_until};
 use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
@@ -68,16 +68,6 @@ fn accept(client: &mut ToneClient, r: &tutti_client::Response) -> Result<(), (u1
     client.location = r.header("location").unwrap_or_default().to_owned();
     let id = client.location.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
     client.accept_answer(&r.body, id).map_err(|e| (0, e.to_string()))
-}
-
-/// A metric's value (summed over its label sets) from a node's `/metrics`.
-fn metric(node: &Node, name: &str) -> f64 {
-    let m = request_as(node.metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
-    m.body
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Pumps `clients` until `done` holds over the last second (checked every
@@ -158,9 +148,16 @@ fn room_control_reaches_every_node_of_a_spread_room() {
     let (mut late, offer) = ToneClient::offer(FREQS[2]).expect("offer");
     let talker = auth.mint(&Grant::participant(ROOM, "talker-c"), Duration::from_secs(600), unix_now()).expect("t");
     let asked = Instant::now();
-    let (r, at, _) =
-        request_following(c, &Requester::token(&talker), "POST", PARTICIPANTS, Some("application/sdp"), offer.as_bytes(), 2)
-            .expect("join answers");
+    let (r, at, _) = request_following(
+        c,
+        &Requester::token(&talker),
+        "POST",
+        PARTICIPANTS,
+        Some("application/sdp"),
+        offer.as_bytes(),
+        2,
+    )
+    .expect("join answers");
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(node_of(at), 2, "the empty node C takes the join");
     accept(&mut late, &r).expect("answer");
@@ -319,7 +316,10 @@ fn room_control_reaches_every_node_of_a_spread_room() {
     assert_eq!(receivers, "3", "every node listens on the control channel");
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline
-        && nodes.iter().zip(&refused_before).any(|(n, b)| metric(n, "tutti_cluster_control_refused_total{reason=\"bad_tag\"}") < b + 1.0)
+        && nodes
+            .iter()
+            .zip(&refused_before)
+            .any(|(n, b)| metric(n, "tutti_cluster_control_refused_total{reason=\"bad_tag\"}") < b + 1.0)
     {
         std::thread::sleep(Duration::from_millis(50));
     }

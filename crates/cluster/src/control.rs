@@ -39,12 +39,10 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 
-use crate::record::derive_key;
+use crate::record::{derive_key, fresh_nonce, is_nonce, open_signed, seal_signed};
 
 /// Purpose of the key that signs control messages.
 pub const CONTROL_PURPOSE: &str = "cluster-control";
@@ -96,15 +94,8 @@ pub enum ControlRefusal {
 
 impl ControlRefusal {
     /// Every reason, in the order of the counters.
-    pub const ALL: [ControlRefusal; 7] = [
-        Self::Malformed,
-        Self::BadTag,
-        Self::Stale,
-        Self::Replayed,
-        Self::Flood,
-        Self::Epoch,
-        Self::QueueFull,
-    ];
+    pub const ALL: [ControlRefusal; 7] =
+        [Self::Malformed, Self::BadTag, Self::Stale, Self::Replayed, Self::Flood, Self::Epoch, Self::QueueFull];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -137,38 +128,28 @@ impl ControlKey {
 
     /// A fresh message for `room` at `epoch` from `origin`, sent at `now_ms`.
     pub fn seal(&self, room: &str, epoch: u64, origin: &str, body: serde_json::Value, now_ms: u64) -> Option<String> {
-        let mut nonce = [0u8; 16];
-        getrandom::fill(&mut nonce).ok()?;
         let msg = ControlMessage {
             room: room.to_owned(),
             epoch,
             origin: origin.to_owned(),
             ts_ms: now_ms,
-            nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
+            nonce: fresh_nonce().ok()?,
             body,
         };
         self.sign(&msg)
     }
 
     pub fn sign(&self, msg: &ControlMessage) -> Option<String> {
-        let json = serde_json::to_vec(msg).ok()?;
-        let tag = hmac::sign(&self.key, &json);
-        let wire = format!("{}.{}", URL_SAFE_NO_PAD.encode(&json), URL_SAFE_NO_PAD.encode(tag.as_ref()));
+        let wire = seal_signed(&self.key, &serde_json::to_vec(msg).ok()?);
         (wire.len() <= MAX_CONTROL_BYTES).then_some(wire)
     }
 
     /// The message, if `wire` is one signed with this key (the tag checked
     /// in constant time before the JSON is parsed).
     pub fn open(&self, wire: &str) -> Result<ControlMessage, ControlRefusal> {
-        if wire.len() > MAX_CONTROL_BYTES {
-            return Err(ControlRefusal::Malformed);
-        }
-        let (payload, tag) = wire.split_once('.').ok_or(ControlRefusal::Malformed)?;
-        let json = URL_SAFE_NO_PAD.decode(payload).map_err(|_| ControlRefusal::Malformed)?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| ControlRefusal::Malformed)?;
-        hmac::verify(&self.key, &json, &tag).map_err(|_| ControlRefusal::BadTag)?;
-        let msg: ControlMessage = serde_json::from_slice(&json).map_err(|_| ControlRefusal::Malformed)?;
-        if msg.nonce.len() != 32 || !msg.nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let refusals = (ControlRefusal::Malformed, ControlRefusal::BadTag);
+        let msg: ControlMessage = open_signed(&self.key, wire, MAX_CONTROL_BYTES, refusals)?;
+        if !is_nonce(&msg.nonce) {
             return Err(ControlRefusal::Malformed);
         }
         Ok(msg)
@@ -215,6 +196,9 @@ impl Seen {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
     use super::*;
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
@@ -276,7 +260,7 @@ mod tests {
     fn the_nonce_window_is_bounded() {
         let key = ControlKey::new(SECRET);
         let mut seen = Seen::new(3);
-        let mut next = || key.open(&sealed(&key)).expect("opens");
+        let next = || key.open(&sealed(&key)).expect("opens");
         for _ in 0..3 {
             assert_eq!(seen.check(&next(), NOW), Ok(()));
         }

@@ -187,9 +187,7 @@ pub use cluster::{
     RoomEntry, Span, SpanMember, node_number_of, redirect_location,
 };
 pub use config::{ClusterConfig, MAX_NODE_ID_BYTES, RoomSpread};
-pub use control::{
-    CONTROL_MAX_AGE_MS, CONTROL_QUEUE_CAPACITY, ControlMessage, ControlRefusal, MAX_CONTROL_BYTES,
-};
+pub use control::{CONTROL_MAX_AGE_MS, CONTROL_QUEUE_CAPACITY, ControlMessage, ControlRefusal, MAX_CONTROL_BYTES};
 pub use error::{ClusterError, TicketError};
 pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
 pub use placement::{Load, NodeInfo, NodeState, choose, choose_for_join};

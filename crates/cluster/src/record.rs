@@ -53,6 +53,46 @@ pub fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
     key
 }
 
+/// `base64url(payload) "." base64url(HMAC-SHA256(key, payload))`: the
+/// shape of tickets and control messages.
+pub(crate) fn seal_signed(key: &hmac::Key, payload: &[u8]) -> String {
+    let tag = hmac::sign(key, payload);
+    format!("{}.{}", URL_SAFE_NO_PAD.encode(payload), URL_SAFE_NO_PAD.encode(tag.as_ref()))
+}
+
+/// The JSON payload of a [`seal_signed`] token of at most `max_bytes`,
+/// its tag checked (in constant time) before anything reads the payload;
+/// else `malformed` (too long, not two base64url parts, not the JSON) or
+/// `bad_tag`.
+pub(crate) fn open_signed<T: serde::de::DeserializeOwned, E>(
+    key: &hmac::Key,
+    token: &str,
+    max_bytes: usize,
+    (malformed, bad_tag): (E, E),
+) -> Result<T, E> {
+    let payload = (token.len() <= max_bytes)
+        .then(|| token.split_once('.'))
+        .flatten()
+        .and_then(|(payload, tag)| Some((URL_SAFE_NO_PAD.decode(payload).ok()?, URL_SAFE_NO_PAD.decode(tag).ok()?)));
+    let Some((payload, tag)) = payload else { return Err(malformed) };
+    if hmac::verify(key, &payload, &tag).is_err() {
+        return Err(bad_tag);
+    }
+    serde_json::from_slice(&payload).map_err(|_| malformed)
+}
+
+/// 128 random bits as 32 hex digits: a ticket's or control message's nonce.
+pub(crate) fn fresh_nonce() -> Result<String, getrandom::Error> {
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce)?;
+    Ok(nonce.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether `s` has the shape of a [`fresh_nonce`].
+pub(crate) fn is_nonce(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Signs and checks node records.
 pub(crate) struct RecordKey {
     key: hmac::Key,

@@ -261,7 +261,9 @@ pub(crate) async fn participant_here(
         && number != c.node_number()
     {
         match c.span_node(room, number).await {
-            Ok(Some(node)) if node.node_id != c.node_id() => return redirect(c, &node, room, target, None, grant).map(Err),
+            Ok(Some(node)) if node.node_id != c.node_id() => {
+                return redirect(c, &node, room, target, None, grant).map(Err);
+            }
             Ok(_) => {}
             Err(e) => return Err(unavailable(&e)),
         }
