@@ -55,6 +55,7 @@ pub(crate) fn admit(api: &ApiState, room: &Room, grant: &Grant, name: &str) -> A
 }
 
 /// Changes a room (admin of the room): lock, size, speaker limit, mute-all, voice processing.
+///
 /// The answer says what this node did; in a room spread over nodes the
 /// other nodes of it apply the change to their own participants within the
 /// pub/sub latency (mute-all mutes their non-admins, a lock refuses their joins).
