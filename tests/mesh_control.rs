@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::cluster::{Node, Redis, SECRET, json, metric, send, shared_ports};
-use tutti_client::{Requester, ToneClient, request_as, request_following, run_for, run_until};
+use tutti_client::{Requester, ToneClient, request_as, request_following, run_for, run_until, split_location};
 use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
 use tutti_server::auth::{Auth, Grant, unix_now};
@@ -238,11 +238,23 @@ fn room_control_reaches_every_node_of_a_spread_room() {
     assert!(heard.is_some(), "mute-all reaches every node, the admin spared: {:?}", levels(&all, &all_freqs));
     eprintln!("mute-all sent to A (muted {muted_here} there): every node silent within {heard:?}");
 
-    // A speak grant for the listener on C, sent to A: redirected to C.
+    // A speak grant for the listener on C, sent to A: a 307 to C with a
+    // single-use ticket for that request (a replay is refused).
     let path = format!("{PARTICIPANTS}/{}", ids[listener_i]);
-    let (r, at) = send(a, &admin, "PATCH", &path, r#"{"speak":true}"#);
-    assert_eq!((r.status, node_of(at)), (200, 2), "the grant reaches C: {}", r.body);
+    let grant = br#"{"speak":true}"#;
+    let r = request_as(a, &Requester::token(&admin), "PATCH", &path, Some("application/json"), grant).expect("A");
+    assert_eq!(r.status, 307, "{}", r.body);
+    assert!(json(&r)["message"].as_str().unwrap().contains("participant"), "{}", r.body);
+    let (to, redirected) = split_location(r.header("location").expect("Location")).expect("an http Location");
+    assert!(redirected.starts_with(&format!("{path}?ticket=")), "{redirected}");
+    let followed = |who: &Requester<'_>| {
+        request_as(to, who, "PATCH", &redirected, Some("application/json"), grant).expect("the participant's node")
+    };
+    let r = followed(&Requester::default());
+    assert_eq!((r.status, node_of(to)), (200, 2), "the grant reaches C: {}", r.body);
     assert_eq!(json(&r)["speak"], true);
+    let replay = followed(&Requester::default());
+    assert_eq!((replay.status, replay.code()), (401, "bad_ticket".to_owned()), "a replayed ticket: {}", replay.body);
     let heard = until(&mut all, Duration::from_secs(10), Duration::from_millis(300), |cs, since| {
         cs[0].hears(LISTENER_FREQ, since) > 0.05 && cs[1].hears(LISTENER_FREQ, since) > 0.05
     });
@@ -284,6 +296,7 @@ fn room_control_reaches_every_node_of_a_spread_room() {
     }
 
     // A lock sent to B refuses a join on C.
+    let lock_sent = Instant::now();
     let (r, at) = send(b, &admin, "PATCH", "/v1/rooms/ctl", r#"{"locked":true}"#);
     assert_eq!((r.status, node_of(at)), (200, 1), "{}", r.body);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -298,7 +311,8 @@ fn room_control_reaches_every_node_of_a_spread_room() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(locked.is_some(), "a join on C is refused once B locked the room");
+    let locked = locked.expect("a join on C is refused once B locked the room");
+    eprintln!("lock sent to B: a join on C refused {:?} after the request", locked.duration_since(lock_sent));
 
     // A control message forged into Redis (unlock, unmute: with a bad tag) is
     // refused by every node, counted, and changes nothing.

@@ -186,6 +186,20 @@ pub(crate) fn redirect(
     extra_query: Option<&str>,
     grant: &Grant,
 ) -> ApiResult<Response> {
+    let message = format!("room '{room}' is on node {}", owner.node_id);
+    redirect_saying(cluster, owner, room, target, extra_query, grant, message)
+}
+
+/// [`redirect`] with the body's `message`.
+fn redirect_saying(
+    cluster: &Cluster,
+    owner: &Owner,
+    room: &str,
+    target: &Target,
+    extra_query: Option<&str>,
+    grant: &Grant,
+    message: String,
+) -> ApiResult<Response> {
     let least = least_grant(grant, room, &target.method, target.uri.path());
     let ticket = cluster.mint_ticket(room, &grant.identity, grants_json(&least), target.request()).map_err(|e| {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("cannot mint a redirect ticket: {e}"))
@@ -199,7 +213,7 @@ pub(crate) fn redirect(
     cluster.record_redirect();
     let body = serde_json::json!({
         "code": "room_elsewhere",
-        "message": format!("room '{room}' is on node {}", owner.node_id),
+        "message": message,
         "node": owner.node_id,
         "api_url": owner.api_url,
     });
@@ -262,7 +276,8 @@ pub(crate) async fn participant_here(
     {
         match c.span_node(room, number).await {
             Ok(Some(node)) if node.node_id != c.node_id() => {
-                return redirect(c, &node, room, target, None, grant).map(Err);
+                let message = format!("participant {id} of room '{room}' is on node {}", node.node_id);
+                return redirect_saying(c, &node, room, target, None, grant, message).map(Err);
             }
             Ok(_) => {}
             Err(e) => return Err(unavailable(&e)),
