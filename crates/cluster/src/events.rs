@@ -8,10 +8,10 @@
 //!        push ─► bounded queue ─► task ─► broadcast::Sender per room ─► watchers
 //! ```
 //!
-//! The same connection and queues carry the room control messages
-//! (`control`, see `control`): published like events, and received on the
-//! one `control` channel every node subscribes to, handed raw to the
-//! cluster's control task.
+//! The same connection and queues carry the room control messages (see the
+//! `control` module): published like events, and received on the one
+//! `control` channel every node subscribes to, handed raw to the cluster's
+//! control task.
 //!
 //! Best effort, like the local event channel: events published while Redis
 //! is unreachable, or beyond the bounded queues, are dropped and counted.
@@ -282,10 +282,11 @@ impl Relay {
         }
     }
 
-    /// A message of the control channel: its payload.
+    /// A message of the control channel: its payload (empty when it is not
+    /// text: refused as malformed, and counted, by the control task).
     fn control(&self, data: &[Value]) -> Option<String> {
         let [channel, payload] = data else { return None };
-        (text(channel)? == self.control_channel).then(|| text(payload)).flatten()
+        (text(channel)? == self.control_channel).then(|| text(payload).unwrap_or_default())
     }
 
     fn parse(&self, data: &[Value]) -> Option<RoomEvent> {
