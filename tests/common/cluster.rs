@@ -150,6 +150,17 @@ pub fn send(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) 
     panic!("more than two redirects for {method} {path}");
 }
 
+/// A metric's value from a node's `/metrics`, summed over its label sets
+/// (or one label set: `name{label="value"}`).
+pub fn metric(node: &Node, name: &str) -> f64 {
+    let m = request_as(node.metrics, &Requester::default(), "GET", "/metrics", None, b"").expect("metrics");
+    m.body
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn json(r: &Response) -> serde_json::Value {
     serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.body))
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::config::{ClusterConfig, RoomSpread, validate_node_id};
+use crate::control::{CONTROL_QUEUE_CAPACITY, ControlKey, ControlMessage, ControlRefusal, SEEN_CAPACITY, Seen};
 use crate::error::{ClusterError, TicketError};
 use crate::events::{Relay, RoomEvent};
 use crate::placement::{Load, NodeInfo, NodeState, choose, choose_for_join};
@@ -26,6 +27,23 @@ use crate::ticket::{TicketClaims, TicketKey};
 pub const FENCED_CHANNEL_CAPACITY: usize = 1024;
 /// Rooms renewed per script call.
 const RENEW_BATCH: usize = 100;
+/// Bits of a participant id below the node number: a node hands out ids
+/// `number << 32 | 1, 2, …` ([`Cluster::node_number`]).
+pub const NODE_NUMBER_SHIFT: u32 = 32;
+/// The highest node number: ids stay below 2^51 (`MAX_NODE_NUMBER << 32`
+/// plus 2^32 joins), under the server's remote participants (from 2^51) and
+/// exact as JavaScript numbers (below 2^53). Numbers wrap past it (see
+/// [`Cluster::node_number`]).
+pub const MAX_NODE_NUMBER: u32 = (1 << 19) - 1;
+/// Attempts at a node number held by no live node.
+const NUMBER_ATTEMPTS: usize = 16;
+
+/// The node number in a participant id (`None`: an id of a single node, or
+/// of a node from before node numbers).
+pub fn node_number_of(participant: u64) -> Option<u32> {
+    u32::try_from(participant >> NODE_NUMBER_SHIFT).ok().filter(|n| (1..=MAX_NODE_NUMBER).contains(n))
+}
+
 /// Attempts of [`Cluster::place`] when chosen nodes vanish meanwhile.
 const PLACE_ATTEMPTS: usize = 3;
 /// A released room's hash (its epoch) is kept this long, so a room opened
@@ -118,6 +136,10 @@ pub struct SpanMember {
     pub epoch: u64,
     /// Its mesh socket's address, from its signed record.
     pub mesh_addr: Option<std::net::SocketAddr>,
+    /// Its node number, from its signed record.
+    pub number: Option<u32>,
+    /// Its API URL, from its signed record.
+    pub api_url: String,
 }
 
 /// A room's span: its lease and the live nodes hosting its participants.
@@ -170,6 +192,12 @@ impl Keys {
     fn span(&self, room: &str) -> String {
         format!("{}span:{room}", self.prefix)
     }
+    fn node_numbers(&self) -> String {
+        format!("{}node_numbers", self.prefix)
+    }
+    fn number(&self, n: u32) -> String {
+        format!("{}number:{n}", self.prefix)
+    }
 }
 
 struct Inner {
@@ -180,6 +208,13 @@ struct Inner {
     scripts: Scripts,
     tickets: TicketKey,
     records: RecordKey,
+    control: ControlKey,
+    /// This node's number (see [`Cluster::node_number`]); set at start.
+    number: AtomicU32,
+    /// Rooms whose span this node joined, with the epochs.
+    spanned: Mutex<HashMap<String, u64>>,
+    control_tx: mpsc::Sender<ControlMessage>,
+    control_rx: Mutex<Option<mpsc::Receiver<ControlMessage>>>,
     /// Node ids whose unauthenticated record was logged already (bounded).
     warned_forged: Mutex<HashSet<String>>,
     load: Mutex<Load>,
@@ -230,6 +265,10 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+fn unix_now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 fn random_u64() -> u64 {
     getrandom::u64().unwrap_or_else(|_| {
         // No OS randomness: the clock's nanoseconds still spread the draws.
@@ -266,6 +305,7 @@ fn parse_node(id: &str, h: &HashMap<String, String>) -> Option<NodeInfo> {
         placements: num("placements") as u32,
         joins: num("joins") as u32,
         mesh_addr: h.get("mesh_addr").and_then(|a| a.parse().ok()),
+        number: h.get("number").and_then(|n| n.parse().ok()).filter(|n| (1..=MAX_NODE_NUMBER).contains(n)),
     })
 }
 
@@ -302,6 +342,7 @@ impl Cluster {
         let records = RecordKey::new(ticket_secret);
         let (relay, queues) = Relay::new(&config, &node_id, op)?;
         let relay = Arc::new(relay);
+        let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_CAPACITY);
         let inner = Arc::new(Inner {
             keys: Keys { prefix: config.key_prefix.clone() },
             cfg: config,
@@ -310,6 +351,11 @@ impl Cluster {
             scripts: Scripts::new(),
             tickets,
             records,
+            control: ControlKey::new(ticket_secret),
+            number: AtomicU32::new(0),
+            spanned: Mutex::new(HashMap::new()),
+            control_tx,
+            control_rx: Mutex::new(Some(control_rx)),
             warned_forged: Mutex::new(HashSet::new()),
             load: Mutex::new(Load::default()),
             draining: AtomicBool::new(false),
@@ -330,6 +376,19 @@ impl Cluster {
         if let Err(e @ ClusterError::Refused(_)) = ping {
             return Err(e);
         }
+        let number = match cluster.take_number().await {
+            Ok(n) => n,
+            Err(e) => {
+                // Redis away at start: a random number (a clash with a live
+                // node is 1 in ~500 000 per pair; its ids would then map to
+                // either node, and only routes by id would go astray).
+                let n = (random_u64() % u64::from(MAX_NODE_NUMBER)) as u32 + 1;
+                warn!(error = %e, number = n, "no node number from the directory; took a random one");
+                n
+            }
+        };
+        cluster.inner.number.store(number, Relaxed);
+        relay.subscribe_control().await;
         match cluster.heartbeat().await {
             Ok(()) => {
                 cluster.inner.counters.redis_up.store(true, Relaxed);
@@ -345,6 +404,7 @@ impl Cluster {
             tokio::spawn(background(Arc::downgrade(&cluster.inner))),
             tokio::spawn(relay.clone().run_publisher(queues.outgoing)),
             tokio::spawn(relay.run_dispatcher(queues.pushes)),
+            tokio::spawn(control_task(Arc::downgrade(&cluster.inner), queues.control)),
         ];
         Ok(cluster)
     }
@@ -352,6 +412,83 @@ impl Cluster {
     /// This node's id.
     pub fn node_id(&self) -> &str {
         &self.inner.node_id
+    }
+
+    /// This node's number, unique among the live nodes: the server starts
+    /// its participant ids at `number << 32` ([`NODE_NUMBER_SHIFT`]), so
+    /// that ids are unique across the nodes of a room and name their node.
+    /// Taken at start with `INCR node_numbers` (wrapping past
+    /// [`MAX_NODE_NUMBER`]), skipping numbers whose `number:<n>` key a
+    /// live node still holds; the key is rewritten with every heartbeat
+    /// (it lapses with the node's TTL). A restarted node takes a new number
+    /// (its old participants' ids are not handed out again). Published in
+    /// the node's signed record.
+    pub fn node_number(&self) -> u32 {
+        self.inner.number.load(Relaxed)
+    }
+
+    async fn take_number(&self) -> Result<u32, ClusterError> {
+        for _ in 0..NUMBER_ATTEMPTS {
+            let mut con = self.inner.con.clone();
+            let key = self.inner.keys.node_numbers();
+            let n: u64 = self.run(async move { redis::cmd("INCR").arg(key).query_async(&mut con).await }).await?;
+            let number = (n.saturating_sub(1) % u64::from(MAX_NODE_NUMBER)) as u32 + 1;
+            let mut con = self.inner.con.clone();
+            let (key, me, ttl) =
+                (self.inner.keys.number(number), self.inner.node_id.clone(), self.inner.cfg.node_ttl_ms());
+            let set: Option<String> = self
+                .run(async move {
+                    redis::cmd("SET").arg(key).arg(me).arg("NX").arg("PX").arg(ttl).query_async(&mut con).await
+                })
+                .await?;
+            if set.is_some() {
+                info!(node = %self.inner.node_id, number, "node number taken");
+                return Ok(number);
+            }
+        }
+        Err(ClusterError::Corrupt(format!("no free node number in {NUMBER_ATTEMPTS} attempts")))
+    }
+
+    /// The epoch of `room` at this node: the lease's when it holds it, else
+    /// the one it joined the room's span at (no I/O).
+    pub fn room_epoch(&self, room: &str) -> Option<u64> {
+        self.owned_epoch(room).or_else(|| lock(&self.inner.spanned).get(room).copied())
+    }
+
+    /// Tells every other node hosting `room` to apply `body` (the server's
+    /// JSON) to its copy; signed, with the room's epoch here, this node's
+    /// id, the time and a nonce (see `control`). Never blocks: a bounded
+    /// queue feeds the publishing task (overflow counted). `false` when
+    /// this node knows no epoch of the room (it hosts no copy of a spread room).
+    pub fn publish_control(&self, room: &str, body: serde_json::Value) -> bool {
+        let Some(epoch) = self.room_epoch(room) else { return false };
+        match self.inner.control.seal(room, epoch, &self.inner.node_id, body, unix_now_ms()) {
+            Some(wire) => {
+                self.inner.relay.publish_control(wire);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The receiver of the control messages other nodes sent for rooms this
+    /// node hosts, checked (see `control`); `Some` on the first call only.
+    /// Messages beyond [`CONTROL_QUEUE_CAPACITY`] unread are dropped and counted.
+    pub fn take_control(&self) -> Option<mpsc::Receiver<ControlMessage>> {
+        lock(&self.inner.control_rx).take()
+    }
+
+    /// The live node of `room`'s span (at the lease's epoch) whose number
+    /// is `number`, from signed records only; `None` when no such node
+    /// hosts the room (the caller answers as if the id were unknown).
+    pub async fn span_node(&self, room: &str, number: u32) -> Result<Option<Owner>, ClusterError> {
+        let Some(span) = self.spans(&[room.to_owned()]).await?.pop() else { return Ok(None) };
+        let epoch = span.lease.as_ref().map(|(_, e)| *e);
+        Ok(span
+            .members
+            .into_iter()
+            .find(|m| m.number == Some(number) && epoch.is_none_or(|e| e == m.epoch))
+            .map(|m| Owner { node_id: m.node_id, epoch: m.epoch, api_url: m.api_url, media_addr: String::new() }))
     }
 
     /// The configuration in force.
@@ -806,6 +943,7 @@ impl Cluster {
             return Ok(());
         }
         let keep = self.inner.cfg.lease_ttl_ms() * 3;
+        lock(&self.inner.spanned).extend(rooms.iter().cloned());
         let mut pipe = redis::pipe();
         for (room, epoch) in rooms {
             let key = self.inner.keys.span(room);
@@ -818,6 +956,7 @@ impl Cluster {
 
     /// Takes this node out of `room`'s span (its last participant there left).
     pub async fn leave_span(&self, room: &str) -> Result<(), ClusterError> {
+        lock(&self.inner.spanned).remove(room);
         let mut con = self.inner.con.clone();
         let key = self.inner.keys.span(room);
         let node = self.inner.node_id.clone();
@@ -855,7 +994,13 @@ impl Cluster {
                 .into_iter()
                 .filter_map(|(node, epoch)| {
                     let n = nodes.get(&node)?;
-                    Some(SpanMember { node_id: node, epoch: epoch.parse().ok()?, mesh_addr: n.mesh_addr })
+                    Some(SpanMember {
+                        node_id: node,
+                        epoch: epoch.parse().ok()?,
+                        mesh_addr: n.mesh_addr,
+                        number: n.number,
+                        api_url: n.api_url.clone(),
+                    })
                 })
                 .collect();
             members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
@@ -963,7 +1108,28 @@ impl Cluster {
         stats.events_dropped_total = e.publish_dropped.load(Relaxed) + e.receive_dropped.load(Relaxed);
         stats.events_delivered_total = e.delivered.load(Relaxed);
         stats.rooms_watched = relay.watched() as u64;
+        stats.control_published_total = e.control_published.load(Relaxed);
+        stats.control_dropped_total = e.control_dropped.load(Relaxed);
         stats
+    }
+
+    /// Checks a control message received (see `control`) and queues it for
+    /// the server: `Ok(false)` when skipped (this node's own, or for a room
+    /// it does not host).
+    fn receive_control(&self, wire: &str, seen: &mut Seen) -> Result<bool, ControlRefusal> {
+        let inner = &self.inner;
+        let msg = inner.control.open(wire)?;
+        if msg.origin == inner.node_id {
+            return Ok(false);
+        }
+        // Rooms hosted elsewhere only: their nonces need not be kept here.
+        let Some(epoch) = self.room_epoch(&msg.room) else { return Ok(false) };
+        seen.check(&msg, unix_now_ms())?;
+        if epoch != msg.epoch {
+            return Err(ControlRefusal::Epoch);
+        }
+        inner.control_tx.try_send(msg).map_err(|_| ControlRefusal::QueueFull)?;
+        Ok(true)
     }
 
     /// Renews every lease this node holds now (the heartbeat task does so
@@ -1007,6 +1173,7 @@ impl Cluster {
         let load = *lock(&inner.load);
         let state = if inner.draining.load(Relaxed) { NodeState::Draining } else { NodeState::Serving };
         let key = inner.keys.node(&inner.node_id);
+        let number = inner.number.load(Relaxed);
         let mut fields: Vec<(&str, String)> = vec![
             ("api_url", inner.cfg.api_url.clone()),
             ("media_addr", inner.cfg.media_addr.clone()),
@@ -1019,6 +1186,9 @@ impl Cluster {
         // The address bound (the server puts it in the config it starts the cluster with).
         if !inner.cfg.mesh_addr.is_empty() {
             fields.push(("mesh_addr", inner.cfg.mesh_addr.clone()));
+        }
+        if number != 0 {
+            fields.push(("number", number.to_string()));
         }
         let sig = inner.records.sign(&inner.node_id, &fields);
         let mut pipe = redis::pipe();
@@ -1043,6 +1213,11 @@ impl Cluster {
             .arg(inner.keys.nodes())
             .arg(&inner.node_id)
             .ignore();
+        if number != 0 {
+            // The number stays this node's while it lives (and after Redis lost it).
+            pipe.cmd("SET").arg(inner.keys.number(number)).arg(&inner.node_id).arg("PX").arg(inner.cfg.node_ttl_ms());
+            pipe.ignore();
+        }
         let mut con = inner.con.clone();
         let result = self.run(async move { pipe.exec_async(&mut con).await }).await;
         let c = &inner.counters;
@@ -1169,6 +1344,21 @@ async fn background(weak: Weak<Inner>) {
     }
 }
 
+/// The control task: checks each control message the relay received and
+/// hands the good ones to the server; refusals are counted by reason (and
+/// logged at debug). Ends when the last [`Cluster`] handle is dropped.
+async fn control_task(weak: Weak<Inner>, mut raw: mpsc::Receiver<String>) {
+    let mut seen = Seen::new(SEEN_CAPACITY);
+    while let Some(wire) = raw.recv().await {
+        let Some(inner) = weak.upgrade() else { return };
+        let cluster = Cluster { inner };
+        if let Err(reason) = cluster.receive_control(&wire, &mut seen) {
+            cluster.inner.counters.control_refused[reason.index()].fetch_add(1, Relaxed);
+            debug!(reason = reason.as_str(), "control message refused");
+        }
+    }
+}
+
 async fn scan_nodes(cluster: &Cluster) {
     let Ok(nodes) = cluster.nodes().await else { return };
     let now: HashSet<String> = nodes.into_iter().map(|n| n.id).collect();
@@ -1194,6 +1384,17 @@ pub fn redirect_location(owner_api_url: &str, path_and_query: &str, ticket: &str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_numbers_map_ids_back_and_keep_them_below_2_pow_51() {
+        assert_eq!(node_number_of(1), None, "a single node's ids");
+        assert_eq!(node_number_of((7 << NODE_NUMBER_SHIFT) + 1), Some(7));
+        assert_eq!(node_number_of((7 << NODE_NUMBER_SHIFT) + u64::from(u32::MAX)), Some(7));
+        let last = (u64::from(MAX_NODE_NUMBER) << NODE_NUMBER_SHIFT) + u64::from(u32::MAX);
+        assert_eq!(node_number_of(last), Some(MAX_NODE_NUMBER));
+        assert!(last < 1 << 51, "under the mixer's remote participants");
+        assert_eq!(node_number_of(1 << 51), None, "a remote participant's id names no node");
+    }
 
     #[test]
     fn leases_parse_with_the_last_colon() {

@@ -8,6 +8,11 @@
 //!        push ─► bounded queue ─► task ─► broadcast::Sender per room ─► watchers
 //! ```
 //!
+//! The same connection and queues carry the room control messages (see the
+//! `control` module): published like events, and received on the one
+//! `control` channel every node subscribes to, handed raw to the cluster's
+//! control task.
+//!
 //! Best effort, like the local event channel: events published while Redis
 //! is unreachable, or beyond the bounded queues, are dropped and counted.
 //! After a disconnection every watched room is subscribed again.
@@ -23,6 +28,7 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
 use crate::config::ClusterConfig;
+use crate::control::CONTROL_QUEUE_CAPACITY;
 use crate::error::ClusterError;
 
 /// Events waiting to be published before new ones are dropped.
@@ -49,14 +55,18 @@ pub(crate) struct EventCounters {
     pub publish_dropped: AtomicU64,
     pub delivered: AtomicU64,
     pub receive_dropped: AtomicU64,
+    pub control_published: AtomicU64,
+    pub control_dropped: AtomicU64,
 }
 
 pub(crate) struct Relay {
     channel_prefix: String,
+    control_channel: String,
     node_id: String,
     con: ConnectionManager,
     op_timeout: Duration,
-    out_tx: mpsc::Sender<(String, String)>,
+    out_tx: mpsc::Sender<Outgoing>,
+    control_tx: mpsc::Sender<String>,
     watchers: Mutex<HashMap<String, broadcast::Sender<RoomEvent>>>,
     resubscribe: Arc<AtomicBool>,
     pub counters: Arc<EventCounters>,
@@ -66,10 +76,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The two queues the relay's tasks drain.
+/// A message to publish: channel, payload, and whether it is a control message.
+type Outgoing = (String, String, bool);
+
+/// The queues the relay's tasks drain (`control`: raw control messages
+/// received, for the cluster's control task).
 pub(crate) struct RelayQueues {
-    pub outgoing: mpsc::Receiver<(String, String)>,
+    pub outgoing: mpsc::Receiver<Outgoing>,
     pub pushes: mpsc::Receiver<PushInfo>,
+    pub control: mpsc::Receiver<String>,
 }
 
 impl Relay {
@@ -103,17 +118,20 @@ impl Relay {
             .set_push_sender(sender);
         let con = ConnectionManager::new_lazy_with_config(client, config).map_err(ClusterError::from_redis)?;
         let (out_tx, outgoing) = mpsc::channel(EVENT_QUEUE_CAPACITY);
+        let (control_tx, control) = mpsc::channel(CONTROL_QUEUE_CAPACITY);
         let relay = Self {
             channel_prefix: format!("{key_prefix}events:"),
+            control_channel: format!("{key_prefix}control"),
             node_id: node_id.to_owned(),
             con,
             op_timeout,
             out_tx,
+            control_tx,
             watchers: Mutex::new(HashMap::new()),
             resubscribe,
             counters,
         };
-        Ok((relay, RelayQueues { outgoing, pushes }))
+        Ok((relay, RelayQueues { outgoing, pushes, control }))
     }
 
     fn channel(&self, room: &str) -> String {
@@ -122,8 +140,29 @@ impl Relay {
 
     /// Queues an event (never blocks; a full queue drops and counts it).
     pub fn publish(&self, room: &str, event: String) {
-        if self.out_tx.try_send((room.to_owned(), event)).is_err() {
+        let payload = format!("{}\n{event}", self.node_id);
+        if self.out_tx.try_send((self.channel(room), payload, false)).is_err() {
             self.counters.publish_dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Queues a signed control message (never blocks; a full queue drops and counts it).
+    pub fn publish_control(&self, wire: String) {
+        if self.out_tx.try_send((self.control_channel.clone(), wire, true)).is_err() {
+            self.counters.control_dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Subscribes the control channel (at start; again after a disconnection
+    /// by [`maintain`](Self::maintain)). On failure, `maintain` retries.
+    pub async fn subscribe_control(&self) {
+        let mut con = self.con.clone();
+        match tokio::time::timeout(self.op_timeout, con.subscribe(&self.control_channel)).await {
+            Ok(Ok(())) => {}
+            _ => {
+                debug!("control channel not subscribed yet; retrying");
+                self.resubscribe.store(true, Relaxed);
+            }
         }
     }
 
@@ -166,10 +205,11 @@ impl Relay {
             let channels: Vec<String> = idle.iter().map(|r| self.channel(r)).collect();
             let _ = tokio::time::timeout(self.op_timeout, con.unsubscribe(&channels)).await;
         }
-        if self.resubscribe.swap(false, Relaxed) && !all.is_empty() {
-            let channels: Vec<String> = all.iter().map(|r| self.channel(r)).collect();
+        if self.resubscribe.swap(false, Relaxed) {
+            let mut channels: Vec<String> = all.iter().map(|r| self.channel(r)).collect();
+            channels.push(self.control_channel.clone());
             match tokio::time::timeout(self.op_timeout, con.subscribe(&channels)).await {
-                Ok(Ok(())) => info!(rooms = all.len(), "room event subscriptions restored"),
+                Ok(Ok(())) => info!(rooms = all.len(), "room event and control subscriptions restored"),
                 _ => {
                     debug!("room event subscriptions not restored yet; retrying");
                     self.resubscribe.store(true, Relaxed);
@@ -179,24 +219,27 @@ impl Relay {
     }
 
     /// Task: drains the outgoing queue into PUBLISH pipelines.
-    pub async fn run_publisher(self: Arc<Self>, mut outgoing: mpsc::Receiver<(String, String)>) {
+    pub async fn run_publisher(self: Arc<Self>, mut outgoing: mpsc::Receiver<Outgoing>) {
         let mut batch = Vec::with_capacity(PUBLISH_BATCH);
         let mut failing = false;
         while outgoing.recv_many(&mut batch, PUBLISH_BATCH).await > 0 {
             let mut pipe = redis::pipe();
-            for (room, event) in &batch {
-                pipe.cmd("PUBLISH").arg(self.channel(room)).arg(format!("{}\n{event}", self.node_id)).ignore();
+            for (channel, payload, _) in &batch {
+                pipe.cmd("PUBLISH").arg(channel).arg(payload).ignore();
             }
             let mut con = self.con.clone();
-            let n = batch.len() as u64;
+            let control = batch.iter().filter(|(_, _, c)| *c).count() as u64;
+            let n = batch.len() as u64 - control;
             batch.clear();
             match tokio::time::timeout(self.op_timeout, pipe.exec_async(&mut con)).await {
                 Ok(Ok(())) => {
                     self.counters.published.fetch_add(n, Relaxed);
+                    self.counters.control_published.fetch_add(control, Relaxed);
                     failing = false;
                 }
                 other => {
                     self.counters.publish_dropped.fetch_add(n, Relaxed);
+                    self.counters.control_dropped.fetch_add(control, Relaxed);
                     if !failing {
                         let why = match other {
                             Ok(Err(e)) => e.to_string(),
@@ -216,6 +259,12 @@ impl Relay {
             if push.kind != PushKind::Message {
                 continue;
             }
+            if let Some(wire) = self.control(&push.data) {
+                if self.control_tx.try_send(wire).is_err() {
+                    self.counters.control_dropped.fetch_add(1, Relaxed);
+                }
+                continue;
+            }
             let Some(event) = self.parse(&push.data) else {
                 debug!("unreadable room event message");
                 continue;
@@ -233,17 +282,27 @@ impl Relay {
         }
     }
 
+    /// A message of the control channel: its payload (empty when it is not
+    /// text: refused as malformed, and counted, by the control task).
+    fn control(&self, data: &[Value]) -> Option<String> {
+        let [channel, payload] = data else { return None };
+        (text(channel)? == self.control_channel).then(|| text(payload).unwrap_or_default())
+    }
+
     fn parse(&self, data: &[Value]) -> Option<RoomEvent> {
         let [channel, payload] = data else { return None };
-        let text = |v: &Value| match v {
-            Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-            Value::SimpleString(s) => Some(s.clone()),
-            _ => None,
-        };
         let channel = text(channel)?;
         let room = channel.strip_prefix(&self.channel_prefix)?.to_owned();
         let payload = text(payload)?;
         let (origin, event) = payload.split_once('\n')?;
         Some(RoomEvent { room, origin: origin.to_owned(), event: event.to_owned() })
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
     }
 }

@@ -11,7 +11,7 @@
 //! ```text
 //! nodes               set of node ids (for enumeration; stale ids cleaned on read)
 //! node:<id>           hash api_url media_addr state participants capacity cpu
-//!                     tick_p99_seconds mesh_addr sig placements joins; rewritten every heartbeat
+//!                     tick_p99_seconds mesh_addr number sig placements joins; rewritten every heartbeat
 //!                     (MULTI: HSET + PEXPIRE node_ttl + SADD). Gone = dead:
 //!                     Redis' clock alone decides, nodes need no clock agreement.
 //!                     `sig`: HMAC of the id and the fields but placements under
@@ -24,7 +24,10 @@
 //!                     few seconds, PX 3 × lease_ttl; a member whose node key is
 //!                     gone, or of another epoch than the lease's, does not count
 //! ticket:<nonce>      burnt redirect tickets (SET NX EX)
+//! node_numbers        counter: INCR gives a starting node its number (participant ids' high bits)
+//! number:<n>          the node holding number n (SET NX at start, rewritten every heartbeat, PX node_ttl)
 //! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>")
+//! control             pub/sub channel of signed room control messages, every room (see `control`)
 //! ```
 //!
 //! (`lease:<r>` rather than the design's `room:<r>:lease`, so that a room
@@ -90,6 +93,16 @@
 //!   secret (`record`, [`derive_key`]): a forged or foreign record is never
 //!   placed on nor redirected to ([`ClusterError::Untrusted`] → 503),
 //!   and is counted (`tutti_cluster_node_records_rejected_total`).
+//! - **Ids name their node; control reaches the span.** Each node takes a
+//!   number at start ([`Cluster::node_number`], in its signed record), and
+//!   the server's participant ids carry it, so a request for a participant
+//!   hosted elsewhere in a room's span is redirected to its node
+//!   ([`Cluster::span_node`]). A room-wide change one node applied is
+//!   published, signed with its own derived key and fenced by epoch, time
+//!   and nonce, on the `control` channel ([`Cluster::publish_control`]);
+//!   every other node of the span applies it to its copy
+//!   ([`Cluster::take_control`]) and never sends it on. Best effort, like
+//!   room events: the answer tells what the first node did.
 //! - **Tickets are single-use cluster-wide** (Redis `SET NX`), not per node:
 //!   if the owner dies and the room moves, a ticket cannot be replayed on the
 //!   new owner. Without Redis a ticket cannot be checked: 503, like any
@@ -119,6 +132,9 @@
 //! | a room closes here (last participant left, deleted) | [`Cluster::release`]`(room)` | |
 //! | a [`Fenced`] notice arrives | close the local copy of `room` (disconnect its peers: they rejoin and are redirected to the new owner) | |
 //! | a room event is published locally | [`Cluster::publish_event`]`(room, json)` (never blocks) | |
+//! | start | [`Cluster::node_number`] | participant ids from `number << 32` ([`NODE_NUMBER_SHIFT`]); [`node_number_of`] maps an id back |
+//! | a participant's route for an id not hosted here | [`Cluster::span_node`]`(room, number)` | 307 to that node of the span (signed records only), else 404 |
+//! | a room-wide change applied here (lock, mute-all, ban…) | [`Cluster::publish_control`]`(room, body)` (never blocks) | the other nodes of the span get it from [`Cluster::take_control`] and apply it to their copies |
 //! | WS watching a room held elsewhere | [`Cluster::watch`]`(room)` → events from the owner | |
 //! | hosting a room placed here by a join (not a create) | [`Cluster::room_config`]`(room)` → the config stored at its creation | create the room with it |
 //! | `GET /v1/rooms`, `GET /v1/rooms/{room}` | [`Cluster::list_rooms`], [`Cluster::locate`] (owner id and URL in the answer) | |
@@ -157,6 +173,7 @@
 
 mod cluster;
 mod config;
+mod control;
 mod error;
 mod events;
 mod placement;
@@ -166,13 +183,14 @@ mod stats;
 mod ticket;
 
 pub use cluster::{
-    Cluster, FENCED_CHANNEL_CAPACITY, Fenced, JoinPlacement, Owner, Placement, RoomEntry, Span, SpanMember,
-    redirect_location,
+    Cluster, FENCED_CHANNEL_CAPACITY, Fenced, JoinPlacement, MAX_NODE_NUMBER, NODE_NUMBER_SHIFT, Owner, Placement,
+    RoomEntry, Span, SpanMember, node_number_of, redirect_location,
 };
 pub use config::{ClusterConfig, MAX_NODE_ID_BYTES, RoomSpread};
+pub use control::{CONTROL_MAX_AGE_MS, CONTROL_QUEUE_CAPACITY, ControlMessage, ControlRefusal, MAX_CONTROL_BYTES};
 pub use error::{ClusterError, TicketError};
 pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
 pub use placement::{Load, NodeInfo, NodeState, choose, choose_for_join};
-pub use record::{NODE_RECORD_PURPOSE, TICKET_PURPOSE, derive_key};
+pub use record::{CONTROL_PURPOSE, NODE_RECORD_PURPOSE, TICKET_PURPOSE, derive_key};
 pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS, Sample, SampleKind};
 pub use ticket::{MAX_TICKET_BYTES, TicketClaims, TicketKey};

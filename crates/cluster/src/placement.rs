@@ -66,6 +66,9 @@ pub struct NodeInfo {
     /// Where its node-to-node media socket listens (`None`: a node from
     /// before room spreading, or an address that does not parse).
     pub mesh_addr: Option<SocketAddr>,
+    /// Its node number (the high bits of the participant ids it hands out;
+    /// `None`: a node from before node numbers).
+    pub number: Option<u32>,
 }
 
 impl NodeInfo {
@@ -166,6 +169,7 @@ mod tests {
             placements,
             joins: 0,
             mesh_addr: None,
+            number: None,
         }
     }
 

@@ -11,8 +11,9 @@
 //! never redirected to.
 //!
 //! Keys, one per purpose: `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`
-//! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records)
-//! and `cluster-ticket` (redirect tickets).
+//! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records),
+//! `cluster-ticket` (redirect tickets) and `cluster-control` (room control
+//! messages between the nodes of a span).
 //!
 //! The signature (field `sig`, base64url) covers the node id and every
 //! field but `placements` and `joins` (which other nodes' claims and joins
@@ -32,6 +33,8 @@ use ring::hmac;
 pub const NODE_RECORD_PURPOSE: &str = "cluster-node";
 /// Purpose of the key that signs redirect tickets.
 pub const TICKET_PURPOSE: &str = "cluster-ticket";
+/// Purpose of the key that signs room control messages (see `control`).
+pub use crate::control::CONTROL_PURPOSE;
 
 /// The fields of a node record the signature covers, in order.
 pub(crate) const SIGNED_FIELDS: [&str; 7] =
@@ -39,7 +42,7 @@ pub(crate) const SIGNED_FIELDS: [&str; 7] =
 /// Fields covered when present, after [`SIGNED_FIELDS`]: a record of a node
 /// from before they existed verifies without them, and one that has them
 /// cannot lose them (the signature would no longer verify).
-pub(crate) const OPTIONAL_SIGNED_FIELDS: [&str; 1] = ["mesh_addr"];
+pub(crate) const OPTIONAL_SIGNED_FIELDS: [&str; 2] = ["mesh_addr", "number"];
 
 /// The key for one purpose, derived from the shared secret:
 /// `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`.
@@ -48,6 +51,46 @@ pub fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
     let mut key = [0u8; 32];
     key.copy_from_slice(tag.as_ref());
     key
+}
+
+/// `base64url(payload) "." base64url(HMAC-SHA256(key, payload))`: the
+/// shape of tickets and control messages.
+pub(crate) fn seal_signed(key: &hmac::Key, payload: &[u8]) -> String {
+    let tag = hmac::sign(key, payload);
+    format!("{}.{}", URL_SAFE_NO_PAD.encode(payload), URL_SAFE_NO_PAD.encode(tag.as_ref()))
+}
+
+/// The JSON payload of a [`seal_signed`] token of at most `max_bytes`,
+/// its tag checked (in constant time) before anything reads the payload;
+/// else `malformed` (too long, not two base64url parts, not the JSON) or
+/// `bad_tag`.
+pub(crate) fn open_signed<T: serde::de::DeserializeOwned, E>(
+    key: &hmac::Key,
+    token: &str,
+    max_bytes: usize,
+    (malformed, bad_tag): (E, E),
+) -> Result<T, E> {
+    let payload = (token.len() <= max_bytes)
+        .then(|| token.split_once('.'))
+        .flatten()
+        .and_then(|(payload, tag)| Some((URL_SAFE_NO_PAD.decode(payload).ok()?, URL_SAFE_NO_PAD.decode(tag).ok()?)));
+    let Some((payload, tag)) = payload else { return Err(malformed) };
+    if hmac::verify(key, &payload, &tag).is_err() {
+        return Err(bad_tag);
+    }
+    serde_json::from_slice(&payload).map_err(|_| malformed)
+}
+
+/// 128 random bits as 32 hex digits: a ticket's or control message's nonce.
+pub(crate) fn fresh_nonce() -> Result<String, getrandom::Error> {
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce)?;
+    Ok(nonce.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether `s` has the shape of a [`fresh_nonce`].
+pub(crate) fn is_nonce(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Signs and checks node records.
@@ -128,7 +171,7 @@ mod tests {
         let old: Vec<(&str, String)> = SIGNED_FIELDS.iter().map(|f| (*f, format!("value of {f}"))).collect();
         let mut older: HashMap<String, String> = old.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
         older.insert("sig".into(), key.sign("node-1", &old));
-        assert!(key.verify("node-1", &older), "a record without mesh_addr");
+        assert!(key.verify("node-1", &older), "a record without mesh_addr nor number");
         older.insert("mesh_addr".into(), "10.0.0.9:7000".into());
         assert!(!key.verify("node-1", &older), "a mesh_addr added to an older record");
         record.remove("sig");
@@ -151,6 +194,8 @@ mod tests {
     fn keys_differ_per_purpose() {
         let s = b"0123456789abcdef0123456789abcdef";
         assert_ne!(derive_key(s, NODE_RECORD_PURPOSE), derive_key(s, TICKET_PURPOSE));
+        assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, TICKET_PURPOSE));
+        assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, NODE_RECORD_PURPOSE));
         assert_ne!(
             derive_key(s, NODE_RECORD_PURPOSE),
             derive_key(b"0123456789abcdef0123456789abcdeF", NODE_RECORD_PURPOSE)

@@ -3,6 +3,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::control::ControlRefusal;
+
+const REFUSALS: usize = ControlRefusal::ALL.len();
+
 /// Upper bounds (seconds) of the Redis latency histogram's buckets.
 pub const LATENCY_BUCKETS_SECONDS: [f64; 10] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5];
 
@@ -56,6 +60,13 @@ pub struct ClusterStats {
     pub events_delivered_total: u64,
     /// `tutti_cluster_rooms_watched` (gauge): rooms held elsewhere watched from here.
     pub rooms_watched: u64,
+    /// `tutti_cluster_control_published_total`: room control messages sent to the span's other nodes.
+    pub control_published_total: u64,
+    /// `tutti_cluster_control_dropped_total`: control messages lost to a full queue or an unreachable Redis.
+    pub control_dropped_total: u64,
+    /// `tutti_cluster_control_refused_total{reason}`: control messages received and refused,
+    /// per [`ControlRefusal`] (in the order of [`ControlRefusal::ALL`]).
+    pub control_refused_total: [u64; REFUSALS],
     /// `tutti_cluster_redis_errors_total`: failed or timed-out Redis operations.
     pub redis_errors_total: u64,
     /// `tutti_cluster_node_records_rejected_total`: node records read that were
@@ -103,7 +114,12 @@ impl ClusterStats {
         let s = |name, label, kind, value: u64, help| Sample { name, label, kind, value: value as f64, help };
         let claims = "tutti_cluster_claims_total";
         let claims_help = "Room claims by outcome.";
-        vec![
+        let refused_help = "Room control messages from other nodes refused, by reason.";
+        let refused = ControlRefusal::ALL.iter().map(|r| {
+            let value = self.control_refused_total[r.index()];
+            s("tutti_cluster_control_refused_total", Some(("reason", r.as_str())), Counter, value, refused_help)
+        });
+        let mut all = vec![
             s(
                 "tutti_cluster_redis_up",
                 None,
@@ -178,7 +194,23 @@ impl ClusterStats {
                 value: self.redis_latency_sum_seconds,
                 help: "Time spent in successful Redis operations.",
             },
-        ]
+            s(
+                "tutti_cluster_control_published_total",
+                None,
+                Counter,
+                self.control_published_total,
+                "Room control messages sent to the other nodes of rooms' spans.",
+            ),
+            s(
+                "tutti_cluster_control_dropped_total",
+                None,
+                Counter,
+                self.control_dropped_total,
+                "Room control messages dropped (queue full, Redis away).",
+            ),
+        ];
+        all.extend(refused);
+        all
     }
 }
 
@@ -203,6 +235,7 @@ pub(crate) struct Counters {
     pub heartbeat_failures: AtomicU64,
     pub redis_errors: AtomicU64,
     pub node_records_rejected: AtomicU64,
+    pub control_refused: [AtomicU64; REFUSALS],
     latency_count: AtomicU64,
     latency_sum_nanos: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_SECONDS.len()],
@@ -245,6 +278,9 @@ impl Counters {
             events_dropped_total: 0,
             events_delivered_total: 0,
             rooms_watched: 0,
+            control_published_total: 0,
+            control_dropped_total: 0,
+            control_refused_total: std::array::from_fn(|i| get(&self.control_refused[i])),
             redis_errors_total: get(&self.redis_errors),
             node_records_rejected_total: get(&self.node_records_rejected),
             redis_latency_count: get(&self.latency_count),

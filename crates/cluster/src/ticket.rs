@@ -15,12 +15,11 @@
 //! [`Cluster::verify_ticket`](crate::Cluster::verify_ticket) adds single use
 //! through Redis.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TicketError;
+use crate::record::{fresh_nonce, is_nonce, open_signed, seal_signed};
 
 /// Longest ticket accepted (a bound on what a client can make us parse).
 pub const MAX_TICKET_BYTES: usize = 4096;
@@ -79,8 +78,7 @@ impl TicketKey {
         (method, path): (&str, &str),
         now_unix: u64,
     ) -> Result<(String, TicketClaims), TicketError> {
-        let mut nonce = [0u8; 16];
-        getrandom::fill(&mut nonce).map_err(|e| TicketError::Encode(e.to_string()))?;
+        let nonce = fresh_nonce().map_err(|e| TicketError::Encode(e.to_string()))?;
         let claims = TicketClaims {
             room: room.to_owned(),
             identity: identity.to_owned(),
@@ -88,11 +86,10 @@ impl TicketKey {
             method: method.to_owned(),
             path: path.to_owned(),
             exp: now_unix.saturating_add(self.ttl_seconds),
-            nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
+            nonce,
         };
         let json = serde_json::to_vec(&claims).map_err(|e| TicketError::Encode(e.to_string()))?;
-        let tag = hmac::sign(&self.key, &json);
-        let ticket = format!("{}.{}", URL_SAFE_NO_PAD.encode(&json), URL_SAFE_NO_PAD.encode(tag.as_ref()));
+        let ticket = seal_signed(&self.key, &json);
         if ticket.len() > MAX_TICKET_BYTES {
             return Err(TicketError::Encode(format!("ticket of {} bytes exceeds {MAX_TICKET_BYTES}", ticket.len())));
         }
@@ -108,15 +105,9 @@ impl TicketKey {
         (method, path): (&str, &str),
         now_unix: u64,
     ) -> Result<TicketClaims, TicketError> {
-        if ticket.len() > MAX_TICKET_BYTES {
-            return Err(TicketError::Malformed);
-        }
-        let (payload, tag) = ticket.split_once('.').ok_or(TicketError::Malformed)?;
-        let json = URL_SAFE_NO_PAD.decode(payload).map_err(|_| TicketError::Malformed)?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| TicketError::Malformed)?;
-        hmac::verify(&self.key, &json, &tag).map_err(|_| TicketError::BadSignature)?;
-        let claims: TicketClaims = serde_json::from_slice(&json).map_err(|_| TicketError::Malformed)?;
-        if claims.nonce.len() != 32 || !claims.nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let refusals = (TicketError::Malformed, TicketError::BadSignature);
+        let claims: TicketClaims = open_signed(&self.key, ticket, MAX_TICKET_BYTES, refusals)?;
+        if !is_nonce(&claims.nonce) {
             return Err(TicketError::Malformed);
         }
         if claims.room != room {
@@ -134,6 +125,9 @@ impl TicketKey {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
     use super::*;
 
     const NOW: u64 = 1_800_000_000;

@@ -320,6 +320,14 @@ impl Acceptor {
         PeerId(self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// Starts the id sequence at `first` (shared with every clone of this
+    /// acceptor): a cluster node starts its ids at its node number's range,
+    /// so that ids are unique across nodes. Only ever moves the sequence
+    /// forward (an id already handed out is never handed out again).
+    pub fn start_ids_at(&self, first: u64) {
+        self.next_id.fetch_max(first, Ordering::Relaxed);
+    }
+
     /// The addresses answers advertise, each as a UDP host candidate (and a
     /// passive TCP one with [`Acceptor::set_tcp`]), in order of preference:
     /// IPv4 and IPv6, public and private. An empty list keeps the current one.

@@ -198,7 +198,11 @@ impl Server {
             let cluster = tutti_cluster::Cluster::start(cluster_cfg, cfg.auth.secret.as_bytes())
                 .await
                 .map_err(|e| ServerError::Setup(e.to_string()))?;
-            tracing::info!(node = cluster.node_id(), api_url = %cfg.cluster.api_url, "cluster mode: this node joined");
+            // Participant ids unique across the cluster, naming their node:
+            // from `number << 32` (a single node's start at 1).
+            let number = u64::from(cluster.node_number());
+            media.start_ids_at((number << tutti_cluster::NODE_NUMBER_SHIFT) + 1);
+            tracing::info!(node = cluster.node_id(), number, api_url = %cfg.cluster.api_url, "cluster mode: this node joined");
             Some(cluster)
         } else {
             None
@@ -214,6 +218,7 @@ impl Server {
             if api.media.has_mesh() && cluster.config().room_spread != tutti_cluster::RoomSpread::Off {
                 tasks.push(tokio::spawn(api::cluster::spans(api.clone(), cluster.clone(), stopped.clone())));
             }
+            tasks.push(tokio::spawn(api::control::run(api.clone(), cluster.clone(), stopped.clone())));
             tasks.push(tokio::spawn(api::cluster::maintain(api.clone(), cluster, stopped.clone())));
         }
         if let Some(l) = metrics_listener {

@@ -17,6 +17,11 @@
 //! method and path: an admin's `DELETE` is redirected with a ticket that
 //! deletes that room once, and does nothing else.
 //!
+//! In a room spread over nodes, a participant's routes go to the node
+//! hosting the participant ([`participant_here`]: its id carries the
+//! node's number), and room-wide changes reach the other nodes as control
+//! messages (`control`).
+//!
 //! A WebSocket handshake does not follow redirects: on a node that does
 //! not hold the room the socket opens and says `{"type": "moved", "room",
 //! "node", "api_url", "ticket"}`. The page never carries its bearer token
@@ -44,6 +49,7 @@ use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate};
 use crate::auth::{Grant, unix_now};
 use crate::room::{CarriedStage, Room, RoomError, RoomEvent, valid_room_id};
+use crate::sync::lock;
 
 /// Close code of a WebSocket whose room is on another node.
 pub(crate) const CLOSE_MOVED: u16 = 4307;
@@ -180,6 +186,20 @@ pub(crate) fn redirect(
     extra_query: Option<&str>,
     grant: &Grant,
 ) -> ApiResult<Response> {
+    let message = format!("room '{room}' is on node {}", owner.node_id);
+    redirect_saying(cluster, owner, room, target, extra_query, grant, message)
+}
+
+/// [`redirect`] with the body's `message`.
+fn redirect_saying(
+    cluster: &Cluster,
+    owner: &Owner,
+    room: &str,
+    target: &Target,
+    extra_query: Option<&str>,
+    grant: &Grant,
+    message: String,
+) -> ApiResult<Response> {
     let least = least_grant(grant, room, &target.method, target.uri.path());
     let ticket = cluster.mint_ticket(room, &grant.identity, grants_json(&least), target.request()).map_err(|e| {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("cannot mint a redirect ticket: {e}"))
@@ -193,7 +213,7 @@ pub(crate) fn redirect(
     cluster.record_redirect();
     let body = serde_json::json!({
         "code": "room_elsewhere",
-        "message": format!("room '{room}' is on node {}", owner.node_id),
+        "message": message,
         "node": owner.node_id,
         "api_url": owner.api_url,
     });
@@ -222,6 +242,48 @@ pub(crate) async fn here(
             redirect(c, &owner, room, target, None, grant).map(Err)
         }
     }
+}
+
+/// The room of a participant's route (`PATCH`, `DELETE` and `…/move` of
+/// `/v1/rooms/{room}/participants/{id}`): here when `id` is one of this
+/// node's participants of it. In a room spread over nodes, else, the `307`
+/// to the node of the room's span whose number the id carries (ids are
+/// `number << 32 | n`; the node found among the span's live members by
+/// their signed records only: [`Cluster::span_node`]), with a ticket of
+/// the least grant bound to this request, as [`here`] does for a room on
+/// another node. Else as [`here`]: the room here (its
+/// `participant_not_found` comes next), or the `307` to its owner. A
+/// request redirected already (`ticketed`) is never sent on for its id: an
+/// id whose node does not host it is a 404, not a bounce.
+pub(crate) async fn participant_here(
+    api: &ApiState,
+    room: &str,
+    id: u64,
+    target: &Target,
+    grant: &Grant,
+    ticketed: bool,
+) -> ApiResult<Result<Arc<Room>, Response>> {
+    if let Ok(r) = api.rooms.get(room)
+        && lock(&r.members).contains_key(&id)
+    {
+        return Ok(Ok(r));
+    }
+    if let Some(c) = &api.cluster
+        && !ticketed
+        && c.config().room_spread != RoomSpread::Off
+        && let Some(number) = tutti_cluster::node_number_of(id)
+        && number != c.node_number()
+    {
+        match c.span_node(room, number).await {
+            Ok(Some(node)) if node.node_id != c.node_id() => {
+                let message = format!("participant {id} of room '{room}' is on node {}", node.node_id);
+                return redirect_saying(c, &node, room, target, None, grant, message).map(Err);
+            }
+            Ok(_) => {}
+            Err(e) => return Err(unavailable(&e)),
+        }
+    }
+    here(api, room, target, grant).await
 }
 
 /// The path the page goes to after `moved`: [`enter`].
@@ -422,6 +484,13 @@ async fn locate(api: &ApiState, room: &str, ticketed: bool, stay_if_hosted: bool
             if fresh && let Some(carried) = &config.handover {
                 api.rooms.restore_stage(&state, carried, Instant::now(), unix_now());
             }
+            if fresh && cluster.config().room_spread != RoomSpread::Off {
+                // Its span is read now, here and (told) on the other nodes,
+                // so that the mesh carries the room to this node's first
+                // participant from its first frames.
+                api.span_wake.notify_one();
+                super::control::publish(api, room, &super::control::Control::Joined);
+            }
             Ok(Located::Here(state))
         }
         JoinPlacement::Elsewhere(node) => Ok(Located::Elsewhere(node)),
@@ -615,6 +684,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
     loop {
         tokio::select! {
             _ = every.tick() => {}
+            _ = api.span_wake.notified() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
         let hosted: std::collections::HashSet<String> =

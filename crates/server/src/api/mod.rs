@@ -14,6 +14,7 @@
 //! only then 404, 409, 400.
 
 pub(crate) mod cluster;
+pub(crate) mod control;
 mod cors;
 pub(crate) mod error;
 pub(crate) mod http;
@@ -78,6 +79,9 @@ pub(crate) struct ApiState {
     pub(crate) ws_identities: limit::Counts,
     /// Files of the playback directory read once for every room playing them.
     pub(crate) clips: playback::ClipCache,
+    /// Wakes the span task (`cluster::spans`) before its next refresh: this
+    /// node or another just joined a spread room's span.
+    pub(crate) span_wake: tokio::sync::Notify,
 }
 
 impl ApiState {
@@ -98,6 +102,7 @@ impl ApiState {
             ),
             ws_identities: limit::Counts::default(),
             clips: playback::ClipCache::default(),
+            span_wake: tokio::sync::Notify::new(),
             cfg,
         }
     }

@@ -64,7 +64,7 @@ pub(crate) struct MoveResult {
 }
 
 /// Counts a move's outcome (`tutti_participant_moves_total{result}`):
-/// `moved`, `room_elsewhere`, `redirected` (a 307 to the room's node), or
+/// `moved`, `room_elsewhere`, `redirected` (a 307 to the node of the room or of the participant), or
 /// the error's code.
 fn counted(result: ApiResult<Response>) -> ApiResult<Response> {
     let label = match &result {
@@ -92,7 +92,7 @@ fn counted(result: ApiResult<Response>) -> ApiResult<Response> {
     request_body(content = MoveRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Moved: `left` (reason `moved_room`) in the old room, `joined` in the new", body = MoveResult),
-        (status = 307, description = "Cluster mode: the participant's room is on another node; follow `Location`"),
+        (status = 307, description = "Cluster mode: the participant's room, or the participant (its id names its node), is on another node; follow `Location`"),
         (status = 400, description = "`bad_json`, `bad_room_id`, `same_room`", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`forbidden` (not an admin of both rooms), `banned` (from the target room)", body = ErrorBody),
@@ -135,7 +135,8 @@ async fn move_inner(
             req.to
         )));
     }
-    let from = match cluster::here(&api, &room, &target, &grant).await? {
+    let ticketed = access.ticket.is_some();
+    let from = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };

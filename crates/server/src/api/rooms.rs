@@ -488,7 +488,8 @@ pub(crate) struct LeaveParams {
 
 /// `DELETE …/participants/{id}`: a participant leaves (its own token), or an
 /// admin removes it (reason `kicked`), with `?ban_seconds=` banning its
-/// identity from the room for that long.
+/// identity from the room for that long (in a room spread over nodes, on
+/// every node of it: they refuse its joins within the pub/sub latency).
 #[utoipa::path(
     delete,
     path = "/v1/rooms/{room}/participants/{id}",
@@ -501,7 +502,7 @@ pub(crate) struct LeaveParams {
     ),
     responses(
         (status = 204, description = "Left (or kicked, or banned)"),
-        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 307, description = "Cluster mode: the room, or the participant (its id names its node), is on another node; follow `Location`"),
         (status = 400, description = "`bad_value` (the query)", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or a ban, without admin)", body = ErrorBody),
@@ -521,7 +522,8 @@ pub(crate) async fn leave(
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
         return Err(ApiError::forbidden("banning a participant needs an admin token"));
     }
-    let state = match cluster::here(&api, &room, &target, &grant).await? {
+    let ticketed = params.ticket.is_some();
+    let state = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(state) => member_of(state, id)?,
         Err(elsewhere) => return Ok(elsewhere),
     };
@@ -529,8 +531,14 @@ pub(crate) async fn leave(
     let own = lock(&state.members).get(&id).is_some_and(|m| m.identity == grant.identity);
     let effect = match params.ban_seconds {
         Some(secs) => {
-            let effect = api.rooms.kick(&state, id, Some(std::time::Duration::from_secs(secs)), Instant::now())?;
+            let key = api.rooms.ban_key_of(&state, id);
+            let ban = std::time::Duration::from_secs(secs);
+            let effect = api.rooms.kick(&state, id, Some(ban), Instant::now())?;
             crate::metrics::stage_action("ban");
+            // The other nodes of a spread room refuse the identity too.
+            if let Some(key) = key {
+                super::control::publish(&api, &room, &super::control::Control::Ban { key, seconds: secs });
+            }
             effect
         }
         // An admin removing someone else kicks it (with auth off, every caller is an admin with no identity: it leaves).
@@ -586,7 +594,7 @@ pub(crate) struct UpdateParticipant {
     responses(
         (status = 200, description = "JSON: the participant now; SDP: the ICE restart's answer",
             content((shapes::ParticipantChanged = "application/json"), (String = "application/sdp"))),
-        (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
+        (status = 307, description = "Cluster mode: the room, or the participant (its id names its node), is on another node; follow `Location`"),
         (status = 400, description = "`bad_json`, `bad_value`, `bad_sdp`", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or an admin-only field)", body = ErrorBody),
@@ -606,9 +614,11 @@ pub(crate) async fn update_participant(
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let grant = cluster::caller(&api, &headers, &target, cluster::access(query).ticket.as_deref(), &room).await?;
+    let access = cluster::access(query);
+    let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     may_see_member(&api, &grant, &room, id)?;
-    let here = match cluster::here(&api, &room, &target, &grant).await? {
+    let ticketed = access.ticket.is_some();
+    let here = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(here) => here,
         Err(elsewhere) => return Ok(elsewhere),
     };

@@ -55,6 +55,10 @@ pub(crate) fn admit(api: &ApiState, room: &Room, grant: &Grant, name: &str) -> A
 }
 
 /// Changes a room (admin of the room): lock, size, speaker limit, mute-all, voice processing.
+///
+/// The answer says what this node did; in a room spread over nodes the
+/// other nodes of it apply the change to their own participants within the
+/// pub/sub latency (mute-all mutes their non-admins, a lock refuses their joins).
 #[utoipa::path(
     patch,
     path = "/v1/rooms/{room}",
@@ -100,6 +104,16 @@ pub(crate) async fn update_room(
         mute_all: req.mute_all,
     };
     let muted = api.rooms.update_room(&state, update)?;
+    // The other nodes of a spread room apply it to their copies (their own participants).
+    let control = super::control::Control::Update {
+        locked: req.locked,
+        max_participants: req.max_participants,
+        max_speakers: req.max_speakers,
+        mute_all: req.mute_all,
+        noise_suppression: req.noise_suppression.clone(),
+        loudness: req.loudness,
+    };
+    super::control::publish(&api, &room, &control);
     match req.locked {
         Some(true) if !was_locked => crate::metrics::stage_action("lock"),
         Some(false) if was_locked => crate::metrics::stage_action("unlock"),

@@ -338,6 +338,12 @@ impl MediaHandle {
         self.acceptor.reserve_id()
     }
 
+    /// Starts the participant ids at `first` (a cluster node: its number's
+    /// range, so that ids are unique across nodes; before any join).
+    pub(crate) fn start_ids_at(&self, first: u64) {
+        self.acceptor.start_ids_at(first);
+    }
+
     /// Hands a plain RTP participant, joined to `room` already, to the plain
     /// RTP thread: its packets from its offer's address (or, with comedia,
     /// the address it latches) go into the room, its mix there. False when

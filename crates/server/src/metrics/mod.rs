@@ -154,6 +154,9 @@ pub const STAGE_ACTIONS: &str = "tutti_stage_actions_total";
 /// Participant moves to another room (`POST …/participants/{id}/move`), by
 /// `result`: `moved`, `room_elsewhere`, `redirected`, or the error's code.
 pub const PARTICIPANT_MOVES: &str = "tutti_participant_moves_total";
+/// Room control messages from other nodes of a spread room applied here,
+/// by `kind` (`update`, `ban`, `joined`), counter.
+pub const CLUSTER_CONTROL_APPLIED: &str = "tutti_cluster_control_applied_total";
 
 /// Plain RTP participants now (`[rtp_in]`: SIP gateways), gauge.
 pub const RTP_IN_PARTICIPANTS: &str = "tutti_rtp_in_participants";
@@ -215,6 +218,7 @@ pub const NAMES: &[&str] = &[
     BUILD_INFO,
     STAGE_ACTIONS,
     PARTICIPANT_MOVES,
+    CLUSTER_CONTROL_APPLIED,
     RTP_IN_PARTICIPANTS,
     RTP_IN_PACKETS_RECEIVED,
     RTP_IN_PACKETS_SENT,
@@ -448,6 +452,11 @@ fn describe() {
         STAGE_ACTIONS,
         Unit::Count,
         "Stage actions (speak rights, hands, lock, mute-all, kicks, bans) by action."
+    );
+    describe_counter!(
+        CLUSTER_CONTROL_APPLIED,
+        Unit::Count,
+        "Room control messages from other nodes of a spread room applied here, by kind."
     );
 }
 
@@ -697,6 +706,14 @@ pub fn ws_lagged(n: u64) {
 pub fn participant_move(result: &'static str) {
     if handles().is_some() {
         metrics::counter!(PARTICIPANT_MOVES, "result" => result).increment(1);
+    }
+}
+
+/// A room control message from another node applied here
+/// (`tutti_cluster_control_applied_total{kind}`).
+pub fn cluster_control_applied(kind: &'static str) {
+    if handles().is_some() {
+        metrics::counter!(CLUSTER_CONTROL_APPLIED, "kind" => kind).increment(1);
     }
 }
 

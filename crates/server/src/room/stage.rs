@@ -247,25 +247,37 @@ impl Rooms {
         ban: Option<Duration>,
         now: Instant,
     ) -> Result<Option<Effect>, RoomError> {
-        let key =
-            lock(&room.members).get(&id).map(|m| ban_key(&m.identity, &m.name)).ok_or(RoomError::NoParticipant(id))?;
+        let key = self.ban_key_of(room, id).ok_or(RoomError::NoParticipant(id))?;
         if let Some(ban) = ban {
-            if ban.is_zero() || ban > Duration::from_secs(MAX_BAN_SECONDS) {
-                return Err(RoomError::BadValue(format!("ban_seconds must be within 1 to {MAX_BAN_SECONDS}")));
-            }
-            let mut stage = lock(&room.stage);
-            if stage.bans.len() >= MAX_BANS {
-                stage.prune(now);
-            }
-            if stage.bans.len() >= MAX_BANS && !stage.bans.contains_key(&key) {
-                return Err(RoomError::BadValue(format!("room '{}' holds its maximum of {MAX_BANS} bans", room.id)));
-            }
-            let until = now + ban;
-            let entry = stage.bans.entry(key).or_insert(until);
-            *entry = (*entry).max(until);
+            self.ban(room, key, ban, now)?;
             tracing::info!(room = %room.id, participant = id, seconds = ban.as_secs(), "participant banned");
         }
         self.leave(room, id, LeaveReason::Kicked)
+    }
+
+    /// What a ban of participant `id` keeps out (its identity, or its name
+    /// without one), for telling the other nodes of a spread room.
+    pub(crate) fn ban_key_of(&self, room: &Room, id: u64) -> Option<String> {
+        lock(&room.members).get(&id).map(|m| ban_key(&m.identity, &m.name))
+    }
+
+    /// Keeps `key` ([`Rooms::ban_key_of`]) out of the room for `ban` (a
+    /// ban made on another node of a spread room, or by [`Rooms::kick`]).
+    pub(crate) fn ban(&self, room: &Room, key: String, ban: Duration, now: Instant) -> Result<(), RoomError> {
+        if ban.is_zero() || ban > Duration::from_secs(MAX_BAN_SECONDS) {
+            return Err(RoomError::BadValue(format!("ban_seconds must be within 1 to {MAX_BAN_SECONDS}")));
+        }
+        let mut stage = lock(&room.stage);
+        if stage.bans.len() >= MAX_BANS {
+            stage.prune(now);
+        }
+        if stage.bans.len() >= MAX_BANS && !stage.bans.contains_key(&key) {
+            return Err(RoomError::BadValue(format!("room '{}' holds its maximum of {MAX_BANS} bans", room.id)));
+        }
+        let until = now + ban;
+        let entry = stage.bans.entry(key).or_insert(until);
+        *entry = (*entry).max(until);
+        Ok(())
     }
 
     /// Live bans in a room.
