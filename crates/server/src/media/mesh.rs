@@ -576,8 +576,17 @@ mod tests {
             a.after_tick(tick, std::slice::from_ref(&ra));
             b.after_tick(tick, std::slice::from_ref(&rb));
             forwarded += usize::from(heard.is_some_and(|p| !p.is_empty() && sent.contains(&p)));
-            // Loopback delivery to the other node's receive thread.
-            std::thread::sleep(Duration::from_millis(3));
+            // Loopback delivery to the other node's receive thread: every
+            // datagram sent is verified and queued before the next tick (a
+            // busy machine may take longer than a real tick's 20 ms).
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                let ((sa, _, _), (sb, _, _)) = (a.stats(), b.stats());
+                if sb.received >= sa.sent && sa.received >= sb.sent {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         assert!(forwarded >= 80, "{forwarded} of 100 ticks forwarded a's frames unchanged to b's listener");
         assert_eq!(rb.with_mixer(|m| m.remotes()), 1, "a's talker is a remote in b's mixer");
