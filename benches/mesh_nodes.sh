@@ -12,6 +12,7 @@
 #   benches/mesh_nodes.sh [N…]        default N = "1 2 4 8 16"
 #   env: KS="3 5" (max_speakers), PER_NODE=8 (clients per node),
 #        TALKERS=1.0 (share that talk, P.59 on/off), LIFE=30 (seconds),
+#        CINT=50 (ms between joins),
 #        OUT=/tmp/tutti-mesh-nodes (logs and JSON reports)
 #
 # Needs redis-server (Debian's redis-server). Loopback only; every loop is
@@ -26,6 +27,7 @@ ks=${KS:-3 5}
 per_node=${PER_NODE:-8}
 talkers=${TALKERS:-1.0}
 life=${LIFE:-30}
+cint=${CINT:-50}
 out=${OUT:-${TMPDIR:-/tmp}/tutti-mesh-nodes}
 mkdir -p "$out"
 secret=mesh-bench-secret-0123456789abcdef0123
@@ -75,11 +77,11 @@ for k in $ks; do
         clients=$((n * per_node))
         # The window: after every join and a warm-up, read the counters, wait, read again.
         TOKEN=$token "$bin" load --url "http://${nodes[0]}:$http" --room wide -n "$clients" --no-ws \
-            --cint 50 --talkers "$talkers" --life "$life" --warmup 3 --details 0 \
+            --cint "$cint" --talkers "$talkers" --life "$life" --warmup 3 --details 0 \
             --report "$out/load-n$n-k$k.json" >"$out/load-n$n-k$k.log" 2>&1 &
         load=$!
         pids+=($load)
-        sleep $((clients * 50 / 1000 + 6))
+        sleep $((clients * cint / 1000 + 6))
         declare -A t0=() d0=() b0=() l0=() c0=() p=()
         for ip in "${nodes[@]}"; do
             t0[$ip]=$(metric "$ip:$metrics" tutti_mix_ticks_total)
@@ -107,7 +109,8 @@ for k in $ks; do
             echo "| $n | $k | $clients | $ip | $row |"
         done
         wait "$load" || true
-        grep -E '^PASS|^FAIL|mouth-to-ear, talker' "$out/load-n$n-k$k.log" | sed 's/^/    /' || true
+        grep -E '^PASS|^FAIL|^INVALID|mouth-to-ear, talker|server CPU' "$out/load-n$n-k$k.log" | sed 's/^/    /' || true
+        sed -n '/^== nodes ==/,/^$/p' "$out/load-n$n-k$k.log" | sed 's/^/    /'
         cleanup
         pids=()
         sleep 1
