@@ -134,6 +134,8 @@
 //! | a room event is published locally | [`Cluster::publish_event`]`(room, json)` (never blocks) | |
 //! | start | [`Cluster::node_number`] | participant ids from `number << 32` ([`NODE_NUMBER_SHIFT`]); [`node_number_of`] maps an id back |
 //! | a participant's route for an id not hosted here | [`Cluster::span_node`]`(room, number)` | 307 to that node of the span (signed records only), else 404 |
+//! | a spread room's participants change here | [`Cluster::write_rosters`] (coalesced, off the media path) | this node's roster; [`Cluster::join_spans`] keeps it alive, [`Cluster::leave_span`] deletes it |
+//! | `GET /v1/rooms/{room}`, a room socket's snapshot, of a spread room | [`Cluster::rosters`]`(room, span members, cap)` | the other nodes' participants |
 //! | a room-wide change applied here (lock, mute-all, ban…) | [`Cluster::publish_control`]`(room, body)` (never blocks) | the other nodes of the span get it from [`Cluster::take_control`] and apply it to their copies |
 //! | WS watching a room held elsewhere | [`Cluster::watch`]`(room)` → events from the owner | |
 //! | hosting a room placed here by a join (not a create) | [`Cluster::room_config`]`(room)` → the config stored at its creation | create the room with it |
@@ -178,6 +180,7 @@ mod error;
 mod events;
 mod placement;
 mod record;
+mod roster;
 mod scripts;
 mod stats;
 mod ticket;
@@ -192,5 +195,6 @@ pub use error::{ClusterError, TicketError};
 pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
 pub use placement::{Load, NodeInfo, NodeState, choose, choose_for_join};
 pub use record::{CONTROL_PURPOSE, NODE_RECORD_PURPOSE, TICKET_PURPOSE, derive_key};
+pub use roster::{MAX_ROSTER_ENTRY_BYTES, RosterEntry, RosterWrite, Rosters};
 pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS, Sample, SampleKind};
 pub use ticket::{MAX_TICKET_BYTES, TicketClaims, TicketKey};

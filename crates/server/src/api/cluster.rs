@@ -564,7 +564,12 @@ pub(crate) fn host(
 ) -> ApiResult<Arc<Room>> {
     match api.rooms.create(room, max_participants, max_speakers) {
         Ok(r) => {
-            relay_events(cluster.clone(), &r);
+            relay_events(cluster.clone(), &r, api.roster.clone());
+            if cluster.config().room_spread != RoomSpread::Off {
+                // A room that may spread: its roster for the other nodes, theirs' events for this one.
+                api.roster.rewrite(room);
+                super::roster::relay_span_events(cluster.clone(), &r);
+            }
             Ok(r)
         }
         Err(e @ RoomError::RoomExists(_)) if exclusive => Err(e.into()),
@@ -600,11 +605,14 @@ pub(crate) fn release(cluster: &Cluster, room: &str) {
     });
 }
 
-/// Publishes a hosted room's events to the cluster until the room closes.
-fn relay_events(cluster: Cluster, room: &Arc<Room>) {
+/// Publishes a hosted room's events to the cluster until the room closes:
+/// its own (those relayed from the other nodes of a spread room are never
+/// published again), and notes its participants' changes for its roster.
+fn relay_events(cluster: Cluster, room: &Arc<Room>, roster: Arc<super::roster::Roster>) {
     let mut events = room.subscribe();
     let moved = room.moved_to();
     let name = room.id.clone();
+    let spread = cluster.config().room_spread != RoomSpread::Off;
     tokio::spawn(async move {
         loop {
             match events.recv().await {
@@ -614,7 +622,12 @@ fn relay_events(cluster: Cluster, room: &Arc<Room>) {
                     // One tick's events, already serialized once for every subscriber.
                     let last =
                         batch.events.iter().any(|e| matches!(e, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. }));
-                    cluster.publish_event(&name, String::from_utf8_lossy(&batch.json).into_owned());
+                    if spread {
+                        super::roster::note_batch(&roster, &name, &batch);
+                    }
+                    if let Some(json) = batch.local_json() {
+                        cluster.publish_event(&name, String::from_utf8_lossy(&json).into_owned());
+                    }
                     if last {
                         break;
                     }

@@ -294,8 +294,9 @@ pub(crate) const SNAPSHOT_CHUNK: usize = 16;
 /// participants and `more` (how many are still to come), then as many
 /// `participants` `{participants, more}` messages as needed, each counting
 /// down `more` to 0. Nothing else is sent in between. Whether all were sent.
-async fn send_snapshot(socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
-    let members = room.member_list();
+async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
+    // In a room spread over nodes, every node's participants (the others' from their rosters).
+    let members = super::roster::participants(api, room).await;
     let mut chunks = members.chunks(SNAPSHOT_CHUNK);
     let first = chunks.next().unwrap_or(&[]);
     let mut more = members.len() - first.len();
@@ -430,7 +431,7 @@ async fn session(
     let mut clean = false;
     let mut kinds = kinds;
     let mut admin = caller.grant.may_manage(&room.id);
-    let mut ok = send_snapshot(&mut socket, &room, admin).await;
+    let mut ok = send_snapshot(&api, &mut socket, &room, admin).await;
     while ok {
         tokio::select! {
             () = &mut expiry => {
@@ -586,7 +587,7 @@ async fn session(
                         admin = caller.grant.may_manage(&room.id);
                         ok = follow(&api, &mut socket, &from, &room, id, admin).await;
                     } else {
-                        ok = send_snapshot(&mut socket, &room, admin).await;
+                        ok = send_snapshot(&api, &mut socket, &room, admin).await;
                     }
                 }
                 Err(RecvError::Closed) => break,
@@ -616,7 +617,7 @@ async fn follow(api: &ApiState, socket: &mut WebSocket, from: &Room, to: &Room, 
     api.ws_resumes.rehome(id, &to.id);
     tracing::info!(from = %from.id, to = %to.id, participant = id, "WebSocket follows its participant to another room");
     let changed = serde_json::json!({ "type": "room_changed", "room": to.id, "from": from.id, "id": id });
-    socket.send(text(&changed)).await.is_ok() && send_snapshot(socket, to, admin).await
+    socket.send(text(&changed)).await.is_ok() && send_snapshot(api, socket, to, admin).await
 }
 
 /// Whether a text message is a `token` message (handled by the session, which owns the socket's grant).
