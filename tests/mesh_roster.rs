@@ -115,7 +115,8 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     let auth = Auth::new(SECRET).expect("secret");
     let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).expect("token");
     // The room created on A (a create redirected there), K = 5: every talker is selected.
-    let create = format!("/v1/rooms?room={ROOM}&ticket={}", ticket_for(ROOM, "ops", false, true, ("POST", "/v1/rooms")));
+    let create =
+        format!("/v1/rooms?room={ROOM}&ticket={}", ticket_for(ROOM, "ops", false, true, ("POST", "/v1/rooms")));
     let r = request_as(a, &Requester::default(), "POST", &create, Some("application/json"), br#"{"max_speakers":5}"#)
         .expect("create answers");
     assert_eq!(r.status, 201, "{}", r.body);
@@ -152,7 +153,12 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     let entry = |id: u64| format!(r#"{{"id":{id},"name":"forged","identity":"x","muted":false}}"#);
     redis.cli(&["HSET", &format!("tutti:roster:{ROOM}:node-9"), &forged_outsider.to_string(), &entry(forged_outsider)]);
     let forged_in_b = id_a + 1000;
-    redis.cli(&["HSET", &format!("tutti:roster:{ROOM}:{}", nodes[1].id), &forged_in_b.to_string(), &entry(forged_in_b)]);
+    redis.cli(&[
+        "HSET",
+        &format!("tutti:roster:{ROOM}:{}", nodes[1].id),
+        &forged_in_b.to_string(),
+        &entry(forged_in_b),
+    ]);
     let refused_before = metric(&nodes[0], "tutti_cluster_roster_refused_total");
     // Read again once the shared read (250 ms) is stale: until A counts the forged entry.
     let mut last = (BTreeMap::new(), serde_json::Value::Null);

@@ -41,6 +41,9 @@ const ROSTER_FRESH: Duration = Duration::from_millis(250);
 /// How often an unknown sender of events makes the span be read again.
 const SPAN_RECHECK: Duration = Duration::from_millis(200);
 
+/// Participant summaries (JSON objects), shared by the readers of one read.
+type Summaries = Arc<[serde_json::Value]>;
+
 /// What changed in a room's roster since the last write.
 #[derive(Debug, Default)]
 struct Dirty {
@@ -53,7 +56,7 @@ struct Dirty {
 #[derive(Default)]
 pub(crate) struct Roster {
     dirty: Mutex<HashMap<String, Dirty>>,
-    cache: Mutex<HashMap<String, (Instant, Arc<[serde_json::Value]>)>>,
+    cache: Mutex<HashMap<String, (Instant, Summaries)>>,
 }
 
 impl Roster {
@@ -102,8 +105,13 @@ fn touched(event: &RoomEvent) -> Option<u64> {
 /// Queues the roster changes of a batch of `room`'s own events (the relay
 /// task calls it for every batch it publishes).
 pub(crate) fn note_batch(roster: &Roster, room: &str, batch: &crate::room::EventBatch) {
-    let ids: Vec<u64> =
-        batch.events.iter().enumerate().filter(|(i, _)| !batch.is_foreign(*i)).filter_map(|(_, e)| touched(e)).collect();
+    let ids: Vec<u64> = batch
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !batch.is_foreign(*i))
+        .filter_map(|(_, e)| touched(e))
+        .collect();
     if !ids.is_empty() {
         roster.touch(room, ids);
     }
@@ -304,9 +312,8 @@ pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>) {
                 crate::metrics::span_events(false, 1);
                 continue;
             };
-            let relayed = crate::room::relayed_events(&event.event, |id| {
-                tutti_cluster::node_number_of(id) == Some(number)
-            });
+            let relayed =
+                crate::room::relayed_events(&event.event, |id| tutti_cluster::node_number_of(id) == Some(number));
             crate::metrics::span_events(true, relayed.len() as u64);
             if !relayed.is_empty() {
                 room.publish_relayed(relayed);

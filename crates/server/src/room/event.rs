@@ -207,7 +207,8 @@ impl Outbox {
 
     /// [`Outbox::take`], with which of the events are foreign (empty: none).
     pub(crate) fn take_marked(&mut self, tick: Option<u64>) -> (Vec<RoomEvent>, Vec<bool>) {
-        let (mut events, mut foreign): (Vec<RoomEvent>, Vec<bool>) = std::mem::take(&mut self.events).into_iter().unzip();
+        let (mut events, mut foreign): (Vec<RoomEvent>, Vec<bool>) =
+            std::mem::take(&mut self.events).into_iter().unzip();
         let last_words = events.iter().any(|e| matches!(e, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. }));
         for (id, (told, now, far)) in std::mem::take(&mut self.talk) {
             if told != now && !last_words {
@@ -446,7 +447,8 @@ mod relayed_tests {
         assert!(relayed_events(ctl, all).is_empty(), "a control character in a name");
         let huge = format!(r#"{{"type":"events","events":[{}]}}"#, "0,".repeat(MAX_RELAYED_BATCH_BYTES));
         assert!(relayed_events(&huge, all).is_empty());
-        let many: Vec<String> = (0..MAX_RELAYED_EVENTS + 5).map(|i| format!(r#"{{"type":"hand","id":{i},"raised":true}}"#)).collect();
+        let many: Vec<String> =
+            (0..MAX_RELAYED_EVENTS + 5).map(|i| format!(r#"{{"type":"hand","id":{i},"raised":true}}"#)).collect();
         let many = format!(r#"{{"type":"events","events":[{}]}}"#, many.join(","));
         assert_eq!(relayed_events(&many, all).len(), MAX_RELAYED_EVENTS);
     }
