@@ -196,11 +196,13 @@ pub(crate) async fn others(api: &ApiState, room: &Room) -> Arc<[serde_json::Valu
     let entries = match cached {
         Some((_, entries)) => entries,
         None => {
-            let entries: Arc<[serde_json::Value]> = match read(cluster, room).await {
+            // A failed read serves its readers too (as nothing): Redis away
+            // costs one timeout per ROSTER_FRESH, not one per request.
+            let entries: Summaries = match read(cluster, room).await {
                 Ok(entries) => entries.into(),
                 Err(e) => {
                     tracing::debug!(room = %room.id, error = %e, "other nodes' rosters not read");
-                    return Arc::from([]);
+                    Arc::from([])
                 }
             };
             let mut cache = lock(&api.roster.cache);
@@ -280,16 +282,23 @@ pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>) {
         };
         let mut members: HashMap<String, u32> = HashMap::new();
         let mut checked: Option<Instant> = None;
+        // Only to notice the room's end (its batches go to the sockets by themselves).
         let mut closes = room.subscribe();
+        let mut every = tokio::time::interval(Duration::from_secs(1));
         loop {
             let event = tokio::select! {
                 e = events.recv() => e,
-                // Only to notice the room's end (its own batches go elsewhere).
                 b = closes.recv() => match b {
                     Err(RecvError::Closed) => break,
                     _ if room.is_closed() || room.is_handed_over() => break,
                     _ => continue,
                 },
+                _ = every.tick() => {
+                    if room.is_closed() || room.is_handed_over() {
+                        break;
+                    }
+                    continue;
+                }
             };
             let event = match event {
                 Ok(e) => e,
@@ -320,4 +329,32 @@ pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_are_coalesced_per_room_and_bounded() {
+        let roster = Roster::default();
+        roster.touch("r", [1, 2]);
+        roster.touch("r", [2, 3]);
+        roster.touch("s", [9]);
+        let mut taken = roster.take();
+        assert_eq!(taken.len(), 2);
+        let r = taken.remove("r").expect("r");
+        assert!(!r.full);
+        assert_eq!(r.ids, HashSet::from([1, 2, 3]), "each participant once");
+        assert!(roster.take().is_empty(), "taken: nothing waits");
+        // Past the bound: the room is written whole, its ids let go.
+        roster.touch("r", 0..=ROSTER_DIRTY_IDS as u64);
+        roster.touch("r", [7]);
+        let r = roster.take().remove("r").expect("r");
+        assert!(r.full && r.ids.is_empty());
+        roster.touch("r", [1]);
+        roster.rewrite("r");
+        let r = roster.take().remove("r").expect("r");
+        assert!(r.full && r.ids.is_empty());
+    }
 }
