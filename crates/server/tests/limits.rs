@@ -143,8 +143,6 @@ impl Ws {
         Self::try_connect(api, room).expect("WebSocket")
     }
 
-    // The handshake's own error, as tungstenite gives it: a test helper, not a hot path.
-    #[allow(clippy::result_large_err)]
     fn try_connect(
         api: SocketAddr,
         room: &str,
