@@ -42,10 +42,8 @@ use std::collections::{HashSet, VecDeque};
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{derive_key, fresh_nonce, is_nonce, open_signed, seal_signed};
+use crate::record::{CONTROL_PURPOSE, derive_key, fresh_nonce, is_nonce, open_signed, seal_signed};
 
-/// Purpose of the key that signs control messages.
-pub const CONTROL_PURPOSE: &str = "cluster-control";
 /// Longest control message accepted.
 pub const MAX_CONTROL_BYTES: usize = 8192;
 /// How far a message's timestamp may be from this node's clock.

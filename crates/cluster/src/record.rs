@@ -34,7 +34,7 @@ pub const NODE_RECORD_PURPOSE: &str = "cluster-node";
 /// Purpose of the key that signs redirect tickets.
 pub const TICKET_PURPOSE: &str = "cluster-ticket";
 /// Purpose of the key that signs room control messages (see `control`).
-pub use crate::control::CONTROL_PURPOSE;
+pub const CONTROL_PURPOSE: &str = "cluster-control";
 
 /// The fields of a node record the signature covers, in order.
 pub(crate) const SIGNED_FIELDS: [&str; 7] =

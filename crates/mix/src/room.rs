@@ -536,6 +536,12 @@ pub struct Room {
     external: Option<Vec<ParticipantId>>,
     /// Scratch for applying `external`, kept for its capacity.
     chosen: Vec<ParticipantId>,
+    /// Whether seats `external` leaves free go to this room's own talkers
+    /// ([`Room::fill_free_seats`]).
+    fill: bool,
+    /// This room's own participants given a free seat this tick beyond
+    /// `external`.
+    filled: Vec<ParticipantId>,
     /// Whisper channels ([`Room::open_channel`]), at most [`MAX_CHANNELS`].
     channels: Vec<Channel>,
 }
@@ -567,6 +573,8 @@ impl Room {
             remotes: 0,
             external: None,
             chosen: Vec::new(),
+            fill: false,
+            filled: Vec::new(),
             channels: Vec::new(),
         })
     }

@@ -668,3 +668,68 @@ mod properties {
         }
     }
 }
+
+/// With `fill_free_seats` (as the mesh sets it), a local talker's first
+/// frame is mixed on its own node in the tick it arrives, although the
+/// selection from outside (made of the candidates of the tick before) does
+/// not name it yet; its candidate is not flagged selected (the next
+/// selection across nodes decides), and a remote, a muted local or a full
+/// set never gets such a seat. Without it the first frame is not played.
+#[test]
+fn a_local_talkers_first_frame_takes_a_free_seat_on_its_own_node() {
+    let pool = MixPool::new(1).expect("pool");
+    for fill in [true, false] {
+        let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(2), ..RoomConfig::default() };
+        let mut room = Room::new(cfg).expect("room");
+        let mut talker = ToneParticipant::new(1, 440.0);
+        let mut listener = ToneParticipant::new(2, 660.0);
+        let mut muted = ToneParticipant::new(3, 880.0);
+        for c in [&talker, &listener, &muted] {
+            room.add_participant(c.id).expect("join");
+        }
+        room.set_muted(muted.id, true).expect("in room");
+        let remote = ParticipantId(1 << 51);
+        room.add_remote(remote).expect("remote");
+        room.fill_free_seats(fill);
+        let mut candidates = Vec::new();
+        let (mut onset, mut first) = (None, None);
+        for t in 0..12u64 {
+            // The selection across nodes names nobody until the talker's
+            // candidate of the tick before says it talks (as the mesh does).
+            let named: Vec<ParticipantId> = candidates
+                .iter()
+                .filter(|c: &&LocalCandidate| c.id == talker.id && c.level < 127)
+                .map(|c| c.id)
+                .collect();
+            room.set_selection(Some(named));
+            let amplitude = if t >= 5 { 0.3 } else { 0.0 };
+            for (c, a) in [(&mut talker, amplitude), (&mut listener, 0.0), (&mut muted, 0.3)] {
+                let packet = c.next_packet(a);
+                room.push_packet(c.id, packet).expect("local");
+            }
+            // The remote talks too, but only the selection may seat it.
+            room.put_remote_frame(remote, 10, Bytes::from_static(&[0xf8, 0xff, 0xfe])).expect("remote");
+            let report = room.tick(&pool, t);
+            room.candidates(2, &mut candidates);
+            let seated: Vec<ParticipantId> = room.speakers().collect();
+            assert!(!seated.contains(&remote) && !seated.contains(&muted.id), "tick {t}: {seated:?}");
+            // The tick the talker's first frame is played out of its jitter buffer.
+            if onset.is_none()
+                && let Some(c) = candidates.iter().find(|c| c.id == talker.id && c.level < 127)
+            {
+                onset = Some(t);
+                assert!(!c.selected || !fill, "a seat for this tick only is not the selection across nodes'");
+            }
+            if first.is_none() && report.mode == MixMode::Forward(talker.id) {
+                first = Some(t);
+            }
+        }
+        let onset = onset.expect("the talker talked");
+        let expected = if fill { onset } else { onset + 1 };
+        assert_eq!(
+            first,
+            Some(expected),
+            "fill {fill}: the talker first talks at tick {onset}, is first played at {first:?}"
+        );
+    }
+}

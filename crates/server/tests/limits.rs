@@ -146,11 +146,11 @@ impl Ws {
     fn try_connect(
         api: SocketAddr,
         room: &str,
-    ) -> Result<Self, tungstenite::HandshakeError<tungstenite::ClientHandshake<TcpStream>>> {
+    ) -> Result<Self, Box<tungstenite::HandshakeError<tungstenite::ClientHandshake<TcpStream>>>> {
         let stream = TcpStream::connect(api).expect("connect");
         // A slow handshake (a busy machine) is not a failure; reads after it poll.
         stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        let ws = tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws"), stream)?.0;
+        let ws = tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws"), stream).map_err(Box::new)?.0;
         ws.get_ref().set_read_timeout(Some(Duration::from_millis(20))).expect("timeout");
         Ok(Self(ws))
     }
@@ -161,8 +161,9 @@ impl Ws {
         loop {
             match Self::try_connect(api, room) {
                 Ok(ws) => return ws,
-                Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)))
-                    if r.status() == 503 && Instant::now() < deadline =>
+                Err(e)
+                    if Instant::now() < deadline
+                        && matches!(&*e, tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) if r.status() == 503) =>
                 {
                     std::thread::sleep(Duration::from_millis(50));
                 }

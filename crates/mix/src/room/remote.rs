@@ -109,7 +109,25 @@ impl Room {
     /// speaker, N-minus-self for the local speakers, whisper channels,
     /// shedding and DTX.
     pub fn set_selection(&mut self, speakers: Option<Vec<ParticipantId>>) {
+        if speakers.is_none() {
+            self.filled.clear();
+        }
         self.external = speakers;
+    }
+
+    /// With a selection from outside ([`Room::set_selection`]): whether the
+    /// seats it leaves free (fewer than K) go, each tick, to this room's own
+    /// participants (not remotes, not sources) who are talking and not
+    /// named, loudest first, after the named ones. A selection across nodes
+    /// is made of the candidates of the tick before, so it names a local
+    /// talker one tick after their first frame, which would otherwise be
+    /// clipped on their own node. [`Room::candidates`] does not count such a
+    /// seat as selected: the next selection across nodes decides. Off by default.
+    pub fn fill_free_seats(&mut self, on: bool) {
+        self.fill = on;
+        if !on {
+            self.filled.clear();
+        }
     }
 
     /// The selection set from outside ([`Room::set_selection`]), if any.
@@ -133,7 +151,9 @@ impl Room {
             if p.source || p.remote || p.muted {
                 continue;
             }
-            let selected = p.slot.is_some();
+            // A seat given to a local talker for this tick only is not the
+            // selection across nodes' (the next one decides).
+            let selected = p.slot.is_some() && !self.filled.contains(&p.id);
             if p.level < silence || (selected && p.talking) {
                 out.push(LocalCandidate { id: p.id, level: p.level, rank: rank_of(p.loudness), selected, frame: None });
             }
@@ -181,6 +201,20 @@ impl Room {
             }
         }
         self.external = Some(ids);
+        // Free seats: this room's own talkers not named, loudest first (the
+        // shards' candidates of this tick: talking, unmuted, unseated).
+        self.filled.clear();
+        while self.fill && chosen.len() < k {
+            let fresh = self
+                .shards
+                .iter()
+                .flat_map(|s| &s.candidates)
+                .filter(|c| !chosen.contains(&c.id) && self.participant(c.id).is_ok_and(|p| !p.remote && !p.source))
+                .max_by(|a, b| a.loudness.total_cmp(&b.loudness).then(b.id.cmp(&a.id)));
+            let Some(c) = fresh else { break };
+            chosen.push(c.id);
+            self.filled.push(c.id);
+        }
         if self.selected.iter().any(|sel| !chosen.contains(&sel.id)) {
             self.drop_speakers(|sel| !chosen.contains(&sel.id));
         }

@@ -14,7 +14,10 @@
 //! ```
 //!
 //! Local audio is not delayed; a remote speaker is one tick later than on
-//! its own node. Every node that got all of T−1's datagrams before its tick
+//! its own node. The selection of tick T is made of the candidates of T−1,
+//! so a local talker's first frame takes a seat the selection leaves free
+//! for that tick only (`fill_free_seats`; not flagged selected: the next
+//! selection decides), rather than being clipped on its own node. Every node that got all of T−1's datagrams before its tick
 //! T selects the same speakers; a peer's `selected` flags of tick T that
 //! disagree with this node's selection of T are counted as mismatches. A
 //! peer silent for [`tutti_mesh::ABSENT_AFTER`] leaves selection; a remote
@@ -338,6 +341,7 @@ impl Mesh {
                 {
                     local.with_mixer(|m| {
                         m.set_selection(None);
+                        m.fill_free_seats(false);
                         for r in room.remotes.values() {
                             let _ = m.remove_participant(r.id);
                             local.name_remote(r.id.0, None);
@@ -416,6 +420,8 @@ impl Mesh {
                     }
                 }
                 m.set_selection(Some(ids));
+                // A local talker's first frame is not clipped here while a seat is free.
+                m.fill_free_seats(true);
                 room.remotes.retain(|_, r| {
                     let keep = r.last_selected + REMOTE_IDLE_TICKS >= t;
                     if !keep {
