@@ -1029,7 +1029,7 @@ impl Cluster {
         for ((node, number), fields) in members.into_iter().zip(reply) {
             match fields {
                 Some(fields) => {
-                    let (entries, refused) = parse_roster(node, *number, fields);
+                    let (entries, refused) = parse_roster(node, |id| node_number_of(id) == Some(*number), fields);
                     out.entries.extend(entries);
                     out.refused += refused;
                 }

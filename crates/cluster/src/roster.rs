@@ -26,8 +26,6 @@ use std::collections::HashMap;
 
 use redis::{Script, Value};
 
-use crate::cluster::node_number_of;
-
 /// Longest participant summary kept (bytes of JSON).
 pub const MAX_ROSTER_ENTRY_BYTES: usize = 2048;
 
@@ -83,15 +81,19 @@ pub struct Rosters {
     pub refused: usize,
 }
 
-/// The entries of node `node_id`'s (number `number`) roster as Redis holds
-/// it (`fields`: its `HGETALL`), those that pass the checks above, by id;
-/// and how many did not.
-pub(crate) fn parse_roster(node_id: &str, number: u32, fields: HashMap<String, String>) -> (Vec<RosterEntry>, usize) {
+/// The entries of node `node_id`'s roster as Redis holds it (`fields`: its
+/// `HGETALL`), those that pass the checks above (`of_node`: whether an id
+/// carries that node's number), by id; and how many did not.
+pub(crate) fn parse_roster(
+    node_id: &str,
+    of_node: impl Fn(u64) -> bool,
+    fields: HashMap<String, String>,
+) -> (Vec<RosterEntry>, usize) {
     let mut refused = 0;
     let mut entries: Vec<RosterEntry> = fields
         .into_iter()
         .filter_map(|(field, summary)| {
-            let entry = parse_entry(node_id, number, &field, &summary);
+            let entry = parse_entry(node_id, &of_node, &field, &summary);
             if entry.is_none() {
                 refused += 1;
             }
@@ -102,9 +104,9 @@ pub(crate) fn parse_roster(node_id: &str, number: u32, fields: HashMap<String, S
     (entries, refused)
 }
 
-fn parse_entry(node_id: &str, number: u32, field: &str, summary: &str) -> Option<RosterEntry> {
+fn parse_entry(node_id: &str, of_node: impl Fn(u64) -> bool, field: &str, summary: &str) -> Option<RosterEntry> {
     let id: u64 = field.parse().ok()?;
-    if node_number_of(id) != Some(number) || summary.len() > MAX_ROSTER_ENTRY_BYTES {
+    if !of_node(id) || summary.len() > MAX_ROSTER_ENTRY_BYTES {
         return None;
     }
     let summary: serde_json::Value = serde_json::from_str(summary).ok()?;
@@ -153,7 +155,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let (entries, refused) = parse_roster("node-b", B, fields);
+        let (entries, refused) = parse_roster("node-b", |id| id >> 32 == u64::from(B), fields);
         assert_eq!(entries.iter().map(|e| e.id).collect::<Vec<_>>(), vec![id(1), id(2)]);
         assert!(entries.iter().all(|e| e.node_id == "node-b"));
         assert_eq!(entries[0].summary["name"], "ann");
