@@ -29,7 +29,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tutti_cluster::{Cluster, RosterWrite, Span};
 
 use super::ApiState;
-use crate::room::{Room, RoomEvent};
+use crate::room::{Room, listed_participant};
 use crate::sync::lock;
 
 /// How often the writer writes what changed (at most).
@@ -89,19 +89,6 @@ impl Roster {
     }
 }
 
-/// The participant an event of this node's room changes in its roster.
-fn touched(event: &RoomEvent) -> Option<u64> {
-    match event {
-        RoomEvent::Joined { id, .. }
-        | RoomEvent::Left { id, .. }
-        | RoomEvent::Muted { id, .. }
-        | RoomEvent::Permissions { id, .. }
-        | RoomEvent::Hand { id, .. }
-        | RoomEvent::Deaf { id, .. } => Some(*id),
-        _ => None,
-    }
-}
-
 /// Queues the roster changes of a batch of `room`'s own events (the relay
 /// task calls it for every batch it publishes).
 pub(crate) fn note_batch(roster: &Roster, room: &str, batch: &crate::room::EventBatch) {
@@ -110,7 +97,7 @@ pub(crate) fn note_batch(roster: &Roster, room: &str, batch: &crate::room::Event
         .iter()
         .enumerate()
         .filter(|(i, _)| !batch.is_foreign(*i))
-        .filter_map(|(_, e)| touched(e))
+        .filter_map(|(_, e)| listed_participant(e))
         .collect();
     if !ids.is_empty() {
         roster.touch(room, ids);

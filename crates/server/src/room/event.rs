@@ -371,13 +371,16 @@ pub(crate) fn relayed_events(json: &str, mine: impl Fn(u64) -> bool) -> Vec<Room
                 Relayed::Hand { id, raised } => RoomEvent::Hand { id, raised },
                 Relayed::Deaf { id, deaf } => RoomEvent::Deaf { id, deaf },
             };
-            mine(event_id(&event)?).then_some(event)
+            mine(listed_participant(&event)?).then_some(event)
         })
         .collect()
 }
 
-/// The participant an event of [`relayed_events`] is about.
-fn event_id(event: &RoomEvent) -> Option<u64> {
+/// The participant an event changes in the room's participant list
+/// (`joined`, `left`, `muted`, `permissions`, `hand`, `deaf`: the kinds
+/// [`relayed_events`] takes from other nodes, and those a node's roster
+/// follows); `None` for the others.
+pub(crate) fn listed_participant(event: &RoomEvent) -> Option<u64> {
     match event {
         RoomEvent::Joined { id, .. }
         | RoomEvent::Left { id, .. }

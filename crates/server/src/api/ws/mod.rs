@@ -25,7 +25,10 @@
 //! `{room, node, api_url, ticket}` (the page goes to
 //! `<api_url>/v1/rooms/{room}/enter?ticket=…` to join there, see
 //! `api::cluster`), then the room's `events` relayed from its owner
-//! (`relay`), under the same limits as any room socket.
+//! (`relay`), under the same limits as any room socket. On a node hosting
+//! a room spread over nodes, the snapshot lists every node's participants
+//! (the others' from their rosters) and the batches carry the other
+//! nodes' participants' events (see `api::roster`).
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
