@@ -4,7 +4,8 @@
 //! tones).
 //!
 //! - `GET /v1/rooms/{room}` on every node lists all three participants,
-//!   each with its node, and counts them.
+//!   each with its node (and connected: no event says so, the roster
+//!   follows it anyway), and counts them.
 //! - A roster entry forged straight into Redis, for a node outside the
 //!   room's span or for another node's participant, is not listed (counted).
 //! - A room WebSocket opened on A: its snapshot has all three; then a
@@ -32,6 +33,12 @@ const FREQS: [f32; 4] = [440.0, 660.0, 990.0, 1320.0];
 
 /// The participants `GET /v1/rooms/{room}` on `api` lists: id → node.
 fn listed(api: SocketAddr, token: &str) -> (BTreeMap<u64, String>, serde_json::Value) {
+    let (ids, body, _) = listed_connected(api, token);
+    (ids, body)
+}
+
+/// [`listed`], and whether every participant listed is connected.
+fn listed_connected(api: SocketAddr, token: &str) -> (BTreeMap<u64, String>, serde_json::Value, bool) {
     let r = request_as(api, &Requester::token(token), "GET", &format!("/v1/rooms/{ROOM}"), None, b"").expect("GET");
     assert_eq!(r.status, 200, "{}", r.body);
     let body = json(&r);
@@ -41,7 +48,8 @@ fn listed(api: SocketAddr, token: &str) -> (BTreeMap<u64, String>, serde_json::V
         .iter()
         .map(|p| (p["id"].as_u64().expect("id"), p["node"].as_str().unwrap_or("none").to_owned()))
         .collect();
-    (ids, body)
+    let connected = body["participants"].as_array().expect("participants").iter().all(|p| p["connected"] == true);
+    (ids, body, connected)
 }
 
 /// A room socket on `api`, reading without blocking (so that the tone
@@ -133,15 +141,16 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     // Every node lists all three, each with its node.
     for node in &nodes {
         let asked = Instant::now();
-        let mut got = (BTreeMap::new(), serde_json::Value::Null);
+        let mut got = (BTreeMap::new(), serde_json::Value::Null, false);
         {
             let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
             run_until(&mut refs, asked + Duration::from_secs(10), |_| {
-                got = listed(node.api, &admin);
-                got.0 == want
+                got = listed_connected(node.api, &admin);
+                got.0 == want && got.2
             });
         }
         assert_eq!(got.0, want, "{} lists every node's participants: {}", node.id, got.1);
+        assert!(got.2, "{} shows every participant connected, the other nodes' too: {}", node.id, got.1);
         assert_eq!(got.1["room"]["participants"], 3, "{}", got.1);
         eprintln!("{} lists all three after {:?}", node.id, asked.elapsed());
     }

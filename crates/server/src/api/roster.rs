@@ -29,7 +29,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tutti_cluster::{Cluster, RosterWrite, Span};
 
 use super::ApiState;
-use crate::room::{Room, listed_participant};
+use crate::room::{Member, Room, listed_participant};
 use crate::sync::lock;
 
 /// How often the writer writes what changed (at most).
@@ -107,15 +107,28 @@ pub(crate) fn note_batch(roster: &Roster, room: &str, batch: &crate::room::Event
 /// The writer, until `stop`: every [`ROSTER_FLUSH`], the rooms whose
 /// participants changed, each room's changed summaries (or all of them, at
 /// most its `max_participants`), in one round trip. A failed write is
-/// queued again whole.
+/// queued again whole. A participant written before its ICE and DTLS were
+/// up (no event says when they come up) is written again once they are.
 pub(crate) async fn write(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut every = tokio::time::interval(ROSTER_FLUSH);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Per room, the participants written as not connected yet.
+    let mut unconnected: HashMap<String, HashSet<u64>> = HashMap::new();
     loop {
         tokio::select! {
             _ = every.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        unconnected.retain(|name, ids| {
+            let Ok(room) = api.rooms.get(name) else { return false };
+            let members = lock(&room.members);
+            let up: Vec<u64> = ids.iter().copied().filter(|id| members.get(id).is_none_or(|m| m.connected)).collect();
+            drop(members);
+            if !up.is_empty() {
+                api.roster.touch(name, up);
+            }
+            !ids.is_empty()
+        });
         let dirty = api.roster.take();
         if dirty.is_empty() {
             continue;
@@ -125,7 +138,7 @@ pub(crate) async fn write(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             .filter_map(|(name, d)| {
                 // A room no longer hosted here: its roster went with its span (`Cluster::leave_span`).
                 let room = api.rooms.get(&name).ok().filter(|r| !r.is_handed_over() && !r.is_closed())?;
-                Some(changes(&room, d))
+                Some(changes(&room, d, unconnected.entry(name).or_default()))
             })
             .collect();
         let ok = cluster.write_rosters(&writes).await.is_ok();
@@ -140,22 +153,41 @@ pub(crate) async fn write(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
 
 /// What to write of `room`'s roster for the changes `d`: each changed
 /// participant's summary, or its removal; all of them when `d.full`.
-fn changes(room: &Room, d: Dirty) -> RosterWrite {
+/// `unconnected` follows who is written as not connected yet. The
+/// members are copied under their lock (as a listing does) and serialized
+/// after it: the mix clock takes that lock every tick.
+fn changes(room: &Room, d: Dirty, unconnected: &mut HashSet<u64>) -> RosterWrite {
     let cap = room.max_participants();
-    let members = lock(&room.members);
-    let summary = |m: &crate::room::Member| serde_json::to_string(m).ok().map(|s| (m.id, s));
+    let (present, removals): (Vec<Member>, Vec<u64>) = {
+        let members = lock(&room.members);
+        if d.full {
+            (members.values().take(cap).cloned().collect(), Vec::new())
+        } else {
+            let (mut present, mut gone) = (Vec::new(), Vec::new());
+            for id in d.ids {
+                match members.get(&id) {
+                    Some(m) => present.push(m.clone()),
+                    None => gone.push(id),
+                }
+            }
+            (present, gone)
+        }
+    };
     if d.full {
-        let upserts = members.values().take(cap).filter_map(summary).collect();
-        return RosterWrite { room: room.id.clone(), full: true, upserts, removals: Vec::new() };
+        unconnected.clear();
     }
-    let (mut upserts, mut removals) = (Vec::new(), Vec::new());
-    for id in d.ids {
-        match members.get(&id) {
-            Some(m) => upserts.extend(summary(m)),
-            None => removals.push(id),
+    for id in &removals {
+        unconnected.remove(id);
+    }
+    for m in &present {
+        if m.connected {
+            unconnected.remove(&m.id);
+        } else {
+            unconnected.insert(m.id);
         }
     }
-    RosterWrite { room: room.id.clone(), full: false, upserts, removals }
+    let upserts = present.iter().filter_map(|m| serde_json::to_string(m).ok().map(|s| (m.id, s))).collect();
+    RosterWrite { room: room.id.clone(), full: d.full, upserts, removals }
 }
 
 /// The span's members at the room's epoch other than this node, with their
