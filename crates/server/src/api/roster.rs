@@ -2,6 +2,8 @@
 //! (the roster) and their events.
 //!
 //! ```text
+//! while other nodes host the room too (`cluster::spans` says so every 250 ms;
+//! a room that spreads is written whole, a room alone is neither written nor read):
 //! this node's participants change (its room's event batches, on the relay task)
 //!   ─► Roster::touch: the ids, coalesced per room (bounded: past ROSTER_DIRTY_IDS, the room is
 //!      rewritten whole, counted) ─► writer task, every ROSTER_FLUSH: each changed room's
@@ -55,6 +57,9 @@ struct Dirty {
 /// the other nodes' rosters as last read.
 #[derive(Default)]
 pub(crate) struct Roster {
+    /// The rooms hosted here that other nodes host too (the span task
+    /// says): only theirs are written and read.
+    spread: Mutex<HashSet<String>>,
     dirty: Mutex<HashMap<String, Dirty>>,
     cache: Mutex<HashMap<String, (Instant, Summaries)>>,
 }
@@ -84,8 +89,28 @@ impl Roster {
         d.full = true;
     }
 
+    /// Whether other nodes host `room` too (the span task tells, every
+    /// 250 ms); a room that becomes spread has its roster written whole.
+    pub(crate) fn set_spread(&self, room: &str, spread: bool) {
+        let changed = {
+            let mut rooms = lock(&self.spread);
+            if spread { rooms.insert(room.to_owned()) } else { rooms.remove(room) }
+        };
+        if changed && spread {
+            self.rewrite(room);
+        }
+    }
+
+    fn is_spread(&self, room: &str) -> bool {
+        lock(&self.spread).contains(room)
+    }
+
+    /// The changes waiting, of the spread rooms (those of the others are
+    /// dropped: a room that spreads is written whole).
     fn take(&self) -> HashMap<String, Dirty> {
-        std::mem::take(&mut *lock(&self.dirty))
+        let mut dirty = std::mem::take(&mut *lock(&self.dirty));
+        dirty.retain(|room, _| self.is_spread(room));
+        dirty
     }
 }
 
@@ -208,7 +233,8 @@ fn members_of(cluster: &Cluster, span: &Span) -> Vec<(String, u32)> {
 /// speakers are selected on every node).
 pub(crate) async fn others(api: &ApiState, room: &Room) -> Arc<[serde_json::Value]> {
     let Some(cluster) = &api.cluster else { return Arc::from([]) };
-    if cluster.config().room_spread == tutti_cluster::RoomSpread::Off {
+    // Not spread (no other node hosts it): nothing to read, no Redis asked.
+    if !api.roster.is_spread(&room.id) {
         return Arc::from([]);
     }
     let cached = lock(&api.roster.cache).get(&room.id).filter(|(at, _)| at.elapsed() < ROSTER_FRESH).cloned();
@@ -357,6 +383,11 @@ mod tests {
     #[test]
     fn changes_are_coalesced_per_room_and_bounded() {
         let roster = Roster::default();
+        roster.touch("alone", [1]);
+        assert!(roster.take().is_empty(), "a room no other node hosts is not written");
+        roster.set_spread("r", true);
+        roster.set_spread("s", true);
+        assert!(roster.take()["r"].full, "a room that spreads is written whole");
         roster.touch("r", [1, 2]);
         roster.touch("r", [2, 3]);
         roster.touch("s", [9]);
