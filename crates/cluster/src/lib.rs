@@ -23,10 +23,14 @@
 //!                     (a room spread over nodes); rewritten by each member every
 //!                     few seconds, PX 3 × lease_ttl; a member whose node key is
 //!                     gone, or of another epoch than the lease's, does not count
+//! roster:<r>:<node>   hash participant id → public summary (JSON): that node's participants
+//!                     of spread room r, written by that node only (see `roster`), PX as its
+//!                     span membership; read only for the span's members, by their signed numbers
 //! ticket:<nonce>      burnt redirect tickets (SET NX EX)
 //! node_numbers        counter: INCR gives a starting node its number (participant ids' high bits)
 //! number:<n>          the node holding number n (SET NX at start, rewritten every heartbeat, PX node_ttl)
-//! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>")
+//! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>"): each node
+//!                     hosting r publishes its own participants' (never another node's)
 //! control             pub/sub channel of signed room control messages, every room (see `control`)
 //! ```
 //!
