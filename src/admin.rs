@@ -486,10 +486,12 @@ fn participants_table(participants: &[Value], speakers: &Value) -> String {
                 text(&Value::Bool(speaking)),
                 text(&p["hand"]),
                 text(&p["admin"]),
+                // A room spread over nodes lists every node's participants.
+                text(&p["node"]),
             ]
         })
         .collect();
-    table(&["ID", "NAME", "IDENTITY", "CONNECTED", "MUTED", "MAY SPEAK", "SPEAKING", "HAND", "ADMIN"], &rows)
+    table(&["ID", "NAME", "IDENTITY", "CONNECTED", "MUTED", "MAY SPEAK", "SPEAKING", "HAND", "ADMIN", "NODE"], &rows)
 }
 
 /// Columns aligned on their widest cell, two spaces apart, a header row first.

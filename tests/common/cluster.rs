@@ -201,3 +201,31 @@ pub fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duratio
         }
     }
 }
+
+/// A redirect ticket for `identity` and one request about `room`, as a
+/// node sending the request to another would mint it (a test's way to
+/// place a request on the node it chooses).
+pub fn ticket_for(room: &str, identity: &str, speak: bool, admin: bool, request: (&str, &str)) -> String {
+    use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
+    let key = TicketKey::new(&derive_key(SECRET.as_bytes(), TICKET_PURPOSE), 30);
+    let grants = serde_json::json!({"room": room, "speak": speak, "listen": true, "admin": admin});
+    key.mint(room, identity, grants, request, tutti_server::auth::unix_now()).expect("ticket").0
+}
+
+/// A join of `room` placed on the node at `api`: a WHIP offer with a
+/// redirect ticket; the client, its id taken from the `Location`.
+pub fn join_placed(api: SocketAddr, room: &str, identity: &str, freq: f32) -> Result<ToneClient, (u16, String)> {
+    let participants = format!("/v1/rooms/{room}/participants");
+    let ticket = ticket_for(room, identity, true, false, ("POST", &participants));
+    let (mut client, offer) = ToneClient::offer(freq).map_err(|e| (0, e.to_string()))?;
+    let path = format!("{participants}?ticket={ticket}");
+    let r = request_as(api, &Requester::default(), "POST", &path, Some("application/sdp"), offer.as_bytes())
+        .map_err(|e| (0, e.to_string()))?;
+    if r.status != 201 {
+        return Err((r.status, r.body));
+    }
+    client.location = r.header("location").unwrap_or_default().to_owned();
+    let id = client.location.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    client.accept_answer(&r.body, id).map_err(|e| (0, e.to_string()))?;
+    Ok(client)
+}

@@ -19,6 +19,7 @@ use crate::error::{ClusterError, TicketError};
 use crate::events::{Relay, RoomEvent};
 use crate::placement::{Load, NodeInfo, NodeState, choose, choose_for_join};
 use crate::record::{RecordKey, TICKET_PURPOSE, derive_key};
+use crate::roster::{RosterWrite, Rosters, parse_roster, read_script, script_reply};
 use crate::scripts::Scripts;
 use crate::stats::{ClusterStats, Counters};
 use crate::ticket::{TicketClaims, TicketKey};
@@ -191,6 +192,10 @@ impl Keys {
     }
     fn span(&self, room: &str) -> String {
         format!("{}span:{room}", self.prefix)
+    }
+    // Node ids hold no ':', so the last one splits room and node.
+    fn roster(&self, room: &str, node: &str) -> String {
+        format!("{}roster:{room}:{node}", self.prefix)
     }
     fn node_numbers(&self) -> String {
         format!("{}node_numbers", self.prefix)
@@ -949,6 +954,8 @@ impl Cluster {
             let key = self.inner.keys.span(room);
             pipe.cmd("HSET").arg(&key).arg(&self.inner.node_id).arg(*epoch).ignore();
             pipe.cmd("PEXPIRE").arg(&key).arg(keep).ignore();
+            // This node's roster of the room lives as long as its membership.
+            pipe.cmd("PEXPIRE").arg(self.inner.keys.roster(room, &self.inner.node_id)).arg(keep).ignore();
         }
         let mut con = self.inner.con.clone();
         self.run(async move { pipe.exec_async(&mut con).await }).await
@@ -960,8 +967,76 @@ impl Cluster {
         let mut con = self.inner.con.clone();
         let key = self.inner.keys.span(room);
         let node = self.inner.node_id.clone();
-        let _: i64 = self.run(async move { redis::cmd("HDEL").arg(key).arg(node).query_async(&mut con).await }).await?;
-        Ok(())
+        let roster = self.inner.keys.roster(room, &node);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL").arg(key).arg(node).ignore();
+        pipe.cmd("DEL").arg(roster).ignore();
+        self.run(async move { pipe.exec_async(&mut con).await }).await
+    }
+
+    /// Writes changes to this node's rosters of spread rooms (see the
+    /// `roster` module), each room's atomically, all in one round trip.
+    /// The caller bounds them (a room's `max_participants` entries).
+    pub async fn write_rosters(&self, writes: &[RosterWrite]) -> Result<(), ClusterError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let keep = self.inner.cfg.lease_ttl_ms() * 3;
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for w in writes {
+            let key = self.inner.keys.roster(&w.room, &self.inner.node_id);
+            if w.full {
+                pipe.cmd("DEL").arg(&key).ignore();
+            }
+            if !w.upserts.is_empty() {
+                let mut hset = redis::cmd("HSET");
+                hset.arg(&key);
+                for (id, summary) in &w.upserts {
+                    hset.arg(*id).arg(summary);
+                }
+                pipe.add_command(hset).ignore();
+            }
+            if !w.removals.is_empty() {
+                pipe.cmd("HDEL").arg(&key).arg(&w.removals).ignore();
+            }
+            pipe.cmd("PEXPIRE").arg(&key).arg(keep).ignore();
+        }
+        let mut con = self.inner.con.clone();
+        self.run(async move { pipe.exec_async(&mut con).await }).await
+    }
+
+    /// The rosters of `room` kept by `members` (node id and number: the
+    /// span's members at the room's epoch, from their signed records; this
+    /// node's own is never read), each read only if it holds at most `cap`
+    /// entries, and only the entries that name participants of that node
+    /// (see the `roster` module). One round trip.
+    pub async fn rosters(&self, room: &str, members: &[(String, u32)], cap: usize) -> Result<Rosters, ClusterError> {
+        let members: Vec<&(String, u32)> = members.iter().filter(|(n, _)| *n != self.inner.node_id).collect();
+        if members.is_empty() {
+            return Ok(Rosters::default());
+        }
+        let script = read_script();
+        let mut invocation = script.prepare_invoke();
+        invocation.arg(cap);
+        for (node, _) in &members {
+            invocation.key(self.inner.keys.roster(room, node));
+        }
+        let mut con = self.inner.con.clone();
+        let reply: Value = self.run(async move { invocation.invoke_async(&mut con).await }).await?;
+        let reply = script_reply(reply, members.len()).ok_or_else(|| ClusterError::Corrupt("roster read".into()))?;
+        let mut out = Rosters::default();
+        for ((node, number), fields) in members.into_iter().zip(reply) {
+            match fields {
+                Some(fields) => {
+                    let (entries, refused) = parse_roster(node, |id| node_number_of(id) == Some(*number), fields);
+                    out.entries.extend(entries);
+                    out.refused += refused;
+                }
+                None => out.refused += 1,
+            }
+        }
+        Ok(out)
     }
 
     /// The spans of `rooms`: each room's lease and its live members with

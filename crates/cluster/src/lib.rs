@@ -23,10 +23,14 @@
 //!                     (a room spread over nodes); rewritten by each member every
 //!                     few seconds, PX 3 × lease_ttl; a member whose node key is
 //!                     gone, or of another epoch than the lease's, does not count
+//! roster:<r>:<node>   hash participant id → public summary (JSON): that node's participants
+//!                     of spread room r, written by that node only (see `roster`), PX as its
+//!                     span membership; read only for the span's members, by their signed numbers
 //! ticket:<nonce>      burnt redirect tickets (SET NX EX)
 //! node_numbers        counter: INCR gives a starting node its number (participant ids' high bits)
 //! number:<n>          the node holding number n (SET NX at start, rewritten every heartbeat, PX node_ttl)
-//! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>")
+//! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>"): each node
+//!                     hosting r publishes its own participants' (never another node's)
 //! control             pub/sub channel of signed room control messages, every room (see `control`)
 //! ```
 //!
@@ -134,6 +138,8 @@
 //! | a room event is published locally | [`Cluster::publish_event`]`(room, json)` (never blocks) | |
 //! | start | [`Cluster::node_number`] | participant ids from `number << 32` ([`NODE_NUMBER_SHIFT`]); [`node_number_of`] maps an id back |
 //! | a participant's route for an id not hosted here | [`Cluster::span_node`]`(room, number)` | 307 to that node of the span (signed records only), else 404 |
+//! | a spread room's participants change here | [`Cluster::write_rosters`] (coalesced, off the media path) | this node's roster; [`Cluster::join_spans`] keeps it alive, [`Cluster::leave_span`] deletes it |
+//! | `GET /v1/rooms/{room}`, a room socket's snapshot, of a spread room | [`Cluster::rosters`]`(room, span members, cap)` | the other nodes' participants |
 //! | a room-wide change applied here (lock, mute-all, ban…) | [`Cluster::publish_control`]`(room, body)` (never blocks) | the other nodes of the span get it from [`Cluster::take_control`] and apply it to their copies |
 //! | WS watching a room held elsewhere | [`Cluster::watch`]`(room)` → events from the owner | |
 //! | hosting a room placed here by a join (not a create) | [`Cluster::room_config`]`(room)` → the config stored at its creation | create the room with it |
@@ -178,6 +184,7 @@ mod error;
 mod events;
 mod placement;
 mod record;
+mod roster;
 mod scripts;
 mod stats;
 mod ticket;
@@ -192,5 +199,6 @@ pub use error::{ClusterError, TicketError};
 pub use events::{EVENT_QUEUE_CAPACITY, RoomEvent, WATCH_CAPACITY};
 pub use placement::{Load, NodeInfo, NodeState, choose, choose_for_join};
 pub use record::{CONTROL_PURPOSE, NODE_RECORD_PURPOSE, TICKET_PURPOSE, derive_key};
+pub use roster::{MAX_ROSTER_ENTRY_BYTES, RosterEntry, RosterWrite, Rosters};
 pub use stats::{ClusterStats, LATENCY_BUCKETS_SECONDS, Sample, SampleKind};
 pub use ticket::{MAX_TICKET_BYTES, TicketClaims, TicketKey};

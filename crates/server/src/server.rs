@@ -217,6 +217,7 @@ impl Server {
         if let Some(cluster) = cluster {
             if api.media.has_mesh() && cluster.config().room_spread != tutti_cluster::RoomSpread::Off {
                 tasks.push(tokio::spawn(api::cluster::spans(api.clone(), cluster.clone(), stopped.clone())));
+                tasks.push(tokio::spawn(api::roster::write(api.clone(), cluster.clone(), stopped.clone())));
             }
             tasks.push(tokio::spawn(api::control::run(api.clone(), cluster.clone(), stopped.clone())));
             tasks.push(tokio::spawn(api::cluster::maintain(api.clone(), cluster, stopped.clone())));

@@ -564,7 +564,12 @@ pub(crate) fn host(
 ) -> ApiResult<Arc<Room>> {
     match api.rooms.create(room, max_participants, max_speakers) {
         Ok(r) => {
-            relay_events(cluster.clone(), &r);
+            relay_events(cluster.clone(), &r, api.roster.clone());
+            if api.media.has_mesh() && cluster.config().room_spread != RoomSpread::Off {
+                // A room that may spread: the other nodes' events for this one (its
+                // roster is written once it spreads: `spans`).
+                super::roster::relay_span_events(cluster.clone(), &r);
+            }
             Ok(r)
         }
         Err(e @ RoomError::RoomExists(_)) if exclusive => Err(e.into()),
@@ -600,11 +605,14 @@ pub(crate) fn release(cluster: &Cluster, room: &str) {
     });
 }
 
-/// Publishes a hosted room's events to the cluster until the room closes.
-fn relay_events(cluster: Cluster, room: &Arc<Room>) {
+/// Publishes a hosted room's events to the cluster until the room closes:
+/// its own (those relayed from the other nodes of a spread room are never
+/// published again), and notes its participants' changes for its roster.
+fn relay_events(cluster: Cluster, room: &Arc<Room>, roster: Arc<super::roster::Roster>) {
     let mut events = room.subscribe();
     let moved = room.moved_to();
     let name = room.id.clone();
+    let spread = cluster.config().room_spread != RoomSpread::Off;
     tokio::spawn(async move {
         loop {
             match events.recv().await {
@@ -614,7 +622,12 @@ fn relay_events(cluster: Cluster, room: &Arc<Room>) {
                     // One tick's events, already serialized once for every subscriber.
                     let last =
                         batch.events.iter().any(|e| matches!(e, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. }));
-                    cluster.publish_event(&name, String::from_utf8_lossy(&batch.json).into_owned());
+                    if spread {
+                        super::roster::note_batch(&roster, &name, &batch);
+                    }
+                    if let Some(json) = batch.local_json() {
+                        cluster.publish_event(&name, String::from_utf8_lossy(&json).into_owned());
+                    }
                     if last {
                         break;
                     }
@@ -671,7 +684,8 @@ const SPAN_REWRITE: Duration = Duration::from_secs(2);
 /// member of every room it hosts (at the lease's epoch: a new epoch, after
 /// the owner changed, is joined again), leaves the spans of rooms no
 /// longer hosted, and gives back the lease of a room it holds but no
-/// longer hosts once no other node hosts it either.
+/// longer hosts once no other node hosts it either. A room with peers is
+/// spread: its roster is written ([`super::roster`]).
 pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
     // What the clock was told, and the epoch this node is a member at, per room.
     let mut told: HashMap<String, (u64, Vec<(String, std::net::SocketAddr)>)> = HashMap::new();
@@ -724,6 +738,8 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
                 .filter(|m| m.node_id != me && m.epoch == epoch)
                 .filter_map(|m| Some((m.node_id.clone(), m.mesh_addr?)))
                 .collect();
+            // Its roster is written (and the others' read) while other nodes host it too.
+            api.roster.set_spread(room, !peers.is_empty());
             if told.get(room) != Some(&(epoch, peers.clone())) && api.media.set_span(room, epoch, peers.clone()) {
                 told.insert(room.clone(), (epoch, peers));
             }
@@ -736,6 +752,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
         // Rooms no longer hosted here: out of the clock and the span.
         let gone: Vec<String> = member.keys().filter(|r| !hosted.contains(*r)).cloned().collect();
         for room in gone {
+            api.roster.set_spread(&room, false);
             if api.media.leave_span(&room) {
                 told.remove(&room);
                 member.remove(&room);

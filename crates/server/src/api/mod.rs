@@ -28,6 +28,7 @@ mod origin;
 pub(crate) mod playback;
 mod recording;
 pub(crate) mod rooms;
+pub(crate) mod roster;
 mod rtp_in;
 mod rtp_out;
 pub(crate) mod schema;
@@ -82,6 +83,9 @@ pub(crate) struct ApiState {
     /// Wakes the span task (`cluster::spans`) before its next refresh: this
     /// node or another just joined a spread room's span.
     pub(crate) span_wake: tokio::sync::Notify,
+    /// Rosters of spread rooms: this node's changes to write, the other
+    /// nodes' as last read (`roster`).
+    pub(crate) roster: Arc<roster::Roster>,
 }
 
 impl ApiState {
@@ -103,6 +107,7 @@ impl ApiState {
             ws_identities: limit::Counts::default(),
             clips: playback::ClipCache::default(),
             span_wake: tokio::sync::Notify::new(),
+            roster: Arc::default(),
             cfg,
         }
     }

@@ -75,6 +75,8 @@ pub(crate) struct CreateRoom {
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RoomSummary {
     id: String,
+    /// Its participants (in a room spread over nodes: on all of them, in
+    /// `GET /v1/rooms` and `GET /v1/rooms/{room}`).
     participants: usize,
     max_participants: usize,
     max_speakers: usize,
@@ -211,8 +213,13 @@ pub(crate) async fn list_rooms(State(api): State<Arc<ApiState>>, headers: Header
     if !grant.may_list() {
         return Err(ApiError::forbidden("listing rooms needs an admin token for every room ('*')"));
     }
-    let local: Vec<serde_json::Value> =
-        api.rooms.all().iter().filter_map(|r| serde_json::to_value(summary(&api, r)).ok()).collect();
+    let mut local: Vec<serde_json::Value> = Vec::new();
+    for r in api.rooms.all() {
+        let mut entry = summary(&api, &r);
+        // A spread room counts every node's participants (the others' from their rosters).
+        entry.participants += super::roster::others(&api, &r).await.len();
+        local.extend(serde_json::to_value(entry).ok());
+    }
     let Some(c) = &api.cluster else { return Ok(axum::Json(local).into_response()) };
     // Every room of the directory; the ones hosted here with their figures.
     let mut out = local;
@@ -266,9 +273,13 @@ pub(crate) async fn get_room(
             return Ok(axum::Json(body).into_response());
         }
     };
+    // A spread room: every node's participants (the others' from their rosters).
+    let participants = super::roster::participants(&api, &state).await;
+    let mut room_summary = summary(&api, &state);
+    room_summary.participants = participants.len();
     let body = serde_json::json!({
-        "room": summary(&api, &state),
-        "participants": state.member_list(),
+        "room": room_summary,
+        "participants": participants,
         "speakers": state.speaker_ids(),
         "bans": api.rooms.bans(&state, Instant::now()),
     });

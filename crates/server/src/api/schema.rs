@@ -51,6 +51,9 @@ pub(crate) mod shapes {
         deaf: bool,
         /// It joined with an admin token for the room.
         admin: bool,
+        /// The node hosting it (cluster mode; a room spread over nodes
+        /// lists every node's participants).
+        node: Option<String>,
     }
 
     /// Where a room held by another node of the cluster is.

@@ -344,6 +344,7 @@ impl Mesh {
                         m.fill_free_seats(false);
                         for r in room.remotes.values() {
                             let _ = m.remove_participant(r.id);
+                            local.name_remote(r.id.0, None);
                         }
                     });
                 }
@@ -401,6 +402,8 @@ impl Mesh {
                         let id = ParticipantId(*next_remote);
                         *next_remote =
                             if *next_remote + 1 >= REMOTE_ID_BASE * 2 { REMOTE_ID_BASE } else { *next_remote + 1 };
+                        // Its talking and speaking are told by its real id.
+                        local.name_remote(id.0, Some(participant));
                         RemoteState { id, last_selected: t }
                     });
                     remote.last_selected = t;
@@ -423,6 +426,7 @@ impl Mesh {
                     let keep = r.last_selected + REMOTE_IDLE_TICKS >= t;
                     if !keep {
                         let _ = m.remove_participant(r.id);
+                        local.name_remote(r.id.0, None);
                     }
                     keep
                 });

@@ -143,6 +143,20 @@ pub const API_ICE_RESTARTS: &str = "tutti_api_ice_restarts_total";
 /// Room event batches that WebSockets missed by falling behind their room's
 /// event queue (a local socket then gets a fresh `room` snapshot), counter.
 pub const API_WS_LAGGED: &str = "tutti_api_ws_lagged_batches_total";
+/// Writes of this node's rosters of spread rooms to Redis (one per round,
+/// every room changed in it), by `result` (`ok`, `failed`), counter.
+pub const CLUSTER_ROSTER_WRITES: &str = "tutti_cluster_roster_writes_total";
+/// Participant changes beyond a room's bounded queue of roster changes
+/// (the room's roster is then rewritten whole), counter.
+pub const CLUSTER_ROSTER_OVERFLOW: &str = "tutti_cluster_roster_overflow_total";
+/// Roster entries read from Redis and ignored (not a participant of the
+/// node whose roster holds it, not a summary, or a roster over the room's
+/// size), counter.
+pub const CLUSTER_ROSTER_REFUSED: &str = "tutti_cluster_roster_refused_total";
+/// Events of other nodes' participants of spread rooms, by `result`
+/// (`taken`: told to this node's sockets; `refused`: from a node not in
+/// the room's span, or about a participant not of that node), counter.
+pub const CLUSTER_SPAN_EVENTS: &str = "tutti_cluster_span_events_total";
 /// Always 1; the `version` label tells which tutti runs.
 pub const BUILD_INFO: &str = "tutti_build_info";
 /// 1 while the node drains (SIGTERM or `POST /v1/node/drain`), else 0.
@@ -214,6 +228,10 @@ pub const NAMES: &[&str] = &[
     API_JOIN_DURATION_SECONDS,
     API_ICE_RESTARTS,
     API_WS_LAGGED,
+    CLUSTER_ROSTER_WRITES,
+    CLUSTER_ROSTER_OVERFLOW,
+    CLUSTER_ROSTER_REFUSED,
+    CLUSTER_SPAN_EVENTS,
     NODE_DRAINING,
     BUILD_INFO,
     STAGE_ACTIONS,
@@ -439,6 +457,26 @@ fn describe() {
         API_WS_LAGGED,
         Unit::Count,
         "Room event batches WebSockets missed by falling behind (a local socket gets a fresh snapshot)."
+    );
+    describe_counter!(
+        CLUSTER_ROSTER_WRITES,
+        Unit::Count,
+        "Writes of this node's rosters of spread rooms to Redis, by result (ok, failed)."
+    );
+    describe_counter!(
+        CLUSTER_ROSTER_OVERFLOW,
+        Unit::Count,
+        "Participant changes beyond a room's bounded roster queue (the roster is rewritten whole)."
+    );
+    describe_counter!(
+        CLUSTER_ROSTER_REFUSED,
+        Unit::Count,
+        "Roster entries read from Redis and ignored (not that node's participant, not a summary, over the cap)."
+    );
+    describe_counter!(
+        CLUSTER_SPAN_EVENTS,
+        Unit::Count,
+        "Events of other nodes' participants of spread rooms, by result (taken, refused)."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; the version label tells which tutti runs.");
     describe_gauge!(NODE_DRAINING, Unit::Count, "1 while the node drains (no new rooms; calls go on), else 0.");
@@ -699,6 +737,34 @@ pub fn set_draining(on: bool) {
 pub fn ws_lagged(n: u64) {
     if handles().is_some() {
         metrics::counter!(API_WS_LAGGED).increment(n);
+    }
+}
+
+/// A round of roster writes (see [`CLUSTER_ROSTER_WRITES`]).
+pub fn roster_write(ok: bool) {
+    if handles().is_some() {
+        metrics::counter!(CLUSTER_ROSTER_WRITES, "result" => if ok { "ok" } else { "failed" }).increment(1);
+    }
+}
+
+/// `n` roster changes that overflowed (see [`CLUSTER_ROSTER_OVERFLOW`]).
+pub fn roster_overflow(n: u64) {
+    if handles().is_some() && n > 0 {
+        metrics::counter!(CLUSTER_ROSTER_OVERFLOW).increment(n);
+    }
+}
+
+/// `n` roster entries ignored (see [`CLUSTER_ROSTER_REFUSED`]).
+pub fn roster_refused(n: u64) {
+    if handles().is_some() && n > 0 {
+        metrics::counter!(CLUSTER_ROSTER_REFUSED).increment(n);
+    }
+}
+
+/// `n` events of other nodes taken or refused (see [`CLUSTER_SPAN_EVENTS`]).
+pub fn span_events(taken: bool, n: u64) {
+    if handles().is_some() && n > 0 {
+        metrics::counter!(CLUSTER_SPAN_EVENTS, "result" => if taken { "taken" } else { "refused" }).increment(n);
     }
 }
 

@@ -154,11 +154,12 @@ pub(crate) const EVENT_INTERVAL_TICKS: u64 = 13;
 /// A room's events waiting for their batch.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
-    /// Every event but `talking`, in order.
-    events: Vec<RoomEvent>,
+    /// Every event but `talking`, in order, and whether it is foreign (see
+    /// [`EventBatch::local_json`]).
+    events: Vec<(RoomEvent, bool)>,
     /// Participants whose talking changed since the last batch: (as last
-    /// told, now). Told after the other events (a `joined` comes first).
-    talk: BTreeMap<u64, (bool, bool)>,
+    /// told, now, foreign). Told after the other events (a `joined` comes first).
+    talk: BTreeMap<u64, (bool, bool, bool)>,
     /// The tick of the last batch sent from a tick.
     last: Option<u64>,
 }
@@ -166,17 +167,24 @@ pub(crate) struct Outbox {
 impl Outbox {
     /// Queues `event` for the next batch.
     pub(crate) fn push(&mut self, event: RoomEvent) {
+        self.push_from(event, false);
+    }
+
+    /// Queues `event` for the next batch; `foreign`: about another node's
+    /// participant of a spread room (relayed from it, or its talking as
+    /// this node's mixer heard it), which this node does not publish.
+    pub(crate) fn push_from(&mut self, event: RoomEvent, foreign: bool) {
         match event {
             RoomEvent::Talking { id, talking } => {
                 // The mixer alternates started/stopped, so the state told before the first change is its opposite.
-                self.talk.entry(id).and_modify(|t| t.1 = talking).or_insert((!talking, talking));
+                self.talk.entry(id).and_modify(|t| t.1 = talking).or_insert((!talking, talking, foreign));
             }
             event => {
                 if let RoomEvent::Left { id, .. } = event {
                     // Gone: whether it talked meanwhile is nobody's business now.
                     self.talk.remove(&id);
                 }
-                self.events.push(event);
+                self.events.push((event, foreign));
             }
         }
     }
@@ -192,12 +200,20 @@ impl Outbox {
     /// tick, the interval starts again there. A talking state that went back
     /// to what was last told is not told; neither is talking in a last batch
     /// (`room_closed`, `shutdown`).
+    #[cfg(test)]
     pub(crate) fn take(&mut self, tick: Option<u64>) -> Vec<RoomEvent> {
-        let mut events = std::mem::take(&mut self.events);
+        self.take_marked(tick).0
+    }
+
+    /// [`Outbox::take`], with which of the events are foreign (empty: none).
+    pub(crate) fn take_marked(&mut self, tick: Option<u64>) -> (Vec<RoomEvent>, Vec<bool>) {
+        let (mut events, mut foreign): (Vec<RoomEvent>, Vec<bool>) =
+            std::mem::take(&mut self.events).into_iter().unzip();
         let last_words = events.iter().any(|e| matches!(e, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. }));
-        for (id, (told, now)) in std::mem::take(&mut self.talk) {
+        for (id, (told, now, far)) in std::mem::take(&mut self.talk) {
             if told != now && !last_words {
                 events.push(RoomEvent::Talking { id, talking: now });
+                foreign.push(far);
             }
         }
         if let Some(tick) = tick
@@ -205,7 +221,10 @@ impl Outbox {
         {
             self.last = Some(tick);
         }
-        events
+        if !foreign.contains(&true) {
+            foreign.clear();
+        }
+        (events, foreign)
     }
 }
 
@@ -218,15 +237,42 @@ pub(crate) struct EventBatch {
     pub(crate) events: Vec<RoomEvent>,
     /// `{"type":"events","events":[…]}`, serialized once.
     pub(crate) json: Bytes,
+    /// Which events are foreign (about another node's participants; empty:
+    /// none is): not published to the other nodes.
+    foreign: Vec<bool>,
     /// The renders for other sets of kinds (`None`: nothing in the batch is
     /// for that set). At most 2^7 sets exist; a room's sockets use a few.
     subsets: Mutex<Vec<(EventKinds, Option<Bytes>)>>,
 }
 
 impl EventBatch {
+    #[cfg(test)]
     pub(crate) fn new(events: Vec<RoomEvent>) -> Self {
+        Self::marked(events, Vec::new())
+    }
+
+    /// A batch some of whose events are foreign (`foreign[i]` for `events[i]`; empty: none).
+    pub(crate) fn marked(events: Vec<RoomEvent>, foreign: Vec<bool>) -> Self {
         let json = Self::render(&events.iter().collect::<Vec<_>>());
-        Self { events, json, subsets: Mutex::new(Vec::new()) }
+        Self { events, json, foreign, subsets: Mutex::new(Vec::new()) }
+    }
+
+    /// Whether `events[i]` is foreign (about another node's participant).
+    pub(crate) fn is_foreign(&self, i: usize) -> bool {
+        self.foreign.get(i).copied().unwrap_or(false)
+    }
+
+    /// The batch as this node publishes it to the other nodes of a spread
+    /// room: its own events only (`None`: none is). The shared render when
+    /// nothing in it is foreign; else rendered here, by the caller (the
+    /// cluster relay's task, off the mix clock).
+    pub(crate) fn local_json(&self) -> Option<Bytes> {
+        if self.foreign.is_empty() {
+            return Some(self.json.clone());
+        }
+        let mine: Vec<&RoomEvent> =
+            self.events.iter().zip(&self.foreign).filter(|(_, far)| !**far).map(|(e, _)| e).collect();
+        (!mine.is_empty()).then(|| Self::render(&mine))
     }
 
     /// The message for a subscriber of `kinds`: the shared one, or the
@@ -262,5 +308,173 @@ impl EventBatch {
     fn render(events: &[&RoomEvent]) -> Bytes {
         // Serializing these plain structs cannot fail.
         Bytes::from(serde_json::to_vec(&serde_json::json!({ "type": "events", "events": events })).unwrap_or_default())
+    }
+}
+
+/// Longest batch of another node's events read (bytes); a longer one is dropped.
+pub(crate) const MAX_RELAYED_BATCH_BYTES: usize = 256 * 1024;
+/// Most events taken from one batch of another node.
+pub(crate) const MAX_RELAYED_EVENTS: usize = 1024;
+
+/// An event of another node's participant, as that node serialized it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Relayed {
+    Joined { id: u64, name: String },
+    Left { id: u64, reason: String },
+    Muted { id: u64, muted: bool },
+    Permissions { id: u64, speak: bool },
+    Hand { id: u64, raised: bool },
+    Deaf { id: u64, deaf: bool },
+}
+
+/// The events of a batch another node of a spread room published (its
+/// `{"type":"events","events":[…]}`) that are about its own participants
+/// and told on every node: `joined`, `left`, `muted`, `permissions`,
+/// `hand`, `deaf`, for the ids `mine` accepts (the ids of that node). The
+/// rest is this node's own to tell (`talking`: the same speakers are
+/// selected everywhere and this node's mixer names them; room changes and
+/// closing: applied here by control messages) or that node's business
+/// (recordings, playbacks, whispers, its drain), and is skipped, as is
+/// anything unreadable, a name that is not one, and what goes beyond
+/// [`MAX_RELAYED_BATCH_BYTES`] or [`MAX_RELAYED_EVENTS`].
+pub(crate) fn relayed_events(json: &str, mine: impl Fn(u64) -> bool) -> Vec<RoomEvent> {
+    #[derive(serde::Deserialize)]
+    struct Batch {
+        #[serde(rename = "type")]
+        kind: String,
+        events: Vec<serde_json::Value>,
+    }
+    if json.len() > MAX_RELAYED_BATCH_BYTES {
+        return Vec::new();
+    }
+    let Ok(batch) = serde_json::from_str::<Batch>(json) else { return Vec::new() };
+    if batch.kind != "events" {
+        return Vec::new();
+    }
+    batch
+        .events
+        .into_iter()
+        .take(MAX_RELAYED_EVENTS)
+        .filter_map(|e| serde_json::from_value::<Relayed>(e).ok())
+        .filter_map(|e| {
+            let event = match e {
+                Relayed::Joined { id, name } => {
+                    if name.len() > super::MAX_NAME_BYTES || name.chars().any(char::is_control) {
+                        return None;
+                    }
+                    RoomEvent::Joined { id, name }
+                }
+                Relayed::Left { id, reason } => RoomEvent::Left { id, reason: leave_reason(&reason) },
+                Relayed::Muted { id, muted } => RoomEvent::Muted { id, muted },
+                Relayed::Permissions { id, speak } => RoomEvent::Permissions { id, speak },
+                Relayed::Hand { id, raised } => RoomEvent::Hand { id, raised },
+                Relayed::Deaf { id, deaf } => RoomEvent::Deaf { id, deaf },
+            };
+            mine(listed_participant(&event)?).then_some(event)
+        })
+        .collect()
+}
+
+/// The participant an event changes in the room's participant list
+/// (`joined`, `left`, `muted`, `permissions`, `hand`, `deaf`: the kinds
+/// [`relayed_events`] takes from other nodes, and those a node's roster
+/// follows); `None` for the others.
+pub(crate) fn listed_participant(event: &RoomEvent) -> Option<u64> {
+    match event {
+        RoomEvent::Joined { id, .. }
+        | RoomEvent::Left { id, .. }
+        | RoomEvent::Muted { id, .. }
+        | RoomEvent::Permissions { id, .. }
+        | RoomEvent::Hand { id, .. }
+        | RoomEvent::Deaf { id, .. } => Some(*id),
+        _ => None,
+    }
+}
+
+/// A `left` reason another node gave, as one of ours (unknown: `left`).
+fn leave_reason(reason: &str) -> &'static str {
+    use super::LeaveReason as R;
+    [R::Left, R::TimedOut, R::Failed, R::RoomClosed, R::Kicked, R::Moved, R::MovedRoom, R::Replaced, R::TokenExpired]
+        .into_iter()
+        .map(R::as_str)
+        .find(|r| *r == reason)
+        .unwrap_or("left")
+}
+
+#[cfg(test)]
+mod relayed_tests {
+    use super::*;
+
+    #[test]
+    fn another_nodes_participant_events_are_taken_and_the_rest_skipped() {
+        let json = r#"{"type":"events","events":[
+            {"type":"joined","id":4294967297,"name":"ann"},
+            {"type":"talking","id":4294967297,"talking":true},
+            {"type":"muted","id":4294967297,"muted":true},
+            {"type":"room_updated","locked":true,"max_participants":9,"max_speakers":3},
+            {"type":"hand","id":4294967297,"raised":true},
+            {"type":"permissions","id":4294967297,"speak":false},
+            {"type":"deaf","id":4294967297,"deaf":true},
+            {"type":"left","id":4294967297,"reason":"kicked"},
+            {"type":"left","id":4294967297,"reason":"made up"},
+            {"type":"shutdown","message":"bye"},
+            {"type":"joined","id":"nope","name":"x"},
+            {"type":"joined","id":8589934593,"name":"another node's"}
+        ]}"#;
+        let mine = |id: u64| id >> 32 == 1;
+        let id = 4_294_967_297;
+        assert_eq!(
+            relayed_events(json, mine),
+            vec![
+                RoomEvent::Joined { id, name: "ann".into() },
+                RoomEvent::Muted { id, muted: true },
+                RoomEvent::Hand { id, raised: true },
+                RoomEvent::Permissions { id, speak: false },
+                RoomEvent::Deaf { id, deaf: true },
+                RoomEvent::Left { id, reason: "kicked" },
+                RoomEvent::Left { id, reason: "left" },
+            ]
+        );
+    }
+
+    #[test]
+    fn unreadable_or_oversized_batches_give_nothing() {
+        let all = |_| true;
+        for junk in ["", "{}", "[]", "not json", r#"{"type":"room","events":[]}"#, r#"{"type":"events"}"#] {
+            assert!(relayed_events(junk, all).is_empty(), "{junk}");
+        }
+        let long = format!(r#"{{"type":"events","events":[{{"type":"joined","id":1,"name":"{}"}}]}}"#, "x".repeat(300));
+        assert!(relayed_events(&long, all).is_empty(), "a name longer than any name");
+        let ctl = r#"{"type":"events","events":[{"type":"joined","id":1,"name":"a\u0007b"}]}"#;
+        assert!(relayed_events(ctl, all).is_empty(), "a control character in a name");
+        let huge = format!(r#"{{"type":"events","events":[{}]}}"#, "0,".repeat(MAX_RELAYED_BATCH_BYTES));
+        assert!(relayed_events(&huge, all).is_empty());
+        let many: Vec<String> =
+            (0..MAX_RELAYED_EVENTS + 5).map(|i| format!(r#"{{"type":"hand","id":{i},"raised":true}}"#)).collect();
+        let many = format!(r#"{{"type":"events","events":[{}]}}"#, many.join(","));
+        assert_eq!(relayed_events(&many, all).len(), MAX_RELAYED_EVENTS);
+    }
+
+    #[test]
+    fn a_batch_publishes_its_own_events_only() {
+        let mut out = Outbox::default();
+        out.push(RoomEvent::Joined { id: 1, name: "here".into() });
+        out.push_from(RoomEvent::Joined { id: 2, name: "there".into() }, true);
+        out.push_from(RoomEvent::Talking { id: 2, talking: true }, true);
+        out.push(RoomEvent::Talking { id: 1, talking: true });
+        let (events, foreign) = out.take_marked(Some(0));
+        let batch = EventBatch::marked(events, foreign);
+        assert_eq!(batch.events.len(), 4, "every socket here gets all of them");
+        let local: serde_json::Value = serde_json::from_slice(&batch.local_json().expect("own events")).expect("json");
+        assert_eq!(
+            local["events"],
+            serde_json::json!([{"type":"joined","id":1,"name":"here"},{"type":"talking","id":1,"talking":true}])
+        );
+        // Foreign only: nothing to publish; none foreign: the shared render.
+        let only = EventBatch::marked(vec![RoomEvent::Hand { id: 2, raised: true }], vec![true]);
+        assert!(only.local_json().is_none());
+        let own = EventBatch::new(vec![RoomEvent::Hand { id: 1, raised: true }]);
+        assert_eq!(own.local_json().expect("own").as_ptr(), own.json.as_ptr());
     }
 }

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub(crate) use error::RoomError;
-pub(crate) use event::{EventKinds, RoomEvent};
+pub(crate) use event::{EventBatch, EventKinds, RoomEvent, listed_participant, relayed_events};
 pub(crate) use member::{LeaveReason, ListenOnly, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;

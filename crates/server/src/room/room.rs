@@ -105,6 +105,10 @@ pub(crate) struct Room {
     /// made only while someone listens ([`Room::subscribe_speaker_frames`]).
     speaker_frames: broadcast::Sender<Arc<SpeakerFrames>>,
     speaker_feeds: Arc<AtomicUsize>,
+    /// Participants of other nodes in the mixer (a spread room): the
+    /// mixer's id ([`REMOTE_ID_BASE`] and up) to the participant's real
+    /// (cluster) id, set by the mesh glue as it adds and removes them.
+    remote_names: Mutex<HashMap<u64, u64>>,
 }
 
 /// One tick's selected speakers' own Opus frames, as they arrived: no
@@ -224,7 +228,24 @@ impl Room {
             moved: watch::channel(None).0,
             speaker_frames: broadcast::channel(SPEAKER_FEED_TICKS).0,
             speaker_feeds: Arc::new(AtomicUsize::new(0)),
+            remote_names: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Names the mixer's participant `remote` ([`REMOTE_ID_BASE`] and up)
+    /// by its real id on its own node (`None`: it left the mixer).
+    pub(crate) fn name_remote(&self, remote: u64, real: Option<u64>) {
+        let mut names = lock(&self.remote_names);
+        match real {
+            Some(real) => names.insert(remote, real),
+            None => names.remove(&remote),
+        };
+    }
+
+    /// The real id of the mixer's participant `id`: itself, or the real id
+    /// of a participant of another node (`None`: a remote not named).
+    fn real_id(&self, id: u64) -> Option<u64> {
+        if is_remote(id) { lock(&self.remote_names).get(&id).copied() } else { Some(id) }
     }
 
     /// The room's per-speaker feed from the next tick on, unless `max`
@@ -292,6 +313,17 @@ impl Room {
         }
     }
 
+    /// Tells the room's subscribers, with the next batch, events of other
+    /// nodes' participants of a spread room (relayed from those nodes):
+    /// batched and serialized with this node's own, and never published
+    /// back to the other nodes ([`EventBatch::local_json`]).
+    pub(crate) fn publish_relayed(&self, events: impl IntoIterator<Item = RoomEvent>) {
+        let mut outbox = lock(&self.outbox);
+        for event in events {
+            outbox.push_from(event, true);
+        }
+    }
+
     /// Sends what was published since the last batch, as one batch, now
     /// (none listening is fine). The tests' way to see events without ticks.
     #[cfg(test)]
@@ -310,9 +342,9 @@ impl Room {
     /// One batch, serialized once, sent under the outbox's lock so that
     /// batches keep their order.
     fn send(&self, outbox: &mut Outbox, tick: Option<u64>) {
-        let events = outbox.take(tick);
+        let (events, foreign) = outbox.take_marked(tick);
         if !events.is_empty() && self.events.receiver_count() > 0 {
-            let _ = self.events.send(Arc::new(EventBatch::new(events)));
+            let _ = self.events.send(Arc::new(EventBatch::marked(events, foreign)));
         }
     }
 
@@ -331,13 +363,12 @@ impl Room {
         lock(&self.members).len()
     }
 
-    /// The ids of the last tick's speakers (participants: not playbacks).
+    /// The ids of the last tick's speakers (participants: not playbacks;
+    /// those of other nodes in a spread room by their real ids).
     pub(crate) fn speaker_ids(&self) -> Vec<u64> {
-        lock(&self.speakers)
-            .iter()
-            .map(|s| s.id.0)
-            .filter(|&id| !super::playback::is_playback(id) && !is_remote(id))
-            .collect()
+        let ids: Vec<u64> =
+            lock(&self.speakers).iter().map(|s| s.id.0).filter(|&id| !super::playback::is_playback(id)).collect();
+        ids.into_iter().filter_map(|id| self.real_id(id)).collect()
     }
 
     /// Whether the room was deleted (its packets are no longer wanted).
@@ -518,9 +549,15 @@ impl Room {
                     m.talking = talking;
                 }
                 // A playback talks too; its own events say when it plays. A
-                // participant of another node (a spread room) is its node's to tell.
-                if !super::playback::is_playback(id.0) && !is_remote(id.0) {
+                // participant of another node (a spread room) is told by its
+                // real id, as foreign: its own node publishes its talking.
+                if super::playback::is_playback(id.0) {
+                    continue;
+                }
+                if !is_remote(id.0) {
                     self.publish(RoomEvent::Talking { id: id.0, talking });
+                } else if let Some(real) = lock(&self.remote_names).get(&id.0).copied() {
+                    lock(&self.outbox).push_from(RoomEvent::Talking { id: real, talking }, true);
                 }
             }
         }

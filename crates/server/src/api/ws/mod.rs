@@ -25,7 +25,10 @@
 //! `{room, node, api_url, ticket}` (the page goes to
 //! `<api_url>/v1/rooms/{room}/enter?ticket=…` to join there, see
 //! `api::cluster`), then the room's `events` relayed from its owner
-//! (`relay`), under the same limits as any room socket.
+//! (`relay`), under the same limits as any room socket. On a node hosting
+//! a room spread over nodes, the snapshot lists every node's participants
+//! (the others' from their rosters) and the batches carry the other
+//! nodes' participants' events (see `api::roster`).
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
@@ -294,8 +297,9 @@ pub(crate) const SNAPSHOT_CHUNK: usize = 16;
 /// participants and `more` (how many are still to come), then as many
 /// `participants` `{participants, more}` messages as needed, each counting
 /// down `more` to 0. Nothing else is sent in between. Whether all were sent.
-async fn send_snapshot(socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
-    let members = room.member_list();
+async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
+    // In a room spread over nodes, every node's participants (the others' from their rosters).
+    let members = super::roster::participants(api, room).await;
     let mut chunks = members.chunks(SNAPSHOT_CHUNK);
     let first = chunks.next().unwrap_or(&[]);
     let mut more = members.len() - first.len();
@@ -430,7 +434,7 @@ async fn session(
     let mut clean = false;
     let mut kinds = kinds;
     let mut admin = caller.grant.may_manage(&room.id);
-    let mut ok = send_snapshot(&mut socket, &room, admin).await;
+    let mut ok = send_snapshot(&api, &mut socket, &room, admin).await;
     while ok {
         tokio::select! {
             () = &mut expiry => {
@@ -586,7 +590,7 @@ async fn session(
                         admin = caller.grant.may_manage(&room.id);
                         ok = follow(&api, &mut socket, &from, &room, id, admin).await;
                     } else {
-                        ok = send_snapshot(&mut socket, &room, admin).await;
+                        ok = send_snapshot(&api, &mut socket, &room, admin).await;
                     }
                 }
                 Err(RecvError::Closed) => break,
@@ -616,7 +620,7 @@ async fn follow(api: &ApiState, socket: &mut WebSocket, from: &Room, to: &Room, 
     api.ws_resumes.rehome(id, &to.id);
     tracing::info!(from = %from.id, to = %to.id, participant = id, "WebSocket follows its participant to another room");
     let changed = serde_json::json!({ "type": "room_changed", "room": to.id, "from": from.id, "id": id });
-    socket.send(text(&changed)).await.is_ok() && send_snapshot(socket, to, admin).await
+    socket.send(text(&changed)).await.is_ok() && send_snapshot(api, socket, to, admin).await
 }
 
 /// Whether a text message is a `token` message (handled by the session, which owns the socket's grant).
