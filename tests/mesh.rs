@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::cluster::{Node, Redis, SECRET, join_placed, metric, send, shared_ports};
+use common::cluster::{Redis, SECRET, join_placed, metric, send, spread_nodes};
 use tutti_client::{Requester, ToneClient, request_following, run_for, run_until};
 use tutti_mix::{Encoder, EncoderConfig, FRAME_SAMPLES, tone};
 use tutti_server::auth::{Auth, Grant, unix_now};
@@ -54,12 +54,7 @@ fn hearing(clients: &[&mut ToneClient], expect: &[(usize, Vec<f32>, Vec<f32>)], 
 #[test]
 fn one_room_spread_over_three_nodes_sounds_as_one() {
     let redis = Redis::start();
-    let ports = shared_ports();
-    let spread = [("TUTTI_CLUSTER_ROOM_SPREAD", "always"), ("TUTTI_ROOM_EMPTY_TIMEOUT_SECONDS", "0")];
-    let mut nodes: Vec<Node> = (2..=4).map(|n| Node::start_with(n, ports, &redis, &spread)).collect();
-    for n in &nodes {
-        n.wait_ready();
-    }
+    let mut nodes = spread_nodes(&redis);
     let auth = Auth::new(SECRET).expect("secret");
     let admin = auth.mint(&Grant::admin("test"), Duration::from_secs(600), unix_now()).expect("token");
     let apis: Vec<SocketAddr> = nodes.iter().map(|n| n.api).collect();

@@ -29,9 +29,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::cluster::{Node, Redis, SECRET, json, metric, send, shared_ports};
+use common::cluster::{Node, Redis, SECRET, join_placed_as, json, metric, send, spread_nodes, ticket_for};
 use tutti_client::{Requester, ToneClient, request_as, request_following, run_for, run_until, split_location};
-use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
 use tutti_mix::{Decoder, FRAME_SAMPLES, goertzel};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
@@ -42,26 +41,14 @@ const ADMIN_FREQ: f32 = 1320.0;
 const LISTENER_FREQ: f32 = 1760.0;
 const PARTICIPANTS: &str = "/v1/rooms/ctl/participants";
 
-/// A redirect ticket for `identity` and one request, as a node sending
-/// the request to another would mint it.
+/// A redirect ticket for `identity` and one request about the room.
 fn ticket(identity: &str, speak: bool, admin: bool, request: (&str, &str)) -> String {
-    let key = TicketKey::new(&derive_key(SECRET.as_bytes(), TICKET_PURPOSE), 30);
-    let grants = serde_json::json!({"room": ROOM, "speak": speak, "listen": true, "admin": admin});
-    key.mint(ROOM, identity, grants, request, unix_now()).expect("ticket").0
+    ticket_for(ROOM, identity, speak, admin, request)
 }
 
-/// A join placed on the node at `api`: a WHIP offer with a redirect ticket.
+/// A join placed on the node at `api`.
 fn join_on(api: SocketAddr, identity: &str, speak: bool, admin: bool, freq: f32) -> Result<ToneClient, (u16, String)> {
-    let ticket = ticket(identity, speak, admin, ("POST", PARTICIPANTS));
-    let (mut client, offer) = ToneClient::offer(freq).map_err(|e| (0, e.to_string()))?;
-    let path = format!("{PARTICIPANTS}?ticket={ticket}");
-    let r = request_as(api, &Requester::default(), "POST", &path, Some("application/sdp"), offer.as_bytes())
-        .map_err(|e| (0, e.to_string()))?;
-    if r.status != 201 {
-        return Err((r.status, r.body));
-    }
-    accept(&mut client, &r)?;
-    Ok(client)
+    join_placed_as(api, ROOM, identity, speak, admin, freq)
 }
 
 fn accept(client: &mut ToneClient, r: &tutti_client::Response) -> Result<(), (u16, String)> {
@@ -117,12 +104,7 @@ fn number_of(redis: &Redis, node: &Node) -> u64 {
 fn room_control_reaches_every_node_of_a_spread_room() {
     let t0 = Instant::now();
     let redis = Redis::start();
-    let ports = shared_ports();
-    let spread = [("TUTTI_CLUSTER_ROOM_SPREAD", "always"), ("TUTTI_ROOM_EMPTY_TIMEOUT_SECONDS", "0")];
-    let nodes: Vec<Node> = (2..=4).map(|n| Node::start_with(n, ports, &redis, &spread)).collect();
-    for n in &nodes {
-        n.wait_ready();
-    }
+    let nodes = spread_nodes(&redis);
     let (a, b, c) = (nodes[0].api, nodes[1].api, nodes[2].api);
     let node_of = |addr: SocketAddr| nodes.iter().position(|n| n.api == addr).expect("a node's address");
     let auth = Auth::new(SECRET).expect("secret");

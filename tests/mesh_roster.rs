@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::cluster::{Node, Redis, SECRET, join_placed, json, metric, send, shared_ports, ticket_for};
+use common::cluster::{Redis, SECRET, join_placed, json, metric, send, spread_nodes, ticket_for};
 use tutti_client::{Requester, ToneClient, request_as, run_until};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
@@ -113,12 +113,7 @@ fn has(events: &[serde_json::Value], kind: &str, id: u64, extra: Option<(&str, b
 fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     let t0 = Instant::now();
     let redis = Redis::start();
-    let ports = shared_ports();
-    let spread = [("TUTTI_CLUSTER_ROOM_SPREAD", "always"), ("TUTTI_ROOM_EMPTY_TIMEOUT_SECONDS", "0")];
-    let nodes: Vec<Node> = (2..=4).map(|n| Node::start_with(n, ports, &redis, &spread)).collect();
-    for n in &nodes {
-        n.wait_ready();
-    }
+    let nodes = spread_nodes(&redis);
     let (a, b, c) = (nodes[0].api, nodes[1].api, nodes[2].api);
     let auth = Auth::new(SECRET).expect("secret");
     let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).expect("token");

@@ -212,11 +212,36 @@ pub fn ticket_for(room: &str, identity: &str, speak: bool, admin: bool, request:
     key.mint(room, identity, grants, request, tutti_server::auth::unix_now()).expect("ticket").0
 }
 
+/// Three nodes on 127.0.0.2, .3 and .4 that spread every room over
+/// themselves (`cluster.room_spread = "always"`, rooms closed once empty),
+/// ready.
+pub fn spread_nodes(redis: &Redis) -> Vec<Node> {
+    let ports = shared_ports();
+    let spread = [("TUTTI_CLUSTER_ROOM_SPREAD", "always"), ("TUTTI_ROOM_EMPTY_TIMEOUT_SECONDS", "0")];
+    let nodes: Vec<Node> = (2..=4).map(|n| Node::start_with(n, ports, redis, &spread)).collect();
+    for n in &nodes {
+        n.wait_ready();
+    }
+    nodes
+}
+
 /// A join of `room` placed on the node at `api`: a WHIP offer with a
 /// redirect ticket; the client, its id taken from the `Location`.
 pub fn join_placed(api: SocketAddr, room: &str, identity: &str, freq: f32) -> Result<ToneClient, (u16, String)> {
+    join_placed_as(api, room, identity, true, false, freq)
+}
+
+/// [`join_placed`] with the ticket's `speak` and `admin` grants.
+pub fn join_placed_as(
+    api: SocketAddr,
+    room: &str,
+    identity: &str,
+    speak: bool,
+    admin: bool,
+    freq: f32,
+) -> Result<ToneClient, (u16, String)> {
     let participants = format!("/v1/rooms/{room}/participants");
-    let ticket = ticket_for(room, identity, true, false, ("POST", &participants));
+    let ticket = ticket_for(room, identity, speak, admin, ("POST", &participants));
     let (mut client, offer) = ToneClient::offer(freq).map_err(|e| (0, e.to_string()))?;
     let path = format!("{participants}?ticket={ticket}");
     let r = request_as(api, &Requester::default(), "POST", &path, Some("application/sdp"), offer.as_bytes())
