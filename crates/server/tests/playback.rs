@@ -196,8 +196,11 @@ fn hold_music_plays_to_one_alone_and_stops_when_a_second_joins() {
     assert!(a.hears(880.0, joining) > 0.05, "a hears the enter sound as b joins");
     let (_, list) = call(api, "GET", "/v1/rooms/lobby/playbacks");
     assert!(list["playbacks"].as_array().is_some_and(Vec::is_empty), "{list}");
-    // b leaves: a is alone again, and the hold music is back.
+    // b leaves (its call closed and its REST leave, as the page does): a is
+    // alone again, and the hold music is back.
     b.close();
+    let left = http(api, "DELETE", &b.location, None, b"");
+    assert!(matches!(left.status, 204 | 404), "b's leave: {} {}", left.status, left.body);
     let ev = ws.wait_pumping(Duration::from_secs(10), &mut [&mut a], |v| v["type"] == "playback_started");
     assert_eq!(ev["purpose"], "hold");
     // A room's own sounds change at run time; a missing file changes nothing.
