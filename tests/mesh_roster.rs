@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{Redis, SECRET, join_placed, json, metric, send, spread_nodes, ticket_for};
 use tutti_client::{Requester, ToneClient, request_as, run_until};
+use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
 const ROOM: &str = "roster";
@@ -192,6 +193,11 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
         .map(|p| (p["id"].as_u64().expect("id"), p["node"].as_str().unwrap_or("none").to_owned()))
         .collect();
     assert_eq!(in_snapshot, want, "the snapshot has every node's participants: {snapshot}");
+    // And names the other nodes, where its clients go if A is lost.
+    let mut others: Vec<&str> =
+        snapshot["nodes"].as_array().expect("nodes").iter().filter_map(|n| n["api_url"].as_str()).collect();
+    others.sort_unstable();
+    assert_eq!(others, [format!("http://{b}"), format!("http://{c}")], "{snapshot}");
     ws.get_mut().set_nonblocking(true).expect("non-blocking");
 
     // A fourth participant joins on C: `joined`, then its talking, by its real id.
@@ -232,5 +238,33 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
         });
     }
     assert_eq!(got, want, "A's listing follows the other nodes' joins and leaves");
+
+    // A page sent to C for a room C does not host (a `moved` ticket): C's
+    // `/enter` hosts the room before the page's socket comes, so that the
+    // socket stays on C.
+    let other = "roster-enter";
+    let create =
+        format!("/v1/rooms?room={other}&ticket={}", ticket_for(other, "ops", false, true, ("POST", "/v1/rooms")));
+    let r = request_as(a, &Requester::default(), "POST", &create, Some("application/json"), b"{}").expect("create");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let hosted = |api| {
+        json(&request_as(api, &Requester::token(&admin), "GET", "/v1/node", None, b"").expect("GET"))["rooms"].as_u64()
+    };
+    let before = hosted(c);
+    let enter = format!("/v1/rooms/{other}/enter");
+    // As a `moved` mints it: the socket's grant, with its token's expiry.
+    let key = TicketKey::new(&derive_key(SECRET.as_bytes(), TICKET_PURPOSE), 30);
+    let grants =
+        serde_json::json!({"room": other, "speak": true, "listen": true, "admin": false, "exp": unix_now() + 600});
+    let ticket = key.mint(other, "page", grants, ("GET", &enter), unix_now()).expect("ticket").0;
+    let path = format!("{enter}?ticket={ticket}");
+    let r = request_as(c, &Requester::default(), "GET", &path, None, b"").expect("enter");
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(
+        r.header("location").is_some_and(|l| l.contains(&format!("room={other}")) && l.contains("#token=")),
+        "{:?}",
+        r.header("location")
+    );
+    assert_eq!(hosted(c), before.map(|n| n + 1), "C hosts the room after the page's enter");
     eprintln!("done in {:?}", t0.elapsed());
 }

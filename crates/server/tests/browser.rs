@@ -1011,6 +1011,173 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
     drop(nodes);
 }
 
+/// `tutti serve` as a node of a cluster whose rooms spread over nodes
+/// (`cluster.room_spread = "always"`), on `ip` with free ports, auth on
+/// with [`common::MOVE_SECRET`]; ready. Killed (SIGTERM, then SIGKILL) when dropped.
+fn spread_node(bin: &Path, ip: &str, redis: &RedisServer, dir: &Path) -> (Killed, SocketAddr) {
+    let http = SocketAddr::new(ip.parse().expect("ip"), free_port(ip));
+    let media = SocketAddr::new(http.ip(), free_port(ip));
+    let log = std::fs::File::create(dir.join(format!("node-{ip}.log"))).expect("log file");
+    let child = Command::new(bin)
+        .args(["serve", "--http", &http.to_string(), "--media", &media.to_string(), "--metrics", "off"])
+        .env("TUTTI_AUTH_SECRET", common::MOVE_SECRET)
+        .env("TUTTI_CLUSTER_REDIS_URL", redis.url())
+        .env("TUTTI_CLUSTER_NODE_ID", format!("node-{ip}"))
+        .env("TUTTI_CLUSTER_API_URL", format!("http://{http}"))
+        .env("TUTTI_CLUSTER_MEDIA_ADDR", media.to_string())
+        .env("TUTTI_CLUSTER_ROOM_SPREAD", "always")
+        // A dead node is noticed in 2 s; debug builds tick slowly on a busy box.
+        .env("TUTTI_CLUSTER_HEARTBEAT_INTERVAL_SECONDS", "0.5")
+        .env("TUTTI_CLUSTER_NODE_TTL_SECONDS", "2")
+        .env("TUTTI_CLUSTER_LEASE_TTL_SECONDS", "4")
+        .env("TUTTI_CLUSTER_TICK_BUDGET_SECONDS", "1")
+        .env("TUTTI_CLUSTER_CAPACITY", "100")
+        .env("TUTTI_IO_THREADS", "1")
+        .env("TUTTI_MIX_THREADS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("tutti serve starts");
+    let node = Killed(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !request_as(http, &Requester::default(), "GET", "/readyz", None, b"").is_ok_and(|r| r.status == 200) {
+        assert!(Instant::now() < deadline, "node {http} not ready within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (node, http)
+}
+
+/// A page in a room spread over two nodes (issue 27), whose node is killed
+/// (`kill -9`) mid-call: opened on the node that does not hold the room,
+/// the page's join is placed there (the room spreads to it) and it hears a
+/// Rust client on the other node through the mesh; when its node dies, the
+/// page must find the room on the other node on its own (the nodes its
+/// socket's snapshot named), go there with its token in the fragment, join
+/// at once, still muted, and hear the room; unmuted, it is heard there.
+#[test]
+fn a_page_rejoins_through_another_node_when_its_node_is_killed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    let bin = tutti_binary();
+    let alice_wav = out.join("tone-500.wav");
+    write_tone_wav(&alice_wav, ALICE_HZ, 2);
+
+    let redis = RedisServer::start();
+    let (_a, a) = spread_node(&bin, "127.0.0.2", &redis, &out);
+    let (mut b_node, b) = spread_node(&bin, "127.0.0.3", &redis, &out);
+    let auth = tutti_server::auth::Auth::new(common::MOVE_SECRET).expect("secret");
+    let now = tutti_server::auth::unix_now();
+    let ttl = Duration::from_secs(600);
+    let admin = auth.mint(&Grant::admin("ops"), ttl, now).expect("token");
+    let token = |who: &str| auth.mint(&Grant::participant("lost", who), ttl, now).expect("token");
+    let (alice, bob) = (token("alice"), token("bob"));
+    let as_admin = Requester::token(&admin);
+    cluster_room(&[a, b], &admin, "lost", r#"{"id":"lost"}"#);
+
+    // bob, a Rust client over WHIP, joins on node a (a tie of loads stays where the join came) and talks throughout.
+    let (mut bob1, _) =
+        ToneClient::join_following(a, &Requester::token(&bob), "lost", BOB_HZ, JoinAs::Whip, 2).expect("bob joins");
+    assert!(run_until(&mut [&mut bob1], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
+
+    let config = json!({
+        "chromium": chromium,
+        "out": out,
+        "wav": alice_wav,
+        "url": format!("http://{b}/?room=lost&name=alice#token={alice}"),
+        "tones": [ALICE_HZ, BOB_HZ, CONTROL_HZ],
+        "measureMs": 2000,
+        "waitMs": 20000,
+    });
+    let (mut driver, mut stdin, rx, stderr) = start_driver(&node_dir, "move_page.js", &config);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let mut events: HashMap<String, (Instant, Value)> = HashMap::new();
+    let (mut killed, mut asked_measure, mut before, mut failure) = (None, false, None, None);
+    loop {
+        let now = Instant::now();
+        bob1.pump(now);
+        match rx.try_recv() {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) => {
+                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
+                    eprintln!("page: {event}");
+                    if event == "failed" {
+                        failure = Some(msg["message"].to_string());
+                    }
+                    if event == "muted" {
+                        // The page hears bob through the mesh: where the room says everyone is, then kill -9 its node.
+                        before = Some(request_as(a, &as_admin, "GET", "/v1/rooms/lost", None, b"").expect("API"));
+                        let _ = b_node.0.kill();
+                        let _ = b_node.0.wait();
+                        killed = Some(Instant::now());
+                    }
+                    if event == "unmuted" {
+                        run_for(&mut [&mut bob1], Duration::from_secs(3));
+                        let _ = writeln!(stdin, "leave");
+                    }
+                    let last = event == "done" || event == "failed";
+                    events.insert(event, (now, msg));
+                    if last {
+                        break;
+                    }
+                }
+                None => eprintln!("page: {line}"),
+            },
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        if !asked_measure && events.contains_key("moved") {
+            let _ = writeln!(stdin, "measure");
+            asked_measure = true;
+        }
+        assert!(now < deadline, "the page did not finish within 150 s; marks: {:?}", events.keys());
+    }
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    std::fs::write(out.join("lost-driver.log"), &log).expect("write lost-driver.log");
+    assert!(status.success() && failure.is_none(), "the page driver failed ({status}): {failure:?}\n{log}");
+    let event = |name: &str| events.get(name).unwrap_or_else(|| panic!("no '{name}' from the page\n{log}")).clone();
+
+    // Before: the page joined on node b, the room spread over both nodes, and it heard bob (on a) there.
+    let (_, in_call) = event("in_call");
+    assert_eq!(in_call["host"], b.to_string().as_str(), "the page's join stayed on its node: {in_call}");
+    let r = before.expect("listed before the kill");
+    let room: Value = serde_json::from_str(&r.body).expect("JSON");
+    let node_of = |who: &str| {
+        let people = room["participants"].as_array().cloned().unwrap_or_default();
+        people.iter().find(|p| p["identity"] == who).map(|p| p["node"].clone())
+    };
+    assert_eq!(node_of("alice"), Some(json!(format!("node-{}", b.ip()))), "alice on b: {room}");
+    assert_eq!(node_of("bob"), Some(json!(format!("node-{}", a.ip()))), "bob on a: {room}");
+    let (_, muted) = event("muted");
+    assert!(db(&muted["heard"], BOB_HZ) > HEARD_DB, "alice on b hears bob on a: {muted}");
+
+    // After kill -9 of b: the page went to a on its own, with its token in the fragment, still muted.
+    let (moved_at, moved) = event("moved");
+    let took = moved_at - killed.expect("killed");
+    println!("the page was in the call on the other node {took:?} after kill -9 of its node: {moved}");
+    assert_eq!(moved["host"], a.to_string().as_str(), "{moved}");
+    assert_eq!(moved["hasToken"], true, "{moved}");
+    assert!(!moved["search"].as_str().unwrap_or_default().contains("token="), "no token in the query: {moved}");
+    assert_eq!(moved["state"]["muted"], true, "still muted after the move: {moved}");
+    assert!(took < Duration::from_secs(20), "the rejoin took {took:?}");
+
+    // There, alice hears bob; while she is muted bob does not hear her; unmuted, he does.
+    let (heard_at, heard) = event("heard");
+    assert!(db(&heard["heard"], BOB_HZ) > HEARD_DB, "alice hears bob on node a: {heard}");
+    assert!(db(&heard["heard"], CONTROL_HZ) < ABSENT_DB, "alice's noise floor: {heard}");
+    let (unmuted_at, _) = event("unmuted");
+    let while_muted = heard_between(&bob1, ALICE_HZ, heard_at - Duration::from_secs(2), heard_at);
+    let unmuted =
+        heard_between(&bob1, ALICE_HZ, unmuted_at + Duration::from_millis(500), unmuted_at + Duration::from_secs(3));
+    println!("bob hears alice: {while_muted:.4} while she is muted, {unmuted:.4} after she unmutes");
+    assert!(while_muted < ABSENT_AMP, "bob hears the muted alice after the rejoin: {while_muted}");
+    assert!(unmuted > HEARD_AMP, "bob hears alice once she unmutes on node a: {unmuted}");
+}
+
 /// A page moved to another room by an admin (a breakout) follows on the
 /// same connection: its title, participants and address change, it hears
 /// the new room's talker and not the old room's, and the new room hears it

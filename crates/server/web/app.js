@@ -234,9 +234,11 @@ function onTokenExpiring(expiresAt) {
 
 /**
  * Cluster mode: the room is on another node (a socket opened on the wrong
- * node), or went there (a drain). Goes there with the message's
- * single-use ticket, never with our token: that node burns it and sends
- * us to its page with a token for this room. `extra`: more of the page's
+ * node), or went there (a drain), or our node was lost and the room goes
+ * on there (the SDK found it). Goes there with the message's single-use
+ * ticket, never with our token: that node burns it and sends us to its
+ * page with a token for this room. Without a ticket, our token goes in
+ * the fragment (never sent to a server). `extra`: more of the page's
  * query to carry (`autojoin`, `muted`, `hand` after a drain).
  */
 function followMoved(moved, extra) {
@@ -245,7 +247,11 @@ function followMoved(moved, extra) {
   for (const key of ['name', 'processing']) if (here.get(key)) params[key] = here.get(key);
   if (!here.get('name') && state.name) params.name = state.name;
   Object.assign(params, extra);
-  location.assign(enterUrl(moved, params, location.pathname).href);
+  const there = enterUrl(moved, params, location.pathname);
+  // No ticket (our node was lost, or auth is off): our token is good on every node of the cluster.
+  const token = $('token').value.trim();
+  if (!moved.ticket && token) there.hash = new URLSearchParams({ token }).toString();
+  location.assign(there.href);
 }
 
 /**
@@ -258,7 +264,9 @@ function onMoved(moved) {
   const extra = { autojoin: '1' };
   if (state.muted) extra.muted = '1';
   if (self && self.hand) extra.hand = '1';
-  showNotice('The server is restarting: moving your call to another server…');
+  showNotice(moved.reason === 'lost'
+    ? 'Your server stopped answering: moving your call to another server…'
+    : 'The server is restarting: moving your call to another server…');
   leave();
   followMoved(moved, extra);
 }

@@ -74,6 +74,12 @@ export interface Timings {
     restartRetryMs: number;
     /** How long a lost socket is resumed (within the server's `limits.ws_resume_seconds`, 10 s). */
     resumeWindowMs: number;
+    /**
+     * A lost socket whose node stays unreachable this long, in a cluster
+     * whose rooms spread: the node is taken for lost and the room is looked
+     * for on the other nodes the snapshot named (`moved`, `reason: 'lost'`).
+     */
+    nodeLostMs: number;
     /** Between socket resume attempts. */
     resumeRetryMs: number;
 }
@@ -288,6 +294,8 @@ export declare class Room extends Emitter<RoomEvents> {
     private resumeTimer;
     private lostAt;
     private restarting;
+    /** Other nodes of the cluster, from the snapshot: where to go if this one is lost. */
+    private nodes;
     constructor(options: RoomOptions);
     /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
     get state(): RoomState;
@@ -360,6 +368,15 @@ export declare class Room extends Emitter<RoomEvents> {
     refreshToken(token: string): void;
     private member;
     private applySnapshot;
+    /**
+     * This client's node is lost (its socket gone and the node unreachable
+     * for `nodeLostMs`): asks the other nodes the snapshot named, in turn,
+     * for the room. The first that answers gives the `moved` to follow: its
+     * own (`reason: 'lost'`, no ticket: the client's token is good on every
+     * node), or the one it sends (another node, with a ticket). Null when
+     * none answers.
+     */
+    private findNode;
     private onMessage;
     private onEvent;
     /**

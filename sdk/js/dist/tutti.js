@@ -53,6 +53,7 @@ export const DEFAULT_TIMINGS = {
     restartRetryMs: 2000,
     resumeWindowMs: 9000,
     resumeRetryMs: 1000,
+    nodeLostMs: 3000,
 };
 /** A minimal typed event emitter. */
 export class Emitter {
@@ -425,6 +426,8 @@ export class Room extends Emitter {
         this.pending = null;
         this.lostAt = 0;
         this.restarting = false;
+        /** Other nodes of the cluster, from the snapshot: where to go if this one is lost. */
+        this.nodes = [];
         this.options = options;
         this.room = options.room;
         this.name = options.name || '';
@@ -791,7 +794,44 @@ export class Room extends Emitter {
             this.members.set(p.id, this.member(p));
         this._admin = !!msg.admin;
         this._locked = !!msg.locked;
+        if (Array.isArray(msg.nodes)) {
+            this.nodes = msg.nodes.filter((n) => n && typeof n.api_url === 'string' && /^https?:\/\//.test(n.api_url));
+        }
         this.emit('change', undefined);
+    }
+    /**
+     * This client's node is lost (its socket gone and the node unreachable
+     * for `nodeLostMs`): asks the other nodes the snapshot named, in turn,
+     * for the room. The first that answers gives the `moved` to follow: its
+     * own (`reason: 'lost'`, no ticket: the client's token is good on every
+     * node), or the one it sends (another node, with a ticket). Null when
+     * none answers.
+     */
+    async findNode() {
+        const lost = this.api.base.origin;
+        for (const n of this.nodes) {
+            let origin = '';
+            try {
+                origin = new URL(n.api_url).origin;
+            }
+            catch (_) {
+                continue;
+            }
+            if (origin === lost || !this.live)
+                continue;
+            try {
+                const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs);
+                ws.close(1000);
+                return { type: 'moved', protocol: PROTOCOL, room: this.room, node: n.node, api_url: n.api_url, reason: 'lost' };
+            }
+            catch (e) {
+                const there = e instanceof TuttiError ? e.moved : null;
+                if (there && there.api_url && new URL(there.api_url, n.api_url).origin !== lost) {
+                    return { ...there, reason: 'lost' };
+                }
+            }
+        }
+        return null;
     }
     onMessage(msg) {
         if (!msg || !this.live)
@@ -1003,12 +1043,22 @@ export class Room extends Emitter {
             let ws;
             let snapshot;
             try {
-                ({ ws, snapshot } = await openSocket(this.api, this.room, this.timings.joinTimeoutMs));
+                // Bounded by `nodeLostMs` too: a node gone without a reset would hold one attempt for long.
+                const wait = Math.min(this.timings.joinTimeoutMs, Math.max(this.timings.nodeLostMs, this.timings.resumeRetryMs));
+                ({ ws, snapshot } = await openSocket(this.api, this.room, wait));
             }
             catch (e) {
                 if (e instanceof TuttiError && e.moved) {
                     this.emit('moved', e.moved);
                     return;
+                }
+                if (this.nodes.length > 0 && Date.now() - since >= this.timings.nodeLostMs) {
+                    const moved = await this.findNode();
+                    if (moved && this.live) {
+                        // The call cannot go on here: the app follows, as after a drain.
+                        this.emit('moved', moved);
+                        return;
+                    }
                 }
                 retry();
                 return;

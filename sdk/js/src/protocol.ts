@@ -76,9 +76,19 @@ export interface RoomMessage {
   whispers?: { id: number; speakers: number[]; listeners: number[] }[];
   /** Participants still to come in `participants` messages. */
   more?: number;
+  /**
+   * Cluster mode, rooms that spread over nodes: other nodes of the
+   * cluster, where the room goes on if this node is lost.
+   */
+  nodes?: { node: string; api_url: string }[];
 }
 
-/** Cluster mode: the room is on another node, or went there (`reason: drain`). */
+/**
+ * Cluster mode: the room is on another node, or went there (`reason:
+ * drain`), or this client's node was lost and the room goes on there
+ * (`reason: lost`, made by the client: no ticket, the client's token is
+ * good there).
+ */
 export interface MovedMessage {
   type: 'moved';
   protocol: ProtocolVersion;
@@ -87,7 +97,7 @@ export interface MovedMessage {
   api_url: string;
   /** Single-use, for `…/enter` (absent with auth disabled). */
   ticket?: string;
-  reason?: 'drain';
+  reason?: 'drain' | 'lost';
 }
 
 /**

@@ -140,6 +140,12 @@ export interface Timings {
   restartRetryMs: number;
   /** How long a lost socket is resumed (within the server's `limits.ws_resume_seconds`, 10 s). */
   resumeWindowMs: number;
+  /**
+   * A lost socket whose node stays unreachable this long, in a cluster
+   * whose rooms spread: the node is taken for lost and the room is looked
+   * for on the other nodes the snapshot named (`moved`, `reason: 'lost'`).
+   */
+  nodeLostMs: number;
   /** Between socket resume attempts. */
   resumeRetryMs: number;
 }
@@ -153,6 +159,7 @@ export const DEFAULT_TIMINGS: Timings = {
   restartRetryMs: 2000,
   resumeWindowMs: 9000,
   resumeRetryMs: 1000,
+  nodeLostMs: 3000,
 };
 
 export interface RoomOptions {
@@ -618,6 +625,8 @@ export class Room extends Emitter<RoomEvents> {
   private resumeTimer: ReturnType<typeof setTimeout> | undefined;
   private lostAt = 0;
   private restarting = false;
+  /** Other nodes of the cluster, from the snapshot: where to go if this one is lost. */
+  private nodes: { node: string; api_url: string }[] = [];
 
   constructor(options: RoomOptions) {
     super();
@@ -1000,7 +1009,42 @@ export class Room extends Emitter<RoomEvents> {
     for (const p of msg.participants || []) this.members.set(p.id, this.member(p));
     this._admin = !!msg.admin;
     this._locked = !!msg.locked;
+    if (Array.isArray(msg.nodes)) {
+      this.nodes = msg.nodes.filter((n) => n && typeof n.api_url === 'string' && /^https?:\/\//.test(n.api_url));
+    }
     this.emit('change', undefined);
+  }
+
+  /**
+   * This client's node is lost (its socket gone and the node unreachable
+   * for `nodeLostMs`): asks the other nodes the snapshot named, in turn,
+   * for the room. The first that answers gives the `moved` to follow: its
+   * own (`reason: 'lost'`, no ticket: the client's token is good on every
+   * node), or the one it sends (another node, with a ticket). Null when
+   * none answers.
+   */
+  private async findNode(): Promise<MovedMessage | null> {
+    const lost = this.api.base.origin;
+    for (const n of this.nodes) {
+      let origin = '';
+      try {
+        origin = new URL(n.api_url).origin;
+      } catch (_) {
+        continue;
+      }
+      if (origin === lost || !this.live) continue;
+      try {
+        const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs);
+        ws.close(1000);
+        return { type: 'moved', protocol: PROTOCOL, room: this.room, node: n.node, api_url: n.api_url, reason: 'lost' };
+      } catch (e) {
+        const there = e instanceof TuttiError ? e.moved : null;
+        if (there && there.api_url && new URL(there.api_url, n.api_url).origin !== lost) {
+          return { ...there, reason: 'lost' };
+        }
+      }
+    }
+    return null;
   }
 
   private onMessage(msg: ServerMessage | null): void {
@@ -1204,11 +1248,21 @@ export class Room extends Emitter<RoomEvents> {
       let ws: WebSocket;
       let snapshot: Snapshot;
       try {
-        ({ ws, snapshot } = await openSocket(this.api, this.room, this.timings.joinTimeoutMs));
+        // Bounded by `nodeLostMs` too: a node gone without a reset would hold one attempt for long.
+        const wait = Math.min(this.timings.joinTimeoutMs, Math.max(this.timings.nodeLostMs, this.timings.resumeRetryMs));
+        ({ ws, snapshot } = await openSocket(this.api, this.room, wait));
       } catch (e) {
         if (e instanceof TuttiError && e.moved) {
           this.emit('moved', e.moved);
           return;
+        }
+        if (this.nodes.length > 0 && Date.now() - since >= this.timings.nodeLostMs) {
+          const moved = await this.findNode();
+          if (moved && this.live) {
+            // The call cannot go on here: the app follows, as after a drain.
+            this.emit('moved', moved);
+            return;
+          }
         }
         retry();
         return;

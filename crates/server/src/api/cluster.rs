@@ -377,6 +377,15 @@ pub(crate) async fn enter(
     let token = auth.mint(&grant_of(&claims), Duration::from_secs(exp - now), now).map_err(|e| {
         ApiError::new(StatusCode::UNAUTHORIZED, "bad_ticket", format!("no token for this ticket's grant: {e}"))
     })?;
+    // A spread room the placement sent this page to: hosted here now (this
+    // node joins its span), so that the page's socket stays here. Whatever
+    // goes wrong, the socket says so.
+    if cluster.config().room_spread != RoomSpread::Off
+        && api.rooms.get(&room).is_err()
+        && let Err(e) = locate_for_join(&api, &room, true).await
+    {
+        tracing::debug!(room, code = e.code, "a moved page's room is not hosted here yet");
+    }
     let mut page: Vec<String> =
         PAGE_PARAMS.iter().filter_map(|&k| query.get(k).map(|v| format!("{k}={}", percent_encode(v)))).collect();
     page.push(format!("room={}", percent_encode(&room)));
@@ -417,6 +426,38 @@ pub(crate) enum Located {
     Elsewhere(Owner),
 }
 
+/// Nodes a page names in its room snapshot (`nodes`).
+const MAX_REJOIN_NODES: usize = 8;
+
+/// In a cluster whose rooms spread: up to [`MAX_REJOIN_NODES`] other
+/// serving nodes (`{node, api_url}`, from signed records), where a client
+/// whose node is lost rejoins its room (the SDK does it on its own: its
+/// socket there is placed like any join). Empty otherwise, or when Redis
+/// cannot say.
+pub(crate) async fn rejoin_nodes(api: &ApiState) -> Vec<serde_json::Value> {
+    other_nodes(api, MAX_REJOIN_NODES)
+        .await
+        .into_iter()
+        .map(|(node, api_url)| serde_json::json!({ "node": node, "api_url": api_url }))
+        .collect()
+}
+
+/// In a cluster whose rooms spread: up to `max` other serving nodes (id,
+/// API URL), sorted by id, from signed records; empty otherwise, or when
+/// Redis cannot say.
+pub(crate) async fn other_nodes(api: &ApiState, max: usize) -> Vec<(String, String)> {
+    let Some(cluster) = api.cluster.as_ref().filter(|c| c.config().room_spread != RoomSpread::Off) else {
+        return Vec::new();
+    };
+    let Ok(nodes) = cluster.nodes().await else { return Vec::new() };
+    nodes
+        .into_iter()
+        .filter(|n| n.id != cluster.node_id() && n.state == tutti_cluster::NodeState::Serving)
+        .take(max)
+        .map(|n| (n.id, n.api_url))
+        .collect()
+}
+
 /// Finds `room` for a join (REST or WebSocket): here when hosted here
 /// (without asking Redis), else placed by the directory. `ticketed`: the
 /// caller was redirected here, so the room's lease is (most likely) this
@@ -438,12 +479,22 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
     locate(api, room, ticketed, stays).await
 }
 
-/// Finds `room` for a WebSocket: here when hosted here (a member of a
-/// spread room included), else at its owner (a socket does not spread a
-/// room: its page joins where the socket is, and a `moved` page would
-/// bounce between nodes).
+/// Finds `room` for a WebSocket (a page joins through its socket): here
+/// when hosted here (a member of a spread room included), else at its
+/// owner. With `cluster.room_spread`, a socket stays on a node of the room
+/// only while the node is below `cluster.capacity`; otherwise it is placed
+/// as a REST join is: here (this node joins the room's span), or the node
+/// the placement picks, whose [`enter`] hosts the room before the page's
+/// socket comes, so that the page stays there.
 pub(crate) async fn locate_for_socket(api: &ApiState, room: &str) -> ApiResult<Located> {
-    locate(api, room, false, true).await
+    let Some(cluster) = api.cluster.as_ref().filter(|c| c.config().room_spread != RoomSpread::Off) else {
+        return locate(api, room, false, true).await;
+    };
+    let hosted = api.rooms.get(room).is_ok_and(|r| !r.is_handed_over());
+    if hosted && api.rooms.participants() < cluster.config().capacity as usize {
+        return locate(api, room, false, true).await;
+    }
+    locate(api, room, false, false).await
 }
 
 async fn locate(api: &ApiState, room: &str, ticketed: bool, stay_if_hosted: bool) -> ApiResult<Located> {

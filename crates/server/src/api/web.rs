@@ -7,10 +7,15 @@
 //! Content-Security-Policy enforces (scripts, styles and connections to
 //! this origin only).
 
+use std::sync::Arc;
+
 use axum::Router;
-use axum::http::header;
+use axum::extract::State;
+use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+
+use super::ApiState;
 
 const INDEX_HTML: &str = include_str!("../../web/index.html");
 const APP_JS: &str = include_str!("../../web/app.js");
@@ -24,15 +29,50 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src
      connect-src 'self'; img-src 'self' data:; media-src 'self'; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 
+/// Origins the page may connect to besides its own, in a cluster whose
+/// rooms spread: the other nodes' (the page's SDK looks for its room there
+/// when its node is lost; the snapshot names at most 8 of them).
+const MAX_CONNECT_NODES: usize = 32;
+
+/// [`CONTENT_SECURITY_POLICY`] with `connect-src` opened to the API URLs
+/// given (each as `http(s)://host:port` and `ws(s)://host:port`); an URL
+/// that does not parse as one is left out.
+fn policy_with(api_urls: &[String]) -> String {
+    let mut sources = String::new();
+    for url in api_urls {
+        let Ok(uri) = url.parse::<Uri>() else { continue };
+        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else { continue };
+        // A host and port only: nothing that could end the directive or add a source.
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
+        if !authority.as_str().chars().all(plain) {
+            continue;
+        }
+        let ws = match scheme {
+            "http" => "ws",
+            "https" => "wss",
+            _ => continue,
+        };
+        sources.push_str(&format!(" {scheme}://{authority} {ws}://{authority}"));
+    }
+    CONTENT_SECURITY_POLICY.replace("connect-src 'self';", &format!("connect-src 'self'{sources};"))
+}
+
 fn asset(content_type: &'static str, body: &'static str) -> Response {
+    asset_with(content_type, body, HeaderValue::from_static(CONTENT_SECURITY_POLICY))
+}
+
+fn asset_with(content_type: &'static str, body: &'static str, policy: HeaderValue) -> Response {
     (
         [
-            (header::CONTENT_TYPE, content_type),
-            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::REFERRER_POLICY, "no-referrer"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static("permissions-policy"), "microphone=(self), camera=(), geolocation=()"),
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::CONTENT_SECURITY_POLICY, policy),
+            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (
+                header::HeaderName::from_static("permissions-policy"),
+                HeaderValue::from_static("microphone=(self), camera=(), geolocation=()"),
+            ),
         ],
         body,
     )
@@ -40,7 +80,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// The page's routes; merged into the API's router.
-pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+pub(crate) fn routes() -> Router<Arc<ApiState>> {
     Router::new()
         .route("/", get(index))
         .route("/app.js", get(app_js))
@@ -51,8 +91,12 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
 /// The page: `/?room=<room>#token=<token>` joins a room.
 #[utoipa::path(get, path = "/", tag = "web", operation_id = "page", security(()),
     responses((status = 200, description = "The page", body = String, content_type = "text/html")))]
-pub(super) async fn index() -> Response {
-    asset("text/html; charset=utf-8", INDEX_HTML)
+pub(super) async fn index(State(api): State<Arc<ApiState>>) -> Response {
+    let others: Vec<String> =
+        super::cluster::other_nodes(&api, MAX_CONNECT_NODES).await.into_iter().map(|(_, url)| url).collect();
+    let policy = HeaderValue::from_str(&policy_with(&others))
+        .unwrap_or_else(|_| HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    asset_with("text/html; charset=utf-8", INDEX_HTML, policy)
 }
 
 /// The page's script.
@@ -79,6 +123,25 @@ pub(super) async fn style_css() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_may_connect_to_the_other_nodes_only() {
+        let urls = ["https://tutti-2.example.org".to_owned(), "http://10.0.0.3:8080".to_owned(), "ftp://x".to_owned()];
+        let policy = policy_with(&urls);
+        assert!(
+            policy.contains(
+                "connect-src 'self' https://tutti-2.example.org wss://tutti-2.example.org \
+                 http://10.0.0.3:8080 ws://10.0.0.3:8080;"
+            ),
+            "{policy}"
+        );
+        assert!(!policy.contains("ftp"), "{policy}");
+        assert_eq!(policy_with(&[]), CONTENT_SECURITY_POLICY);
+        // A record's URL cannot add a directive (a `;` does not parse as a URI).
+        for bad in ["http://a;script-src *", "http://a;script-src", "http://user@a"] {
+            assert_eq!(policy_with(&[bad.to_owned()]), CONTENT_SECURITY_POLICY, "{bad}");
+        }
+    }
 
     #[test]
     fn the_page_loads_nothing_from_other_hosts() {

@@ -300,10 +300,11 @@ pub(crate) const SNAPSHOT_CHUNK: usize = 16;
 async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
     // In a room spread over nodes, every node's participants (the others' from their rosters).
     let members = super::roster::participants(api, room).await;
+    let nodes = super::cluster::rejoin_nodes(api).await;
     let mut chunks = members.chunks(SNAPSHOT_CHUNK);
     let first = chunks.next().unwrap_or(&[]);
     let mut more = members.len() - first.len();
-    let head = text(&serde_json::json!({
+    let mut head = serde_json::json!({
         "type": "room",
         "protocol": super::schema::WS_PROTOCOL,
         "room": room.id,
@@ -314,8 +315,12 @@ async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admi
         "speakers": room.speaker_ids(),
         "playbacks": room.playbacks(),
         "whispers": room.whispers(),
-    }));
-    if socket.send(head).await.is_err() {
+    });
+    if !nodes.is_empty() {
+        // Only in clusters whose rooms spread (see `rejoin_nodes`).
+        head["nodes"] = nodes.into();
+    }
+    if socket.send(text(&head)).await.is_err() {
         return false;
     }
     for chunk in chunks {
