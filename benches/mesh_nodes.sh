@@ -3,7 +3,8 @@
 # in the room and K: N `tutti serve` processes on 127.0.0.2, .3, … (the same
 # ports on each address) and a real redis-server, one room spread over all
 # of them (`cluster.room_spread = "always"`), `tutti load` joining through
-# the first node (REST joins: a WebSocket join goes to the room's owner).
+# the first node (REST joins, or with WS=1 through room WebSockets, as pages
+# join: both are placed over the nodes).
 # Per run it prints, per node and averaged: mesh datagrams and bytes sent
 # per tick, and the node's CPU. N = 1 (a single node, no mesh) with the
 # same clients per node is the baseline.
@@ -12,7 +13,11 @@
 #   benches/mesh_nodes.sh [N…]        default N = "1 2 4 8 16"
 #   env: KS="3 5" (max_speakers), PER_NODE=8 (clients per node),
 #        TALKERS=1.0 (share that talk, P.59 on/off), LIFE=30 (seconds),
-#        CINT=50 (ms between joins),
+#        CINT=50 (ms between joins), WS=0 (1: clients join through and
+#        hold the room's WebSocket),
+#        KILL_AFTER= (seconds: after the window, kill -9 the last node and
+#        print what the clients did: with WS=1 they rejoin through another
+#        node on their own; the load's LIFE must leave them time),
 #        OUT=/tmp/tutti-mesh-nodes (logs and JSON reports)
 #
 # Needs redis-server (Debian's redis-server). Loopback only; every loop is
@@ -28,6 +33,9 @@ per_node=${PER_NODE:-8}
 talkers=${TALKERS:-1.0}
 life=${LIFE:-30}
 cint=${CINT:-50}
+ws_flag=--no-ws
+[ "${WS:-0}" = 1 ] && ws_flag=
+kill_after=${KILL_AFTER:-}
 out=${OUT:-${TMPDIR:-/tmp}/tutti-mesh-nodes}
 mkdir -p "$out"
 secret=mesh-bench-secret-0123456789abcdef0123
@@ -76,7 +84,8 @@ for k in $ks; do
             -H 'Content-Type: application/json' -d "{\"id\":\"wide\",\"max_speakers\":$k}" >/dev/null
         clients=$((n * per_node))
         # The window: after every join and a warm-up, read the counters, wait, read again.
-        TOKEN=$token "$bin" load --url "http://${nodes[0]}:$http" --room wide -n "$clients" --no-ws \
+        # shellcheck disable=SC2086 # $ws_flag: one word or none
+        TOKEN=$token "$bin" load --url "http://${nodes[0]}:$http" --room wide -n "$clients" $ws_flag \
             --cint "$cint" --talkers "$talkers" --life "$life" --warmup 3 --details 0 \
             --report "$out/load-n$n-k$k.json" >"$out/load-n$n-k$k.log" 2>&1 &
         load=$!
@@ -108,8 +117,14 @@ for k in $ks; do
                 'BEGIN { printf "%.2f | %.0f | %.1f | %.3f", dg / t, by / t, 100 * (c1 - c0) / tck / (w1 - w0), late / t }')
             echo "| $n | $k | $clients | $ip | $row |"
         done
+        if [ -n "$kill_after" ] && [ "$n" -gt 1 ]; then
+            sleep "$kill_after"
+            last=${nodes[$((n - 1))]}
+            echo "    kill -9 of node $last at $(date +%T.%N | cut -c1-12)"
+            kill -9 "${p[$last]}"
+        fi
         wait "$load" || true
-        grep -E '^PASS|^FAIL|^INVALID|mouth-to-ear, talker|server CPU' "$out/load-n$n-k$k.log" | sed 's/^/    /' || true
+        grep -E '^PASS|^FAIL|^INVALID|mouth-to-ear, talker|server CPU|hand-over' "$out/load-n$n-k$k.log" | sed 's/^/    /' || true
         sed -n '/^== nodes ==/,/^$/p' "$out/load-n$n-k$k.log" | sed 's/^/    /'
         cleanup
         pids=()

@@ -15,6 +15,8 @@
 //! - A lock sent to B refuses a join on C.
 //! - A control message forged straight into Redis is refused (counted)
 //!   and changes nothing; an id naming no node of the span is a 404.
+//! - A file played into the room on A is heard on every node.
+//! - `DELETE` of the room sent to B closes every node's copy.
 //!
 //! Joins are placed on a chosen node with a redirect ticket minted here
 //! (as the node that redirects would mint it), except the late joiner,
@@ -39,6 +41,8 @@ const ROOM: &str = "ctl";
 const FREQS: [f32; 3] = [440.0, 660.0, 990.0];
 const ADMIN_FREQ: f32 = 1320.0;
 const LISTENER_FREQ: f32 = 1760.0;
+/// A file played into the room.
+const PLAYBACK_FREQ: f32 = 1175.0;
 const PARTICIPANTS: &str = "/v1/rooms/ctl/participants";
 
 /// A redirect ticket for `identity` and one request about the room.
@@ -338,6 +342,33 @@ fn room_control_reaches_every_node_of_a_spread_room() {
     let stranger = (u64::from(tutti_cluster::MAX_NODE_NUMBER) << 32) + 1;
     let (r, _) = send(a, &admin, "PATCH", &format!("{PARTICIPANTS}/{stranger}"), r#"{"muted":true}"#);
     assert_eq!((r.status, r.code()), (404, "participant_not_found".to_owned()), "{}", r.body);
+
+    // A file played into the room on A (an upload) is heard on every node.
+    let (tone, _) = tutti_server::ops::ogg::tone_file(PLAYBACK_FREQ, 150).expect("tone file");
+    let r =
+        request_as(a, &Requester::token(&admin), "POST", "/v1/rooms/ctl/playbacks?loop=true", Some("audio/ogg"), &tone)
+            .expect("playback");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let heard = until(&mut all, Duration::from_secs(10), Duration::from_secs(1), |cs, since| {
+        cs.iter().all(|c| c.closed || c.hears(PLAYBACK_FREQ, since) > 0.05)
+    });
+    let heard =
+        heard.unwrap_or_else(|| panic!("the playback on A heard on every node: {:?}", levels(&all, &[PLAYBACK_FREQ])));
+    eprintln!("a playback on A heard by everyone on every node within {heard:?}");
+
+    // DELETE sent to B: every node closes its copy.
+    let hosted = |n: &Node| {
+        let r = request_as(n.api, &Requester::token(&admin), "GET", "/v1/node", None, b"").expect("node");
+        json(&r)["rooms"].as_u64().unwrap_or(u64::MAX)
+    };
+    let (r, _) = send(b, &admin, "DELETE", "/v1/rooms/ctl", "");
+    assert_eq!(r.status, 204, "{}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && nodes.iter().any(|n| hosted(n) != 0) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<u64> = nodes.iter().map(hosted).collect();
+    assert_eq!(left, [0, 0, 0], "every node closed its copy of the deleted room");
 
     for c in &mut all {
         c.close();

@@ -267,6 +267,7 @@ fn candidates_are_the_loudest_locals_plus_challengers_and_the_selected_with_thei
     let mut file = ToneParticipant::new(source.0, 900.0);
     let mut out = Vec::new();
     let mut sent: Vec<Vec<Bytes>> = vec![Vec::new(); clients.len()];
+    let mut file_sent = Vec::new();
     let remote_frame = Bytes::from(
         opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip)
             .expect("encoder")
@@ -280,7 +281,9 @@ fn candidates_are_the_loudest_locals_plus_challengers_and_the_selected_with_thei
             sent[n].push(packet.payload.clone());
             room.push_packet(c.id, packet).expect("in room");
         }
-        room.push_packet(source, file.next_packet(0.2)).expect("source");
+        let packet = file.next_packet(0.2);
+        file_sent.push(packet.payload.clone());
+        room.push_packet(source, packet).expect("source");
         room.put_remote_frame(remote, 5, remote_frame.clone()).expect("remote");
         // Selected from outside: local 5 (the quietest talker) and the remote.
         room.set_selection(Some(vec![ParticipantId(5), remote]));
@@ -288,14 +291,26 @@ fn candidates_are_the_loudest_locals_plus_challengers_and_the_selected_with_thei
     }
     room.candidates(1, &mut out);
     let got: Vec<(u64, u8, u16, bool)> = out.iter().map(|c| (c.id.0, c.level, c.rank, c.selected)).collect();
-    // K = 2 loudest + 1 challenger, then the selected local 5; never 6 (silent),
-    // 7 (muted), the source or the remote. Rank: (127 − level) dB × 256 at a steady level.
+    // The source first (a playback ranks above everyone while it sounds, on
+    // every node as on its own), then K = 2 loudest + 1 challenger among
+    // the rest, then the selected local 5; never 6 (silent), 7 (muted) or
+    // the remote. Rank: (127 − level) dB × 256 at a steady level.
+    let source_level = got.first().map_or(127, |c| c.1);
     assert_eq!(
         got,
-        vec![(1, 20, 107 * 256, false), (2, 25, 102 * 256, false), (3, 30, 97 * 256, false), (5, 40, 87 * 256, true)]
+        vec![
+            (source.0, source_level, u16::MAX, false),
+            (1, 20, 107 * 256, false),
+            (2, 25, 102 * 256, false),
+            (5, 40, 87 * 256, true)
+        ]
     );
     for c in &out {
         let frame = c.frame.as_ref().expect("a frame played this tick");
+        if c.id == source {
+            assert!(file_sent.contains(frame), "the source's frame is one of the file's, unchanged");
+            continue;
+        }
         let n = (c.id.0 - 1) as usize;
         assert!(sent[n].contains(frame), "{}: the frame is one it sent, unchanged", c.id);
     }

@@ -893,65 +893,42 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
     let mut bob1 = ToneClient::join_as(old, &Requester::token(&bob), "moving", BOB_HZ, JoinAs::Whip).expect("bob");
     assert!(run_until(&mut [&mut bob1], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
 
-    let config = json!({
-        "chromium": chromium,
-        "out": out,
-        "wav": alice_wav,
-        "url": format!("http://{old}/?room=moving&name=alice#token={alice}"),
-        "tones": [ALICE_HZ, BOB_HZ, CONTROL_HZ],
-        "measureMs": 2000,
-        "waitMs": 20000,
-    });
-    let (mut driver, mut stdin, rx, stderr) = start_driver(&node_dir, "move_page.js", &config);
+    let (driver, mut stdin, rx, stderr) = start_move_page(
+        &node_dir,
+        &chromium,
+        &out,
+        &alice_wav,
+        &format!("http://{old}/?room=moving&name=alice#token={alice}"),
+    );
 
     // Pump the Rust clients while the page works; act on its marks.
-    let deadline = Instant::now() + Duration::from_secs(150);
-    let mut events: HashMap<String, (Instant, Value)> = HashMap::new();
     let mut bob2: Option<ToneClient> = None;
     let mut drained = None;
     let mut asked_measure = false;
     let mut listed = None;
-    let mut failure = None;
-    loop {
-        let now = Instant::now();
+    let (events, failure) = follow_page(&rx, Duration::from_secs(150), |now, mark, events| {
         bob1.pump(now);
         if let Some(b) = bob2.as_mut() {
             b.pump(now);
         }
-        match rx.try_recv() {
-            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
-                Some(msg) => {
-                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
-                    eprintln!("page: {event}");
-                    if event == "failed" {
-                        failure = Some(msg["message"].to_string());
-                    }
-                    if event == "muted" {
-                        // The page hears bob on the first node: now its node drains.
-                        let r = request_as(old, &as_admin, "POST", "/v1/node/drain", None, b"").expect("API");
-                        assert_eq!(r.status, 202, "{}", r.body);
-                        drained = Some(Instant::now());
-                    }
-                    if event == "heard" {
-                        // Both in the room on the new node: what its API says then.
-                        listed = Some(request_as(new, &as_admin, "GET", "/v1/rooms/moving", None, b"").expect("API"));
-                    }
-                    if event == "unmuted" {
-                        // bob hears alice again, then the page leaves.
-                        let b = bob2.as_mut().expect("bob rejoined before the page measured");
-                        run_for(&mut [b], Duration::from_secs(3));
-                        let _ = writeln!(stdin, "leave");
-                    }
-                    let last = event == "done" || event == "failed";
-                    events.insert(event, (now, msg));
-                    if last {
-                        break;
-                    }
-                }
-                None => eprintln!("page: {line}"),
-            },
-            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
-            Err(mpsc::TryRecvError::Disconnected) => break,
+        match mark {
+            // The page hears bob on the first node: now its node drains.
+            Some("muted") => {
+                let r = request_as(old, &as_admin, "POST", "/v1/node/drain", None, b"").expect("API");
+                assert_eq!(r.status, 202, "{}", r.body);
+                drained = Some(Instant::now());
+            }
+            // Both in the room on the new node: what its API says then.
+            Some("heard") => {
+                listed = Some(request_as(new, &as_admin, "GET", "/v1/rooms/moving", None, b"").expect("API"));
+            }
+            // bob hears alice again, then the page leaves.
+            Some("unmuted") => {
+                let b = bob2.as_mut().expect("bob rejoined before the page measured");
+                run_for(&mut [b], Duration::from_secs(3));
+                let _ = writeln!(stdin, "leave");
+            }
+            _ => {}
         }
         // bob's call is closed by the drain: he rejoins through the other node, as a WHIP client does.
         if bob2.is_none() && bob1.closed {
@@ -963,12 +940,8 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
             let _ = writeln!(stdin, "measure");
             asked_measure = true;
         }
-        assert!(now < deadline, "the page did not finish within 150 s; marks: {:?}", events.keys());
-    }
-    let status = driver.0.wait().expect("driver exit");
-    let log = stderr.join().unwrap_or_default();
-    std::fs::write(out.join("move-driver.log"), &log).expect("write move-driver.log");
-    assert!(status.success() && failure.is_none(), "the page driver failed ({status}): {failure:?}\n{log}");
+    });
+    let log = driver_done(driver, stderr, &out.join("move-driver.log"), failure.as_deref());
     let event = |name: &str| events.get(name).unwrap_or_else(|| panic!("no '{name}' from the page\n{log}")).clone();
 
     // Before: alice hears bob on the first node.
@@ -979,10 +952,7 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
     let (moved_at, moved) = event("moved");
     let took = moved_at - drained.expect("drained");
     println!("the page was in the call on the other node {took:?} after the drain: {moved}");
-    assert_eq!(moved["host"], new.to_string().as_str(), "{moved}");
-    assert_eq!(moved["hasToken"], true, "{moved}");
-    assert!(!moved["search"].as_str().unwrap_or_default().contains("token="), "no token in the query: {moved}");
-    assert_eq!(moved["state"]["muted"], true, "still muted after the move: {moved}");
+    assert_moved_muted(&moved, new);
     assert!(took < Duration::from_secs(15), "the move took {took:?}");
 
     // There the server had alice (muted) and bob, once each, in the new node's room.
@@ -1009,6 +979,93 @@ fn a_page_follows_its_room_to_another_node_when_its_node_drains() {
     assert!(while_muted < ABSENT_AMP, "bob hears the muted alice after the move: {while_muted}");
     assert!(unmuted > HEARD_AMP, "bob hears alice once she unmutes on the new node: {unmuted}");
     drop(nodes);
+}
+
+/// `move_page.js` (alice's page, her tone from `wav`) at `url`, measuring
+/// alice's, bob's and the control tone.
+fn start_move_page(
+    node_dir: &Path,
+    chromium: &Path,
+    out: &Path,
+    wav: &Path,
+    url: &str,
+) -> (Driver, std::process::ChildStdin, mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
+    let config = json!({
+        "chromium": chromium,
+        "out": out,
+        "wav": wav,
+        "url": url,
+        "tones": [ALICE_HZ, BOB_HZ, CONTROL_HZ],
+        "measureMs": 2000,
+        "waitMs": 20000,
+    });
+    start_driver(node_dir, "move_page.js", &config)
+}
+
+/// Waits for a page driver to exit, keeps its log at `path`, and fails
+/// the test if it failed (or said `failure`); its log.
+fn driver_done(
+    mut driver: Driver,
+    stderr: std::thread::JoinHandle<String>,
+    path: &Path,
+    failure: Option<&str>,
+) -> String {
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    std::fs::write(path, &log).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    assert!(status.success() && failure.is_none(), "the page driver failed ({status}): {failure:?}\n{log}");
+    log
+}
+
+/// `move_page.js`'s `moved` mark: the page is at `host`, with a token in
+/// its fragment (none in its query), still muted.
+fn assert_moved_muted(moved: &Value, host: SocketAddr) {
+    assert_eq!(moved["host"], host.to_string().as_str(), "{moved}");
+    assert_eq!(moved["hasToken"], true, "{moved}");
+    assert!(!moved["search"].as_str().unwrap_or_default().contains("token="), "no token in the query: {moved}");
+    assert_eq!(moved["state"]["muted"], true, "still muted after the move: {moved}");
+}
+
+/// Reads a page driver's `@@` marks (from [`start_driver`]'s channel) until
+/// `done` or `failed`, calling `turn` about every millisecond with the time,
+/// the mark just read if any, and the marks so far (by name: when, and the
+/// message); within `within`, else the test fails. The marks, and the
+/// failure's message if the driver said `failed`.
+#[allow(clippy::type_complexity)]
+fn follow_page(
+    rx: &mpsc::Receiver<String>,
+    within: Duration,
+    mut turn: impl FnMut(Instant, Option<&str>, &HashMap<String, (Instant, Value)>),
+) -> (HashMap<String, (Instant, Value)>, Option<String>) {
+    let deadline = Instant::now() + within;
+    let mut events: HashMap<String, (Instant, Value)> = HashMap::new();
+    let mut failure = None;
+    loop {
+        let now = Instant::now();
+        let mut mark = None;
+        match rx.try_recv() {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) => {
+                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
+                    eprintln!("page: {event}");
+                    if event == "failed" {
+                        failure = Some(msg["message"].to_string());
+                    }
+                    events.insert(event.clone(), (now, msg));
+                    mark = Some(event);
+                }
+                None => eprintln!("page: {line}"),
+            },
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        turn(now, mark.as_deref(), &events);
+        if matches!(mark.as_deref(), Some("done" | "failed")) {
+            break;
+        }
+        assert!(now < deadline, "the page did not finish within {within:?}; marks: {:?}", events.keys());
+    }
+    (events, failure)
 }
 
 /// `tutti serve` as a node of a cluster whose rooms spread over nodes
@@ -1083,62 +1140,36 @@ fn a_page_rejoins_through_another_node_when_its_node_is_killed() {
         ToneClient::join_following(a, &Requester::token(&bob), "lost", BOB_HZ, JoinAs::Whip, 2).expect("bob joins");
     assert!(run_until(&mut [&mut bob1], Instant::now() + Duration::from_secs(10), |c| c[0].connected), "connects");
 
-    let config = json!({
-        "chromium": chromium,
-        "out": out,
-        "wav": alice_wav,
-        "url": format!("http://{b}/?room=lost&name=alice#token={alice}"),
-        "tones": [ALICE_HZ, BOB_HZ, CONTROL_HZ],
-        "measureMs": 2000,
-        "waitMs": 20000,
-    });
-    let (mut driver, mut stdin, rx, stderr) = start_driver(&node_dir, "move_page.js", &config);
-    let deadline = Instant::now() + Duration::from_secs(150);
-    let mut events: HashMap<String, (Instant, Value)> = HashMap::new();
-    let (mut killed, mut asked_measure, mut before, mut failure) = (None, false, None, None);
-    loop {
-        let now = Instant::now();
+    let (driver, mut stdin, rx, stderr) = start_move_page(
+        &node_dir,
+        &chromium,
+        &out,
+        &alice_wav,
+        &format!("http://{b}/?room=lost&name=alice#token={alice}"),
+    );
+    let (mut killed, mut asked_measure, mut before) = (None, false, None);
+    let (events, failure) = follow_page(&rx, Duration::from_secs(150), |now, mark, events| {
         bob1.pump(now);
-        match rx.try_recv() {
-            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
-                Some(msg) => {
-                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
-                    eprintln!("page: {event}");
-                    if event == "failed" {
-                        failure = Some(msg["message"].to_string());
-                    }
-                    if event == "muted" {
-                        // The page hears bob through the mesh: where the room says everyone is, then kill -9 its node.
-                        before = Some(request_as(a, &as_admin, "GET", "/v1/rooms/lost", None, b"").expect("API"));
-                        let _ = b_node.0.kill();
-                        let _ = b_node.0.wait();
-                        killed = Some(Instant::now());
-                    }
-                    if event == "unmuted" {
-                        run_for(&mut [&mut bob1], Duration::from_secs(3));
-                        let _ = writeln!(stdin, "leave");
-                    }
-                    let last = event == "done" || event == "failed";
-                    events.insert(event, (now, msg));
-                    if last {
-                        break;
-                    }
-                }
-                None => eprintln!("page: {line}"),
-            },
-            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
-            Err(mpsc::TryRecvError::Disconnected) => break,
+        match mark {
+            // The page hears bob through the mesh: where the room says everyone is, then kill -9 its node.
+            Some("muted") => {
+                before = Some(request_as(a, &as_admin, "GET", "/v1/rooms/lost", None, b"").expect("API"));
+                let _ = b_node.0.kill();
+                let _ = b_node.0.wait();
+                killed = Some(Instant::now());
+            }
+            Some("unmuted") => {
+                run_for(&mut [&mut bob1], Duration::from_secs(3));
+                let _ = writeln!(stdin, "leave");
+            }
+            _ => {}
         }
         if !asked_measure && events.contains_key("moved") {
             let _ = writeln!(stdin, "measure");
             asked_measure = true;
         }
-        assert!(now < deadline, "the page did not finish within 150 s; marks: {:?}", events.keys());
-    }
-    let status = driver.0.wait().expect("driver exit");
-    let log = stderr.join().unwrap_or_default();
-    std::fs::write(out.join("lost-driver.log"), &log).expect("write lost-driver.log");
-    assert!(status.success() && failure.is_none(), "the page driver failed ({status}): {failure:?}\n{log}");
+    });
+    let log = driver_done(driver, stderr, &out.join("lost-driver.log"), failure.as_deref());
     let event = |name: &str| events.get(name).unwrap_or_else(|| panic!("no '{name}' from the page\n{log}")).clone();
 
     // Before: the page joined on node b, the room spread over both nodes, and it heard bob (on a) there.
@@ -1159,10 +1190,7 @@ fn a_page_rejoins_through_another_node_when_its_node_is_killed() {
     let (moved_at, moved) = event("moved");
     let took = moved_at - killed.expect("killed");
     println!("the page was in the call on the other node {took:?} after kill -9 of its node: {moved}");
-    assert_eq!(moved["host"], a.to_string().as_str(), "{moved}");
-    assert_eq!(moved["hasToken"], true, "{moved}");
-    assert!(!moved["search"].as_str().unwrap_or_default().contains("token="), "no token in the query: {moved}");
-    assert_eq!(moved["state"]["muted"], true, "still muted after the move: {moved}");
+    assert_moved_muted(&moved, a);
     assert!(took < Duration::from_secs(20), "the rejoin took {took:?}");
 
     // There, alice hears bob; while she is muted bob does not hear her; unmuted, he does.

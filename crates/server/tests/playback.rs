@@ -19,23 +19,9 @@ use bytes::Bytes;
 use common::{Ws, create_room, http, start_with, test_config};
 use serde_json::{Value, json};
 use tutti_client::{JoinAs, ToneClient, run_for};
-use tutti_server::ops::ogg::{OggOpusWriter, OpusHead};
 
-/// An Ogg/Opus file of `frames` 20 ms frames of a `freq` Hz tone (real
-/// Opus, the recorder's Ogg writer), and its Opus packets.
 fn tone_file(freq: f32, frames: usize) -> (Vec<u8>, Vec<Bytes>) {
-    let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("encoder");
-    let head = OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 };
-    let mut w = OggOpusWriter::new(Vec::new(), 11, head, "tutti test", &[]).expect("headers");
-    let mut packets = Vec::new();
-    for n in 0..frames {
-        let pcm = tutti_mix::tone(freq, 0.3, (n * 960) as u64);
-        let packet = enc.encode_vec_float(&pcm, 1500).expect("encode");
-        w.push_packet(&packet, 960).expect("write");
-        packets.push(Bytes::from(packet));
-    }
-    w.finish().expect("finish");
-    (std::mem::take(w.get_mut()), packets)
+    tutti_server::ops::ogg::tone_file(freq, frames).expect("tone file")
 }
 
 /// A fresh directory of sound files.

@@ -40,7 +40,7 @@ impl RemoteFeed {
 /// ([`Room::candidates`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalCandidate {
-    /// Who (a local participant: never a remote or a source).
+    /// Who (a local participant or source: never a remote).
     pub id: ParticipantId,
     /// RFC 6464 level of their frame this tick (127: silent or none).
     pub level: u8,
@@ -117,8 +117,8 @@ impl Room {
 
     /// With a selection from outside ([`Room::set_selection`]): whether the
     /// seats it leaves free (fewer than K) go, each tick, to this room's own
-    /// participants (not remotes, not sources) who are talking and not
-    /// named, loudest first, after the named ones. A selection across nodes
+    /// participants and sources (not remotes) who are talking and not
+    /// named, sources and then the loudest first, after the named ones. A selection across nodes
     /// is made of the candidates of the tick before, so it names a local
     /// talker one tick after their first frame, which would otherwise be
     /// clipped on their own node. [`Room::candidates`] does not count such a
@@ -137,8 +137,10 @@ impl Room {
 
     /// After a tick, this node's candidates for the selection across nodes,
     /// into `out` (cleared first; reuse it, and no tick allocates), loudest
-    /// first: among the LOCAL participants (not remotes, not sources, not
-    /// muted), the K loudest by smoothed loudness plus `extra` challengers,
+    /// first: among the LOCAL participants and sources (not remotes, not
+    /// muted), the K loudest by smoothed loudness plus `extra` challengers
+    /// (a source sounding ranks above everyone, [`u16::MAX`], as it does in
+    /// a node's own selection: a playback is heard on every node),
     /// and every selected speaker still talking (within the hold time; a
     /// speaker whose hold ran out is left out, so that the selection
     /// across nodes lets them go). A participant whose level this tick is
@@ -148,14 +150,15 @@ impl Room {
         out.clear();
         let silence = self.cfg.silence_level;
         for p in self.shards.iter().flat_map(|s| &s.members) {
-            if p.source || p.remote || p.muted {
+            if p.remote || p.muted {
                 continue;
             }
             // A seat given to a local talker for this tick only is not the
             // selection across nodes' (the next one decides).
             let selected = p.slot.is_some() && !self.filled.contains(&p.id);
             if p.level < silence || (selected && p.talking) {
-                out.push(LocalCandidate { id: p.id, level: p.level, rank: rank_of(p.loudness), selected, frame: None });
+                let rank = if p.source { u16::MAX } else { rank_of(p.loudness) };
+                out.push(LocalCandidate { id: p.id, level: p.level, rank, selected, frame: None });
             }
         }
         let k = match self.cfg.max_speakers {
@@ -209,7 +212,8 @@ impl Room {
                 .shards
                 .iter()
                 .flat_map(|s| &s.candidates)
-                .filter(|c| !chosen.contains(&c.id) && self.participant(c.id).is_ok_and(|p| !p.remote && !p.source))
+                // A source's loudness is its rank: above everyone while it sounds.
+                .filter(|c| !chosen.contains(&c.id) && self.participant(c.id).is_ok_and(|p| !p.remote))
                 .max_by(|a, b| a.loudness.total_cmp(&b.loudness).then(b.id.cmp(&a.id)));
             let Some(c) = fresh else { break };
             chosen.push(c.id);

@@ -791,6 +791,9 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
                 .collect();
             // Its roster is written (and the others' read) while other nodes host it too.
             api.roster.set_spread(room, !peers.is_empty());
+            if let Ok(r) = api.rooms.get(room) {
+                r.set_spread(!peers.is_empty());
+            }
             if told.get(room) != Some(&(epoch, peers.clone())) && api.media.set_span(room, epoch, peers.clone()) {
                 told.insert(room.clone(), (epoch, peers));
             }

@@ -42,6 +42,8 @@ pub(crate) enum Control {
     Ban { key: String, seconds: u64 },
     /// The sender joined the room's span: read it now.
     Joined,
+    /// `DELETE /v1/rooms/{room}`: every node closes its copy.
+    Close,
 }
 
 impl Control {
@@ -51,6 +53,7 @@ impl Control {
             Self::Update { .. } => "update",
             Self::Ban { .. } => "ban",
             Self::Joined => "joined",
+            Self::Close => "close",
         }
     }
 }
@@ -112,6 +115,18 @@ pub(crate) fn apply(api: &ApiState, msg: &ControlMessage) -> Option<&'static str
                 return None;
             }
         }
+        Control::Close => match api.rooms.delete(&msg.room) {
+            Ok(effects) => {
+                api.apply(effects);
+                if let Some(c) = &api.cluster {
+                    super::cluster::release(c, &msg.room);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(room = %msg.room, origin = %msg.origin, error = %e, "room closed already");
+                return None;
+            }
+        },
         Control::Joined => {}
     }
     tracing::info!(room = %msg.room, origin = %msg.origin, kind = control.kind(), "room control from another node applied");
@@ -154,6 +169,7 @@ mod tests {
             },
             Control::Ban { key: "id:mallory".into(), seconds: 60 },
             Control::Joined,
+            Control::Close,
         ];
         for c in all {
             let json = serde_json::to_value(&c).expect("encodes");

@@ -314,6 +314,10 @@ pub(crate) async fn delete_room(
     if !grant.may_manage(&room) {
         return Err(ApiError::forbidden(format!("deleting room '{room}' needs an admin token for it")));
     }
+    // A spread room: the other nodes close their copies too.
+    if api.rooms.get(&room).is_ok() {
+        super::control::publish(&api, &room, &super::control::Control::Close);
+    }
     match (api.rooms.delete(&room), &api.cluster) {
         (Ok(effects), cluster) => {
             api.apply(effects);

@@ -276,6 +276,24 @@ impl<W: Write> OggOpusWriter<W> {
     }
 }
 
+/// An Ogg/Opus file of `frames` 20 ms frames of a `freq` Hz sine at
+/// amplitude 0.3 (real Opus, this writer), and its Opus packets: a sound to
+/// play into a room in tests and examples.
+pub fn tone_file(freq: f32, frames: usize) -> io::Result<(Vec<u8>, Vec<bytes::Bytes>)> {
+    let mut enc = tutti_mix::Encoder::new(&tutti_mix::EncoderConfig::default()).map_err(io::Error::other)?;
+    let head = OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 };
+    let mut w = OggOpusWriter::new(Vec::new(), 7, head, "tutti tone", &[])?;
+    let mut packets = Vec::with_capacity(frames);
+    for n in 0..frames {
+        let pcm = tutti_mix::tone(freq, 0.3, (n * tutti_mix::FRAME_SAMPLES) as u64);
+        let packet = enc.encode(&pcm);
+        w.push_packet(&packet, 960)?;
+        packets.push(packet);
+    }
+    w.finish()?;
+    Ok((std::mem::take(w.get_mut()), packets))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

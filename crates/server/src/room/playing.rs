@@ -92,6 +92,26 @@ impl Room {
         self.sounds()
     }
 
+    /// Other nodes host this room too (`true`), or no longer (`false`), as
+    /// the node's span reader finds. Its participants are then not the
+    /// whole room: the hold music (one participant alone) stops, and starts
+    /// again when the room is this node's alone with one participant here.
+    /// Its playbacks are heard on every node (the mixer sends them as
+    /// candidates).
+    pub(crate) fn set_spread(&self, spread: bool) {
+        if self.spread.swap(spread, std::sync::atomic::Ordering::Relaxed) == spread {
+            return;
+        }
+        let events = if spread {
+            self.stop_purpose(Purpose::Hold, "joined")
+        } else if self.len() == 1 {
+            self.start_sound(Purpose::Hold).into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        self.publish_all(events);
+    }
+
     /// After a join: `members` participants now. Hold music stops when a
     /// second joins; the enter sound plays for the others; one alone gets
     /// the hold music.
@@ -145,7 +165,8 @@ impl Room {
             }
             _ => m.playbacks.playing(purpose).is_some(),
         };
-        if busy && purpose == Purpose::Hold {
+        // Hold music is for one participant alone in the room: never while other nodes host it.
+        if (busy || self.is_spread()) && purpose == Purpose::Hold {
             return None;
         }
         let a = if busy {
@@ -301,5 +322,17 @@ mod tests {
         assert_eq!(now, ["enter", "hold"], "alone again: hold music (the leave sound waits for the enter sound)");
         let _ = rooms.leave(&room, a, crate::room::LeaveReason::Left);
         assert!(!purposes(&room).contains(&"hold"), "nobody left: no hold music");
+
+        // Spread over nodes: one participant here is not alone in the room.
+        let a = join("a");
+        assert!(purposes(&room).contains(&"hold"), "alone: hold music");
+        room.set_spread(true);
+        assert!(!purposes(&room).contains(&"hold"), "another node hosts the room: the hold music stops");
+        let b = join("b");
+        let _ = rooms.leave(&room, b, crate::room::LeaveReason::Left);
+        assert!(!purposes(&room).contains(&"hold"), "one here, spread: no hold music");
+        room.set_spread(false);
+        assert!(purposes(&room).contains(&"hold"), "the room is this node's alone again, one here: hold music");
+        let _ = rooms.leave(&room, a, crate::room::LeaveReason::Left);
     }
 }

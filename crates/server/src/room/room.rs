@@ -92,6 +92,8 @@ pub(crate) struct Room {
     /// The speakers of the last tick.
     speakers: Mutex<Arc<[ActiveSpeaker]>>,
     closed: AtomicBool,
+    /// Other nodes host this room too (cluster mode: see `Room::set_spread`).
+    pub(super) spread: AtomicBool,
     /// Its size and speaker limit (set at creation, changed by `PATCH`):
     /// read them with [`Room::max_participants`] and [`Room::max_speakers`].
     pub(crate) max_participants: AtomicUsize,
@@ -222,6 +224,7 @@ impl Room {
             events: broadcast::channel(EVENT_QUEUE).0,
             speakers: Mutex::new(Arc::from([])),
             closed: AtomicBool::new(false),
+            spread: AtomicBool::new(false),
             max_participants: AtomicUsize::new(max_participants),
             max_speakers: AtomicUsize::new(max_speakers),
             stage: Mutex::new(Stage::default()),
@@ -374,6 +377,11 @@ impl Room {
     /// Whether the room was deleted (its packets are no longer wanted).
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Whether other nodes host this room too (cluster mode, a spread room).
+    pub(crate) fn is_spread(&self) -> bool {
+        self.spread.load(Ordering::Relaxed)
     }
 
     pub(super) fn mark_closed(&self) {

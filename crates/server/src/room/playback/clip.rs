@@ -166,19 +166,9 @@ pub(crate) mod tests {
     use super::*;
     use crate::ops::ogg::{OggOpusWriter, OpusHead};
 
-    /// An Ogg/Opus file of `frames` 20 ms frames of a `freq` Hz tone, written
-    /// with real Opus and the recorder's Ogg writer.
+    /// An Ogg/Opus file of `frames` 20 ms frames of a `freq` Hz tone.
     pub(crate) fn tone_file(freq: f32, frames: usize) -> Vec<u8> {
-        let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("encoder");
-        let head = OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 };
-        let mut w = OggOpusWriter::new(Vec::new(), 7, head, "test", &[]).expect("headers");
-        for n in 0..frames {
-            let pcm = tutti_mix::tone(freq, 0.3, (n * FRAME_SAMPLES) as u64);
-            let packet = enc.encode_vec_float(&pcm, 1500).expect("encode");
-            w.push_packet(&packet, 960).expect("write");
-        }
-        w.finish().expect("finish");
-        std::mem::take(w.get_mut())
+        crate::ops::ogg::tone_file(freq, frames).expect("tone file").0
     }
 
     #[test]
