@@ -71,6 +71,7 @@ for k in $ks; do
             TUTTI_CLUSTER_ROOM_SPREAD=always \
             TUTTI_CLUSTER_CAPACITY=1000 \
             TUTTI_LIMITS_JOIN_RATE_PER_SECOND=0 \
+            TUTTI_LIMITS_MAX_CONNECTIONS=100000 TUTTI_LIMITS_MAX_CONNECTIONS_PER_ADDRESS=100000 \
             TUTTI_IO_THREADS=1 TUTTI_MIX_THREADS=1 \
                 "$bin" serve --http "$ip:$http" --media "$ip:$media" --metrics "$ip:$metrics" \
                 >"$out/node-$i.log" 2>&1 &

@@ -105,12 +105,30 @@ fn kind(text: &str) -> Option<&str> {
 impl EventSocket {
     /// Opens the WebSocket of `room` (blocking, bounded by a timeout):
     /// `ws://`, or `wss://` when `http` reaches `api` over TLS.
-    pub(crate) fn connect(http: &Client, api: SocketAddr, room: &str, token: Option<&str>) -> Result<Self, String> {
+    /// `node`: the node a `moved` sent it to, named so that the node keeps
+    /// the socket (a room spread over nodes would place it again).
+    pub(crate) fn connect(
+        http: &Client,
+        api: SocketAddr,
+        room: &str,
+        token: Option<&str>,
+        node: Option<&str>,
+    ) -> Result<Self, String> {
         let stream = http.connect(api, BLOCKING_TIMEOUT).map_err(|e| format!("WebSocket connect: {e}"))?;
-        let url = match token {
-            Some(t) => http.ws_url(api, &format!("/v1/rooms/{room}/ws?token={t}")),
-            None => http.ws_url(api, &format!("/v1/rooms/{room}/ws")),
+        let mut query: Vec<String> = Vec::new();
+        if let Some(t) = token {
+            query.push(format!("token={t}"));
+        }
+        // Node ids are letters, digits, `.`, `_` and `-`: nothing to escape.
+        if let Some(n) = node.filter(|n| n.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))) {
+            query.push(format!("node={n}"));
+        }
+        let path = if query.is_empty() {
+            format!("/v1/rooms/{room}/ws")
+        } else {
+            format!("/v1/rooms/{room}/ws?{}", query.join("&"))
         };
+        let url = http.ws_url(api, &path);
         let (ws, _) = tungstenite::client::client(url.as_str(), stream).map_err(|e| match e {
             tungstenite::HandshakeError::Failure(WsError::Http(r)) => refused(r.status(), r.body().as_deref()),
             e => format!("WebSocket handshake: {e}"),
@@ -138,18 +156,17 @@ impl EventSocket {
         token: Option<&str>,
         max_moves: usize,
     ) -> Result<(Self, SocketAddr, usize), String> {
-        let mut at = api;
+        let (mut at, mut node) = (api, None::<String>);
         for moves in 0..=max_moves {
-            let mut s = Self::connect(http, at, room, token)?;
+            let mut s = Self::connect(http, at, room, token, node.as_deref())?;
             let msg = s.ws.read().map_err(|e| format!("WebSocket (first message): {e}"))?;
             let Some(text) = s.count(&msg) else { return Ok((s, at, moves)) };
             if kind(&text) != Some("moved") {
                 return Ok((s, at, moves));
             }
-            let url = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["api_url"].as_str().map(str::to_owned))
-                .unwrap_or_default();
+            let moved = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
+            let url = moved["api_url"].as_str().unwrap_or_default().to_owned();
+            node = moved["node"].as_str().map(str::to_owned);
             let (next, _) =
                 http.locate(&url).ok_or_else(|| format!("WebSocket moved to an unusable api_url '{url}'"))?;
             s.close();

@@ -247,6 +247,8 @@ function followMoved(moved, extra) {
   for (const key of ['name', 'processing']) if (here.get(key)) params[key] = here.get(key);
   if (!here.get('name') && state.name) params.name = state.name;
   Object.assign(params, extra);
+  // Without a ticket the page goes straight to the node's page: its socket names the node.
+  if (!moved.ticket && moved.node) params.node = moved.node;
   const there = enterUrl(moved, params, location.pathname);
   // No ticket (our node was lost, or auth is off): our token is good on every node of the cluster.
   const token = $('token').value.trim();
@@ -398,6 +400,8 @@ async function join(ev) {
     processing: $('processing').checked,
     muted: !!restore.muted,
     hand: !!restore.hand,
+    // In a cluster: the node a hand-over sent this page to (its socket names it).
+    node: new URLSearchParams(location.search).get('node') || undefined,
   });
   const mine = { room, ctx: null, meterTimer: 0 };
   call = mine;

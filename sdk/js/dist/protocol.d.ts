@@ -129,6 +129,8 @@ export interface RoomMessage {
     }[];
     /** Participants still to come in `participants` messages. */
     more?: number;
+    /** Cluster mode, rooms that spread over nodes: this node (a socket naming it stays here). */
+    node?: string;
     /**
      * Cluster mode, rooms that spread over nodes: other nodes of the
      * cluster, where the room goes on if this node is lost.

@@ -107,6 +107,13 @@ export interface RoomOptions {
     /** Passed to RTCPeerConnection besides the room's ICE servers. */
     rtcConfiguration?: RTCConfiguration;
     timings?: Partial<Timings>;
+    /**
+     * Cluster mode, rooms that spread over nodes: the node the client was
+     * sent to (a `moved`'s `node`, the page's `?node=` after `…/enter`). Its
+     * sockets name it, so that the node keeps them rather than placing them
+     * again; the room's snapshot then says which node the client is on.
+     */
+    node?: string;
 }
 /** The `Room`'s events and what each carries. */
 export interface RoomEvents {
@@ -239,7 +246,7 @@ export declare class Api {
     /** A guest token for `room` (moderators only): `POST …/invites`. */
     invite(room: string, permissions?: 'speak' | 'listen', ttlSeconds?: number): Promise<Invite>;
     /** The room's WebSocket URL (the token in the query: browsers cannot set headers on it). */
-    socketUrl(room: string, events?: EventKind[]): URL;
+    socketUrl(room: string, events?: EventKind[], node?: string): URL;
 }
 /**
  * The address that follows a `moved` hand-over: `<api_url>/v1/rooms/{room}/enter?ticket=…`
@@ -296,6 +303,8 @@ export declare class Room extends Emitter<RoomEvents> {
     private restarting;
     /** Other nodes of the cluster, from the snapshot: where to go if this one is lost. */
     private nodes;
+    /** The node this client is on (cluster mode, rooms that spread): its sockets name it. */
+    private node;
     constructor(options: RoomOptions);
     /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
     get state(): RoomState;

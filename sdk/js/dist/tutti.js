@@ -237,12 +237,14 @@ export class Api {
         return { token: body.token || '', permissions, expiresAt: body.expires_at ?? null, url: body.url ?? null };
     }
     /** The room's WebSocket URL (the token in the query: browsers cannot set headers on it). */
-    socketUrl(room, events) {
+    socketUrl(room, events, node) {
         const url = this.url(this.roomPath(room, '/ws'));
         url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
         url.searchParams.set('protocol', String(PROTOCOL));
         if (events)
             url.searchParams.set('events', events.join(','));
+        if (node)
+            url.searchParams.set('node', node);
         if (this.token)
             url.searchParams.set('token', this.token);
         return url;
@@ -340,11 +342,11 @@ function closeReason(ev) {
  * arrived. A `moved` first (the room is on another node) rejects with
  * code `moved`.
  */
-function openSocket(api, room, timeoutMs, events) {
+function openSocket(api, room, timeoutMs, node, events) {
     return new Promise((resolve, reject) => {
         let ws;
         try {
-            ws = new WebSocket(api.socketUrl(room, events));
+            ws = new WebSocket(api.socketUrl(room, events, node));
         }
         catch (_) {
             reject(new TuttiError('socket_refused'));
@@ -434,6 +436,7 @@ export class Room extends Emitter {
         this.transport = options.transport || 'websocket';
         this.api = new Api(options.url, options.token);
         this.timings = { ...DEFAULT_TIMINGS, ...(options.timings || {}) };
+        this.node = options.node || undefined;
     }
     /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
     get state() {
@@ -563,7 +566,7 @@ export class Room extends Emitter {
         this.check();
         this._offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
         // Subscribe to everything (the default) so the state stays whole.
-        const { ws, snapshot } = await openSocket(this.api, this.room, t.joinTimeoutMs);
+        const { ws, snapshot } = await openSocket(this.api, this.room, t.joinTimeoutMs, this.node);
         if (this._state !== 'joining') {
             ws.close(1000);
             throw new TuttiError('left');
@@ -794,6 +797,8 @@ export class Room extends Emitter {
             this.members.set(p.id, this.member(p));
         this._admin = !!msg.admin;
         this._locked = !!msg.locked;
+        if (typeof msg.node === 'string' && msg.node)
+            this.node = msg.node;
         if (Array.isArray(msg.nodes)) {
             this.nodes = msg.nodes.filter((n) => n && typeof n.api_url === 'string' && /^https?:\/\//.test(n.api_url));
         }
@@ -820,7 +825,7 @@ export class Room extends Emitter {
             if (origin === lost || !this.live)
                 continue;
             try {
-                const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs);
+                const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs, n.node);
                 ws.close(1000);
                 return { type: 'moved', protocol: PROTOCOL, room: this.room, node: n.node, api_url: n.api_url, reason: 'lost' };
             }
@@ -1045,7 +1050,7 @@ export class Room extends Emitter {
             try {
                 // Bounded by `nodeLostMs` too: a node gone without a reset would hold one attempt for long.
                 const wait = Math.min(this.timings.joinTimeoutMs, Math.max(this.timings.nodeLostMs, this.timings.resumeRetryMs));
-                ({ ws, snapshot } = await openSocket(this.api, this.room, wait));
+                ({ ws, snapshot } = await openSocket(this.api, this.room, wait, this.node));
             }
             catch (e) {
                 if (e instanceof TuttiError && e.moved) {

@@ -185,6 +185,13 @@ export interface RoomOptions {
   /** Passed to RTCPeerConnection besides the room's ICE servers. */
   rtcConfiguration?: RTCConfiguration;
   timings?: Partial<Timings>;
+  /**
+   * Cluster mode, rooms that spread over nodes: the node the client was
+   * sent to (a `moved`'s `node`, the page's `?node=` after `…/enter`). Its
+   * sockets name it, so that the node keeps them rather than placing them
+   * again; the room's snapshot then says which node the client is on.
+   */
+  node?: string;
 }
 
 /** The `Room`'s events and what each carries. */
@@ -433,11 +440,12 @@ export class Api {
   }
 
   /** The room's WebSocket URL (the token in the query: browsers cannot set headers on it). */
-  socketUrl(room: string, events?: EventKind[]): URL {
+  socketUrl(room: string, events?: EventKind[], node?: string): URL {
     const url = this.url(this.roomPath(room, '/ws'));
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     url.searchParams.set('protocol', String(PROTOCOL));
     if (events) url.searchParams.set('events', events.join(','));
+    if (node) url.searchParams.set('node', node);
     if (this.token) url.searchParams.set('token', this.token);
     return url;
   }
@@ -531,11 +539,17 @@ type Snapshot = RoomMessage;
  * arrived. A `moved` first (the room is on another node) rejects with
  * code `moved`.
  */
-function openSocket(api: Api, room: string, timeoutMs: number, events?: EventKind[]): Promise<{ ws: WebSocket; snapshot: Snapshot }> {
+function openSocket(
+  api: Api,
+  room: string,
+  timeoutMs: number,
+  node?: string,
+  events?: EventKind[],
+): Promise<{ ws: WebSocket; snapshot: Snapshot }> {
   return new Promise((resolve, reject) => {
     let ws: WebSocket;
     try {
-      ws = new WebSocket(api.socketUrl(room, events));
+      ws = new WebSocket(api.socketUrl(room, events, node));
     } catch (_) {
       reject(new TuttiError('socket_refused'));
       return;
@@ -627,6 +641,8 @@ export class Room extends Emitter<RoomEvents> {
   private restarting = false;
   /** Other nodes of the cluster, from the snapshot: where to go if this one is lost. */
   private nodes: { node: string; api_url: string }[] = [];
+  /** The node this client is on (cluster mode, rooms that spread): its sockets name it. */
+  private node: string | undefined;
 
   constructor(options: RoomOptions) {
     super();
@@ -636,6 +652,7 @@ export class Room extends Emitter<RoomEvents> {
     this.transport = options.transport || 'websocket';
     this.api = new Api(options.url, options.token);
     this.timings = { ...DEFAULT_TIMINGS, ...(options.timings || {}) };
+    this.node = options.node || undefined;
   }
 
   /** Where the client is: `idle`, `joining`, `joined`, `ended`. */
@@ -780,7 +797,7 @@ export class Room extends Emitter<RoomEvents> {
     this._offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
 
     // Subscribe to everything (the default) so the state stays whole.
-    const { ws, snapshot } = await openSocket(this.api, this.room, t.joinTimeoutMs);
+    const { ws, snapshot } = await openSocket(this.api, this.room, t.joinTimeoutMs, this.node);
     if (this._state !== 'joining') {
       ws.close(1000);
       throw new TuttiError('left');
@@ -1009,6 +1026,7 @@ export class Room extends Emitter<RoomEvents> {
     for (const p of msg.participants || []) this.members.set(p.id, this.member(p));
     this._admin = !!msg.admin;
     this._locked = !!msg.locked;
+    if (typeof msg.node === 'string' && msg.node) this.node = msg.node;
     if (Array.isArray(msg.nodes)) {
       this.nodes = msg.nodes.filter((n) => n && typeof n.api_url === 'string' && /^https?:\/\//.test(n.api_url));
     }
@@ -1034,7 +1052,7 @@ export class Room extends Emitter<RoomEvents> {
       }
       if (origin === lost || !this.live) continue;
       try {
-        const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs);
+        const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs, n.node);
         ws.close(1000);
         return { type: 'moved', protocol: PROTOCOL, room: this.room, node: n.node, api_url: n.api_url, reason: 'lost' };
       } catch (e) {
@@ -1250,7 +1268,7 @@ export class Room extends Emitter<RoomEvents> {
       try {
         // Bounded by `nodeLostMs` too: a node gone without a reset would hold one attempt for long.
         const wait = Math.min(this.timings.joinTimeoutMs, Math.max(this.timings.nodeLostMs, this.timings.resumeRetryMs));
-        ({ ws, snapshot } = await openSocket(this.api, this.room, wait));
+        ({ ws, snapshot } = await openSocket(this.api, this.room, wait, this.node));
       } catch (e) {
         if (e instanceof TuttiError && e.moved) {
           this.emit('moved', e.moved);

@@ -388,6 +388,10 @@ pub(crate) async fn enter(
     }
     let mut page: Vec<String> =
         PAGE_PARAMS.iter().filter_map(|&k| query.get(k).map(|v| format!("{k}={}", percent_encode(v)))).collect();
+    if cluster.config().room_spread != RoomSpread::Off {
+        // The page's socket names this node: it stays here (see `locate_for_socket`).
+        page.push(format!("node={}", percent_encode(cluster.node_id())));
+    }
     page.push(format!("room={}", percent_encode(&room)));
     // In the fragment: never sent to a server, nor in a Referer.
     let location = HeaderValue::from_str(&format!("/?{}#token={token}", page.join("&")))
@@ -435,6 +439,7 @@ const MAX_REJOIN_NODES: usize = 8;
 /// socket there is placed like any join). Empty otherwise, or when Redis
 /// cannot say.
 pub(crate) async fn rejoin_nodes(api: &ApiState) -> Vec<serde_json::Value> {
+    // (Empty without spread: see `other_nodes`.)
     other_nodes(api, MAX_REJOIN_NODES)
         .await
         .into_iter()
@@ -479,22 +484,28 @@ pub(crate) async fn locate_for_join(api: &ApiState, room: &str, ticketed: bool) 
     locate(api, room, ticketed, stays).await
 }
 
-/// Finds `room` for a WebSocket (a page joins through its socket): here
-/// when hosted here (a member of a spread room included), else at its
-/// owner. With `cluster.room_spread`, a socket stays on a node of the room
-/// only while the node is below `cluster.capacity`; otherwise it is placed
-/// as a REST join is: here (this node joins the room's span), or the node
-/// the placement picks, whose [`enter`] hosts the room before the page's
-/// socket comes, so that the page stays there.
-pub(crate) async fn locate_for_socket(api: &ApiState, room: &str) -> ApiResult<Located> {
+/// Finds `room` for a WebSocket (a page joins through its socket, and a
+/// REST participant watches through one): here when hosted here (a member
+/// of a spread room included), else at its owner. With
+/// `cluster.room_spread`, a socket is placed as a REST join is: here (this
+/// node joins the room's span) or `moved` to the node chosen; but a socket
+/// that names this node (`?node=`: where a `moved` or the room's snapshot
+/// said its client is, as for a resume) stays here, hosting the room if
+/// this node is below `cluster.capacity`, so that a client never bounces
+/// between nodes; and with `when_full` a socket stays on a node hosting
+/// the room while the node is below `cluster.capacity`.
+pub(crate) async fn locate_for_socket(api: &ApiState, room: &str, named: Option<&str>) -> ApiResult<Located> {
     let Some(cluster) = api.cluster.as_ref().filter(|c| c.config().room_spread != RoomSpread::Off) else {
         return locate(api, room, false, true).await;
     };
     let hosted = api.rooms.get(room).is_ok_and(|r| !r.is_handed_over());
-    if hosted && api.rooms.participants() < cluster.config().capacity as usize {
-        return locate(api, room, false, true).await;
+    let has_room = api.rooms.participants() < cluster.config().capacity as usize;
+    if named == Some(cluster.node_id()) && (hosted || has_room) {
+        // As a join redirected here: the room is hosted here (claimed, or this node joins its span).
+        return locate(api, room, !hosted, true).await;
     }
-    locate(api, room, false, false).await
+    let stays = hosted && cluster.config().room_spread == RoomSpread::WhenFull && has_room;
+    locate(api, room, false, stays).await
 }
 
 async fn locate(api: &ApiState, room: &str, ticketed: bool, stay_if_hosted: bool) -> ApiResult<Located> {

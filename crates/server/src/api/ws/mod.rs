@@ -111,6 +111,10 @@ pub(crate) struct WsParams {
     /// The protocol version the client speaks (default: the server's, 1);
     /// another is refused with 400 `unsupported_protocol` before the upgrade.
     protocol: Option<String>,
+    /// Cluster mode, rooms that spread: the node the client was sent to
+    /// (a `moved`'s `node`) or is on (the snapshot's `node`); a socket
+    /// naming this node stays here rather than being placed again.
+    node: Option<String>,
 }
 
 /// The read buffer of a socket: clients send small JSON messages (an SDP
@@ -222,7 +226,7 @@ pub(crate) async fn upgrade(
     } else {
         None
     };
-    let located = match super::cluster::locate_for_socket(&api, &room).await {
+    let located = match super::cluster::locate_for_socket(&api, &room, params.node.as_deref()).await {
         Ok(located) => located,
         Err(e) => return e.into_response(),
     };
@@ -316,8 +320,12 @@ async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admi
         "playbacks": room.playbacks(),
         "whispers": room.whispers(),
     });
-    if !nodes.is_empty() {
-        // Only in clusters whose rooms spread (see `rejoin_nodes`).
+    if !nodes.is_empty()
+        && let Some(cluster) = &api.cluster
+    {
+        // Only in clusters whose rooms spread (see `rejoin_nodes`): this
+        // node (a resume names it) and where to go if it is lost.
+        head["node"] = cluster.node_id().into();
         head["nodes"] = nodes.into();
     }
     if socket.send(text(&head)).await.is_err() {
