@@ -562,7 +562,11 @@ fn a_cluster_that_trusts_no_one() {
     let r = request_as(apis[1], &anon, "GET", &enter, None, b"").expect("API");
     assert_eq!(r.status, 303, "the owner takes the ticket: {}", r.body);
     let page = r.header("location").expect("Location").to_owned();
-    assert!(page.starts_with(&format!("/?name=Alice%20B&room={room}#token=")), "to the page, same origin: {page}");
+    // Naming the node (rooms spread by default: the page's socket stays there).
+    assert!(
+        page.starts_with("/?name=Alice%20B&node=node-") && page.contains(&format!("&room={room}#token=")),
+        "to the page, same origin: {page}"
+    );
     let token = page.rsplit_once("token=").expect("a token").1;
     let got = auth.verify(token, unix_now()).expect("a valid token");
     assert_eq!(got, Grant::participant(room.as_str(), "alice"), "this room only, the same identity");
