@@ -118,9 +118,9 @@ pub(crate) fn apply(api: &ApiState, msg: &ControlMessage) -> Option<&'static str
         Control::Close => match api.rooms.delete(&msg.room) {
             Ok(effects) => {
                 api.apply(effects);
-                if let Some(c) = &api.cluster {
-                    super::cluster::release(c, &msg.room);
-                }
+                // The span task takes this node out of the room's span (and
+                // lets its lease go if it held it and nobody else hosts it).
+                api.span_wake.notify_one();
             }
             Err(e) => {
                 tracing::debug!(room = %msg.room, origin = %msg.origin, error = %e, "room closed already");
