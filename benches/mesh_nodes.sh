@@ -13,6 +13,7 @@
 #   benches/mesh_nodes.sh [N…]        default N = "1 2 4 8 16"
 #   env: KS="3 5" (max_speakers), PER_NODE=8 (clients per node),
 #        TALKERS=1.0 (share that talk, P.59 on/off), LIFE=30 (seconds),
+#        BIN=target/release/tutti (the servers' and the generator's binary),
 #        CINT=50 (ms between joins), WS=0 (1: clients join through and
 #        hold the room's WebSocket),
 #        KILL_AFTER= (seconds: after the window, kill -9 the last node and
@@ -24,7 +25,7 @@
 # bounded; every process it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$PWD/target/release/tutti
+bin=${BIN:-$PWD/target/release/tutti}
 [ -x "$bin" ] || { echo "build it first: cargo build --release --bin tutti" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "needs redis-server (apt-get install redis-server)" >&2; exit 1; }
 ns=${*:-1 2 4 8 16}

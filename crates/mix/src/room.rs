@@ -293,6 +293,18 @@ struct Participant {
     gain_db: f32,
     /// This tick's frame, kept from phase A for decoding in phase C.
     pending: Playout,
+    /// A local talker not seated, with a selection from outside
+    /// ([`Room::fill_free_seats`]): the frame it sent this tick, kept for
+    /// the next, when a selection across nodes (made of this tick's
+    /// candidates) may seat it; then its onset is played a tick late rather
+    /// than lost. Empty otherwise.
+    unplayed: Playout,
+    /// This tick: the frame `unplayed` kept from the tick before.
+    onset: Playout,
+    /// While seated a tick late (its onset kept, see `unplayed`): this
+    /// tick's own frame, played at the next tick; `pending` holds the one
+    /// from the tick before. `None`: played as it comes.
+    lagged: Option<Playout>,
     dec: Option<Box<DecodeState>>,
     /// Smoothed loudness in dB above the silence floor (127 − level + gain).
     loudness: f32,
@@ -647,6 +659,9 @@ impl Room {
             gain: 1.0,
             gain_db: 0.0,
             pending: Playout::Empty,
+            unplayed: Playout::Empty,
+            onset: Playout::Empty,
+            lagged: None,
             dec: None,
             loudness: 0.0,
             level: 127,
@@ -1114,18 +1129,19 @@ impl Room {
         let challenge = self.challenge_floor(k);
         let cfg = &self.cfg;
         let decode_speakers = !matches!(self.mode, MixMode::Forward(_));
+        let keep_onsets = self.external.is_some() && self.fill;
         let phase_a = if let [shard] = &mut self.shards[..] {
             // One shard (every room up to `shard_size`): no pool round trip.
-            shard.observe(cfg, tick, k, decode_speakers, challenge)
+            shard.observe(cfg, tick, k, decode_speakers, challenge, keep_onsets)
         } else if !parallel {
             self.shards
                 .iter_mut()
-                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge))
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge, keep_onsets))
                 .fold(Observed::default(), Observed::sum)
         } else {
             self.shards
                 .par_iter_mut()
-                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge))
+                .map(|shard| shard.observe(cfg, tick, k, decode_speakers, challenge, keep_onsets))
                 .reduce(Observed::default, Observed::sum)
         };
 
@@ -1644,7 +1660,10 @@ impl Room {
         for sel in self.selected.drain(..) {
             if leaves(&sel) {
                 if let Some(&(s, i)) = self.index.get(&sel.id) {
-                    self.shards[s].members[i].slot = None;
+                    let p = &mut self.shards[s].members[i];
+                    p.slot = None;
+                    // Unseated: played as it comes again (the frame held back is dropped).
+                    p.lagged = None;
                 }
                 self.spare_encoders.push(sel.stream.encoder);
             } else {
@@ -1700,19 +1719,45 @@ impl Shard {
     /// it found lost and concealed.
     /// `challenge`: the loudness from which a talking unlevelled participant
     /// is decoded every tick ([`Room::challenge_floor`]).
-    fn observe(&mut self, cfg: &RoomConfig, tick: u64, k: usize, decode_speakers: bool, challenge: f32) -> Observed {
+    /// `keep_onsets`: keep each unseated local talker's frame for the next
+    /// tick (`Participant::unplayed`).
+    fn observe(
+        &mut self,
+        cfg: &RoomConfig,
+        tick: u64,
+        k: usize,
+        decode_speakers: bool,
+        challenge: f32,
+        keep_onsets: bool,
+    ) -> Observed {
         let mut seen = Observed::default();
         self.candidates.clear();
         for p in &mut self.members {
             // A remote's frame was handed in; a missing one is lost only
             // while selected (its node sends it then), else the remote is
             // just not among its node's candidates.
-            p.pending = if p.remote
+            let popped = if p.remote
                 && let Some(feed) = &mut p.feed
             {
                 feed.take(p.slot.is_some())
             } else {
                 p.jitter.pop()
+            };
+            // The level of the frame that came (a speaker played a tick late
+            // is heard from the one before, but talks with this one).
+            let level = match &popped {
+                Playout::Frame(f) => f.level,
+                Playout::Lost { .. } | Playout::Empty => Some(127),
+            };
+            p.onset = std::mem::replace(&mut p.unplayed, Playout::Empty);
+            // Only frames that carry their level: an unlevelled one may be
+            // decoded below to measure it, and a decoder takes frames in order.
+            if keep_onsets && p.slot.is_none() && !p.remote && !p.source && !p.muted && level.is_some() {
+                p.unplayed = popped.clone();
+            }
+            p.pending = match &mut p.lagged {
+                Some(held) => std::mem::replace(held, popped),
+                None => popped,
             };
             let lost = matches!(p.pending, Playout::Lost { .. });
             seen.lost += u64::from(lost);
@@ -1720,10 +1765,6 @@ impl Shard {
             // mixes (they are almost always selected again); frames without
             // an audio level are measured (a decode only when the packet
             // does not say it is silent, see `measure_unlevelled`).
-            let level = match &p.pending {
-                Playout::Frame(f) => f.level,
-                Playout::Lost { .. } | Playout::Empty => Some(127),
-            };
             let (decoded, level) = if p.muted {
                 (None, level.unwrap_or(127))
             } else if p.slot.is_some() && decode_speakers {

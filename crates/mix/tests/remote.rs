@@ -748,3 +748,64 @@ fn a_local_talkers_first_frame_takes_a_free_seat_on_its_own_node() {
         );
     }
 }
+
+/// Every seat taken (K = 1, a remote speaker selected from outside): a
+/// local talker's first frame cannot take a free seat. The selection
+/// across nodes names it the tick after its first frame (made of that
+/// tick's candidates); its own node then plays that first frame, and the
+/// rest of its turn, a tick late, as the other nodes do, rather than lose
+/// it; the candidates carry its frames as they come. Without
+/// `fill_free_seats` (the mixer's own selection from outside, no mesh)
+/// the frame of the tick is played, as before.
+#[test]
+fn a_local_talker_seated_from_outside_is_played_from_its_first_frame_a_tick_late() {
+    let pool = MixPool::new(1).expect("pool");
+    for fill in [true, false] {
+        let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(1), ..RoomConfig::default() };
+        let mut room = Room::new(cfg).expect("room");
+        let mut talker = ToneParticipant::new(1, 440.0);
+        let mut listener = ToneParticipant::new(2, 660.0);
+        for c in [&talker, &listener] {
+            room.add_participant(c.id).expect("join");
+        }
+        let remote = ParticipantId(1 << 51);
+        room.add_remote(remote).expect("remote");
+        room.fill_free_seats(fill);
+        let mut candidates = Vec::new();
+        let mut sent: Vec<Option<Bytes>> = Vec::new();
+        let mut played: Vec<Option<Bytes>> = Vec::new();
+        let mut carried: Vec<Option<Bytes>> = Vec::new();
+        for t in 0..14u64 {
+            // The remote holds the one seat until the talker's candidate of
+            // the tick before says it talks; then the talker has it.
+            let talks = candidates.iter().any(|c: &LocalCandidate| c.id == talker.id && c.level < 127);
+            room.set_selection(Some(vec![if talks { talker.id } else { remote }]));
+            let amplitude = if t >= 5 { 0.3 } else { 0.0 };
+            let packet = talker.next_packet(amplitude);
+            sent.push((amplitude > 0.0).then(|| packet.payload.clone()));
+            room.push_packet(talker.id, packet).expect("local");
+            room.push_packet(listener.id, listener.next_packet(0.0)).expect("local");
+            room.put_remote_frame(remote, 10, Bytes::from_static(&[0xf8, 0xff, 0xfe])).expect("remote");
+            room.tick(&pool, t);
+            room.candidates(1, &mut candidates);
+            played.push(room.speaker_frames().find(|(id, _, _)| *id == talker.id).and_then(|(_, _, f)| f.cloned()));
+            carried.push(candidates.iter().find(|c| c.id == talker.id).and_then(|c| c.frame.clone()));
+        }
+        // The tick its first frame came out of its jitter buffer: the first candidate frame that talks.
+        let onset = carried.iter().position(|f| f.as_ref().is_some_and(|f| sent.contains(&Some(f.clone()))));
+        let onset = onset.expect("the talker talked");
+        let first_played = played.iter().position(Option::is_some).expect("the talker was seated");
+        assert_eq!(first_played, onset + 1, "fill {fill}: seated the tick after its onset");
+        for t in first_played..played.len() {
+            // Its candidates carry each tick's own frame, whatever is played here.
+            assert!(carried[t].is_some(), "fill {fill}, tick {t}: a candidate frame");
+            let want = if fill { &carried[t - 1] } else { &carried[t] };
+            assert_eq!(
+                &played[t],
+                want,
+                "fill {fill}, tick {t}: played {}",
+                if fill { "a tick late" } else { "as it came" }
+            );
+        }
+    }
+}

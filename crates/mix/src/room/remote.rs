@@ -181,9 +181,9 @@ impl Room {
         }
         out.sort_unstable_by(order);
         for c in out.iter_mut() {
-            if let Ok(p) = self.participant(c.id)
-                && let Playout::Frame(f) = &p.pending
-            {
+            let Ok(p) = self.participant(c.id) else { continue };
+            // This tick's own frame (a speaker played a tick late holds it back).
+            if let Playout::Frame(f) = p.lagged.as_ref().unwrap_or(&p.pending) {
                 c.frame = Some(f.payload.clone());
             }
         }
@@ -224,6 +224,17 @@ impl Room {
         }
         for &id in &chosen {
             if self.participant(id).is_ok_and(|p| p.slot.is_none()) {
+                // Seated by a selection made of the last tick's candidates:
+                // its frame of that tick, which the other nodes play now, is
+                // played here too (and the rest of its turn a tick late, as
+                // there) rather than lost.
+                if !self.filled.contains(&id)
+                    && let Ok(p) = self.participant_mut(id)
+                    && !matches!(p.onset, Playout::Empty)
+                {
+                    let onset = std::mem::replace(&mut p.onset, Playout::Empty);
+                    p.lagged = Some(std::mem::replace(&mut p.pending, onset));
+                }
                 self.add_speaker(id);
             }
         }
