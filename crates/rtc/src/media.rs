@@ -43,6 +43,7 @@ use rtc::peer_connection::message::RTCMessage;
 use rtc::peer_connection::sdp::RTCSessionDescription;
 use rtc::peer_connection::state::{RTCIceConnectionState, RTCPeerConnectionState};
 use rtc::peer_connection::transport::RTCDtlsRole;
+use rtc::peer_connection::transport::RTCDtlsTransportState;
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use rtc::peer_connection::{RTCPeerConnection, RTCPeerConnectionBuilder};
 use rtc::rtcp::receiver_report::ReceiverReport;
@@ -852,6 +853,9 @@ pub(crate) struct Media {
     last_sender_report: Option<SenderReportInfo>,
     connected: bool,
     closed: bool,
+    /// A DTLS record was read since the last drain (after the handshake,
+    /// perhaps the peer's close_notify: see [`Media::drain_io`]).
+    dtls_read: bool,
     /// ICE reached connected (or completed) at some point.
     ice_up: bool,
     /// ICE is connected (or completed) now: not checking, as during a restart.
@@ -925,6 +929,7 @@ impl Media {
             keys,
             remote: None,
             arrived_from: None,
+            dtls_read: false,
             remote_tcp: false,
             reception: None,
             next_receiver_report: None,
@@ -1565,6 +1570,15 @@ impl Media {
                 }
             }
         }
+        // webrtc-rs reports the peer's close_notify only as its DTLS
+        // transport's state (the connection's still reads "connected" while
+        // ICE is): looked at after a DTLS record only, never per packet.
+        // The state changes once the alert is decrypted and authenticated,
+        // so a forged datagram cannot end a call.
+        if std::mem::take(&mut self.dtls_read) && self.connected && !self.closed && self.dtls_closed() {
+            self.closed = true;
+            on(PeerEvent::Closed);
+        }
         let arrived_from = self.arrived_from.take();
         while let Some(msg) = self.pc.poll_read() {
             let at = msg.now;
@@ -1606,6 +1620,19 @@ impl Media {
                 _ => {}
             }
         }
+    }
+
+    /// Notes that a DTLS record is about to be read (see `dtls_read`).
+    pub(crate) fn dtls_arriving(&mut self) {
+        self.dtls_read = true;
+    }
+
+    /// Whether the DTLS transport is closed (the peer's close_notify).
+    fn dtls_closed(&mut self) -> bool {
+        self.pc
+            .rtp_sender(self.sender)
+            .and_then(|s| s.transport().map(|t| t.state() == RTCDtlsTransportState::Closed))
+            .unwrap_or(false)
     }
 
     /// Notes where the SRTP/SRTCP datagram about to be read came from (see `arrived_from`).

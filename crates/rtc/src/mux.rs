@@ -778,6 +778,10 @@ impl Mux {
             },
             message: BytesMut::from(data),
         };
+        // A DTLS record (RFC 7983: first byte 20 to 63): its close_notify is looked for after it.
+        if data.first().is_some_and(|b| (20..=63).contains(b)) {
+            peer.media.dtls_arriving();
+        }
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
         let _ = peer.media.pc.handle_read(msg);
         let audio_before = self.stats.audio_in;

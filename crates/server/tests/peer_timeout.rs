@@ -68,3 +68,37 @@ fn vanished_participants_are_removed_after_the_timeout() {
     );
     rt.block_on(server.shutdown());
 }
+
+/// A participant that hangs up over DTLS only (close_notify, no REST leave,
+/// as a WebRTC client closing its connection does) leaves at once, with
+/// reason `left`, not at the peer timeout.
+#[test]
+fn a_close_notify_leaves_at_once() {
+    let cfg = Config { peer_timeout_seconds: 10.0, ..test_config() };
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "h");
+    let mut observer = Ws::connect(api, "h");
+    let mut stays = ToneClient::join(api, "h", 440.0, JoinAs::Whip).expect("join");
+    let mut hangs_up = ToneClient::join(api, "h", 660.0, JoinAs::Whip).expect("join");
+    let mut both = [&mut stays, &mut hangs_up];
+    assert!(run_until(&mut both, Instant::now() + Duration::from_secs(10), |cs| cs.iter().all(|c| c.heard.len() > 10)));
+    let closed_at = Instant::now();
+    hangs_up.close();
+    let mut left = None;
+    let mut one = [&mut stays];
+    run_until(&mut one, Instant::now() + Duration::from_secs(8), |_| {
+        while let Some(v) = observer.try_next() {
+            if v["type"] == "left" && v["id"].as_u64() == Some(hangs_up.id) {
+                left = Some((v["reason"].as_str().unwrap_or("").to_owned(), closed_at.elapsed()));
+            }
+        }
+        left.is_some()
+    });
+    let (reason, after) = left.expect("the participant that hung up left");
+    println!("left {after:?} after its close_notify, reason {reason}");
+    assert!(after < Duration::from_secs(2), "at once, not at the 10 s peer timeout: {after:?}");
+    assert_ne!(reason, "timed_out");
+    assert_eq!(server.participants(), 1);
+    rt.block_on(server.shutdown());
+}
