@@ -277,10 +277,16 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 
 #[test]
 fn p5_mos_stays_above_3_5_with_5_percent_loss_and_30_ms_jitter() {
-    // The relay needs the media port before the server advertises it: bind, then point the relay at it.
-    let probe = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let media = probe.local_addr().expect("addr");
-    drop(probe);
+    // The relay needs the media port before the server advertises it: a port
+    // free for both UDP and ICE-TCP (the server binds both; a UDP port alone
+    // was once taken on TCP), then the relay pointed at it.
+    let media = (0..50)
+        .find_map(|_| {
+            let tcp = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+            let addr = tcp.local_addr().ok()?;
+            UdpSocket::bind(addr).ok().map(|_| addr)
+        })
+        .expect("a port free for UDP and TCP");
     let relay = Relay::start(media, NETEM, Duration::from_secs(120));
     // Loopback only: no tokens, no per-address join limit (every client is 127.0.0.1).
     let mut cfg = Config {
