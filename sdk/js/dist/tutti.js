@@ -318,6 +318,15 @@ function gathered(pc, ms) {
         pc.addEventListener('icegatheringstatechange', done);
     });
 }
+/** The origin of an absolute URL; '' when it is not one. */
+function originOf(url) {
+    try {
+        return typeof url === 'string' ? new URL(url).origin : '';
+    }
+    catch (_) {
+        return '';
+    }
+}
 function parse(text) {
     if (typeof text !== 'string')
         return null;
@@ -815,14 +824,8 @@ export class Room extends Emitter {
     async findNode() {
         const lost = this.api.base.origin;
         for (const n of this.nodes) {
-            let origin = '';
-            try {
-                origin = new URL(n.api_url).origin;
-            }
-            catch (_) {
-                continue;
-            }
-            if (origin === lost || !this.live)
+            const origin = originOf(n.api_url);
+            if (!origin || origin === lost || !this.live)
                 continue;
             try {
                 const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs, n.node);
@@ -831,9 +834,9 @@ export class Room extends Emitter {
             }
             catch (e) {
                 const there = e instanceof TuttiError ? e.moved : null;
-                if (there && there.api_url && new URL(there.api_url, n.api_url).origin !== lost) {
+                const elsewhere = there ? originOf(there.api_url) : '';
+                if (there && elsewhere && elsewhere !== lost)
                     return { ...there, reason: 'lost' };
-                }
             }
         }
         return null;

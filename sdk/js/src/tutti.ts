@@ -514,6 +514,15 @@ function gathered(pc: RTCPeerConnection, ms: number): Promise<void> {
   });
 }
 
+/** The origin of an absolute URL; '' when it is not one. */
+function originOf(url: unknown): string {
+  try {
+    return typeof url === 'string' ? new URL(url).origin : '';
+  } catch (_) {
+    return '';
+  }
+}
+
 function parse(text: unknown): ServerMessage | null {
   if (typeof text !== 'string') return null;
   try {
@@ -1044,22 +1053,16 @@ export class Room extends Emitter<RoomEvents> {
   private async findNode(): Promise<MovedMessage | null> {
     const lost = this.api.base.origin;
     for (const n of this.nodes) {
-      let origin = '';
-      try {
-        origin = new URL(n.api_url).origin;
-      } catch (_) {
-        continue;
-      }
-      if (origin === lost || !this.live) continue;
+      const origin = originOf(n.api_url);
+      if (!origin || origin === lost || !this.live) continue;
       try {
         const { ws } = await openSocket(new Api(n.api_url, this.api.token), this.room, this.timings.nodeLostMs, n.node);
         ws.close(1000);
         return { type: 'moved', protocol: PROTOCOL, room: this.room, node: n.node, api_url: n.api_url, reason: 'lost' };
       } catch (e) {
         const there = e instanceof TuttiError ? e.moved : null;
-        if (there && there.api_url && new URL(there.api_url, n.api_url).origin !== lost) {
-          return { ...there, reason: 'lost' };
-        }
+        const elsewhere = there ? originOf(there.api_url) : '';
+        if (there && elsewhere && elsewhere !== lost) return { ...there, reason: 'lost' };
       }
     }
     return null;

@@ -439,7 +439,6 @@ const MAX_REJOIN_NODES: usize = 8;
 /// socket there is placed like any join). Empty otherwise, or when Redis
 /// cannot say.
 pub(crate) async fn rejoin_nodes(api: &ApiState) -> Vec<serde_json::Value> {
-    // (Empty without spread: see `other_nodes`.)
     other_nodes(api, MAX_REJOIN_NODES)
         .await
         .into_iter()
