@@ -446,20 +446,43 @@ pub(crate) async fn rejoin_nodes(api: &ApiState) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// How long one read of the other nodes serves every page and snapshot.
+const OTHER_NODES_FRESH: Duration = Duration::from_secs(1);
+
+/// Other serving nodes: (id, API URL).
+type NodeUrls = Arc<[(String, String)]>;
+
+/// The other serving nodes as last read, and when: see [`other_nodes`].
+#[derive(Default)]
+pub(crate) struct OtherNodes(std::sync::Mutex<Option<(Instant, NodeUrls)>>);
+
 /// In a cluster whose rooms spread: up to `max` other serving nodes (id,
 /// API URL), sorted by id, from signed records; empty otherwise, or when
-/// Redis cannot say.
+/// Redis cannot say. Read at most once per [`OTHER_NODES_FRESH`] for all
+/// callers (the page at `/`, which anyone may load, and every socket's
+/// snapshot), so neither costs Redis a read per request.
 pub(crate) async fn other_nodes(api: &ApiState, max: usize) -> Vec<(String, String)> {
     let Some(cluster) = api.cluster.as_ref().filter(|c| c.config().room_spread != RoomSpread::Off) else {
         return Vec::new();
     };
-    let Ok(nodes) = cluster.nodes().await else { return Vec::new() };
-    nodes
-        .into_iter()
-        .filter(|n| n.id != cluster.node_id() && n.state == tutti_cluster::NodeState::Serving)
-        .take(max)
-        .map(|n| (n.id, n.api_url))
-        .collect()
+    let cached = lock(&api.other_nodes.0).as_ref().filter(|(at, _)| at.elapsed() < OTHER_NODES_FRESH).cloned();
+    let nodes = match cached {
+        Some((_, nodes)) => nodes,
+        None => {
+            // A failed read serves its callers too (as none), until the next.
+            let nodes: NodeUrls = match cluster.nodes().await {
+                Ok(nodes) => nodes
+                    .into_iter()
+                    .filter(|n| n.id != cluster.node_id() && n.state == tutti_cluster::NodeState::Serving)
+                    .map(|n| (n.id, n.api_url))
+                    .collect(),
+                Err(_) => Arc::from([]),
+            };
+            *lock(&api.other_nodes.0) = Some((Instant::now(), nodes.clone()));
+            nodes
+        }
+    };
+    nodes.iter().take(max).cloned().collect()
 }
 
 /// Finds `room` for a join (REST or WebSocket): here when hosted here

@@ -86,6 +86,8 @@ pub(crate) struct ApiState {
     /// Rosters of spread rooms: this node's changes to write, the other
     /// nodes' as last read (`roster`).
     pub(crate) roster: Arc<roster::Roster>,
+    /// The other nodes a page and a snapshot name, as last read.
+    pub(crate) other_nodes: cluster::OtherNodes,
 }
 
 impl ApiState {
@@ -108,6 +110,7 @@ impl ApiState {
             clips: playback::ClipCache::default(),
             span_wake: tokio::sync::Notify::new(),
             roster: Arc::default(),
+            other_nodes: cluster::OtherNodes::default(),
             cfg,
         }
     }
