@@ -179,6 +179,11 @@ fn a_big_rooms_snapshot_comes_in_bounded_messages_that_add_up() {
         messages.extend(socket.drain());
         std::thread::sleep(Duration::from_millis(10));
     }
+    // The snapshot ends with the message whose `more` is 0; the room's event
+    // batches follow it (one may come in the same read).
+    if let Some(end) = messages.iter().position(|m| m["more"] == 0) {
+        messages.truncate(end + 1);
+    }
     // 16 participants a message: `room` and four `participants`, `more` counting down.
     assert_eq!(messages[0]["type"], "room", "{}", messages[0]);
     assert_eq!(messages.len(), 5, "{messages:?}");
