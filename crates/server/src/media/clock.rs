@@ -87,6 +87,41 @@ fn thread_cpu() -> Duration {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
 }
 
+/// The kernel's account of this thread: its CPU time, and how many times it
+/// gave its core up (`blocked`: waited for a lock or a full queue) or had it
+/// taken (`preempted`: another thread ran). Read at each tick's start and
+/// end (four system calls), so that a slow tick's warning says why it was
+/// slow: work (`cpu` near the tick's time), or waiting.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct ThreadUsage {
+    cpu: Duration,
+    blocked: i64,
+    preempted: i64,
+}
+
+impl ThreadUsage {
+    fn now() -> Self {
+        let cpu = thread_cpu();
+        match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD) {
+            Ok(u) => Self { cpu, blocked: u.voluntary_context_switches(), preempted: u.involuntary_context_switches() },
+            Err(_) => Self { cpu, ..Self::default() },
+        }
+    }
+
+    /// What was used from `before` to `self`.
+    fn since(self, before: Self) -> Self {
+        Self {
+            cpu: self.cpu.saturating_sub(before.cpu),
+            blocked: self.blocked.saturating_sub(before.blocked),
+            preempted: self.preempted.saturating_sub(before.preempted),
+        }
+    }
+
+    fn cpu_ms(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e3
+    }
+}
+
 /// Peers whose ICE never started are looked for every this many ticks (1 s).
 const HOUSEKEEPING_TICKS: u64 = 50;
 
@@ -121,6 +156,8 @@ impl Clock {
         let mut tick = 0u64;
         let mut shed = Shedder::default();
         let mut spread = Spread::default();
+        // The last tick's time and use of this thread, for the warning of an overrun.
+        let mut last = (Duration::ZERO, ThreadUsage::default());
         while !self.stop.load(Ordering::Relaxed) {
             let due = start + TICK * u32::try_from(tick).unwrap_or(u32::MAX);
             let now = Instant::now();
@@ -131,10 +168,20 @@ impl Clock {
                 let behind = ((now - due).as_millis() / TICK.as_millis()) as u64;
                 self.overruns.fetch_add(behind, Ordering::Relaxed);
                 metrics::tick_overruns(behind);
-                tracing::warn!(ticks = behind, "mixer fell behind; ticks skipped");
+                // The last tick's figures tell a slow tick (its time) from a late wake-up.
+                let (took, usage) = last;
+                tracing::warn!(
+                    ticks = behind,
+                    last_took_ms = took.as_secs_f64() * 1e3,
+                    last_cpu_ms = usage.cpu_ms(),
+                    last_blocked = usage.blocked,
+                    last_preempted = usage.preempted,
+                    "mixer fell behind; ticks skipped"
+                );
                 tick += behind;
             }
             let started = Instant::now();
+            let at_start = ThreadUsage::now();
             let level = shed.level();
             let rooms = self.rooms.all();
             if let Some(mesh) = mesh.as_mut() {
@@ -171,6 +218,8 @@ impl Clock {
                 }
             }
             let took = started.elapsed();
+            let usage = ThreadUsage::now().since(at_start);
+            last = (took, usage);
             metrics::tick(took, &totals);
             if let Some(pooled) = spread.after_tick(took, work) {
                 tracing::debug!(pooled, took_ms = took.as_secs_f64() * 1e3, "mixer work moves");
@@ -181,6 +230,9 @@ impl Clock {
                     tracing::warn!(
                         level = new,
                         took_ms = took.as_secs_f64() * 1e3,
+                        cpu_ms = usage.cpu_ms(),
+                        blocked = usage.blocked,
+                        preempted = usage.preempted,
                         "mixer near its deadline: shedding codec work"
                     );
                 } else {
@@ -198,6 +250,21 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tick_that_waited_shows_as_blocked_and_not_as_work() {
+        let before = ThreadUsage::now();
+        std::thread::sleep(Duration::from_millis(5));
+        let waited = ThreadUsage::now().since(before);
+        assert!(waited.blocked >= 1, "a sleep gives the core up: {waited:?}");
+        assert!(waited.cpu < Duration::from_millis(4), "a sleep is not work: {waited:?}");
+        let spun = ThreadUsage::now();
+        while ThreadUsage::now().since(spun).cpu < Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        let worked = ThreadUsage::now().since(spun);
+        assert!(worked.cpu >= Duration::from_millis(2) && worked.blocked == 0, "{worked:?}");
+    }
 
     #[test]
     fn light_ticks_stay_inline_heavy_work_moves_to_the_pool_and_a_probe_brings_it_back() {
