@@ -93,7 +93,14 @@ const ROOM: &str = "browser";
 /// Page "alice" (default voice processing), page "bob" (processing off), the Rust client.
 const ALICE_HZ: f32 = 500.0;
 const BOB_HZ: f32 = 700.0;
-const RUST_HZ: f32 = 900.0;
+/// Not 900 Hz: 2 × 700 − 900 = 500, so the third-order intermodulation of
+/// bob's and the Rust client's tones (Opus coding two loud tones makes some)
+/// landed on alice's own 500 Hz, at about −55 dB in her page: it read as
+/// alice hearing herself. No product of order 4 or lower of two of these
+/// tones comes within 60 Hz of the third or of `CONTROL_HZ`.
+const RUST_HZ: f32 = 1060.0;
+/// What the Rust client calls itself (`ToneClient`: its frequency).
+const RUST_NAME: &str = "1060 Hz";
 /// A frequency nobody sends: the noise floor.
 const CONTROL_HZ: f32 = 1300.0;
 /// FFT magnitudes (dB, as AnalyserNode reports them) above which a tone is
@@ -292,7 +299,7 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
             { "name": "alice", "wav": alice_wav, "processing": true },
             { "name": "bob", "wav": bob_wav, "processing": false },
         ],
-        "others": ["900 Hz"],
+        "others": [RUST_NAME],
         "tones": [ALICE_HZ, BOB_HZ, RUST_HZ],
         "control": CONTROL_HZ,
         "settleMs": 1500,
@@ -394,12 +401,12 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
     // The page lists everyone and shows the others talking.
     let listed = names(&result["listed"]);
     assert_eq!(listed.len(), 3, "{listed:?}");
-    for name in ["alice", "bob", "900 Hz"] {
+    for name in ["alice", "bob", RUST_NAME] {
         assert!(listed.contains(&name), "{name} is listed: {listed:?}");
     }
     let mut talking = names(&result["talkingIndicators"]);
     talking.sort_unstable();
-    assert_eq!(talking, ["900 Hz", "bob"], "alice's page shows the others talking");
+    assert_eq!(talking, [RUST_NAME, "bob"], "alice's page shows the others talking");
     let screenshot = out.join("call.png");
     let size = std::fs::metadata(&screenshot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 10_000, "a screenshot of the call ({size} bytes)");
@@ -442,7 +449,7 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
     assert_eq!(after["a"]["phase"], "left", "{after}");
     let mut left = names(&after["b"]);
     left.sort_unstable();
-    assert_eq!(left, ["900 Hz", "bob"], "bob's page no longer lists alice: {after}");
+    assert_eq!(left, [RUST_NAME, "bob"], "bob's page no longer lists alice: {after}");
     assert!(after["notice"].as_str().is_some_and(|n| n.contains("You left")), "{after}");
 
     // Chromium's audio was read on tutti's lean receive path (its SRTP,
@@ -477,7 +484,7 @@ fn code_block(markdown: &str, heading: &str, lang: &str) -> String {
 /// The SDK's README app, literally (its `index.html` and `app.js` beside
 /// the committed `sdk/js/dist/tutti.js`), served from an origin of its own
 /// that the server allows (`cors.allowed_origins`), with auth on, in
-/// Chromium with a 500 Hz microphone; a Rust client sending 900 Hz and 17
+/// Chromium with a 500 Hz microphone; a Rust client sending 1060 Hz and 17
 /// silent ones are in the room (so its snapshot comes in parts). Through the SDK alone the app joins over the WebSocket, lists
 /// the Rust client and shows it talking, hears it and not itself, and is
 /// heard; muted it is not heard, and the server says so; its raised hand
@@ -603,9 +610,9 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
     // It listed everyone (a snapshot in parts) and showed the Rust client talking, in its own words.
     let listed = names_of(&result["listed"]);
     assert_eq!(listed.len(), everyone, "{result}");
-    assert_eq!(result["talking"], json!(["900 Hz"]), "only the Rust client talks: {result}");
-    assert!(listed.contains(&"ada") && listed.contains(&"900 Hz"), "{listed:?}");
-    assert!(result["shown"].as_str().is_some_and(|s| s.contains("900 Hz (talking)")), "{result}");
+    assert_eq!(result["talking"], json!([RUST_NAME]), "only the Rust client talks: {result}");
+    assert!(listed.contains(&"ada") && listed.contains(&RUST_NAME), "{listed:?}");
+    assert!(result["shown"].as_str().is_some_and(|s| s.contains(&format!("{RUST_NAME} (talking)"))), "{result}");
     assert_eq!(result["self"]["admin"], false, "a participant's token manages nothing: {result}");
 
     // It hears the Rust client, not itself; the Rust client hears it.
