@@ -47,6 +47,7 @@ var (
 	clients   = flag.Int("n", 100, "clients")
 	rooms     = flag.Int("rooms", 1, "rooms; clients are dealt to them in turn")
 	talkers   = flag.Float64("talkers", 0.1, "share of each room's clients that talk (ITU-T P.59 on/off: spurts of 1.0 s, pauses of 1.6 s on average)")
+	always    = flag.Bool("always", false, "talkers talk all the time (no P.59 pauses)")
 	noLevels  = flag.Bool("no-levels", false, "send no audio level (the server must decode every packet to measure it)")
 	noDTX     = flag.Bool("no-dtx", false, "silent clients send a frame every 20 ms instead of one every 400 ms")
 	quietKind = flag.String("quiet", "silence", "what silent clients send: `silence` (a silence frame) or `noise` (frames of -noise: low noise, as a real microphone gives)")
@@ -58,6 +59,7 @@ var (
 	opusFile  = flag.String("opus", "voice.opus", "Ogg Opus file of 20 ms frames that talkers send, looped")
 	parallel  = flag.Int("parallel", 16, "joins in flight at once")
 	roomNames = flag.String("prefix", "pion", "room ids are PREFIX-0, PREFIX-1, …")
+	jsonOut   = flag.Bool("json", false, "also print the figures as one JSON line, last")
 )
 
 // RFC 6464's header extension, as browsers offer it.
@@ -72,7 +74,8 @@ type client struct {
 	talker bool
 	pc     *webrtc.PeerConnection
 	track  *webrtc.TrackLocalStaticRTP
-	extID  uint8
+	extID  uint8 // the level extension's id in our offer (what we send)
+	rxExt  uint8 // and in the server's answer (what we receive)
 	ws     *websocket.Conn
 	seq    uint16
 	ts     uint32
@@ -82,6 +85,7 @@ type client struct {
 
 	// Received, from the measured window's start (reset at it).
 	packets   atomic.Uint64
+	levelled  atomic.Uint64 // packets that carried an RFC 6464 level
 	lost      atomic.Uint64
 	jitterQ4  atomic.Uint64 // RFC 3550 jitter in 1/16 of a 48 kHz sample, last value
 	wsMsgs    atomic.Uint64
@@ -149,6 +153,7 @@ func main() {
 	time.Sleep(*warmup)
 	for _, c := range cs {
 		c.packets.Store(0)
+		c.levelled.Store(0)
 		c.lost.Store(0)
 		c.wsMsgs.Store(0)
 		c.wsBytes.Store(0)
@@ -164,7 +169,7 @@ func main() {
 	close(stop)
 	sendWG.Wait()
 
-	report(cs, window, cpu1-cpu0, rss0, rss1, self1-self0, &late)
+	report(cs, window, cpu1-cpu0, rss0, rss1, self1-self0, &late, int(failed.Load()))
 	for _, c := range cs {
 		if c.ws != nil {
 			_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""), time.Now().Add(time.Second))
@@ -233,6 +238,7 @@ func (c *client) join(api *webrtc.API) error {
 	if err != nil {
 		return err
 	}
+	c.rxExt = extmapID(answer)
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer}); err != nil {
 		return err
 	}
@@ -338,6 +344,9 @@ func (c *client) receive(t *webrtc.TrackRemote) {
 		}
 		have, last, transit0 = true, p.SequenceNumber, transit
 		c.packets.Add(1)
+		if c.rxExt != 0 && len(p.Header.GetExtension(c.rxExt)) == 1 {
+			c.levelled.Add(1)
+		}
 	}
 }
 
@@ -375,7 +384,9 @@ func sendLoop(cs []*client, frames, quiet [][]byte, stop chan struct{}, late *la
 			c.ts += 960
 			var payload []byte
 			var level byte
-			if c.talker && tick >= c.flip {
+			if c.talker && *always {
+				c.talking = true
+			} else if c.talker && tick >= c.flip {
 				c.talking = !c.talking
 				mean := 1.587 // s, P.59 pause
 				if c.talking {
@@ -401,9 +412,9 @@ func sendLoop(cs []*client, frames, quiet [][]byte, stop chan struct{}, late *la
 	}
 }
 
-func report(cs []*client, window float64, cpuTicks uint64, rss0, rss1 uint64, selfTicks uint64, late *lateness) {
+func report(cs []*client, window float64, cpuTicks uint64, rss0, rss1 uint64, selfTicks uint64, late *lateness, failed int) {
 	n := 0
-	var packets, lost uint64
+	var packets, levelled, lost uint64
 	var jitters []float64
 	var wsMsgs, wsBytes uint64
 	nWS := 0
@@ -413,6 +424,7 @@ func report(cs []*client, window float64, cpuTicks uint64, rss0, rss1 uint64, se
 		}
 		n++
 		packets += c.packets.Load()
+		levelled += c.levelled.Load()
 		lost += c.lost.Load()
 		jitters = append(jitters, float64(c.jitterQ4.Load())/16/48)
 		if c.ws != nil {
@@ -449,6 +461,22 @@ func report(cs []*client, window float64, cpuTicks uint64, rss0, rss1 uint64, se
 		float64(selfTicks)/window, pct(ls, 0.5), pct(ls, 0.99), pct(ls, 1))
 	if pct(ls, 0.99) > 10 {
 		fmt.Println("INVALID: the generator did not keep up (1 % of its sends more than 10 ms late)")
+	}
+	if *jsonOut {
+		per := func(v uint64, k int) float64 { return float64(v) / float64(max(k, 1)) / window }
+		out, _ := json.Marshal(map[string]any{
+			"clients":                      len(cs),
+			"failed":                       failed,
+			"connected":                    n,
+			"window_s":                     window,
+			"packets_per_client_per_s":     per(packets, n),
+			"levelled_share":               float64(levelled) / float64(max(packets, 1)),
+			"loss_percent":                 100 * float64(lost) / float64(max(packets+lost, 1)),
+			"ws_clients":                   nWS,
+			"ws_messages_per_client_per_s": per(wsMsgs, nWS),
+			"generator_late_p99_ms":        pct(ls, 0.99),
+		})
+		fmt.Println(string(out))
 	}
 }
 
