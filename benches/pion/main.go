@@ -38,7 +38,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/pion/ice/v4"
 	"github.com/pion/rtp"
-	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 )
 
@@ -122,6 +121,7 @@ func main() {
 		cs[i] = &client{idx: i, room: fmt.Sprintf("%s-%d", *roomNames, r), talker: talk}
 	}
 
+	_, rssIdle := procStat(*pid)
 	start := time.Now()
 	sem := make(chan struct{}, *parallel)
 	var wg sync.WaitGroup
@@ -159,7 +159,7 @@ func main() {
 		c.wsBytes.Store(0)
 	}
 	late.reset()
-	cpu0, rss0 := procStat(*pid)
+	cpu0, _ := procStat(*pid)
 	self0, _ := procStat(os.Getpid())
 	t0 := time.Now()
 	time.Sleep(*life - *warmup)
@@ -169,7 +169,7 @@ func main() {
 	close(stop)
 	sendWG.Wait()
 
-	report(cs, window, cpu1-cpu0, rss0, rss1, self1-self0, &late, int(failed.Load()))
+	report(cs, window, cpu1-cpu0, rssIdle, rss1, self1-self0, &late, int(failed.Load()))
 	for _, c := range cs {
 		if c.ws != nil {
 			_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""), time.Now().Add(time.Second))
@@ -378,7 +378,8 @@ func sendLoop(cs []*client, frames, quiet [][]byte, stop chan struct{}, late *la
 		}
 		late.add(time.Since(due))
 		for _, c := range cs {
-			if c.track == nil || !c.connected.Load() {
+			// connected is stored after track is set: read it first.
+			if !c.connected.Load() || c.track == nil {
 				continue
 			}
 			c.ts += 960
@@ -412,7 +413,8 @@ func sendLoop(cs []*client, frames, quiet [][]byte, stop chan struct{}, late *la
 	}
 }
 
-func report(cs []*client, window float64, cpuTicks uint64, rss0, rss1 uint64, selfTicks uint64, late *lateness, failed int) {
+// rssIdle: the server's RSS before the joins; rss1: at the window's end.
+func report(cs []*client, window float64, cpuTicks uint64, rssIdle, rss1 uint64, selfTicks uint64, late *lateness, failed int) {
 	n := 0
 	var packets, levelled, lost uint64
 	var jitters []float64
@@ -438,8 +440,8 @@ func report(cs []*client, window float64, cpuTicks uint64, rss0, rss1 uint64, se
 	cpuS := float64(cpuTicks) / 100
 	fmt.Printf("window %.1f s, %d clients connected at its end\n", window, n)
 	if *pid != 0 && n > 0 {
-		fmt.Printf("server CPU: %.1f %% of a core, %.2f µs per participant per tick; RSS %.1f MB (%.1f at the window's start)\n",
-			100*cpuS/window, cpuS*1e6/float64(n)/ticks, float64(rss1)/1e6, float64(rss0)/1e6)
+		fmt.Printf("server CPU: %.1f %% of a core, %.2f µs per participant per tick; RSS %.1f MB (%.1f before the joins: %.0f KiB per participant)\n",
+			100*cpuS/window, cpuS*1e6/float64(n)/ticks, float64(rss1)/1e6, float64(rssIdle)/1e6, (float64(rss1)-float64(rssIdle))/float64(n)/1024)
 	}
 	if n > 0 {
 		fmt.Printf("received: %.1f packets per client per second, loss %.3f %%, jitter p50/p95/max %.1f / %.1f / %.1f ms\n",
@@ -525,11 +527,8 @@ func createRoom(id string) {
 
 var extmapRe = regexp.MustCompile(`a=extmap:(\d+) ` + regexp.QuoteMeta(levelURI))
 
+// extmapID: the id a description gives the level extension (0: none).
 func extmapID(s string) uint8 {
-	var d sdp.SessionDescription
-	if d.Unmarshal([]byte(s)) != nil {
-		return 0
-	}
 	m := extmapRe.FindStringSubmatch(s)
 	if m == nil {
 		return 0
