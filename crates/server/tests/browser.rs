@@ -561,7 +561,7 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
         "measureMs": 2000,
         "waitMs": 20000,
     });
-    let (mut driver, _, rx, stderr) = start_driver(&node_dir, "sdk_app.js", &config);
+    let (mut driver, mut stdin, rx, stderr) = start_driver(&node_dir, "sdk_app.js", &config);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut marks: HashMap<String, Instant> = HashMap::new();
     let (mut result, mut failure) = (Value::Null, None);
@@ -586,6 +586,8 @@ fn the_sdk_readme_app_joins_a_real_server_and_hears_and_sees_a_rust_client() {
                         // What the server holds at these steps.
                         "muted" | "hand" | "resumed" | "rest_joined" | "rest_muted" | "left" => {
                             seen.insert(event.clone(), room_now());
+                            // Read: the page may go on (it waits for this before changing it).
+                            let _ = writeln!(stdin, "{event}");
                         }
                         _ => {}
                     }

@@ -35,6 +35,25 @@ function log(...args) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** Steps the test has read the server's state at (a line each on stdin). */
+const read = [];
+require('readline')
+  .createInterface({ input: process.stdin })
+  .on('line', (l) => read.push(l.trim()));
+
+/** Emits a step at which the test reads the server's state, and waits until
+ * it has: the page changes that state next (a leave right after `rest_muted`
+ * once removed the participant before the test looked). */
+async function step(event) {
+  emit(event);
+  const end = Date.now() + 10000;
+  while (!read.includes(event)) {
+    if (Date.now() > end) throw new Error(`the test did not read the server at '${event}' within 10 s`);
+    await sleep(20);
+  }
+  read.splice(read.indexOf(event), 1);
+}
+
 /** The app's folder over HTTP on 127.0.0.1:`port`. */
 function serveApp(dir, port) {
   const types = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8' };
@@ -217,13 +236,13 @@ async function main() {
     // Mute and hand, through the SDK; the server's events come back.
     await page.evaluate(() => window.room.setMuted(true));
     await until(page, 'muted', () => window.room.muted && window.room.me.muted);
-    emit('muted');
+    await step('muted');
     await sleep(1500);
     emit('muted_end');
     await page.evaluate(() => window.room.setMuted(false));
     await page.evaluate(() => window.room.setHand(true));
     await until(page, 'the hand comes back raised', () => !!window.room.me && window.room.me.hand);
-    emit('hand');
+    await step('hand');
 
     // The network drops the socket (no close frame): the SDK resumes the participant on a new one.
     await page.evaluate(() => {
@@ -234,7 +253,7 @@ async function main() {
     await until(page, 'the socket resumed', () => window.seen.includes('resumed'));
     result.resume.seen = await page.evaluate(() => window.seen);
     result.resume.after = await page.evaluate(() => ({ state: window.room.state, id: window.room.id, resumes: window.room.socketResumes, listed: window.room.participants.length }));
-    emit('resumed');
+    await step('resumed');
 
     // A fresh token for the same identity, before the first one expires.
     result.tokenAccepted = await page.evaluate(
@@ -262,11 +281,11 @@ async function main() {
     await until(page, 'the REST participant lists everyone', (n) => window.rest.participants.length === n, cfg.everyone + 1);
     await until(page, 'the app lists the REST participant', (n) => window.room.participants.length === n, cfg.everyone + 1);
     result.rest = { listed: await people(page, 'rest'), id: await page.evaluate(() => window.rest.id) };
-    emit('rest_joined');
+    await step('rest_joined');
     result.rest.heard = await tones(page, 'rest', cfg.tones, cfg.measureMs);
     await page.evaluate(() => window.rest.setMuted(true));
     await until(page, 'the app sees the REST participant muted', () => window.room.participants.some((p) => p.name === 'rest' && p.muted));
-    emit('rest_muted');
+    await step('rest_muted');
     await page.evaluate(() => window.rest.leave());
     await until(page, 'the app sees the REST participant leave', (n) => window.room.participants.length === n, cfg.everyone);
     result.rest.ended = await page.evaluate(() => window.rest.state);
