@@ -3,7 +3,10 @@
 # benches/pion/main.go) against two servers or two settings, alternated
 # ROUNDS times in one session: the check that a figure `tutti load` reports
 # is not an artefact of our own generator. The server is pinned to core 0
-# and the generator to core 1 (`taskset`), so the server's CPU is its own.
+# and the generator to core 1 (`taskset`), so the server's CPU is its own;
+# `PIN=0` runs both unpinned (for more clients than one core of pion holds:
+# about 500; the server's CPU is still its own, read from /proc, but the two
+# compete for the cores).
 #
 #   cargo build --release --bin tutti
 #   benches/pion_ab.sh ROUNDS NAME_A 'SERVER_A [serve args…]' NAME_B 'SERVER_B [serve args…]' [pion-load args…]
@@ -46,8 +49,12 @@ one_run() { # NAME 'CMD…' [extra pion-load args…]
     shift 2
     # shellcheck disable=SC2086
     start_server "$log-server-$name.log" "$bin" --set limits.max_connections_per_address=100000 $extra
-    taskset -a -pc 0 "$server_pid" >/dev/null
-    taskset -c 1 "$gen" -url "http://$http" -pid "$server_pid" -opus "$voice" -noise "$noise" "${both[@]}" "$@" >"$log-load-$name.log" 2>&1 || true
+    local pin=()
+    if [ "${PIN:-1}" != 0 ]; then
+        taskset -a -pc 0 "$server_pid" >/dev/null
+        pin=(taskset -c 1)
+    fi
+    "${pin[@]}" "$gen" -url "http://$http" -pid "$server_pid" -opus "$voice" -noise "$noise" "${both[@]}" "$@" >"$log-load-$name.log" 2>&1 || true
     local skipped
     skipped=$( (grep -o 'ticks skipped ticks=[0-9]*' "$log-server-$name.log" || true) | awk -F= '{s+=$2} END {print s+0}')
     stop_server
