@@ -25,6 +25,30 @@ function log(...args) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** Lines the test writes on stdin, read from the first `command` on. */
+const lines = [];
+let input = null;
+
+/** Waits (at most `ms`) for the test to write the line `want` on stdin, and takes it. */
+async function command(want, ms) {
+  if (!input) input = require('readline').createInterface({ input: process.stdin }).on('line', (l) => lines.push(l.trim()));
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const at = lines.indexOf(want);
+    if (at >= 0) {
+      lines.splice(at, 1);
+      return;
+    }
+    await sleep(50);
+  }
+  throw new Error(`no '${want}' from the test within ${ms} ms`);
+}
+
+/** Stops reading stdin, so that the script can end by itself. */
+function endCommands() {
+  if (input) input.close();
+}
+
 /** A browser whose fake microphone plays `wav`; without `fakeUi`, nobody answers its permission prompt. */
 async function launch(wav, fakeUi = true) {
   return chromium.launch({
@@ -303,4 +327,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { emit, log, sleep, launch, state, until, tones, transport };
+module.exports = { emit, log, sleep, launch, state, until, tones, transport, command, endCommands };

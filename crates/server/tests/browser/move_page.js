@@ -12,26 +12,10 @@
 'use strict';
 
 const path = require('path');
-const readline = require('readline');
-const { emit, log, sleep, launch, state, until, tones } = require('./driver.js');
+const { emit, log, sleep, launch, state, until, tones, command, endCommands } = require('./driver.js');
 
 const cfg = JSON.parse(process.argv[2]);
 
-/** Lines the test writes on stdin, one at a time (null after `ms`). */
-const lines = [];
-const input = readline.createInterface({ input: process.stdin }).on('line', (l) => lines.push(l.trim()));
-async function command(want, ms) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    const at = lines.indexOf(want);
-    if (at >= 0) {
-      lines.splice(at, 1);
-      return;
-    }
-    await sleep(50);
-  }
-  throw new Error(`no '${want}' from the test within ${ms} ms`);
-}
 
 const inCall = () => window.tuttiState && window.tuttiState.phase === 'in-call' && window.tuttiState.connection === 'connected';
 const brief = (s) => ({ room: s.room, muted: s.muted, hand: s.hand, admin: s.admin, me: s.me, phase: s.phase,
@@ -73,7 +57,7 @@ async function main() {
     await command('leave', 30000);
     emit('done', { result: { before, heard } });
   } finally {
-    input.close();
+    endCommands();
     await browser.close();
   }
 }

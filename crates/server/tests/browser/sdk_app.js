@@ -20,6 +20,7 @@ const http = require('http');
 const net = require('net');
 const path = require('path');
 const { chromium } = require('playwright-core');
+const { command } = require('./driver.js');
 
 const cfg = JSON.parse(process.argv[2]);
 const started = Date.now();
@@ -35,23 +36,12 @@ function log(...args) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Steps the test has read the server's state at (a line each on stdin). */
-const read = [];
-require('readline')
-  .createInterface({ input: process.stdin })
-  .on('line', (l) => read.push(l.trim()));
-
 /** Emits a step at which the test reads the server's state, and waits until
- * it has: the page changes that state next (a leave right after `rest_muted`
- * once removed the participant before the test looked). */
+ * it has (it says so on stdin): the page changes that state next (a leave
+ * right after `rest_muted` once removed the participant before the test looked). */
 async function step(event) {
   emit(event);
-  const end = Date.now() + 10000;
-  while (!read.includes(event)) {
-    if (Date.now() > end) throw new Error(`the test did not read the server at '${event}' within 10 s`);
-    await sleep(20);
-  }
-  read.splice(read.indexOf(event), 1);
+  await command(event, 10000);
 }
 
 /** The app's folder over HTTP on 127.0.0.1:`port`. */
