@@ -378,8 +378,8 @@ func sendLoop(cs []*client, frames, quiet [][]byte, stop chan struct{}, late *la
 		}
 		late.add(time.Since(due))
 		for _, c := range cs {
-			// connected is stored after track is set: read it first.
-			if !c.connected.Load() || c.track == nil {
+			// Connected only after join set its track (the callback that sets it comes later).
+			if !c.connected.Load() {
 				continue
 			}
 			c.ts += 960
