@@ -11,7 +11,11 @@
 //! Appendix A: the rollover counter guessed from the sequence number, both
 //! ways across a wrap) and a 64-packet replay window ([`ReplayWindow`]),
 //! which move only once a packet authenticated. No allocation per packet.
-//! webrtc-rs keeps SRTCP and its own contexts for everything else.
+//!
+//! SRTCP (RFC 3711 §3.4, RFC 7714 §9): [`SrtcpContext`] protects outgoing
+//! RTCP under our own SRTCP index, [`SrtcpReceiver`] opens incoming RTCP
+//! (always authenticated, decrypted when its E flag is set) with a replay
+//! window per sender SSRC. webrtc-rs keeps its own contexts for everything else.
 //!
 //! Implementations, picked by numbers (`crates/rtc/cipher-bench`, ns per
 //! 80-byte Opus packet with a 24-byte header, min of 15 rounds on the
@@ -118,7 +122,7 @@ pub enum SrtpError {
         got: usize,
     },
     /// The packet is shorter than the header it claims.
-    #[error("the RTP header ({header} bytes) is longer than the packet ({len} bytes)")]
+    #[error("the RTP or RTCP header ({header} bytes) is longer than the packet ({len} bytes)")]
     ShortPacket {
         /// Header length claimed.
         header: usize,
@@ -143,6 +147,10 @@ pub enum SrtpError {
     /// A new SSRC, with every receive slot taken by others.
     #[error("no receive slot for another SSRC")]
     Streams,
+    /// The 31-bit SRTCP index is used up (RFC 3711 §3.3.1): the session
+    /// needs new keys before it sends more RTCP.
+    #[error("the SRTCP index would pass 2^31 - 1")]
+    SrtcpIndex,
 }
 
 /// One direction's master key and salt, as DTLS exported them.
@@ -217,9 +225,14 @@ fn derive(master_key: &[u8], master_salt: &[u8], label: u8, out: &mut [u8]) -> R
     Ok(())
 }
 
-const LABEL_SRTP_ENCRYPTION: u8 = 0x00;
-const LABEL_SRTP_AUTH: u8 = 0x01;
-const LABEL_SRTP_SALT: u8 = 0x02;
+/// RFC 3711 §4.3.1 labels (encryption, authentication, salt) of SRTP's
+/// session keys and of SRTCP's.
+const LABELS_SRTP: [u8; 3] = [0x00, 0x01, 0x02];
+const LABELS_SRTCP: [u8; 3] = [0x03, 0x04, 0x05];
+
+/// Bytes of SRTCP's HMAC-SHA1 tag, with both CM profiles: the _32 one
+/// shortens only SRTP's (RFC 5764 §4.1.2: `srtcp_auth_tag_length` 80).
+const SRTCP_CM_TAG_LEN: usize = 10;
 
 type HmacSha1 = hmac::Hmac<sha1::Sha1>;
 type Aes128Ctr = ctr::Ctr128BE<aes::Aes128>;
@@ -262,6 +275,66 @@ enum Cipher {
     Cm { aes: aes::Aes128, auth: Box<HmacSha1>, salt: [u8; 14], tag_len: usize },
 }
 
+impl Cipher {
+    /// Derives the session keys of SRTP (labels 0, 1, 2) or, `rtcp`, of
+    /// SRTCP (labels 3, 4, 5; RFC 3711 §4.3.2) from a master key and salt.
+    fn new(keys: &SrtpKeys, rtcp: bool) -> Result<Self, SrtpError> {
+        let profile = keys.profile;
+        if keys.master_key.len() != profile.master_key_len() {
+            return Err(SrtpError::KeyLength {
+                what: "master key",
+                expected: profile.master_key_len(),
+                got: keys.master_key.len(),
+            });
+        }
+        if keys.master_salt.len() != profile.master_salt_len() {
+            return Err(SrtpError::KeyLength {
+                what: "master salt",
+                expected: profile.master_salt_len(),
+                got: keys.master_salt.len(),
+            });
+        }
+        let (mk, ms) = (&keys.master_key[..], &keys.master_salt[..]);
+        let labels = if rtcp { LABELS_SRTCP } else { LABELS_SRTP };
+        let cipher = match profile {
+            SrtpProfile::AeadAes128Gcm | SrtpProfile::AeadAes256Gcm => {
+                let mut session_key = [0u8; 32];
+                let session_key = &mut session_key[..mk.len()];
+                derive(mk, ms, labels[0], session_key)?;
+                let mut salt = [0u8; 12];
+                derive(mk, ms, labels[2], &mut salt)?;
+                let alg = if mk.len() == 16 { &ring::aead::AES_128_GCM } else { &ring::aead::AES_256_GCM };
+                let key = ring::aead::UnboundKey::new(alg, session_key).map_err(|_| SrtpError::KeyLength {
+                    what: "session key",
+                    expected: alg.key_len(),
+                    got: session_key.len(),
+                })?;
+                Cipher::Gcm { key: ring::aead::LessSafeKey::new(key), salt }
+            }
+            SrtpProfile::Aes128CmHmacSha1_80 | SrtpProfile::Aes128CmHmacSha1_32 => {
+                let mut session_key = [0u8; 16];
+                derive(mk, ms, labels[0], &mut session_key)?;
+                let mut auth_key = [0u8; 20];
+                derive(mk, ms, labels[1], &mut auth_key)?;
+                let mut salt = [0u8; 14];
+                derive(mk, ms, labels[2], &mut salt)?;
+                Cipher::Cm {
+                    aes: aes::Aes128::new(&session_key.into()),
+                    // HMAC takes a key of any length: this cannot fail.
+                    auth: Box::new(<HmacSha1 as Mac>::new_from_slice(&auth_key).map_err(|_| SrtpError::KeyLength {
+                        what: "auth key",
+                        expected: 20,
+                        got: 20,
+                    })?),
+                    salt,
+                    tag_len: if rtcp { SRTCP_CM_TAG_LEN } else { profile.tag_len() },
+                }
+            }
+        };
+        Ok(cipher)
+    }
+}
+
 /// The send half of an SRTP session for RTP: session keys derived once,
 /// each packet protected in place. Holds no per-SSRC state: the caller
 /// passes the packet index (ROC and sequence number).
@@ -279,58 +352,7 @@ impl std::fmt::Debug for SrtpContext {
 impl SrtpContext {
     /// Derives the SRTP session keys from a master key and salt.
     pub fn new(keys: &SrtpKeys) -> Result<Self, SrtpError> {
-        let profile = keys.profile;
-        if keys.master_key.len() != profile.master_key_len() {
-            return Err(SrtpError::KeyLength {
-                what: "master key",
-                expected: profile.master_key_len(),
-                got: keys.master_key.len(),
-            });
-        }
-        if keys.master_salt.len() != profile.master_salt_len() {
-            return Err(SrtpError::KeyLength {
-                what: "master salt",
-                expected: profile.master_salt_len(),
-                got: keys.master_salt.len(),
-            });
-        }
-        let (mk, ms) = (&keys.master_key[..], &keys.master_salt[..]);
-        let cipher = match profile {
-            SrtpProfile::AeadAes128Gcm | SrtpProfile::AeadAes256Gcm => {
-                let mut session_key = [0u8; 32];
-                let session_key = &mut session_key[..mk.len()];
-                derive(mk, ms, LABEL_SRTP_ENCRYPTION, session_key)?;
-                let mut salt = [0u8; 12];
-                derive(mk, ms, LABEL_SRTP_SALT, &mut salt)?;
-                let alg = if mk.len() == 16 { &ring::aead::AES_128_GCM } else { &ring::aead::AES_256_GCM };
-                let key = ring::aead::UnboundKey::new(alg, session_key).map_err(|_| SrtpError::KeyLength {
-                    what: "session key",
-                    expected: alg.key_len(),
-                    got: session_key.len(),
-                })?;
-                Cipher::Gcm { key: ring::aead::LessSafeKey::new(key), salt }
-            }
-            SrtpProfile::Aes128CmHmacSha1_80 | SrtpProfile::Aes128CmHmacSha1_32 => {
-                let mut session_key = [0u8; 16];
-                derive(mk, ms, LABEL_SRTP_ENCRYPTION, &mut session_key)?;
-                let mut auth_key = [0u8; 20];
-                derive(mk, ms, LABEL_SRTP_AUTH, &mut auth_key)?;
-                let mut salt = [0u8; 14];
-                derive(mk, ms, LABEL_SRTP_SALT, &mut salt)?;
-                Cipher::Cm {
-                    aes: aes::Aes128::new(&session_key.into()),
-                    // HMAC takes a key of any length: this cannot fail.
-                    auth: Box::new(<HmacSha1 as Mac>::new_from_slice(&auth_key).map_err(|_| SrtpError::KeyLength {
-                        what: "auth key",
-                        expected: 20,
-                        got: 20,
-                    })?),
-                    salt,
-                    tag_len: profile.tag_len(),
-                }
-            }
-        };
-        Ok(Self { profile, cipher })
+        Ok(Self { profile: keys.profile, cipher: Cipher::new(keys, false)? })
     }
 
     /// The profile.
@@ -585,6 +607,228 @@ impl SrtpReceiver {
     }
 }
 
+/// Largest SRTCP index (31 bits; RFC 3711 §3.4).
+const MAX_SRTCP_INDEX: u32 = 0x7FFF_FFFF;
+
+/// The E flag of the word after an SRTCP payload: the payload is encrypted.
+const SRTCP_E_FLAG: u32 = 1 << 31;
+
+/// Bytes of RTCP left in the clear at the front of an SRTCP packet: the
+/// header and the sender's SSRC (RFC 3711 §3.4).
+const SRTCP_CLEAR: usize = 8;
+
+/// The SRTCP index split the way [`gcm_iv`], [`cm_keystream`] and
+/// [`ReplayWindow`] take SRTP's packet index: with the same 16-bit shift,
+/// each lays the 31-bit index where RFC 7714 §9.1 and RFC 3711 §4.1.1
+/// put it for SRTCP.
+fn split_index(index: u32) -> (u32, u16) {
+    (index >> 16, index as u16)
+}
+
+/// Send side of SRTCP for one session: session keys (labels 3, 4, 5) and
+/// our SRTCP index. One counter whatever SSRC a packet carries: no (SSRC,
+/// index) pair, so no IV, ever repeats, and a receiver's per-SSRC replay
+/// window takes the gaps as packets lost.
+pub struct SrtcpContext {
+    profile: SrtpProfile,
+    cipher: Cipher,
+    next_index: u32,
+}
+
+impl std::fmt::Debug for SrtcpContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SrtcpContext")
+            .field("profile", &self.profile)
+            .field("next_index", &self.next_index)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SrtcpContext {
+    /// `first_index`: the SRTCP index of the first packet (31 bits); a sender
+    /// that takes over from another one's SRTCP stream starts above what that one used.
+    pub fn new(keys: &SrtpKeys, first_index: u32) -> Result<Self, SrtpError> {
+        if first_index > MAX_SRTCP_INDEX {
+            return Err(SrtpError::SrtcpIndex);
+        }
+        Ok(Self { profile: keys.profile, cipher: Cipher::new(keys, true)?, next_index: first_index })
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> SrtpProfile {
+        self.profile
+    }
+
+    /// Bytes [`SrtcpContext::protect_rtcp`] appends (E|index and the tag):
+    /// reserve them and nothing is allocated.
+    pub fn overhead(&self) -> usize {
+        4 + match &self.cipher {
+            Cipher::Gcm { key, .. } => key.algorithm().tag_len(),
+            Cipher::Cm { tag_len, .. } => *tag_len,
+        }
+    }
+
+    /// The index the next packet gets.
+    pub fn next_index(&self) -> u32 {
+        self.next_index
+    }
+
+    /// Protects one RTCP compound packet in place: encrypts it after its
+    /// first 8 bytes, appends E-flag|index and the tag (GCM: RFC 7714 §9,
+    /// the tag then E|index, as webrtc-rs and libsrtp lay it out;
+    /// CM: RFC 3711 §3.4, E|index then the 80-bit HMAC-SHA1 tag).
+    /// Err when the packet is shorter than 8 bytes or the index would pass 2^31-1.
+    pub fn protect_rtcp(&mut self, packet: &mut BytesMut) -> Result<(), SrtpError> {
+        if packet.len() < SRTCP_CLEAR {
+            return Err(SrtpError::ShortPacket { header: SRTCP_CLEAR, len: packet.len() });
+        }
+        let index = self.next_index;
+        if index > MAX_SRTCP_INDEX {
+            return Err(SrtpError::SrtcpIndex);
+        }
+        let ssrc = u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]);
+        let (high, low) = split_index(index);
+        // We always encrypt: E is set.
+        let word = (index | SRTCP_E_FLAG).to_be_bytes();
+        match &self.cipher {
+            Cipher::Gcm { key, salt } => {
+                // RFC 7714 §9.1, §17: the AAD is the clear 8 bytes, then E|index.
+                let mut aad = [0u8; SRTCP_CLEAR + 4];
+                aad[..SRTCP_CLEAR].copy_from_slice(&packet[..SRTCP_CLEAR]);
+                aad[SRTCP_CLEAR..].copy_from_slice(&word);
+                let nonce = ring::aead::Nonce::assume_unique_for_key(gcm_iv(salt, ssrc, high, low));
+                let tag = key
+                    .seal_in_place_separate_tag(nonce, ring::aead::Aad::from(aad), &mut packet[SRTCP_CLEAR..])
+                    .map_err(|_| SrtpError::Seal)?;
+                packet.extend_from_slice(tag.as_ref());
+                packet.extend_from_slice(&word);
+            }
+            Cipher::Cm { aes, auth, salt, tag_len } => {
+                cm_keystream(aes, salt, ssrc, high, low).apply_keystream(&mut packet[SRTCP_CLEAR..]);
+                packet.extend_from_slice(&word);
+                // RFC 3711 §4.2: the tag covers the packet up to and with E|index.
+                let mut mac = HmacSha1::clone(auth);
+                mac.update(packet);
+                packet.extend_from_slice(&mac.finalize().into_bytes()[..*tag_len]);
+            }
+        }
+        // Moves only once the packet is out: a failed seal burns no index.
+        self.next_index = index + 1;
+        Ok(())
+    }
+}
+
+/// Receive side of SRTCP: session keys and, per sender SSRC (bytes 4..8),
+/// a replay window over the SRTCP index ([`RECEIVE_STREAMS`] SSRCs, fixed
+/// size like [`SrtpReceiver`]; no allocation per packet).
+pub struct SrtcpReceiver {
+    profile: SrtpProfile,
+    cipher: Cipher,
+    streams: [(u32, ReplayWindow); RECEIVE_STREAMS],
+    used: usize,
+}
+
+impl std::fmt::Debug for SrtcpReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SrtcpReceiver")
+            .field("profile", &self.profile)
+            .field("streams", &&self.streams[..self.used])
+            .finish_non_exhaustive()
+    }
+}
+
+impl SrtcpReceiver {
+    /// Derives the SRTCP session keys from the remote side's master key and salt.
+    pub fn new(keys: &SrtpKeys) -> Result<Self, SrtpError> {
+        Ok(Self {
+            profile: keys.profile,
+            cipher: Cipher::new(keys, true)?,
+            streams: [(0, ReplayWindow::new()); RECEIVE_STREAMS],
+            used: 0,
+        })
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> SrtpProfile {
+        self.profile
+    }
+
+    /// The highest SRTCP index accepted from `ssrc`, if any.
+    pub fn highest_index(&self, ssrc: u32) -> Option<u32> {
+        let (_, window) = self.streams[..self.used].iter().find(|(s, _)| *s == ssrc)?;
+        window.highest().map(|(high, low)| (high << 16) | u32::from(low))
+    }
+
+    /// Opens one SRTCP packet in place: checks the tag (constant time),
+    /// refuses replays, decrypts (when E is set). Returns the length of the
+    /// plain RTCP compound packet at the start of `packet`. The replay state
+    /// moves only after the tag verified. Never panics on any input.
+    pub fn unprotect_rtcp(&mut self, packet: &mut [u8]) -> Result<usize, SrtpError> {
+        let tag_len = match &self.cipher {
+            Cipher::Gcm { key, .. } => key.algorithm().tag_len(),
+            Cipher::Cm { tag_len, .. } => *tag_len,
+        };
+        if packet.len() < SRTCP_CLEAR + 4 + tag_len || packet[0] >> 6 != 2 {
+            return Err(SrtpError::NotSrtp);
+        }
+        // Where E|index sits: last (GCM), or before the tag (CM); the RTCP ends
+        // before both.
+        let (word_at, end) = match self.cipher {
+            Cipher::Gcm { .. } => (packet.len() - 4, packet.len() - 4 - tag_len),
+            Cipher::Cm { .. } => (packet.len() - tag_len - 4, packet.len() - tag_len - 4),
+        };
+        let word: [u8; 4] = [packet[word_at], packet[word_at + 1], packet[word_at + 2], packet[word_at + 3]];
+        let encrypted = u32::from_be_bytes(word) & SRTCP_E_FLAG != 0;
+        let index = u32::from_be_bytes(word) & MAX_SRTCP_INDEX;
+        let (high, low) = split_index(index);
+        let ssrc = u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]);
+        let slot = self.streams[..self.used].iter().position(|(s, _)| *s == ssrc);
+        if slot.is_none() && self.used == RECEIVE_STREAMS {
+            return Err(SrtpError::Streams);
+        }
+        let window = slot.map_or_else(ReplayWindow::new, |i| self.streams[i].1);
+        window.check(high, low)?;
+        match &self.cipher {
+            Cipher::Gcm { key, salt } => {
+                let nonce = ring::aead::Nonce::assume_unique_for_key(gcm_iv(salt, ssrc, high, low));
+                if encrypted {
+                    let mut aad = [0u8; SRTCP_CLEAR + 4];
+                    aad[..SRTCP_CLEAR].copy_from_slice(&packet[..SRTCP_CLEAR]);
+                    aad[SRTCP_CLEAR..].copy_from_slice(&word);
+                    key.open_in_place(nonce, ring::aead::Aad::from(aad), &mut packet[SRTCP_CLEAR..word_at])
+                        .map_err(|_| SrtpError::Auth)?;
+                } else {
+                    // RFC 7714 §9.2: all of the RTCP, then E|index, is AAD; the
+                    // tag seals nothing. Move E|index up against the RTCP (over
+                    // the tag, kept aside) so the AAD is one slice.
+                    let mut tag = [0u8; 16];
+                    let tag = &mut tag[..tag_len];
+                    tag.copy_from_slice(&packet[end..word_at]);
+                    packet.copy_within(word_at.., end);
+                    key.open_in_place(nonce, ring::aead::Aad::from(&packet[..end + 4]), tag)
+                        .map_err(|_| SrtpError::Auth)?;
+                }
+            }
+            Cipher::Cm { aes, auth, salt, .. } => {
+                let (authenticated, tag) = packet.split_at_mut(word_at + 4);
+                let mut mac = HmacSha1::clone(auth);
+                mac.update(authenticated);
+                mac.verify_truncated_left(tag).map_err(|_| SrtpError::Auth)?;
+                if encrypted {
+                    cm_keystream(aes, salt, ssrc, high, low).apply_keystream(&mut authenticated[SRTCP_CLEAR..end]);
+                }
+            }
+        }
+        let i = slot.unwrap_or_else(|| {
+            self.used += 1;
+            self.used - 1
+        });
+        self.streams[i].0 = ssrc;
+        self.streams[i].1.accept(high, low);
+        Ok(end)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -593,6 +837,12 @@ mod tests {
     /// webrtc-rs's own SRTP context for the same keys (the reference: it
     /// interoperates with pion and browsers).
     fn reference(keys: &SrtpKeys) -> rtc::srtp::context::Context {
+        reference_with(keys, None)
+    }
+
+    /// As [`reference`], with SRTCP's replay protection as given (webrtc-rs's
+    /// default: none).
+    fn reference_with(keys: &SrtpKeys, srtcp: Option<rtc::srtp::option::ContextOption>) -> rtc::srtp::context::Context {
         use rtc::srtp::protection_profile::ProtectionProfile as P;
         let profile = match keys.profile {
             SrtpProfile::AeadAes128Gcm => P::AeadAes128Gcm,
@@ -601,7 +851,7 @@ mod tests {
             SrtpProfile::Aes128CmHmacSha1_32 => P::Aes128CmHmacSha1_32,
         };
         let provider = rtc::crypto::default_provider().expect("ring is built in");
-        rtc::srtp::context::Context::new(&keys.master_key, &keys.master_salt, profile, None, None, provider.crypto())
+        rtc::srtp::context::Context::new(&keys.master_key, &keys.master_salt, profile, None, srtcp, provider.crypto())
             .expect("valid keys")
     }
 
@@ -805,6 +1055,245 @@ mod tests {
             SrtpKeys::from_keying_material(p, &material[..59], true),
             Err(SrtpError::KeyLength { expected: 60, got: 59, .. })
         ));
+    }
+
+    /// A real RTCP compound packet (RFC 3550 §6.1): a sender report with a
+    /// reception block, then a receiver report, from SSRC 0x1111_2222; `n`
+    /// varies its counters (and with `rr_blocks`, its length).
+    fn rtcp(n: u32, rr_blocks: usize) -> Vec<u8> {
+        use rtc::rtcp::{
+            packet::Packet, receiver_report::ReceiverReport, reception_report::ReceptionReport,
+            sender_report::SenderReport,
+        };
+        let block = |ssrc: u32| ReceptionReport {
+            ssrc,
+            fraction_lost: 3,
+            total_lost: n,
+            last_sequence_number: 0x1_0000 + n,
+            jitter: 40 + n,
+            last_sender_report: 0x1234_5678,
+            delay: 655,
+        };
+        let sr = SenderReport {
+            ssrc: 0x1111_2222,
+            ntp_time: 0xE000_0000_0000_0000 + u64::from(n),
+            rtp_time: 48_000 * n,
+            packet_count: 50 * n,
+            octet_count: 4_000 * n,
+            reports: vec![block(0xDEAD_BEEF)],
+            ..Default::default()
+        };
+        let rr = ReceiverReport {
+            ssrc: 0x1111_2222,
+            reports: (0..rr_blocks as u32).map(block).collect(),
+            ..Default::default()
+        };
+        let packets: [Box<dyn Packet>; 2] = [Box::new(sr), Box::new(rr)];
+        rtc::rtcp::packet::marshal(&packets).expect("marshals").to_vec()
+    }
+
+    fn protect_rtcp(ctx: &mut SrtcpContext, plain: &[u8]) -> Vec<u8> {
+        let mut buf = BytesMut::with_capacity(plain.len() + ctx.overhead());
+        buf.extend_from_slice(plain);
+        let cap = buf.capacity();
+        ctx.protect_rtcp(&mut buf).expect("protects");
+        assert_eq!(buf.capacity(), cap, "no reallocation");
+        buf.to_vec()
+    }
+
+    #[test]
+    fn srtcp_protection_is_byte_for_byte_webrtc_rs_and_it_opens_ours() {
+        for profile in SrtpProfile::ALL {
+            let k = keys(profile, 21);
+            // webrtc-rs's sender gives its first packet index 1.
+            let mut ours = SrtcpContext::new(&k, 1).expect("valid keys");
+            let (mut theirs, mut their_rx) = (reference(&k), reference(&k));
+            for n in 1..=5 {
+                let plain = rtcp(n, n as usize % 3);
+                let protected = protect_rtcp(&mut ours, &plain);
+                assert_eq!(ours.next_index(), n + 1, "{profile:?}");
+                assert_eq!(protected.len(), plain.len() + ours.overhead());
+                assert_ne!(&protected[8..plain.len()], &plain[8..], "{profile:?}: encrypted");
+                assert_eq!(&protected[..], &theirs.encrypt_rtcp(&plain).expect("encrypts")[..], "{profile:?} #{n}");
+                assert_eq!(&their_rx.decrypt_rtcp(&protected).expect("authentic")[..], &plain[..], "{profile:?} #{n}");
+            }
+        }
+    }
+
+    #[test]
+    fn our_srtcp_receiver_opens_what_webrtc_rs_protects() {
+        for profile in SrtpProfile::ALL {
+            let k = keys(profile, 22);
+            let mut theirs = reference(&k);
+            let mut rx = SrtcpReceiver::new(&k).expect("valid keys");
+            for n in 1..=5 {
+                let plain = rtcp(n, 2);
+                let mut buf = theirs.encrypt_rtcp(&plain).expect("encrypts").to_vec();
+                let len = rx.unprotect_rtcp(&mut buf).unwrap_or_else(|e| panic!("{profile:?} #{n}: {e}"));
+                assert_eq!(&buf[..len], &plain[..], "{profile:?} #{n}");
+                assert_eq!(rx.highest_index(0x1111_2222), Some(n));
+            }
+        }
+    }
+
+    #[test]
+    fn a_sender_taking_over_starts_above_the_index_used() {
+        for profile in SrtpProfile::ALL {
+            let k = keys(profile, 23);
+            let mut before = reference(&k);
+            let mut rx = reference_with(&k, Some(rtc::srtp::option::srtcp_replay_protection(64)));
+            let mut our_rx = SrtcpReceiver::new(&k).expect("valid keys");
+            for n in 1..=3 {
+                let protected = before.encrypt_rtcp(&rtcp(n, 1)).expect("encrypts");
+                rx.decrypt_rtcp(&protected).expect("authentic");
+                our_rx.unprotect_rtcp(&mut protected.to_vec()).expect("authentic");
+            }
+            let plain = rtcp(9, 1);
+            // Starting within what was used: a replay to both receivers.
+            let reused = protect_rtcp(&mut SrtcpContext::new(&k, 2).expect("valid keys"), &plain);
+            assert!(rx.decrypt_rtcp(&reused).is_err(), "{profile:?}");
+            assert_eq!(our_rx.unprotect_rtcp(&mut reused.clone()), Err(SrtpError::Replay));
+            // Starting above: opened.
+            let mut ours = SrtcpContext::new(&k, 1000).expect("valid keys");
+            for _ in 0..3 {
+                let protected = protect_rtcp(&mut ours, &plain);
+                assert_eq!(&rx.decrypt_rtcp(&protected).expect("authentic")[..], &plain[..], "{profile:?}");
+                let mut buf = protected.clone();
+                assert_eq!(our_rx.unprotect_rtcp(&mut buf).map(|len| buf[..len] == plain[..]), Ok(true));
+            }
+            assert_eq!(ours.next_index(), 1003);
+        }
+    }
+
+    #[test]
+    fn the_srtcp_index_ends_at_2_pow_31() {
+        let k = keys(SrtpProfile::Aes128CmHmacSha1_32, 24);
+        assert_eq!(SrtcpContext::new(&k, 1 << 31).map(|_| ()), Err(SrtpError::SrtcpIndex));
+        let mut ctx = SrtcpContext::new(&k, MAX_SRTCP_INDEX).expect("the last index");
+        let protected = protect_rtcp(&mut ctx, &rtcp(1, 0));
+        // 80-bit tag with the _32 profile too; E set, the index all ones.
+        assert_eq!(ctx.overhead(), 14);
+        assert_eq!(protected[protected.len() - 14..protected.len() - 10], [0xFF; 4]);
+        let mut rx = SrtcpReceiver::new(&k).expect("valid keys");
+        assert!(rx.unprotect_rtcp(&mut protected.clone()).is_ok());
+        let mut next = BytesMut::from(&rtcp(2, 0)[..]);
+        assert_eq!(ctx.protect_rtcp(&mut next), Err(SrtpError::SrtcpIndex));
+        assert_eq!(
+            ctx.protect_rtcp(&mut BytesMut::from(&[0x80u8; 7][..])),
+            Err(SrtpError::ShortPacket { header: 8, len: 7 })
+        );
+    }
+
+    #[test]
+    fn srtcp_replays_and_tampering_are_refused_and_move_nothing() {
+        for profile in SrtpProfile::ALL {
+            let k = keys(profile, 25);
+            let mut tx = SrtcpContext::new(&k, 7).expect("valid keys");
+            let packets: Vec<Vec<u8>> = (0..3).map(|n| protect_rtcp(&mut tx, &rtcp(n, 1))).collect();
+            let mut rx = SrtcpReceiver::new(&k).expect("valid keys");
+            assert!(rx.unprotect_rtcp(&mut packets[0].clone()).is_ok());
+            let good = &packets[1];
+            // Every bit of the packet: header, payload, tag, E|index.
+            for bit in 0..good.len() * 8 {
+                let mut bad = good.clone();
+                bad[bit / 8] ^= 1 << (bit % 8);
+                assert!(rx.unprotect_rtcp(&mut bad).is_err(), "{profile:?} bit {bit}");
+                assert_eq!(rx.highest_index(0x1111_2222), Some(7), "{profile:?} bit {bit}: nothing moved");
+            }
+            assert_eq!(rx.used, 1, "forged SSRCs take no slot");
+            // The genuine one opens once; so does one skipped over, later.
+            assert!(rx.unprotect_rtcp(&mut packets[2].clone()).is_ok());
+            assert!(rx.unprotect_rtcp(&mut good.clone()).is_ok());
+            for p in &packets {
+                assert_eq!(rx.unprotect_rtcp(&mut p.clone()), Err(SrtpError::Replay), "{profile:?}");
+            }
+        }
+    }
+
+    /// `plain` sent with E clear (RFC 3711 §3.4, RFC 7714 §9.2: authenticated,
+    /// not encrypted), built straight from the RFCs' definitions.
+    fn unencrypted(k: &SrtpKeys, plain: &[u8], index: u32) -> Vec<u8> {
+        let (mk, ms) = (&k.master_key[..], &k.master_salt[..]);
+        let mut out = plain.to_vec();
+        let word = index.to_be_bytes();
+        if let SrtpProfile::AeadAes128Gcm | SrtpProfile::AeadAes256Gcm = k.profile {
+            let mut key = [0u8; 32];
+            derive(mk, ms, 3, &mut key[..mk.len()]).expect("derives");
+            let mut salt = [0u8; 12];
+            derive(mk, ms, 5, &mut salt).expect("derives");
+            let alg = if mk.len() == 16 { &ring::aead::AES_128_GCM } else { &ring::aead::AES_256_GCM };
+            let key = ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(alg, &key[..mk.len()]).expect("key"));
+            // IV: 00 00 || SSRC || 00 00 || 0 || index, XOR salt.
+            let mut iv = [0u8; 12];
+            iv[2..6].copy_from_slice(&plain[4..8]);
+            iv[8..].copy_from_slice(&word);
+            iv.iter_mut().zip(salt).for_each(|(v, s)| *v ^= s);
+            let aad = [plain, &word].concat();
+            let nonce = ring::aead::Nonce::assume_unique_for_key(iv);
+            let tag = key.seal_in_place_separate_tag(nonce, ring::aead::Aad::from(&aad), &mut []).expect("seals");
+            out.extend_from_slice(tag.as_ref());
+            out.extend_from_slice(&word);
+        } else {
+            let mut auth = [0u8; 20];
+            derive(mk, ms, 4, &mut auth).expect("derives");
+            out.extend_from_slice(&word);
+            let mut mac = <HmacSha1 as Mac>::new_from_slice(&auth).expect("any length");
+            mac.update(&out);
+            out.extend_from_slice(&mac.finalize().into_bytes()[..10]);
+        }
+        out
+    }
+
+    #[test]
+    fn unencrypted_srtcp_is_authenticated_and_opened() {
+        for profile in SrtpProfile::ALL {
+            let k = keys(profile, 26);
+            let plain = rtcp(4, 2);
+            let mut rx = SrtcpReceiver::new(&k).expect("valid keys");
+            let mut buf = unencrypted(&k, &plain, 42);
+            assert_eq!(rx.unprotect_rtcp(&mut buf).map(|len| buf[..len] == plain[..]), Ok(true), "{profile:?}");
+            assert_eq!(rx.unprotect_rtcp(&mut unencrypted(&k, &plain, 42)), Err(SrtpError::Replay));
+            let mut bad = unencrypted(&k, &plain, 43);
+            bad[20] ^= 1;
+            assert_eq!(rx.unprotect_rtcp(&mut bad), Err(SrtpError::Auth), "{profile:?}");
+            // A forged one with E clear is not taken on trust (webrtc-rs 0.21.1's
+            // CM path returns such a packet without checking its tag).
+            let mut forged = unencrypted(&k, &plain, 44);
+            let tag_at = forged.len()
+                - if matches!(profile, SrtpProfile::AeadAes128Gcm | SrtpProfile::AeadAes256Gcm) { 20 } else { 10 };
+            forged[tag_at..tag_at + 4].fill(0);
+            forged[9] ^= 1;
+            assert_eq!(rx.unprotect_rtcp(&mut forged), Err(SrtpError::Auth), "{profile:?}");
+            // Setting E on it does not make it decrypt: the flag is authenticated.
+            let mut flagged = unencrypted(&k, &plain, 43);
+            let at = if matches!(profile, SrtpProfile::AeadAes128Gcm | SrtpProfile::AeadAes256Gcm) {
+                flagged.len() - 4
+            } else {
+                flagged.len() - 14
+            };
+            flagged[at] |= 0x80;
+            assert_eq!(rx.unprotect_rtcp(&mut flagged), Err(SrtpError::Auth), "{profile:?}");
+            assert!(rx.unprotect_rtcp(&mut unencrypted(&k, &plain, 43)).is_ok());
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn srtcp_garbage_and_truncation_are_errors_not_panics(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            cut in 0usize..200,
+            p in 0usize..4,
+        ) {
+            let k = keys(SrtpProfile::ALL[p], 27);
+            let mut rx = SrtcpReceiver::new(&k).expect("valid keys");
+            proptest::prop_assert!(rx.unprotect_rtcp(&mut bytes.clone()).is_err());
+            let mut tx = SrtcpContext::new(&k, 0).expect("valid keys");
+            let protected = protect_rtcp(&mut tx, &rtcp(1, 1));
+            let mut truncated = protected[..cut.min(protected.len() - 1)].to_vec();
+            proptest::prop_assert!(rx.unprotect_rtcp(&mut truncated).is_err());
+            let mut short = BytesMut::from(&bytes[..bytes.len().min(7)]);
+            proptest::prop_assert!(tx.protect_rtcp(&mut short).is_err());
+        }
     }
 
     #[test]
