@@ -189,7 +189,9 @@ impl ClientPeer {
                 transport_protocol: if self.tcp { TransportProtocol::TCP } else { TransportProtocol::UDP },
                 ecn: None,
             };
-            let _ = media.pc.handle_read(TaggedBytesMut { now, transport, message: BytesMut::from(data) });
+            if let Some(pc) = media.pc.as_deref_mut() {
+                let _ = pc.handle_read(TaggedBytesMut { now, transport, message: BytesMut::from(data) });
+            }
             // webrtc-rs does not surface a close_notify as a state change (an
             // ICE-connected transport whose DTLS closed still reads "connected"),
             // so the record header tells: any DTLS alert from the server
@@ -300,7 +302,7 @@ impl ClientPeer {
     /// Runs due timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(media) = &mut self.media {
-            media.handle_timeout(now);
+            media.handle_timeout(now, &mut self.transmits);
             self.drain();
         }
     }

@@ -15,6 +15,9 @@
 //! (RFC 5764 §4.2). Nothing per packet goes through the tap: only
 //! HMAC-SHA256 keys are wrapped, which DTLS uses for its PRF alone.
 //!
+//! The same capture gives the DTLS record keys ([`ExporterSlot::record_key_block`]),
+//! with which a retired peer reads and writes its alerts (the `alert` module).
+//!
 //! Each DTLS handshake (a new DTLS session after an ICE restart, in a later
 //! `rtc`) captures anew and bumps [`ExporterSlot::generation`]: the lean
 //! sender re-keys when it sees a new generation.
@@ -82,6 +85,37 @@ impl ExporterSlot {
         }
         out.truncate(len);
         Some((generation, out))
+    }
+
+    /// The DTLS record keys of the last handshake, for a suite with 16-byte
+    /// keys, 4-byte implicit IVs and the SHA-256 PRF (AES-128-GCM): the
+    /// first 40 bytes of the key block, P_SHA256(master_secret, "key
+    /// expansion" || server_random || client_random) (RFC 5246 §6.3), as
+    /// client key, server key, client IV, server IV.
+    pub(crate) fn record_key_block(&self) -> Option<[u8; 40]> {
+        let slot = self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let c = slot.as_ref()?;
+        let randoms = c.seed.strip_prefix(EXTRACTOR_DTLS_SRTP).filter(|r| r.len() == 64)?;
+        let (client_random, server_random) = randoms.split_at(32);
+        let mut seed = Vec::with_capacity(13 + 64);
+        seed.extend_from_slice(b"key expansion");
+        seed.extend_from_slice(server_random);
+        seed.extend_from_slice(client_random);
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &c.secret);
+        let mut out = [0u8; 40];
+        let mut filled = 0;
+        let mut a = ring::hmac::sign(&key, &seed);
+        while filled < out.len() {
+            let mut ctx = ring::hmac::Context::with_key(&key);
+            ctx.update(a.as_ref());
+            ctx.update(&seed);
+            let block = ctx.sign();
+            let n = (out.len() - filled).min(block.as_ref().len());
+            out[filled..filled + n].copy_from_slice(&block.as_ref()[..n]);
+            filled += n;
+            a = ring::hmac::sign(&key, a.as_ref());
+        }
+        Some(out)
     }
 }
 

@@ -29,6 +29,17 @@
 //! [`srtp::SrtpReceiver`] (rollover counter, replay window) and parsed
 //! straight into an [`AudioPacket`]; STUN, DTLS and RTCP stay webrtc-rs's.
 //!
+//! A server peer then **retires** webrtc-rs's connection ([`Acceptor::set_retire`],
+//! on by default): 2 s after it connected, once the client has shown it holds
+//! the keys, the connection (~80 KiB: handler queues, descriptions, DTLS
+//! handshake state, interceptors, statistics) is dropped and tutti-rtc
+//! carries the call alone: lean RTP both ways, its own SRTCP
+//! ([`srtp::SrtcpContext`], [`srtp::SrtcpReceiver`]) for the RTCP reports,
+//! every consent check answered, the DTLS close_notify read and written with
+//! the handshake's record keys (AES-128-GCM suites; others keep webrtc-rs's
+//! connection), and an ICE restart answered with the answer the client
+//! already has (our credentials are fixed per peer).
+//!
 //! Like the mixing core it holds no socket and reads no clock: the caller's
 //! I/O loop passes datagrams and `Instant`s in and sends what comes out.
 //! Every peer answers with ICE-lite and our one host candidate, mDNS off, one
@@ -39,6 +50,7 @@
 //! (`RawRtp`, `parse_rtp`, `parse_rtcp`, `ClientPeer::send_raw_rtp`); they
 //! are not API, and builds without the feature do not carry them.
 
+mod alert;
 mod client;
 mod keys;
 mod media;

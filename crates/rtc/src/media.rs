@@ -21,6 +21,9 @@
 //! is then reported by us ([`Media::set_own_reports`]: a reception report
 //! block on our RTCP every [`REPORT_INTERVAL`]), webrtc-rs's
 //! receiver-report interceptor being left out of such a connection.
+//!
+//! Once the call is up, a server connection may drop webrtc-rs's peer
+//! altogether ([`Media::retire`]): see the crate docs.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -59,9 +62,10 @@ use rtc::shared::TransportProtocol;
 use rtc::shared::marshal::{Marshal, MarshalSize};
 use rtc::statistics::StatsSelector;
 
+use crate::alert::{self, DtlsAlerts};
 use crate::keys::ExporterSlot;
 use crate::reception::Reception;
-use crate::srtp::{SrtpContext, SrtpError, SrtpKeys, SrtpProfile, SrtpReceiver};
+use crate::srtp::{SrtcpContext, SrtcpReceiver, SrtpContext, SrtpError, SrtpKeys, SrtpProfile, SrtpReceiver};
 use crate::stun::{ANSWER_MAX, CheckAnswerer};
 
 /// RFC 6464: the level of the audio in the packet, set by its sender.
@@ -803,9 +807,53 @@ fn put_one_byte_extensions(buf: &mut BytesMut, elements: &[(u8, &[u8])]) {
 /// (connecting, or restarting) keep their own times.
 pub(crate) const CONNECTED_TIMER_GRAIN: Duration = Duration::from_secs(1);
 
+/// A connected server peer is retired ([`Media::retire`]) this long after
+/// it connected at the earliest: webrtc-rs's handshake is long over (the
+/// client's authenticated media or RTCP says it has our last flight).
+pub(crate) const RETIRE_AFTER: Duration = Duration::from_secs(2);
+
+/// SRTCP indexes left unused between webrtc-rs's last report and our first
+/// after a retirement (we count what it sent; the margin covers nothing
+/// but is cheap: the receiver's replay window only moves forward).
+const SRTCP_INDEX_MARGIN: u32 = 16;
+
+/// What a retired connection keeps once webrtc-rs's peer is dropped: the
+/// call's SRTCP both ways, its DTLS alerts, and the answer for ICE restarts.
+/// RTP both ways is the lean paths', consent checks the [`CheckAnswerer`]'s.
+struct Retired {
+    srtcp: SrtcpContext,
+    srtcp_rx: SrtcpReceiver,
+    alerts: DtlsAlerts,
+    /// The SDP answer the client has: an ICE restart gets it again (our
+    /// ufrag, password, certificate and candidate are fixed per peer), its
+    /// `o=` version one higher.
+    answer: String,
+}
+
+/// What [`Media::read_retired`] made of a datagram.
+pub(crate) enum RetiredRead {
+    /// Authentic RTCP: the peer is alive.
+    Rtcp,
+    /// An authentic close_notify or fatal alert: the call is over.
+    Closed,
+    /// Nothing authentic (counted by the caller as nobody's).
+    Nothing,
+}
+
 /// One negotiated audio peer connection: the connection and our sending state.
 pub(crate) struct Media {
-    pub(crate) pc: RTCPeerConnection,
+    /// webrtc-rs's connection; `None` once retired ([`Media::retire`]).
+    pub(crate) pc: Option<Box<RTCPeerConnection>>,
+    retired: Option<Box<Retired>>,
+    /// Whether to retire webrtc-rs's connection once the call is up (servers).
+    retire_wanted: bool,
+    /// When the connection became connected.
+    connected_at: Option<Instant>,
+    /// SRTCP datagrams webrtc-rs sent: where our SRTCP index starts after it.
+    rtcp_sent: u32,
+    /// webrtc-rs authenticated RTCP from the peer (it has the keys: its
+    /// handshake is done, even if it sends no audio).
+    remote_rtcp: bool,
     sender: RTCRtpSenderId,
     ssrc: u32,
     payload_type: u8,
@@ -915,7 +963,12 @@ impl Media {
             )
         };
         Ok(Self {
-            pc,
+            pc: Some(Box::new(pc)),
+            retired: None,
+            retire_wanted: false,
+            connected_at: None,
+            rtcp_sent: 0,
+            remote_rtcp: false,
             sender,
             ssrc,
             payload_type,
@@ -1047,7 +1100,8 @@ impl Media {
         if !self.lean_wanted || self.remote.is_none() {
             return;
         }
-        if let Some((generation, keys)) = lean_keys(&mut self.pc, &self.keys, now)
+        if let Some(pc) = self.pc.as_deref_mut()
+            && let Some((generation, keys)) = lean_keys(pc, &self.keys, now)
             && let Ok(srtp) = SrtpContext::new(&keys)
         {
             self.lean =
@@ -1061,7 +1115,8 @@ impl Media {
     fn rekey_if_needed(&mut self, now: Instant) -> Result<(), RtcError> {
         let Some(lean) = &mut self.lean else { return Ok(()) };
         if self.keys.generation() != lean.generation {
-            let (generation, keys) = lean_keys(&mut self.pc, &self.keys, now).ok_or(RtcError::NotConnected)?;
+            let pc = self.pc.as_deref_mut().ok_or(RtcError::NotConnected)?;
+            let (generation, keys) = lean_keys(pc, &self.keys, now).ok_or(RtcError::NotConnected)?;
             lean.srtp = SrtpContext::new(&keys).map_err(internal)?;
             lean.generation = generation;
             self.numbering.roc = 0;
@@ -1124,7 +1179,8 @@ impl Media {
                 put_extension(&mut header, ext, Bytes::from(levels))?;
             }
         }
-        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        let pc = self.pc.as_deref_mut().ok_or(RtcError::NotConnected)?;
+        let mut sender = pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
         sender.write_rtp(now, rtc::rtp::Packet { header, payload: payload.clone() }).map_err(internal)?;
         self.numbering.sent(tick);
         self.flush(transmits);
@@ -1226,6 +1282,9 @@ impl Media {
         transmits: &mut VecDeque<Transmit>,
         spare: &mut Spare,
     ) -> bool {
+        if self.retired.is_some() {
+            return self.answer_retired_check(data, from, tcp, transmits, spare);
+        }
         let steady = self.lean_receive && self.is_connected() && self.ice_steady;
         let Some(checks) = self.checks.as_mut().filter(|_| steady) else { return false };
         if self.remote != Some(from) || self.remote_tcp != tcp || checks.all_to_agent_until.is_some_and(|t| now < t) {
@@ -1249,6 +1308,124 @@ impl Media {
         }
         transmits.push_back(Transmit { to: from, data: buf, tcp });
         true
+    }
+
+    /// A retired connection answers every check that verifies, from any
+    /// address: there is no agent to hand one to. A nomination
+    /// (USE-CANDIDATE) moves where we send, as webrtc-rs's agent would
+    /// select the pair; so does authenticated media ([`Media::authenticated_from`]).
+    fn answer_retired_check(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        tcp: bool,
+        transmits: &mut VecDeque<Transmit>,
+        spare: &mut Spare,
+    ) -> bool {
+        let Some(checks) = self.checks.as_ref() else { return false };
+        let mut buf = spare.take(ANSWER_MAX);
+        if !checks.answerer.answer(data, from, &mut buf) {
+            spare.give(buf);
+            return false;
+        }
+        if crate::stun::nominates(data) {
+            self.remote = Some(from);
+            self.remote_tcp = tcp;
+        }
+        transmits.push_back(Transmit { to: from, data: buf, tcp });
+        true
+    }
+
+    /// That this connection retires webrtc-rs's peer once the call is up
+    /// ([`Media::retire`]); servers only.
+    pub(crate) fn set_retire(&mut self, retire: bool) {
+        self.retire_wanted = retire;
+    }
+
+    /// Whether webrtc-rs's peer is gone ([`Media::retire`]).
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.is_some()
+    }
+
+    /// Whether everything a retired connection needs is in place: connected
+    /// for [`RETIRE_AFTER`], ICE steady and no restart's grace running, both
+    /// RTP directions on the lean paths with this DTLS session's keys, our
+    /// own reception reports and consent answers, and the peer has shown
+    /// that it has the keys (authenticated media or RTCP from it).
+    fn retirable(&self, now: Instant) -> bool {
+        let settled = self.connected_at.is_some_and(|at| now >= at + RETIRE_AFTER);
+        let generation = self.keys.generation();
+        let sending = self.lean.as_ref().is_some_and(|l| l.generation == generation) && !self.rekey_pending;
+        let receiving = self.lean_receive
+            && self.own_reports
+            && self.lean_rx_off != Some(generation)
+            && self.lean_rx.as_ref().is_none_or(|rx| rx.generation == generation);
+        let heard = self.remote_rtcp || self.lean_rx.as_ref().is_some_and(|rx| rx.opened);
+        let checks = self.checks.as_ref().is_some_and(|c| c.all_to_agent_until.is_none_or(|t| now >= t));
+        settled && self.ice_steady && sending && receiving && heard && checks && self.remote.is_some()
+    }
+
+    /// Drops webrtc-rs's connection, keeping what the call needs
+    /// ([`Retired`]): ~80 KiB of peer state (handler queues, descriptions,
+    /// DTLS handshake state, interceptors, statistics) freed per
+    /// participant. Not done (and not asked again) when the DTLS suite's
+    /// records are not ones we can read ([`alert::suite_supported`]).
+    fn retire(&mut self, now: Instant) {
+        let Some(pc) = self.pc.as_deref_mut() else { return };
+        let (suite, is_client) = {
+            let report = pc.get_stats(now, StatsSelector::None);
+            let Some(transport) = report.transport() else { return };
+            (alert::suite_supported(&transport.dtls_cipher), transport.dtls_role == RTCDtlsRole::Client)
+        };
+        if !suite {
+            self.retire_wanted = false;
+            return;
+        }
+        let Some((generation, local, remote)) = lean_key_pair(pc, &self.keys, now) else { return };
+        let Ok(answer) = local_sdp(pc) else { return };
+        let (Some(block), true) = (self.keys.record_key_block(), generation == self.keys.generation()) else { return };
+        let first_index = self.rtcp_sent.saturating_add(SRTCP_INDEX_MARGIN);
+        let (Some(alerts), Ok(srtcp), Ok(srtcp_rx)) =
+            (DtlsAlerts::new(&block, is_client), SrtcpContext::new(&local, first_index), SrtcpReceiver::new(&remote))
+        else {
+            self.retire_wanted = false;
+            return;
+        };
+        self.retired = Some(Box::new(Retired { srtcp, srtcp_rx, alerts, answer }));
+        self.pc = None;
+    }
+
+    /// A datagram for a retired connection that is neither RTP nor STUN:
+    /// SRTCP (opened with our own receiver, its sender reports taken) or a
+    /// DTLS record (an authenticated close_notify or fatal alert ends the
+    /// call). `scratch` is the caller's buffer to open it in.
+    pub(crate) fn read_retired(
+        &mut self,
+        data: &[u8],
+        from: SocketAddr,
+        tcp: bool,
+        now: Instant,
+        scratch: &mut Vec<u8>,
+    ) -> RetiredRead {
+        let Some(retired) = self.retired.as_deref_mut() else { return RetiredRead::Nothing };
+        if data.first().is_some_and(|b| (20..=63).contains(b)) {
+            if !self.closed && retired.alerts.ends_session(data) {
+                self.closed = true;
+                return RetiredRead::Closed;
+            }
+            return RetiredRead::Nothing;
+        }
+        if !is_rtcp(data) {
+            return RetiredRead::Nothing;
+        }
+        scratch.clear();
+        scratch.extend_from_slice(data);
+        let Ok(len) = retired.srtcp_rx.unprotect_rtcp(scratch) else { return RetiredRead::Nothing };
+        let mut plain = &scratch[..len];
+        let Ok(packets) = rtc::rtcp::packet::unmarshal(&mut plain) else { return RetiredRead::Nothing };
+        self.authenticated_from(from, tcp);
+        self.on_rtcp(&packets, now);
+        RetiredRead::Rtcp
     }
 
     /// That this connection was built without webrtc-rs's receiver reports
@@ -1315,7 +1492,10 @@ impl Media {
             return LeanRead::Rtc;
         }
         if self.lean_rx.as_ref().is_none_or(|rx| rx.generation != generation) {
-            let keyed = lean_key_pair(&mut self.pc, &self.keys, now)
+            let keyed = self
+                .pc
+                .as_deref_mut()
+                .and_then(|pc| lean_key_pair(pc, &self.keys, now))
                 .and_then(|(generation, _, remote)| Some((generation, SrtpReceiver::new(&remote).ok()?)));
             let Some((generation, srtp)) = keyed else {
                 self.lean_rx = None;
@@ -1387,7 +1567,8 @@ impl Media {
     /// every handler's timers, which an RTP write does not move: a tenth of
     /// the send path's cost.)
     pub(crate) fn flush(&mut self, transmits: &mut VecDeque<Transmit>) {
-        while let Some(msg) = self.pc.poll_write() {
+        let Some(pc) = self.pc.as_deref_mut() else { return };
+        while let Some(msg) = pc.poll_write() {
             let to = msg.transport.peer_addr;
             // DTLS, SRTP and SRTCP go to the selected candidate pair; STUN
             // answers go to whoever asked.
@@ -1395,6 +1576,9 @@ impl Media {
             if !crate::stun::is_stun(&msg.message) {
                 self.remote = Some(to);
                 self.remote_tcp = tcp;
+                if is_rtcp(&msg.message) {
+                    self.rtcp_sent = self.rtcp_sent.saturating_add(1);
+                }
             }
             transmits.push_back(Transmit { to, data: msg.message, tcp });
         }
@@ -1440,7 +1624,8 @@ impl Media {
             transmits.push_back(Transmit { to, data: buf, tcp: self.remote_tcp });
             return Ok(());
         }
-        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        let pc = self.pc.as_deref_mut().ok_or(RtcError::NotConnected)?;
+        let mut sender = pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
         sender.write_rtp(now, packet).map_err(internal)?;
         self.flush(transmits);
         Ok(())
@@ -1452,18 +1637,31 @@ impl Media {
         if !self.is_connected() {
             return Err(RtcError::NotConnected);
         }
-        let mut sender = self.pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
+        let pc = self.pc.as_deref_mut().ok_or(RtcError::NotConnected)?;
+        let mut sender = pc.rtp_sender(self.sender).ok_or_else(|| internal("sender vanished"))?;
         sender.write_rtcp(now, vec![Box::new(rtc::rtcp::raw_packet::RawPacket(bytes))]).map_err(internal)
     }
 
     /// Runs the connection's due timers, and sends the lean path's sender
-    /// report when due.
-    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+    /// report when due (a retired connection's into `transmits`); then
+    /// retires the connection if it is time ([`Media::retire`]).
+    pub(crate) fn handle_timeout(&mut self, now: Instant, transmits: &mut VecDeque<Transmit>) {
         self.timers_ran = now;
-        let _ = self.pc.handle_timeout(now);
+        if let Some(pc) = self.pc.as_deref_mut() {
+            let _ = pc.handle_timeout(now);
+        }
         if !self.is_connected() {
             return;
         }
+        self.report(now, transmits);
+        if self.retire_wanted && self.retired.is_none() && self.retirable(now) {
+            self.retire(now);
+        }
+    }
+
+    /// Sends our RTCP report when due: a sender report (with the reception
+    /// block) while the lean path sends, else a receiver report.
+    fn report(&mut self, now: Instant, transmits: &mut VecDeque<Transmit>) {
         let receiver_report_due = self.next_receiver_report.is_some_and(|due| now >= due);
         let mut report: Option<Box<dyn rtc::rtcp::Packet>> = None;
         if let Some(lean) = self.lean.as_deref_mut()
@@ -1493,11 +1691,17 @@ impl Media {
                 report = Some(Box::new(ReceiverReport { ssrc: self.ssrc, reports: vec![block], ..Default::default() }));
             }
         }
-        if let Some(report) = report
-            && let Some(mut sender) = self.pc.rtp_sender(self.sender)
-        {
-            // A report that cannot be written is a lost report; the next one
-            // carries the totals.
+        let Some(report) = report else { return };
+        // A report that cannot be written is a lost report; the next one
+        // carries the totals.
+        if let Some(retired) = self.retired.as_deref_mut() {
+            let Some(to) = self.remote else { return };
+            let Ok(plain) = report.marshal() else { return };
+            let mut buf = BytesMut::from(&plain[..]);
+            if retired.srtcp.protect_rtcp(&mut buf).is_ok() {
+                transmits.push_back(Transmit { to, data: buf, tcp: self.remote_tcp });
+            }
+        } else if let Some(mut sender) = self.pc.as_deref_mut().and_then(|pc| pc.rtp_sender(self.sender)) {
             let _ = sender.write_rtcp(now, vec![report]);
         }
     }
@@ -1518,10 +1722,14 @@ impl Media {
     /// Connected, at most every [`CONNECTED_TIMER_GRAIN`].
     pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
         let report = self.lean.as_ref().and_then(|l| l.next_report).filter(|_| self.is_connected());
-        let next = [self.pc.poll_timeout(), report, self.next_receiver_report.filter(|_| self.is_connected())]
-            .into_iter()
-            .flatten()
-            .min();
+        let next = [
+            self.pc.as_deref_mut().and_then(|pc| pc.poll_timeout()),
+            report,
+            self.next_receiver_report.filter(|_| self.is_connected()),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if self.is_connected() && self.ice_steady {
             next.map(|at| at.max(self.timers_ran + CONNECTED_TIMER_GRAIN))
         } else {
@@ -1546,7 +1754,7 @@ impl Media {
         {
             self.rekey_pending = true;
         }
-        while let Some(event) = self.pc.poll_event() {
+        while let Some(event) = self.pc.as_deref_mut().and_then(|pc| pc.poll_event()) {
             if let RTCPeerConnectionEvent::OnIceConnectionStateChangeEvent(state) = event {
                 self.ice_steady = matches!(state, RTCIceConnectionState::Connected | RTCIceConnectionState::Completed);
                 self.ice_up |= self.ice_steady;
@@ -1555,6 +1763,7 @@ impl Media {
                 match state {
                     RTCPeerConnectionState::Connected if !self.connected => {
                         self.connected = true;
+                        self.connected_at = Some(self.timers_ran.max(self.wall.0));
                         on(PeerEvent::Connected);
                     }
                     RTCPeerConnectionState::Failed if !self.closed => {
@@ -1580,7 +1789,7 @@ impl Media {
             on(PeerEvent::Closed);
         }
         let arrived_from = self.arrived_from.take();
-        while let Some(msg) = self.pc.poll_read() {
+        while let Some(msg) = self.pc.as_deref_mut().and_then(|pc| pc.poll_read()) {
             let at = msg.now;
             if let Some((from, tcp)) = arrived_from {
                 // Authenticated by SRTP: the peer is there now.
@@ -1595,30 +1804,35 @@ impl Media {
                     on(PeerEvent::Audio(audio_of(packet, self.level_ext, self.csrc_level_ext)));
                 }
                 RTCMessage::RtcpPacket(_, packets) => {
-                    for p in &packets {
-                        if let Some(sr) = p.as_any().downcast_ref::<SenderReport>() {
-                            if let Some(r) = &mut self.reception {
-                                r.on_sender_report(sr.ntp_time, at);
-                            }
-                            self.last_sender_report = Some(SenderReportInfo {
-                                ssrc: sr.ssrc,
-                                ntp_time: sr.ntp_time,
-                                rtp_time: sr.rtp_time,
-                                packet_count: sr.packet_count,
-                                octet_count: sr.octet_count,
-                                reception: sr.reports.first().map(|b| ReceptionBlock {
-                                    ssrc: b.ssrc,
-                                    fraction_lost: b.fraction_lost,
-                                    total_lost: b.total_lost,
-                                    highest_sequence: b.last_sequence_number,
-                                    jitter: b.jitter,
-                                }),
-                            });
-                        }
-                    }
+                    self.remote_rtcp = true;
+                    self.on_rtcp(&packets, at);
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Takes what we use of received RTCP: the remote side's sender reports.
+    fn on_rtcp(&mut self, packets: &[Box<dyn rtc::rtcp::Packet>], at: Instant) {
+        for p in packets {
+            let Some(sr) = p.as_any().downcast_ref::<SenderReport>() else { continue };
+            if let Some(r) = &mut self.reception {
+                r.on_sender_report(sr.ntp_time, at);
+            }
+            self.last_sender_report = Some(SenderReportInfo {
+                ssrc: sr.ssrc,
+                ntp_time: sr.ntp_time,
+                rtp_time: sr.rtp_time,
+                packet_count: sr.packet_count,
+                octet_count: sr.octet_count,
+                reception: sr.reports.first().map(|b| ReceptionBlock {
+                    ssrc: b.ssrc,
+                    fraction_lost: b.fraction_lost,
+                    total_lost: b.total_lost,
+                    highest_sequence: b.last_sequence_number,
+                    jitter: b.jitter,
+                }),
+            });
         }
     }
 
@@ -1630,7 +1844,8 @@ impl Media {
     /// Whether the DTLS transport is closed (the peer's close_notify).
     fn dtls_closed(&mut self) -> bool {
         self.pc
-            .rtp_sender(self.sender)
+            .as_deref_mut()
+            .and_then(|pc| pc.rtp_sender(self.sender))
             .and_then(|s| s.transport().map(|t| t.state() == RTCDtlsTransportState::Closed))
             .unwrap_or(false)
     }
@@ -1647,14 +1862,18 @@ impl Media {
         if self.closed {
             return Err(RtcError::NotConnected);
         }
+        if let Some(retired) = self.retired.as_deref_mut() {
+            return retired.answer_restart(offer);
+        }
+        let pc = self.pc.as_deref_mut().ok_or(RtcError::NotConnected)?;
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
-        self.pc.set_remote_description(now, offer).map_err(bad_sdp)?;
+        pc.set_remote_description(now, offer).map_err(bad_sdp)?;
         // A restart puts gathering back to "gathering"; our candidates stay
         // (the server's address did not move): end it again.
-        let _ = self.pc.add_local_candidate(RTCIceCandidateInit::default());
-        let answer = self.pc.create_answer(None).map_err(bad_sdp)?;
-        self.pc.set_local_description(now, answer).map_err(bad_sdp)?;
-        local_sdp(&self.pc)
+        let _ = pc.add_local_candidate(RTCIceCandidateInit::default());
+        let answer = pc.create_answer(None).map_err(bad_sdp)?;
+        pc.set_local_description(now, answer).map_err(bad_sdp)?;
+        local_sdp(pc)
     }
 
     /// Starts an ICE restart from `local` (a new socket): an offer with new
@@ -1663,17 +1882,19 @@ impl Media {
         if self.closed {
             return Err(RtcError::NotConnected);
         }
-        self.pc.restart_ice();
-        let offer = self.pc.create_offer(None).map_err(bad_sdp)?;
-        self.pc.set_local_description(now, offer).map_err(bad_sdp)?;
-        add_host_candidate(&mut self.pc, local)?;
-        local_sdp(&self.pc)
+        let pc = self.pc.as_deref_mut().ok_or(RtcError::NotConnected)?;
+        pc.restart_ice();
+        let offer = pc.create_offer(None).map_err(bad_sdp)?;
+        pc.set_local_description(now, offer).map_err(bad_sdp)?;
+        add_host_candidate(pc, local)?;
+        local_sdp(pc)
     }
 
     /// Applies the answer to [`Media::offer_restart`].
     pub(crate) fn accept_restart(&mut self, answer: &str, now: Instant) -> Result<(), RtcError> {
         let answer = RTCSessionDescription::answer(answer.to_owned()).map_err(bad_sdp)?;
-        self.pc.set_remote_description(now, answer).map_err(bad_sdp)
+        let pc = self.pc.as_deref_mut().ok_or(RtcError::NotConnected)?;
+        pc.set_remote_description(now, answer).map_err(bad_sdp)
     }
 
     /// Lets `frames` 20 ms frames pass unsent (DTX): the next packet's
@@ -1684,10 +1905,68 @@ impl Media {
 
     /// Closes the connection; its goodbye (DTLS close_notify) goes to `transmits`.
     pub(crate) fn close(&mut self, transmits: &mut VecDeque<Transmit>) {
-        let _ = self.pc.close();
+        if let Some(retired) = self.retired.as_deref_mut() {
+            if !self.closed
+                && let Some(to) = self.remote
+            {
+                let data = BytesMut::from(&retired.alerts.close_notify()[..]);
+                transmits.push_back(Transmit { to, data, tcp: self.remote_tcp });
+            }
+            self.closed = true;
+            return;
+        }
+        if let Some(pc) = self.pc.as_deref_mut() {
+            let _ = pc.close();
+        }
         self.closed = true;
         self.flush(transmits);
     }
+}
+
+impl Retired {
+    /// The answer to an ICE-restart offer on a retired connection: the
+    /// answer the client has, its session version one higher (RFC 3264
+    /// §8). The offer must still be an audio offer with ICE credentials;
+    /// the caller takes its new ufrag for the consent checks.
+    fn answer_restart(&mut self, offer: &str) -> Result<String, RtcError> {
+        let has = |prefix: &str| offer.lines().any(|l| l.trim_end().starts_with(prefix));
+        if !has("m=audio ") {
+            return Err(RtcError::NoAudio);
+        }
+        if !has("a=ice-ufrag:") || !has("a=ice-pwd:") {
+            return Err(bad_sdp("the restart offer has no ICE credentials"));
+        }
+        self.answer = bump_session_version(&self.answer);
+        Ok(self.answer.clone())
+    }
+}
+
+/// `sdp` with its `o=` line's session version one higher.
+fn bump_session_version(sdp: &str) -> String {
+    let mut out = String::with_capacity(sdp.len() + 2);
+    for line in sdp.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\r', '\n']);
+        let mut fields: Vec<&str> = body.split(' ').collect();
+        let bumped = match (body.starts_with("o="), fields.get(2).and_then(|v| v.parse::<u64>().ok())) {
+            (true, Some(v)) if fields.len() == 6 => Some((v.wrapping_add(1)).to_string()),
+            _ => None,
+        };
+        match bumped {
+            Some(v) => {
+                fields[2] = &v;
+                out.push_str(&fields.join(" "));
+                out.push_str(&line[body.len()..]);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// Whether a datagram is RTCP (RFC 7983: first byte 128–191; RFC 5761:
+/// packet type 192–223).
+fn is_rtcp(data: &[u8]) -> bool {
+    data.len() >= 8 && (128..=191).contains(&data[0]) && (192..=223).contains(&data[1])
 }
 
 /// The NTP timestamp (RFC 3550 §4: seconds since 1900, 32.32 fixed point)

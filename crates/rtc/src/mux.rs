@@ -19,8 +19,8 @@ use rtc::crypto::RTCCryptoProvider;
 
 use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
-    AudioPacket, CLIENT_OPUS_FMTP, Contributor, LeanRead, Media, PeerEvent, PeerFailure, PeerState, RtcError,
-    SERVER_OPUS_DTX, SendPath, SenderReportInfo, Spare, Transmit, add_audio_track, add_candidates, bad_sdp,
+    AudioPacket, CLIENT_OPUS_FMTP, Contributor, LeanRead, Media, PeerEvent, PeerFailure, PeerState, RetiredRead,
+    RtcError, SERVER_OPUS_DTX, SendPath, SenderReportInfo, Spare, Transmit, add_audio_track, add_candidates, bad_sdp,
     build_connection, internal, is_rtp, local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
@@ -122,6 +122,9 @@ pub struct MuxStats {
     pub lost: u64,
     /// Peers removed for silence (the idle timeout: the client vanished).
     pub timed_out: u64,
+    /// Peers whose webrtc-rs connection was retired once their call was up
+    /// (see [`Acceptor::set_retire`]), so far.
+    pub retired: u64,
 }
 
 impl MuxStats {
@@ -180,6 +183,7 @@ pub struct Acceptor {
     provider: Arc<dyn RTCCryptoProvider>,
     lean_send: bool,
     lean_receive: bool,
+    retire: bool,
     srtp_profiles: Vec<SrtpProfile>,
 }
 
@@ -272,6 +276,7 @@ impl Acceptor {
             provider,
             lean_send: true,
             lean_receive: true,
+            retire: true,
             srtp_profiles: SERVER_SRTP_PROFILES.to_vec(),
         })
     }
@@ -298,6 +303,22 @@ impl Acceptor {
     /// Whether accepted peers take the lean receive path.
     pub fn lean_receive(&self) -> bool {
         self.lean_receive
+    }
+
+    /// Whether peers accepted from now on have their webrtc-rs connection
+    /// dropped once their call is up (the default): from then on tutti-rtc
+    /// alone carries the call (lean RTP both ways, its own SRTCP, consent
+    /// answers and DTLS alerts; an ICE restart gets the same answer again),
+    /// which frees ~80 KiB per participant. Takes effect only with both lean
+    /// paths on, and for a peer whose DTLS suite is AES-128-GCM (what
+    /// browsers negotiate with our certificate); others keep webrtc-rs's.
+    pub fn set_retire(&mut self, retire: bool) {
+        self.retire = retire;
+    }
+
+    /// Whether accepted peers are retired once up.
+    pub fn retire(&self) -> bool {
+        self.retire
     }
 
     /// The SRTP profiles peers accepted from now on may negotiate, in order
@@ -438,6 +459,7 @@ impl Acceptor {
             return Err(RtcError::NoAudio);
         }
         let mut media = Box::new(Media::new(pc, sender, ssrc, slot, self.lean_send, now)?);
+        media.set_retire(self.retire && self.lean_receive && self.lean_send);
         if self.lean_receive {
             media.set_lean_receive(true);
             media.set_own_reports();
@@ -749,10 +771,11 @@ impl Mux {
         }
         if stun::is_stun(data) {
             if peer.media.answer_check(data, from, tcp, now, &mut self.transmits, &mut self.spare) {
-                // Answered: its integrity was verified.
+                // Answered: its integrity was verified. (A retired peer
+                // answers checks from new addresses too: learnt here.)
                 peer.last_seen = now;
                 self.stats.lean_checks += 1;
-                Self::refresh_route(peer, (tcp, from));
+                self.learn_route(id, (tcp, from));
                 return Route::Peer(id);
             }
             // For webrtc-rs's agent, which verifies it again: the extra HMAC
@@ -767,6 +790,17 @@ impl Mux {
             peer.last_seen = now;
         }
         let Some(peer) = self.peers.get_mut(&id) else { return Route::Unrouted };
+        if peer.media.is_retired() {
+            match peer.media.read_retired(data, from, tcp, now, &mut self.scratch) {
+                RetiredRead::Rtcp => peer.last_seen = now,
+                RetiredRead::Closed => {
+                    self.stats.leave(PeerState::Connected);
+                    push_event(&mut self.events, &mut self.stats, id, PeerEvent::Closed);
+                }
+                RetiredRead::Nothing => {}
+            }
+            return Route::Peer(id);
+        }
         // Copied for webrtc-rs only here: a lean read needs no copy.
         let msg = TaggedBytesMut {
             now,
@@ -783,7 +817,9 @@ impl Mux {
             peer.media.dtls_arriving();
         }
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
-        let _ = peer.media.pc.handle_read(msg);
+        if let Some(pc) = peer.media.pc.as_deref_mut() {
+            let _ = pc.handle_read(msg);
+        }
         let audio_before = self.stats.audio_in;
         if is_rtp(data) && peer.deadline.is_some() {
             // Media moves no timer: skip asking every handler for its deadline.
@@ -940,7 +976,11 @@ impl Mux {
                 continue; // superseded by a later entry
             }
             peer.deadline = None;
-            peer.media.handle_timeout(now);
+            let retired = peer.media.is_retired();
+            peer.media.handle_timeout(now, &mut self.transmits);
+            if !retired && peer.media.is_retired() {
+                self.stats.retired += 1;
+            }
             self.drain(id);
         }
         while let Some(&Reverse((at, id))) = self.idle.peek() {

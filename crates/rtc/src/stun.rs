@@ -154,6 +154,13 @@ impl CheckAnswerer {
     }
 }
 
+/// Whether a Binding request carries USE-CANDIDATE (RFC 8445 §7.1.2: the
+/// controlling agent nominates the pair it arrived on). Says nothing of its
+/// authenticity: ask only of a check that verified.
+pub(crate) fn nominates(m: &[u8]) -> bool {
+    is_stun(m) && m.len() <= CHECK_MAX && attributes(m).any(|(_, kind, _)| kind == ATTR_USE_CANDIDATE)
+}
+
 /// The short-term credential of a peer's ICE checks (RFC 8489 §9.1.1):
 /// MESSAGE-INTEGRITY is an HMAC-SHA1 keyed with the server's ICE password.
 /// The demux learns a new remote address from a check only when it verifies

@@ -56,6 +56,14 @@ pub struct Config {
     /// still by webrtc-rs); ICE, DTLS and RTCP stay webrtc-rs's. `false`
     /// falls back to the old path.
     pub lean_receive: bool,
+    /// Once a call is up (connected for 2 s, media or RTCP heard from the
+    /// client), drop its webrtc-rs connection and carry the call with
+    /// tutti-rtc alone: lean RTP both ways, tutti's own SRTCP, consent
+    /// answers and DTLS alerts; an ICE restart is answered too. Frees ~80 KiB
+    /// per participant. Needs `lean_send` and `lean_receive`; a peer whose
+    /// DTLS suite is not AES-128-GCM keeps its connection. `false` keeps
+    /// every connection for the whole call.
+    pub retire_peers: bool,
     /// Receive and send buffer asked for each media socket, in bytes (the
     /// kernel may grant less; the granted size is logged).
     pub socket_buffer_bytes: usize,
@@ -524,6 +532,7 @@ impl Default for Config {
             media_thread_nice: -10,
             lean_send: true,
             lean_receive: true,
+            retire_peers: true,
             socket_buffer_bytes: 4 << 20,
             peer_timeout_seconds: 10.0,
             drain_seconds: 30.0,

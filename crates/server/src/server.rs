@@ -163,6 +163,7 @@ impl Server {
             thread_nice: cfg.media_thread_nice,
             lean_send: cfg.lean_send,
             lean_receive: cfg.lean_receive,
+            retire_peers: cfg.retire_peers,
             outputs: Some(outputs.clone()),
             rtp_in: (!cfg.rtp_in.trusted.is_empty()).then(|| SocketAddr::new(cfg.media.ip(), cfg.rtp_in.port)),
         };

@@ -106,6 +106,8 @@ pub(crate) struct MediaConfig {
     pub(crate) lean_send: bool,
     /// Established peers' audio is read on tutti-rtc's lean path (else webrtc-rs's).
     pub(crate) lean_receive: bool,
+    /// Connections are retired once their call is up (`retire_peers`).
+    pub(crate) retire_peers: bool,
     /// Recordings and RTP out, fed by the clock after each tick.
     pub(crate) outputs: Option<Arc<crate::outputs::Outputs>>,
     /// Where the plain RTP (`rtp_in`) socket binds; `None`: plain RTP is off.
@@ -206,6 +208,7 @@ impl MediaHandle {
         let mut acceptor = Acceptor::new(advertise, cfg.peer_timeout).map_err(|e| MediaError::Setup(e.to_string()))?;
         acceptor.set_lean_send(cfg.lean_send);
         acceptor.set_lean_receive(cfg.lean_receive);
+        acceptor.set_retire(cfg.retire_peers);
         let advertised: Vec<SocketAddr> =
             std::iter::once(advertise).chain(cfg.advertise_more.iter().copied().map(with_port)).collect();
         acceptor.set_advertised(&advertised);
@@ -266,7 +269,7 @@ impl MediaHandle {
             mesh,
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
-        tracing::info!(media = %bound, advertise = ?advertised, tcp = cfg.tcp.is_some(), io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, lean_receive = cfg.lean_receive, "media plane running");
+        tracing::info!(media = %bound, advertise = ?advertised, tcp = cfg.tcp.is_some(), io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, lean_receive = cfg.lean_receive, retire_peers = cfg.retire_peers, "media plane running");
         Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain, mesh: mesh_control }, threads))
     }
 

@@ -117,6 +117,8 @@ pub const MEDIA_LEAN_PACKETS_SENT: &str = "tutti_media_lean_packets_sent_total";
 pub const MEDIA_LEAN_PACKETS_RECEIVED: &str = "tutti_media_lean_packets_received_total";
 /// Consent checks (STUN) answered on the lean receive path, without webrtc-rs's ICE agent, counter.
 pub const MEDIA_LEAN_CHECKS: &str = "tutti_media_lean_checks_total";
+/// Peers whose webrtc-rs connection was retired once their call was up (`retire_peers`), counter.
+pub const MEDIA_RETIRED_PEERS: &str = "tutti_media_retired_peers_total";
 /// SRTP packets the lean receive path dropped (failed authentication, replays), counter.
 pub const MEDIA_LEAN_PACKETS_DROPPED: &str = "tutti_media_lean_packets_dropped_total";
 /// Datagrams that belonged to no peer (dropped).
@@ -217,6 +219,7 @@ pub const NAMES: &[&str] = &[
     MEDIA_LEAN_PACKETS_SENT,
     MEDIA_LEAN_PACKETS_RECEIVED,
     MEDIA_LEAN_CHECKS,
+    MEDIA_RETIRED_PEERS,
     MEDIA_LEAN_PACKETS_DROPPED,
     MEDIA_UNROUTED_PACKETS,
     MEDIA_JITTER_LATE_PACKETS,
@@ -284,6 +287,7 @@ struct Handles {
     lean_in: Counter,
     lean_dropped: Counter,
     lean_checks: Counter,
+    retired: Counter,
     unrouted: Counter,
     late: Counter,
     lost: Counter,
@@ -355,6 +359,7 @@ pub fn install() -> Result<(), String> {
             lean_in: metrics::counter!(MEDIA_LEAN_PACKETS_RECEIVED),
             lean_dropped: metrics::counter!(MEDIA_LEAN_PACKETS_DROPPED),
             lean_checks: metrics::counter!(MEDIA_LEAN_CHECKS),
+            retired: metrics::counter!(MEDIA_RETIRED_PEERS),
             unrouted: metrics::counter!(MEDIA_UNROUTED_PACKETS),
             late: metrics::counter!(MEDIA_JITTER_LATE_PACKETS),
             lost: metrics::counter!(MEDIA_JITTER_LOST_FRAMES),
@@ -422,6 +427,11 @@ fn describe() {
         MEDIA_LEAN_CHECKS,
         Unit::Count,
         "Consent checks (STUN) answered on the lean path, without webrtc-rs's ICE agent."
+    );
+    describe_counter!(
+        MEDIA_RETIRED_PEERS,
+        Unit::Count,
+        "Peers whose webrtc-rs connection was dropped once their call was up (retire_peers)."
     );
     describe_counter!(
         MEDIA_LEAN_PACKETS_DROPPED,
@@ -626,6 +636,7 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
     grew(&h.lean_in, now.lean_in, last.lean_in);
     grew(&h.lean_dropped, now.lean_dropped, last.lean_dropped);
     grew(&h.lean_checks, now.lean_checks, last.lean_checks);
+    grew(&h.retired, now.retired, last.retired);
     grew(&h.unrouted, now.unrouted, last.unrouted);
     grew(&h.ice_failures, now.ice_failures, last.ice_failures);
     grew(&h.dtls_failures, now.dtls_failures, last.dtls_failures);
