@@ -264,6 +264,13 @@ impl ClientPeer {
         self.media.as_ref().and_then(Media::last_sender_report)
     }
 
+    /// For tests: whether webrtc-rs's DTLS transport is closed, which it is
+    /// only once a close_notify from the server decrypted and authenticated.
+    #[doc(hidden)]
+    pub fn dtls_transport_closed(&mut self) -> bool {
+        self.media.as_mut().is_some_and(Media::dtls_closed)
+    }
+
     /// For tests: the sequence number of the next packet, before the first
     /// (e.g. just short of a wrap). Returns whether it was set.
     #[doc(hidden)]

@@ -847,7 +847,7 @@ pub(crate) struct Media {
     retired: Option<Box<Retired>>,
     /// Whether to retire webrtc-rs's connection once the call is up (servers).
     retire_wanted: bool,
-    /// When the connection became connected.
+    /// The first timer run after the connection came up.
     connected_at: Option<Instant>,
     /// SRTCP datagrams webrtc-rs sent: where our SRTCP index starts after it.
     rtcp_sent: u32,
@@ -1653,6 +1653,8 @@ impl Media {
         if !self.is_connected() {
             return;
         }
+        // The first timer run after the connection came up (within a second).
+        self.connected_at.get_or_insert(now);
         self.report(now, transmits);
         if self.retire_wanted && self.retired.is_none() && self.retirable(now) {
             self.retire(now);
@@ -1763,7 +1765,6 @@ impl Media {
                 match state {
                     RTCPeerConnectionState::Connected if !self.connected => {
                         self.connected = true;
-                        self.connected_at = Some(self.timers_ran.max(self.wall.0));
                         on(PeerEvent::Connected);
                     }
                     RTCPeerConnectionState::Failed if !self.closed => {
@@ -1842,7 +1843,7 @@ impl Media {
     }
 
     /// Whether the DTLS transport is closed (the peer's close_notify).
-    fn dtls_closed(&mut self) -> bool {
+    pub(crate) fn dtls_closed(&mut self) -> bool {
         self.pc
             .as_deref_mut()
             .and_then(|pc| pc.rtp_sender(self.sender))

@@ -180,9 +180,11 @@ fn a_removed_retired_peer_says_goodbye_and_forged_alerts_end_nothing() {
     call.mux.handle_datagram(call.client_addr, &forged, call.now);
     call.run(1, true);
     assert_eq!(call.server_closed, None, "an alert that does not authenticate ends nothing");
+    assert!(!call.client.dtls_transport_closed());
     call.mux.remove(call.id).expect("remove");
     call.step(false);
     assert!(call.client_closed, "the client heard our close_notify");
+    assert!(call.client.dtls_transport_closed(), "webrtc-rs's DTLS opened and authenticated our close_notify");
 }
 
 #[test]
