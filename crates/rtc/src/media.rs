@@ -826,8 +826,8 @@ struct Retired {
     alerts: DtlsAlerts,
     /// The SDP answer the client has: an ICE restart gets it again (our
     /// ufrag, password, certificate and candidate are fixed per peer), its
-    /// `o=` version one higher.
-    answer: String,
+    /// `o=` version one higher. Boxed: no spare capacity, kept for the call.
+    answer: Box<str>,
 }
 
 /// What [`Media::read_retired`] made of a datagram.
@@ -1391,7 +1391,7 @@ impl Media {
             self.retire_wanted = false;
             return;
         };
-        self.retired = Some(Box::new(Retired { srtcp, srtcp_rx, alerts, answer }));
+        self.retired = Some(Box::new(Retired { srtcp, srtcp_rx, alerts, answer: answer.into_boxed_str() }));
         self.pc = None;
     }
 
@@ -1937,8 +1937,8 @@ impl Retired {
         if !has("a=ice-ufrag:") || !has("a=ice-pwd:") {
             return Err(bad_sdp("the restart offer has no ICE credentials"));
         }
-        self.answer = bump_session_version(&self.answer);
-        Ok(self.answer.clone())
+        self.answer = bump_session_version(&self.answer).into_boxed_str();
+        Ok(self.answer.to_string())
     }
 }
 
@@ -2097,6 +2097,13 @@ mod tests {
         let mut b = BytesMut::new();
         put_one_byte_extensions(&mut b, &[(1, &[5]), (2, &[1, 2, 3])]);
         assert_eq!(&b[..], &[0xBE, 0xDE, 0, 2, 0x10, 5, 0x22, 1, 2, 3, 0, 0]);
+    }
+
+    #[test]
+    fn a_restart_answer_bumps_only_the_session_version() {
+        let sdp = "v=0\r\no=- 4611 2 IN IP4 0.0.0.0\r\ns=-\r\na=x:o=1 2 3\r\n";
+        assert_eq!(bump_session_version(sdp), "v=0\r\no=- 4611 3 IN IP4 0.0.0.0\r\ns=-\r\na=x:o=1 2 3\r\n");
+        assert_eq!(bump_session_version("o=- 1 x IN IP4 0.0.0.0\n"), "o=- 1 x IN IP4 0.0.0.0\n", "not a number: kept");
     }
 
     #[test]
