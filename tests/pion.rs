@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -61,20 +60,7 @@ fn pion_clients_join_by_rest_and_by_socket_send_levels_and_hear_the_room() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pion");
     std::fs::create_dir_all(&dir).expect("target/tmp/pion");
     let (bin, opus) = (client(&dir), voice(&dir));
-    let metrics_port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let metrics: SocketAddr = ([127, 0, 0, 1], metrics_port).into();
-    let served = common::serve(&[
-        "--http",
-        "127.0.0.1:0",
-        "--media",
-        "127.0.0.1:0",
-        "--metrics",
-        &metrics.to_string(),
-        "--set",
-        "auth.disabled=true",
-        "--set",
-        "limits.join_rate_per_second=0",
-    ]);
+    let (served, metrics) = common::serve_open_with_metrics(&[]);
     let url = format!("http://{}", served.api);
 
     for (how, ws) in [("rest", false), ("ws", true)] {
@@ -114,13 +100,8 @@ fn pion_clients_join_by_rest_and_by_socket_send_levels_and_hear_the_room() {
     // Each call outlived RETIRE_AFTER (2 s) well before its window: the
     // figures above were carried by tutti-rtc alone, webrtc-rs's peers
     // retired (pion's own DTLS, SRTCP and consent checks against ours).
-    let body = tutti_client::request(metrics, "GET", "/metrics", None, b"").expect("metrics").body;
-    let retired: f64 = body
-        .lines()
-        .find_map(|l| l.strip_prefix("tutti_media_retired_peers_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0);
-    assert_eq!(retired, 12.0, "every pion client's peer was retired once up:\n{body}");
+    let retired = common::metric(metrics, "tutti_media_retired_peers_total");
+    assert_eq!(retired, 12.0, "every pion client's peer was retired once up");
 
     kill(served.pid(), Signal::SIGTERM).expect("SIGTERM");
     let logs = served.logs();

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -30,20 +29,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[test]
 fn a_stalled_mixer_counts_logs_and_recovers_without_growing_delay() {
-    let metrics_port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-    let metrics: SocketAddr = ([127, 0, 0, 1], metrics_port).into();
-    let served = common::serve(&[
-        "--http",
-        "127.0.0.1:0",
-        "--media",
-        "127.0.0.1:0",
-        "--metrics",
-        &metrics.to_string(),
-        "--set",
-        "auth.disabled=true",
-        "--set",
-        "limits.join_rate_per_second=0",
-    ]);
+    let (served, metrics) = common::serve_open_with_metrics(&[]);
     let api = served.api;
     // The rest of the banner is a few lines: the pipe holds them.
 
@@ -77,12 +63,7 @@ fn a_stalled_mixer_counts_logs_and_recovers_without_growing_delay() {
     assert!(listener.hears(440.0, end - Duration::from_secs(1)) > 0.05, "the listener hears the talker again");
 
     // Counted and logged.
-    let body = request(metrics, "GET", "/metrics", None, b"").expect("metrics").body;
-    let overruns: f64 = body
-        .lines()
-        .find_map(|l| l.strip_prefix("tutti_mix_tick_overruns_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0);
+    let overruns = common::metric(metrics, "tutti_mix_tick_overruns_total");
     assert!(overruns >= 15.0, "the skipped ticks are counted: {overruns}");
     kill(pid, Signal::SIGTERM).expect("term");
     let mut served = served;

@@ -19,6 +19,26 @@ pub struct Served {
     logs: JoinHandle<String>,
 }
 
+/// `tutti serve` on ephemeral loopback ports, auth off and no join rate
+/// limit, with its metrics on a free loopback port (returned), and `extra`.
+pub fn serve_open_with_metrics(extra: &[&str]) -> (Served, SocketAddr) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let metrics: SocketAddr = ([127, 0, 0, 1], port).into();
+    let at = metrics.to_string();
+    let mut args = vec!["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", &at];
+    args.extend_from_slice(&["--set", "auth.disabled=true", "--set", "limits.join_rate_per_second=0"]);
+    args.extend_from_slice(extra);
+    (serve(&args), metrics)
+}
+
+/// The value of the unlabelled metric `name` that `tutti serve` exports at
+/// `metrics` (0 when it is not there yet).
+pub fn metric(metrics: SocketAddr, name: &str) -> f64 {
+    let body = tutti_client::request(metrics, "GET", "/metrics", None, b"").expect("metrics").body;
+    let prefix = format!("{name} ");
+    body.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+}
+
 /// `tutti serve` on ephemeral loopback ports with its metrics off, and `extra` arguments.
 pub fn serve_loopback(extra: &[&str]) -> Served {
     let mut args = vec!["--http", "127.0.0.1:0", "--media", "127.0.0.1:0", "--metrics", "off"];

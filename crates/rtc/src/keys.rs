@@ -87,6 +87,13 @@ impl ExporterSlot {
         Some((generation, out))
     }
 
+    /// Forgets the captured secret: a retired peer has derived all it needs
+    /// from it, and nothing of the handshake should outlive the handshake.
+    pub(crate) fn forget(&self) {
+        let mut slot = self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = None;
+    }
+
     /// The DTLS record keys of the last handshake, for a suite with 16-byte
     /// keys, 4-byte implicit IVs and the SHA-256 PRF (AES-128-GCM): the
     /// first 40 bytes of the key block, P_SHA256(master_secret, "key

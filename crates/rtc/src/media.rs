@@ -323,9 +323,11 @@ pub(crate) fn build_connection(
         .map_err(internal)
 }
 
-/// An interceptor that lets received RTCP sender reports through to us
-/// (webrtc-rs's chain ends inbound RTCP unless one asks): the peer's last
-/// report, [`SenderReportInfo`], is what tells how much its sender sent.
+/// An interceptor that lets received RTCP through to us (webrtc-rs's chain
+/// ends inbound RTCP unless one asks): the peer's last sender report,
+/// [`SenderReportInfo`], is what tells how much its sender sent; and any
+/// authenticated RTCP shows that a peer that sends no audio has the keys
+/// (see [`Media::retire`]). One compound packet every few seconds a peer.
 #[derive(Default)]
 struct DeliverSenderReports {
     reads: VecDeque<TaggedPacket>,
@@ -340,9 +342,7 @@ impl Protocol<TaggedPacket, TaggedPacket, ()> for DeliverSenderReports {
     type Time = Instant;
 
     fn handle_read(&mut self, mut msg: TaggedPacket) -> Result<(), Self::Error> {
-        if let InterceptorPacket::Rtcp(packets) = &msg.message.packet
-            && packets.iter().any(|p| p.as_any().is::<SenderReport>())
-        {
+        if let InterceptorPacket::Rtcp(_) = &msg.message.packet {
             msg.message.add(Attribute::DeliverToApplication);
         }
         self.reads.push_back(msg);
@@ -1100,8 +1100,8 @@ impl Media {
         if !self.lean_wanted || self.remote.is_none() {
             return;
         }
-        if let Some(pc) = self.pc.as_deref_mut()
-            && let Some((generation, keys)) = lean_keys(pc, &self.keys, now)
+        let keyed = self.pc.as_deref_mut().and_then(|pc| lean_keys(pc, &self.keys, now));
+        if let Some((generation, keys)) = keyed
             && let Ok(srtp) = SrtpContext::new(&keys)
         {
             self.lean =
@@ -1355,7 +1355,9 @@ impl Media {
     fn retirable(&self, now: Instant) -> bool {
         let settled = self.connected_at.is_some_and(|at| now >= at + RETIRE_AFTER);
         let generation = self.keys.generation();
-        let sending = self.lean.as_ref().is_some_and(|l| l.generation == generation) && !self.rekey_pending;
+        // Lean, or to be (nothing sent yet: a silent room; decided at the retirement).
+        let sending = self.lean.as_ref().map_or(!self.decided && self.lean_wanted, |l| l.generation == generation)
+            && !self.rekey_pending;
         let receiving = self.lean_receive
             && self.own_reports
             && self.lean_rx_off != Some(generation)
@@ -1371,6 +1373,11 @@ impl Media {
     /// participant. Not done (and not asked again) when the DTLS suite's
     /// records are not ones we can read ([`alert::suite_supported`]).
     fn retire(&mut self, now: Instant) {
+        self.decide(now);
+        if self.lean.is_none() {
+            self.retire_wanted = false;
+            return;
+        }
         let Some(pc) = self.pc.as_deref_mut() else { return };
         let (suite, is_client) = {
             let report = pc.get_stats(now, StatsSelector::None);
@@ -1383,6 +1390,7 @@ impl Media {
         }
         let Some((generation, local, remote)) = lean_key_pair(pc, &self.keys, now) else { return };
         let Ok(answer) = local_sdp(pc) else { return };
+        let answer = answer.into_boxed_str();
         let (Some(block), true) = (self.keys.record_key_block(), generation == self.keys.generation()) else { return };
         let first_index = self.rtcp_sent.saturating_add(SRTCP_INDEX_MARGIN);
         let (Some(alerts), Ok(srtcp), Ok(srtcp_rx)) =
@@ -1391,8 +1399,15 @@ impl Media {
             self.retire_wanted = false;
             return;
         };
-        self.retired = Some(Box::new(Retired { srtcp, srtcp_rx, alerts, answer: answer.into_boxed_str() }));
+        if self.lean_rx.is_none() {
+            // Nothing received yet on the lean path (a client that has sent
+            // only RTCP so far): its receiver now, webrtc-rs's path being gone.
+            let Ok(srtp) = SrtpReceiver::new(&remote) else { return };
+            self.lean_rx = Some(Box::new(LeanReceiver { srtp, generation, opened: false, failures: 0 }));
+        }
+        self.retired = Some(Box::new(Retired { srtcp, srtcp_rx, alerts, answer }));
         self.pc = None;
+        self.keys.forget();
     }
 
     /// A datagram for a retired connection that is neither RTP nor STUN:
@@ -1515,7 +1530,8 @@ impl Media {
             Err(SrtpError::Streams) => return LeanRead::Rtc,
             Err(_) => {
                 self.rx_stats.dropped += 1;
-                if !rx.opened {
+                // A retired connection has no other path to give up to.
+                if !rx.opened && self.retired.is_none() {
                     rx.failures += 1;
                     if rx.failures >= LEAN_RECEIVE_GIVE_UP {
                         self.lean_rx_off = Some(rx.generation);

@@ -57,9 +57,16 @@ impl Call {
     /// One 20 ms step: each side sends a frame (once connected), datagrams
     /// cross, timers run, events are counted.
     fn step(&mut self, talk: bool) {
+        self.step_with(talk, talk);
+    }
+
+    /// A step where each side talks or not.
+    fn step_with(&mut self, client_talks: bool, server_talks: bool) {
         let server: SocketAddr = SERVER.parse().expect("addr");
-        if talk && self.client.is_connected() {
+        if client_talks && self.client.is_connected() {
             let _ = self.client.send_audio(Bytes::from_static(&[0xF8, 1, 2, 3]), Some(30), self.now);
+        }
+        if server_talks && self.client.is_connected() {
             let _ = self.mux.send_audio(self.id, Bytes::from_static(&[0xF8, 4, 5, 6]), Some(40), &[], self.now);
         }
         self.mux.handle_timeout(self.now);
@@ -185,6 +192,32 @@ fn a_removed_retired_peer_says_goodbye_and_forged_alerts_end_nothing() {
     call.step(false);
     assert!(call.client_closed, "the client heard our close_notify");
     assert!(call.client.dtls_transport_closed(), "webrtc-rs's DTLS opened and authenticated our close_notify");
+}
+
+#[test]
+fn a_client_that_sends_audio_only_after_the_retirement_is_heard() {
+    // A listener at first: only its RTCP (reports on our stream) shows it has the keys.
+    let mut call = Call::new(true);
+    for _ in 0..8 * 50 {
+        call.step_with(false, true);
+    }
+    assert_eq!(call.mux.stats().retired, 1, "retired on the client's RTCP alone");
+    assert_eq!(call.at_server, 0);
+    call.run(2, true);
+    assert!(call.at_server >= 2 * 50 - 2, "its first audio, after the retirement, is read: {}", call.at_server);
+}
+
+#[test]
+fn a_peer_the_server_has_sent_nothing_yet_retires_and_then_hears_the_room() {
+    // A silent room: the client talks (so it has shown its keys), the server sends nothing.
+    let mut call = Call::new(true);
+    for _ in 0..4 * 50 {
+        call.step_with(true, false);
+    }
+    assert_eq!(call.mux.stats().retired, 1, "retired before its first packet from us");
+    assert_eq!(call.at_client, 0);
+    call.run(2, true);
+    assert!(call.at_client >= 2 * 50 - 2, "the room's first audio reaches it: {}", call.at_client);
 }
 
 #[test]
