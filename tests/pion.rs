@@ -97,7 +97,7 @@ fn pion_clients_join_by_rest_and_by_socket_send_levels_and_hear_the_room() {
         }
     }
 
-    // Each call outlived RETIRE_AFTER (2 s) well before its window: the
+    // Each call outlived RETIRE_AFTER (half a second) well before its window: the
     // figures above were carried by tutti-rtc alone, webrtc-rs's peers
     // retired (pion's own DTLS, SRTCP and consent checks against ours).
     let retired = common::metric(metrics, "tutti_media_retired_peers_total");

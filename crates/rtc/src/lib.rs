@@ -30,7 +30,7 @@
 //! straight into an [`AudioPacket`]; STUN, DTLS and RTCP stay webrtc-rs's.
 //!
 //! A server peer then **retires** webrtc-rs's connection ([`Acceptor::set_retire`],
-//! on by default): 2 s after it connected, once the client has shown it holds
+//! on by default): half a second after it connected, once the client has shown it holds
 //! the keys, the connection (~80 KiB: handler queues, descriptions, DTLS
 //! handshake state, interceptors, statistics) is dropped and tutti-rtc
 //! carries the call alone: lean RTP both ways, its own SRTCP

@@ -56,7 +56,7 @@ pub struct Config {
     /// still by webrtc-rs); ICE, DTLS and RTCP stay webrtc-rs's. `false`
     /// falls back to the old path.
     pub lean_receive: bool,
-    /// Once a call is up (connected for 2 s, media or RTCP heard from the
+    /// Once a call is up (connected for half a second, media or RTCP heard from the
     /// client), drop its webrtc-rs connection and carry the call with
     /// tutti-rtc alone: lean RTP both ways, tutti's own SRTCP, consent
     /// answers and DTLS alerts; an ICE restart is answered too. Frees ~80 KiB
