@@ -151,6 +151,9 @@ impl Call {
         let now = Instant::now();
         let mut acceptor = tutti_rtc::Acceptor::new(server, Duration::from_secs(10)).expect("acceptor");
         acceptor.set_srtp_profiles(&[profile]);
+        // The lean paths beside webrtc-rs's connection, as they are until a
+        // peer is retired (`retire.rs` covers the retired peer).
+        acceptor.set_retire(false);
         let mut mux = Mux::with_acceptor(acceptor);
         let (mut client, offer) = ClientPeer::new(me, now).expect("client");
         let (peer, answer) = mux.accept_offer(&offer, now).expect("answer");
