@@ -246,11 +246,14 @@ impl Drop for Driver {
 /// Nearly all audio the server received took the lean receive path (a
 /// packet that arrives as DTLS completes may still go to webrtc-rs), and
 /// consent checks were answered there.
-fn lean_read_most(stats: &tutti_server::MediaStats) {
+fn lean_read_most(stats: &tutti_server::MediaStats, peers: u64) {
     println!(
-        "audio packets received: {}, on the lean path: {}; consent checks answered on the lean path: {}",
-        stats.audio_in, stats.lean_in, stats.lean_checks
+        "audio packets received: {}, on the lean path: {}; consent checks answered on the lean path: {}; peers retired: {}",
+        stats.audio_in, stats.lean_in, stats.lean_checks, stats.retired_peers
     );
+    // The browsers' calls went on after their webrtc-rs connections were
+    // dropped: the figures checked here and by the callers are tutti-rtc's own.
+    assert!(stats.retired_peers >= peers, "the {peers} peers were retired once up: {stats:?}");
     assert!(stats.audio_in > 100, "audio arrived: {stats:?}");
     assert!(stats.lean_in * 100 >= stats.audio_in * 95, "the lean receive path read the browsers' audio: {stats:?}");
     // Answered here: each one checked by the browser (MESSAGE-INTEGRITY with
@@ -453,8 +456,9 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
     assert!(after["notice"].as_str().is_some_and(|n| n.contains("You left")), "{after}");
 
     // Chromium's audio was read on tutti's lean receive path (its SRTP,
-    // its RFC 6464 levels), not handed to webrtc-rs.
-    lean_read_most(&server.media_stats());
+    // its RFC 6464 levels), not handed to webrtc-rs; alice, bob and the
+    // Rust client were retired.
+    lean_read_most(&server.media_stats(), 3);
 
     rust.close();
     rt.block_on(server.shutdown());
@@ -1964,8 +1968,10 @@ fn firefox_and_a_page_behind_a_udp_block_hear_the_room() {
         own_amp < ABSENT_AMP || own_amp < 2.0 * control_amp,
         "the Rust client does not hear itself: own {own_amp:.4}, control {control_amp:.4}"
     );
-    // Firefox's and Chromium's audio, over UDP, TURN and ICE-TCP, on the lean receive path.
-    lean_read_most(&server.media_stats());
+    // Firefox's and Chromium's audio, over UDP, TURN and ICE-TCP, on the
+    // lean receive path; the five peers (carol, dave, erin, fiona, the Rust
+    // client) retired.
+    lean_read_most(&server.media_stats(), 5);
 
     rust.close();
     rt.block_on(server.shutdown());

@@ -69,6 +69,8 @@ pub struct MediaStats {
     pub lean_dropped: u64,
     /// Consent checks answered on the lean receive path.
     pub lean_checks: u64,
+    /// Peers whose webrtc-rs connection was retired once their call was up (`retire_peers`).
+    pub retired_peers: u64,
     /// Datagrams the OS refused to send.
     pub send_errors: u64,
     /// Peers whose ICE or DTLS failed.
@@ -416,6 +418,7 @@ impl MediaHandle {
             m.lean_in += s.lean_in;
             m.lean_dropped += s.lean_dropped;
             m.lean_checks += s.lean_checks;
+            m.retired_peers += s.retired;
             m.send_errors += get(&c.send_errors);
             m.peers_failed += s.ice_failures + s.dtls_failures + s.lost;
             m.peers_timed_out += s.timed_out;
