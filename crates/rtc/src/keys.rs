@@ -72,19 +72,9 @@ impl ExporterSlot {
     pub(crate) fn keying_material(&self, len: usize) -> Option<(u64, Vec<u8>)> {
         let slot = self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let c = slot.as_ref()?;
-        let generation = self.generation();
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &c.secret);
-        let mut out = Vec::with_capacity(len + 32);
-        let mut a = ring::hmac::sign(&key, &c.seed);
-        while out.len() < len {
-            let mut ctx = ring::hmac::Context::with_key(&key);
-            ctx.update(a.as_ref());
-            ctx.update(&c.seed);
-            out.extend_from_slice(ctx.sign().as_ref());
-            a = ring::hmac::sign(&key, a.as_ref());
-        }
-        out.truncate(len);
-        Some((generation, out))
+        let mut out = vec![0u8; len];
+        p_sha256(&c.secret, &c.seed, &mut out);
+        Some((self.generation(), out))
     }
 
     /// Forgets the captured secret: a retired peer has derived all it needs
@@ -108,21 +98,24 @@ impl ExporterSlot {
         seed.extend_from_slice(b"key expansion");
         seed.extend_from_slice(server_random);
         seed.extend_from_slice(client_random);
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &c.secret);
         let mut out = [0u8; 40];
-        let mut filled = 0;
-        let mut a = ring::hmac::sign(&key, &seed);
-        while filled < out.len() {
-            let mut ctx = ring::hmac::Context::with_key(&key);
-            ctx.update(a.as_ref());
-            ctx.update(&seed);
-            let block = ctx.sign();
-            let n = (out.len() - filled).min(block.as_ref().len());
-            out[filled..filled + n].copy_from_slice(&block.as_ref()[..n]);
-            filled += n;
-            a = ring::hmac::sign(&key, a.as_ref());
-        }
+        p_sha256(&c.secret, &seed, &mut out);
         Some(out)
+    }
+}
+
+/// The TLS 1.2 PRF's expansion (RFC 5246 §5) filling `out`:
+/// P_SHA256(secret, seed) = HMAC(secret, A(1) || seed) || HMAC(secret, A(2) || seed) || …,
+/// A(0) = seed, A(i) = HMAC(secret, A(i-1)). `seed` is label || seed.
+fn p_sha256(secret: &[u8], seed: &[u8], out: &mut [u8]) {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let mut a = ring::hmac::sign(&key, seed);
+    for chunk in out.chunks_mut(32) {
+        let mut ctx = ring::hmac::Context::with_key(&key);
+        ctx.update(a.as_ref());
+        ctx.update(seed);
+        chunk.copy_from_slice(&ctx.sign().as_ref()[..chunk.len()]);
+        a = ring::hmac::sign(&key, a.as_ref());
     }
 }
 
