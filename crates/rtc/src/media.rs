@@ -76,7 +76,23 @@ pub const CSRC_AUDIO_LEVEL_URI: &str = "urn:ietf:params:rtp-hdrext:csrc-audio-le
 /// Whether a datagram is an RTP (not RTCP) packet (RFC 7983 demultiplexing,
 /// RFC 5761 payload types): its arrival moves no timer.
 pub fn is_rtp(data: &[u8]) -> bool {
-    data.len() >= 12 && (128..=191).contains(&data[0]) && !(200..=206).contains(&(data[1] & 0x7F | 0x80))
+    data.len() >= 12 && (128..=191).contains(&data[0]) && !is_rtcp_type(data[1])
+}
+
+/// Whether a datagram is RTCP, by the same rule as [`is_rtp`].
+pub(crate) fn is_rtcp(data: &[u8]) -> bool {
+    data.len() >= 8 && (128..=191).contains(&data[0]) && is_rtcp_type(data[1])
+}
+
+/// RFC 5761 §4: an RTP/RTCP packet's second byte is RTCP's packet type
+/// 200–206, or RTP's marker bit and the payload types 72–78 it rules out.
+fn is_rtcp_type(second: u8) -> bool {
+    (200..=206).contains(&(second | 0x80))
+}
+
+/// Whether a datagram is a DTLS record (RFC 7983: first byte 20 to 63).
+pub(crate) fn is_dtls(data: &[u8]) -> bool {
+    data.first().is_some_and(|b| (20..=63).contains(b))
 }
 
 /// Every RFC 6464 level byte, so a packet's level extension borrows one
@@ -1426,7 +1442,7 @@ impl Media {
         scratch: &mut Vec<u8>,
     ) -> RetiredRead {
         let Some(retired) = self.retired.as_deref_mut() else { return RetiredRead::Nothing };
-        if data.first().is_some_and(|b| (20..=63).contains(b)) {
+        if is_dtls(data) {
             if !self.closed && retired.alerts.ends_session(data) {
                 self.closed = true;
                 return RetiredRead::Closed;
@@ -1981,12 +1997,6 @@ fn bump_session_version(sdp: &str) -> String {
         }
     }
     out
-}
-
-/// Whether a datagram is RTCP (RFC 7983: first byte 128–191; RFC 5761:
-/// packet type 192–223).
-fn is_rtcp(data: &[u8]) -> bool {
-    data.len() >= 8 && (128..=191).contains(&data[0]) && (192..=223).contains(&data[1])
 }
 
 /// The NTP timestamp (RFC 3550 §4: seconds since 1900, 32.32 fixed point)

@@ -21,7 +21,7 @@ use crate::keys::{ExporterSlot, KeyTap};
 use crate::media::{
     AudioPacket, CLIENT_OPUS_FMTP, Contributor, LeanRead, Media, PeerEvent, PeerFailure, PeerState, RetiredRead,
     RtcError, SERVER_OPUS_DTX, SendPath, SenderReportInfo, Spare, Transmit, add_audio_track, add_candidates, bad_sdp,
-    build_connection, internal, is_rtp, local_sdp, udp_candidate,
+    build_connection, internal, is_dtls, is_rtp, local_sdp, udp_candidate,
 };
 use crate::srtp::SrtpProfile;
 use crate::stun::{self, CheckAnswerer, CheckKey};
@@ -812,8 +812,8 @@ impl Mux {
             },
             message: BytesMut::from(data),
         };
-        // A DTLS record (RFC 7983: first byte 20 to 63): its close_notify is looked for after it.
-        if data.first().is_some_and(|b| (20..=63).contains(b)) {
+        // A DTLS record: its close_notify is looked for after it.
+        if is_dtls(data) {
             peer.media.dtls_arriving();
         }
         // webrtc-rs logs and swallows per-packet errors; nothing to add here.
