@@ -784,20 +784,41 @@ fn lean_keys(pc: &mut RTCPeerConnection, slot: &ExporterSlot, now: Instant) -> O
 
 /// Both directions' keys: (generation, local, remote).
 fn lean_key_pair(pc: &mut RTCPeerConnection, slot: &ExporterSlot, now: Instant) -> Option<(u64, SrtpKeys, SrtpKeys)> {
-    let (profile, is_client) = {
-        let report = pc.get_stats(now, StatsSelector::None);
-        let transport = report.transport()?;
-        let profile = SrtpProfile::from_stats_name(&transport.srtp_cipher)?;
-        let is_client = match transport.dtls_role {
-            RTCDtlsRole::Client => true,
-            RTCDtlsRole::Server => false,
-            _ => return None,
-        };
-        (profile, is_client)
+    dtls_session(pc, now).and_then(|session| session.keys(slot))
+}
+
+/// What webrtc-rs's transport statistics tell of the DTLS session.
+struct DtlsSession {
+    profile: SrtpProfile,
+    /// Our DTLS role.
+    is_client: bool,
+    /// Its records are ones the `alert` module reads and writes.
+    alerts_readable: bool,
+}
+
+/// The DTLS session's profile and roles, once DTLS is up (one statistics read).
+fn dtls_session(pc: &mut RTCPeerConnection, now: Instant) -> Option<DtlsSession> {
+    let report = pc.get_stats(now, StatsSelector::None);
+    let transport = report.transport()?;
+    let is_client = match transport.dtls_role {
+        RTCDtlsRole::Client => true,
+        RTCDtlsRole::Server => false,
+        _ => return None,
     };
-    let (generation, material) = slot.keying_material(profile.keying_material_len())?;
-    let (local, remote) = SrtpKeys::from_keying_material(profile, &material, is_client).ok()?;
-    Some((generation, local, remote))
+    Some(DtlsSession {
+        profile: SrtpProfile::from_stats_name(&transport.srtp_cipher)?,
+        is_client,
+        alerts_readable: alert::suite_supported(&transport.dtls_cipher),
+    })
+}
+
+impl DtlsSession {
+    /// Both directions' SRTP keys from the exporter capture: (generation, local, remote).
+    fn keys(&self, slot: &ExporterSlot) -> Option<(u64, SrtpKeys, SrtpKeys)> {
+        let (generation, material) = slot.keying_material(self.profile.keying_material_len())?;
+        let (local, remote) = SrtpKeys::from_keying_material(self.profile, &material, self.is_client).ok()?;
+        Some((generation, local, remote))
+    }
 }
 
 /// The one-byte header extension block (RFC 8285 §4.2) for these elements,
@@ -1398,23 +1419,21 @@ impl Media {
             return;
         }
         let Some(pc) = self.pc.as_deref_mut() else { return };
-        let (suite, is_client) = {
-            let report = pc.get_stats(now, StatsSelector::None);
-            let Some(transport) = report.transport() else { return };
-            (alert::suite_supported(&transport.dtls_cipher), transport.dtls_role == RTCDtlsRole::Client)
-        };
-        if !suite {
+        let Some(session) = dtls_session(pc, now) else { return };
+        if !session.alerts_readable {
             self.retire_wanted = false;
             return;
         }
-        let Some((generation, local, remote)) = lean_key_pair(pc, &self.keys, now) else { return };
+        let Some((generation, local, remote)) = session.keys(&self.keys) else { return };
         let Ok(answer) = local_sdp(pc) else { return };
         let answer = answer.into_boxed_str();
         let (Some(block), true) = (self.keys.record_key_block(), generation == self.keys.generation()) else { return };
         let first_index = self.rtcp_sent.saturating_add(SRTCP_INDEX_MARGIN);
-        let (Some(alerts), Ok(srtcp), Ok(srtcp_rx)) =
-            (DtlsAlerts::new(&block, is_client), SrtcpContext::new(&local, first_index), SrtcpReceiver::new(&remote))
-        else {
+        let (Some(alerts), Ok(srtcp), Ok(srtcp_rx)) = (
+            DtlsAlerts::new(&block, session.is_client),
+            SrtcpContext::new(&local, first_index),
+            SrtcpReceiver::new(&remote),
+        ) else {
             self.retire_wanted = false;
             return;
         };
