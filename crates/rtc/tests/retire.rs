@@ -200,30 +200,40 @@ fn a_removed_retired_peer_says_goodbye_and_forged_alerts_end_nothing() {
     assert!(call.client.dtls_transport_closed(), "webrtc-rs's DTLS opened and authenticated our close_notify");
 }
 
+/// One side sends no audio for `seconds` while the other talks: the peer
+/// retires anyway, and the silent side's first audio, after the retirement,
+/// reaches the other.
+fn first_audio_after_the_retirement(client_silent: bool, seconds: u64) {
+    let mut call = Call::new(true);
+    for _ in 0..seconds * 50 {
+        call.step_with(!client_silent, client_silent);
+    }
+    let silent_heard = |c: &Call| if client_silent { c.at_server } else { c.at_client };
+    assert_eq!(
+        call.mux.stats().retired,
+        1,
+        "retired with the {} silent",
+        if client_silent { "client" } else { "server" }
+    );
+    assert_eq!(silent_heard(&call), 0);
+    call.run(2, true);
+    assert!(
+        silent_heard(&call) >= 2 * 50 - 2,
+        "its first audio, after the retirement, is heard: {}",
+        silent_heard(&call)
+    );
+}
+
 #[test]
 fn a_client_that_sends_audio_only_after_the_retirement_is_heard() {
     // A listener at first: only its RTCP (reports on our stream) shows it has the keys.
-    let mut call = Call::new(true);
-    for _ in 0..8 * 50 {
-        call.step_with(false, true);
-    }
-    assert_eq!(call.mux.stats().retired, 1, "retired on the client's RTCP alone");
-    assert_eq!(call.at_server, 0);
-    call.run(2, true);
-    assert!(call.at_server >= 2 * 50 - 2, "its first audio, after the retirement, is read: {}", call.at_server);
+    first_audio_after_the_retirement(true, 8);
 }
 
 #[test]
 fn a_peer_the_server_has_sent_nothing_yet_retires_and_then_hears_the_room() {
     // A silent room: the client talks (so it has shown its keys), the server sends nothing.
-    let mut call = Call::new(true);
-    for _ in 0..4 * 50 {
-        call.step_with(true, false);
-    }
-    assert_eq!(call.mux.stats().retired, 1, "retired before its first packet from us");
-    assert_eq!(call.at_client, 0);
-    call.run(2, true);
-    assert!(call.at_client >= 2 * 50 - 2, "the room's first audio reaches it: {}", call.at_client);
+    first_audio_after_the_retirement(false, 4);
 }
 
 #[test]
