@@ -333,6 +333,15 @@ impl Cipher {
         };
         Ok(cipher)
     }
+
+    /// The tag's length: the AEAD's, or the HMAC truncated as the profile
+    /// (SRTP) or SRTCP says.
+    fn tag_len(&self) -> usize {
+        match self {
+            Self::Gcm { key, .. } => key.algorithm().tag_len(),
+            Self::Cm { tag_len, .. } => *tag_len,
+        }
+    }
 }
 
 /// The send half of an SRTP session for RTP: session keys derived once,
@@ -555,20 +564,60 @@ impl ReplayWindow {
 /// stream per peer; a new SSRC beyond these is refused with [`SrtpError::Streams`]).
 pub const RECEIVE_STREAMS: usize = 4;
 
+/// A receiver's replay windows, one per SSRC it follows (at most
+/// [`RECEIVE_STREAMS`]): fixed size, no allocation.
+#[derive(Debug, Clone, Copy)]
+struct Streams {
+    slots: [(u32, ReplayWindow); RECEIVE_STREAMS],
+    used: usize,
+}
+
+impl Streams {
+    fn new() -> Self {
+        Self { slots: [(0, ReplayWindow::new()); RECEIVE_STREAMS], used: 0 }
+    }
+
+    /// The window of `ssrc`, if a packet of it was accepted.
+    fn get(&self, ssrc: u32) -> Option<&ReplayWindow> {
+        self.slots[..self.used].iter().find(|(s, _)| *s == ssrc).map(|(_, w)| w)
+    }
+
+    /// `ssrc`'s slot (`None`: new) and a copy of its window (fresh if new),
+    /// to check a packet against before anything moves; a new SSRC beyond
+    /// [`RECEIVE_STREAMS`] is refused.
+    fn window(&self, ssrc: u32) -> Result<(Option<usize>, ReplayWindow), SrtpError> {
+        let slot = self.slots[..self.used].iter().position(|(s, _)| *s == ssrc);
+        if slot.is_none() && self.used == RECEIVE_STREAMS {
+            return Err(SrtpError::Streams);
+        }
+        Ok((slot, slot.map_or_else(ReplayWindow::new, |i| self.slots[i].1)))
+    }
+
+    /// A packet of `ssrc` at index (`high`, `low`) authenticated: its window
+    /// moves, in `slot` from [`Streams::window`] or a new one.
+    fn accept(&mut self, slot: Option<usize>, ssrc: u32, high: u32, low: u16) {
+        let i = slot.unwrap_or_else(|| {
+            self.used += 1;
+            self.used - 1
+        });
+        self.slots[i].0 = ssrc;
+        self.slots[i].1.accept(high, low);
+    }
+}
+
 /// The receive half of an SRTP session for RTP: the session keys, and per
 /// SSRC the rollover counter and replay window. Fixed size, no allocation
 /// per packet.
 #[derive(Debug)]
 pub struct SrtpReceiver {
     srtp: SrtpContext,
-    streams: [(u32, ReplayWindow); RECEIVE_STREAMS],
-    used: usize,
+    streams: Streams,
 }
 
 impl SrtpReceiver {
     /// Derives the session keys from the remote side's master key and salt.
     pub fn new(keys: &SrtpKeys) -> Result<Self, SrtpError> {
-        Ok(Self { srtp: SrtpContext::new(keys)?, streams: [(0, ReplayWindow::new()); RECEIVE_STREAMS], used: 0 })
+        Ok(Self { srtp: SrtpContext::new(keys)?, streams: Streams::new() })
     }
 
     /// The profile.
@@ -578,7 +627,7 @@ impl SrtpReceiver {
 
     /// The receive state of `ssrc`, if a packet of it was accepted.
     pub fn window(&self, ssrc: u32) -> Option<&ReplayWindow> {
-        self.streams[..self.used].iter().find(|(s, _)| *s == ssrc).map(|(_, w)| w)
+        self.streams.get(ssrc)
     }
 
     /// Opens one SRTP packet in place: finds its SSRC's state, estimates
@@ -589,20 +638,11 @@ impl SrtpReceiver {
         let header_len = rtp_header_len(packet).ok_or(SrtpError::NotSrtp)?;
         let seq = u16::from_be_bytes([packet[2], packet[3]]);
         let ssrc = u32::from_be_bytes([packet[8], packet[9], packet[10], packet[11]]);
-        let slot = self.streams[..self.used].iter().position(|(s, _)| *s == ssrc);
-        let window = slot.map_or_else(ReplayWindow::new, |i| self.streams[i].1);
-        if slot.is_none() && self.used == RECEIVE_STREAMS {
-            return Err(SrtpError::Streams);
-        }
+        let (slot, window) = self.streams.window(ssrc)?;
         let roc = window.estimate(seq).ok_or(SrtpError::TooOld)?;
         window.check(roc, seq)?;
         let payload = self.srtp.unprotect_rtp(packet, header_len, ssrc, seq, roc)?;
-        let i = slot.unwrap_or_else(|| {
-            self.used += 1;
-            self.used - 1
-        });
-        self.streams[i].0 = ssrc;
-        self.streams[i].1.accept(roc, seq);
+        self.streams.accept(slot, ssrc, roc, seq);
         Ok((header_len, payload))
     }
 }
@@ -621,6 +661,15 @@ const SRTCP_CLEAR: usize = 8;
 /// [`ReplayWindow`] take SRTP's packet index: with the same 16-bit shift,
 /// each lays the 31-bit index where RFC 7714 §9.1 and RFC 3711 §4.1.1
 /// put it for SRTCP.
+/// An encrypted SRTCP packet's AES-GCM AAD (RFC 7714 §9.1, §17): its clear
+/// first 8 bytes, then E|index.
+fn srtcp_aad(packet: &[u8], word: [u8; 4]) -> [u8; SRTCP_CLEAR + 4] {
+    let mut aad = [0u8; SRTCP_CLEAR + 4];
+    aad[..SRTCP_CLEAR].copy_from_slice(&packet[..SRTCP_CLEAR]);
+    aad[SRTCP_CLEAR..].copy_from_slice(&word);
+    aad
+}
+
 fn split_index(index: u32) -> (u32, u16) {
     (index >> 16, index as u16)
 }
@@ -662,10 +711,7 @@ impl SrtcpContext {
     /// Bytes [`SrtcpContext::protect_rtcp`] appends (E|index and the tag):
     /// reserve them and nothing is allocated.
     pub fn overhead(&self) -> usize {
-        4 + match &self.cipher {
-            Cipher::Gcm { key, .. } => key.algorithm().tag_len(),
-            Cipher::Cm { tag_len, .. } => *tag_len,
-        }
+        4 + self.cipher.tag_len()
     }
 
     /// The index the next packet gets.
@@ -692,10 +738,7 @@ impl SrtcpContext {
         let word = (index | SRTCP_E_FLAG).to_be_bytes();
         match &self.cipher {
             Cipher::Gcm { key, salt } => {
-                // RFC 7714 §9.1, §17: the AAD is the clear 8 bytes, then E|index.
-                let mut aad = [0u8; SRTCP_CLEAR + 4];
-                aad[..SRTCP_CLEAR].copy_from_slice(&packet[..SRTCP_CLEAR]);
-                aad[SRTCP_CLEAR..].copy_from_slice(&word);
+                let aad = srtcp_aad(packet, word);
                 let nonce = ring::aead::Nonce::assume_unique_for_key(gcm_iv(salt, ssrc, high, low));
                 let tag = key
                     .seal_in_place_separate_tag(nonce, ring::aead::Aad::from(aad), &mut packet[SRTCP_CLEAR..])
@@ -724,15 +767,14 @@ impl SrtcpContext {
 pub struct SrtcpReceiver {
     profile: SrtpProfile,
     cipher: Cipher,
-    streams: [(u32, ReplayWindow); RECEIVE_STREAMS],
-    used: usize,
+    streams: Streams,
 }
 
 impl std::fmt::Debug for SrtcpReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SrtcpReceiver")
             .field("profile", &self.profile)
-            .field("streams", &&self.streams[..self.used])
+            .field("streams", &&self.streams.slots[..self.streams.used])
             .finish_non_exhaustive()
     }
 }
@@ -740,12 +782,7 @@ impl std::fmt::Debug for SrtcpReceiver {
 impl SrtcpReceiver {
     /// Derives the SRTCP session keys from the remote side's master key and salt.
     pub fn new(keys: &SrtpKeys) -> Result<Self, SrtpError> {
-        Ok(Self {
-            profile: keys.profile,
-            cipher: Cipher::new(keys, true)?,
-            streams: [(0, ReplayWindow::new()); RECEIVE_STREAMS],
-            used: 0,
-        })
+        Ok(Self { profile: keys.profile, cipher: Cipher::new(keys, true)?, streams: Streams::new() })
     }
 
     /// The profile.
@@ -755,8 +792,7 @@ impl SrtcpReceiver {
 
     /// The highest SRTCP index accepted from `ssrc`, if any.
     pub fn highest_index(&self, ssrc: u32) -> Option<u32> {
-        let (_, window) = self.streams[..self.used].iter().find(|(s, _)| *s == ssrc)?;
-        window.highest().map(|(high, low)| (high << 16) | u32::from(low))
+        self.streams.get(ssrc)?.highest().map(|(high, low)| (high << 16) | u32::from(low))
     }
 
     /// Opens one SRTCP packet in place: checks the tag (constant time),
@@ -764,10 +800,7 @@ impl SrtcpReceiver {
     /// plain RTCP compound packet at the start of `packet`. The replay state
     /// moves only after the tag verified. Never panics on any input.
     pub fn unprotect_rtcp(&mut self, packet: &mut [u8]) -> Result<usize, SrtpError> {
-        let tag_len = match &self.cipher {
-            Cipher::Gcm { key, .. } => key.algorithm().tag_len(),
-            Cipher::Cm { tag_len, .. } => *tag_len,
-        };
+        let tag_len = self.cipher.tag_len();
         if packet.len() < SRTCP_CLEAR + 4 + tag_len || packet[0] >> 6 != 2 {
             return Err(SrtpError::NotSrtp);
         }
@@ -782,19 +815,13 @@ impl SrtcpReceiver {
         let index = u32::from_be_bytes(word) & MAX_SRTCP_INDEX;
         let (high, low) = split_index(index);
         let ssrc = u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]);
-        let slot = self.streams[..self.used].iter().position(|(s, _)| *s == ssrc);
-        if slot.is_none() && self.used == RECEIVE_STREAMS {
-            return Err(SrtpError::Streams);
-        }
-        let window = slot.map_or_else(ReplayWindow::new, |i| self.streams[i].1);
+        let (slot, window) = self.streams.window(ssrc)?;
         window.check(high, low)?;
         match &self.cipher {
             Cipher::Gcm { key, salt } => {
                 let nonce = ring::aead::Nonce::assume_unique_for_key(gcm_iv(salt, ssrc, high, low));
                 if encrypted {
-                    let mut aad = [0u8; SRTCP_CLEAR + 4];
-                    aad[..SRTCP_CLEAR].copy_from_slice(&packet[..SRTCP_CLEAR]);
-                    aad[SRTCP_CLEAR..].copy_from_slice(&word);
+                    let aad = srtcp_aad(packet, word);
                     key.open_in_place(nonce, ring::aead::Aad::from(aad), &mut packet[SRTCP_CLEAR..word_at])
                         .map_err(|_| SrtpError::Auth)?;
                 } else {
@@ -819,12 +846,7 @@ impl SrtcpReceiver {
                 }
             }
         }
-        let i = slot.unwrap_or_else(|| {
-            self.used += 1;
-            self.used - 1
-        });
-        self.streams[i].0 = ssrc;
-        self.streams[i].1.accept(high, low);
+        self.streams.accept(slot, ssrc, high, low);
         Ok(end)
     }
 }
@@ -1200,7 +1222,7 @@ mod tests {
                 assert!(rx.unprotect_rtcp(&mut bad).is_err(), "{profile:?} bit {bit}");
                 assert_eq!(rx.highest_index(0x1111_2222), Some(7), "{profile:?} bit {bit}: nothing moved");
             }
-            assert_eq!(rx.used, 1, "forged SSRCs take no slot");
+            assert_eq!(rx.streams.used, 1, "forged SSRCs take no slot");
             // The genuine one opens once; so does one skipped over, later.
             assert!(rx.unprotect_rtcp(&mut packets[2].clone()).is_ok());
             assert!(rx.unprotect_rtcp(&mut good.clone()).is_ok());
