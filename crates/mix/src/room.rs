@@ -274,6 +274,9 @@ pub struct ParticipantStats {
     pub concealed: u64,
     /// Payloads libopus could not decode, or not of 20 ms; skipped.
     pub decode_errors: u64,
+    /// Times their decoder was reset: a selected speaker's first frame
+    /// after a gap of more than 100 ms is not decoded on stale state.
+    pub decoder_resets: u64,
 }
 
 #[derive(Debug)]
@@ -329,6 +332,7 @@ struct Participant {
     decoded: u64,
     concealed: u64,
     decode_errors: u64,
+    decoder_resets: u64,
     /// A source ([`Room::add_source`]): heard, sent nothing.
     source: bool,
     /// A remote ([`Room::add_remote`]): heard, sent nothing, its frames
@@ -367,18 +371,23 @@ impl Participant {
         if self.dec.as_ref().is_some_and(|d| d.decoded_at == Some(tick)) {
             return None;
         }
+        if matches!(self.pending, Playout::Empty) {
+            // Nothing to decode (a speaker in a pause sends nothing under DTX):
+            // neither a decoder nor a reset.
+            return None;
+        }
         let dec = match &mut self.dec {
             Some(dec) => dec,
             None => self.dec.insert(DecodeState::new()?),
         };
         // A fresh decoder needs no reset. A stale one is reset for a selected
-        // speaker (heard); a measuring decode of someone else continues it,
-        // as a receiver does after lost packets: libopus' reset runs `cpuid`
-        // (`opus_select_arch`, twice), which on a VM costs more than the
-        // decode itself, and a room of silent unlevelled participants
-        // measured one tick in 16 reset a decoder at every measure.
+        // speaker (heard), once, just before the frame that ends the gap; a
+        // measuring decode of someone else continues it, as a receiver does
+        // after lost packets: libopus' reset runs `cpuid` (`opus_select_arch`,
+        // twice), which on a VM costs more than the decode itself.
         if self.slot.is_some() && dec.decoded_at.is_some_and(|t| tick - t > DECODER_RESET_GAP_TICKS) {
             dec.decoder.reset();
+            self.decoder_resets += 1;
         }
         let decoded = match &self.pending {
             Playout::Frame(f) => dec.decoder.decode(&f.payload, &mut dec.pcm).is_ok(),
@@ -679,6 +688,7 @@ impl Room {
             decoded: 0,
             concealed: 0,
             decode_errors: 0,
+            decoder_resets: 0,
             source,
             remote,
             feed: remote.then(Box::default),
@@ -817,6 +827,7 @@ impl Room {
             decoded: p.decoded,
             concealed: p.concealed,
             decode_errors: p.decode_errors,
+            decoder_resets: p.decoder_resets,
         })
     }
 

@@ -50,3 +50,38 @@ fn tick_reports_add_up_to_the_participants_counters() {
     // The talker is a selected speaker: each lost frame of theirs is concealed.
     assert_eq!(concealed, lost);
 }
+
+/// A selected speaker who pauses (sending nothing, as under DTX) keeps their
+/// seat through the hold; their stale decoder is reset once, before the
+/// frame that ends the pause, not at every empty tick of it (libopus' reset
+/// runs `cpuid`, which costs more than a decode on a VM).
+#[test]
+fn a_paused_speakers_decoder_is_reset_once_when_they_resume() {
+    let pool = MixPool::new(2).expect("pool");
+    let mut clients = three_tones();
+    let mut room = room_with(&clients, &[]);
+    let paused = clients[0].id;
+    for t in 0..100u64 {
+        for (i, c) in clients.iter_mut().enumerate() {
+            // Client 0 sends nothing for 20 ticks (400 ms, inside the 500 ms
+            // hold); its sequence numbers go on where they stopped, as DTX's do.
+            if i == 0 && (50..70).contains(&t) {
+                continue;
+            }
+            let packet = c.next_packet(0.2);
+            room.push_packet(c.id, packet).expect("in room");
+        }
+        room.tick(&pool, t);
+        if t == 69 {
+            assert!(room.speakers().any(|id| id == paused), "held through the pause");
+            assert_eq!(
+                room.participant_stats(paused).expect("stats").decoder_resets,
+                0,
+                "no reset while nothing arrives"
+            );
+        }
+    }
+    let stats = room.participant_stats(paused).expect("stats");
+    assert_eq!(stats.decoder_resets, 1, "one reset, before the frame that ended the pause");
+    assert!(clients[1..].iter().all(|c| room.participant_stats(c.id).expect("stats").decoder_resets == 0));
+}
