@@ -22,7 +22,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tutti_mix::{
     DTX_FRAME, Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, Packet, ParticipantId, Pcm, Room, RoomConfig,
-    TickReport, inspect, level_of,
+    SpeakerLimit, TickReport, inspect, level_of,
 };
 
 const TICKS: u64 = 50;
@@ -271,6 +271,16 @@ fn main() {
     speakers_at_10.encoder.speaker_complexity = 10;
     for (rooms, size) in [(1, 500), (5, 100), (1, 1_000)] {
         add(&mut shapes, format!("levels/{rooms}x{size}/speakers@10"), rooms, size, Client::Levels, &speakers_at_10);
+    }
+    // The levers of a busy room of 100: the listeners' complexity (`room.complexity`) and K.
+    for complexity in [5, 1] {
+        let mut cfg = default.clone();
+        cfg.encoder.complexity = complexity;
+        add(&mut shapes, format!("levels/5x100/listeners@{complexity}"), 5, 100, Client::Levels, &cfg);
+    }
+    for k in [3, 1] {
+        let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(k), ..default.clone() };
+        add(&mut shapes, format!("levels/5x100/K={k}"), 5, 100, Client::Levels, &cfg);
     }
     for size in [140, 500] {
         add(&mut shapes, format!("unlevelled/1x{size}/speakers@10"), 1, size, Client::Unlevelled, &speakers_at_10);

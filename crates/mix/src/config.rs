@@ -19,7 +19,7 @@ pub struct EncoderConfig {
     /// encodes run per tick, so the best quality costs nothing that grows with N.
     pub complexity: i32,
     /// libopus complexity of each selected speaker's own stream (the mix
-    /// without themselves, heard by that one person), 0 to 10. Default 10
+    /// without themselves, heard by that one person), 0 to 10. Default 0
     /// (see `docs/benchmarks.md` for what a lower one saves and costs);
     /// never above `complexity`'s shed level.
     pub speaker_complexity: i32,

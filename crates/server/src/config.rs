@@ -467,9 +467,15 @@ pub struct RoomDefaults {
     /// While nobody speaks, listeners get one Opus DTX frame every 400 ms
     /// instead of 50 encoded silence frames a second; `false`: silence frames.
     pub dtx: bool,
+    /// Opus complexity (0 to 10) of the listeners' stream: the mix that
+    /// everyone but the selected speakers hears, one encode per busy room
+    /// and tick. 10 is the best; 5 costs ~0.8 and 1 ~0.35 of it (see
+    /// `docs/benchmarks.md`). Under load the mixer lowers it before it
+    /// drops speakers.
+    pub complexity: u8,
     /// Opus complexity (0 to 10) of each selected speaker's own stream (the
-    /// mix without themselves, heard by that one person); the listeners'
-    /// stream, heard by everyone else, stays at 10. 0 costs a quarter of 10.
+    /// mix without themselves, heard by that one person), never above
+    /// `complexity`. 0 costs a quarter of 10.
     pub speaker_complexity: u8,
     /// A join (REST or WebSocket) for a room that does not exist creates
     /// it; `false`: only an admin creates rooms (`POST /v1/rooms`), and such
@@ -592,6 +598,7 @@ impl Default for RoomDefaults {
             max_speakers: 5,
             passthrough: true,
             dtx: true,
+            complexity: 10,
             speaker_complexity: 0,
             auto_create: false,
             empty_timeout_seconds: 300.0,
@@ -752,6 +759,9 @@ impl Config {
         }
         if !(1..=tutti_mix::MAX_SPEAKERS).contains(&self.room.max_speakers) {
             return invalid("room.max_speakers", "must be within 1 to 16");
+        }
+        if self.room.complexity > 10 {
+            return invalid("room.complexity", "must be within 0 to 10");
         }
         if self.room.speaker_complexity > 10 {
             return invalid("room.speaker_complexity", "must be within 0 to 10");
@@ -1152,6 +1162,7 @@ mod tests {
         assert!(err(load_text("mix_threads = \"two\"\n", &[], &[])).contains("tutti.toml"));
         assert!(err(load_text("[room]\nmax_speakers = 0\n", &[], &[])).contains("room.max_speakers"));
         assert!(err(load_text("[room]\nspeaker_complexity = 11\n", &[], &[])).contains("room.speaker_complexity"));
+        assert!(err(load_text("[room]\ncomplexity = 11\n", &[], &[])).contains("room.complexity"));
         assert!(err(load_text("advertise = \"somewhere\"\n", &[], &[])).contains("advertise"));
         assert!(err(load_text("room = 3\n", &[], &[])).contains("section"));
         assert_eq!(Config::unknown_env([("TUTTI_HTTPS".to_owned(), String::new())]), ["TUTTI_HTTPS"]);

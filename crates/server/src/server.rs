@@ -84,12 +84,22 @@ pub(crate) fn auth_from(cfg: &Config) -> Result<Option<Auth>, ServerError> {
 
 /// The rooms `cfg` asks for.
 pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
-    let defaults = tutti_mix::RoomConfig {
+    let rooms = Rooms::new(room_defaults(cfg), cfg.max_rooms, cfg.max_participants)
+        .map_err(|e| ServerError::Setup(e.to_string()))?;
+    // The sounds `[playback]` names, read once here: a missing or bad file stops the start.
+    rooms.set_playback_defaults(crate::api::playback::default_sounds(&cfg.playback).map_err(ServerError::Setup)?);
+    Ok(rooms)
+}
+
+/// The mixer's settings for a new room, from `[room]`.
+fn room_defaults(cfg: &Config) -> tutti_mix::RoomConfig {
+    tutti_mix::RoomConfig {
         max_participants: cfg.room.max_participants,
         max_speakers: tutti_mix::SpeakerLimit::Top(cfg.room.max_speakers),
         passthrough: cfg.room.passthrough,
         dtx: cfg.room.dtx,
         encoder: tutti_mix::EncoderConfig {
+            complexity: i32::from(cfg.room.complexity),
             speaker_complexity: i32::from(cfg.room.speaker_complexity),
             ..tutti_mix::EncoderConfig::default()
         },
@@ -98,12 +108,7 @@ pub(crate) fn rooms_from(cfg: &Config) -> Result<Rooms, ServerError> {
         loudness: cfg.room.loudness,
         loudness_target_dbfs: cfg.room.loudness_target_dbfs as f32,
         ..tutti_mix::RoomConfig::default()
-    };
-    let rooms =
-        Rooms::new(defaults, cfg.max_rooms, cfg.max_participants).map_err(|e| ServerError::Setup(e.to_string()))?;
-    // The sounds `[playback]` names, read once here: a missing or bad file stops the start.
-    rooms.set_playback_defaults(crate::api::playback::default_sounds(&cfg.playback).map_err(ServerError::Setup)?);
-    Ok(rooms)
+    }
 }
 
 /// Binds the node's mesh socket: at `cluster.mesh_addr`, or by default at
@@ -445,4 +450,20 @@ pub fn api_runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
         })
         .enable_all()
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_room_sections_complexities_reach_the_mixer() {
+        let mut cfg = Config::default();
+        let defaults = room_defaults(&cfg).encoder;
+        assert_eq!((defaults.complexity, defaults.speaker_complexity), (10, 0));
+        cfg.room.complexity = 4;
+        cfg.room.speaker_complexity = 2;
+        let set = room_defaults(&cfg).encoder;
+        assert_eq!((set.complexity, set.speaker_complexity), (4, 2));
+    }
 }
