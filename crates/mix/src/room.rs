@@ -274,8 +274,9 @@ pub struct ParticipantStats {
     pub concealed: u64,
     /// Payloads libopus could not decode, or not of 20 ms; skipped.
     pub decode_errors: u64,
-    /// Times their decoder was reset: a selected speaker's first frame
-    /// after a gap of more than 100 ms is not decoded on stale state.
+    /// Times their decoder was reset: before a selected speaker's first
+    /// frame after a gap of more than 100 ms (not decoded on stale state),
+    /// and when the room switches from forwarding them to the mix.
     pub decoder_resets: u64,
 }
 
@@ -1527,6 +1528,7 @@ impl Room {
             },
         };
         dec.decoder.reset();
+        p.decoder_resets += 1;
         let mut primed = 0;
         for payload in &recent {
             let mut pcm = [0.0f32; FRAME_SAMPLES];
