@@ -768,7 +768,9 @@ const SPAN_REWRITE: Duration = Duration::from_secs(2);
 /// member of every room it hosts (at the lease's epoch: a new epoch, after
 /// the owner changed, is joined again), leaves the spans of rooms no
 /// longer hosted, and gives back the lease of a room it holds but no
-/// longer hosts once no other node hosts it either. A room with peers is
+/// longer hosts once no other node hosts it either (seen so at two rounds
+/// in a row, so that a room claimed and about to be made here is kept).
+/// A room with peers is
 /// spread: its roster is written ([`super::roster`]).
 pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
     // What the clock was told, and the epoch this node is a member at, per room.
@@ -779,17 +781,26 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
     let mut every = tokio::time::interval(SPAN_REFRESH);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let me = cluster.node_id().to_owned();
+    // Rooms held here but not hosted at the last round's start.
+    let mut unhosted_before: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let hosts = |api: &ApiState, room: &str| api.rooms.get(room).is_ok_and(|r| !r.is_handed_over() && !r.is_closed());
     loop {
         tokio::select! {
             _ = every.tick() => {}
             _ = api.span_wake.notified() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        // Held first, then hosted: a join claims its room before it makes it
+        // here, so a room made between the two reads is seen as hosted.
+        let owned = cluster.owned_rooms();
         let hosted: std::collections::HashSet<String> =
             api.rooms.all().iter().filter(|r| !r.is_handed_over() && !r.is_closed()).map(|r| r.id.clone()).collect();
         // Owned but not hosted here (emptied while others host it): read too.
+        let unhosted: std::collections::HashSet<String> =
+            owned.into_iter().map(|(r, _)| r).filter(|r| !hosted.contains(r)).collect();
         let mut names: Vec<String> = hosted.iter().cloned().collect();
-        names.extend(cluster.owned_rooms().into_iter().map(|(r, _)| r).filter(|r| !hosted.contains(r)));
+        names.extend(unhosted.iter().cloned());
+        let seen_before = std::mem::replace(&mut unhosted_before, unhosted);
         let Ok(spans) = cluster.spans(&names).await else { continue };
         let mut writes = Vec::new();
         for span in &spans {
@@ -801,9 +812,16 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
                 continue;
             };
             if !is_hosted {
-                // Held here, hosted by nobody else any more: let it go.
+                // Held here, hosted by nobody else any more: let it go. Only
+                // once it was so at the round before too, and is still not
+                // made here: a join's claim comes just before its room is
+                // made, and a lease given back in between would leave the
+                // room it hosts without an owner (fenced and closed at the
+                // next renewal).
                 let others = span.members.iter().any(|m| m.node_id != me && m.epoch == epoch);
                 if !others
+                    && seen_before.contains(room)
+                    && !hosts(&api, room)
                     && cluster.owned_epoch(room).is_some()
                     && let Err(e) = cluster.release(room).await
                 {
