@@ -768,8 +768,8 @@ const SPAN_REWRITE: Duration = Duration::from_secs(2);
 /// member of every room it hosts (at the lease's epoch: a new epoch, after
 /// the owner changed, is joined again), leaves the spans of rooms no
 /// longer hosted, and gives back the lease of a room it holds but no
-/// longer hosts once no other node hosts it either (seen so at two rounds
-/// in a row, so that a room claimed and about to be made here is kept).
+/// longer hosts once no other node hosts it either (seen so for at least
+/// [`SPAN_REFRESH`], so that a room claimed and about to be made here is kept).
 /// A room with peers is
 /// spread: its roster is written ([`super::roster`]).
 pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
@@ -781,8 +781,8 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
     let mut every = tokio::time::interval(SPAN_REFRESH);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let me = cluster.node_id().to_owned();
-    // Rooms held here but not hosted at the last round's start.
-    let mut unhosted_before: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // Rooms held here but not hosted, since when (seen at a round's start).
+    let mut unhosted_since: HashMap<String, Instant> = HashMap::new();
     let hosts = |api: &ApiState, room: &str| api.rooms.get(room).is_ok_and(|r| !r.is_handed_over() && !r.is_closed());
     loop {
         tokio::select! {
@@ -800,7 +800,11 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             owned.into_iter().map(|(r, _)| r).filter(|r| !hosted.contains(r)).collect();
         let mut names: Vec<String> = hosted.iter().cloned().collect();
         names.extend(unhosted.iter().cloned());
-        let seen_before = std::mem::replace(&mut unhosted_before, unhosted);
+        let now = Instant::now();
+        unhosted_since.retain(|r, _| unhosted.contains(r));
+        for r in unhosted {
+            unhosted_since.entry(r).or_insert(now);
+        }
         let Ok(spans) = cluster.spans(&names).await else { continue };
         let mut writes = Vec::new();
         for span in &spans {
@@ -813,14 +817,14 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             };
             if !is_hosted {
                 // Held here, hosted by nobody else any more: let it go. Only
-                // once it was so at the round before too, and is still not
-                // made here: a join's claim comes just before its room is
-                // made, and a lease given back in between would leave the
-                // room it hosts without an owner (fenced and closed at the
-                // next renewal).
+                // once it has been so for a round's period (rounds also run
+                // early, when woken) and is still not made here: a join's
+                // claim comes just before its room is made, and a lease
+                // given back in between would leave the room it hosts
+                // without an owner (fenced and closed at the next renewal).
                 let others = span.members.iter().any(|m| m.node_id != me && m.epoch == epoch);
                 if !others
-                    && seen_before.contains(room)
+                    && unhosted_since.get(room).is_some_and(|t| t.elapsed() >= SPAN_REFRESH)
                     && !hosts(&api, room)
                     && cluster.owned_epoch(room).is_some()
                     && let Err(e) = cluster.release(room).await
