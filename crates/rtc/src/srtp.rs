@@ -661,6 +661,10 @@ const SRTCP_CLEAR: usize = 8;
 /// [`ReplayWindow`] take SRTP's packet index: with the same 16-bit shift,
 /// each lays the 31-bit index where RFC 7714 §9.1 and RFC 3711 §4.1.1
 /// put it for SRTCP.
+fn split_index(index: u32) -> (u32, u16) {
+    (index >> 16, index as u16)
+}
+
 /// An encrypted SRTCP packet's AES-GCM AAD (RFC 7714 §9.1, §17): its clear
 /// first 8 bytes, then E|index.
 fn srtcp_aad(packet: &[u8], word: [u8; 4]) -> [u8; SRTCP_CLEAR + 4] {
@@ -668,10 +672,6 @@ fn srtcp_aad(packet: &[u8], word: [u8; 4]) -> [u8; SRTCP_CLEAR + 4] {
     aad[..SRTCP_CLEAR].copy_from_slice(&packet[..SRTCP_CLEAR]);
     aad[SRTCP_CLEAR..].copy_from_slice(&word);
     aad
-}
-
-fn split_index(index: u32) -> (u32, u16) {
-    (index >> 16, index as u16)
 }
 
 /// Send side of SRTCP for one session: session keys (labels 3, 4, 5) and
