@@ -783,7 +783,6 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
     let me = cluster.node_id().to_owned();
     // Rooms held here but not hosted, since when (seen at a round's start).
     let mut unhosted_since: HashMap<String, Instant> = HashMap::new();
-    let hosts = |api: &ApiState, room: &str| api.rooms.get(room).is_ok_and(|r| !r.is_handed_over() && !r.is_closed());
     loop {
         tokio::select! {
             _ = every.tick() => {}
@@ -794,7 +793,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
         // here, so a room made between the two reads is seen as hosted.
         let owned = cluster.owned_rooms();
         let hosted: std::collections::HashSet<String> =
-            api.rooms.all().iter().filter(|r| !r.is_handed_over() && !r.is_closed()).map(|r| r.id.clone()).collect();
+            api.rooms.all().iter().filter(|r| hosted_here(r)).map(|r| r.id.clone()).collect();
         // Owned but not hosted here (emptied while others host it): read too.
         let unhosted: std::collections::HashSet<String> =
             owned.into_iter().map(|(r, _)| r).filter(|r| !hosted.contains(r)).collect();
@@ -825,7 +824,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
                 let others = span.members.iter().any(|m| m.node_id != me && m.epoch == epoch);
                 if !others
                     && unhosted_since.get(room).is_some_and(|t| t.elapsed() >= SPAN_REFRESH)
-                    && !hosts(&api, room)
+                    && !api.rooms.get(room).is_ok_and(|r| hosted_here(&r))
                     && cluster.owned_epoch(room).is_some()
                     && let Err(e) = cluster.release(room).await
                 {
@@ -869,6 +868,11 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             }
         }
     }
+}
+
+/// Whether this node hosts `room`: it holds the room, neither handed over nor closed.
+fn hosted_here(room: &Room) -> bool {
+    !room.is_handed_over() && !room.is_closed()
 }
 
 /// This node's side of the directory, until `stop`: closes the rooms the
