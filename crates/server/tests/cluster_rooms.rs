@@ -4,6 +4,8 @@
 //! admin's next create fail with 503 `server_full` (issue 25). Now only an
 //! admin creates rooms (unless `room.auto_create`), and an empty room is
 //! closed after `room.empty_timeout_seconds` and released in the directory.
+//! And a join right behind a room's `DELETE` leaves the room either gone or
+//! hosted with its lease: it used to be hosted here with nobody's lease.
 
 mod common;
 
@@ -32,20 +34,17 @@ fn upgrade_status(api: SocketAddr, room: &str, token: &str) -> u16 {
     }
 }
 
-#[test]
-fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
-    let redis = RedisServer::start();
+/// One cluster node, `node-a`, on free loopback ports, with tokens, on `redis`.
+fn node_config(redis: &RedisServer) -> Config {
     let http_port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let media_port = UdpSocket::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let mut cfg = Config {
         http: SocketAddr::from(([127, 0, 0, 1], http_port)),
         media: SocketAddr::from(([127, 0, 0, 1], media_port)),
-        max_rooms: 8,
         ..common::test_config()
     };
     cfg.auth.disabled = false;
     cfg.auth.secret = SECRET.to_owned();
-    cfg.room.empty_timeout_seconds = 1.0;
     cfg.cluster.redis_url = format!("redis://127.0.0.1:{}/0", redis.port);
     cfg.cluster.node_id = "node-a".to_owned();
     cfg.cluster.api_url = format!("http://127.0.0.1:{http_port}");
@@ -55,6 +54,15 @@ fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
     // Debug builds on a busy machine tick slowly: a 20 ms budget would count the node full.
     cfg.cluster.tick_budget_seconds = 1.0;
     cfg.cluster.capacity = 100;
+    cfg
+}
+
+#[test]
+fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
+    let redis = RedisServer::start();
+    let mut cfg = node_config(&redis);
+    cfg.max_rooms = 8;
+    cfg.room.empty_timeout_seconds = 1.0;
     let (rt, server) = start_with(cfg);
     let api = server.http_addr();
     let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
@@ -100,5 +108,57 @@ fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
     let offer = ToneClient::offer(100.0).expect("offer").1;
     let r = call(api, &lena, "POST", "/v1/rooms/first/participants", Some("application/sdp"), offer.as_bytes());
     assert_eq!((r.status, r.code().as_str()), (404, "room_not_found"), "a released room is gone: {}", r.body);
+    rt.block_on(server.shutdown());
+}
+
+/// A join that comes while the room's `DELETE` is still giving its lease
+/// back: the node must end either without the room or hosting it with its
+/// lease in the directory. The lease used to be given back after the join
+/// had made the room again: the node hosted a room nobody owned (other
+/// nodes answered 404 for it; a later claim fenced and closed it).
+#[test]
+fn a_join_racing_a_delete_leaves_the_room_closed_or_owned() {
+    let redis = RedisServer::start();
+    let mut cfg = node_config(&redis);
+    // A join may make the room again: the race's worst case.
+    cfg.room.auto_create = true;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
+    let create = |room: &str| {
+        call(api, &admin, "POST", "/v1/rooms", Some("application/json"), format!("{{\"id\":\"{room}\"}}").as_bytes())
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while create("warm-up").status != 201 {
+        assert!(Instant::now() < deadline, "the node never took a room");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    const ROUNDS: usize = 12;
+    let mut rejoined = 0;
+    for i in 0..ROUNDS {
+        let room = format!("race-{i}");
+        assert_eq!(create(&room).status, 201, "create {room}");
+        let offer = ToneClient::offer(100.0).expect("offer").1;
+        let path = format!("/v1/rooms/{room}/participants");
+        // The join right behind the delete, as a client rejoining a room an admin just closed.
+        let deleted = call(api, &admin, "DELETE", &format!("/v1/rooms/{room}"), None, b"");
+        assert_eq!(deleted.status, 204, "{}", deleted.body);
+        let joined = call(api, &admin, "POST", &path, Some("application/sdp"), offer.as_bytes());
+        assert!(matches!(joined.status, 201 | 404), "join {room}: {} {}", joined.status, joined.body);
+        rejoined += usize::from(joined.status == 201);
+    }
+    // Every give-back has run by now (each takes a few Redis round trips).
+    std::thread::sleep(Duration::from_secs(1));
+    for i in 0..ROUNDS {
+        let room = format!("race-{i}");
+        let hosted = call(api, &admin, "GET", &format!("/v1/rooms/{room}"), None, b"").status == 200;
+        let lease = redis.cli(&["GET", &format!("tutti:lease:{room}")]);
+        assert_eq!(
+            hosted,
+            lease.starts_with("node-a:"),
+            "{room}: hosted here {hosted}, lease in the directory {lease:?} ({rejoined} of {ROUNDS} joins made their room again)"
+        );
+    }
     rt.block_on(server.shutdown());
 }

@@ -546,6 +546,8 @@ async fn locate(api: &ApiState, room: &str, ticketed: bool, stay_if_hosted: bool
     if api.rooms.is_closing() {
         return Err(RoomError::ShuttingDown.into());
     }
+    // Until the room is made here (or found elsewhere): no lease of it is given back meanwhile.
+    let _held = api.room_locks.share(room).await;
     // Only an admin creates rooms, unless `room.auto_create` says a join may.
     may_create_on_join(api, cluster, room).await?;
     let placement = if stay_if_hosted && !ticketed {
@@ -660,19 +662,30 @@ pub(crate) fn host(
         Err(RoomError::RoomExists(_)) => Ok(api.rooms.get(room)?),
         Err(e) => {
             // Not hosted after all: give the lease back so another node may take the room.
-            release(cluster, room);
+            release(api, cluster, room, None);
             Err(e.into())
         }
     }
 }
 
 /// Gives `room`'s lease back, in the background (it lapses by itself if
-/// Redis is away). A room spread over other nodes keeps its owner: the
+/// Redis is away), holding the room's lock (`held`, or taken first): a
+/// room made here again meanwhile (a join or a create that came first)
+/// keeps its lease. A room spread over other nodes keeps its owner: the
 /// lease is kept (and renewed) while another node of its span hosts
 /// participants ([`spans`] releases it when the last one leaves).
-pub(crate) fn release(cluster: &Cluster, room: &str) {
+pub(crate) fn release(api: &ApiState, cluster: &Cluster, room: &str, held: Option<RoomGuard>) {
     let (cluster, room) = (cluster.clone(), room.to_owned());
+    let (rooms, locks) = (api.rooms.clone(), api.room_locks.clone());
     tokio::spawn(async move {
+        let _held = match held {
+            Some(held) => held,
+            None => locks.lock(&room).await,
+        };
+        if rooms.get(&room).is_ok_and(|r| hosted_here(&r)) {
+            tracing::debug!(room, "room made here again before its lease was given back: the lease is kept");
+            return;
+        }
         if cluster.config().room_spread != RoomSpread::Off
             && let Some(epoch) = cluster.owned_epoch(&room)
             && let Ok(spans) = cluster.spans(std::slice::from_ref(&room)).await
@@ -687,6 +700,66 @@ pub(crate) fn release(cluster: &Cluster, room: &str) {
             tracing::debug!(room, error = %e, "room lease not released; it lapses");
         }
     });
+}
+
+/// One lock per room name, kept only while it is held or awaited: a
+/// claim and the room's making here (shared: joins and creates of a room
+/// go on side by side) and a close's lease given back (sole) never
+/// interleave. A lease given back between a join's claim and its room's
+/// making left the room hosted here with no owner (other nodes answered
+/// 404 for it; a later claim fenced and closed it).
+#[derive(Clone, Default)]
+pub(crate) struct RoomLocks(Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>>);
+
+/// A room's lock, held until dropped.
+pub(crate) struct RoomGuard {
+    shared: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    sole: Option<tokio::sync::OwnedRwLockWriteGuard<()>>,
+    locks: RoomLocks,
+}
+
+impl RoomLocks {
+    fn entry(&self, room: &str) -> (Arc<tokio::sync::RwLock<()>>, RoomGuard) {
+        let rw = lock(&self.0).entry(room.to_owned()).or_default().clone();
+        // Made before any wait: a wait given up still clears the entry.
+        (rw, RoomGuard { shared: None, sole: None, locks: self.clone() })
+    }
+
+    /// Waits for `room`'s lock, shared with other joins and creates (a
+    /// claim and the room's making here).
+    pub(crate) async fn share(&self, room: &str) -> RoomGuard {
+        let (rw, mut guard) = self.entry(room);
+        guard.shared = Some(rw.read_owned().await);
+        guard
+    }
+
+    /// Waits for `room`'s lock, alone (its lease given back).
+    pub(crate) async fn lock(&self, room: &str) -> RoomGuard {
+        let (rw, mut guard) = self.entry(room);
+        guard.sole = Some(rw.write_owned().await);
+        guard
+    }
+
+    /// `room`'s lock, alone, if nobody holds it now.
+    pub(crate) fn try_lock(&self, room: &str) -> Option<RoomGuard> {
+        let (rw, mut guard) = self.entry(room);
+        guard.sole = Some(rw.try_write_owned().ok()?);
+        Some(guard)
+    }
+
+    /// Rooms with a lock held or awaited.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.0).len()
+    }
+}
+
+impl Drop for RoomGuard {
+    fn drop(&mut self) {
+        drop((self.shared.take(), self.sole.take()));
+        // Rooms nobody holds or waits for any more (the map's is the only reference).
+        lock(&self.locks.0).retain(|_, m| Arc::strong_count(m) > 1);
+    }
 }
 
 /// Publishes a hosted room's events to the cluster until the room closes:
@@ -768,10 +841,9 @@ const SPAN_REWRITE: Duration = Duration::from_secs(2);
 /// member of every room it hosts (at the lease's epoch: a new epoch, after
 /// the owner changed, is joined again), leaves the spans of rooms no
 /// longer hosted, and gives back the lease of a room it holds but no
-/// longer hosts once no other node hosts it either (seen so for at least
-/// [`SPAN_REFRESH`], so that a room claimed and about to be made here is kept).
-/// A room with peers is
-/// spread: its roster is written ([`super::roster`]).
+/// longer hosts once no other node hosts it either (under the room's lock,
+/// so that a room claimed and about to be made here is kept). A room with
+/// peers is spread: its roster is written ([`super::roster`]).
 pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
     // What the clock was told, and the epoch this node is a member at, per room.
     let mut told: HashMap<String, (u64, Vec<(String, std::net::SocketAddr)>)> = HashMap::new();
@@ -781,8 +853,6 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
     let mut every = tokio::time::interval(SPAN_REFRESH);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let me = cluster.node_id().to_owned();
-    // Rooms held here but not hosted, since when (seen at a round's start).
-    let mut unhosted_since: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
             _ = every.tick() => {}
@@ -798,12 +868,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
         let unhosted: std::collections::HashSet<String> =
             owned.into_iter().map(|(r, _)| r).filter(|r| !hosted.contains(r)).collect();
         let mut names: Vec<String> = hosted.iter().cloned().collect();
-        names.extend(unhosted.iter().cloned());
-        let now = Instant::now();
-        unhosted_since.retain(|r, _| unhosted.contains(r));
-        for r in unhosted {
-            unhosted_since.entry(r).or_insert(now);
-        }
+        names.extend(unhosted);
         let Ok(spans) = cluster.spans(&names).await else { continue };
         let mut writes = Vec::new();
         for span in &spans {
@@ -815,15 +880,14 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
                 continue;
             };
             if !is_hosted {
-                // Held here, hosted by nobody else any more: let it go. Only
-                // once it has been so for a round's period (rounds also run
-                // early, when woken) and is still not made here: a join's
-                // claim comes just before its room is made, and a lease
-                // given back in between would leave the room it hosts
-                // without an owner (fenced and closed at the next renewal).
+                // Held here, hosted by nobody else any more: let it go, unless
+                // a join or a create holds the room's lock (it claimed the
+                // room and is about to make it here: a lease given back in
+                // between would leave the room without an owner) or made it
+                // since this round's start.
                 let others = span.members.iter().any(|m| m.node_id != me && m.epoch == epoch);
                 if !others
-                    && unhosted_since.get(room).is_some_and(|t| t.elapsed() >= SPAN_REFRESH)
+                    && let Some(_held) = api.room_locks.try_lock(room)
                     && !api.rooms.get(room).is_ok_and(|r| hosted_here(&r))
                     && cluster.owned_epoch(room).is_some()
                     && let Err(e) = cluster.release(room).await
@@ -914,7 +978,34 @@ pub(crate) async fn maintain(api: Arc<ApiState>, cluster: Cluster, mut stop: tok
 
 #[cfg(test)]
 mod tests {
-    use super::{Grant, Method, StoredConfig, least_grant};
+    use super::{Grant, Method, RoomLocks, StoredConfig, least_grant};
+
+    #[tokio::test]
+    async fn a_room_lock_is_shared_by_joins_sole_for_a_release_and_kept_only_while_wanted() {
+        use std::time::Duration;
+        let locks = RoomLocks::default();
+        let join = locks.share("r").await;
+        let _other_join = locks.share("r").await;
+        assert!(locks.try_lock("r").is_none(), "a release waits for the joins");
+        let other = locks.try_lock("s").expect("another room's lock is free");
+        drop(other);
+        assert_eq!(locks.len(), 1, "a room's entry goes with its last holder");
+        // A wait given up (its request dropped) leaves nothing behind.
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), locks.lock("r")).await;
+        assert!(gave_up.is_err(), "the joins still hold it");
+        drop((join, _other_join));
+        let release = locks.lock("r").await;
+        // A join waits for the release, then has the lock.
+        let waiter = tokio::spawn({
+            let locks = locks.clone();
+            async move { drop(locks.share("r").await) }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "waits while the release holds it");
+        drop(release);
+        waiter.await.expect("the join has the lock");
+        assert_eq!(locks.len(), 0, "no room held or awaited: no entry");
+    }
 
     #[test]
     fn a_redirect_ticket_carries_the_least_grant_its_request_needs() {

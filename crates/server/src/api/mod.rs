@@ -88,6 +88,9 @@ pub(crate) struct ApiState {
     pub(crate) roster: Arc<roster::Roster>,
     /// The other nodes a page and a snapshot name, as last read.
     pub(crate) other_nodes: cluster::OtherNodes,
+    /// Per room: a claim and the room's making here, or a close and the
+    /// lease given back, one at a time (cluster mode).
+    pub(crate) room_locks: cluster::RoomLocks,
 }
 
 impl ApiState {
@@ -111,6 +114,7 @@ impl ApiState {
             span_wake: tokio::sync::Notify::new(),
             roster: Arc::default(),
             other_nodes: cluster::OtherNodes::default(),
+            room_locks: cluster::RoomLocks::default(),
             cfg,
         }
     }

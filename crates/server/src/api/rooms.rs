@@ -160,6 +160,8 @@ pub(crate) async fn create_room(
     let room = match &api.cluster {
         None => api.rooms.create(&id, req.max_participants, req.max_speakers)?,
         Some(c) => {
+            // Until the room is made here: no lease of it is given back meanwhile.
+            let _held = api.room_locks.share(&id).await;
             if api.rooms.get(&id).is_ok() {
                 return Err(RoomError::RoomExists(id).into());
             }
@@ -318,11 +320,16 @@ pub(crate) async fn delete_room(
     if api.rooms.get(&room).is_ok() {
         super::control::publish(&api, &room, &super::control::Control::Close);
     }
+    // Held until the lease is given back: a join after this answer finds the room gone.
+    let held = match &api.cluster {
+        Some(_) => Some(api.room_locks.lock(&room).await),
+        None => None,
+    };
     match (api.rooms.delete(&room), &api.cluster) {
         (Ok(effects), cluster) => {
             api.apply(effects);
             if let Some(c) = cluster {
-                cluster::release(c, &room);
+                cluster::release(&api, c, &room, held);
             }
         }
         (Err(e), None) => return Err(e.into()),
@@ -808,7 +815,7 @@ pub(crate) fn reap_empty(api: &ApiState, now: Instant) {
     }
     for room in api.rooms.reap_empty(now, std::time::Duration::from_secs_f64(secs)) {
         if let Some(c) = &api.cluster {
-            cluster::release(c, &room);
+            cluster::release(api, c, &room, None);
         }
     }
 }
