@@ -174,3 +174,22 @@ fn capacity_pins_the_server_and_the_generator_to_a_cpu_each() {
     assert!(stdout.contains("participants per server core"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A local server that exits before it is ready (as when another process
+/// takes one of its free ports before it binds them) is started again on
+/// other ports, three times in all; then `tutti capacity` fails with why,
+/// rather than searching without a server.
+#[test]
+fn capacity_starts_its_server_again_when_it_exits_at_once_then_gives_up() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["capacity", "--start", "4", "--max", "4", "--short", "3", "--full", "3", "--max-trials", "1"])
+        // A setting `serve` refuses: every start exits at once.
+        .args(["--server-arg=--set", "--server-arg=room.complexity=11"])
+        .output()
+        .expect("tutti capacity runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("trying other ports").count(), 2, "three starts in all:\n{stderr}");
+    assert_eq!(stderr.matches("room.complexity").count(), 3, "each start says why it exited:\n{stderr}");
+    assert!(stderr.contains("tutti serve exited"), "{stderr}");
+}

@@ -560,12 +560,37 @@ struct Launch {
     cpu: Option<usize>,
 }
 
+/// Starts of a local server that exited before it was ready (a port taken
+/// between its pick and the server's bind), each on other ports.
+const START_ATTEMPTS: usize = 3;
+
 impl LocalServer {
-    /// Starts this executable's `serve` on free loopback ports and waits for /readyz.
+    /// Starts this executable's `serve` on free loopback ports and waits
+    /// for /readyz. A free port can be taken by another process before the
+    /// server binds it, and the server then exits at once: it is started
+    /// again on other ports, up to [`START_ATTEMPTS`] times in all.
     fn start(launch: &Launch) -> Result<Self, LoadError> {
-        let exe = std::env::current_exe().map_err(|e| LoadError::Server(format!("finding the tutti binary: {e}")))?;
-        let api = SocketAddr::from(([127, 0, 0, 1], free_port(false)?));
-        let media = SocketAddr::from(([127, 0, 0, 1], free_port(true)?));
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(launch) {
+                Ok(server) => return Ok(server),
+                Err((true, e)) if attempt < START_ATTEMPTS => {
+                    eprintln!("  the local server did not start ({e}); trying other ports");
+                    attempt += 1;
+                }
+                Err((_, e)) => return Err(e),
+            }
+        }
+    }
+
+    /// One start; the error says whether the server exited before it was ready.
+    fn start_once(launch: &Launch) -> Result<Self, (bool, LoadError)> {
+        let fatal = |e: LoadError| (false, e);
+        let exe =
+            std::env::current_exe().map_err(|e| fatal(LoadError::Server(format!("finding the tutti binary: {e}"))))?;
+        let api = SocketAddr::from(([127, 0, 0, 1], free_port(false).map_err(fatal)?));
+        let media = SocketAddr::from(([127, 0, 0, 1], free_port(true).map_err(fatal)?));
+        let metrics = SocketAddr::from(([127, 0, 0, 1], free_port(false).map_err(fatal)?));
         let (mix_threads, extra) = (launch.mix_threads, &launch.extra);
         let mut command = match launch.cpu {
             // Every thread the server starts inherits the mask.
@@ -579,7 +604,7 @@ impl LocalServer {
         let child = command
             .args(["serve", "--http", &api.to_string(), "--media", &media.to_string()])
             .args(["--mix-threads", &mix_threads.to_string()])
-            .args(["--metrics", &SocketAddr::from(([127, 0, 0, 1], free_port(false)?)).to_string()])
+            .args(["--metrics", &metrics.to_string()])
             .args(["--set", "log.filter=warn,rtc_dtls=error"])
             // Loopback only: every simulated client comes from 127.0.0.1, so
             // no tokens, no per-address join rate limit, and no per-address
@@ -596,7 +621,8 @@ impl LocalServer {
                     "--pin starts the server through `taskset`, which is not installed (Debian: util-linux)".into(),
                 ),
                 _ => LoadError::Server(format!("starting tutti serve: {e}")),
-            })?;
+            })
+            .map_err(fatal)?;
         let mut server = Self { child, api };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -606,10 +632,10 @@ impl LocalServer {
                 return Ok(server);
             }
             if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(LoadError::Server(format!("tutti serve exited: {status}")));
+                return Err((true, LoadError::Server(format!("tutti serve exited: {status}"))));
             }
             if Instant::now() > deadline {
-                return Err(LoadError::Server("tutti serve was not ready within 20 s".into()));
+                return Err(fatal(LoadError::Server("tutti serve was not ready within 20 s".into())));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
