@@ -32,6 +32,14 @@ pub struct RedisServer {
     tls: bool,
 }
 
+/// Why a redis-server did not start.
+enum Start {
+    /// It exited (its port was taken, say).
+    Exited(String),
+    /// It runs but did not answer.
+    Silent(String),
+}
+
 impl RedisServer {
     /// Without a password, plain TCP.
     pub fn start() -> Self {
@@ -45,13 +53,25 @@ impl RedisServer {
 
     /// With further `redis-server` arguments; `tls`: they make it listen
     /// with TLS only on its port (`--tls-port`).
+    /// A port found free can be taken by another process before
+    /// redis-server binds it, which then exits at once: it is started again
+    /// on another port, three starts in all.
     pub fn start_with(password: Option<&str>, extra: Vec<String>, tls: bool) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-        let dir = fresh_dir(&format!("redis-{port}"));
-        let password = password.map(str::to_owned);
-        let mut server = Self { port, dir, child: None, password, extra, tls };
-        server.spawn();
-        server
+        let mut attempt = 1;
+        loop {
+            let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+            let dir = fresh_dir(&format!("redis-{port}"));
+            let password = password.map(str::to_owned);
+            let mut server = Self { port, dir, child: None, password, extra: extra.clone(), tls };
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(Start::Exited(why)) if attempt < 3 => {
+                    eprintln!("redis-server on port {port}: {why}; trying another port");
+                    attempt += 1;
+                }
+                Err(Start::Exited(why) | Start::Silent(why)) => panic!("redis-server on port {port}: {why}"),
+            }
+        }
     }
 
     /// `redis://127.0.0.1:port/0` (`rediss://` with TLS), without the password.
@@ -60,11 +80,18 @@ impl RedisServer {
         format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
-    /// Starts the process and waits until it answers (10 s at most).
+    /// Starts the process on its port and waits until it answers (10 s at
+    /// most): a restart after [`RedisServer::kill`] keeps the port.
     pub fn spawn(&mut self) {
+        if let Err(Start::Exited(why) | Start::Silent(why)) = self.try_spawn() {
+            panic!("redis-server on port {}: {why}", self.port);
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), Start> {
         let port = self.port.to_string();
         let ports: &[&str] = if self.tls { &["--port", "0", "--tls-port", &port] } else { &["--port", &port] };
-        let child = Command::new(redis_server_binary())
+        let mut child = Command::new(redis_server_binary())
             .args(ports)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(self.password.iter().flat_map(|p| ["--requirepass", p.as_str()]))
@@ -76,15 +103,20 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(Start::Exited(format!("exited before it answered ({status})")));
+            }
             if self.answers() {
-                return;
+                self.child = Some(child);
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not answer within 10 s", self.port);
+        // Killed on drop, with the server.
+        self.child = Some(child);
+        Err(Start::Silent("did not answer within 10 s".into()))
     }
 
     /// `+PONG`, or `-NOAUTH…` from a server with a password: either way it
@@ -150,4 +182,34 @@ pub fn fresh_dir(what: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tutti-test-{what}-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RedisServer, Start, fresh_dir};
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_redis_server_whose_port_is_taken_is_seen_to_exit_and_one_is_started_elsewhere() {
+        // Another process's listener on the port redis-server is given.
+        let taken = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = taken.local_addr().expect("addr").port();
+        let mut server = RedisServer {
+            port,
+            dir: fresh_dir("redis-taken"),
+            child: None,
+            password: None,
+            extra: Vec::new(),
+            tls: false,
+        };
+        match server.try_spawn() {
+            Err(Start::Exited(why)) => assert!(why.contains("exited"), "{why}"),
+            Err(Start::Silent(why)) => panic!("an exit is seen as such, not waited out: {why}"),
+            Ok(()) => panic!("redis-server cannot serve on a port another listener holds"),
+        }
+        // A start on a port of its own answers.
+        let fresh = RedisServer::start();
+        assert_ne!(fresh.port, port);
+        assert!(fresh.answers());
+    }
 }
