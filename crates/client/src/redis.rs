@@ -53,6 +53,7 @@ impl RedisServer {
 
     /// With further `redis-server` arguments; `tls`: they make it listen
     /// with TLS only on its port (`--tls-port`).
+    ///
     /// A port found free can be taken by another process before
     /// redis-server binds it, which then exits at once: it is started again
     /// on another port, three starts in all.

@@ -921,9 +921,15 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
         if !writes.is_empty() && cluster.join_spans(&writes).await.is_ok() && rewrite {
             last_write = Instant::now();
         }
-        // Rooms no longer hosted here: out of the clock and the span.
+        // Rooms no longer hosted here: out of the clock and the span. Not one
+        // a join is making here again, or made since this round's start (it
+        // would be left out of the span until the next round).
         let gone: Vec<String> = member.keys().filter(|r| !hosted.contains(*r)).cloned().collect();
         for room in gone {
+            let Some(_held) = api.room_locks.try_lock(&room) else { continue };
+            if api.rooms.get(&room).is_ok_and(|r| hosted_here(&r)) {
+                continue;
+            }
             api.roster.set_spread(&room, false);
             if api.media.leave_span(&room) {
                 told.remove(&room);
