@@ -48,7 +48,7 @@ use tutti_cluster::{
 use super::error::{ApiError, ApiResult};
 use super::{ApiState, authenticate};
 use crate::auth::{Grant, unix_now};
-use crate::room::{CarriedStage, Room, RoomError, RoomEvent, valid_room_id};
+use crate::room::{CarriedStage, Room, RoomError, RoomEvent, Rooms, valid_room_id};
 use crate::sync::lock;
 
 /// Close code of a WebSocket whose room is on another node.
@@ -682,7 +682,7 @@ pub(crate) fn release(api: &ApiState, cluster: &Cluster, room: &str, held: Optio
             Some(held) => held,
             None => locks.lock(&room).await,
         };
-        if rooms.get(&room).is_ok_and(|r| hosted_here(&r)) {
+        if hosts(&rooms, &room) {
             tracing::debug!(room, "room made here again before its lease was given back: the lease is kept");
             return;
         }
@@ -888,7 +888,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
                 let others = span.members.iter().any(|m| m.node_id != me && m.epoch == epoch);
                 if !others
                     && let Some(_held) = api.room_locks.try_lock(room)
-                    && !api.rooms.get(room).is_ok_and(|r| hosted_here(&r))
+                    && !hosts(&api.rooms, room)
                     && cluster.owned_epoch(room).is_some()
                     && let Err(e) = cluster.release(room).await
                 {
@@ -927,7 +927,7 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
         let gone: Vec<String> = member.keys().filter(|r| !hosted.contains(*r)).cloned().collect();
         for room in gone {
             let Some(_held) = api.room_locks.try_lock(&room) else { continue };
-            if api.rooms.get(&room).is_ok_and(|r| hosted_here(&r)) {
+            if hosts(&api.rooms, &room) {
                 continue;
             }
             api.roster.set_spread(&room, false);
@@ -943,6 +943,12 @@ pub(crate) async fn spans(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
 /// Whether this node hosts `room`: it holds the room, neither handed over nor closed.
 fn hosted_here(room: &Room) -> bool {
     !room.is_handed_over() && !room.is_closed()
+}
+
+/// Whether the room named `room` is made and hosted here ([`hosted_here`]):
+/// the check, under the room's lock, before its lease or span is given up.
+fn hosts(rooms: &Rooms, room: &str) -> bool {
+    rooms.get(room).is_ok_and(|r| hosted_here(&r))
 }
 
 /// This node's side of the directory, until `stop`: closes the rooms the
