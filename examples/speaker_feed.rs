@@ -22,7 +22,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 
 use tungstenite::client::IntoClientRequest;
-use tutti_server::ops::ogg::{OggOpusWriter, OpusHead, plc_packet};
+use tutti_server::outputs::ogg::{OggOpusWriter, OpusHead, plc_packet};
 
 /// Samples in a 20 ms frame at 48 kHz.
 const FRAME: u32 = 960;

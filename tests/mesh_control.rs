@@ -344,7 +344,7 @@ fn room_control_reaches_every_node_of_a_spread_room() {
     assert_eq!((r.status, r.code()), (404, "participant_not_found".to_owned()), "{}", r.body);
 
     // A file played into the room on A (an upload) is heard on every node.
-    let (tone, _) = tutti_server::ops::ogg::tone_file(PLAYBACK_FREQ, 150).expect("tone file");
+    let (tone, _) = tutti_server::outputs::ogg::tone_file(PLAYBACK_FREQ, 150).expect("tone file");
     let r =
         request_as(a, &Requester::token(&admin), "POST", "/v1/rooms/ctl/playbacks?loop=true", Some("audio/ogg"), &tone)
             .expect("playback");

@@ -293,26 +293,26 @@ impl Default for WebhookSettings {
 
 impl RecordingSettings {
     /// As the recorder takes it.
-    pub(crate) fn to_config(&self) -> crate::ops::recording::RecordingConfig {
+    pub(crate) fn to_config(&self) -> crate::outputs::recording::RecordingConfig {
         let seconds =
             if self.max_duration_seconds.is_finite() { self.max_duration_seconds.clamp(0.0, 1e9) } else { 0.0 };
-        crate::ops::recording::RecordingConfig {
+        crate::outputs::recording::RecordingConfig {
             dir: self.dir.clone().into(),
             max_bytes: self.max_bytes,
             dir_max_bytes: self.dir_max_bytes,
             max_duration: Duration::from_secs_f64(seconds),
             queue_frames: self.queue_frames,
-            ..crate::ops::recording::RecordingConfig::default()
+            ..crate::outputs::recording::RecordingConfig::default()
         }
     }
 }
 
 impl WebhookSettings {
     /// As the webhook sender takes it, signing with `webhooks.secret`, else `secret` (`auth.secret`).
-    pub(crate) fn to_config(&self, secret: &[u8]) -> crate::ops::webhook::WebhookConfig {
+    pub(crate) fn to_config(&self, secret: &[u8]) -> crate::outputs::webhook::WebhookConfig {
         let secret = if self.secret.is_empty() { secret } else { self.secret.as_bytes() };
         let secs = |v: f64| Duration::from_secs_f64(if v.is_finite() { v.clamp(0.0, 60.0) } else { 0.0 });
-        crate::ops::webhook::WebhookConfig {
+        crate::outputs::webhook::WebhookConfig {
             urls: self.urls.clone(),
             ca_file: self.ca_file.clone(),
             secret: secret.to_vec(),

@@ -16,9 +16,10 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use tower::ServiceExt as _;
 
-use crate::api::ApiState;
 use crate::api::rooms::{CreateRoom, JoinRequest, UpdateParticipant};
-use crate::api::ws::{Caller, ClientMessage, handle};
+use crate::api::state::ApiState;
+use crate::api::ws::frames::Caller;
+use crate::api::ws::{ClientMessage, handle};
 use crate::auth::{Auth, Grant, unix_now};
 use crate::media::MediaHandle;
 use crate::room::{clean_name, valid_room_id};
@@ -89,7 +90,10 @@ impl Api {
         let media = MediaHandle::detached(SocketAddr::from(([127, 0, 0, 1], 9)))?;
         let rooms = Arc::new(crate::server::rooms_from(&cfg)?);
         let auth = crate::server::auth_from(&cfg)?;
-        let api = Arc::new(ApiState::new(cfg, rooms, Arc::new(media), auth));
+        let outputs = Arc::new(crate::outputs::Outputs::disabled());
+        let node = Arc::new(crate::cluster::node::Node::new(cfg, None, rooms, Arc::new(media), outputs));
+        let session = Arc::new(crate::session::sessions::Sessions::new(node, auth.is_some()));
+        let api = Arc::new(ApiState::new(session, auth));
         let router = crate::api::router(api.clone());
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().map_err(|e| setup(&e))?;
         Ok(Self { runtime, api, router, auth: Auth::new(SECRET).map_err(|e| setup(&e))? })
@@ -132,7 +136,7 @@ impl Api {
         let state = self.api.rooms.get(room).ok()?;
         let grant = self.auth.verify(&self.token(token)?, unix_now()).ok()?;
         let caller = Caller { grant, client: SocketAddr::from(([127, 0, 0, 1], 50_001)) };
-        let reply = handle(&self.api, &state, &caller, me, &mut kinds, text)?;
+        let reply = self.runtime.block_on(handle(&self.api, &state, &caller, me, &mut kinds, text))?;
         match reply {
             axum::extract::ws::Message::Text(t) => Some(t.as_str().to_owned()),
             _ => None,
@@ -142,7 +146,7 @@ impl Api {
     /// Removes every room and participant, as if the server had just started.
     pub fn reset(&self) {
         let rooms = &self.api.rooms;
-        self.api.apply(rooms.clear());
+        self.api.session.apply(rooms.clear());
         rooms.expire_pending(Instant::now() + Duration::from_secs(3600), Duration::ZERO);
         let (registered, pending) = rooms.registry_sizes();
         assert!(registered == 0 && pending == 0, "every peer is forgotten with its room");

@@ -2,15 +2,29 @@
 //!
 //! Joins the mixing core ([`tutti_mix`]) and the WebRTC transport
 //! ([`tutti_rtc`]) into a server. The folders are the layers, and imports
-//! only go down: `api` → `room`, and `api` → `media` only through its
-//! handle; `media` → `room`; `room` uses neither; `config`, `auth`,
-//! `metrics`, `ops` (recording, webhooks, RTP out), `priority` and `sync` are leaves; `server` wires them together.
+//! only go down (checked file by file by `tests/layers.rs`):
+//!
+//! ```text
+//! api          the HTTP control plane: REST routes, the room WebSocket, the page (thin handlers)
+//!   │          (a SIP edge will be a second control plane beside it)
+//! session      where a participant joins (one join for REST, WebSocket and RTP in),
+//!   │          leaves, moves, is muted, granted speech, kicked, banned
+//! cluster      this node in a cluster: where a room lives, redirect tickets, spans,
+//!   │          rosters, control messages, load reports, drain and hand-over
+//! refusal      why a request was refused (status class, stable code, sentence)
+//! media        the real-time plane (io-N, mix-clock, rtp-in), reached through MediaHandle
+//! outputs      recordings, RTP out, webhooks: the leaves, and their wiring above them
+//! room         the domain: rooms, members, events, the stage; no sockets, no threads
+//! config, auth, metrics, limit, cidr, ice, priority, sync: leaves
+//! ```
+//!
+//! `server` wires them together.
 //!
 //! The packet path:
 //!
 //! ```text
-//! api      POST /v1/rooms/{room}/participants, or a WebSocket `join`:
-//!          SDP offer ─► MediaHandle::accept ─► Rooms::join: the peer waits for its first ICE check ─► answer
+//! api      POST /v1/rooms/{room}/participants, or a WebSocket `join` ─► session: Sessions::join
+//!          (checks, placement) ─► MediaHandle::accept ─► Rooms::join: the peer waits for its first ICE check ─► answer
 //! media    io-N threads: one socket each on the media port (SO_REUSEPORT), recvmmsg
 //!          ─► Mux (ICE/DTLS/SRTP) ─► unknown ufrag? Rooms::claim ─► Adopt | Forward | Unknown
 //!          ─► audio packets batched into each Room's inbox (one lock per room per loop turn)
@@ -59,18 +73,21 @@
 mod api;
 pub mod auth;
 mod cidr;
+mod cluster;
 mod config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz;
 pub mod ice;
+mod limit;
 mod media;
 pub mod metrics;
-pub mod ops;
-mod outputs;
+pub mod outputs;
 mod priority;
+mod refusal;
 mod room;
 mod server;
+mod session;
 mod sync;
 
 pub use config::{

@@ -7,11 +7,13 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::api::{self, ApiState};
+use crate::api::{self, state::ApiState};
 use crate::auth::{self, Auth};
+use crate::cluster::node::Node;
 use crate::media::{MediaConfig, MediaError, MediaHandle, MediaStats};
 use crate::metrics;
 use crate::room::Rooms;
+use crate::session::sessions::Sessions;
 use crate::{Config, ConfigError};
 
 /// Why the server could not start.
@@ -213,25 +215,29 @@ impl Server {
         } else {
             None
         };
-        let api = Arc::new(ApiState {
-            cluster: cluster.clone(),
-            outputs,
-            ..ApiState::new(cfg.clone(), rooms, Arc::new(media), auth)
-        });
+        let node = Arc::new(Node::new(cfg.clone(), cluster.clone(), rooms, Arc::new(media), outputs));
+        let session = Arc::new(Sessions::new(node.clone(), auth.is_some()));
+        let api = Arc::new(ApiState::new(session.clone(), auth));
         let (stop_http, stopped) = tokio::sync::watch::channel(false);
         let mut tasks = Vec::new();
         if let Some(cluster) = cluster {
             if api.media.has_mesh() && cluster.config().room_spread != tutti_cluster::RoomSpread::Off {
-                tasks.push(tokio::spawn(api::cluster::spans(api.clone(), cluster.clone(), stopped.clone())));
-                tasks.push(tokio::spawn(api::roster::write(api.clone(), cluster.clone(), stopped.clone())));
+                tasks.push(tokio::spawn(crate::cluster::spans::spans(node.clone(), cluster.clone(), stopped.clone())));
+                let roster = crate::cluster::roster::write(
+                    node.roster.clone(),
+                    node.rooms.clone(),
+                    cluster.clone(),
+                    stopped.clone(),
+                );
+                tasks.push(tokio::spawn(roster));
             }
-            tasks.push(tokio::spawn(api::control::run(api.clone(), cluster.clone(), stopped.clone())));
-            tasks.push(tokio::spawn(api::cluster::maintain(api.clone(), cluster, stopped.clone())));
+            tasks.push(tokio::spawn(crate::cluster::control::run(node.clone(), cluster.clone(), stopped.clone())));
+            tasks.push(tokio::spawn(crate::cluster::load::maintain(node.clone(), cluster, stopped.clone())));
         }
         if let Some(l) = metrics_listener {
             tasks.push(tokio::spawn(metrics::serve(l, stopped.clone())));
         }
-        tasks.push(tokio::spawn(api::housekeeping(api.clone(), stopped.clone())));
+        tasks.push(tokio::spawn(session.housekeeping(stopped.clone())));
         tasks.push(tokio::spawn(api.outputs.clone().housekeeping(api.rooms.clone(), stopped.clone())));
         let limits = api::http::HttpLimits {
             max_connections: cfg.limits.max_connections,
@@ -287,16 +293,16 @@ impl Server {
 
     /// This node's id in the cluster (`None` on a single node).
     pub fn cluster_node_id(&self) -> Option<&str> {
-        self.api.cluster.as_ref().map(tutti_cluster::Cluster::node_id)
+        self.api.node.dir.as_ref().map(tutti_cluster::Cluster::node_id)
     }
 
     /// The cluster's counters (`None` on a single node).
     pub fn cluster_stats(&self) -> Option<tutti_cluster::ClusterStats> {
-        self.api.cluster.as_ref().map(tutti_cluster::Cluster::stats)
+        self.api.node.dir.as_ref().map(tutti_cluster::Cluster::stats)
     }
 
     /// The webhook sender's counters (`None` without webhooks).
-    pub fn webhook_stats(&self) -> Option<crate::ops::webhook::WebhookStats> {
+    pub fn webhook_stats(&self) -> Option<crate::outputs::webhook::WebhookStats> {
         self.api.outputs.webhooks().map(|w| w.stats())
     }
 
@@ -317,7 +323,7 @@ impl Server {
             io_peers: media.peers,
             forwarded_addresses: media.forwarded_addresses as usize,
             ws_sessions: self.api.ws_sessions.load(Ordering::Relaxed),
-            rate_limited_addresses: self.api.rate_limited_addresses(),
+            rate_limited_addresses: self.api.session.rate_limited_addresses(),
         }
     }
 
@@ -330,14 +336,14 @@ impl Server {
         if within.is_zero() {
             return DrainEnd::Skipped;
         }
-        let deadline = api::node::begin(&self.api, within).await;
+        let deadline = self.api.session.drain(within).await;
         let mut every = tokio::time::interval(DRAIN_POLL);
         loop {
             every.tick().await;
             if self.api.rooms.participants() == 0 {
                 return DrainEnd::Empty;
             }
-            if api::node::unix_ms() >= deadline {
+            if crate::cluster::drain::unix_ms() >= deadline {
                 return DrainEnd::TimedOut { participants: self.api.rooms.participants() };
             }
         }
@@ -346,14 +352,14 @@ impl Server {
     /// Resolves once the API asked this node to drain (`POST /v1/node/drain`):
     /// then call [`Server::drain`] and [`Server::shutdown`], as for SIGTERM.
     pub async fn drain_requested(&self) {
-        self.api.drain.requested().await;
+        self.api.node.drain.requested().await;
     }
 
     /// Stops taking joins, tells every WebSocket subscriber, closes every
     /// peer (they get DTLS close_notify), stops the threads and the API.
     pub async fn shutdown(self) {
         let deadline = Instant::now() + self.shutdown_timeout;
-        if let Some(cluster) = &self.api.cluster
+        if let Some(cluster) = &self.api.node.dir
             && let Err(e) = cluster.set_draining().await
         {
             tracing::warn!(error = %e, "could not mark this node draining in the cluster directory");
@@ -385,7 +391,7 @@ impl Server {
         for t in self.threads {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
-        if let Some(cluster) = &self.api.cluster
+        if let Some(cluster) = &self.api.node.dir
             && let Err(e) = cluster.shutdown().await
         {
             tracing::warn!(error = %e, "leaving the cluster: leases and the node entry lapse by themselves");

@@ -535,8 +535,8 @@ fn playback_answers_and_events_match_their_schemas() {
     .expect("JSON");
     // A one-second tone, as real Opus in the recorder's Ogg writer.
     let mut enc = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("encoder");
-    let head = tutti_server::ops::ogg::OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 };
-    let mut w = tutti_server::ops::ogg::OggOpusWriter::new(Vec::new(), 5, head, "t", &[]).expect("headers");
+    let head = tutti_server::outputs::ogg::OpusHead { channels: 1, pre_skip: 312, input_rate: 48_000 };
+    let mut w = tutti_server::outputs::ogg::OggOpusWriter::new(Vec::new(), 5, head, "t", &[]).expect("headers");
     for n in 0..50u64 {
         let packet = enc.encode_vec_float(&tutti_mix::tone(440.0, 0.3, n * 960), 1500).expect("encode");
         w.push_packet(&packet, 960).expect("write");

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use ops_tools::{ensure_tool, packets, read_pages, run, temp_dir, tone_frames};
-use tutti_server::ops::recording::{PushOutcome, Recorder, RecordingConfig, RecordingFinished, StopReason};
+use tutti_server::outputs::recording::{PushOutcome, Recorder, RecordingConfig, RecordingFinished, StopReason};
 
 const PRE_SKIP: u16 = 312;
 
@@ -306,7 +306,7 @@ fn a_rooms_listener_stream_records_every_talker_at_its_time() {
 /// never over 255 lacing values, granules on the right pages.
 #[test]
 fn the_page_writer_round_trips_packets_of_every_size() {
-    use tutti_server::ops::ogg::{MAX_PACKET_BYTES, OggOpusWriter, OpusHead};
+    use tutti_server::outputs::ogg::{MAX_PACKET_BYTES, OggOpusWriter, OpusHead};
     let head = OpusHead { channels: 2, pre_skip: 0, input_rate: 48_000 };
     let mut w = OggOpusWriter::new(Vec::new(), 42, head, "t", &["A=b".into()]).expect("a Vec accepts");
     let mut sizes = vec![1usize, 254, 255, 256, 509, 510, 511, 1275, MAX_PACKET_BYTES];

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ops_tools::{ensure_tool, run, temp_dir, tone_frames};
-use tutti_server::ops::rtp_out::{RtpForwarder, RtpOutConfig, SendOutcome};
+use tutti_server::outputs::rtp_out::{RtpForwarder, RtpOutConfig, SendOutcome};
 
 #[test]
 fn forwarded_rtp_parses_and_decodes_to_the_tone() {

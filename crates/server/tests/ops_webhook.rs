@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use tutti_server::ops::webhook::{
+use tutti_server::outputs::webhook::{
     CONTENT_TYPE, ParticipantInfo, RecordingInfo, WebhookConfig, WebhookEvent, WebhookSender, verify,
 };
 
@@ -118,7 +118,7 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<(String, HeaderMap, Bytes)>) -> (
 async fn wait_for(
     sender: &WebhookSender,
     what: &str,
-    done: impl Fn(&tutti_server::ops::webhook::WebhookStats) -> bool,
+    done: impl Fn(&tutti_server::outputs::webhook::WebhookStats) -> bool,
 ) {
     let t = Instant::now();
     while !done(&sender.stats()) {
@@ -354,7 +354,7 @@ async fn close_delivers_what_is_queued_then_ends() {
 /// writer thread, outside any runtime) hands the event to the sender.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_recording_is_announced_by_webhook() {
-    use tutti_server::ops::recording::{Recorder, RecordingConfig, RecordingFinished};
+    use tutti_server::outputs::recording::{Recorder, RecordingConfig, RecordingFinished};
     let (base, mut rx) = receiver().await;
     let sender = Arc::new(
         WebhookSender::start(&config(vec![format!("{base}/ok")]), &tokio::runtime::Handle::current())

@@ -287,10 +287,11 @@ fn webhooks_reach_a_real_receiver_signed_while_a_hanging_and_a_failing_one_affec
             .filter(|(p, _, _)| p == "/ok")
             .map(|(_, auth, body)| {
                 let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
-                let claims = tutti_server::ops::webhook::verify(secret.as_bytes(), auth, body, now);
+                let claims = tutti_server::outputs::webhook::verify(secret.as_bytes(), auth, body, now);
                 assert!(claims.is_ok(), "the signature verifies with the secret: {claims:?}");
                 assert!(
-                    tutti_server::ops::webhook::verify(b"another-secret-another-secret-xx", auth, body, now).is_err()
+                    tutti_server::outputs::webhook::verify(b"another-secret-another-secret-xx", auth, body, now)
+                        .is_err()
                 );
                 serde_json::from_slice(body).expect("a JSON body")
             })

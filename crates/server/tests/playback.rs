@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tutti_client::{JoinAs, ToneClient, run_for};
 
 fn tone_file(freq: f32, frames: usize) -> (Vec<u8>, Vec<Bytes>) {
-    tutti_server::ops::ogg::tone_file(freq, frames).expect("tone file")
+    tutti_server::outputs::ogg::tone_file(freq, frames).expect("tone file")
 }
 
 /// A fresh directory of sound files.

@@ -21,8 +21,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use super::error::ApiError;
 use crate::config::CorsConfig;
+use crate::refusal::Refusal;
 
 /// How long a browser may cache a preflight's answer.
 const PREFLIGHT_MAX_AGE: Duration = Duration::from_secs(600);
@@ -69,7 +69,7 @@ pub(crate) async fn only_allowed(request: Request, next: Next) -> Response {
         return response;
     }
     if preflight {
-        return ApiError::new(
+        return Refusal::new(
             StatusCode::FORBIDDEN,
             "origin_not_allowed",
             "this origin may not call the API from a web page (cors.allowed_origins)",

@@ -84,7 +84,7 @@ impl Slots {
     /// A slot for a connection from `ip`, taking over the oldest connection
     /// that has sent no request yet if a limit is reached; `None` when none can be taken.
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
-        let address = super::limit::key(ip);
+        let address = crate::limit::key(ip);
         let mut t = lock(&self.table);
         let mine = t.per_address.get(&address).copied().unwrap_or(0);
         if mine >= self.max_per_address {

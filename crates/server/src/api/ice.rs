@@ -13,10 +13,12 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::error::{ApiError, ApiResult};
+use super::access::authenticate_until;
 use super::schema::{ErrorBody, shapes};
-use super::{ApiState, authenticate_until, may_see};
+use super::state::ApiState;
 use crate::auth::{Grant, unix_now};
+use crate::refusal::{Refusal, Refused};
+use crate::session::grants::may_see;
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -56,12 +58,12 @@ pub(crate) async fn ice_servers(
     Path(room): Path<String>,
     headers: HeaderMap,
     query: Result<Query<TokenQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let query = query.map(|Query(q)| q).unwrap_or_default();
     let (grant, expires_at) = authenticate_until(&api, &headers, query.token.as_deref())?;
     may_see(&grant, &room)?;
     if !grant.listen {
-        return Err(ApiError::forbidden("ICE servers are for joining: the token needs the 'listen' permission"));
+        return Err(Refusal::forbidden("ICE servers are for joining: the token needs the 'listen' permission"));
     }
     let body = serde_json::json!({ "ice_servers": servers(&api, &grant, &room, expires_at) });
     // Credentials: never cached.

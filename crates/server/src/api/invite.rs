@@ -38,11 +38,12 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ApiResult};
-use super::rooms::{body, json};
+use super::access::authenticate;
+use super::body::{body, json};
 use super::schema::ErrorBody;
-use super::{ApiState, authenticate};
+use super::state::ApiState;
 use crate::auth::{Grant, is_room_id, unix_now};
+use crate::refusal::{Refusal, Refused};
 
 /// An invite's lifetime when the request names none.
 pub const DEFAULT_TTL_SECONDS: u64 = 3600;
@@ -112,21 +113,21 @@ async fn create_invite(
     Path(room): Path<String>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let grant = authenticate(&api, &headers, None)?;
     if !grant.covers(&room) {
-        return Err(ApiError::wrong_room(&room));
+        return Err(Refusal::wrong_room(&room));
     }
     if !grant.may_manage(&room) {
-        return Err(ApiError::forbidden(format!("inviting to room '{room}' needs an admin token for it")));
+        return Err(Refusal::forbidden(format!("inviting to room '{room}' needs an admin token for it")));
     }
     if !is_room_id(&room) {
-        return Err(ApiError::bad_request("bad_room_id", "a room name is 1 to 64 letters, digits, '-' or '_'"));
+        return Err(Refusal::bad_request("bad_room_id", "a room name is 1 to 64 letters, digits, '-' or '_'"));
     }
     let req: InviteRequest = json(&headers, &body(raw)?, Some(InviteRequest::default()))?;
     let ttl = req.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
     if !(MIN_TTL_SECONDS..=MAX_TTL_SECONDS).contains(&ttl) {
-        return Err(ApiError::bad_request(
+        return Err(Refusal::bad_request(
             "bad_value",
             format!("ttl_seconds must be within {MIN_TTL_SECONDS} to {MAX_TTL_SECONDS} (7 days)"),
         ));
@@ -135,7 +136,7 @@ async fn create_invite(
     // Each guest its own identity (one identity holds one participant): no
     // randomness, no invite, rather than one identity shared by every guest.
     let nonce = getrandom::u32().map_err(|e| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("no randomness for a guest identity: {e}"))
+        Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("no randomness for a guest identity: {e}"))
     })?;
     let identity = format!("guest-{nonce:08x}");
     let link = page_link(&api, &headers, &room);
@@ -150,7 +151,7 @@ async fn create_invite(
             // The room and identity were checked above: minting cannot fail on them.
             let token = auth
                 .mint(&guest, Duration::from_secs(ttl), now)
-                .map_err(|e| ApiError::bad_request("bad_room_id", e.to_string()))?;
+                .map_err(|e| Refusal::bad_request("bad_room_id", e.to_string()))?;
             let url = format!("{link}#token={token}");
             Invite { token: Some(token), url, expires_at: Some(now + ttl), permissions, identity }
         }

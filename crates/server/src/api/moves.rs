@@ -1,6 +1,7 @@
 //! `POST /v1/rooms/{room}/participants/{id}/move`: moves a participant to
-//! another room of this node without a new connection (a breakout; see
-//! `room::moves` and docs/features/breakout.md).
+//! another room of this node without a new connection (a breakout; the
+//! move is the session layer's, `session::moves`; see `room::moves` and
+//! docs/features/breakout.md).
 //!
 //! Who may: an admin of both rooms. What the participant may do in the new
 //! room is what the move grants it (`speak`; default: as it could), not
@@ -16,7 +17,6 @@
 //! the move then fails, the room it created is deleted again.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -28,11 +28,13 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::cluster::{self, Access};
-use super::error::{ApiError, ApiResult};
+use super::access::{self as cluster, Access};
+use super::body::{body, json};
 use super::schema::ErrorBody;
-use super::{ApiState, rooms};
-use crate::room::{Room, RoomError};
+use super::state::ApiState;
+use crate::refusal::{Refusal, Refused};
+use crate::room::RoomError;
+use crate::session::moves::Moved;
 
 /// The routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {
@@ -66,7 +68,7 @@ pub(crate) struct MoveResult {
 /// Counts a move's outcome (`tutti_participant_moves_total{result}`):
 /// `moved`, `room_elsewhere`, `redirected` (a 307 to the node of the room or of the participant), or
 /// the error's code.
-fn counted(result: ApiResult<Response>) -> ApiResult<Response> {
+fn counted(result: Refused<Response>) -> Refused<Response> {
     let label = match &result {
         Ok(r) if r.status() == StatusCode::OK => "moved",
         Ok(r) if r.status() == StatusCode::CONFLICT => "room_elsewhere",
@@ -110,7 +112,7 @@ pub(crate) async fn move_participant(
     target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     counted(move_inner(api, room, id, headers, target, query, raw).await)
 }
 
@@ -122,15 +124,15 @@ async fn move_inner(
     target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
-    let req: MoveRequest = rooms::json(&headers, &rooms::body(raw)?, None)?;
+    let req: MoveRequest = json(&headers, &body(raw)?, None)?;
     if !crate::room::valid_room_id(&req.to) {
         return Err(RoomError::BadRoomId.into());
     }
     if !grant.may_manage(&room) || !grant.may_manage(&req.to) {
-        return Err(ApiError::forbidden(format!(
+        return Err(Refusal::forbidden(format!(
             "moving a participant from '{room}' to '{}' needs an admin token for both rooms",
             req.to
         )));
@@ -140,52 +142,13 @@ async fn move_inner(
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let mut created = false;
-    let to = match (api.rooms.get(&req.to), &api.cluster) {
-        (Ok(to), _) if !to.is_handed_over() => to,
-        (Err(RoomError::NoRoom(_)), None) if api.cfg.breakout.create_rooms => {
-            let (to, fresh) = create_target(&api, &req.to)?;
-            created = fresh;
-            to
+    match api.session.move_participant(&from, id, &req.to, req.speak).await? {
+        Moved::Done { speak } => {
+            let body = MoveResult { id, from: from.id.clone(), to: req.to.clone(), speak };
+            Ok(axum::Json(body).into_response())
         }
-        (Ok(_), None) => return Err(RoomError::NoRoom(req.to.clone()).into()),
-        (Err(e), None) => return Err(e.into()),
-        (_, Some(c)) => {
-            let owner = c.locate(&req.to).await.map_err(|e| cluster::unavailable(&e))?;
-            return match owner {
-                Some(owner) => Ok(elsewhere(&req.to, &owner.node_id, &owner.api_url)),
-                None => Err(RoomError::NoRoom(req.to.clone()).into()),
-            };
-        }
-    };
-    let (done, effect) = match api.rooms.move_member(&from, &to, id, req.speak, Instant::now()) {
-        Ok(moved) => moved,
-        Err(e) => {
-            if created && to.len() == 0 {
-                // Nobody came: the room this move created goes again.
-                if let Ok(effects) = api.rooms.delete(&to.id) {
-                    api.apply(effects);
-                }
-            }
-            return Err(e.into());
-        }
-    };
-    api.apply(effect.into_iter().chain(api.rooms.take_replaced()));
-    let body = MoveResult { id, from: from.id.clone(), to: to.id.clone(), speak: done.speak };
-    Ok(axum::Json(body).into_response())
-}
-
-/// The target room, created now (`breakout.create_rooms`, a single node):
-/// with the `[room]` defaults, watched by the outputs as a room `POST
-/// /v1/rooms` creates. Whether this call created it (not a concurrent one).
-fn create_target(api: &ApiState, room: &str) -> ApiResult<(Arc<Room>, bool)> {
-    let state = match api.rooms.create(room, None, None) {
-        Ok(state) => state,
-        Err(RoomError::RoomExists(_)) => return Ok((api.rooms.get(room)?, false)),
-        Err(e) => return Err(e.into()),
-    };
-    api.outputs.watch(&state);
-    Ok((state, true))
+        Moved::Elsewhere { node, api_url } => Ok(elsewhere(&req.to, &node, &api_url)),
+    }
 }
 
 /// 409 `room_elsewhere`: the target room is held by another node.

@@ -25,7 +25,7 @@ use axum::routing::get;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::ApiState;
+use super::state::ApiState;
 
 /// Declares the bearer JWT (`Authorization: Bearer`) and, for the routes a
 /// browser opens without headers, the `?token=` query.
@@ -62,8 +62,8 @@ impl Modify for Security {
         license(name = "MIT OR Apache-2.0"),
     ),
     paths(
-        super::healthz,
-        super::readyz,
+        super::health::healthz,
+        super::health::readyz,
         openapi_json,
         super::rooms::create_room,
         super::rooms::list_rooms,
@@ -74,7 +74,7 @@ impl Modify for Security {
         super::rooms::update_participant,
         super::rooms::leave,
         super::ws::upgrade,
-        super::cluster::enter,
+        super::enter::enter,
         super::recording::start,
         super::recording::show,
         super::recording::stop,

@@ -24,7 +24,7 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
+use crate::refusal::Refusal;
 
 /// Strips `:port` from `host[:port]` or `[v6][:port]`.
 fn without_port(authority: &str) -> &str {
@@ -65,11 +65,11 @@ fn changes_state(method: &Method, headers: &HeaderMap) -> bool {
 }
 
 /// Why a request is refused in development mode, if it is.
-pub(crate) fn check(method: &Method, headers: &HeaderMap, http: SocketAddr) -> Result<(), ApiError> {
+pub(crate) fn check(method: &Method, headers: &HeaderMap, http: SocketAddr) -> Result<(), Refusal> {
     if let Some(host) = headers.get(header::HOST) {
         let host = host.to_str().unwrap_or("");
         if !local_authority(host, http) {
-            return Err(ApiError::new(
+            return Err(Refusal::new(
                 axum::http::StatusCode::FORBIDDEN,
                 "bad_host",
                 format!(
@@ -84,7 +84,7 @@ pub(crate) fn check(method: &Method, headers: &HeaderMap, http: SocketAddr) -> R
     {
         let origin = origin.to_str().unwrap_or("");
         if !local_origin(origin, http) {
-            return Err(ApiError::new(
+            return Err(Refusal::new(
                 axum::http::StatusCode::FORBIDDEN,
                 "forbidden_origin",
                 format!(

@@ -15,10 +15,8 @@
 //! upload is read past the limit), Ogg/Opus with 20 ms frames (422
 //! `bad_audio_file`, naming what is wrong).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -29,11 +27,11 @@ use axum::routing::{delete, get};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::ApiState;
-use super::error::{ApiError, ApiResult};
 use super::recording::{RoomRequest, may_manage};
 use super::schema::ErrorBody;
+use super::state::{ApiState, ClipCache};
 use crate::config::PlaybackSettings;
+use crate::refusal::{Refusal, Refused};
 use crate::room::playback::{self, Clip, PlaybackError, PlaybackInfo, Sounds, SoundsChange, check_file_name};
 use crate::sync::lock;
 
@@ -76,7 +74,7 @@ pub(crate) enum LoadError {
     Bad(#[from] playback::ClipError),
 }
 
-impl From<LoadError> for ApiError {
+impl From<LoadError> for Refusal {
     fn from(e: LoadError) -> Self {
         let (status, code) = match &e {
             LoadError::BadName(_) => (StatusCode::BAD_REQUEST, "bad_file_name"),
@@ -85,30 +83,20 @@ impl From<LoadError> for ApiError {
             LoadError::Io { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             LoadError::Bad(_) => (StatusCode::UNPROCESSABLE_ENTITY, "bad_audio_file"),
         };
-        ApiError::new(status, code, e.to_string())
+        Refusal::new(status, code, e.to_string())
     }
 }
 
-impl From<PlaybackError> for ApiError {
+impl From<PlaybackError> for Refusal {
     fn from(e: PlaybackError) -> Self {
         let (status, code) = match &e {
             PlaybackError::TooMany { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_playbacks"),
             PlaybackError::NotFound(_) => (StatusCode::NOT_FOUND, "playback_not_found"),
             PlaybackError::Closed(_) => (StatusCode::NOT_FOUND, "room_not_found"),
         };
-        ApiError::new(status, code, e.to_string())
+        Refusal::new(status, code, e.to_string())
     }
 }
-
-/// The clips of the playback directory read so far and still playing
-/// somewhere, by path: a file played into 500 rooms is read, checked and
-/// held in memory once. An entry is used only while the file's size and
-/// modification time are as they were, and while a playback holds it.
-#[derive(Default)]
-pub(crate) struct ClipCache(Mutex<HashMap<PathBuf, Cached>>);
-
-/// A cache entry: the file's modification time and size when read, and its clip.
-type Cached = (Option<SystemTime>, u64, Weak<Clip>);
 
 /// Reads file `name` of `dir` (blocking): a plain name, inside the
 /// directory even through links, at most `max` bytes, a playable clip;
@@ -176,13 +164,13 @@ pub(crate) fn default_sounds(cfg: &PlaybackSettings) -> Result<playback::Default
 }
 
 /// Reads a file of the directory off the async workers.
-async fn load(api: &Arc<ApiState>, name: String) -> ApiResult<Arc<Clip>> {
+async fn load(api: &Arc<ApiState>, name: String) -> Refused<Arc<Clip>> {
     let (dir, max) = (api.cfg.playback.dir.clone(), api.cfg.playback.max_file_bytes);
     let api = api.clone();
     tokio::task::spawn_blocking(move || load_file(&dir, &name, max, Some(&api.clips)))
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-        .map_err(ApiError::from)
+        .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(Refusal::from)
 }
 
 /// `POST …/playbacks` with JSON.
@@ -265,8 +253,8 @@ fn content_type(headers: &axum::http::HeaderMap) -> String {
 
 /// Reads a body of at most `max` bytes: 413 `file_too_large` past it (by
 /// its `Content-Length` before reading anything, else as soon as it passes).
-async fn read_body(headers: &axum::http::HeaderMap, body: Body, max: u64) -> ApiResult<axum::body::Bytes> {
-    let too_large = || ApiError::from(LoadError::TooLarge { max });
+async fn read_body(headers: &axum::http::HeaderMap, body: Body, max: u64) -> Refused<axum::body::Bytes> {
+    let too_large = || Refusal::from(LoadError::TooLarge { max });
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max) {
         return Err(too_large());
@@ -280,7 +268,7 @@ async fn read_body(headers: &axum::http::HeaderMap, body: Body, max: u64) -> Api
             }
             source = s.source();
         }
-        ApiError::bad_request("bad_body", format!("the body could not be read: {e}"))
+        Refusal::bad_request("bad_body", format!("the body could not be read: {e}"))
     })
 }
 
@@ -290,7 +278,7 @@ async fn read_body(headers: &axum::http::HeaderMap, body: Body, max: u64) -> Api
     path = "/v1/rooms/{room}/playbacks",
     tag = "outputs",
     operation_id = "start_playback",
-    params(("room" = String, Path, description = "The room's id"), UploadQuery, super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), UploadQuery, super::access::Access),
     request_body(
         description = "A file of the playback directory (JSON), or an Ogg/Opus file itself (`audio/ogg`, at most `playback.max_file_bytes`)",
         content((StartPlayback = "application/json"), ("audio/ogg")),
@@ -313,7 +301,7 @@ pub(super) async fn start(
     req: RoomRequest,
     query: Result<Query<UploadQuery>, axum::extract::rejection::QueryRejection>,
     body: Body,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "playing a file into a room")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
@@ -322,28 +310,28 @@ pub(super) async fn start(
     let kind = content_type(&req.headers);
     let (clip, looping) = match kind.as_str() {
         "audio/ogg" | "audio/opus" | "application/ogg" => {
-            let Query(q) = query.map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
+            let Query(q) = query.map_err(|e| Refusal::bad_request("bad_value", e.body_text()))?;
             let bytes = read_body(&req.headers, body, max).await?;
             let clip = tokio::task::spawn_blocking(move || Clip::parse("upload", &bytes))
                 .await
-                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-                .map_err(|e| ApiError::from(LoadError::Bad(e)))?;
+                .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+                .map_err(|e| Refusal::from(LoadError::Bad(e)))?;
             (Arc::new(clip), q.looping.unwrap_or(false))
         }
         "application/json" => {
             // A name and a flag: the API's usual body limit is plenty.
             let bytes = read_body(&req.headers, body, api.cfg.max_body_bytes as u64).await.map_err(|e| {
                 if e.status == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is too large")
+                    Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is too large")
                 } else {
                     e
                 }
             })?;
-            let req: StartPlayback = super::rooms::json(&req.headers, &bytes, None)?;
+            let req: StartPlayback = super::body::json(&req.headers, &bytes, None)?;
             (load(&api, req.file).await?, req.looping)
         }
         _ => {
-            return Err(ApiError::new(
+            return Err(Refusal::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
                 "send {\"file\": …} as application/json, or the file itself as audio/ogg",
@@ -360,7 +348,7 @@ pub(super) async fn start(
     path = "/v1/rooms/{room}/playbacks",
     tag = "outputs",
     operation_id = "list_playbacks",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 200, description = "The playbacks under way and the room's sounds", body = Playbacks),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
@@ -369,7 +357,7 @@ pub(super) async fn start(
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
     ),
 )]
-pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "looking at a room's playbacks")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
@@ -388,7 +376,7 @@ pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
     params(
         ("room" = String, Path, description = "The room's id"),
         ("id" = u64, Path, description = "The playback's id"),
-        super::cluster::Access,
+        super::access::Access,
     ),
     responses(
         (status = 200, description = "Stopped: where it was", body = Playback),
@@ -399,7 +387,7 @@ pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
     ),
 )]
-pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "stopping a playback")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
@@ -415,7 +403,7 @@ pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
     path = "/v1/rooms/{room}/sounds",
     tag = "outputs",
     operation_id = "show_sounds",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 200, description = "The room's enter and leave sounds and hold music", body = RoomSounds),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
@@ -424,7 +412,7 @@ pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
     ),
 )]
-pub(super) async fn show_sounds(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn show_sounds(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "looking at a room's sounds")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
@@ -440,7 +428,7 @@ pub(super) async fn show_sounds(State(api): State<Arc<ApiState>>, req: RoomReque
     path = "/v1/rooms/{room}/sounds",
     tag = "outputs",
     operation_id = "set_sounds",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     request_body(content = SetSounds, content_type = "application/json", description = "File names of `playback.dir`; a field left out is kept, `null` or `\"\"` removes it"),
     responses(
         (status = 200, description = "The room's sounds now", body = RoomSounds),
@@ -454,13 +442,13 @@ pub(super) async fn show_sounds(State(api): State<Arc<ApiState>>, req: RoomReque
         (status = 422, description = "`bad_audio_file`", body = ErrorBody),
     ),
 )]
-pub(super) async fn set_sounds(State(api): State<Arc<ApiState>>, req: RoomRequest, body: Body) -> ApiResult<Response> {
+pub(super) async fn set_sounds(State(api): State<Arc<ApiState>>, req: RoomRequest, body: Body) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "changing a room's sounds")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
     };
     let bytes = read_body(&req.headers, body, api.cfg.max_body_bytes as u64).await?;
-    let set: SetSounds = super::rooms::json(&req.headers, &bytes, None)?;
+    let set: SetSounds = super::body::json(&req.headers, &bytes, None)?;
     let mut change = SoundsChange::default();
     for (field, name) in [(&mut change.enter, set.enter), (&mut change.leave, set.leave), (&mut change.hold, set.hold)]
     {

@@ -19,13 +19,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
-use super::cluster::{self, Access};
-use super::error::{ApiError, ApiResult};
+use super::access::{self as cluster, Access};
 use super::schema::{ErrorBody, shapes};
-use super::{ApiState, may_see};
+use super::state::ApiState;
 use crate::auth::Grant;
 use crate::outputs::OutputError;
+use crate::refusal::{Refusal, Refused};
 use crate::room::Room;
+use crate::session::grants::may_see;
 
 /// How long `DELETE` waits for the writer to close the file before answering with what it knows.
 const STOP_WAIT: Duration = Duration::from_secs(5);
@@ -36,7 +37,7 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
 }
 
 /// The JSON error for an output failure, with its stable code.
-pub(super) fn output_error(e: OutputError) -> ApiError {
+pub(super) fn output_error(e: OutputError) -> Refusal {
     let (status, code) = match &e {
         OutputError::RecordingDisabled => (StatusCode::FORBIDDEN, "recording_disabled"),
         OutputError::RecordingActive(_) => (StatusCode::CONFLICT, "recording_active"),
@@ -48,16 +49,16 @@ pub(super) fn output_error(e: OutputError) -> ApiError {
         OutputError::BadValue(_) => (StatusCode::BAD_REQUEST, "bad_value"),
         OutputError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     };
-    ApiError::new(status, code, e.to_string())
+    Refusal::new(status, code, e.to_string())
 }
 
 /// 403 unless `grant` manages `room`.
-pub(super) fn may_manage(grant: &Grant, room: &str, what: &str) -> ApiResult<()> {
+pub(super) fn may_manage(grant: &Grant, room: &str, what: &str) -> Refused<()> {
     may_see(grant, room)?;
     if grant.may_manage(room) {
         Ok(())
     } else {
-        Err(ApiError::forbidden(format!("{what} needs an admin token for room '{room}'")))
+        Err(Refusal::forbidden(format!("{what} needs an admin token for room '{room}'")))
     }
 }
 
@@ -74,13 +75,13 @@ pub(super) struct RoomRequest {
 }
 
 impl FromRequestParts<Arc<ApiState>> for RoomRequest {
-    type Rejection = ApiError;
+    type Rejection = Refusal;
 
-    async fn from_request_parts(parts: &mut Parts, state: &Arc<ApiState>) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<ApiState>) -> Result<Self, Refusal> {
         // The room, whatever else the path names (a playback's id).
         let Path(params) = Path::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
+            .map_err(|e| Refusal::bad_request("bad_value", e.body_text()))?;
         let room = params.get("room").cloned().unwrap_or_default();
         let id = params.get("id").cloned();
         let access = cluster::access(Query::<Access>::from_request_parts(parts, state).await);
@@ -95,19 +96,19 @@ impl RoomRequest {
     pub(super) async fn room(
         &self,
         api: &ApiState,
-        allowed: impl FnOnce(&Grant, &str) -> ApiResult<()>,
-    ) -> ApiResult<Result<Arc<Room>, Response>> {
+        allowed: impl FnOnce(&Grant, &str) -> Refused<()>,
+    ) -> Refused<Result<Arc<Room>, Response>> {
         let grant = cluster::caller(api, &self.headers, &self.target, self.ticket.as_deref(), &self.room).await?;
         allowed(&grant, &self.room)?;
         cluster::here(api, &self.room, &self.target, &grant).await
     }
 
     /// The path's `{id}` as a number; `400 bad_value` ("`what` is a number") otherwise.
-    pub(super) fn id(&self, what: &str) -> ApiResult<u64> {
+    pub(super) fn id(&self, what: &str) -> Refused<u64> {
         self.id
             .as_deref()
             .and_then(|id| id.parse::<u64>().ok())
-            .ok_or_else(|| ApiError::bad_request("bad_value", format!("{what} is a number")))
+            .ok_or_else(|| Refusal::bad_request("bad_value", format!("{what} is a number")))
     }
 }
 
@@ -121,17 +122,17 @@ pub(super) fn public(mut state: serde_json::Value) -> serde_json::Value {
 
 /// 507 `recording_quota` when the recordings directory holds
 /// `recording.dir_max_bytes` or more already (measured off the async threads).
-pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
+pub(super) async fn check_quota(api: &ApiState) -> Refused<()> {
     let max = api.cfg.recording.dir_max_bytes;
     if max == 0 || !api.cfg.recording.enabled {
         return Ok(());
     }
     let dir = std::path::PathBuf::from(&api.cfg.recording.dir);
-    let used = tokio::task::spawn_blocking(move || crate::ops::recording::dir_usage(&dir))
+    let used = tokio::task::spawn_blocking(move || crate::outputs::recording::dir_usage(&dir))
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
         .map_err(|e| {
-            ApiError::new(
+            Refusal::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
                 format!("cannot measure the recordings: {}", e.kind()),
@@ -140,7 +141,7 @@ pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
     if used >= max {
         metrics::counter!(crate::metrics::outputs::RECORDING_QUOTA_REFUSALS).increment(1);
         tracing::warn!(used, max, "recording refused: the recordings directory is at its quota");
-        return Err(ApiError::new(
+        return Err(Refusal::new(
             StatusCode::INSUFFICIENT_STORAGE,
             "recording_quota",
             format!(
@@ -157,7 +158,7 @@ pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
     path = "/v1/rooms/{room}/recording",
     tag = "outputs",
     operation_id = "start_recording",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 201, description = "Recording", body = shapes::Recording),
         (status = 409, description = "`recording_active`", body = ErrorBody),
@@ -168,7 +169,7 @@ pub(super) async fn check_quota(api: &ApiState) -> ApiResult<()> {
         (status = 404, description = "`room_not_found`", body = ErrorBody),
     ),
 )]
-pub(super) async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "recording a room")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
@@ -184,7 +185,7 @@ pub(super) async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) ->
     path = "/v1/rooms/{room}/recording",
     tag = "outputs",
     operation_id = "show_recording",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 200, description = "The recording (`{\"active\": false}` when none ran)", body = shapes::Recording),
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
@@ -193,7 +194,7 @@ pub(super) async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) ->
         (status = 404, description = "`room_not_found`", body = ErrorBody),
     ),
 )]
-pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let state = match req.room(&api, may_see).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
@@ -208,7 +209,7 @@ pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
     path = "/v1/rooms/{room}/recording",
     tag = "outputs",
     operation_id = "stop_recording",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 200, description = "The finished file (or, still closing, its state with `finishing`)", body = shapes::RecordingStopped),
         (status = 404, description = "`room_not_found`, `recording_not_found`", body = ErrorBody),
@@ -217,7 +218,7 @@ pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         (status = 403, description = "`wrong_room`, `forbidden`, `recording_disabled`", body = ErrorBody),
     ),
 )]
-pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "stopping a recording")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
@@ -240,7 +241,7 @@ pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
             "bytes": f.bytes,
             "duration_seconds": f.duration.as_secs_f64(),
             "reason": f.reason.code(),
-            "error": match &f.reason { crate::ops::recording::StopReason::Error(e) => Some(e.clone()), _ => None },
+            "error": match &f.reason { crate::outputs::recording::StopReason::Error(e) => Some(e.clone()), _ => None },
         }),
         None => {
             // Still writing (a slow disk): what is known, and that it is finishing.

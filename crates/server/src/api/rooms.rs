@@ -12,50 +12,19 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::cluster::{self, Access, Located};
-use super::error::{ApiError, ApiResult};
+use super::access::{self as cluster, Access, authenticate, authenticate_until};
+use super::body::{body, content_type, json};
 use super::schema::{ErrorBody, shapes};
-use super::{ApiState, authenticate, join_room, may_join, may_see};
+use super::state::ApiState;
 use crate::auth::Grant;
-use crate::room::{LeaveReason, Room, RoomError};
-use crate::sync::lock;
-
-/// The body, or the JSON error for why it could not be read (413 when too large).
-pub(super) fn body(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
-    body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is too large")
-        }
-        status => ApiError::new(status, "bad_body", rejection.body_text()),
-    })
-}
-
-fn content_type(headers: &HeaderMap) -> &str {
-    let value = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    value.split(';').next().unwrap_or("").trim()
-}
-
-/// Parses a JSON body; an empty body is `T::default()` when `T` allows it.
-pub(super) fn json<T: serde::de::DeserializeOwned>(
-    headers: &HeaderMap,
-    bytes: &Bytes,
-    empty: Option<T>,
-) -> ApiResult<T> {
-    if bytes.is_empty()
-        && let Some(default) = empty
-    {
-        return Ok(default);
-    }
-    if !content_type(headers).eq_ignore_ascii_case("application/json") {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "send the body as application/json",
-        ));
-    }
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request("bad_json", format!("the JSON body is not valid: {e}")))
-}
+use crate::cluster::node::unavailable;
+use crate::cluster::roster;
+use crate::refusal::{Refusal, Refused};
+use crate::room::{Room, RoomError};
+use crate::session::grants::{may_act_on, may_see, may_see_member, member_of};
+use crate::session::join::{Joined, Offer, Place};
+use crate::session::members::Change;
+use crate::session::rooms::Placed;
 
 /// `POST /v1/rooms`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -73,7 +42,7 @@ pub(crate) struct CreateRoom {
 
 /// A room and its figures.
 #[derive(Debug, Serialize, ToSchema)]
-pub(super) struct RoomSummary {
+pub(crate) struct RoomSummary {
     id: String,
     /// Its participants (in a room spread over nodes: on all of them, in
     /// `GET /v1/rooms` and `GET /v1/rooms/{room}`).
@@ -87,14 +56,14 @@ pub(super) struct RoomSummary {
     node: Option<String>,
 }
 
-pub(super) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
+pub(crate) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
     RoomSummary {
         id: room.id.clone(),
         participants: room.len(),
         max_participants: room.max_participants(),
         max_speakers: room.max_speakers(),
         locked: room.is_locked(),
-        node: api.cluster.as_ref().map(|c| c.node_id().to_owned()),
+        node: api.node.dir.as_ref().map(|c| c.node_id().to_owned()),
     }
 }
 
@@ -125,7 +94,7 @@ pub(crate) async fn create_room(
     target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let access = cluster::access(query);
     // A redirected create names its room in the query, for its ticket.
     let ticket_room = access.ticket.as_ref().map(|_| access.room.clone().unwrap_or_default());
@@ -133,7 +102,7 @@ pub(crate) async fn create_room(
         cluster::caller(&api, &headers, &target, access.ticket.as_deref(), ticket_room.as_deref().unwrap_or(""))
             .await?;
     if !grant.admin {
-        return Err(ApiError::forbidden("creating a room needs a token with the 'admin' permission"));
+        return Err(Refusal::forbidden("creating a room needs a token with the 'admin' permission"));
     }
     let req: CreateRoom = json(&headers, &body(raw)?, Some(CreateRoom::default()))?;
     let record = req.record == Some(true);
@@ -145,50 +114,27 @@ pub(crate) async fn create_room(
     }
     let id = match (req.id, access.room) {
         (Some(a), Some(b)) if a != b => {
-            return Err(ApiError::bad_request("bad_room_id", "the body's id and the query's room differ"));
+            return Err(Refusal::bad_request("bad_room_id", "the body's id and the query's room differ"));
         }
         (Some(id), _) | (None, Some(id)) if !grant.covers(&id) => {
-            return Err(ApiError::forbidden(format!("this token is not for room '{id}'")));
+            return Err(Refusal::forbidden(format!("this token is not for room '{id}'")));
         }
         (Some(id), _) | (None, Some(id)) => id,
         // A room admin's token names its room.
         (None, None) if grant.room != "*" => grant.room.clone(),
         // Names unique across nodes in cluster mode (each node counts on its own).
-        (None, None) if api.cluster.is_some() => format!("room-{:08x}", getrandom::u32().unwrap_or_default()),
+        (None, None) if api.node.dir.is_some() => format!("room-{:08x}", getrandom::u32().unwrap_or_default()),
         (None, None) => api.rooms.fresh_name(),
     };
-    let room = match &api.cluster {
-        None => api.rooms.create(&id, req.max_participants, req.max_speakers)?,
-        Some(c) => {
-            // Until the room is made here: no lease of it is given back meanwhile.
-            let _held = api.room_locks.share(&id).await;
-            if api.rooms.get(&id).is_ok() {
-                return Err(RoomError::RoomExists(id).into());
-            }
-            if !crate::room::valid_room_id(&id) {
-                return Err(RoomError::BadRoomId.into());
-            }
-            let config =
-                serde_json::json!({ "max_participants": req.max_participants, "max_speakers": req.max_speakers })
-                    .to_string();
-            let placement = if ticket_room.is_some() {
-                c.claim(&id, Some(&config)).await
-            } else {
-                c.place(&id, Some(&config)).await
-            };
-            match placement.map_err(|e| cluster::unavailable(&e))? {
-                tutti_cluster::Placement::Local { .. } => {
-                    cluster::host(&api, c, &id, req.max_participants, req.max_speakers, true)?
-                }
-                tutti_cluster::Placement::Remote(owner) => {
-                    // The id goes in the query (once), for the ticket to name it there.
-                    let extra = ticket_room.is_none().then(|| format!("room={id}"));
-                    return cluster::redirect(c, &owner, &id, &target, extra.as_deref(), &grant);
-                }
-            }
+    let room = match api.session.create_room(&id, req.max_participants, req.max_speakers, ticket_room.is_some()).await?
+    {
+        Placed::Here(room) => room,
+        Placed::Elsewhere(owner) => {
+            // The id goes in the query (once), for the ticket to name it there.
+            let extra = ticket_room.is_none().then(|| format!("room={id}"));
+            return cluster::redirect_room(&api, &owner, &id, &target, extra.as_deref(), &grant);
         }
     };
-    api.outputs.watch(&room);
     if record {
         api.outputs.start_recording(&room).map_err(super::recording::output_error)?;
     }
@@ -210,22 +156,22 @@ pub(crate) async fn create_room(
         (status = 503, description = "`cluster_unavailable`", body = ErrorBody),
     ),
 )]
-pub(crate) async fn list_rooms(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> ApiResult<Response> {
+pub(crate) async fn list_rooms(State(api): State<Arc<ApiState>>, headers: HeaderMap) -> Refused<Response> {
     let grant = authenticate(&api, &headers, None)?;
     if !grant.may_list() {
-        return Err(ApiError::forbidden("listing rooms needs an admin token for every room ('*')"));
+        return Err(Refusal::forbidden("listing rooms needs an admin token for every room ('*')"));
     }
     let mut local: Vec<serde_json::Value> = Vec::new();
     for r in api.rooms.all() {
         let mut entry = summary(&api, &r);
         // A spread room counts every node's participants (the others' from their rosters).
-        entry.participants += super::roster::others(&api, &r).await.len();
+        entry.participants += roster::others(api.node.dir.as_ref(), &api.node.roster, &r).await.len();
         local.extend(serde_json::to_value(entry).ok());
     }
-    let Some(c) = &api.cluster else { return Ok(axum::Json(local).into_response()) };
+    let Some(c) = &api.node.dir else { return Ok(axum::Json(local).into_response()) };
     // Every room of the directory; the ones hosted here with their figures.
     let mut out = local;
-    for entry in c.list_rooms().await.map_err(|e| cluster::unavailable(&e))? {
+    for entry in c.list_rooms().await.map_err(|e| unavailable(&e))? {
         if api.rooms.get(&entry.room).is_ok() {
             continue;
         }
@@ -259,14 +205,14 @@ pub(crate) async fn get_room(
     State(api): State<Arc<ApiState>>,
     Path(room): Path<String>,
     headers: HeaderMap,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     may_see(&authenticate(&api, &headers, None)?, &room)?;
-    let state = match (api.rooms.get(&room), &api.cluster) {
+    let state = match (api.rooms.get(&room), &api.node.dir) {
         (Ok(state), _) => state,
         (Err(e), None) => return Err(e.into()),
         (Err(e), Some(c)) => {
             // Held elsewhere: say where (the figures are the owner's to give).
-            let owner = c.locate(&room).await.map_err(|e| cluster::unavailable(&e))?.ok_or(e)?;
+            let owner = c.locate(&room).await.map_err(|e| unavailable(&e))?.ok_or(e)?;
             let body = serde_json::json!({
                 "room": { "id": room, "node": owner.node_id },
                 "node": owner.node_id,
@@ -276,7 +222,7 @@ pub(crate) async fn get_room(
         }
     };
     // A spread room: every node's participants (the others' from their rosters).
-    let participants = super::roster::participants(&api, &state).await;
+    let participants = roster::participants(api.node.dir.as_ref(), &api.node.roster, &state).await;
     let mut room_summary = summary(&api, &state);
     room_summary.participants = participants.len();
     let body = serde_json::json!({
@@ -310,33 +256,14 @@ pub(crate) async fn delete_room(
     headers: HeaderMap,
     target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     if !grant.may_manage(&room) {
-        return Err(ApiError::forbidden(format!("deleting room '{room}' needs an admin token for it")));
+        return Err(Refusal::forbidden(format!("deleting room '{room}' needs an admin token for it")));
     }
-    // A spread room: the other nodes close their copies too.
-    if api.rooms.get(&room).is_ok() {
-        super::control::publish(&api, &room, &super::control::Control::Close);
-    }
-    // Held until the lease is given back: a join after this answer finds the room gone.
-    let held = match &api.cluster {
-        Some(_) => Some(api.room_locks.lock(&room).await),
-        None => None,
-    };
-    match (api.rooms.delete(&room), &api.cluster) {
-        (Ok(effects), cluster) => {
-            api.apply(effects);
-            if let Some(c) = cluster {
-                cluster::release(&api, c, &room, held);
-            }
-        }
-        (Err(e), None) => return Err(e.into()),
-        (Err(e), Some(c)) => {
-            let owner = c.locate(&room).await.map_err(|e| cluster::unavailable(&e))?.ok_or(e)?;
-            return cluster::redirect(c, &owner, &room, &target, None, &grant);
-        }
+    if let Some(owner) = api.session.delete_room(&room).await? {
+        return cluster::redirect_room(&api, &owner, &room, &target, None, &grant);
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -404,44 +331,42 @@ pub(crate) async fn join(
     target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
-    may_join(&api, &grant, &room, client.ip())?;
-    let bytes = body(raw)?;
     let whip = content_type(&headers).eq_ignore_ascii_case("application/sdp");
-    let req = if whip {
-        let sdp = String::from_utf8(bytes.to_vec())
-            .map_err(|_| ApiError::bad_request("bad_sdp", "the SDP offer is not UTF-8"))?;
-        JoinRequest { sdp, name: String::new() }
-    } else {
-        json::<JoinRequest>(&headers, &bytes, None).map_err(|e| {
+    // The offer is parsed once the caller may join (the session layer asks for it).
+    let offer = || {
+        let bytes = body(raw)?;
+        if whip {
+            let sdp = String::from_utf8(bytes.to_vec())
+                .map_err(|_| Refusal::bad_request("bad_sdp", "the SDP offer is not UTF-8"))?;
+            return Ok(Offer { sdp, name: String::new() });
+        }
+        let req = json::<JoinRequest>(&headers, &bytes, None).map_err(|e| {
             if e.status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-                ApiError::new(e.status, e.code, "send the offer as application/sdp, or as application/json {sdp, name}")
+                Refusal::new(e.status, e.code, "send the offer as application/sdp, or as application/json {sdp, name}")
             } else {
                 e
             }
-        })?
+        })?;
+        Ok(Offer { sdp: req.sdp, name: req.name })
     };
-    // A plain RTP/AVP offer (SIP gateway): allowed from trusted networks only.
-    let plain = super::rtp_in::check(&api, &req.sdp, client.ip())?;
-    let state = match cluster::locate_for_join(&api, &room, access.ticket.is_some()).await? {
-        Located::Here(state) => state,
-        Located::Elsewhere(owner) => {
-            let c = api.cluster.as_ref().ok_or_else(|| ApiError::from(RoomError::NoRoom(room.clone())))?;
-            return cluster::redirect(c, &owner, &room, &target, None, &grant);
-        }
+    let request = crate::session::join::JoinRequest {
+        room: &room,
+        grant: &grant,
+        client: client.ip(),
+        place: Place::Locate { ticketed: access.ticket.is_some() },
+        plain: true,
     };
-    let (id, answer) = match plain {
-        Some(offer) => super::rtp_in::join(&api, &state, offer, &req.name, &grant)?,
-        None => join_room(&api, &state, &req.sdp, &req.name, &grant)?,
+    let (id, answer) = match api.session.join(request, offer).await? {
+        Joined::Here { id, answer } => (id, answer),
+        Joined::Elsewhere(owner) => return cluster::redirect_room(&api, &owner, &room, &target, None, &grant),
     };
-    // The participant its identity had here, if any, was replaced: close its peer.
-    api.apply(api.rooms.take_replaced());
     let location = format!("/v1/rooms/{room}/participants/{id}");
     // TURN credentials expire with the token (a redirect ticket carries no token expiry: the configured TTL).
     let token_expiry = if access.ticket.is_none() {
-        super::authenticate_until(&api, &headers, None).ok().and_then(|(_, exp)| exp)
+        authenticate_until(&api, &headers, None).ok().and_then(|(_, exp)| exp)
     } else {
         None
     };
@@ -460,41 +385,6 @@ pub(crate) async fn join(
         super::ice::link_headers(&api, &grant, &room, token_expiry, &mut response);
         Ok(response)
     }
-}
-
-/// The room back if `id` is one of its participants, else the 404.
-fn member_of(state: Arc<Room>, id: u64) -> ApiResult<Arc<Room>> {
-    if !lock(&state.members).contains_key(&id) {
-        return Err(RoomError::NoParticipant(id).into());
-    }
-    Ok(state)
-}
-
-/// 403 `wrong_room` unless the grant may see `room`, or is the token a
-/// participant moved here (a breakout) joined with: its identity's, for the
-/// room it first joined (the move's grant stands in for its token here).
-fn may_see_member(api: &ApiState, grant: &Grant, room: &str, id: u64) -> ApiResult<()> {
-    if grant.may_see(room) {
-        return Ok(());
-    }
-    let moved_here = api.rooms.get(room).is_ok_and(|r| {
-        lock(&r.members).get(&id).is_some_and(|m| {
-            !grant.identity.is_empty()
-                && m.identity == grant.identity
-                && m.joined_in.as_deref().is_some_and(|first| grant.may_see(first))
-        })
-    });
-    if moved_here { Ok(()) } else { may_see(grant, room) }
-}
-
-/// 403 unless the grant manages the room or is the participant's own
-/// (same identity); returns whether it manages the room.
-fn may_act_on(grant: &Grant, room: &Room, id: u64) -> ApiResult<bool> {
-    if grant.may_manage(&room.id) {
-        return Ok(true);
-    }
-    let own = lock(&room.members).get(&id).is_some_and(|m| !grant.identity.is_empty() && m.identity == grant.identity);
-    if own { Ok(false) } else { Err(ApiError::forbidden("acting on another participant needs an admin token")) }
 }
 
 /// The query of `DELETE …/participants/{id}`.
@@ -537,41 +427,19 @@ pub(crate) async fn leave(
     headers: HeaderMap,
     target: cluster::Target,
     params: Result<Query<LeaveParams>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Response> {
-    let Query(params) = params.map_err(|e| ApiError::bad_request("bad_value", e.body_text()))?;
+) -> Refused<Response> {
+    let Query(params) = params.map_err(|e| Refusal::bad_request("bad_value", e.body_text()))?;
     let grant = cluster::caller(&api, &headers, &target, params.ticket.as_deref(), &room).await?;
-    may_see_member(&api, &grant, &room, id)?;
+    may_see_member(&api.rooms, &grant, &room, id)?;
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
-        return Err(ApiError::forbidden("banning a participant needs an admin token"));
+        return Err(Refusal::forbidden("banning a participant needs an admin token"));
     }
     let ticketed = params.ticket.is_some();
     let state = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(state) => member_of(state, id)?,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let admin = may_act_on(&grant, &state, id)?;
-    let own = lock(&state.members).get(&id).is_some_and(|m| m.identity == grant.identity);
-    let effect = match params.ban_seconds {
-        Some(secs) => {
-            let key = api.rooms.ban_key_of(&state, id);
-            let ban = std::time::Duration::from_secs(secs);
-            let effect = api.rooms.kick(&state, id, Some(ban), Instant::now())?;
-            crate::metrics::stage_action("ban");
-            // The other nodes of a spread room refuse the identity too.
-            if let Some(key) = key {
-                super::control::publish(&api, &room, &super::control::Control::Ban { key, seconds: secs });
-            }
-            effect
-        }
-        // An admin removing someone else kicks it (with auth off, every caller is an admin with no identity: it leaves).
-        None if admin && !own => {
-            let effect = api.rooms.kick(&state, id, None, Instant::now())?;
-            crate::metrics::stage_action("kick");
-            effect
-        }
-        None => api.rooms.leave(&state, id, LeaveReason::Left)?,
-    };
-    api.apply(effect);
+    api.session.remove(&state, id, &grant, params.ban_seconds)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -635,10 +503,10 @@ pub(crate) async fn update_participant(
     target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
-    may_see_member(&api, &grant, &room, id)?;
+    may_see_member(&api.rooms, &grant, &room, id)?;
     let ticketed = access.ticket.is_some();
     let here = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
         Ok(here) => here,
@@ -647,58 +515,21 @@ pub(crate) async fn update_participant(
     if content_type(&headers).eq_ignore_ascii_case("application/sdp") {
         // An answer is SDP work on a media thread: restarts count against
         // the client address's join rate, like joins.
-        api.joins.check(client.ip(), std::time::Instant::now()).map_err(ApiError::rate_limited)?;
+        api.session.joins.check(client.ip(), std::time::Instant::now()).map_err(Refusal::rate_limited)?;
         return restart_ice(&api, &grant, here, id, body(raw)?).await;
     }
     let req: UpdateParticipant = json(&headers, &body(raw)?, None)?;
     let state = member_of(here, id)?;
-    let admin = may_act_on(&grant, &state, id)?;
-    // Each change is fanned out to every socket of the room: a participant
-    // takes at most `limits.participant_updates_per_second` of them.
-    api.updates.check(id, Instant::now()).map_err(|retry| {
-        let mut e = ApiError::rate_limited(retry);
-        e.message = format!(
-            "participant {id} is updated too often (limits.participant_updates_per_second = {}); retry in {} s",
-            api.cfg.limits.participant_updates_per_second,
-            retry.as_secs_f64().ceil().max(1.0)
-        );
-        e
-    })?;
-    if req.gain.is_some() && !admin {
-        return Err(ApiError::forbidden("changing a participant's gain needs an admin token"));
-    }
-    if req.speak.is_some() && !admin {
-        return Err(ApiError::forbidden("granting or revoking the right to speak needs an admin token"));
-    }
-    // sound: noise suppression and loudness switches (admin only).
-    if (req.noise_suppression.is_some() || req.loudness.is_some()) && !admin {
-        return Err(ApiError::forbidden("changing a participant's noise suppression or loudness needs an admin token"));
-    }
-    if let Some(gain) = req.gain {
-        api.rooms.set_gain(&state, id, gain)?;
-    }
-    // Speak first: a grant unmutes, so `{"speak": true, "muted": true}` ends muted.
-    if let Some(speak) = req.speak
-        && api.rooms.set_speak(&state, id, speak)?
-    {
-        crate::metrics::stage_action(if speak { "grant" } else { "revoke" });
-    }
-    if let Some(raised) = req.hand
-        && api.rooms.set_hand(&state, id, raised)?
-    {
-        crate::metrics::stage_action(if raised { "hand_raised" } else { "hand_lowered" });
-    }
-    if let Some(deaf) = req.deaf
-        && api.rooms.set_deaf(&state, id, deaf)?
-    {
-        crate::metrics::stage_action(if deaf { "deafened" } else { "undeafened" });
-    }
-    if let Some(muted) = req.muted {
-        api.rooms.set_muted(&state, id, muted)?;
-    }
-    // sound: last, so a refused gain or mute above leaves it unchanged.
-    let voice = api.rooms.set_voice(&state, id, req.noise_suppression, req.loudness)?;
-    let member = lock(&state.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
+    let change = Change {
+        muted: req.muted,
+        gain: req.gain,
+        speak: req.speak,
+        hand: req.hand,
+        deaf: req.deaf,
+        noise_suppression: req.noise_suppression,
+        loudness: req.loudness,
+    };
+    let (member, voice) = api.session.update(&state, id, &grant, &change)?;
     let mut body = serde_json::json!({
         "id": id,
         "muted": member.muted,
@@ -763,7 +594,7 @@ const RESTART_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// id, mute state, gain and place in the room; the DTLS session and SRTP
 /// keys carry on. Allowed within the peer timeout after its connection
 /// dropped (the grace period); after that the participant has left.
-async fn restart_ice(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64, offer: Bytes) -> ApiResult<Response> {
+async fn restart_ice(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64, offer: Bytes) -> Refused<Response> {
     let result = restart_answer(api, grant, room, id, offer).await;
     crate::metrics::ice_restart(result.is_ok());
     let answer = result?;
@@ -772,13 +603,13 @@ async fn restart_ice(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64, of
     Ok(response)
 }
 
-async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64, offer: Bytes) -> ApiResult<String> {
+async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64, offer: Bytes) -> Refused<String> {
     let room = member_of(room, id)?;
     may_act_on(grant, &room, id)?;
-    let offer = String::from_utf8(offer.to_vec())
-        .map_err(|_| ApiError::bad_request("bad_sdp", "the SDP offer is not UTF-8"))?;
+    let offer =
+        String::from_utf8(offer.to_vec()).map_err(|_| Refusal::bad_request("bad_sdp", "the SDP offer is not UTF-8"))?;
     let not_connected = || {
-        ApiError::new(
+        Refusal::new(
             StatusCode::CONFLICT,
             "not_connected",
             format!("participant {id} has not connected yet: there is no connection to restart (join again)"),
@@ -791,31 +622,17 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64,
             tracing::info!(room = %room.id, participant = id, "ICE restart answered");
             Ok(sdp)
         }
-        Ok(Ok(Err(tutti_rtc::RtcError::BadSdp(e)))) => Err(ApiError::bad_request("bad_sdp", e)),
+        Ok(Ok(Err(tutti_rtc::RtcError::BadSdp(e)))) => Err(Refusal::bad_request("bad_sdp", e)),
         Ok(Ok(Err(tutti_rtc::RtcError::NoAudio))) => {
-            Err(ApiError::bad_request("bad_sdp", "the SDP offer has no Opus audio"))
+            Err(Refusal::bad_request("bad_sdp", "the SDP offer has no Opus audio"))
         }
         Ok(Ok(Err(tutti_rtc::RtcError::NotConnected))) => Err(not_connected()),
         Ok(Ok(Err(tutti_rtc::RtcError::UnknownPeer(_)))) | Ok(Err(_)) => Err(RoomError::NoParticipant(id).into()),
-        Ok(Ok(Err(e))) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())),
-        Err(_) => Err(ApiError::new(
+        Ok(Ok(Err(e))) => Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())),
+        Err(_) => Err(Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "media_busy",
             "the media thread did not answer the restart in time; try again",
         )),
-    }
-}
-
-/// Deletes the rooms empty for `room.empty_timeout_seconds` (0: never); in
-/// cluster mode their leases are given back. Called every second.
-pub(crate) fn reap_empty(api: &ApiState, now: Instant) {
-    let secs = api.cfg.room.empty_timeout_seconds;
-    if secs <= 0.0 || !secs.is_finite() {
-        return;
-    }
-    for room in api.rooms.reap_empty(now, std::time::Duration::from_secs_f64(secs)) {
-        if let Some(c) = &api.cluster {
-            cluster::release(api, c, &room, None);
-        }
     }
 }

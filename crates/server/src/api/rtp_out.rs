@@ -15,12 +15,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 
-use super::error::{ApiError, ApiResult};
+use super::body::{body, json};
 use super::recording::{RoomRequest, may_manage, output_error};
-use super::rooms::{body, json};
 use super::schema::{ErrorBody, shapes};
-use super::{ApiState, may_see};
+use super::state::ApiState;
 use crate::outputs::OutputError;
+use crate::refusal::{Refusal, Refused};
+use crate::session::grants::may_see;
 
 /// The routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {
@@ -41,7 +42,7 @@ struct StartRtpOut {
     path = "/v1/rooms/{room}/rtp_out",
     tag = "outputs",
     operation_id = "start_rtp_out",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     request_body(content = StartRtpOut, content_type = "application/json"),
     responses(
         (status = 201, description = "Forwarding: with the SDP a receiver opens", body = shapes::RtpOut),
@@ -58,14 +59,14 @@ pub(super) async fn start(
     State(api): State<Arc<ApiState>>,
     req: RoomRequest,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "forwarding a room")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
     let req: StartRtpOut = json(&req.headers, &body(raw)?, None)?;
     let dest: SocketAddr = req.address.parse().map_err(|_| {
-        ApiError::bad_request("bad_address", format!("'{}' is not an address like 127.0.0.1:5004", req.address))
+        Refusal::bad_request("bad_address", format!("'{}' is not an address like 127.0.0.1:5004", req.address))
     })?;
     if dest.ip().is_unspecified() || dest.ip().is_multicast() || dest.port() == 0 {
         return Err(output_error(OutputError::BadValue(format!("{dest} is not a unicast address with a port"))));
@@ -80,7 +81,7 @@ pub(super) async fn start(
     path = "/v1/rooms/{room}/rtp_out",
     tag = "outputs",
     operation_id = "show_rtp_out",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 200, description = "Forwarding", body = shapes::RtpOut),
         (status = 404, description = "`room_not_found`, `rtp_out_not_found`", body = ErrorBody),
@@ -89,7 +90,7 @@ pub(super) async fn start(
         (status = 403, description = "`wrong_room`, `forbidden`, `rtp_out_disabled`", body = ErrorBody),
     ),
 )]
-pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let state = match req.room(&api, may_see).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
@@ -105,7 +106,7 @@ pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
     path = "/v1/rooms/{room}/rtp_out",
     tag = "outputs",
     operation_id = "stop_rtp_out",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 200, description = "Stopped: its last figures", body = shapes::RtpOut),
         (status = 404, description = "`room_not_found`, `rtp_out_not_found`", body = ErrorBody),
@@ -114,7 +115,7 @@ pub(super) async fn show(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         (status = 403, description = "`wrong_room`, `forbidden`, `rtp_out_disabled`", body = ErrorBody),
     ),
 )]
-pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "stopping a room's RTP out")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),

@@ -19,7 +19,7 @@ pub(crate) const WS_PROTOCOL: u32 = 1;
 #[schema(example = json!({"code": "room_not_found", "message": "no room 'demo'"}))]
 pub(crate) struct ErrorBody {
     /// The stable, machine-readable code (`token_missing`, `room_not_found`, …).
-    #[allow(dead_code)] // described, never built: ApiError renders this shape
+    #[allow(dead_code)] // described, never built: Refusal renders this shape
     code: String,
     /// What went wrong, for a person.
     #[allow(dead_code)]
@@ -34,7 +34,7 @@ pub(crate) mod shapes {
 
     /// A participant as the room shows it.
     #[derive(ToSchema)]
-    pub(in crate::api) struct Member {
+    pub(crate) struct Member {
         id: u64,
         name: String,
         /// The identity (`sub`) of the token it joined with.
@@ -58,7 +58,7 @@ pub(crate) mod shapes {
 
     /// Where a room held by another node of the cluster is.
     #[derive(ToSchema)]
-    pub(in crate::api) struct RoomElsewhere {
+    pub(crate) struct RoomElsewhere {
         /// The room's id and its node.
         room: RoomRef,
         /// The node holding it.
@@ -69,14 +69,14 @@ pub(crate) mod shapes {
 
     /// A room's id and node.
     #[derive(ToSchema)]
-    pub(in crate::api) struct RoomRef {
+    pub(crate) struct RoomRef {
         id: String,
         node: String,
     }
 
     /// A room of the cluster's directory held by another node (`GET /v1/rooms`, cluster mode).
     #[derive(ToSchema)]
-    pub(in crate::api) struct RemoteRoom {
+    pub(crate) struct RemoteRoom {
         id: String,
         /// The node holding it (null: none holds it now).
         node: Option<String>,
@@ -86,7 +86,7 @@ pub(crate) mod shapes {
 
     /// A room's voice processing.
     #[derive(ToSchema)]
-    pub(in crate::api) struct RoomVoice {
+    pub(crate) struct RoomVoice {
         /// `auto`, `on` or `off`.
         noise_suppression: String,
         /// Loudness normalisation on for the room.
@@ -95,7 +95,7 @@ pub(crate) mod shapes {
 
     /// A participant's voice processing.
     #[derive(ToSchema)]
-    pub(in crate::api) struct ParticipantVoice {
+    pub(crate) struct ParticipantVoice {
         /// Noise suppressed while they speak (their setting, else the room's).
         noise_suppression: bool,
         /// Loudness normalised while they speak (their setting, else the room's).
@@ -106,7 +106,7 @@ pub(crate) mod shapes {
 
     /// `PATCH /v1/rooms/{room}/participants/{id}` (JSON): the participant now.
     #[derive(ToSchema)]
-    pub(in crate::api) struct ParticipantChanged {
+    pub(crate) struct ParticipantChanged {
         id: u64,
         muted: bool,
         /// The gain set by this request (null: unchanged).
@@ -121,13 +121,13 @@ pub(crate) mod shapes {
 
     /// `GET /v1/rooms/{room}/ice-servers`.
     #[derive(ToSchema)]
-    pub(in crate::api) struct IceServers {
+    pub(crate) struct IceServers {
         ice_servers: Vec<IceServer>,
     }
 
     /// One entry of `RTCPeerConnection({iceServers})`.
     #[derive(ToSchema)]
-    pub(in crate::api) struct IceServer {
+    pub(crate) struct IceServer {
         urls: Vec<String>,
         /// TURN only: the REST username (`expiry:user`).
         username: Option<String>,
@@ -137,7 +137,7 @@ pub(crate) mod shapes {
 
     /// `GET /v1/node` and `POST /v1/node/drain`.
     #[derive(ToSchema)]
-    pub(in crate::api) struct NodeSummary {
+    pub(crate) struct NodeSummary {
         /// The node's id (cluster mode; null on a single node).
         node: Option<String>,
         draining: bool,
@@ -149,7 +149,7 @@ pub(crate) mod shapes {
 
     /// A recording as `GET …/recording` shows it (`{"active": false}` alone when none ran).
     #[derive(ToSchema)]
-    pub(in crate::api) struct Recording {
+    pub(crate) struct Recording {
         /// Whether it is still writing.
         active: bool,
         /// The file's name in the recordings directory.
@@ -168,7 +168,7 @@ pub(crate) mod shapes {
 
     /// `DELETE …/recording`: the finished file.
     #[derive(ToSchema)]
-    pub(in crate::api) struct RecordingFinished {
+    pub(crate) struct RecordingFinished {
         file: String,
         bytes: u64,
         duration_seconds: f64,
@@ -181,14 +181,14 @@ pub(crate) mod shapes {
     /// `DELETE …/recording`: finished, or still closing after 5 s.
     #[derive(ToSchema)]
     #[serde(untagged)]
-    pub(in crate::api) enum RecordingStopped {
+    pub(crate) enum RecordingStopped {
         Finished(RecordingFinished),
         Finishing(Recording),
     }
 
     /// A room's RTP out.
     #[derive(ToSchema)]
-    pub(in crate::api) struct RtpOut {
+    pub(crate) struct RtpOut {
         /// The receiver, `ip:port`.
         address: String,
         ssrc: u32,

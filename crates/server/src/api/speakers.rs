@@ -33,10 +33,10 @@ use axum::routing::get;
 use bytes::{BufMut, BytesMut};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::ApiState;
-use super::error::ApiError;
 use super::recording::{RoomRequest, may_manage};
+use super::state::ApiState;
 use crate::metrics::outputs as m;
+use crate::refusal::Refusal;
 use crate::room::{Room, SpeakerFeed};
 use crate::sync::lock;
 
@@ -86,7 +86,7 @@ pub(super) async fn upgrade(
     let Some(feed) = room.subscribe_speaker_frames(max) else {
         let message =
             format!("room '{}' has {max} speaker feeds open already (limits.speaker_feeds_per_room)", room.id);
-        return ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_feeds", message).into_response();
+        return Refusal::new(StatusCode::TOO_MANY_REQUESTS, "too_many_feeds", message).into_response();
     };
     // Nothing to read from the consumer but its close: small buffers.
     let ws = ws.max_message_size(1024).max_frame_size(1024).write_buffer_size(0).max_write_buffer_size(1 << 20);

@@ -1,12 +1,12 @@
-//! The stage routes: `PATCH /v1/rooms/{room}` (lock, size, speaker limit,
-//! mute-all), and the checks a join passes first (lock, bans). Speak
+//! The stage route: `PATCH /v1/rooms/{room}` (lock, size, speaker limit,
+//! mute-all). The checks a join passes first (lock, bans) are the session
+//! layer's (`session::join`). Speak
 //! rights and hands ride on `PATCH …/participants/{id}` and kicks on
 //! `DELETE …/participants/{id}?ban_seconds=` (in `rooms`); hands also on
 //! the WebSocket (`ws`). The rules themselves are the room domain's
 //! (`room::stage`).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -16,12 +16,13 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::cluster::{self, Access};
-use super::error::{ApiError, ApiResult};
+use super::access::{self as cluster, Access};
+use super::body::{body, json};
+use super::rooms;
 use super::schema::ErrorBody;
-use super::{ApiState, rooms};
-use crate::auth::Grant;
-use crate::room::{Room, RoomError, RoomUpdate};
+use super::state::ApiState;
+use crate::refusal::{Refusal, Refused};
+use crate::session::rooms::RoomChange;
 
 /// `PATCH /v1/rooms/{room}`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -39,19 +40,6 @@ pub(crate) struct UpdateRoom {
     noise_suppression: Option<String>,
     /// Loudness normalisation.
     loudness: Option<bool>,
-}
-
-/// Refuses a join into a locked room or by a banned identity (counted),
-/// before the offer is looked at.
-pub(crate) fn admit(api: &ApiState, room: &Room, grant: &Grant, name: &str) -> ApiResult<()> {
-    api.rooms.admit(room, &grant.identity, name, Instant::now()).map_err(|e| {
-        crate::metrics::stage_action(if matches!(e, RoomError::Locked(_)) {
-            "refused_locked"
-        } else {
-            "refused_banned"
-        });
-        ApiError::from(e)
-    })
 }
 
 /// Changes a room (admin of the room): lock, size, speaker limit, mute-all, voice processing.
@@ -83,29 +71,20 @@ pub(crate) async fn update_room(
     target: cluster::Target,
     query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
     raw: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
+) -> Refused<Response> {
     let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     if !grant.may_manage(&room) {
-        return Err(ApiError::forbidden(format!("changing room '{room}' needs an admin token for it")));
+        return Err(Refusal::forbidden(format!("changing room '{room}' needs an admin token for it")));
     }
-    let req: UpdateRoom = rooms::json(&headers, &rooms::body(raw)?, None)?;
+    let req: UpdateRoom = json(&headers, &body(raw)?, None)?;
     let state = match cluster::here(&api, &room, &target, &grant).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
     // sound: checked before anything changes.
     let noise_suppression = req.noise_suppression.as_deref().map(crate::room::parse_noise_suppression).transpose()?;
-    let was_locked = state.is_locked();
-    let update = RoomUpdate {
-        locked: req.locked,
-        max_participants: req.max_participants,
-        max_speakers: req.max_speakers,
-        mute_all: req.mute_all,
-    };
-    let muted = api.rooms.update_room(&state, update)?;
-    // The other nodes of a spread room apply it to their copies (their own participants).
-    let control = super::control::Control::Update {
+    let change = RoomChange {
         locked: req.locked,
         max_participants: req.max_participants,
         max_speakers: req.max_speakers,
@@ -113,18 +92,7 @@ pub(crate) async fn update_room(
         noise_suppression: req.noise_suppression.clone(),
         loudness: req.loudness,
     };
-    super::control::publish(&api, &room, &control);
-    match req.locked {
-        Some(true) if !was_locked => crate::metrics::stage_action("lock"),
-        Some(false) if was_locked => crate::metrics::stage_action("unlock"),
-        _ => {}
-    }
-    if req.max_participants.is_some() || req.max_speakers.is_some() {
-        crate::metrics::stage_action("resize");
-    }
-    if req.mute_all {
-        crate::metrics::stage_action("mute_all");
-    }
+    let muted = api.session.update_room(&state, &change)?;
     let mut body = serde_json::to_value(rooms::summary(&api, &state)).unwrap_or_default();
     body["muted"] = muted.into();
     body["voice"] = serde_json::to_value(state.room_voice(noise_suppression, req.loudness)).unwrap_or_default(); // sound

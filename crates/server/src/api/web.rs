@@ -15,7 +15,7 @@ use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use super::ApiState;
+use super::state::ApiState;
 
 const INDEX_HTML: &str = include_str!("../../web/index.html");
 const APP_JS: &str = include_str!("../../web/app.js");
@@ -92,8 +92,7 @@ pub(crate) fn routes() -> Router<Arc<ApiState>> {
 #[utoipa::path(get, path = "/", tag = "web", operation_id = "page", security(()),
     responses((status = 200, description = "The page", body = String, content_type = "text/html")))]
 pub(super) async fn index(State(api): State<Arc<ApiState>>) -> Response {
-    let others: Vec<String> =
-        super::cluster::other_nodes(&api, MAX_CONNECT_NODES).await.into_iter().map(|(_, url)| url).collect();
+    let others: Vec<String> = api.node.other_nodes(MAX_CONNECT_NODES).await.into_iter().map(|(_, url)| url).collect();
     let policy = HeaderValue::from_str(&policy_with(&others))
         .unwrap_or_else(|_| HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     asset_with("text/html; charset=utf-8", INDEX_HTML, policy)

@@ -24,10 +24,10 @@ use axum::routing::{get, patch};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::ApiState;
-use super::error::{ApiError, ApiResult};
 use super::recording::{RoomRequest, may_manage};
 use super::schema::ErrorBody;
+use super::state::ApiState;
+use crate::refusal::{Refusal, Refused};
 use crate::room::whisper::{WhisperError, WhisperLimits};
 
 /// The routes.
@@ -37,7 +37,7 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
         .route("/v1/rooms/{room}/whispers/{id}", patch(change).delete(close))
 }
 
-impl From<WhisperError> for ApiError {
+impl From<WhisperError> for Refusal {
     fn from(e: WhisperError) -> Self {
         let (status, code) = match &e {
             WhisperError::NoParticipant(_) => (StatusCode::NOT_FOUND, "participant_not_found"),
@@ -48,7 +48,7 @@ impl From<WhisperError> for ApiError {
             WhisperError::Bad(_) => (StatusCode::BAD_REQUEST, "bad_value"),
             WhisperError::Closed => (StatusCode::NOT_FOUND, "room_not_found"),
         };
-        ApiError::new(status, code, e.to_string())
+        Refusal::new(status, code, e.to_string())
     }
 }
 
@@ -96,7 +96,7 @@ fn limits(api: &ApiState) -> WhisperLimits {
     path = "/v1/rooms/{room}/whispers",
     tag = "rooms",
     operation_id = "open_whisper",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     request_body = OpenWhisper,
     responses(
         (status = 201, description = "Open from the next tick", body = Whisper),
@@ -110,12 +110,12 @@ fn limits(api: &ApiState) -> WhisperLimits {
         (status = 429, description = "`too_many_whispers` (`whisper.max_channels`)", body = ErrorBody),
     ),
 )]
-pub(super) async fn open(State(api): State<Arc<ApiState>>, req: RoomRequest, body: Bytes) -> ApiResult<Response> {
+pub(super) async fn open(State(api): State<Arc<ApiState>>, req: RoomRequest, body: Bytes) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "opening a whisper channel")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let r: OpenWhisper = super::rooms::json(&req.headers, &body, None)?;
+    let r: OpenWhisper = super::body::json(&req.headers, &body, None)?;
     let info = room.open_whisper(r.speakers, r.listeners, limits(&api))?;
     Ok((StatusCode::CREATED, axum::Json(info)).into_response())
 }
@@ -126,7 +126,7 @@ pub(super) async fn open(State(api): State<Arc<ApiState>>, req: RoomRequest, bod
     path = "/v1/rooms/{room}/whispers",
     tag = "rooms",
     operation_id = "list_whispers",
-    params(("room" = String, Path, description = "The room's id"), super::cluster::Access),
+    params(("room" = String, Path, description = "The room's id"), super::access::Access),
     responses(
         (status = 200, description = "The open channels", body = Whispers),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
@@ -135,7 +135,7 @@ pub(super) async fn open(State(api): State<Arc<ApiState>>, req: RoomRequest, bod
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
     ),
 )]
-pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "looking at a room's whisper channels")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
@@ -152,7 +152,7 @@ pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
     params(
         ("room" = String, Path, description = "The room's id"),
         ("id" = u64, Path, description = "The channel's id"),
-        super::cluster::Access,
+        super::access::Access,
     ),
     request_body = ChangeWhisper,
     responses(
@@ -166,13 +166,13 @@ pub(super) async fn list(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
     ),
 )]
-pub(super) async fn change(State(api): State<Arc<ApiState>>, req: RoomRequest, body: Bytes) -> ApiResult<Response> {
+pub(super) async fn change(State(api): State<Arc<ApiState>>, req: RoomRequest, body: Bytes) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "changing a whisper channel")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),
     };
     let id = req.id("a whisper channel id")?;
-    let r: ChangeWhisper = super::rooms::json(&req.headers, &body, None)?;
+    let r: ChangeWhisper = super::body::json(&req.headers, &body, None)?;
     let info = room.change_whisper(id, r.speakers, r.listeners, limits(&api))?;
     Ok(axum::Json(info).into_response())
 }
@@ -186,7 +186,7 @@ pub(super) async fn change(State(api): State<Arc<ApiState>>, req: RoomRequest, b
     params(
         ("room" = String, Path, description = "The room's id"),
         ("id" = u64, Path, description = "The channel's id"),
-        super::cluster::Access,
+        super::access::Access,
     ),
     responses(
         (status = 200, description = "Closed: what it was", body = Whisper),
@@ -197,7 +197,7 @@ pub(super) async fn change(State(api): State<Arc<ApiState>>, req: RoomRequest, b
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
     ),
 )]
-pub(super) async fn close(State(api): State<Arc<ApiState>>, req: RoomRequest) -> ApiResult<Response> {
+pub(super) async fn close(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
     let room = match req.room(&api, |g, room| may_manage(g, room, "closing a whisper channel")).await? {
         Ok(room) => room,
         Err(elsewhere) => return Ok(elsewhere),

@@ -3,8 +3,6 @@
 //! through the `metrics` macros (a registry lookup each) rather than
 //! handles made at install; before [`super::install`] they cost nothing.
 
-use crate::ops::webhook::WebhookStats;
-
 /// Rooms being recorded now.
 pub const RECORDINGS_ACTIVE: &str = "tutti_recordings_active";
 /// Bytes written to recording files.
@@ -124,12 +122,12 @@ pub fn rtp_out(packets: u64, failed: u64) {
     }
 }
 
-/// The webhook sender's counters (absolute).
-pub fn webhooks(s: &WebhookStats) {
-    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "sent").absolute(s.sent);
-    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "failed").absolute(s.failed);
-    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "dropped").absolute(s.dropped);
-    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "retried").absolute(s.retried);
+/// The webhook sender's counters (absolute; `outputs::webhook::WebhookStats`).
+pub fn webhooks(sent: u64, failed: u64, dropped: u64, retried: u64) {
+    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "sent").absolute(sent);
+    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "failed").absolute(failed);
+    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "dropped").absolute(dropped);
+    metrics::counter!(WEBHOOK_DELIVERIES, "result" => "retried").absolute(retried);
 }
 
 /// A webhook watcher lost `n` event batches.

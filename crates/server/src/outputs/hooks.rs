@@ -13,11 +13,24 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::Outputs;
 use crate::metrics::outputs as m;
-use crate::ops::webhook::{ParticipantInfo, PlaybackInfo, WebhookEvent, WebhookSender};
+use crate::outputs::webhook::{ParticipantInfo, PlaybackInfo, WebhookEvent, WebhookSender};
 use crate::room::{Room, RoomEvent};
 use crate::sync::lock;
 
 /// Watches `room` until it is closed (or dropped).
+impl Outputs {
+    /// Starts [`watch`] on the current runtime (the wiring calls this
+    /// without naming this file: no circle between the two).
+    pub(super) fn spawn_watcher(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        room: &Arc<Room>,
+        sender: &Arc<WebhookSender>,
+    ) {
+        runtime.spawn(watch(self.clone(), room.clone(), sender.clone()));
+    }
+}
+
 pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<WebhookSender>) {
     let key = room.key;
     let id = room.id.clone();

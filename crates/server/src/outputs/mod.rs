@@ -1,10 +1,13 @@
 //! # Outputs: what leaves a room besides its participants' streams
 //!
-//! The wiring of [`crate::ops`] into a running server: recording a room
-//! ([`crate::ops::recording::Recorder`]), forwarding its mix as plain RTP
-//! ([`crate::ops::rtp_out::RtpForwarder`]) and telling the application's
-//! backend what happens through signed webhooks
-//! ([`crate::ops::webhook::WebhookSender`], see [`hooks`]).
+//! Two layers in one folder. The leaves below: recording ([`recording`],
+//! on [`ogg`]), signed webhooks ([`webhook`]) and forwarding the mix as
+//! plain RTP ([`rtp_out`]) — self-contained parts that use only external
+//! crates, `tutti-mix` and std, never another module of this crate. The
+//! wiring above them, in this file and [`hooks`]: recording a room
+//! ([`recording::Recorder`]), forwarding its mix
+//! ([`rtp_out::RtpForwarder`]) and telling the application's backend what
+//! happens ([`webhook::WebhookSender`]).
 //!
 //! ```text
 //! mix-clock ── after each tick: feed(&mixes) ─┬─► Recorder::push (try_send, overflow counted) ─► writer thread ─► file
@@ -19,6 +22,10 @@
 //! (a socket) happens on the API's threads.
 
 pub(crate) mod hooks;
+pub mod ogg;
+pub mod recording;
+pub mod rtp_out;
+pub mod webhook;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -29,9 +36,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::Config;
 use crate::cidr::Cidr;
 use crate::metrics::outputs as m;
-use crate::ops::recording::{PushOutcome, Recorder, RecordingConfig, RecordingFinished, StopReason};
-use crate::ops::rtp_out::{RtpForwarder, RtpOutConfig};
-use crate::ops::webhook::{WebhookEvent, WebhookSender};
+use crate::outputs::recording::{PushOutcome, Recorder, RecordingConfig, RecordingFinished, StopReason};
+use crate::outputs::rtp_out::{RtpForwarder, RtpOutConfig};
+use crate::outputs::webhook::{WebhookEvent, WebhookSender};
 use crate::room::{Room, RoomEvent, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
 
@@ -143,6 +150,7 @@ pub(crate) struct Outputs {
 
 impl Outputs {
     /// Nothing on: no recording, no RTP out, no webhooks (for the fuzzer's API state).
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn disabled() -> Self {
         Self::with(None, Vec::new(), None)
     }
@@ -280,7 +288,9 @@ impl Outputs {
             return Err(OutputError::RtpOutActive(room.id.clone()));
         }
         let fwd = RtpForwarder::new(RtpOutConfig::new(dest)).map_err(|e| match e {
-            crate::ops::rtp_out::RtpOutError::Socket(e) => OutputError::Internal(format!("cannot open a socket: {e}")),
+            crate::outputs::rtp_out::RtpOutError::Socket(e) => {
+                OutputError::Internal(format!("cannot open a socket: {e}"))
+            }
             e => OutputError::BadValue(e.to_string()),
         })?;
         let sdp = fwd.sdp(&format!("tutti room {}", room.id));
@@ -368,7 +378,8 @@ impl Outputs {
         }
         m::recording_dropped_frames(self.dropped.load(Ordering::Relaxed));
         if let Some(w) = &self.webhooks {
-            m::webhooks(&w.stats());
+            let s = w.stats();
+            m::webhooks(s.sent, s.failed, s.dropped, s.retried);
             for room in rooms.all() {
                 self.watch(&room);
             }
@@ -383,7 +394,7 @@ impl Outputs {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        runtime.spawn(hooks::watch(self.clone(), room.clone(), w.clone()));
+        self.spawn_watcher(&runtime, room, w);
     }
 
     fn unwatch(&self, key: RoomKey) {

@@ -360,7 +360,7 @@ pub(crate) fn relayed_events(json: &str, mine: impl Fn(u64) -> bool) -> Vec<Room
         .filter_map(|e| {
             let event = match e {
                 Relayed::Joined { id, name } => {
-                    if name.len() > super::MAX_NAME_BYTES || name.chars().any(char::is_control) {
+                    if name.len() > super::member::MAX_NAME_BYTES || name.chars().any(char::is_control) {
                         return None;
                     }
                     RoomEvent::Joined { id, name }
@@ -394,7 +394,7 @@ pub(crate) fn listed_participant(event: &RoomEvent) -> Option<u64> {
 
 /// A `left` reason another node gave, as one of ours (unknown: `left`).
 fn leave_reason(reason: &str) -> &'static str {
-    use super::LeaveReason as R;
+    use super::member::LeaveReason as R;
     [R::Left, R::TimedOut, R::Failed, R::RoomClosed, R::Kicked, R::Moved, R::MovedRoom, R::Replaced, R::TokenExpired]
         .into_iter()
         .map(R::as_str)

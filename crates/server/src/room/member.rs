@@ -98,3 +98,6 @@ impl LeaveReason {
         }
     }
 }
+
+/// Longest participant name kept, in bytes.
+pub(crate) const MAX_NAME_BYTES: usize = 64;

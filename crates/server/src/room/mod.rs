@@ -43,14 +43,14 @@ use std::time::{Duration, Instant};
 
 pub(crate) use error::RoomError;
 pub(crate) use event::{EventBatch, EventKinds, RoomEvent, listed_participant, relayed_events};
-pub(crate) use member::{LeaveReason, ListenOnly, Member};
+pub(crate) use member::{LeaveReason, ListenOnly, MAX_NAME_BYTES, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, SpeakerFeed};
 pub(crate) use stage::{CarriedStage, RoomUpdate};
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};
-pub(crate) use voice::{double_option, parse_noise_suppression};
+pub(crate) use voice::{ParticipantVoice, double_option, parse_noise_suppression};
 
 use crate::sync::{lock, read, write};
 use registry::Registry;
@@ -75,9 +75,6 @@ pub(crate) enum Effect {
         io: usize,
     },
 }
-
-/// Longest participant name kept, in bytes.
-pub(crate) const MAX_NAME_BYTES: usize = 64;
 
 /// What a new participant brings.
 pub(crate) struct Joiner {

@@ -67,37 +67,32 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
+pub(crate) mod frames;
 mod relay;
-mod resume;
 
-pub(crate) use resume::Resumes;
+pub(crate) use frames::{CLOSE_REPLACED, CLOSE_TOKEN_EXPIRED, close, websocket_required};
 
-use super::cluster::Located;
-use super::error::ApiError;
+use super::access::authenticate_until;
 use super::http::ConnectionSlot;
-use super::limit::Bucket;
-use super::{ApiState, authenticate_until, join_room, may_join, may_see};
+use super::state::ApiState;
 use crate::auth::{Grant, unix_now};
+use crate::cluster::locate::{Located, locate_for_socket};
+use crate::cluster::nodes::rejoin_nodes;
+use crate::cluster::roster;
+use crate::limit::Bucket;
+use crate::refusal::Refusal;
 use crate::room::{EventKinds, LeaveReason, Room, RoomEvent};
-use crate::sync::lock;
+use crate::session::grants::may_see;
+use crate::session::join::{Joined, Offer, Place};
+use frames::{CLOSE_IDLE, CLOSE_POLICY, CLOSE_TOO_BIG, Caller, close_gracefully, move_message, too_big};
 
-/// Close code: a message over the size limit (RFC 6455 §7.4.1).
-pub(super) const CLOSE_TOO_BIG: u16 = 1009;
-/// Close code: the message rate was exceeded (policy violation).
-pub(super) const CLOSE_POLICY: u16 = 1008;
-/// Close code: nothing arrived for the idle timeout (4000–4999: the application's).
-pub(super) const CLOSE_IDLE: u16 = 4408;
-/// Close code: the socket's token expired and no fresh one came.
-pub(crate) const CLOSE_TOKEN_EXPIRED: u16 = 4001;
-/// Close code: a join with the same identity replaced the socket's participant.
-pub(crate) const CLOSE_REPLACED: u16 = 4409;
 /// How long before its token's expiry a socket is warned, at most.
 const EXPIRY_WARNING: Duration = Duration::from_secs(60);
 
@@ -157,12 +152,6 @@ pub(crate) enum ClientMessage {
     },
 }
 
-/// Who is on the other end of a socket, and what they may do.
-pub(crate) struct Caller {
-    pub(crate) grant: Grant,
-    pub(crate) client: SocketAddr,
-}
-
 /// The room's WebSocket: events, joining with an offer (docs/api/websocket.md).
 #[utoipa::path(
     get,
@@ -195,7 +184,7 @@ pub(crate) async fn upgrade(
     }
     let kinds = match params.events.as_deref().map(EventKinds::parse).transpose() {
         Ok(kinds) => kinds.unwrap_or(EventKinds::ALL),
-        Err(message) => return ApiError::bad_request("bad_events", message).into_response(),
+        Err(message) => return Refusal::bad_request("bad_events", message).into_response(),
     };
     let (grant, expires_at) = match authenticate_until(&api, &headers, params.token.as_deref()).and_then(|g| {
         may_see(&g.0, &room)?;
@@ -219,14 +208,14 @@ pub(crate) async fn upgrade(
                      limits.max_connections)",
                     grant.identity
                 );
-                return ApiError::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "too_many_sockets", message)
+                return Refusal::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "too_many_sockets", message)
                     .into_response();
             }
         }
     } else {
         None
     };
-    let located = match super::cluster::locate_for_socket(&api, &room, params.node.as_deref()).await {
+    let located = match locate_for_socket(&api.node, &room, params.node.as_deref()).await {
         Ok(located) => located,
         Err(e) => return e.into_response(),
     };
@@ -262,18 +251,12 @@ pub(crate) async fn upgrade(
     })
 }
 
-/// The error for a plain HTTP request to a WebSocket route.
-pub(super) fn websocket_required(rejection: &WebSocketUpgradeRejection) -> ApiError {
-    let message = format!("this endpoint speaks WebSocket only: {}", rejection.body_text());
-    ApiError::new(rejection.status(), "websocket_required", message)
-}
-
 /// The 400 for a `?protocol=` this server does not speak; `None` for its own.
-fn unsupported_protocol(asked: &str) -> Option<ApiError> {
+fn unsupported_protocol(asked: &str) -> Option<Refusal> {
     let ours = super::schema::WS_PROTOCOL;
     (asked.trim().parse::<u32>().ok() != Some(ours)).then(|| {
         let asked: String = asked.chars().take(16).collect();
-        ApiError::bad_request(
+        Refusal::bad_request(
             "unsupported_protocol",
             format!("this server speaks WebSocket protocol {ours}, not '{asked}' (see docs/api/websocket.md)"),
         )
@@ -284,7 +267,7 @@ fn text(value: &impl serde::Serialize) -> Message {
     Message::Text(serde_json::to_string(value).unwrap_or_default().into())
 }
 
-fn error(e: &ApiError) -> Message {
+fn error(e: &Refusal) -> Message {
     text(&serde_json::json!({ "type": "error", "code": e.code, "message": e.message }))
 }
 
@@ -303,8 +286,8 @@ pub(crate) const SNAPSHOT_CHUNK: usize = 16;
 /// down `more` to 0. Nothing else is sent in between. Whether all were sent.
 async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admin: bool) -> bool {
     // In a room spread over nodes, every node's participants (the others' from their rosters).
-    let members = super::roster::participants(api, room).await;
-    let nodes = super::cluster::rejoin_nodes(api).await;
+    let members = roster::participants(api.node.dir.as_ref(), &api.node.roster, room).await;
+    let nodes = rejoin_nodes(&api.node.other_nodes, api.node.dir.as_ref()).await;
     let mut chunks = members.chunks(SNAPSHOT_CHUNK);
     let first = chunks.next().unwrap_or(&[]);
     let mut more = members.len() - first.len();
@@ -321,7 +304,7 @@ async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admi
         "whispers": room.whispers(),
     });
     if !nodes.is_empty()
-        && let Some(cluster) = &api.cluster
+        && let Some(cluster) = &api.node.dir
     {
         // Only in clusters whose rooms spread (see `rejoin_nodes`): this
         // node (a resume names it) and where to go if it is lost.
@@ -339,36 +322,6 @@ async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admi
         }
     }
     true
-}
-
-pub(super) fn close(code: u16, reason: &'static str) -> Message {
-    Message::Close(Some(CloseFrame { code, reason: reason.into() }))
-}
-
-/// Whether a read failed on a message over the size limit.
-pub(super) fn too_big(e: &axum::Error) -> bool {
-    let text = e.to_string();
-    text.contains("too long") || text.contains("too big")
-}
-
-/// How long a closing socket waits for the client's close in reply.
-const CLOSE_WAIT: Duration = Duration::from_secs(1);
-
-/// Sends a close frame, then reads (and drops) what the client still sends
-/// until its own close, for at most [`CLOSE_WAIT`]: dropping the connection
-/// with unread data would reset it, and the client might never see why.
-pub(super) async fn close_gracefully(socket: &mut WebSocket, code: u16, reason: &'static str) {
-    if socket.send(close(code, reason)).await.is_err() {
-        return;
-    }
-    let _ = tokio::time::timeout(CLOSE_WAIT, async {
-        while let Some(Ok(m)) = socket.recv().await {
-            if matches!(m, Message::Close(_)) {
-                break;
-            }
-        }
-    })
-    .await;
 }
 
 /// Longest a socket's timer waits at once (a token valid for centuries is
@@ -392,8 +345,8 @@ fn warning_of(deadline: tokio::time::Instant) -> tokio::time::Instant {
 
 /// A `token` message: the socket's grant from now on, and its expiry, if
 /// the token is valid, for the same identity, and still lets it see the room.
-fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<(Grant, u64), ApiError> {
-    let refused = |message: String| ApiError::new(axum::http::StatusCode::BAD_REQUEST, "token_refused", message);
+fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<(Grant, u64), Refusal> {
+    let refused = |message: String| Refusal::new(axum::http::StatusCode::BAD_REQUEST, "token_refused", message);
     let Some(auth) = &api.auth else {
         return Err(refused("auth is disabled: this socket's access does not expire".into()));
     };
@@ -458,10 +411,8 @@ async fn session(
                     continue;
                 }
                 if let Some(id) = me.take() {
-                    api.ws_resumes.forget(id);
-                    if let Ok(effect) = api.rooms.leave(&room, id, LeaveReason::TokenExpired) {
-                        api.apply(effect);
-                    }
+                    api.session.resumes.forget(id);
+                    api.session.leave(&room, id, LeaveReason::TokenExpired);
                 }
                 close_gracefully(&mut socket, CLOSE_TOKEN_EXPIRED, "token_expired").await;
                 tracing::info!(room = %room.id, client = %caller.client, "WebSocket closed: its token expired");
@@ -475,7 +426,7 @@ async fn session(
             msg = socket.recv() => {
                 heard_at = Instant::now();
                 if matches!(msg, Some(Ok(_))) && bucket.take(rate, burst, heard_at).is_err() {
-                    let e = ApiError::new(
+                    let e = Refusal::new(
                         axum::http::StatusCode::TOO_MANY_REQUESTS,
                         "rate_limited",
                         format!("more than {rate} messages per second; closing"),
@@ -506,9 +457,9 @@ async fn session(
                             Err(e) => Some(error(&e)),
                         }
                     }
-                    Some(Ok(Message::Text(t))) => handle(&api, &room, &caller, &mut me, &mut kinds, t.as_str()),
+                    Some(Ok(Message::Text(t))) => handle(&api, &room, &caller, &mut me, &mut kinds, t.as_str()).await,
                     Some(Ok(Message::Binary(_))) => {
-                        Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, "bad_message", "send JSON text messages")))
+                        Some(error(&Refusal::new(axum::http::StatusCode::BAD_REQUEST, "bad_message", "send JSON text messages")))
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => None,
                     Some(Ok(Message::Close(_))) => {
@@ -561,7 +512,7 @@ async fn session(
                         if to.is_some() {
                             moved_into = to;
                         } else {
-                            api.ws_resumes.forget(id);
+                            api.session.resumes.forget(id);
                             me = None;
                             replaced = reason == LeaveReason::Replaced.as_str();
                         }
@@ -614,13 +565,13 @@ async fn session(
             Ok(()) = moved.changed() => {
                 let to = moved.borrow_and_update().clone();
                 if let Some(to) = to {
-                    ok = socket.send(super::node::move_message(&api, &room, &caller.grant, me, &to, expires_at)).await.is_ok();
+                    ok = socket.send(move_message(&api, &room, &caller.grant, me, &to, expires_at)).await.is_ok();
                 }
             }
         }
     }
     if let Some(id) = me {
-        resume::socket_gone(&api, &room, id, clean);
+        api.session.socket_gone(&room, id, clean);
     }
     api.ws_sessions.fetch_sub(1, Ordering::Relaxed);
 }
@@ -630,7 +581,7 @@ async fn session(
 /// then a snapshot of `to`. Its resume key now resumes it there. Whether
 /// all was sent.
 async fn follow(api: &ApiState, socket: &mut WebSocket, from: &Room, to: &Room, id: u64, admin: bool) -> bool {
-    api.ws_resumes.rehome(id, &to.id);
+    api.session.resumes.rehome(id, &to.id);
     tracing::info!(from = %from.id, to = %to.id, participant = id, "WebSocket follows its participant to another room");
     let changed = serde_json::json!({ "type": "room_changed", "room": to.id, "from": from.id, "id": id });
     socket.send(text(&changed)).await.is_ok() && send_snapshot(api, socket, to, admin).await
@@ -647,7 +598,7 @@ fn is_token_message(text: &str) -> bool {
 }
 
 /// One client message; the reply to send, if any.
-pub(crate) fn handle(
+pub(crate) async fn handle(
     api: &ApiState,
     room: &Arc<Room>,
     caller: &Caller,
@@ -655,7 +606,7 @@ pub(crate) fn handle(
     kinds: &mut EventKinds,
     text_msg: &str,
 ) -> Option<Message> {
-    let bad = |code, message: String| Some(error(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, code, message)));
+    let bad = |code, message: String| Some(error(&Refusal::new(axum::http::StatusCode::BAD_REQUEST, code, message)));
     let msg: ClientMessage = match serde_json::from_str(text_msg) {
         Ok(m) => m,
         Err(e) => return bad("bad_message", format!("not a message tutti knows: {e}")),
@@ -665,23 +616,32 @@ pub(crate) fn handle(
             if me.is_some() {
                 return bad("already_joined", "this socket has joined already; open another to join again".into());
             }
-            let joined = may_join(api, &caller.grant, &room.id, caller.client.ip())
-                .and_then(|()| join_room(api, room, &sdp, &name, &caller.grant));
-            match joined {
-                Ok((id, answer)) => {
+            let request = crate::session::join::JoinRequest {
+                room: &room.id,
+                grant: &caller.grant,
+                client: caller.client.ip(),
+                place: Place::Given(room),
+                plain: false,
+            };
+            match api.session.join(request, || Ok(Offer { sdp, name })).await {
+                // A given room is never elsewhere.
+                Ok(Joined::Elsewhere(_)) => {
+                    Some(error(&Refusal::from(crate::room::RoomError::NoRoom(room.id.clone()))))
+                }
+                Ok(Joined::Here { id, answer }) => {
                     *me = Some(id);
-                    let key = api.ws_resumes.issue(&room.id, id);
+                    let key = api.session.resumes.issue(&room.id, id);
                     Some(text(&serde_json::json!({ "type": "answer", "id": id, "sdp": answer, "resume": key })))
                 }
                 Err(e) => Some(error(&e)),
             }
         }
         ClientMessage::Mute { muted } => match *me {
-            Some(id) => api.rooms.set_muted(room, id, muted).err().map(|e| error(&e.into())),
+            Some(id) => api.session.set_muted(room, id, muted).err().map(|e| error(&e)),
             None => bad("not_joined", "join first".into()),
         },
         // The session takes these itself (it owns the socket's grant and timers).
-        ClientMessage::Token { .. } => Some(error(&ApiError::new(
+        ClientMessage::Token { .. } => Some(error(&Refusal::new(
             axum::http::StatusCode::BAD_REQUEST,
             "token_refused",
             "a token is only taken by an open room socket",
@@ -697,35 +657,19 @@ pub(crate) fn handle(
             let Some(target) = id.or(*me) else {
                 return bad("not_joined", "join first, or name the participant: {\"type\":\"hand\",\"id\":…}".into());
             };
-            let identity = &caller.grant.identity;
-            let own = Some(target) == *me
-                || lock(&room.members).get(&target).is_some_and(|m| !identity.is_empty() && m.identity == *identity);
-            if !own && !caller.grant.may_manage(&room.id) {
-                return Some(error(&ApiError::forbidden(
-                    "raising or lowering another participant's hand needs an admin token",
-                )));
-            }
-            match api.rooms.set_hand(room, target, raised) {
-                Ok(changed) => {
-                    if changed {
-                        crate::metrics::stage_action(if raised { "hand_raised" } else { "hand_lowered" });
-                    }
-                    None
-                }
-                Err(e) => Some(error(&e.into())),
-            }
+            api.session.set_hand(room, &caller.grant, *me, target, raised).err().map(|e| error(&e))
         }
         ClientMessage::Resume { id, key } => {
             if me.is_some() {
                 return bad("already_joined", "this socket holds a participant already".into());
             }
-            match api.ws_resumes.resume(&room.id, id, &key) {
+            match api.session.resumes.resume(&room.id, id, &key) {
                 Ok(()) => {
                     *me = Some(id);
                     tracing::info!(room = %room.id, participant = id, "WebSocket resumed");
                     Some(text(&serde_json::json!({ "type": "resumed", "id": id })))
                 }
-                Err(_) => Some(error(&ApiError::new(
+                Err(_) => Some(error(&Refusal::new(
                     axum::http::StatusCode::NOT_FOUND,
                     "resume_failed",
                     format!(
@@ -736,8 +680,8 @@ pub(crate) fn handle(
         }
         ClientMessage::Leave => match me.take() {
             Some(id) => {
-                api.ws_resumes.forget(id);
-                resume::leave(api, room, id);
+                api.session.resumes.forget(id);
+                api.session.socket_leave(room, id);
                 None
             }
             None => bad("not_joined", "join first".into()),

@@ -30,10 +30,10 @@ use axum::extract::ws::{Message, WebSocket};
 use tokio::sync::broadcast::error::RecvError;
 use tutti_cluster::Owner;
 
-use super::Caller;
-use crate::api::ApiState;
-use crate::api::cluster::{CLOSE_MOVED, moved_message};
-use crate::api::limit::Bucket;
+use super::frames::{CLOSE_IDLE, CLOSE_POLICY, CLOSE_TOO_BIG, Caller, close, close_gracefully, moved_message, too_big};
+use crate::api::state::ApiState;
+use crate::cluster::tickets::CLOSE_MOVED;
+use crate::limit::Bucket;
 
 /// Client messages answered with an error before the relay closes the socket.
 const MAX_CLIENT_MESSAGES: u32 = 32;
@@ -55,7 +55,7 @@ pub(crate) async fn relay(
 ) {
     let moved = |node: &str, url: &str| text(&moved_message(&api, &room, node, url, &caller.grant, token_exp));
     // Subscribed before `moved` goes out: every batch published after it reaches the client.
-    let watched = match &api.cluster {
+    let watched = match &api.node.dir {
         Some(c) => c.watch(&room).await,
         None => return,
     };
@@ -66,7 +66,7 @@ pub(crate) async fn relay(
         Ok(rx) => rx,
         Err(e) => {
             tracing::debug!(room, error = %e, "room events cannot be relayed here; the socket closes");
-            super::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
+            close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
             return;
         }
     };
@@ -86,7 +86,7 @@ pub(crate) async fn relay(
                         break;
                     }
                     if last {
-                        super::close_gracefully(&mut socket, 1000, "room closed").await;
+                        close_gracefully(&mut socket, 1000, "room closed").await;
                         break;
                     }
                 }
@@ -105,14 +105,14 @@ pub(crate) async fn relay(
                         "message": format!("more than {rate} messages per second; closing"),
                     });
                     let _ = socket.send(text(&error)).await;
-                    super::close_gracefully(&mut socket, super::CLOSE_POLICY, "message rate exceeded").await;
+                    close_gracefully(&mut socket, CLOSE_POLICY, "message rate exceeded").await;
                     tracing::info!(room, client = %caller.client, "relayed WebSocket closed: message rate exceeded");
                     break;
                 }
                 match msg {
                     Some(Err(e)) => {
-                        if super::too_big(&e) {
-                            let _ = socket.send(super::close(super::CLOSE_TOO_BIG, "message too big")).await;
+                        if too_big(&e) {
+                            let _ = socket.send(close(CLOSE_TOO_BIG, "message too big")).await;
                         }
                         tracing::debug!(room, client = %caller.client, error = %e, "relayed WebSocket read failed");
                         break;
@@ -127,7 +127,7 @@ pub(crate) async fn relay(
                             "message": format!("room '{room}' is on node {}: open the socket at {}", owner.node_id, owner.api_url),
                         });
                         if client_messages > MAX_CLIENT_MESSAGES || socket.send(text(&error)).await.is_err() {
-                            super::close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
+                            close_gracefully(&mut socket, CLOSE_MOVED, "room is on another node").await;
                             break;
                         }
                     }
@@ -135,17 +135,17 @@ pub(crate) async fn relay(
             }
             _ = pings.tick() => {
                 if heard_at.elapsed() >= idle {
-                    super::close_gracefully(&mut socket, super::CLOSE_IDLE, "idle timeout").await;
+                    close_gracefully(&mut socket, CLOSE_IDLE, "idle timeout").await;
                     break;
                 }
                 // Placed here meanwhile (its owner died): this node's own events
                 // are not relayed; send the client to this node's socket.
                 if api.rooms.get(&room).is_ok() {
-                    let (node, url) = api.cluster.as_ref().map_or((String::new(), String::new()), |c| {
+                    let (node, url) = api.node.dir.as_ref().map_or((String::new(), String::new()), |c| {
                         (c.node_id().to_owned(), c.config().api_url.clone())
                     });
                     if socket.send(moved(&node, &url)).await.is_ok() {
-                        super::close_gracefully(&mut socket, CLOSE_MOVED, "room moved here").await;
+                        close_gracefully(&mut socket, CLOSE_MOVED, "room moved here").await;
                     }
                     break;
                 }

@@ -164,11 +164,11 @@ fn opus_head(p: &[u8]) -> Result<(), ClipError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::ops::ogg::{OggOpusWriter, OpusHead};
+    use crate::outputs::ogg::{OggOpusWriter, OpusHead};
 
     /// An Ogg/Opus file of `frames` 20 ms frames of a `freq` Hz tone.
     pub(crate) fn tone_file(freq: f32, frames: usize) -> Vec<u8> {
-        crate::ops::ogg::tone_file(freq, frames).expect("tone file").0
+        crate::outputs::ogg::tone_file(freq, frames).expect("tone file").0
     }
 
     #[test]
@@ -259,7 +259,7 @@ pub(crate) mod tests {
             return;
         }
         file[at + 22..at + 26].fill(0);
-        let crc = crate::ops::ogg::ogg_crc(&file[at..end]);
+        let crc = crate::outputs::ogg::ogg_crc(&file[at..end]);
         file[at + 22..at + 26].copy_from_slice(&crc.to_le_bytes());
     }
 }

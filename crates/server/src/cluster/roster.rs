@@ -2,7 +2,7 @@
 //! (the roster) and their events.
 //!
 //! ```text
-//! while other nodes host the room too (`cluster::spans` says so every 250 ms;
+//! while other nodes host the room too (`spans` says so every 250 ms;
 //! a room that spreads is written whole, a room alone is neither written nor read):
 //! this node's participants change (its room's event batches, on the relay task)
 //!   ─► Roster::touch: the ids, coalesced per room (bounded: past ROSTER_DIRTY_IDS, the room is
@@ -30,8 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::RecvError;
 use tutti_cluster::{Cluster, RosterWrite, Span};
 
-use super::ApiState;
-use crate::room::{Member, Room, listed_participant};
+use crate::room::{Member, Room, Rooms, listed_participant};
 use crate::sync::lock;
 
 /// How often the writer writes what changed (at most).
@@ -134,7 +133,12 @@ pub(crate) fn note_batch(roster: &Roster, room: &str, batch: &crate::room::Event
 /// most its `max_participants`), in one round trip. A failed write is
 /// queued again whole. A participant written before its ICE and DTLS were
 /// up (no event says when they come up) is written again once they are.
-pub(crate) async fn write(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn write(
+    roster: Arc<Roster>,
+    rooms: Arc<Rooms>,
+    cluster: Cluster,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut every = tokio::time::interval(ROSTER_FLUSH);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Per room, the participants written as not connected yet.
@@ -145,16 +149,16 @@ pub(crate) async fn write(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             _ = stop.wait_for(|s| *s) => break,
         }
         unconnected.retain(|name, ids| {
-            let Ok(room) = api.rooms.get(name) else { return false };
+            let Ok(room) = rooms.get(name) else { return false };
             let members = lock(&room.members);
             let up: Vec<u64> = ids.iter().copied().filter(|id| members.get(id).is_none_or(|m| m.connected)).collect();
             drop(members);
             if !up.is_empty() {
-                api.roster.touch(name, up);
+                roster.touch(name, up);
             }
             !ids.is_empty()
         });
-        let dirty = api.roster.take();
+        let dirty = roster.take();
         if dirty.is_empty() {
             continue;
         }
@@ -162,7 +166,7 @@ pub(crate) async fn write(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
             .into_iter()
             .filter_map(|(name, d)| {
                 // A room no longer hosted here: its roster went with its span (`Cluster::leave_span`).
-                let room = api.rooms.get(&name).ok().filter(|r| !r.is_handed_over() && !r.is_closed())?;
+                let room = rooms.get(&name).ok().filter(|r| !r.is_handed_over() && !r.is_closed())?;
                 Some(changes(&room, d, unconnected.entry(name).or_default()))
             })
             .collect();
@@ -170,7 +174,7 @@ pub(crate) async fn write(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio:
         crate::metrics::roster_write(ok);
         if !ok {
             for w in &writes {
-                api.roster.rewrite(&w.room);
+                roster.rewrite(&w.room);
             }
         }
     }
@@ -231,13 +235,13 @@ fn members_of(cluster: &Cluster, span: &Span) -> Vec<(String, u32)> {
 /// spread, or while Redis cannot be read. Read at most once per
 /// [`ROSTER_FRESH`] for all readers; `talking` is this node's view (the same
 /// speakers are selected on every node).
-pub(crate) async fn others(api: &ApiState, room: &Room) -> Arc<[serde_json::Value]> {
-    let Some(cluster) = &api.cluster else { return Arc::from([]) };
+pub(crate) async fn others(dir: Option<&Cluster>, roster: &Roster, room: &Room) -> Arc<[serde_json::Value]> {
+    let Some(cluster) = dir else { return Arc::from([]) };
     // Not spread (no other node hosts it): nothing to read, no Redis asked.
-    if !api.roster.is_spread(&room.id) {
+    if !roster.is_spread(&room.id) {
         return Arc::from([]);
     }
-    let cached = lock(&api.roster.cache).get(&room.id).filter(|(at, _)| at.elapsed() < ROSTER_FRESH).cloned();
+    let cached = lock(&roster.cache).get(&room.id).filter(|(at, _)| at.elapsed() < ROSTER_FRESH).cloned();
     let entries = match cached {
         Some((_, entries)) => entries,
         None => {
@@ -250,7 +254,7 @@ pub(crate) async fn others(api: &ApiState, room: &Room) -> Arc<[serde_json::Valu
                     Arc::from([])
                 }
             };
-            let mut cache = lock(&api.roster.cache);
+            let mut cache = lock(&roster.cache);
             cache.retain(|_, (at, _)| at.elapsed() < ROSTER_FRESH);
             cache.insert(room.id.clone(), (Instant::now(), entries.clone()));
             entries
@@ -292,8 +296,8 @@ async fn read(cluster: &Cluster, room: &Room) -> Result<Vec<serde_json::Value>, 
 
 /// This node's participants of `room`, each with this node's id when in
 /// cluster mode, then the other nodes' ([`others`]).
-pub(crate) async fn participants(api: &ApiState, room: &Room) -> Vec<serde_json::Value> {
-    let node = api.cluster.as_ref().map(|c| c.node_id().to_owned());
+pub(crate) async fn participants(dir: Option<&Cluster>, roster: &Roster, room: &Room) -> Vec<serde_json::Value> {
+    let node = dir.map(|c| c.node_id().to_owned());
     let mut out: Vec<serde_json::Value> = room
         .member_list()
         .iter()
@@ -305,7 +309,7 @@ pub(crate) async fn participants(api: &ApiState, room: &Room) -> Vec<serde_json:
             m
         })
         .collect();
-    out.extend(others(api, room).await.iter().cloned());
+    out.extend(others(dir, roster, room).await.iter().cloned());
     out
 }
 

@@ -724,7 +724,7 @@ pub enum VerifyError {
 /// time; 60 s of clock skew is allowed. Returns the claims.
 ///
 /// ```
-/// use tutti_server::ops::webhook::{sign, verify};
+/// use tutti_server::outputs::webhook::{sign, verify};
 /// let secret = [7u8; 32];
 /// let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
 /// let body = br#"{"event":"room_started","room":"demo"}"#;
@@ -773,6 +773,22 @@ fn event_id() -> String {
     // Without the OS's randomness ids may repeat; delivery still works.
     let _ = getrandom::fill(&mut b);
     format!("EV_{:016x}", u64::from_le_bytes(b))
+}
+
+impl From<&super::recording::RecordingFinished> for RecordingInfo {
+    /// The `recording_finished` webhook's view of a finished recording (file name only, not the server's path).
+    fn from(f: &super::recording::RecordingFinished) -> Self {
+        Self {
+            file: f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            bytes: f.bytes,
+            duration_seconds: f.duration.as_secs_f64(),
+            reason: f.reason.code().to_owned(),
+            error: match &f.reason {
+                super::recording::StopReason::Error(e) => Some(e.clone()),
+                _ => None,
+            },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Keeping a WebSocket-joined participant through a lost socket.
+//! Keeping a WebSocket-joined participant through a lost socket: its
+//! resume slot (the leave that follows a lost socket is `members::socket_gone`).
 //!
 //! A participant that joined over a WebSocket leaves when its socket closes
 //! cleanly (a close frame: the page left, the tab closed). When the socket
@@ -13,11 +14,8 @@
 //! participant, forgotten when it leaves.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
-use crate::api::ApiState;
-use crate::room::{LeaveReason, Room};
 use crate::sync::lock;
 
 /// One WebSocket-joined participant's resume key and whether a socket holds it.
@@ -73,7 +71,7 @@ impl Resumes {
     }
 
     /// Its socket was lost: the generation a later leave must still find.
-    fn detach(&self, id: u64) -> Option<u64> {
+    pub(crate) fn detach(&self, id: u64) -> Option<u64> {
         let mut slots = lock(&self.0);
         let slot = slots.get_mut(&id)?;
         slot.attached = false;
@@ -82,7 +80,7 @@ impl Resumes {
     }
 
     /// Whether the slot is still detached at `generation` (then it is forgotten).
-    fn expire(&self, id: u64, generation: u64) -> bool {
+    pub(crate) fn expire(&self, id: u64, generation: u64) -> bool {
         let mut slots = lock(&self.0);
         let expired = slots.get(&id).is_some_and(|s| !s.attached && s.generation == generation);
         if expired {
@@ -108,40 +106,6 @@ impl Resumes {
     #[cfg(test)]
     fn len(&self) -> usize {
         lock(&self.0).len()
-    }
-}
-
-/// The socket of participant `id` is gone. A clean close (or no grace
-/// configured) leaves at once; a lost socket leaves after the grace period
-/// unless a new socket resumes it first.
-pub(crate) fn socket_gone(api: &Arc<ApiState>, room: &Arc<Room>, id: u64, clean: bool) {
-    let grace = api.cfg.limits.ws_resume_seconds;
-    let generation = if clean || grace <= 0.0 { None } else { api.ws_resumes.detach(id) };
-    let Some(generation) = generation else {
-        api.ws_resumes.forget(id);
-        leave(api, room, id);
-        return;
-    };
-    tracing::info!(room = %room.id, participant = id, grace, "WebSocket lost: the participant waits for a resume");
-    let (api, room) = (api.clone(), room.clone());
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs_f64(grace)).await;
-        if api.ws_resumes.expire(id, generation) {
-            tracing::info!(room = %room.id, participant = id, "no resume within the grace period: leaving");
-            leave(&api, &room, id);
-        }
-    });
-}
-
-/// Its participant leaves with its socket: `moved` when the room was
-/// handed over (a drain: the client went to the new node), else `left`.
-pub(super) fn leave(api: &ApiState, room: &Room, id: u64) {
-    // Moved to another room of this node since (a breakout): it leaves from there.
-    let now_in = api.rooms.room_of(id);
-    let room = now_in.as_deref().unwrap_or(room);
-    let reason = if room.is_handed_over() { LeaveReason::Moved } else { LeaveReason::Left };
-    if let Ok(effect) = api.rooms.leave(room, id, reason) {
-        api.apply(effect);
     }
 }
 

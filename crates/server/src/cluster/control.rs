@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tutti_cluster::{Cluster, ControlMessage, RoomSpread};
 
-use super::ApiState;
+use super::node::Node;
 use crate::room::RoomUpdate;
 
 /// What one node tells the other nodes of a room's span to apply.
@@ -60,8 +60,8 @@ impl Control {
 
 /// Tells the other nodes of `room`'s span to apply `control` (cluster mode
 /// with `room_spread`, a room hosted here; else nothing). Never blocks.
-pub(crate) fn publish(api: &ApiState, room: &str, control: &Control) {
-    let Some(cluster) = &api.cluster else { return };
+pub(crate) fn publish(dir: Option<&Cluster>, room: &str, control: &Control) {
+    let Some(cluster) = dir else { return };
     if cluster.config().room_spread == RoomSpread::Off {
         return;
     }
@@ -78,7 +78,7 @@ pub(crate) fn publish(api: &ApiState, room: &str, control: &Control) {
 /// Applies a control message from another node to this node's copy of its
 /// room; what was applied (its kind), or `None` (the room is not hosted
 /// here any more, or the body is not one this node reads).
-pub(crate) fn apply(api: &ApiState, msg: &ControlMessage) -> Option<&'static str> {
+pub(crate) fn apply(node: &Node, msg: &ControlMessage) -> Option<&'static str> {
     let control: Control = match serde_json::from_value(msg.body.clone()) {
         Ok(c) => c,
         Err(e) => {
@@ -87,10 +87,10 @@ pub(crate) fn apply(api: &ApiState, msg: &ControlMessage) -> Option<&'static str
         }
     };
     if control == Control::Joined {
-        api.span_wake.notify_one();
+        node.span_wake.notify_one();
         return Some(control.kind());
     }
-    let room = api.rooms.get(&msg.room).ok().filter(|r| !r.is_handed_over() && !r.is_closed())?;
+    let room = node.rooms.get(&msg.room).ok().filter(|r| !r.is_handed_over() && !r.is_closed())?;
     match &control {
         Control::Update { locked, max_participants, max_speakers, mute_all, noise_suppression, loudness } => {
             let update = RoomUpdate {
@@ -99,7 +99,7 @@ pub(crate) fn apply(api: &ApiState, msg: &ControlMessage) -> Option<&'static str
                 max_speakers: *max_speakers,
                 mute_all: *mute_all,
             };
-            if let Err(e) = api.rooms.update_room(&room, update) {
+            if let Err(e) = node.rooms.update_room(&room, update) {
                 tracing::warn!(room = %msg.room, origin = %msg.origin, error = %e, "room update from another node refused");
                 return None;
             }
@@ -110,17 +110,17 @@ pub(crate) fn apply(api: &ApiState, msg: &ControlMessage) -> Option<&'static str
             }
         }
         Control::Ban { key, seconds } => {
-            if let Err(e) = api.rooms.ban(&room, key.clone(), Duration::from_secs(*seconds), Instant::now()) {
+            if let Err(e) = node.rooms.ban(&room, key.clone(), Duration::from_secs(*seconds), Instant::now()) {
                 tracing::warn!(room = %msg.room, origin = %msg.origin, error = %e, "ban from another node refused");
                 return None;
             }
         }
-        Control::Close => match api.rooms.delete(&msg.room) {
+        Control::Close => match node.rooms.delete(&msg.room) {
             Ok(effects) => {
-                api.apply(effects);
+                node.apply(effects);
                 // The span task takes this node out of the room's span (and
                 // lets its lease go if it held it and nobody else hosts it).
-                api.span_wake.notify_one();
+                node.span_wake.notify_one();
             }
             Err(e) => {
                 tracing::debug!(room = %msg.room, origin = %msg.origin, error = %e, "room closed already");
@@ -135,13 +135,13 @@ pub(crate) fn apply(api: &ApiState, msg: &ControlMessage) -> Option<&'static str
 
 /// Applies the control messages other nodes send for rooms hosted here,
 /// until `stop` (cluster mode).
-pub(crate) async fn run(api: Arc<ApiState>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn run(node: Arc<Node>, cluster: Cluster, mut stop: tokio::sync::watch::Receiver<bool>) {
     let Some(mut messages) = cluster.take_control() else { return };
     loop {
         tokio::select! {
             msg = messages.recv() => match msg {
                 Some(msg) => {
-                    if let Some(kind) = apply(&api, &msg) {
+                    if let Some(kind) = apply(&node, &msg) {
                         crate::metrics::cluster_control_applied(kind);
                     }
                 }
