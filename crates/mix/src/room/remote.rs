@@ -11,48 +11,12 @@
 
 use bytes::Bytes;
 
-use super::{Kind, Room};
+use super::Room;
+use super::members::Kind;
+use super::report::LocalCandidate;
 use crate::config::SpeakerLimit;
-use crate::jitter::{Frame, Playout};
+use crate::jitter::Playout;
 use crate::{MixError, ParticipantId};
-
-/// A remote's frame for the next tick, as handed in.
-#[derive(Debug, Default)]
-pub(super) struct RemoteFeed {
-    /// RFC 6464 level and original Opus payload.
-    next: Option<(u8, Bytes)>,
-}
-
-impl RemoteFeed {
-    /// The remote's frame for this tick: the one handed in; none while it
-    /// is selected is a lost frame (its node sends a selected speaker's
-    /// frames, so one is missing), else an empty turn.
-    pub(super) fn take(&mut self, selected: bool) -> Playout {
-        match self.next.take() {
-            Some((level, payload)) => Playout::Frame(Frame { timestamp: 0, payload, level: Some(level) }),
-            None if selected => Playout::Lost { fec: None },
-            None => Playout::Empty,
-        }
-    }
-}
-
-/// One of this node's candidates for the room's selection across nodes
-/// ([`Room::candidates`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalCandidate {
-    /// Who (a local participant or source: never a remote).
-    pub id: ParticipantId,
-    /// RFC 6464 level of their frame this tick (127: silent or none).
-    pub level: u8,
-    /// Smoothed loudness in 1/256 dB above the silence floor (larger is
-    /// louder): the mixer's own ranking value (`127 − level + gain dB`,
-    /// with its release), times 256, rounded; 0 to 35,584 (+12 dB gain).
-    pub rank: u16,
-    /// Selected this tick (an incumbent, for hysteresis across nodes).
-    pub selected: bool,
-    /// The original Opus payload played this tick (`None`: lost or none).
-    pub frame: Option<Bytes>,
-}
 
 /// The mixer's smoothed loudness (dB above the silence floor) in 1/256 dB.
 fn rank_of(loudness: f32) -> u16 {
