@@ -137,7 +137,7 @@ enum ParticipantsCommand {
         /// The participant's id (the ID column of `participants list`).
         id: u64,
         /// Keep its identity out of the room this long: `600`, `10m`, `1h`.
-        #[arg(long, value_parser = super::parse_duration)]
+        #[arg(long, value_parser = crate::duration::parse_duration)]
         ban: Option<Duration>,
     },
     /// Mutes a participant (it may unmute itself).

@@ -9,7 +9,7 @@
 //! - no module circle in any crate: among the modules under one parent,
 //!   the "uses" relation has no cycle (a module's use of its own ancestors,
 //!   whose items it may re-export, does not count);
-//! - no file circle in the server's upper layers (`FILE_CHECKED`): with each source file a node and each
+//! - no file circle in any crate: with each source file a node and each
 //!   path it names (`crate::…`, `super::…`, `self::…`, or a child module
 //!   it declares) an arrow to the file of the deepest module named, the
 //!   arrows have no cycle — a child that imports its parent's items while
@@ -32,18 +32,25 @@ struct Module {
 }
 
 /// `text` without its inline `#[cfg(test)] mod … { … }` blocks (test
-/// code, whose `super` is the file itself).
+/// code, whose `super` is the file itself), other attributes between the
+/// two allowed.
 fn strip_inline_tests(text: &str) -> String {
-    let mut text = text.replace("#[cfg(test)]\npub(crate) mod ", "#[cfg(test)]\nmod ");
+    let mut text = text.to_owned();
     let mut from = 0;
-    while let Some(found) = text[from..].find("#[cfg(test)]\nmod ") {
+    while let Some(found) = text[from..].find("#[cfg(test)]\n") {
         let start = from + found;
-        let line_end = text[start + 13..].find('\n').map_or(text.len(), |i| start + 13 + i);
-        if !text[start..line_end].trim_end().ends_with('{') {
-            from = line_end;
+        let mut line_start = start + "#[cfg(test)]\n".len();
+        while text[line_start..].starts_with("#[") {
+            line_start += text[line_start..].find('\n').map_or(text.len() - line_start, |i| i + 1);
+        }
+        let line_end = text[line_start..].find('\n').map_or(text.len(), |i| line_start + i);
+        let line = text[line_start..line_end].trim_end();
+        let module = line.strip_prefix("pub(crate) ").unwrap_or(line).starts_with("mod ");
+        if !module || !line.ends_with('{') {
+            from = line_end.min(text.len());
             continue;
         }
-        let body = start + text[start..].find('{').unwrap_or(0);
+        let body = line_end - 1;
         let mut depth = 0usize;
         let mut end = text.len();
         for (i, c) in text[body..].char_indices() {
@@ -63,6 +70,23 @@ fn strip_inline_tests(text: &str) -> String {
         from = start;
     }
     text
+}
+
+/// `text` without its `#[cfg(doc)]` imports (there for doc links only).
+fn strip_doc_only(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for line in text.lines() {
+        if skip && line.trim_start().starts_with("use ") {
+            skip = !line.trim_end().ends_with(';');
+            continue;
+        }
+        skip = line.trim() == "#[cfg(doc)]";
+        if !skip {
+            out.push(line);
+        }
+    }
+    out.join("\n")
 }
 
 fn strip_comments(text: &str) -> String {
@@ -100,7 +124,9 @@ fn modules(src: &Path) -> Vec<Module> {
             if segs.last().is_some_and(|s| s == "mod" || s == "lib" || s == "main") {
                 segs.pop();
             }
-            let code = strip_inline_tests(&strip_comments(&std::fs::read_to_string(&p).expect("readable source")));
+            let code = strip_doc_only(&strip_inline_tests(&strip_comments(
+                &std::fs::read_to_string(&p).expect("readable source"),
+            )));
             out.push(Module { path: segs.join("::"), file: p, code });
         }
     }
@@ -134,15 +160,19 @@ fn references(m: &Module) -> Vec<String> {
             segs.extend(path.split("::").filter(|s| !s.is_empty()).map(str::to_owned));
             let after = &rest[path.len()..];
             if (path.is_empty() || path.ends_with("::")) && after.starts_with('{') {
+                // A brace list names its items (`self` names the module itself).
                 let inner: String = after[1..].chars().take_while(|c| *c != '}').collect();
                 for item in inner.split(',') {
                     let first = item.trim().split("::").next().unwrap_or("").trim().to_owned();
-                    if !first.is_empty() && first != "self" {
+                    if first == "self" {
+                        refs.push(segs.join("::"));
+                    } else if !first.is_empty() {
                         let mut s = segs.clone();
                         s.push(first);
                         refs.push(s.join("::"));
                     }
                 }
+                continue;
             }
             refs.push(segs.join("::"));
         }
@@ -217,6 +247,21 @@ fn file_arrows(mods: &[Module]) -> BTreeMap<String, BTreeSet<String>> {
     arrows
 }
 
+/// Every circle of a graph, each once (a found circle's first arrow is
+/// taken out before the next search; at most 64).
+fn all_cycles(mut arrows: BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut found = Vec::new();
+    while let Some(c) = cycle(&arrows)
+        && found.len() < 64
+    {
+        if let Some(tos) = arrows.get_mut(&c[0]) {
+            tos.remove(&c[1]);
+        }
+        found.push(c.iter().map(|m| if m.is_empty() { "lib" } else { m.as_str() }).collect::<Vec<_>>().join(" → "));
+    }
+    found
+}
+
 /// What each module re-exports (`pub use x::Item;`, `pub(crate) use …`):
 /// (module, item) → the module that defines it. A path through a
 /// re-export names the defining file, not the one that re-exports it.
@@ -224,14 +269,16 @@ fn reexports(mods: &[Module], known: &BTreeSet<String>) -> BTreeMap<(String, Str
     let mut out = BTreeMap::new();
     for m in mods {
         let base: Vec<&str> = if m.path.is_empty() { vec![] } else { m.path.split("::").collect() };
-        for line in m.code.lines() {
-            let t = line.trim();
-            let Some(rest) = t.strip_prefix("pub use ").or_else(|| t.strip_prefix("pub(crate) use ")) else {
-                continue;
-            };
-            let rest = rest.trim_end_matches(';');
+        for statement in m.code.split(';') {
+            let t = statement.trim();
+            let start = t.find("pub use ").or_else(|| t.find("pub(crate) use "));
+            let Some(rest) = start.map(|i| &t[i..]) else { continue };
+            let rest = rest.trim_start_matches("pub use ").trim_start_matches("pub(crate) use ");
+            let rest: String = rest.split_whitespace().collect::<Vec<_>>().join(" ");
+            let rest = rest.replace("{ ", "{").replace(" }", "}").replace(", ", ",");
+            let rest = rest.trim_end_matches(',');
             let (path, items): (&str, Vec<&str>) = match rest.split_once("::{") {
-                Some((p, i)) => (p, i.trim_end_matches('}').split(',').collect()),
+                Some((p, i)) => (p, i.trim_end_matches('}').trim_end_matches(',').split(',').collect()),
                 None => match rest.rsplit_once("::") {
                     Some((p, i)) => (p, vec![i]),
                     None => continue,
@@ -270,8 +317,9 @@ fn resolve_through(path: &str, known: &BTreeSet<String>, exports: &BTreeMap<(Str
     to
 }
 
-/// A cycle among files, if any (module paths, the first repeated at the end).
-fn file_circle(arrows: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+/// A cycle in a graph (of modules, or of files), if any: its nodes, the
+/// first repeated at the end (a depth-first search for a back edge).
+fn cycle(arrows: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
         n: &str,
         g: &BTreeMap<String, BTreeSet<String>>,
@@ -389,40 +437,8 @@ fn circles(mods: &[Module]) -> Vec<String> {
     }
     let mut found = Vec::new();
     for (parent, g) in &graphs {
-        // Depth-first search for a back edge.
-        fn visit(
-            n: &str,
-            g: &BTreeMap<String, BTreeSet<String>>,
-            state: &mut BTreeMap<String, u8>,
-            path: &mut Vec<String>,
-        ) -> Option<Vec<String>> {
-            match state.get(n) {
-                Some(1) => {
-                    let i = path.iter().position(|p| p == n).unwrap_or(0);
-                    let mut cycle = path[i..].to_vec();
-                    cycle.push(n.to_owned());
-                    return Some(cycle);
-                }
-                Some(2) => return None,
-                _ => {}
-            }
-            state.insert(n.to_owned(), 1);
-            path.push(n.to_owned());
-            for next in g.get(n).into_iter().flatten() {
-                if let Some(c) = visit(next, g, state, path) {
-                    return Some(c);
-                }
-            }
-            path.pop();
-            state.insert(n.to_owned(), 2);
-            None
-        }
-        let mut state = BTreeMap::new();
-        for n in g.keys() {
-            if let Some(c) = visit(n, g, &mut state, &mut Vec::new()) {
-                found.push(format!("under `{}`: {}", if parent.is_empty() { "crate" } else { parent }, c.join(" → ")));
-                break;
-            }
+        if let Some(c) = cycle(g) {
+            found.push(format!("under `{}`: {}", if parent.is_empty() { "crate" } else { parent }, c.join(" → ")));
         }
     }
     found
@@ -539,29 +555,21 @@ fn the_circle_finder_finds_a_circle() {
     assert!(circles(&ok).is_empty());
 }
 
-/// Where files are checked for circles: the server's control plane, its
-/// session layer, its cluster glue and what issue 38 rebuilt under them.
-/// The room domain and the other crates still have a parent file whose
-/// items a child uses while the parent re-exports the child's (`room.rs`
-/// ↔ `room/plain.rs`, `lib.rs` ↔ its modules): untangled folder by folder
-/// as they are reworked, and added here then. No circle can pass through
-/// a checked file and an unchecked one below it: imports only go down.
-const FILE_CHECKED: [&str; 8] = ["server", "fuzz", "api", "session", "cluster", "refusal", "limit", "outputs"];
-
 #[test]
-fn no_file_circle_in_the_servers_upper_layers() {
-    let mods = server_modules();
-    let checked = |m: &str| FILE_CHECKED.contains(&m.split("::").next().unwrap_or(""));
-    let mut arrows = file_arrows(&mods);
-    arrows.retain(|from, _| checked(from));
-    for tos in arrows.values_mut() {
-        tos.retain(|to| checked(to));
+fn no_file_circle_in_any_crate() {
+    let mut dirs = vec![root().join("src")];
+    for e in std::fs::read_dir(root().join("crates")).expect("crates").flatten() {
+        dirs.push(e.path().join("src"));
     }
-    assert!(arrows.keys().any(|m| m.starts_with("session::")), "the session layer's files are read");
-    if let Some(c) = file_circle(&arrows) {
-        let c: Vec<String> = c.into_iter().map(|m| if m.is_empty() { "lib".into() } else { m }).collect();
-        panic!("a file circle (a file names a module whose file names it back): {}", c.join(" → "));
+    let mut all = Vec::new();
+    for d in dirs.iter().filter(|d| d.is_dir()) {
+        let mods = modules(d);
+        assert!(mods.len() > 1 || d.ends_with("procfs/src"), "{} has its files read", d.display());
+        for c in all_cycles(file_arrows(&mods)) {
+            all.push(format!("{}: {c}", d.display()));
+        }
     }
+    assert!(all.is_empty(), "file circles (a file names a module whose file names it back):\n{}", all.join("\n"));
 }
 
 #[test]
@@ -580,7 +588,7 @@ fn the_file_checks_find_a_circle_and_an_upward_import() {
         m("api", "mod rooms;\npub(crate) struct ApiState;\nfn router() { rooms::join(); }"),
         m("api::rooms", "use super::ApiState;\npub fn join() {}"),
     ];
-    let c = file_circle(&file_arrows(&parent_child)).expect("a circle through the parent");
+    let c = cycle(&file_arrows(&parent_child)).expect("a circle through the parent");
     assert!(c.contains(&"api".to_owned()) && c.contains(&"api::rooms".to_owned()), "{c:?}");
     // Siblings through a brace list right after `super::`.
     let siblings = vec![
@@ -589,7 +597,7 @@ fn the_file_checks_find_a_circle_and_an_upward_import() {
         m("api::a", "use super::{b, Other};"),
         m("api::b", "use crate::api::a::X;"),
     ];
-    assert!(file_circle(&file_arrows(&siblings)).is_some(), "a → b → a");
+    assert!(cycle(&file_arrows(&siblings)).is_some(), "a → b → a");
     // Shared state in a file of its own: no circle.
     let fine = vec![
         m("", "mod api;"),
@@ -597,7 +605,7 @@ fn the_file_checks_find_a_circle_and_an_upward_import() {
         m("api::state", "pub(crate) struct ApiState;"),
         m("api::rooms", "use super::state::ApiState;\npub fn join() {}"),
     ];
-    assert_eq!(file_circle(&file_arrows(&fine)), None);
+    assert_eq!(cycle(&file_arrows(&fine)), None);
     // Test code inside a file does not count.
     assert!(!strip_inline_tests("fn a() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n").contains("super"));
     // The cluster reaching up into a handler, and the room domain into the session layer.

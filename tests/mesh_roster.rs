@@ -55,10 +55,14 @@ fn listed_connected(api: SocketAddr, token: &str) -> (BTreeMap<u64, String>, ser
 
 /// A room socket on `api`, reading without blocking (so that the tone
 /// clients can be pumped meanwhile).
-fn open_ws(api: SocketAddr, token: &str) -> tungstenite::WebSocket<TcpStream> {
+/// A room socket on the node at `api` whose id is `node`: it names its node
+/// (as a page placed there does), so that `room_spread = "always"` does not
+/// place it afresh on another node (a `moved`).
+fn open_ws(api: SocketAddr, node: &str, token: &str) -> tungstenite::WebSocket<TcpStream> {
     let stream = TcpStream::connect(api).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    let (ws, _) = tungstenite::client(format!("ws://{api}/v1/rooms/{ROOM}/ws?token={token}"), stream).expect("upgrade");
+    let url = format!("ws://{api}/v1/rooms/{ROOM}/ws?token={token}&node={node}");
+    let (ws, _) = tungstenite::client(url, stream).expect("upgrade");
     ws
 }
 
@@ -178,7 +182,7 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     assert_eq!(last.0, want, "forged entries are not listed: {}", last.1);
 
     // A room socket on A: a snapshot of all three.
-    let mut ws = open_ws(a, &admin);
+    let mut ws = open_ws(a, &nodes[0].id, &admin);
     let snapshot: serde_json::Value = loop {
         match ws.read().expect("snapshot") {
             tungstenite::Message::Text(t) => break serde_json::from_str(t.as_str()).expect("JSON"),

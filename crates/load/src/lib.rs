@@ -117,6 +117,7 @@ mod audio;
 mod capacity;
 mod cli;
 mod cpu;
+mod error;
 mod events;
 mod generator;
 mod handover;
@@ -133,6 +134,7 @@ pub use audio::{Material, read_wav, speech_like};
 pub use capacity::{CapacityResult, Phase, SearchPolicy, Slo, Trial, TrialFigures, TrialRunner, search};
 pub use cli::{CapacityArgs, LoadArgs, LoadRunner, SloArgs, Verdict, run_capacity, run_load};
 pub use cpu::CpuSource;
+pub use error::LoadError;
 pub use generator::{Progress, run};
 pub use marker::{MarkerDetector, Onset, marker_freq, marker_pcm};
 pub use model::{ClientSnapshot, ClientState, LoadConfig, Role, RoomLayout, SilenceMode, SizeShare, WsFigures};
@@ -142,26 +144,3 @@ pub use quality::{DriftTracker, JitterEstimator, LossTracker, mos};
 pub use report::{ClientReport, HandoverSummary, LoadReport, NodeLatency, RoomSummary, Summary, WsSummary};
 pub use rooms::parse_room_sizes;
 pub use talk::{Rng, TalkModel};
-
-/// Why a load run or a capacity search could not go on.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The settings make no sense.
-    #[error("configuration: {0}")]
-    Config(String),
-    /// The server's API refused or failed.
-    #[error("server API: {0}")]
-    Api(String),
-    /// The speech clip could not be read or encoded.
-    #[error("audio: {0}")]
-    Audio(String),
-    /// A socket, thread or file failed.
-    #[error("I/O: {0}")]
-    Io(String),
-    /// The local server could not be started.
-    #[error("local server: {0}")]
-    Server(String),
-    /// Stopped (Ctrl-C).
-    #[error("stopped")]
-    Stopped,
-}

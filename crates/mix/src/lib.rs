@@ -144,6 +144,7 @@ mod codec;
 mod config;
 mod dsp;
 mod error;
+mod id;
 mod jitter;
 mod pool;
 mod probe;
@@ -154,6 +155,7 @@ pub use codec::{DecodeFailure, Decoder, Encoder, SAMPLE_RATE};
 pub use config::{DTX_INTERVAL_TICKS, EncoderConfig, JitterConfig, MAX_SPEAKERS, RoomConfig, SpeakerLimit};
 pub use dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, goertzel, level_of, mix_minus, tone};
 pub use error::MixError;
+pub use id::ParticipantId;
 pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, PushOutcome};
 pub use pool::MixPool;
 pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
@@ -165,13 +167,3 @@ pub use voice::{
     DEFAULT_LOUDNESS_TARGET_DBFS, LOUDNESS_GATE_DBFS, LOUDNESS_MAX_GAIN_DB, NoiseSuppression, NoiseSuppressor,
     Normaliser,
 };
-
-/// Identifies a participant within a room (assigned by the caller).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ParticipantId(pub u64);
-
-impl std::fmt::Display for ParticipantId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}

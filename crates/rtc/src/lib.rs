@@ -55,6 +55,7 @@ mod client;
 mod keys;
 mod media;
 mod mux;
+mod peer;
 pub mod plain;
 mod reception;
 pub mod srtp;
@@ -71,7 +72,8 @@ pub use media::{
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use media::{RawRtp, parse_rtcp, parse_rtp};
-pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, MAX_ROUTES, Mux, MuxEvent, MuxStats, PeerId, Route, ServerPeer};
+pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, MAX_ROUTES, Mux, MuxEvent, MuxStats, Route, ServerPeer};
+pub use peer::PeerId;
 pub use srtp::SrtpProfile;
 pub use tcp::{
     ConnId, DetachedConn, FrameReader, FrameWriter, FramingError, Received, TcpClose, TcpConnections, TcpLimits,

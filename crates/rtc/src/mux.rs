@@ -23,18 +23,9 @@ use crate::media::{
     RtcError, SERVER_OPUS_DTX, SendPath, SenderReportInfo, Spare, Transmit, add_audio_track, add_candidates, bad_sdp,
     build_connection, internal, is_dtls, is_rtp, local_sdp, udp_candidate,
 };
+use crate::peer::PeerId;
 use crate::srtp::SrtpProfile;
 use crate::stun::{self, CheckAnswerer, CheckKey};
-
-/// Identifies a peer; unique among the peers of one [`Acceptor`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PeerId(pub u64);
-
-impl std::fmt::Display for PeerId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// Why a peer is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,7 +46,7 @@
 //! ([`tutti_cluster`]): a request for a room hosted here is served as on a
 //! single node, without Redis; any other is placed by the directory and
 //! either hosted here or answered with a `307` to the owning node, carrying
-//! a single-use ticket that stands in for the token there (`api::cluster`).
+//! a single-use ticket that stands in for the token there (`cluster`).
 //! A room this node was fenced out of is closed; SIGTERM marks the node
 //! draining first.
 //!

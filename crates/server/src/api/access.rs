@@ -144,8 +144,7 @@ pub(crate) fn redirect_room(
     extra_query: Option<&str>,
     grant: &Grant,
 ) -> Refused<Response> {
-    let message = format!("room '{room}' is on node {}", owner.node_id);
-    redirect(api, owner, room, target, extra_query, grant, message)
+    redirect(api, owner, room, target, extra_query, grant, locate::room_is_on(room, owner))
 }
 
 /// The room a request names if this node holds it (`Ok(Ok(room))`); in

@@ -165,6 +165,11 @@ pub(crate) enum Found {
     Elsewhere(Owner, String),
 }
 
+/// What a redirect to the node holding `room` says.
+pub(crate) fn room_is_on(room: &str, owner: &Owner) -> String {
+    format!("room '{room}' is on node {}", owner.node_id)
+}
+
 /// The room a request names if this node holds it; in cluster mode, else,
 /// the node that does (the API answers a `307` there with a ticket: check
 /// what the caller may do before); else the error (`no_room`, 503).
@@ -174,7 +179,7 @@ pub(crate) async fn here(node: &Node, room: &str) -> Refused<Found> {
         (Err(e), None) => Err(e.into()),
         (Err(e), Some(c)) => {
             let owner = c.locate(room).await.map_err(|e| unavailable(&e))?.ok_or(e)?;
-            let message = format!("room '{room}' is on node {}", owner.node_id);
+            let message = room_is_on(room, &owner);
             Ok(Found::Elsewhere(owner, message))
         }
     }

@@ -35,10 +35,14 @@ pub mod outputs;
 mod procfs;
 mod ticks;
 
+pub use procfs::{
+    PROCESS_CPU_SECONDS, PROCESS_MAX_FDS, PROCESS_OPEN_FDS, PROCESS_RESIDENT_MEMORY_BYTES, PROCESS_START_TIME_SECONDS,
+    PROCESS_THREADS, PROCESS_VIRTUAL_MEMORY_BYTES, THREAD_CPU_SECONDS,
+};
 pub use ticks::tick_p99;
 mod tcp;
 
-pub use tcp::{TCP_NAMES, tcp};
+pub use tcp::TCP_NAMES;
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
@@ -52,23 +56,6 @@ use metrics::{Counter, Gauge, Histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tutti_mix::TickReport;
 use tutti_rtc::MuxStats;
-
-/// CPU time of the process's threads of one name (`thread` label: `mix-0`, `io-0`, `mix-clock`, `api-0`, …), seconds.
-pub const THREAD_CPU_SECONDS: &str = "tutti_thread_cpu_seconds_total";
-/// CPU time of the whole process (user + system), seconds.
-pub const PROCESS_CPU_SECONDS: &str = "process_cpu_seconds_total";
-/// Resident memory, bytes.
-pub const PROCESS_RESIDENT_MEMORY_BYTES: &str = "process_resident_memory_bytes";
-/// Virtual memory, bytes.
-pub const PROCESS_VIRTUAL_MEMORY_BYTES: &str = "process_virtual_memory_bytes";
-/// Open file descriptors (sockets included).
-pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
-/// The soft limit on open file descriptors.
-pub const PROCESS_MAX_FDS: &str = "process_max_fds";
-/// Threads of the process.
-pub const PROCESS_THREADS: &str = "process_threads";
-/// When the process started, seconds since the Unix epoch.
-pub const PROCESS_START_TIME_SECONDS: &str = "process_start_time_seconds";
 
 /// Wall time of one mixer clock tick: every room mixed and its output sent, seconds.
 pub const MIX_TICK_DURATION_SECONDS: &str = "tutti_mix_tick_duration_seconds";
@@ -307,6 +294,14 @@ struct Installed {
 }
 
 static INSTALLED: OnceLock<Result<Installed, String>> = OnceLock::new();
+
+/// Reports what one I/O thread's TCP table counted since `last` (and the
+/// transmits it dropped for want of a connection).
+pub fn tcp(last: &(tutti_rtc::TcpStats, u64), now: &(tutti_rtc::TcpStats, u64)) {
+    if installed() {
+        tcp::report(last, now);
+    }
+}
 
 /// Whether the recorder is installed (recording is on).
 fn installed() -> bool {

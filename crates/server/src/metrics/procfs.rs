@@ -12,10 +12,22 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use super::{
-    PROCESS_CPU_SECONDS, PROCESS_MAX_FDS, PROCESS_OPEN_FDS, PROCESS_RESIDENT_MEMORY_BYTES, PROCESS_START_TIME_SECONDS,
-    PROCESS_THREADS, PROCESS_VIRTUAL_MEMORY_BYTES, THREAD_CPU_SECONDS,
-};
+/// CPU time of the process's threads of one name (`thread` label: `mix-0`, `io-0`, `mix-clock`, `api-0`, …), seconds.
+pub const THREAD_CPU_SECONDS: &str = "tutti_thread_cpu_seconds_total";
+/// CPU time of the whole process (user + system), seconds.
+pub const PROCESS_CPU_SECONDS: &str = "process_cpu_seconds_total";
+/// Resident memory, bytes.
+pub const PROCESS_RESIDENT_MEMORY_BYTES: &str = "process_resident_memory_bytes";
+/// Virtual memory, bytes.
+pub const PROCESS_VIRTUAL_MEMORY_BYTES: &str = "process_virtual_memory_bytes";
+/// Open file descriptors (sockets included).
+pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
+/// The soft limit on open file descriptors.
+pub const PROCESS_MAX_FDS: &str = "process_max_fds";
+/// Threads of the process.
+pub const PROCESS_THREADS: &str = "process_threads";
+/// When the process started, seconds since the Unix epoch.
+pub const PROCESS_START_TIME_SECONDS: &str = "process_start_time_seconds";
 
 /// Distinct thread names with a series of their own.
 const MAX_NAMES: usize = 64;

@@ -47,11 +47,8 @@ fn describe() {
 }
 
 /// Reports what one I/O thread's TCP table counted since `last` (and the
-/// transmits it dropped for want of a connection).
-pub fn tcp(last: &(TcpStats, u64), now: &(TcpStats, u64)) {
-    if !super::installed() {
-        return;
-    }
+/// transmits it dropped for want of a connection); the recorder is installed.
+pub(super) fn report(last: &(TcpStats, u64), now: &(TcpStats, u64)) {
     describe();
     let (l, n) = (&last.0, &now.0);
     let grew = |new: u64, old: u64| new.saturating_sub(old);

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use tutti_rtc::PeerId;
 
-use super::{ListenOnly, NewMember, Room, RoomError, RoomEvent, Rooms};
+use super::rooms::NewMember;
+use super::{ListenOnly, Room, RoomError, RoomEvent, Rooms};
 use crate::sync::lock;
 
 /// What a new plain RTP participant brings.

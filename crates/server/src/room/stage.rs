@@ -22,7 +22,6 @@
 //! who were in it come back through the lock until the drain's deadline,
 //! nobody else does, and a banned identity stays out.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tutti_mix::{MAX_SPEAKERS, ParticipantId};
@@ -41,25 +40,6 @@ pub(crate) const MAX_ROOM_PARTICIPANTS: usize = 100_000;
 /// Longest ban key carried to another node (an identity, or `name:` and a
 /// display name of at most 64 bytes): a longer one is not a key of ours.
 const MAX_KEY_BYTES: usize = 512;
-
-/// A room's lock and bans.
-#[derive(Debug, Default)]
-pub(crate) struct Stage {
-    /// No new joins while set.
-    pub(crate) locked: bool,
-    /// Ban key (see [`ban_key`]) → banned until.
-    bans: HashMap<String, Instant>,
-    /// Ban keys of participants moved here by a drain → until when they
-    /// come back through the lock.
-    returning: HashMap<String, Instant>,
-}
-
-impl Stage {
-    fn prune(&mut self, now: Instant) {
-        self.bans.retain(|_, until| *until > now);
-        self.returning.retain(|_, until| *until > now);
-    }
-}
 
 /// A room's lock and bans on their way to another node (a drain's
 /// hand-over, through the room's stored config): times in Unix seconds,
@@ -329,5 +309,8 @@ impl Rooms {
     }
 }
 
+mod state;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use state::Stage;

@@ -2,9 +2,12 @@
 //! threads: real offers from real `ClientPeer`s, real accepted peers.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast::error::TryRecvError;
+use tutti_mix::{ParticipantId, RoomConfig, SpeakerLimit};
+use tutti_rtc::PeerId;
 
 use super::event::EventBatch;
 use super::*;

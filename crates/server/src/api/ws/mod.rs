@@ -24,11 +24,11 @@
 //! a socket opened on a node that does not hold the room gets `moved`
 //! `{room, node, api_url, ticket}` (the page goes to
 //! `<api_url>/v1/rooms/{room}/enter?ticket=…` to join there, see
-//! `api::cluster`), then the room's `events` relayed from its owner
+//! `api::enter` and `crate::cluster`), then the room's `events` relayed from its owner
 //! (`relay`), under the same limits as any room socket. On a node hosting
 //! a room spread over nodes, the snapshot lists every node's participants
 //! (the others' from their rosters) and the batches carry the other
-//! nodes' participants' events (see `api::roster`).
+//! nodes' participants' events (see `crate::cluster::roster`).
 //!
 //! Client → server: `join` `{sdp, name?}` (once per socket; the participant
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own

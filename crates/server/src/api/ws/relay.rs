@@ -5,7 +5,7 @@
 //! ```text
 //! WS /v1/rooms/r/ws on node B, r held by A
 //!   B ─► "moved" {room, node, api_url, ticket}  (a client that wants to join goes there; the page
-//!                                               does, with the single-use ticket: see api::cluster)
+//!                                               does, with the single-use ticket: see crate::cluster)
 //!   A: room r's event batch ─► PUBLISH events:r ─► B: watch(r) ─► this socket, as A's sockets get it
 //!   client sends anything but close ─► error room_elsewhere (joining needs the owner's socket)
 //!   r closed (room_closed / shutdown) ─► close 1000; r now hosted on B ─► "moved" to B, close 4307
