@@ -448,6 +448,16 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The source folders of the binary and of every crate.
+fn source_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![root().join("src")];
+    for e in std::fs::read_dir(root().join("crates")).expect("crates").flatten() {
+        dirs.push(e.path().join("src"));
+    }
+    dirs.retain(|d| d.is_dir());
+    dirs
+}
+
 fn server_modules() -> Vec<Module> {
     modules(&root().join("crates/server/src"))
 }
@@ -522,12 +532,8 @@ fn the_load_tester_does_not_depend_on_the_server() {
 
 #[test]
 fn no_module_circle_in_any_crate() {
-    let mut dirs = vec![root().join("src")];
-    for e in std::fs::read_dir(root().join("crates")).expect("crates").flatten() {
-        dirs.push(e.path().join("src"));
-    }
     let mut all = Vec::new();
-    for d in dirs.iter().filter(|d| d.is_dir()) {
+    for d in &source_dirs() {
         for c in circles(&modules(d)) {
             all.push(format!("{}: {c}", d.display()));
         }
@@ -557,12 +563,8 @@ fn the_circle_finder_finds_a_circle() {
 
 #[test]
 fn no_file_circle_in_any_crate() {
-    let mut dirs = vec![root().join("src")];
-    for e in std::fs::read_dir(root().join("crates")).expect("crates").flatten() {
-        dirs.push(e.path().join("src"));
-    }
     let mut all = Vec::new();
-    for d in dirs.iter().filter(|d| d.is_dir()) {
+    for d in &source_dirs() {
         let mods = modules(d);
         assert!(mods.len() > 1 || d.ends_with("procfs/src"), "{} has its files read", d.display());
         for c in all_cycles(file_arrows(&mods)) {

@@ -138,8 +138,6 @@ impl Sessions {
             admin: self.auth_on && grant.may_manage(&room.id),
         };
         let id = self.rooms.join(room, joiner, now)?;
-        // The participant its identity had here, if any, is replaced: close its peer.
-        self.apply(self.rooms.take_replaced());
         Ok((id, answer))
     }
 }
