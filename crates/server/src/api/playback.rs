@@ -253,23 +253,68 @@ fn content_type(headers: &axum::http::HeaderMap) -> String {
 
 /// Reads a body of at most `max` bytes: 413 `file_too_large` past it (by
 /// its `Content-Length` before reading anything, else as soon as it passes).
+///
+/// The connection closes after a 413, and bytes of the body left unread
+/// make the kernel reset it: a client still sending (one that did not ask
+/// for `100 Continue`) would see a broken pipe instead of the answer. So
+/// before answering, up to [`DRAIN_BYTES`] more of the body are read and
+/// dropped, within [`DRAIN_TIME`]: a near miss gets its clear 413, and a
+/// body declared far larger, or one that asked to wait for `100 Continue`,
+/// is answered at once.
 async fn read_body(headers: &axum::http::HeaderMap, body: Body, max: u64) -> Refused<axum::body::Bytes> {
     let too_large = || Refusal::from(LoadError::TooLarge { max });
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max) {
+    let waits = headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let mut body = std::pin::pin!(body);
+    if let Some(n) = declared.filter(|&n| n > max) {
+        if !waits && n - max <= DRAIN_BYTES {
+            drain(body.as_mut(), n).await;
+        }
         return Err(too_large());
     }
-    let limit = usize::try_from(max).unwrap_or(usize::MAX);
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let mut source: Option<&dyn std::error::Error> = Some(&e);
-        while let Some(s) = source {
-            if s.to_string().contains("length limit exceeded") {
-                return too_large();
-            }
-            source = s.source();
+    let mut bytes = Vec::with_capacity(usize::try_from(declared.unwrap_or(0)).unwrap_or(0));
+    while let Some(frame) = next_frame(body.as_mut()).await {
+        let data = frame.map_err(|e| Refusal::bad_request("bad_body", format!("the body could not be read: {e}")))?;
+        if (bytes.len() + data.len()) as u64 > max {
+            drain(body.as_mut(), DRAIN_BYTES).await;
+            return Err(too_large());
         }
-        Refusal::bad_request("bad_body", format!("the body could not be read: {e}"))
+        bytes.extend_from_slice(&data);
+    }
+    Ok(bytes.into())
+}
+
+/// How much of a refused body is read and dropped before the 413 ([`read_body`]).
+const DRAIN_BYTES: u64 = 16 << 20;
+/// How long a refused body is read for before the 413 ([`read_body`]).
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The next chunk of data of `body`, frames that carry none (trailers) skipped.
+async fn next_frame(mut body: std::pin::Pin<&mut Body>) -> Option<Result<axum::body::Bytes, axum::Error>> {
+    use hyper::body::Body as _;
+    loop {
+        match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await? {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => return Some(Ok(data)),
+                Err(_) => continue,
+            },
+            Err(e) => return Some(Err(e)),
+        }
+    }
+}
+
+/// Reads and drops up to `budget` bytes of `body`, for at most [`DRAIN_TIME`].
+async fn drain(mut body: std::pin::Pin<&mut Body>, budget: u64) {
+    let mut read = 0u64;
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        while read <= budget {
+            match next_frame(body.as_mut()).await {
+                Some(Ok(data)) => read += data.len() as u64,
+                _ => break,
+            }
+        }
     })
+    .await;
 }
 
 /// Plays a file into the room (admin of the room).
