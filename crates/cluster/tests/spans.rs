@@ -81,6 +81,15 @@ async fn joins_spread_over_the_nodes_and_the_span_names_their_mesh_addresses() {
         other => panic!("a full owner took the join: {other:?}"),
     }
 
+    // when_full: an owner with room keeps a join; full by its own count (its
+    // record not saying so yet), it sends a fresh join on, but keeps a redirected one.
+    assert_eq!(c.claim("f", None).await.unwrap(), Placement::Local { epoch: 1, new: true });
+    assert_eq!(c.place_join("f", false).await.unwrap(), JoinPlacement::Here { epoch: 1, owner: true });
+    assert!(
+        matches!(c.place_join_when_full("f", false).await.unwrap(), JoinPlacement::Elsewhere(o) if o.node_id == "b")
+    );
+    assert_eq!(c.place_join_when_full("f", true).await.unwrap(), JoinPlacement::Here { epoch: 1, owner: true });
+
     // A member leaves; a span of a room nobody holds lists no lease.
     b.leave_span("r").await.unwrap();
     let span = a.spans(&["r".into(), "nobody".into()]).await.unwrap();

@@ -191,6 +191,17 @@ impl Server {
         // Cluster mode: the node-to-node media socket (rooms spread over
         // nodes), its address published in the node's record.
         let mut cluster_cfg = cfg.cluster.clone().with_node_id();
+        // A node never holds more than `max_participants`: its record says
+        // so, so that the cluster counts it full (load 1) when it is.
+        let most = u32::try_from(cfg.max_participants).unwrap_or(u32::MAX);
+        if cfg.cluster.enabled() && cluster_cfg.capacity > most {
+            tracing::info!(
+                capacity = cluster_cfg.capacity,
+                max_participants = most,
+                "cluster.capacity above max_participants: this node's record says {most}"
+            );
+            cluster_cfg.capacity = most;
+        }
         let mesh = if cfg.cluster.enabled() {
             let mesh = bind_mesh(&cfg, &cluster_cfg)?;
             cluster_cfg.mesh_addr = mesh.addr().to_string();

@@ -47,6 +47,26 @@ impl Cluster {
     /// straight away); a tie stays here. The chosen node's pending joins go
     /// up (until its next heartbeat) so that joins in a burst spread.
     pub async fn place_join(&self, room: &str, ticketed: bool) -> Result<JoinPlacement, ClusterError> {
+        self.place_join_from(room, ticketed, false).await
+    }
+
+    /// [`place_join`](Self::place_join) from a node that is full (at its
+    /// own participant limit, whatever its last heartbeat said): a fresh
+    /// join of a held room goes to another eligible node (of the span
+    /// first, with `when_full`); `Here` only when no other node may take
+    /// it, or when the join was redirected here (`ticketed`: a client never
+    /// bounces), or for a room nobody holds (placed as a new room, by the
+    /// nodes' records).
+    pub async fn place_join_when_full(&self, room: &str, ticketed: bool) -> Result<JoinPlacement, ClusterError> {
+        self.place_join_from(room, ticketed, true).await
+    }
+
+    async fn place_join_from(
+        &self,
+        room: &str,
+        ticketed: bool,
+        full_here: bool,
+    ) -> Result<JoinPlacement, ClusterError> {
         let spread = self.inner.cfg.room_spread;
         let me = self.inner.node_id.clone();
         let here = |p: Placement| match p {
@@ -70,15 +90,18 @@ impl Cluster {
         };
         let nodes = self.nodes().await?;
         let budget = Duration::from_secs_f64(self.inner.cfg.tick_budget_seconds);
-        let owner_has_room = nodes.iter().any(|n| n.id == owner.node_id && n.eligible(budget));
+        // A full node takes no join, whatever its record says.
+        let may_take = |n: &NodeInfo| !(full_here && n.id == me);
+        let owner_has_room = nodes.iter().any(|n| n.id == owner.node_id && n.eligible(budget) && may_take(n));
         let target = match spread {
             RoomSpread::WhenFull if owner_has_room => None,
             RoomSpread::WhenFull => {
                 let span = self.spans(&[room.to_owned()]).await?.pop().unwrap_or_default();
                 let member = |n: &NodeInfo| span.members.iter().any(|m| m.node_id == n.id && m.epoch == owner.epoch);
-                choose_for_join(&nodes, budget, &me, member).or_else(|| choose_for_join(&nodes, budget, &me, |_| true))
+                choose_for_join(&nodes, budget, &me, |n| member(n) && may_take(n))
+                    .or_else(|| choose_for_join(&nodes, budget, &me, may_take))
             }
-            _ => choose_for_join(&nodes, budget, &me, |_| true),
+            _ => choose_for_join(&nodes, budget, &me, may_take),
         };
         let Some(target) = target.map(|i| &nodes[i]) else {
             return Ok(if owner.node_id == me {

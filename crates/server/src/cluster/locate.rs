@@ -29,15 +29,19 @@ pub(crate) enum Located {
 /// node's already: claim it rather than place it afresh. With
 /// `cluster.room_spread` a join may be hosted here for a room held by
 /// another node (this node joins the room's span) or sent to another node
-/// of the span: `when_full` keeps joins here while this node has room,
-/// `always` places every join that was not redirected here.
+/// of the span: `when_full` keeps joins here while this node has room
+/// (below `cluster.capacity` and `max_participants`), `always` places every
+/// join that was not redirected here. A node at `max_participants` sends a
+/// fresh join of a spread room to another node even when its last
+/// heartbeat called it eligible.
 pub(crate) async fn locate_for_join(node: &Node, room: &str, ticketed: bool) -> Refused<Located> {
     let spread = node.dir.as_ref().map_or(RoomSpread::Off, |c| c.config().room_spread);
     let stays = match spread {
         _ if ticketed => true,
         RoomSpread::Off => true,
         RoomSpread::WhenFull => {
-            node.dir.as_ref().is_none_or(|c| node.rooms.participants() < c.config().capacity as usize)
+            !node.rooms.is_full()
+                && node.dir.as_ref().is_none_or(|c| node.rooms.participants() < c.config().capacity as usize)
         }
         RoomSpread::Always => false,
     };
@@ -59,7 +63,7 @@ pub(crate) async fn locate_for_socket(node: &Node, room: &str, named: Option<&st
         return locate(node, room, false, true).await;
     };
     let hosted = node.rooms.get(room).is_ok_and(|r| !r.is_handed_over());
-    let has_room = node.rooms.participants() < cluster.config().capacity as usize;
+    let has_room = !node.rooms.is_full() && node.rooms.participants() < cluster.config().capacity as usize;
     if named == Some(cluster.node_id()) && (hosted || has_room) {
         // As a join redirected here: the room is hosted here (claimed, or this node joins its span).
         return locate(node, room, !hosted, true).await;
@@ -94,6 +98,8 @@ async fn locate(node: &Node, room: &str, ticketed: bool, stay_if_hosted: bool) -
             Placement::Local { epoch, .. } => JoinPlacement::Here { epoch, owner: true },
             Placement::Remote(owner) => JoinPlacement::Elsewhere(owner),
         }
+    } else if node.rooms.is_full() {
+        cluster.place_join_when_full(room, ticketed).await.map_err(|e| unavailable(&e))?
     } else {
         cluster.place_join(room, ticketed).await.map_err(|e| unavailable(&e))?
     };

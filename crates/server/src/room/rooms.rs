@@ -148,6 +148,11 @@ impl Rooms {
         self.participants.load(Ordering::Relaxed)
     }
 
+    /// At `max_participants`: a join here would be refused (`server_full`).
+    pub(crate) fn is_full(&self) -> bool {
+        self.participants() >= self.max_participants
+    }
+
     /// A fresh name for a room created without one.
     pub(crate) fn fresh_name(&self) -> String {
         format!("room-{}", self.next_name.fetch_add(1, Ordering::Relaxed))
