@@ -4,7 +4,9 @@
 //! in a frame is asserted by decoding it: alice's frames carry her 440 Hz
 //! and not bob's 660 Hz, and the other way round); the listener sends none.
 //! Only a room's admin opens it, at most `limits.speaker_feeds_per_room` at
-//! once; it ends (1000) when the room is deleted.
+//! once; it ends (1000) when the room is deleted, (4001) when its token
+//! expires unless a fresh one came, and (4408) when its reader stops
+//! answering pings; while open it holds a connection slot.
 
 mod common;
 
@@ -149,4 +151,110 @@ fn the_speaker_feed_carries_each_speakers_own_frames_named() {
     assert_eq!(r.status, 204, "{}", r.body);
     read(&mut feed, &mut [&mut alice, &mut bob, &mut lou], Duration::from_secs(5), &mut heard);
     assert_eq!(heard.closed, Some(1000), "the feed closes with the room");
+}
+
+/// A server with auth on, a room `r` in it, and a way to mint tokens.
+fn feed_server(tune: impl FnOnce(&mut tutti_server::Config)) -> (tokio::runtime::Runtime, tutti_server::Server) {
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = "speaker-feed-test-secret-0123456789abcdef".to_owned();
+    tune(&mut cfg);
+    let (rt, server) = start_with(cfg);
+    let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
+    let r = request_as(
+        server.http_addr(),
+        &Requester::token(&admin),
+        "POST",
+        "/v1/rooms",
+        Some("application/json"),
+        br#"{"id":"r"}"#,
+    )
+    .expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+    (rt, server)
+}
+
+/// The feed's messages until it closes or `within` passes (the close code, if any, last).
+fn until_closed(feed: &mut Feed, within: Duration) -> (Vec<serde_json::Value>, Option<u16>) {
+    let mut heard = Vec::new();
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        match feed.read() {
+            Ok(tungstenite::Message::Text(t)) => heard.push(serde_json::from_str(t.as_str()).expect("JSON")),
+            Ok(tungstenite::Message::Close(f)) => return (heard, Some(f.map_or(1005, |f| u16::from(f.code)))),
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) => panic!("feed: {e}"),
+        }
+    }
+    (heard, None)
+}
+
+#[test]
+fn the_feed_ends_with_its_token_unless_given_a_fresh_one() {
+    let (_rt, server) = feed_server(|_| {});
+    let api = server.http_addr();
+    let mint = |g: &Grant, secs: u64| server.mint_token(g, Duration::from_secs(secs)).expect("token");
+    // A token of 2 s: the feed closes with 4001 at its expiry.
+    let mut feed = open(api, "r", &mint(&Grant::admin("agent"), 2)).expect("feed opens");
+    let (_, closed) = until_closed(&mut feed, Duration::from_secs(6));
+    assert_eq!(closed, Some(4001), "closed at the token's expiry");
+
+    // A fresh token before the expiry keeps it open; one that is no admin's of the room is refused.
+    let mut feed = open(api, "r", &mint(&Grant::admin("agent"), 2)).expect("feed opens");
+    let send = |feed: &mut Feed, token: &str| {
+        let msg = serde_json::json!({"type": "token", "token": token}).to_string();
+        feed.send(tungstenite::Message::Text(msg.into())).expect("send");
+    };
+    send(&mut feed, &mint(&Grant::participant("r", "agent"), 600));
+    send(&mut feed, &mint(&Grant::admin("agent"), 600));
+    let (heard, closed) = until_closed(&mut feed, Duration::from_secs(4));
+    assert_eq!(closed, None, "still open past the first token's expiry: {heard:?}");
+    assert_eq!(heard.len(), 2, "{heard:?}");
+    assert_eq!(
+        (&heard[0]["type"], &heard[0]["code"]),
+        (&serde_json::json!("error"), &serde_json::json!("token_refused"))
+    );
+    assert_eq!(heard[1]["type"], "token_accepted", "{heard:?}");
+}
+
+#[test]
+fn an_idle_feed_is_closed_and_an_open_one_holds_a_connection_slot() {
+    let (_rt, server) = feed_server(|cfg| {
+        cfg.limits.ws_idle_timeout_seconds = 1.5;
+        cfg.limits.max_connections = 2;
+    });
+    let api = server.http_addr();
+    let admin = server.mint_token(&Grant::admin("agent"), Duration::from_secs(600)).expect("token");
+    let health = || tutti_client::request(api, "GET", "/healthz", None, b"").map(|r| r.status).unwrap_or(0);
+
+    // Two open feeds hold both connection slots: a third connection is refused.
+    let mut first = open(api, "r", &admin).expect("feed opens");
+    let second = open(api, "r", &admin).expect("feed opens");
+    assert_ne!(health(), 200, "the feeds hold their connections' slots");
+
+    // The second never answers the pings (nothing reads it): it is closed
+    // with 4408 (read raw: the server's close frame, 0x88, code 0x1138).
+    let mut raw = second.into_inner();
+    raw.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let (mut bytes, mut buf, end) = (Vec::new(), [0u8; 512], Instant::now() + Duration::from_secs(8));
+    while Instant::now() < end {
+        match std::io::Read::read(&mut raw, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+        // The first keeps reading, so it answers the pings and stays.
+        let _ = until_closed(&mut first, Duration::from_millis(10));
+    }
+    assert!(bytes.windows(4).any(|w| w[0] == 0x88 && w[2..] == [0x11, 0x38]), "a 4408 close: {bytes:?}");
+    // Its slot is free again; the first, answering, is still open.
+    let end = Instant::now() + Duration::from_secs(5);
+    while health() != 200 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(health(), 200, "the closed feed's slot is free");
+    let (_, closed) = until_closed(&mut first, Duration::from_millis(500));
+    assert_eq!(closed, None, "a feed that answers its pings stays open");
 }

@@ -99,11 +99,23 @@ pub(crate) async fn caller(
     ticket: Option<&str>,
     room: &str,
 ) -> Refused<Grant> {
+    caller_until(api, headers, target, ticket, room).await.map(|(grant, _)| grant)
+}
+
+/// As [`caller`], with the grant's expiry (Unix seconds: the token's, or
+/// the ticket's; `None` when auth is disabled).
+pub(crate) async fn caller_until(
+    api: &ApiState,
+    headers: &HeaderMap,
+    target: &Target,
+    ticket: Option<&str>,
+    room: &str,
+) -> Refused<(Grant, Option<u64>)> {
     let (Some(ticket), Some(cluster)) = (ticket, &api.node.dir) else {
-        return authenticate(api, headers, None);
+        return authenticate_until(api, headers, None);
     };
     let claims = cluster.verify_ticket(ticket, room, target.request()).await.map_err(ticket_error)?;
-    Ok(grant_of(&claims))
+    Ok((grant_of(&claims), Some(claims.exp)))
 }
 
 /// A `307 Temporary Redirect` to `owner`, the node holding `room`, saying

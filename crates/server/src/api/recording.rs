@@ -98,9 +98,21 @@ impl RoomRequest {
         api: &ApiState,
         allowed: impl FnOnce(&Grant, &str) -> Refused<()>,
     ) -> Refused<Result<Arc<Room>, Response>> {
-        let grant = cluster::caller(api, &self.headers, &self.target, self.ticket.as_deref(), &self.room).await?;
+        Ok(self.room_until(api, allowed).await?.map(|(room, _, _)| room))
+    }
+
+    /// As [`RoomRequest::room`], with the caller's grant and its expiry
+    /// (Unix seconds; `None` when auth is disabled), for a socket that must
+    /// end with its access.
+    pub(super) async fn room_until(
+        &self,
+        api: &ApiState,
+        allowed: impl FnOnce(&Grant, &str) -> Refused<()>,
+    ) -> Refused<Result<(Arc<Room>, Grant, Option<u64>), Response>> {
+        let (grant, exp) =
+            cluster::caller_until(api, &self.headers, &self.target, self.ticket.as_deref(), &self.room).await?;
         allowed(&grant, &self.room)?;
-        cluster::here(api, &self.room, &self.target, &grant).await
+        Ok(cluster::here(api, &self.room, &self.target, &grant).await?.map(|room| (room, grant, exp)))
     }
 
     /// The path's `{id}` as a number; `400 bad_value` ("`what` is a number") otherwise.

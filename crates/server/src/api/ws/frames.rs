@@ -123,3 +123,16 @@ pub(crate) fn move_message(
     message["reason"] = "drain".into();
     Message::Text(message.to_string().into())
 }
+
+/// Longest a socket's timer waits at once (a token valid for centuries is
+/// looked at again after this, rather than overflow a clock).
+pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(86_400 * 365);
+
+/// When a token expiring at `exp` (Unix seconds) expires, on tokio's clock
+/// (at most [`LONGEST_WAIT`] ahead: the timer then checks again).
+pub(crate) fn deadline_of(exp: u64) -> tokio::time::Instant {
+    let left = std::time::UNIX_EPOCH
+        .checked_add(Duration::from_secs(exp))
+        .map_or(LONGEST_WAIT, |at| at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO));
+    tokio::time::Instant::now() + left.min(LONGEST_WAIT)
+}

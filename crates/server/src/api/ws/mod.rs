@@ -91,7 +91,9 @@ use crate::refusal::Refusal;
 use crate::room::{EventKinds, LeaveReason, Room, RoomEvent};
 use crate::session::grants::may_see;
 use crate::session::join::{Joined, Offer, Place};
-use frames::{CLOSE_IDLE, CLOSE_POLICY, CLOSE_TOO_BIG, Caller, close_gracefully, move_message, too_big};
+use frames::{
+    CLOSE_IDLE, CLOSE_POLICY, CLOSE_TOO_BIG, Caller, LONGEST_WAIT, close_gracefully, deadline_of, move_message, too_big,
+};
 
 /// How long before its token's expiry a socket is warned, at most.
 const EXPIRY_WARNING: Duration = Duration::from_secs(60);
@@ -322,19 +324,6 @@ async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admi
         }
     }
     true
-}
-
-/// Longest a socket's timer waits at once (a token valid for centuries is
-/// looked at again after this, rather than overflow a clock).
-const LONGEST_WAIT: Duration = Duration::from_secs(86_400 * 365);
-
-/// When a token expiring at `exp` (Unix seconds) expires, on tokio's clock
-/// (at most [`LONGEST_WAIT`] ahead: the timer then checks again).
-fn deadline_of(exp: u64) -> tokio::time::Instant {
-    let left = std::time::UNIX_EPOCH
-        .checked_add(Duration::from_secs(exp))
-        .map_or(LONGEST_WAIT, |at| at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO));
-    tokio::time::Instant::now() + left.min(LONGEST_WAIT)
 }
 
 /// When to warn a socket whose token expires at `deadline`.
