@@ -248,6 +248,34 @@ fn an_external_selection_overrides_the_mixers_from_the_next_tick_and_none_restor
 }
 
 #[test]
+fn a_whisperer_is_never_a_candidate_for_other_nodes() {
+    let pool = MixPool::new(1).expect("pool");
+    let mut room = Room::new(RoomConfig::default()).expect("room");
+    // 1 whispers to 2; 3 talks in the room. All three are loud.
+    let mut clients: Vec<ToneParticipant> = (1..=3).map(|i| ToneParticipant::new(i, 300.0 * i as f32)).collect();
+    for c in &clients {
+        room.add_participant(c.id).expect("join");
+    }
+    room.open_channel(ChannelId(1), &[ParticipantId(1)], &[ParticipantId(2)]).expect("open");
+    let mut out = Vec::new();
+    for t in 0..20 {
+        for c in clients.iter_mut() {
+            let packet = c.next_packet(0.3);
+            room.push_packet(c.id, packet).expect("in room");
+        }
+        room.tick(&pool, t);
+    }
+    room.candidates(2, &mut out);
+    let mut got: Vec<u64> = out.iter().map(|c| c.id.0).collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![2, 3], "the channel's listener talks in the room; its whisperer stays on this node");
+    // Once the channel closes, the former whisperer is a candidate again.
+    room.close_channel(ChannelId(1)).expect("close");
+    room.candidates(2, &mut out);
+    assert!(out.iter().any(|c| c.id.0 == 1), "{:?}", out.iter().map(|c| c.id).collect::<Vec<_>>());
+}
+
+#[test]
 fn candidates_are_the_loudest_locals_plus_challengers_and_the_selected_with_their_frames() {
     let pool = MixPool::new(1).expect("pool");
     let cfg = RoomConfig { max_speakers: SpeakerLimit::Top(2), ..RoomConfig::default() };

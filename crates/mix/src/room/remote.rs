@@ -109,12 +109,17 @@ impl Room {
     /// speaker whose hold ran out is left out, so that the selection
     /// across nodes lets them go). A participant whose level this tick is
     /// at or above the silence threshold ([`crate::RoomConfig::silence_level`])
-    /// is left out unless selected. One pass over the participants, no decode.
+    /// is left out unless selected. A whisperer of a channel is never a
+    /// candidate: a channel lives on one node (its members are this room's
+    /// own participants), so a whisperer's frames never leave the node and
+    /// no other node mixes, records or announces them; their channel hears
+    /// them on a seat the selection across nodes leaves free
+    /// ([`Room::fill_free_seats`]). One pass over the participants, no decode.
     pub fn candidates(&self, extra: usize, out: &mut Vec<LocalCandidate>) {
         out.clear();
         let silence = self.cfg.silence_level;
         for p in self.shards.iter().flat_map(|s| &s.members) {
-            if p.remote || p.muted {
+            if p.remote || p.muted || p.channel.is_some_and(|(_, whispers)| whispers) {
                 continue;
             }
             // A seat given to a local talker for this tick only is not the
