@@ -72,8 +72,9 @@ impl Sessions {
 
     /// Changes participant `id` of `state` as `grant` may: the participant
     /// itself (mute, hand, deafness) or an admin (everything). A participant
-    /// takes at most `limits.participant_updates_per_second` changes (each
-    /// is fanned out to every socket of the room). Returns the participant
+    /// takes at most `limits.participant_updates_per_second` changes of its
+    /// own and as many from its room's admins (each is fanned out to every
+    /// socket of the room): its own cannot make an admin's fail. Returns the participant
     /// as it is now and its voice settings.
     pub(crate) fn update(
         &self,
@@ -83,7 +84,9 @@ impl Sessions {
         change: &Change,
     ) -> Refused<(Member, ParticipantVoice)> {
         let admin = may_act_on(grant, state, id)?;
-        self.updates.check(id, Instant::now()).map_err(|retry| {
+        // One bucket for the participant's own changes, another for its
+        // room's admins: a participant cannot spend the admins' share.
+        self.updates.check((id, admin), Instant::now()).map_err(|retry| {
             let mut e = Refusal::rate_limited(retry);
             e.message = format!(
                 "participant {id} is updated too often (limits.participant_updates_per_second = {}); retry in {} s",

@@ -28,8 +28,9 @@ pub(crate) struct Sessions {
     pub(crate) auth_on: bool,
     /// Joins (and ICE restarts) per client address.
     pub(crate) joins: AddressLimiter,
-    /// Changes per participant (`PATCH …/participants/{id}`).
-    pub(crate) updates: KeyedLimiter<u64>,
+    /// Changes per participant (`PATCH …/participants/{id}`), counted apart
+    /// for its own and its room's admins' (key: id, by an admin).
+    pub(crate) updates: KeyedLimiter<(u64, bool)>,
     /// WebSocket-joined participants a new socket may resume.
     pub(crate) resumes: Arc<Resumes>,
 }
