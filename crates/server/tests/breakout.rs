@@ -351,3 +351,35 @@ fn with_create_rooms_on_a_move_creates_its_room() {
     }
     rt.block_on(server.shutdown());
 }
+
+/// An admin of the old room only is no admin of the room it is moved to:
+/// the new room's mute-all mutes it; an admin of every room stays spared.
+#[test]
+fn a_moved_room_admin_is_no_admin_of_its_new_room() {
+    let (rt, server, mint) = server();
+    let api = server.http_addr();
+    let admin = mint(Grant::admin("host"));
+    for id in ["a", "b"] {
+        assert_eq!(call(api, &admin, "POST", "/v1/rooms", &json!({ "id": id }).to_string()).status, 201);
+    }
+    let admin_a = mint(Grant { admin: true, ..Grant::participant("a", "host-a") });
+    let mut of_a = ToneClient::join_as(api, &Requester::token(&admin_a), "a", 440.0, JoinAs::Json).expect("join");
+    let mut of_all = ToneClient::join_as(api, &Requester::token(&admin), "a", 660.0, JoinAs::Json).expect("join");
+    run_for(&mut [&mut of_a, &mut of_all], Duration::from_millis(200));
+    for id in [of_a.id, of_all.id] {
+        let r = move_to(api, &admin, "a", id, json!({ "to": "b" }));
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let r = call(api, &admin, "PATCH", "/v1/rooms/b", r#"{"mute_all":true}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = call(api, &admin, "GET", "/v1/rooms/b", "");
+    let b: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
+    let state = |id: u64| {
+        let p = b["participants"].as_array().into_iter().flatten().find(|p| p["id"] == id).expect("in b");
+        (p["admin"].as_bool(), p["muted"].as_bool())
+    };
+    assert_eq!(state(of_a.id), (Some(false), Some(true)), "a's admin is muted with b's participants: {b}");
+    assert_eq!(state(of_all.id), (Some(true), Some(false)), "an admin of every room is spared: {b}");
+    drop((of_a, of_all));
+    rt.block_on(server.shutdown());
+}

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
+use crate::auth::Grant;
+
 /// Whether a participant's audio is dropped on arrival: shared between the
 /// room domain, which sets it when an admin grants or revokes speaking, and
 /// the I/O thread that owns the peer, which reads it per packet (one
@@ -27,6 +29,45 @@ impl ListenOnly {
     }
 }
 
+/// Whether a participant's token is an admin's: of its room, or of every
+/// room. Told as a flag (`"admin": true`); a move to another room (a
+/// breakout) keeps it only for an admin of every room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Admin {
+    #[default]
+    No,
+    /// Of the room it joined (a token for that room).
+    OfRoom,
+    /// Of every room (a `*` token).
+    OfAll,
+}
+
+impl Admin {
+    /// What `grant` makes a participant of `room`.
+    pub(crate) fn of(grant: &Grant, room: &str) -> Self {
+        match (grant.may_manage(room), grant.room == "*") {
+            (false, _) => Self::No,
+            (true, false) => Self::OfRoom,
+            (true, true) => Self::OfAll,
+        }
+    }
+
+    pub(crate) fn is_admin(self) -> bool {
+        self != Self::No
+    }
+
+    /// What it is in another room it is moved to.
+    pub(crate) fn moved(self) -> Self {
+        if self == Self::OfAll { Self::OfAll } else { Self::No }
+    }
+}
+
+impl Serialize for Admin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(self.is_admin())
+    }
+}
+
 /// What the room knows about a participant.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Member {
@@ -46,7 +87,7 @@ pub(crate) struct Member {
     /// It is sent nothing (it asked, or an admin made it so): it hears no one.
     pub(crate) deaf: bool,
     /// It joined with an admin token for the room (`mute_all` spares it).
-    pub(crate) admin: bool,
+    pub(crate) admin: Admin,
     /// Moved here by an admin (a breakout): the room it first joined, which
     /// its token may be all that covers. A token of its identity for that
     /// room may still act on it here (mute, leave, ICE restart).

@@ -39,7 +39,7 @@ mod whispering;
 
 pub(crate) use error::RoomError;
 pub(crate) use event::{EventBatch, EventKinds, RoomEvent, listed_participant, relayed_events};
-pub(crate) use member::{LeaveReason, ListenOnly, Member};
+pub(crate) use member::{Admin, LeaveReason, ListenOnly, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, SpeakerFeed};

@@ -19,11 +19,12 @@
 //! SSRC, sequence numbers and timestamps (no new offer or answer); it stays
 //! marked as a source that suppresses no noise itself.
 //!
-//! What moves: the participant's id, name, identity, admin flag, mute state
+//! What moves: the participant's id, name, identity, mute state
 //! and its speak gate (set by the move's `speak`, or kept). What starts
 //! afresh in the new room: its place in the mixer (jitter buffer, level,
 //! gain 1, the room's own voice processing), its hand (lowered) and its
-//! hearing (not deaf).
+//! hearing (not deaf). Its admin flag moves only when its token is an
+//! admin's of every room: an admin of the old room is none of the new.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -100,6 +101,8 @@ impl Rooms {
         }
         member.gate.set(member.listen_only);
         member.joined_in.get_or_insert_with(|| from.id.clone());
+        // An admin of the old room only is no admin of the new one (its mute-all spares it not).
+        member.admin = member.admin.moved();
         member.talking = false;
         member.hand = false;
         member.deaf = false;
@@ -118,7 +121,7 @@ impl Rooms {
         // One identity, one participant, as a join: the identity's participant
         // already in the new room leaves (`replaced`); its peer is closed by
         // whoever takes `take_replaced`.
-        if !identity.is_empty() && !original.admin {
+        if !identity.is_empty() && !member.admin.is_admin() {
             let old: Vec<u64> = lock(&to.members).values().filter(|m| m.identity == identity).map(|m| m.id).collect();
             for old in old {
                 if let Ok(Some(effect)) = self.leave(to, old, LeaveReason::Replaced) {
@@ -174,7 +177,8 @@ mod tests {
             tutti_rtc::ClientPeer::new(SocketAddr::from(([127, 0, 0, 1], 50_000)), now).expect("client offer");
         let (peer, _answer) = acceptor.accept(&offer, now).expect("accepted");
         let ufrag = peer.ufrag().to_owned();
-        let j = Joiner { peer, name: name.into(), identity: name.into(), listen_only: false, admin: false };
+        let j =
+            Joiner { peer, name: name.into(), identity: name.into(), listen_only: false, admin: Default::default() };
         (j, ufrag)
     }
 
@@ -251,7 +255,7 @@ mod tests {
             name: "phone".into(),
             identity: "phone".into(),
             listen_only: false,
-            admin: false,
+            admin: Default::default(),
             io: 7,
         };
         let (id, gate) = rooms.join_plain(&a, plain).expect("joins a");

@@ -22,7 +22,7 @@ pub(crate) struct PlainJoiner {
     /// Its token lacks `speak`.
     pub(crate) listen_only: bool,
     /// Its token manages the room (spared by mute-all).
-    pub(crate) admin: bool,
+    pub(crate) admin: super::member::Admin,
     /// The I/O thread (index in the media plane's list) that owns it.
     pub(crate) io: usize,
 }
@@ -57,7 +57,14 @@ mod tests {
     use crate::room::{Claim, Effect, LeaveReason};
 
     fn plain(id: PeerId, name: &str) -> PlainJoiner {
-        PlainJoiner { id, name: name.to_owned(), identity: String::new(), listen_only: false, admin: false, io: 7 }
+        PlainJoiner {
+            id,
+            name: name.to_owned(),
+            identity: String::new(),
+            listen_only: false,
+            admin: Default::default(),
+            io: 7,
+        }
     }
 
     #[test]

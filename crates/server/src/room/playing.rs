@@ -303,7 +303,7 @@ mod tests {
                 name: name.to_owned(),
                 identity: String::new(),
                 listen_only: false,
-                admin: false,
+                admin: crate::room::Admin::No,
                 io: 0,
             };
             rooms.join_plain(&room, joiner).expect("joins").0

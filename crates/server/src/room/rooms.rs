@@ -13,7 +13,7 @@ use tutti_rtc::{PeerId, ServerPeer};
 
 use super::error::RoomError;
 use super::event::RoomEvent;
-use super::member::{LeaveReason, ListenOnly, MAX_NAME_BYTES, Member};
+use super::member::{Admin, LeaveReason, ListenOnly, MAX_NAME_BYTES, Member};
 use super::playback;
 use super::registry::{Claim, Registry};
 use super::room::{Room, RoomKey};
@@ -51,7 +51,7 @@ pub(crate) struct Joiner {
     /// Its token lacks `speak`.
     pub(crate) listen_only: bool,
     /// Its token is an admin's for the room (`mute_all` spares it).
-    pub(crate) admin: bool,
+    pub(crate) admin: Admin,
 }
 
 /// A participant about to join (see [`Rooms::add_member`]).
@@ -60,7 +60,7 @@ pub(crate) struct NewMember {
     pub(super) name: String,
     pub(super) identity: String,
     pub(super) listen_only: bool,
-    pub(super) admin: bool,
+    pub(super) admin: Admin,
     /// Already connected (a plain RTP participant has no ICE or DTLS to wait for).
     pub(super) connected: bool,
     /// Its name's prefix when it has neither a name nor an identity.
@@ -310,7 +310,7 @@ impl Rooms {
         // peer is closed by whoever takes `take_replaced`). Anonymous
         // participants (no identity: auth disabled) are never matched, and
         // an admin of the room may hold several (a load generator, a bridge).
-        if !identity.is_empty() && !admin {
+        if !identity.is_empty() && !admin.is_admin() {
             let old: Vec<u64> = lock(&room.members).values().filter(|m| m.identity == identity).map(|m| m.id).collect();
             for old in old {
                 if let Ok(Some(effect)) = self.leave(room, old, LeaveReason::Replaced) {

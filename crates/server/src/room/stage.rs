@@ -202,7 +202,7 @@ impl Rooms {
         }
         let mut members = lock(&room.members);
         let mut muted = Vec::new();
-        for member in members.values_mut().filter(|m| !m.admin && !m.muted) {
+        for member in members.values_mut().filter(|m| !m.admin.is_admin() && !m.muted) {
             if room.set_muted(ParticipantId(member.id), true).is_ok() {
                 member.muted = true;
                 muted.push(member.id);

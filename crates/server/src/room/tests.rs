@@ -37,7 +37,7 @@ fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str, listen_only: bool) -> (Joi
             name: name.to_owned(),
             identity: format!("id-{}", name.trim_end_matches('\u{7}')),
             listen_only,
-            admin: false,
+            admin: Default::default(),
         },
         ufrag,
     )

@@ -122,7 +122,7 @@ mod tests {
             name: "phone".into(),
             identity: String::new(),
             listen_only: false,
-            admin: false,
+            admin: Default::default(),
             io: 0,
         };
         let (phone, _) = rooms.join_plain(&room, joiner).expect("joins");

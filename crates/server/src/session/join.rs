@@ -135,7 +135,7 @@ impl Sessions {
             identity: grant.identity.clone(),
             listen_only: !grant.speak,
             // With auth off every caller is an admin: then nobody is spared by mute-all.
-            admin: self.auth_on && grant.may_manage(&room.id),
+            admin: if self.auth_on { crate::room::Admin::of(grant, &room.id) } else { crate::room::Admin::No },
         };
         let id = self.rooms.join(room, joiner, now)?;
         Ok((id, answer))
@@ -202,7 +202,7 @@ impl Sessions {
             name: name.to_owned(),
             identity: grant.identity.clone(),
             listen_only,
-            admin: grant.may_manage(&room.id),
+            admin: crate::room::Admin::of(grant, &room.id),
             io,
         };
         let (id, listen_only) = self.rooms.join_plain(room, joiner)?;

@@ -30,7 +30,13 @@ fn joiner(identity: &str, listen_only: bool, admin: bool) -> Joiner {
     let (_client, offer) =
         tutti_rtc::ClientPeer::new(SocketAddr::from(([127, 0, 0, 1], 50_000)), now).expect("client offer");
     let (peer, _answer) = acceptor.accept(&offer, now).expect("accepted");
-    Joiner { peer, name: String::new(), identity: identity.to_owned(), listen_only, admin }
+    Joiner {
+        peer,
+        name: String::new(),
+        identity: identity.to_owned(),
+        listen_only,
+        admin: if admin { crate::room::Admin::OfRoom } else { crate::room::Admin::No },
+    }
 }
 
 /// (listen_only, muted, hand, the I/O thread's gate) of a member.
