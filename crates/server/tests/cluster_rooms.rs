@@ -162,3 +162,66 @@ fn a_join_racing_a_delete_leaves_the_room_closed_or_owned() {
     }
     rt.block_on(server.shutdown());
 }
+
+/// A join redirected to the node holding the room gets TURN credentials
+/// that expire with the caller's token, as a join that was not redirected
+/// does: the redirect's ticket carries the token's expiry. They used to get
+/// the configured TTL (24 h here).
+#[test]
+fn a_redirected_join_gets_turn_credentials_no_longer_than_its_token() {
+    let redis = RedisServer::start();
+    let turn = tutti_server::ice::IceServerEntry {
+        urls: vec!["turn:127.0.0.1:3478?transport=udp".into()],
+        secret: "tutti and coturn share this".into(),
+        ttl_seconds: 86_400,
+        ..Default::default()
+    };
+    let nodes: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|id| {
+            let mut cfg = node_config(&redis);
+            cfg.cluster.node_id = (*id).to_owned();
+            cfg.ice_servers = vec![turn.clone()];
+            start_with(cfg)
+        })
+        .collect();
+    let apis: Vec<SocketAddr> = nodes.iter().map(|(_, s)| s.http_addr()).collect();
+    let admin = nodes[0].1.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let holder = loop {
+        let r = call(apis[0], &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"r"}"#);
+        if r.status == 201 {
+            break apis[0];
+        }
+        if r.status == 307 {
+            break apis[1];
+        }
+        assert!(Instant::now() < deadline, "no node took the room: {} {}", r.status, r.body);
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let other = if holder == apis[0] { apis[1] } else { apis[0] };
+    if holder == apis[1] {
+        // The create was redirected: make it there.
+        let r = call(apis[1], &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"r"}"#);
+        assert!(r.status == 201 || r.code() == "room_exists", "{} {}", r.status, r.body);
+    }
+    let token = nodes[0].1.mint_token(&Grant::participant("r", "alice"), Duration::from_secs(600)).expect("token");
+    let offer = ToneClient::offer(100.0).expect("offer").1;
+    let r = call(other, &token, "POST", "/v1/rooms/r/participants", Some("application/sdp"), offer.as_bytes());
+    assert_eq!(r.status, 307, "{}", r.body);
+    let location = r.header("location").expect("Location").to_owned();
+    let (to, path) = tutti_client::split_location(&location).expect("http Location");
+    assert_eq!(to, holder);
+    let r =
+        request_as(to, &Requester::default(), "POST", &path, Some("application/sdp"), offer.as_bytes()).expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let link = r.header("link").expect("a Link header with the TURN server").to_owned();
+    let username = link.split("username=\"").nth(1).and_then(|s| s.split('"').next()).expect("username");
+    let expiry: u64 = username.split(':').next().and_then(|e| e.parse().ok()).expect("<expiry>:<user>");
+    let now = tutti_server::auth::unix_now();
+    assert!(expiry <= now + 601, "TURN credentials until {expiry}, the token until ~{}", now + 600);
+    assert!(expiry + 5 >= now + 600, "and not much earlier: {expiry}");
+    for (rt, server) in nodes {
+        rt.block_on(server.shutdown());
+    }
+}

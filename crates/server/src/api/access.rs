@@ -103,7 +103,8 @@ pub(crate) async fn caller(
 }
 
 /// As [`caller`], with the grant's expiry (Unix seconds: the token's, or
-/// the ticket's; `None` when auth is disabled).
+/// for a ticket the token's it carries, else the ticket's own; `None` when
+/// auth is disabled).
 pub(crate) async fn caller_until(
     api: &ApiState,
     headers: &HeaderMap,
@@ -115,7 +116,9 @@ pub(crate) async fn caller_until(
         return authenticate_until(api, headers, None);
     };
     let claims = cluster.verify_ticket(ticket, room, target.request()).await.map_err(ticket_error)?;
-    Ok((grant_of(&claims), Some(claims.exp)))
+    // The token's expiry the redirecting node carried; else the ticket's own.
+    let exp = claims.grants["exp"].as_u64().unwrap_or(claims.exp);
+    Ok((grant_of(&claims), Some(exp)))
 }
 
 /// A `307 Temporary Redirect` to `owner`, the node holding `room`, saying
@@ -128,7 +131,7 @@ pub(crate) fn redirect(
     room: &str,
     target: &Target,
     extra_query: Option<&str>,
-    grant: &Grant,
+    grant: (&Grant, Option<u64>),
     message: String,
 ) -> Refused<Response> {
     let cluster =
@@ -154,7 +157,7 @@ pub(crate) fn redirect_room(
     room: &str,
     target: &Target,
     extra_query: Option<&str>,
-    grant: &Grant,
+    grant: (&Grant, Option<u64>),
 ) -> Refused<Response> {
     redirect(api, owner, room, target, extra_query, grant, locate::room_is_on(room, owner))
 }
@@ -195,6 +198,6 @@ fn found(
 ) -> Refused<Result<Arc<Room>, Response>> {
     match found {
         Found::Here(state) => Ok(Ok(state)),
-        Found::Elsewhere(owner, message) => redirect(api, &owner, room, target, None, grant, message).map(Err),
+        Found::Elsewhere(owner, message) => redirect(api, &owner, room, target, None, (grant, None), message).map(Err),
     }
 }

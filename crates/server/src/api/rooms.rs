@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::access::{self as cluster, Access, authenticate, authenticate_until};
+use super::access::{self as cluster, Access, authenticate};
 use super::body::{body, content_type, json};
 use super::schema::{ErrorBody, shapes};
 use super::state::ApiState;
@@ -132,7 +132,7 @@ pub(crate) async fn create_room(
         Placed::Elsewhere(owner) => {
             // The id goes in the query (once), for the ticket to name it there.
             let extra = ticket_room.is_none().then(|| format!("room={id}"));
-            return cluster::redirect_room(&api, &owner, &id, &target, extra.as_deref(), &grant);
+            return cluster::redirect_room(&api, &owner, &id, &target, extra.as_deref(), (&grant, None));
         }
     };
     if record {
@@ -263,7 +263,7 @@ pub(crate) async fn delete_room(
         return Err(Refusal::forbidden(format!("deleting room '{room}' needs an admin token for it")));
     }
     if let Some(owner) = api.session.delete_room(&room).await? {
-        return cluster::redirect_room(&api, &owner, &room, &target, None, &grant);
+        return cluster::redirect_room(&api, &owner, &room, &target, None, (&grant, None));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -333,7 +333,9 @@ pub(crate) async fn join(
     raw: Result<Bytes, BytesRejection>,
 ) -> Refused<Response> {
     let access = cluster::access(query);
-    let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
+    // The token's expiry (or the one a redirect ticket carries): the TURN
+    // credentials, here or on the node a redirect sends the join to, expire with it.
+    let (grant, token_exp) = cluster::caller_until(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
     let whip = content_type(&headers).eq_ignore_ascii_case("application/sdp");
     // The offer is parsed once the caller may join (the session layer asks for it).
     let offer = || {
@@ -361,15 +363,12 @@ pub(crate) async fn join(
     };
     let (id, answer) = match api.session.join(request, offer).await? {
         Joined::Here { id, answer } => (id, answer),
-        Joined::Elsewhere(owner) => return cluster::redirect_room(&api, &owner, &room, &target, None, &grant),
+        Joined::Elsewhere(owner) => {
+            return cluster::redirect_room(&api, &owner, &room, &target, None, (&grant, token_exp));
+        }
     };
     let location = format!("/v1/rooms/{room}/participants/{id}");
-    // TURN credentials expire with the token (a redirect ticket carries no token expiry: the configured TTL).
-    let token_expiry = if access.ticket.is_none() {
-        authenticate_until(&api, &headers, None).ok().and_then(|(_, exp)| exp)
-    } else {
-        None
-    };
+
     if whip {
         let mut response = (StatusCode::CREATED, answer).into_response();
         let headers = response.headers_mut();
@@ -377,12 +376,12 @@ pub(crate) async fn join(
         if let Ok(v) = HeaderValue::from_str(&location) {
             headers.insert(header::LOCATION, v);
         }
-        super::ice::link_headers(&api, &grant, &room, token_expiry, &mut response);
+        super::ice::link_headers(&api, &grant, &room, token_exp, &mut response);
         Ok(response)
     } else {
         let body = axum::Json(JoinResponse { id, sdp: answer });
         let mut response = (StatusCode::CREATED, [(header::LOCATION, location)], body).into_response();
-        super::ice::link_headers(&api, &grant, &room, token_expiry, &mut response);
+        super::ice::link_headers(&api, &grant, &room, token_exp, &mut response);
         Ok(response)
     }
 }

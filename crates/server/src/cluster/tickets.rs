@@ -76,21 +76,25 @@ pub(crate) fn forwardable(uri: &Uri) -> String {
 /// `method uri`: the same path and query on that node, with a ticket of
 /// the least of `grant` the request needs ([`least_grant`]) bound to the
 /// request's method and path. `extra_query` is added to the path (e.g. the
-/// room id of a redirected create).
+/// room id of a redirected create). `token_exp`: the expiry of the caller's
+/// token (Unix seconds), carried in the ticket (`exp`) so that what the
+/// request gets there (a join's TURN credentials) does not outlive it.
 pub(crate) fn redirect_location(
     cluster: &Cluster,
     owner: &Owner,
     room: &str,
     (method, uri): (&Method, &Uri),
     extra_query: Option<&str>,
-    grant: &Grant,
+    (grant, token_exp): (&Grant, Option<u64>),
 ) -> Refused<String> {
     let least = least_grant(grant, room, method, uri.path());
-    let ticket = cluster
-        .mint_ticket(room, &grant.identity, grants_json(&least), (method.as_str(), uri.path()))
-        .map_err(|e| {
-            Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("cannot mint a redirect ticket: {e}"))
-        })?;
+    let mut grants = grants_json(&least);
+    if let Some(exp) = token_exp {
+        grants["exp"] = exp.into();
+    }
+    let ticket = cluster.mint_ticket(room, &grant.identity, grants, (method.as_str(), uri.path())).map_err(|e| {
+        Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("cannot mint a redirect ticket: {e}"))
+    })?;
     let mut path = forwardable(uri);
     if let Some(extra) = extra_query {
         path.push(if path.contains('?') { '&' } else { '?' });
