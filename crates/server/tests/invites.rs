@@ -114,3 +114,44 @@ fn without_auth_an_invite_is_a_plain_link() {
     assert_eq!(v["url"], format!("http://{api}/?room=open"));
     rt.block_on(server.shutdown());
 }
+
+/// An invite never outlives the token of the admin who made it, and a room
+/// takes a bounded number of invites per hour (1,000): a stolen admin token
+/// cannot mint guest links that outlive it, or without end.
+#[test]
+fn invites_end_with_their_inviter_and_a_room_takes_a_bounded_number() {
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = SECRET.to_owned();
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let auth = Auth::new(SECRET).expect("secret");
+    let now = unix_now();
+    let short = auth.mint(&Grant::admin("host"), Duration::from_secs(300), now).expect("mint");
+    let r = call(api, Some(&short), "POST", "/v1/rooms/demo/invites", r#"{"ttl_seconds":86400}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let expires = json(&r)["expires_at"].as_u64().expect("expires_at");
+    assert!(expires <= now + 301, "the invite ends with its inviter's token: {expires} > {}", now + 300);
+    let guest = json(&r)["token"].as_str().expect("token").to_owned();
+    let (_, exp) = auth.verify_until(&guest, unix_now()).expect("a valid token");
+    assert_eq!(exp, expires, "the token says what the answer says");
+
+    let long = auth.mint(&Grant::admin("host"), Duration::from_secs(3600), now).expect("mint");
+    // 1,000 at once (the one above included), then about one every 3.6 s:
+    // the run's own seconds refill a few.
+    let mut minted = 1;
+    let refused = loop {
+        let r = call(api, Some(&long), "POST", "/v1/rooms/demo/invites", "");
+        if r.status != 201 || minted > 1100 {
+            break r;
+        }
+        minted += 1;
+    };
+    assert!((1000..1020).contains(&minted), "{minted} invites before the first refusal");
+    let r = refused;
+    assert_eq!((r.status, json(&r)["code"].as_str()), (429, Some("too_many_invites")), "{}", r.body);
+    assert!(r.header("retry-after").is_some(), "says when to retry");
+    let r = call(api, Some(&long), "POST", "/v1/rooms/other/invites", "");
+    assert_eq!(r.status, 201, "another room is not affected: {}", r.body);
+    rt.block_on(server.shutdown());
+}

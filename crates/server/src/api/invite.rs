@@ -5,7 +5,10 @@
 //! Request (JSON, every field optional; an empty body takes the defaults):
 //! `{"permissions": "speak" | "listen", "ttl_seconds": N}`: `speak` (the
 //! default) may talk and listen, `listen` may only listen; the token lives
-//! `ttl_seconds` (default 3600, from 60 to 604800 = 7 days).
+//! `ttl_seconds` (default 3600, from 60 to 604800 = 7 days), and never
+//! beyond the expiry of the inviting token. A room takes at most
+//! [`INVITES_PER_ROOM_PER_HOUR`] invites per hour on a node (429
+//! `too_many_invites` with `Retry-After` beyond).
 //! Answer: 201 `{"token", "url", "expires_at", "permissions", "identity"}`:
 //! `url` is the page's link for the room with the token in its fragment
 //! (`…/?room=R#token=…`, so it reaches neither server logs nor `Referer`),
@@ -38,10 +41,10 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::access::authenticate;
+use super::access::authenticate_until;
 use super::body::{body, json};
 use super::schema::ErrorBody;
-use super::state::ApiState;
+use super::state::{ApiState, INVITES_PER_ROOM_PER_HOUR};
 use crate::auth::{Grant, is_room_id, unix_now};
 use crate::refusal::{Refusal, Refused};
 
@@ -106,6 +109,7 @@ pub(crate) fn routes() -> Router<Arc<ApiState>> {
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden`: not an admin of the room", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        (status = 429, description = "`too_many_invites`: the room's invites this hour (`Retry-After`)", body = ErrorBody),
     ),
 )]
 async fn create_invite(
@@ -114,7 +118,7 @@ async fn create_invite(
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Refused<Response> {
-    let grant = authenticate(&api, &headers, None)?;
+    let (grant, inviter_expires) = authenticate_until(&api, &headers, None)?;
     if !grant.covers(&room) {
         return Err(Refusal::wrong_room(&room));
     }
@@ -133,6 +137,16 @@ async fn create_invite(
         ));
     }
     let permissions = req.permissions.unwrap_or_default();
+    let hash = std::hash::BuildHasher::hash_one(&api.room_hasher, room.as_str());
+    api.invites.check(hash, std::time::Instant::now()).map_err(|retry| {
+        let mut e = Refusal::rate_limited(retry);
+        e.code = "too_many_invites";
+        e.message = format!(
+            "room '{room}' had {INVITES_PER_ROOM_PER_HOUR} invites within the hour; retry in {} s",
+            retry.as_secs_f64().ceil().max(1.0)
+        );
+        e
+    })?;
     // Each guest its own identity (one identity holds one participant): no
     // randomness, no invite, rather than one identity shared by every guest.
     let nonce = getrandom::u32().map_err(|e| {
@@ -148,6 +162,8 @@ async fn create_invite(
                 Permissions::Listen => Grant::listener(room.as_str(), identity.as_str()),
             };
             let now = unix_now();
+            // No longer than the inviter's own token: a guest link never outlives its host's access.
+            let ttl = inviter_expires.map_or(ttl, |exp| ttl.min(exp.saturating_sub(now).max(1)));
             // The room and identity were checked above: minting cannot fail on them.
             let token = auth
                 .mint(&guest, Duration::from_secs(ttl), now)

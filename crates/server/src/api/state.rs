@@ -3,6 +3,7 @@
 //! only the API keeps (its open sockets, clips, the token verifier).
 
 use std::collections::HashMap;
+use std::hash::RandomState;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
@@ -11,12 +12,16 @@ use std::time::SystemTime;
 use crate::Config;
 use crate::auth::Auth;
 use crate::cluster::node::Node;
-use crate::limit::Counts;
+use crate::limit::{Counts, KeyedLimiter};
 use crate::media::MediaHandle;
 use crate::outputs::Outputs;
 use crate::room::Rooms;
 use crate::room::playback::Clip;
 use crate::session::sessions::Sessions;
+
+/// Invites a room's admins may mint per room and node, per hour (at once:
+/// as many); beyond: 429 `too_many_invites`.
+pub(crate) const INVITES_PER_ROOM_PER_HOUR: u32 = 1000;
 
 /// What the API handlers share.
 pub(crate) struct ApiState {
@@ -38,6 +43,10 @@ pub(crate) struct ApiState {
     pub(crate) ws_identities: Counts,
     /// Files of the playback directory read once for every room playing them.
     pub(crate) clips: ClipCache,
+    /// Invites minted per room (by a keyed hash of its name).
+    pub(crate) invites: KeyedLimiter<u64>,
+    /// The key of that hash (per process: nobody aims a collision).
+    pub(crate) room_hasher: RandomState,
 }
 
 impl ApiState {
@@ -54,6 +63,8 @@ impl ApiState {
             ws_sessions: AtomicUsize::new(0),
             ws_identities: Counts::default(),
             clips: ClipCache::default(),
+            invites: KeyedLimiter::new(INVITES_PER_ROOM_PER_HOUR as f64 / 3600.0, INVITES_PER_ROOM_PER_HOUR),
+            room_hasher: RandomState::new(),
         }
     }
 }
