@@ -255,6 +255,22 @@ fn bad_files_paths_out_of_the_directory_and_big_uploads_get_clear_errors() {
     // reads and drops the rest rather than resetting the connection).
     let (status, body) = upload(&vec![0x4f; 12 << 20]);
     assert_eq!((status, &body["code"]), (413, &json!("file_too_large")), "{body}");
+    // A file of tiny frames (1-byte packets: 20 ms each) within the size
+    // limit, which would hold ~3× its size in memory: refused as too large,
+    // so that a playback holds at most 1.5 × max_file_bytes.
+    let tiny = {
+        use tutti_server::outputs::ogg::{OggOpusWriter, OpusHead};
+        let head = OpusHead { channels: 1, pre_skip: 0, input_rate: 48_000 };
+        let mut w = OggOpusWriter::new(Vec::new(), 9, head, "t", &[]).expect("headers");
+        for _ in 0..6000 {
+            w.push_packet(&[0x08], 960).expect("push");
+        }
+        w.finish().expect("finish");
+        std::mem::take(w.get_mut())
+    };
+    assert!(tiny.len() < 16 * 1024, "within the file size limit: {} bytes", tiny.len());
+    let (status, body) = upload(&tiny);
+    assert_eq!((status, &body["code"]), (413, &json!("file_too_large")), "{body}");
     let (status, body) = upload(b"OggS but then nothing of the kind");
     assert_eq!((status, &body["code"]), (422, &json!("bad_audio_file")), "{body}");
     let mut damaged = good.clone();

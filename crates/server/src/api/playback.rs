@@ -61,6 +61,19 @@ pub(crate) enum LoadError {
         /// The limit.
         max: u64,
     },
+    /// Within `playback.max_file_bytes`, but its frames so small and many
+    /// that holding them would take more than 1.5 times that.
+    #[error(
+        "the file's {frames} frames would hold {held} bytes in memory, more than 1.5 × {max} (playback.max_file_bytes): its frames are unusually small; encode it at a higher bitrate, or shorter"
+    )]
+    HeldTooLarge {
+        /// Its 20 ms frames.
+        frames: usize,
+        /// What it would hold.
+        held: usize,
+        /// The limit.
+        max: u64,
+    },
     /// Reading failed.
     #[error("cannot read '{name}': {kind}")]
     Io {
@@ -79,7 +92,9 @@ impl From<LoadError> for Refusal {
         let (status, code) = match &e {
             LoadError::BadName(_) => (StatusCode::BAD_REQUEST, "bad_file_name"),
             LoadError::NoDirectory | LoadError::NotFound(_) => (StatusCode::NOT_FOUND, "file_not_found"),
-            LoadError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "file_too_large"),
+            LoadError::TooLarge { .. } | LoadError::HeldTooLarge { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "file_too_large")
+            }
             LoadError::Io { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             LoadError::Bad(_) => (StatusCode::UNPROCESSABLE_ENTITY, "bad_audio_file"),
         };
@@ -138,11 +153,23 @@ pub(crate) fn load_file(dir: &str, name: &str, max: u64, cache: Option<&ClipCach
     if bytes.len() as u64 > max {
         return Err(LoadError::TooLarge { max });
     }
-    let clip = Arc::new(Clip::parse(name, &bytes)?);
+    let clip = Arc::new(held_within(Clip::parse(name, &bytes)?, max)?);
     if let Some(cache) = cache {
         let mut map = lock(&cache.0);
         map.retain(|_, (_, _, c)| c.strong_count() > 0);
         map.insert(path, (modified, len, Arc::downgrade(&clip)));
+    }
+    Ok(clip)
+}
+
+/// `clip`, unless what it holds in memory is more than 1.5 × `max` bytes:
+/// its packets (part of the file, so at most `max`) and 5 bytes per frame,
+/// which only a file of unusually small frames brings near that (1-byte
+/// frames: ~3 times the file's size).
+fn held_within(clip: Clip, max: u64) -> Result<Clip, LoadError> {
+    let held = clip.memory_bytes();
+    if held as u64 > max.saturating_add(max / 2) {
+        return Err(LoadError::HeldTooLarge { frames: clip.len(), held, max });
     }
     Ok(clip)
 }
@@ -361,6 +388,7 @@ pub(super) async fn start(
                 .await
                 .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
                 .map_err(|e| Refusal::from(LoadError::Bad(e)))?;
+            let clip = held_within(clip, max)?;
             (Arc::new(clip), q.looping.unwrap_or(false))
         }
         "application/json" => {
@@ -525,12 +553,12 @@ mod tests {
         // Changed on disk: read again.
         std::fs::write(dir.join("a.opus"), playback::tone_file(440.0, 20)).expect("write");
         let changed = load_file(&d, "a.opus", 1 << 20, Some(&cache)).expect("read");
-        assert_eq!(changed.frames.len(), 20);
+        assert_eq!(changed.len(), 20);
         // Nobody plays it: the cache does not keep it alive.
         let weak = Arc::downgrade(&changed);
         drop((first, again, changed));
         assert!(weak.upgrade().is_none());
-        assert_eq!(load_file(&d, "a.opus", 1 << 20, Some(&cache)).expect("read").frames.len(), 20);
+        assert_eq!(load_file(&d, "a.opus", 1 << 20, Some(&cache)).expect("read").len(), 20);
         assert!(matches!(load_file(&d, "a.opus", 100, Some(&cache)), Err(LoadError::TooLarge { max: 100 })));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -68,12 +68,20 @@ pub(crate) struct ClipFrame {
     pub(crate) level: u8,
 }
 
-/// A file ready to play: its frames, in order.
+/// A file ready to play: its frames, in order, in one buffer with 5 bytes
+/// per frame beside it (where each ends, its level), so that what a clip
+/// holds in memory ([`Clip::memory_bytes`]) is about its file's size for an
+/// ordinary file (a file of tiny frames holds more: the callers bound it).
 #[derive(Debug)]
 pub(crate) struct Clip {
     /// Its file name (or `upload` for a body).
     pub(crate) name: String,
-    pub(crate) frames: Vec<ClipFrame>,
+    /// Every frame's Opus packet, one after the other.
+    data: Bytes,
+    /// Where each frame ends in `data`.
+    ends: Vec<u32>,
+    /// Each frame's RFC 6464 level, measured once when the clip was read.
+    levels: Vec<u8>,
 }
 
 impl Clip {
@@ -92,13 +100,14 @@ impl Clip {
         if !tags.data.starts_with(b"OpusTags") {
             return Err(ClipError::BadHeader("the second packet is not OpusTags".into()));
         }
-        let mut packets = Vec::new();
-        let mut total = 0;
+        // One buffer for the whole clip; each frame is a view of it.
+        let mut all = BytesMut::with_capacity(bytes.len());
+        let mut ends: Vec<u32> = Vec::new();
         while let Some(p) = next()? {
             if p.stream_serial() != serial {
                 return Err(ClipError::MultipleStreams);
             }
-            let index = packets.len();
+            let index = ends.len();
             if index >= MAX_FRAMES {
                 return Err(ClipError::TooLong);
             }
@@ -110,33 +119,46 @@ impl Clip {
                 }
                 return Err(ClipError::FrameSize { index, samples });
             }
-            total += p.data.len();
-            packets.push(p.data);
+            all.extend_from_slice(&p.data);
+            // Within the file's own length (at most `max_file_bytes`, far below 4 GiB).
+            ends.push(u32::try_from(all.len()).map_err(|_| ClipError::TooLong)?);
         }
-        if packets.is_empty() {
+        if ends.is_empty() {
             return Err(ClipError::Empty);
         }
-        // One buffer for the whole clip; each frame is a view of it.
-        let mut all = BytesMut::with_capacity(total);
-        for p in &packets {
-            all.extend_from_slice(p);
-        }
-        let all = all.freeze();
         let mut decoder = Decoder::new().map_err(|e| ClipError::BadHeader(e.to_string()))?;
         let mut pcm = [0.0f32; FRAME_SAMPLES];
-        let mut frames = Vec::with_capacity(packets.len());
+        let mut levels = Vec::with_capacity(ends.len());
         let mut at = 0;
-        for (index, p) in packets.iter().enumerate() {
-            decoder.decode(p, &mut pcm).map_err(|_| ClipError::Corrupt { index })?;
-            frames.push(ClipFrame { payload: all.slice(at..at + p.len()), level: level_of(&pcm) });
-            at += p.len();
+        for (index, &end) in ends.iter().enumerate() {
+            decoder.decode(&all[at..end as usize], &mut pcm).map_err(|_| ClipError::Corrupt { index })?;
+            levels.push(level_of(&pcm));
+            at = end as usize;
         }
-        Ok(Self { name: name.to_owned(), frames })
+        ends.shrink_to_fit();
+        // Exactly the packets (the buffer was sized for the whole file).
+        Ok(Self { name: name.to_owned(), data: Bytes::copy_from_slice(&all), ends, levels })
+    }
+
+    /// Its frames.
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Frame `i` (`i < len()`): a view of the clip's buffer (no copy) and its level.
+    pub(crate) fn frame(&self, i: usize) -> ClipFrame {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        ClipFrame { payload: self.data.slice(start..self.ends[i] as usize), level: self.levels[i] }
+    }
+
+    /// What it holds in memory: its packets and 5 bytes per frame.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.data.len() + self.ends.len() * 5 + self.name.len()
     }
 
     /// How long it plays once, in seconds.
     pub(crate) fn duration_seconds(&self) -> f64 {
-        self.frames.len() as f64 * 0.02
+        self.len() as f64 * 0.02
     }
 }
 
@@ -173,11 +195,15 @@ pub(crate) mod tests {
 
     #[test]
     fn a_real_tone_file_is_read_frame_by_frame_with_levels() {
-        let clip = Clip::parse("tone.opus", &tone_file(440.0, 100)).expect("parsed");
-        assert_eq!(clip.frames.len(), 100);
+        let file = tone_file(440.0, 100);
+        let clip = Clip::parse("tone.opus", &file).expect("parsed");
+        assert_eq!(clip.len(), 100);
+        // An ordinary file holds about its size in memory (its packets, 5 bytes a frame).
+        let (held, size) = (clip.memory_bytes(), file.len());
+        assert!(held < size + size / 10, "{held} bytes held for a file of {size}");
         assert!((clip.duration_seconds() - 2.0).abs() < 1e-9);
         // A 0.3 sine is about −13 dBov; the first frame holds the encoder's ramp-up.
-        assert!(clip.frames[10..].iter().all(|f| (10..=16).contains(&f.level)), "{:?}", clip.frames[10].level);
+        assert!((10..100).all(|i| (10..=16).contains(&clip.frame(i).level)), "{:?}", clip.frame(10).level);
     }
 
     #[test]
@@ -241,7 +267,7 @@ pub(crate) mod tests {
                 fix_crc(&mut bad, 0);
             }
             match Clip::parse("x", &bad) {
-                Ok(c) => assert!(c.frames.len() <= 8),
+                Ok(c) => assert!(c.len() <= 8),
                 Err(_) => outcomes.1 += 1,
             }
             outcomes.0 += 1;

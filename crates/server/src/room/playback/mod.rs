@@ -312,17 +312,17 @@ pub(super) fn feed(
             at += 1;
             continue;
         }
-        let frame = &a.clip.frames[a.next];
+        let frame = a.clip.frame(a.next);
         let packet = Packet {
             seq: a.seq,
             timestamp: u32::from(a.seq).wrapping_mul(960),
-            payload: frame.payload.clone(),
+            payload: frame.payload,
             level: Some(frame.level),
         };
         a.seq = a.seq.wrapping_add(1);
         a.pushed += 1;
         a.next += 1;
-        if a.next == a.clip.frames.len() {
+        if a.next == a.clip.len() {
             if a.looping {
                 a.next = 0;
                 a.loops += 1;
