@@ -468,6 +468,28 @@ fn temp_dir(what: &str) -> std::path::PathBuf {
     dir
 }
 
+/// By default the recordings directory has a quota (10 GiB): a directory
+/// holding more refuses a start (a sparse file stands for old recordings).
+#[test]
+fn the_recordings_directory_has_a_quota_by_default() {
+    let dir = temp_dir("rec-default");
+    let mut cfg = with_auth(test_config());
+    cfg.recording.dir = dir.display().to_string();
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let admin = mint(&server, Grant::admin("ops"), Duration::from_secs(600));
+    call(api, &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"r"}"#);
+    let old = std::fs::File::create(dir.join("old.opus")).expect("an old recording");
+    old.set_len(11 << 30).expect("sparse");
+    let r = call(api, &admin, "POST", "/v1/rooms/r/recording", None, b"");
+    assert_eq!((r.status, r.code().as_str()), (507, "recording_quota"), "{}", r.body);
+    std::fs::remove_file(dir.join("old.opus")).expect("removed");
+    let r = call(api, &admin, "POST", "/v1/rooms/r/recording", None, b"");
+    assert_eq!(r.status, 201, "with room again: {}", r.body);
+    rt.block_on(server.shutdown());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `GET …/recording` names no server path, to anyone; a directory at its
 /// quota refuses a start (507 `recording_quota`, counted), and a recording
 /// that reaches it stops (`recording_stopped` reason `quota`).

@@ -17,7 +17,7 @@ pub struct RecordingSettings {
     /// Largest file, in bytes (the recording stops with reason `limit` before exceeding it).
     pub max_bytes: u64,
     /// Most bytes the recordings directory may hold, every file in it counted
-    /// (old recordings too); 0 = no quota. A start at or past it is refused
+    /// (old recordings too); 0 = no quota (default 10 GiB). A start at or past it is refused
     /// (507 `recording_quota`); a recording that would pass it stops with reason `quota`.
     pub dir_max_bytes: u64,
     /// Longest file, in seconds (the recording stops with reason `limit`).
@@ -32,7 +32,7 @@ impl Default for RecordingSettings {
             enabled: true,
             dir: "recordings".to_owned(),
             max_bytes: 512 * 1024 * 1024,
-            dir_max_bytes: 0,
+            dir_max_bytes: 10 * 1024 * 1024 * 1024,
             max_duration_seconds: 14_400.0,
             queue_frames: 500,
         }
