@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use common::{scrape, series, start_with, test_config};
 use tutti_client::{Requester, request_as};
-use tutti_server::Config;
 use tutti_server::auth::Grant;
+use tutti_server::{Config, Server};
 
 const SECRET: &str = "crowd-limits-test-secret-0123456789abcdef";
 const REFUSED: &str = "tutti_api_connections_refused_total";
@@ -99,6 +99,22 @@ fn socket(
     }
 }
 
+/// Creates `room` with an admin's token.
+fn admin_creates(server: &Server, room: &str) {
+    let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("a token");
+    let body = format!(r#"{{"id":"{room}"}}"#);
+    let r = request_as(
+        server.http_addr(),
+        &Requester::token(&admin),
+        "POST",
+        "/v1/rooms",
+        Some("application/json"),
+        body.as_bytes(),
+    )
+    .expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+}
+
 fn code(body: &str) -> String {
     serde_json::from_str::<serde_json::Value>(body)
         .map(|v| v["code"].as_str().unwrap_or("").to_owned())
@@ -115,17 +131,7 @@ fn a_thousand_authenticated_sockets_from_one_address_are_all_served() {
     let (rt, server) = start_with(with_auth(test_config()));
     let api = server.http_addr();
     let ttl = Duration::from_secs(600);
-    let admin = server.mint_token(&Grant::admin("ops"), ttl).expect("a token");
-    let r = request_as(
-        api,
-        &Requester::token(&admin),
-        "POST",
-        "/v1/rooms",
-        Some("application/json"),
-        br#"{"id":"townhall"}"#,
-    )
-    .expect("API");
-    assert_eq!(r.status, 201, "{}", r.body);
+    admin_creates(&server, "townhall");
     let tokens: Vec<String> = (0..PEOPLE)
         .map(|i| server.mint_token(&Grant::listener("townhall", format!("employee-{i}")), ttl).expect("a token"))
         .collect();
@@ -160,10 +166,7 @@ fn a_thousand_authenticated_sockets_from_one_address_are_all_served() {
     cfg.limits.max_connections_per_identity = 3;
     let (rt, server) = start_with(cfg);
     let api = server.http_addr();
-    let admin = server.mint_token(&Grant::admin("ops"), ttl).expect("a token");
-    let r = request_as(api, &Requester::token(&admin), "POST", "/v1/rooms", Some("application/json"), br#"{"id":"r"}"#)
-        .expect("API");
-    assert_eq!(r.status, 201, "{}", r.body);
+    admin_creates(&server, "r");
     let ana = server.mint_token(&Grant::listener("r", "ana"), ttl).expect("a token");
     let mut held: Vec<_> = (0..3).map(|_| socket(api, "r", &ana).expect("within ana's share").0).collect();
     let (status, body) = socket(api, "r", &ana).expect_err("a fourth socket of ana's is refused");
@@ -204,10 +207,7 @@ fn a_thousand_idle_connections_from_one_address_do_not_take_the_api_down() {
         assert_eq!(status, 200, "from {from}: {body}");
     }
     let ttl = Duration::from_secs(600);
-    let admin = server.mint_token(&Grant::admin("ops"), ttl).expect("a token");
-    let r = request_as(api, &Requester::token(&admin), "POST", "/v1/rooms", Some("application/json"), br#"{"id":"r"}"#)
-        .expect("API");
-    assert_eq!(r.status, 201, "{}", r.body);
+    admin_creates(&server, "r");
     let ana = server.mint_token(&Grant::listener("r", "ana"), ttl).expect("a token");
     assert!(socket(api, "r", &ana).is_ok(), "a person behind the same address gets a socket amid the flood");
     // The server closed every idle connection but the address's share.
