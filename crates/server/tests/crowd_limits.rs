@@ -7,7 +7,9 @@
 //! (`limits.trusted_proxies`) the address is the forwarded client's, for
 //! the connection limits and the join rate alike. Refusals say "from your
 //! address" and are counted. Real server, real HTTP and WebSockets, every
-//! client on loopback.
+//! client on loopback; the last test puts Debian's nginx in front, set up
+//! as the TLS page's example (TLS aside), clients reaching it from
+//! addresses of their own (127.0.0.x).
 
 mod common;
 
@@ -76,14 +78,16 @@ fn read_answer(stream: &mut TcpStream) -> (u16, String) {
     (0, String::from_utf8_lossy(&got).into_owned())
 }
 
-/// A room WebSocket from 127.0.0.1 with `token`, and its first message; or the upgrade's status and body.
-fn socket(
+/// A room WebSocket to `api` from the loopback address `from`, with `query`
+/// (e.g. `?token=…`), and its first message; or the upgrade's status and body.
+fn socket_from(
     api: SocketAddr,
+    from: &str,
     room: &str,
-    token: &str,
+    query: &str,
 ) -> Result<(tungstenite::WebSocket<TcpStream>, String), (u16, String)> {
-    let stream = connect_from(api, "127.0.0.1");
-    match tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws?token={token}"), stream) {
+    let stream = connect_from(api, from);
+    match tungstenite::client(format!("ws://{api}/v1/rooms/{room}/ws{query}"), stream) {
         Ok((mut ws, _)) => {
             let first = match ws.read() {
                 Ok(tungstenite::Message::Text(t)) => t.as_str().to_owned(),
@@ -97,6 +101,15 @@ fn socket(
         )),
         Err(e) => panic!("handshake: {e}"),
     }
+}
+
+/// A room WebSocket from 127.0.0.1 with `token` (see [`socket_from`]).
+fn socket(
+    api: SocketAddr,
+    room: &str,
+    token: &str,
+) -> Result<(tungstenite::WebSocket<TcpStream>, String), (u16, String)> {
+    socket_from(api, "127.0.0.1", room, &format!("?token={token}"))
 }
 
 /// Creates `room` with an admin's token.
@@ -248,17 +261,35 @@ fn a_thousand_idle_connections_from_one_address_do_not_take_the_api_down() {
     rt.block_on(server.shutdown());
 }
 
-/// Behind a trusted proxy (127.0.0.1 here, sending `X-Forwarded-For`
-/// itself) the per-address connection share and the join rate apply to
-/// the forwarded client; an untrusted peer's header (127.0.0.2's) is ignored.
-#[test]
-fn behind_a_trusted_proxy_the_limits_apply_to_the_forwarded_address() {
+/// 127.0.0.1 a trusted proxy; two connections per client address, one join
+/// per client address (then one per 100 s).
+fn behind_proxy() -> Config {
     let mut cfg = test_config();
     cfg.limits.trusted_proxies = vec!["127.0.0.1".into()];
     cfg.limits.max_connections_per_address = 2;
     cfg.limits.join_rate_per_second = 0.01;
     cfg.limits.join_burst = 1;
-    let (rt, server) = start_with(cfg);
+    cfg
+}
+
+/// A join's status, on a connection to `api` from `from` with `headers`
+/// (not an offer: the rate is checked first, so no peer is made).
+fn join(api: SocketAddr, from: &str, headers: &str) -> u16 {
+    let mut s = connect_from(api, from);
+    let request = format!(
+        "POST /v1/rooms/r/participants HTTP/1.1\r\nhost: {api}\r\ncontent-type: application/sdp\r\n\
+         content-length: 3\r\nconnection: close\r\n{headers}\r\nv=0"
+    );
+    s.write_all(request.as_bytes()).expect("send");
+    read_answer(&mut s).0
+}
+
+/// Behind a trusted proxy (127.0.0.1 here, sending `X-Forwarded-For`
+/// itself) the per-address connection share and the join rate apply to
+/// the forwarded client; an untrusted peer's header (127.0.0.2's) is ignored.
+#[test]
+fn behind_a_trusted_proxy_the_limits_apply_to_the_forwarded_address() {
+    let (rt, server) = start_with(behind_proxy());
     let api = server.http_addr();
     let xff = |client: &str| format!("x-forwarded-for: {client}\r\n");
     // Two kept-alive connections of one client through the proxy: its share.
@@ -290,16 +321,7 @@ fn behind_a_trusted_proxy_the_limits_apply_to_the_forwarded_address() {
 
     // The join rate: one bucket per forwarded client; an untrusted peer's header changes nothing.
     common::create_room(api, "r");
-    let join = |from: &str, client: &str| {
-        let mut s = connect_from(api, from);
-        let request = format!(
-            "POST /v1/rooms/r/participants HTTP/1.1\r\nhost: {api}\r\ncontent-type: application/sdp\r\n\
-             content-length: 3\r\nconnection: close\r\n{}\r\nv=0",
-            xff(client)
-        );
-        s.write_all(request.as_bytes()).expect("send");
-        read_answer(&mut s).0
-    };
+    let join = |from: &str, client: &str| join(api, from, &xff(client));
     // Not an offer: the rate is checked first, so no peer is made.
     assert_eq!(join("127.0.0.1", "192.0.2.1"), 400, "within the burst");
     assert_eq!(join("127.0.0.1", "192.0.2.1"), 429, "192.0.2.1's burst is spent");
@@ -309,5 +331,108 @@ fn behind_a_trusted_proxy_the_limits_apply_to_the_forwarded_address() {
     let peer: IpAddr = "127.0.0.1".parse().expect("ip");
     let r = request_as(api, &Requester { token: None, from: Some(peer) }, "GET", "/healthz", None, b"").expect("API");
     assert_eq!(r.status, 200, "the proxy itself, without a header, is served: {}", r.body);
+    rt.block_on(server.shutdown());
+}
+
+/// Debian's nginx in front of `upstream`, configured as docs/operating/tls.md
+/// shows (plain HTTP here: TLS changes nothing tutti sees), on a port of
+/// its own on 127.0.0.1; stopped when dropped.
+struct Nginx {
+    addr: SocketAddr,
+    child: std::process::Child,
+    _dir: std::path::PathBuf,
+}
+
+impl Nginx {
+    fn start(upstream: SocketAddr, name: &str) -> Self {
+        let nginx = tutti_client::process::ensure_debian_package("/usr/sbin/nginx", "nginx");
+        let dir = std::env::temp_dir().join(format!("tutti-crowd-nginx-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("nginx's directory");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("bound").port();
+        let d = dir.display();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+             map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}\n\
+             server {{\n  listen 127.0.0.1:{port};\n  location / {{\n   proxy_pass http://{upstream};\n\
+             proxy_http_version 1.1;\n   proxy_set_header Host $http_host;\n\
+             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n\
+             proxy_set_header Upgrade $http_upgrade;\n   proxy_set_header Connection $connection_upgrade;\n\
+             proxy_read_timeout 120s;\n  }}\n }}\n}}\n"
+        );
+        let conf_file = dir.join("nginx.conf");
+        std::fs::write(&conf_file, conf).expect("nginx.conf");
+        let child = std::process::Command::new(nginx)
+            .args(["-p", &dir.display().to_string(), "-e", &format!("{d}/error.log"), "-c"])
+            .arg(&conf_file)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx starts");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let proxy = Self { addr, child, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(addr).is_err() {
+            let log = std::fs::read_to_string(proxy._dir.join("error.log")).unwrap_or_default();
+            assert!(Instant::now() < deadline, "nginx did not listen within 10 s: {log}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        proxy
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
+/// The issue's deployment: every caller behind nginx. With tokens, 300
+/// people through it (more than an address's share) all get their socket,
+/// the proxy trusted or not. With nginx in `limits.trusted_proxies`, the
+/// per-address share and the join rate apply to each client's own address
+/// (what nginx appends to `X-Forwarded-For`), so one client past its share
+/// is refused "from your address" while the others are served.
+#[test]
+fn behind_nginx_people_are_bounded_each_not_together() {
+    const PEOPLE: usize = 300;
+    let (rt, server) = start_with(with_auth(test_config()));
+    let proxy = Nginx::start(server.http_addr(), "crowd");
+    admin_creates(&server, "townhall");
+    let ttl = Duration::from_secs(600);
+    let sockets: Vec<_> = (0..PEOPLE)
+        .map(|i| {
+            let token = server.mint_token(&Grant::listener("townhall", format!("caller-{i}")), ttl).expect("a token");
+            let (ws, first) = socket_from(proxy.addr, "127.0.0.1", "townhall", &format!("?token={token}"))
+                .unwrap_or_else(|(status, body)| panic!("caller {i} through nginx: {status} {body}"));
+            assert!(first.contains(r#""type":"room""#), "{first}");
+            ws
+        })
+        .collect();
+    assert_eq!(sockets.len(), PEOPLE);
+    drop((sockets, proxy));
+    rt.block_on(server.shutdown());
+
+    let (rt, server) = start_with(behind_proxy());
+    let proxy = Nginx::start(server.http_addr(), "forwarded");
+    common::create_room(server.http_addr(), "r");
+    let held: Vec<_> =
+        (0..2).map(|_| socket_from(proxy.addr, "127.0.0.2", "r", "").expect("within the share")).collect();
+    let (status, body) = socket_from(proxy.addr, "127.0.0.2", "r", "").expect_err("past 127.0.0.2's share");
+    assert_eq!((status, code(&body).as_str()), (503, "too_many_connections"), "{body}");
+    assert!(body.contains("from your address"), "{body}");
+    assert!(socket_from(proxy.addr, "127.0.0.3", "r", "").is_ok(), "another client through the same proxy");
+    drop(held);
+    let join = |from: &str| join(proxy.addr, from, "");
+    assert_eq!(join("127.0.0.4"), 400, "within 127.0.0.4's burst (not an offer: no peer made)");
+    assert_eq!(join("127.0.0.4"), 429, "127.0.0.4's burst is spent");
+    assert_eq!(join("127.0.0.5"), 400, "127.0.0.5 has its own");
+    drop(proxy);
     rt.block_on(server.shutdown());
 }

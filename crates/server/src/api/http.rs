@@ -229,16 +229,7 @@ impl Slots {
     /// line per [`REFUSAL_LOG_PERIOD`] (a flood is not a line per refusal).
     pub(crate) fn refused(&self, limit: Limit, client: IpAddr) {
         crate::metrics::connection_refused(limit.label());
-        let now = Instant::now();
-        let count = {
-            let mut r = lock(&self.refusals);
-            r.count += 1;
-            if r.logged.is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_PERIOD) {
-                return;
-            }
-            r.logged = Some(now);
-            std::mem::take(&mut r.count)
-        };
+        let Some(count) = self.to_log(Instant::now()) else { return };
         tracing::warn!(
             refused = count,
             latest = limit.label(),
@@ -247,6 +238,18 @@ impl Slots {
             limit.message(),
             REFUSAL_LOG_PERIOD.as_secs()
         );
+    }
+
+    /// Notes one refusal at `now`; the refusals to log now (this one and
+    /// those since the last line), or `None` within [`REFUSAL_LOG_PERIOD`] of it.
+    fn to_log(&self, now: Instant) -> Option<u64> {
+        let mut r = lock(&self.refusals);
+        r.count += 1;
+        if r.logged.is_some_and(|at| now.saturating_duration_since(at) < REFUSAL_LOG_PERIOD) {
+            return None;
+        }
+        r.logged = Some(now);
+        Some(std::mem::take(&mut r.count))
     }
 }
 
@@ -468,5 +471,15 @@ mod tests {
         assert_eq!(proxied[1].claim(Share::Address(ip("192.0.2.2"))), Ok(()), "another client");
         drop(proxied);
         assert_eq!(counts(&slots), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn refusals_are_logged_once_per_period_with_their_count() {
+        let slots = Slots::new(1, 1, 1);
+        let t0 = Instant::now();
+        assert_eq!(slots.to_log(t0), Some(1), "the first is logged");
+        let logged: Vec<u64> = (1..=1000).filter_map(|ms| slots.to_log(t0 + Duration::from_millis(ms))).collect();
+        assert!(logged.is_empty(), "a flood within the period is not: {logged:?}");
+        assert_eq!(slots.to_log(t0 + REFUSAL_LOG_PERIOD), Some(1001), "then one line says how many");
     }
 }
