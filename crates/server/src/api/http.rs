@@ -49,7 +49,7 @@ use crate::cidr::{Cidr, any_contains};
 use crate::sync::lock;
 
 /// Refusals are logged at most once per this (with how many there were).
-pub(crate) const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
+const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// One of the `limits.max_connections` slots, held by a connection and, once
 /// upgraded, by its WebSocket.
@@ -92,7 +92,7 @@ pub(crate) enum Limit {
 
 impl Limit {
     /// Its label in `tutti_api_connections_refused_total`.
-    pub(crate) fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Self::Server => "server",
             Self::Address => "address",
@@ -227,7 +227,7 @@ impl Slots {
 
     /// Counts a refusal at `limit` of `client` and logs it, at most one
     /// line per [`REFUSAL_LOG_PERIOD`] (a flood is not a line per refusal).
-    pub(crate) fn refused(&self, limit: Limit, client: IpAddr) {
+    fn refused(&self, limit: Limit, client: IpAddr) {
         crate::metrics::connection_refused(limit.label());
         let Some(count) = self.to_log(Instant::now()) else { return };
         tracing::warn!(
