@@ -253,6 +253,9 @@ impl Server {
         let limits = api::http::HttpLimits {
             max_connections: cfg.limits.max_connections,
             max_per_address: cfg.limits.max_connections_per_address,
+            max_per_identity: cfg.limits.max_connections_per_identity,
+            // Validated at load.
+            trusted_proxies: crate::cidr::parse_all(&cfg.limits.trusted_proxies).unwrap_or_default(),
             header_timeout: Duration::from_secs_f64(cfg.limits.http_header_timeout_seconds),
         };
         tasks.push(tokio::spawn(api::http::serve(listener, api::router(api.clone()), limits, stopped)));

@@ -26,7 +26,7 @@ use crate::room::Room;
 
 /// The token of `Authorization: Bearer <token>`; `Some("!")` for another
 /// scheme (refused as malformed, not as missing).
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().unwrap_or("");
     match value.split_once(' ') {
         Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => Some(token.trim()),

@@ -17,6 +17,7 @@
 
 mod access;
 mod body;
+mod client;
 mod cors;
 mod enter;
 pub(crate) mod error;
@@ -113,6 +114,8 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(openapi::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Who calls from where, and the connection's share, before any handler.
+        .layer(axum::middleware::from_fn_with_state(client::Clients::new(api.clone()), client::admit))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(timeout, request_timeout))
         .layer(axum::middleware::from_fn(crate::metrics::track_api));

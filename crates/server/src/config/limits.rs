@@ -17,8 +17,19 @@ pub struct Limits {
     /// `too_many_connections`.
     pub max_connections: usize,
     /// Open HTTP connections from one IPv4 address or IPv6 /64 (its share
-    /// of `max_connections`); beyond, as for the cap.
+    /// of `max_connections`) that have not shown a valid token; beyond, as
+    /// for the cap, with 503 `too_many_connections` "from your address".
     pub max_connections_per_address: usize,
+    /// Open HTTP connections (WebSockets included) per token identity, all
+    /// its tokens together (a token without one: per token), once a request
+    /// on them carried a valid token: they then leave their address's
+    /// share. Beyond: 429 `too_many_connections`. Tokens that administer
+    /// every room are counted by address instead.
+    pub max_connections_per_identity: usize,
+    /// Reverse proxies (CIDR networks or addresses) whose `X-Forwarded-For`
+    /// (or `Forwarded`) names the client: its address is then the one the
+    /// per-address limits and the join rate see. Empty: no header is read.
+    pub trusted_proxies: Vec<String>,
     /// Open WebSockets per token identity (over all rooms), and never more
     /// than half of `max_connections`; beyond: 429 `too_many_sockets`. 0 =
     /// half of `max_connections`. Admins of the room are not counted.
@@ -70,6 +81,8 @@ impl Default for Limits {
             join_burst: 20,
             max_connections: 10_000,
             max_connections_per_address: 256,
+            max_connections_per_identity: 32,
+            trusted_proxies: Vec::new(),
             ws_max_per_identity: 32,
             speaker_feeds_per_room: 4,
             participant_updates_per_second: 5.0,

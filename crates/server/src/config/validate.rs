@@ -79,10 +79,10 @@ impl Config {
         if l.join_burst == 0 || l.ws_message_burst == 0 {
             return invalid("limits.join_burst", "limits.join_burst and limits.ws_message_burst must be at least 1");
         }
-        if l.max_connections == 0 || l.max_connections_per_address == 0 {
+        if l.max_connections == 0 || l.max_connections_per_address == 0 || l.max_connections_per_identity == 0 {
             return invalid(
                 "limits.max_connections",
-                "limits.max_connections and max_connections_per_address must be at least 1",
+                "limits.max_connections, max_connections_per_address and max_connections_per_identity must be at least 1",
             );
         }
         if !(l.participant_updates_per_second.is_finite() && (0.0..=1e6).contains(&l.participant_updates_per_second))
@@ -150,6 +150,8 @@ impl Config {
         self.validate_outputs()?;
         crate::cidr::parse_all(&self.rtp_in.trusted)
             .map_err(|message| ConfigError::Invalid { key: "rtp_in.trusted", message })?;
+        crate::cidr::parse_all(&l.trusted_proxies)
+            .map_err(|message| ConfigError::Invalid { key: "limits.trusted_proxies", message })?;
         crate::ice::validate(&self.ice_servers)
             .map_err(|message| ConfigError::Invalid { key: "ice_servers", message })?;
         self.cors.check().map_err(|message| ConfigError::Invalid { key: "cors.allowed_origins", message })?;

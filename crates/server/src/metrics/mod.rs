@@ -132,6 +132,11 @@ pub const API_ICE_RESTARTS: &str = "tutti_api_ice_restarts_total";
 /// Room event batches that WebSockets missed by falling behind their room's
 /// event queue (a local socket then gets a fresh `room` snapshot), counter.
 pub const API_WS_LAGGED: &str = "tutti_api_ws_lagged_batches_total";
+/// HTTP connections or requests refused for want of a connection slot, by
+/// `limit`: `server` (`limits.max_connections`), `address`
+/// (`limits.max_connections_per_address`), `identity`
+/// (`limits.max_connections_per_identity`), counter.
+pub const API_CONNECTIONS_REFUSED: &str = "tutti_api_connections_refused_total";
 /// Writes of this node's rosters of spread rooms to Redis (one per round,
 /// every room changed in it), by `result` (`ok`, `failed`), counter.
 pub const CLUSTER_ROSTER_WRITES: &str = "tutti_cluster_roster_writes_total";
@@ -218,6 +223,7 @@ pub const NAMES: &[&str] = &[
     API_JOIN_DURATION_SECONDS,
     API_ICE_RESTARTS,
     API_WS_LAGGED,
+    API_CONNECTIONS_REFUSED,
     CLUSTER_ROSTER_WRITES,
     CLUSTER_ROSTER_OVERFLOW,
     CLUSTER_ROSTER_REFUSED,
@@ -462,6 +468,11 @@ fn describe() {
         API_WS_LAGGED,
         Unit::Count,
         "Room event batches WebSockets missed by falling behind (a local socket gets a fresh snapshot)."
+    );
+    describe_counter!(
+        API_CONNECTIONS_REFUSED,
+        Unit::Count,
+        "HTTP connections refused for want of a slot, by limit: server, address (not authenticated) or identity."
     );
     describe_counter!(
         CLUSTER_ROSTER_WRITES,
@@ -729,6 +740,13 @@ pub fn join_latency(duration: Duration) {
 pub fn ice_restart(ok: bool) {
     if handles().is_some() {
         metrics::counter!(API_ICE_RESTARTS, "result" => if ok { "ok" } else { "failed" }).increment(1);
+    }
+}
+
+/// A connection or request was refused at `limit` (see [`API_CONNECTIONS_REFUSED`]).
+pub fn connection_refused(limit: &'static str) {
+    if handles().is_some() {
+        metrics::counter!(API_CONNECTIONS_REFUSED, "limit" => limit).increment(1);
     }
 }
 

@@ -54,7 +54,10 @@
 //! replaced participant's socket is closed with 4409 `replaced`. An
 //! identity holds at most `limits.ws_max_per_identity` sockets, and never
 //! more than half of `limits.max_connections` (beyond: 429
-//! `too_many_sockets` at the upgrade). Limits
+//! `too_many_sockets` at the upgrade); its connections, sockets included,
+//! count against its `limits.max_connections_per_identity`, not against
+//! the address they come from (beyond: 429 `too_many_connections`, see
+//! `api::client`). Limits
 //! (`[limits]`): a message over `ws_max_message_bytes` closes the socket
 //! with 1009; more than `ws_messages_per_second` (after a burst of
 //! `ws_message_burst`) gets an `error` `rate_limited`, then close 1008;
@@ -167,7 +170,7 @@ pub(crate) enum ClientMessage {
         (status = 400, description = "`unsupported_protocol`, `bad_events`, `websocket_required`", body = super::schema::ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`", body = super::schema::ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden`", body = super::schema::ErrorBody),
-        (status = 429, description = "`too_many_sockets`", body = super::schema::ErrorBody),
+        (status = 429, description = "`too_many_sockets`, `too_many_connections` (the token's identity holds `limits.max_connections_per_identity`)", body = super::schema::ErrorBody),
         (status = 503, description = "`cluster_unavailable`", body = super::schema::ErrorBody),
     ),
 )]
