@@ -51,6 +51,10 @@ pub struct PlainOffer {
     /// media back at that source (symmetric RTP). Without it only the offered
     /// address counts.
     pub comedia: bool,
+    /// The SSRC the offer announces for its audio (`a=ssrc:`), if any: a
+    /// comedia latch takes only packets of that SSRC, so another process
+    /// on the gateway's address cannot take the participant over.
+    pub ssrc: Option<u32>,
 }
 
 /// Whether an SDP offer is a plain RTP/AVP one: its first `m=audio` line
@@ -91,6 +95,7 @@ impl PlainOffer {
         let (mut session_active, mut media_active) = (false, false);
         let mut media: Option<AudioSection> = None;
         let (mut in_audio, mut seen_m) = (false, false);
+        let mut ssrc = None;
         for line in sdp.lines().map(str::trim) {
             if let Some(m_line) = line.strip_prefix("m=") {
                 seen_m = true;
@@ -132,6 +137,13 @@ impl PlainOffer {
                 continue;
             }
             if in_audio
+                && ssrc.is_none()
+                && let Some(rest) = line.strip_prefix("a=ssrc:")
+            {
+                ssrc = rest.split_whitespace().next().and_then(|s| s.parse::<u32>().ok());
+                continue;
+            }
+            if in_audio
                 && let Some(rest) = line.strip_prefix("a=rtpmap:")
                 && let Some(m) = &mut media
                 && let Some((pt, codec)) = rest.split_once(char::is_whitespace)
@@ -150,7 +162,7 @@ impl PlainOffer {
                     && maps.iter().any(|(p, c)| p == pt && (c == "opus/48000/2" || c == "opus/48000"))
             })
             .ok_or(PlainSdpError::NoOpus)?;
-        Ok(Self { remote: SocketAddr::new(ip, port), payload_type, comedia: session_active || media_active })
+        Ok(Self { remote: SocketAddr::new(ip, port), payload_type, comedia: session_active || media_active, ssrc })
     }
 
     /// The answer: receive on `local` (the server's address and port), Opus
@@ -259,7 +271,12 @@ mod tests {
         let offer = PlainOffer::parse(FFMPEG_OFFER).expect("parses");
         assert_eq!(
             offer,
-            PlainOffer { remote: "127.0.0.1:40000".parse().expect("addr"), payload_type: 97, comedia: false }
+            PlainOffer {
+                remote: "127.0.0.1:40000".parse().expect("addr"),
+                payload_type: 97,
+                comedia: false,
+                ssrc: None
+            }
         );
         let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7);
         assert!(answer.contains("c=IN IP4 10.1.2.3\r\n"), "{answer}");
@@ -289,6 +306,17 @@ mod tests {
         assert!(!parse(format!("{base}a=direction:both\r\n{audio}")));
         // Another section's attribute is not the audio section's.
         assert!(!parse(format!("{base}{audio}m=video 5000 RTP/AVP 96\r\na=direction:active\r\n")));
+    }
+
+    #[test]
+    fn the_audio_sections_first_ssrc_is_read() {
+        let base = "v=0\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\n";
+        let audio = "m=audio 4000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
+        let ssrc = |sdp: String| PlainOffer::parse(&sdp).expect("parses").ssrc;
+        assert_eq!(ssrc(format!("{base}{audio}")), None);
+        assert_eq!(ssrc(format!("{base}{audio}a=ssrc:12345 cname:gw\r\na=ssrc:777 cname:x\r\n")), Some(12345));
+        assert_eq!(ssrc(format!("{base}{audio}a=ssrc:notanumber\r\n")), None);
+        assert_eq!(ssrc(format!("{base}{audio}m=video 5000 RTP/AVP 96\r\na=ssrc:9\r\n")), None, "another section's");
     }
 
     #[test]

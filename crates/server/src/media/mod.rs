@@ -361,8 +361,8 @@ impl MediaHandle {
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        let tutti_rtc::plain::PlainOffer { remote, payload_type, comedia } = offer;
-        p.add(plain::NewPlain { id, room, remote, comedia, payload_type, listen_only })
+        let tutti_rtc::plain::PlainOffer { remote, payload_type, comedia, ssrc } = offer;
+        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, payload_type, listen_only })
     }
 
     /// Whether this node runs a mesh (cluster mode).

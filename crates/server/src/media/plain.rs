@@ -20,7 +20,9 @@
 //! from another port) may also be latched: the first packet from another
 //! port of the offer's IP, while that participant is the only comedia one
 //! of that IP not heard yet, ties that address to it, and its mix goes
-//! there. The offered address always wins: a packet from it undoes a latch
+//! there; when the offer announces its SSRC (`a=ssrc:`), only a packet of
+//! that SSRC latches, so another process on the gateway's address cannot
+//! take the participant over. The offered address always wins: a packet from it undoes a latch
 //! for good. Packets from any other address, RTCP, other payload types
 //! (DTMF, comfort noise) and malformed packets are dropped and counted.
 
@@ -64,6 +66,8 @@ pub(crate) struct NewPlain {
     pub(crate) remote: SocketAddr,
     /// Its offer said `a=direction:active`: it may be latched (see [`Sources`]).
     pub(crate) comedia: bool,
+    /// The SSRC its offer announced (`a=ssrc:`): a latch takes only that one.
+    pub(crate) ssrc: Option<u32>,
     pub(crate) payload_type: u8,
     /// Its speak right, as the room sets it (an admin may grant or revoke it).
     pub(crate) listen_only: crate::room::ListenOnly,
@@ -232,7 +236,7 @@ impl PlainThread {
             return;
         }
         let [ssrc, seq, ts_offset] = random_u32s();
-        self.sources.add(p.id, p.remote, p.comedia);
+        self.sources.add(p.id, p.remote, p.comedia, p.ssrc);
         self.by_room.entry(p.room.key).or_default().push(p.id);
         tracing::debug!(room = %p.room.id, peer = %p.id, remote = %p.remote, comedia = p.comedia, "plain RTP participant added");
         self.peers.insert(
@@ -373,7 +377,7 @@ impl PlainThread {
                 return;
             }
         };
-        let Some(id) = self.sources.source(from) else {
+        let Some(id) = self.sources.source(from, rtp.ssrc) else {
             self.tally.source += 1;
             self.stats.unrouted += 1;
             return;
@@ -471,18 +475,20 @@ struct Source {
     /// Another address of the offer's IP, latched (comedia only) until the
     /// offered address is heard.
     latched: Option<SocketAddr>,
+    /// The SSRC the offer announced: only a packet of it latches.
+    ssrc: Option<u32>,
     /// A packet came from the offered or the latched address.
     heard: bool,
 }
 
 impl Sources {
-    fn add(&mut self, id: PeerId, offered: SocketAddr, comedia: bool) {
+    fn add(&mut self, id: PeerId, offered: SocketAddr, comedia: bool, ssrc: Option<u32>) {
         // Two participants offering one address: the first keeps it.
         self.by_addr.entry(offered).or_insert(id);
         if comedia {
             self.waiting.entry(offered.ip()).or_default().push(id);
         }
-        self.peers.insert(id, Source { offered, comedia, latched: None, heard: false });
+        self.peers.insert(id, Source { offered, comedia, latched: None, ssrc, heard: false });
     }
 
     fn remove(&mut self, id: PeerId) {
@@ -505,8 +511,9 @@ impl Sources {
     }
 
     /// The participant a packet from `from` belongs to, latching it if the
-    /// rules allow; `None`: nobody's (dropped).
-    fn source(&mut self, from: SocketAddr) -> Option<PeerId> {
+    /// rules allow (its SSRC `ssrc` must be the one the offer announced,
+    /// when it did); `None`: nobody's (dropped).
+    fn source(&mut self, from: SocketAddr, ssrc: u32) -> Option<PeerId> {
         if let Some(&id) = self.by_addr.get(&from) {
             let s = self.peers.get(&id)?;
             if !s.heard || (s.latched.is_some() && from == s.offered) {
@@ -518,6 +525,9 @@ impl Sources {
         // that IP not heard yet (two would be a guess).
         let &[id] = self.waiting.get(&from.ip())?.as_slice() else { return None };
         let s = self.peers.get_mut(&id)?;
+        if s.ssrc.is_some_and(|want| want != ssrc) {
+            return None;
+        }
         s.latched = Some(from);
         self.by_addr.insert(from, id);
         tracing::debug!(peer = %id, %from, offered = %s.offered, "plain RTP source latched (comedia)");
@@ -569,34 +579,48 @@ mod tests {
     fn without_comedia_only_the_offered_address_counts() {
         let mut s = Sources::default();
         let gw = PeerId(1);
-        s.add(gw, addr("10.0.0.5:40000"), false);
+        s.add(gw, addr("10.0.0.5:40000"), false, None);
         assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:40000")), "the mix goes to the offer at once");
         // A packet from another port of the gateway's IP, before the gateway's first: nobody's.
-        assert_eq!(s.source(addr("10.0.0.5:40002")), None);
-        assert_eq!(s.source(addr("10.0.0.5:40000")), Some(gw));
-        assert_eq!(s.source(addr("10.0.0.5:40002")), None);
-        assert_eq!(s.source(addr("10.0.0.6:40000")), None);
+        assert_eq!(s.source(addr("10.0.0.5:40002"), 7), None);
+        assert_eq!(s.source(addr("10.0.0.5:40000"), 7), Some(gw));
+        assert_eq!(s.source(addr("10.0.0.5:40002"), 7), None);
+        assert_eq!(s.source(addr("10.0.0.6:40000"), 7), None);
         assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:40000")));
+    }
+
+    #[test]
+    fn a_comedia_offer_with_its_ssrc_latches_only_that_ssrc() {
+        let mut s = Sources::default();
+        let gw = PeerId(1);
+        s.add(gw, addr("10.0.0.5:9"), true, Some(0xC0FFEE));
+        // Another process on the gateway's address, first: not latched.
+        assert_eq!(s.source(addr("10.0.0.5:6666"), 0xBAD), None, "another SSRC never latches");
+        assert_eq!(s.send_to(gw), None, "its mix goes nowhere yet");
+        // The gateway's own stream latches.
+        assert_eq!(s.source(addr("10.0.0.5:5000"), 0xC0FFEE), Some(gw));
+        assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:5000")));
+        assert_eq!(s.source(addr("10.0.0.5:6666"), 0xC0FFEE), None, "one latch only");
     }
 
     #[test]
     fn comedia_latches_one_port_of_the_offered_ip_and_the_offer_still_wins() {
         let mut s = Sources::default();
         let gw = PeerId(1);
-        s.add(gw, addr("10.0.0.5:9"), true);
+        s.add(gw, addr("10.0.0.5:9"), true, None);
         assert_eq!(s.send_to(gw), None, "nowhere to send before it is heard");
-        assert_eq!(s.source(addr("10.0.0.6:5000")), None, "another IP never latches");
-        assert_eq!(s.source(addr("10.0.0.5:5000")), Some(gw), "latched");
+        assert_eq!(s.source(addr("10.0.0.6:5000"), 7), None, "another IP never latches");
+        assert_eq!(s.source(addr("10.0.0.5:5000"), 7), Some(gw), "latched");
         assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:5000")), "symmetric RTP: the mix follows");
-        assert_eq!(s.source(addr("10.0.0.5:5001")), None, "one latch only");
-        assert_eq!(s.source(addr("10.0.0.5:5000")), Some(gw));
+        assert_eq!(s.source(addr("10.0.0.5:5001"), 7), None, "one latch only");
+        assert_eq!(s.source(addr("10.0.0.5:5000"), 7), Some(gw));
         // The offered address speaks: the latch is undone, for good.
-        assert_eq!(s.source(addr("10.0.0.5:9")), Some(gw));
+        assert_eq!(s.source(addr("10.0.0.5:9"), 7), Some(gw));
         assert_eq!(s.send_to(gw), Some(addr("10.0.0.5:9")));
-        assert_eq!(s.source(addr("10.0.0.5:5000")), None);
-        assert_eq!(s.source(addr("10.0.0.5:5002")), None);
+        assert_eq!(s.source(addr("10.0.0.5:5000"), 7), None);
+        assert_eq!(s.source(addr("10.0.0.5:5002"), 7), None);
         s.remove(gw);
-        assert_eq!(s.source(addr("10.0.0.5:9")), None);
+        assert_eq!(s.source(addr("10.0.0.5:9"), 7), None);
         assert!(s.by_addr.is_empty() && s.waiting.is_empty() && s.peers.is_empty());
     }
 
@@ -604,14 +628,14 @@ mod tests {
     fn two_comedia_participants_of_one_ip_latch_nothing_until_one_is_heard() {
         let mut s = Sources::default();
         let (a, b) = (PeerId(1), PeerId(2));
-        s.add(a, addr("10.0.0.5:4000"), true);
-        s.add(b, addr("10.0.0.5:4002"), true);
-        assert_eq!(s.source(addr("10.0.0.5:7000")), None, "ambiguous: dropped");
-        assert_eq!(s.source(addr("10.0.0.5:4000")), Some(a), "a is heard at its offer");
-        assert_eq!(s.source(addr("10.0.0.5:7000")), Some(b), "b is the only one waiting now");
+        s.add(a, addr("10.0.0.5:4000"), true, None);
+        s.add(b, addr("10.0.0.5:4002"), true, None);
+        assert_eq!(s.source(addr("10.0.0.5:7000"), 7), None, "ambiguous: dropped");
+        assert_eq!(s.source(addr("10.0.0.5:4000"), 7), Some(a), "a is heard at its offer");
+        assert_eq!(s.source(addr("10.0.0.5:7000"), 7), Some(b), "b is the only one waiting now");
         assert_eq!(s.send_to(b), Some(addr("10.0.0.5:7000")));
         s.remove(b);
-        assert_eq!(s.source(addr("10.0.0.5:7000")), None);
-        assert_eq!(s.source(addr("10.0.0.5:4000")), Some(a));
+        assert_eq!(s.source(addr("10.0.0.5:7000"), 7), None);
+        assert_eq!(s.source(addr("10.0.0.5:4000"), 7), Some(a));
     }
 }
