@@ -10,8 +10,8 @@ use crate::error::ClusterError;
 /// reached, and the timings of heartbeats and leases.
 ///
 /// Every node of a cluster needs the same Redis URL, the same
-/// [`key_prefix`](Self::key_prefix) and the same ticket secret (the server's
-/// `auth.secret`), and its own `api_url` and `media_addr`:
+/// [`key_prefix`](Self::key_prefix) and the same [`secret`](Self::secret)
+/// (and the server's `auth.secret`), and its own `api_url` and `media_addr`:
 ///
 /// ```toml
 /// [cluster]
@@ -38,6 +38,13 @@ pub struct ClusterConfig {
     /// URL's, if any. Meant for the environment (`TUTTI_CLUSTER_REDIS_PASSWORD`,
     /// e.g. from a Kubernetes Secret) rather than a file.
     pub redis_password: String,
+    /// The cluster's own secret (at least 32 bytes), the same on every
+    /// node: the keys of node records, redirect tickets, control messages
+    /// and the node-to-node media are derived from it, so that no one who
+    /// holds only the token secret or a webhook secret can sign them.
+    /// Meant for the environment (`TUTTI_CLUSTER_SECRET`). The server falls
+    /// back to its `auth.secret`, with a warning, when it is empty.
+    pub secret: String,
     /// A PEM file of the certificate authorities a `rediss://` server's
     /// certificate must chain to (a self-signed Redis); empty = the
     /// system's roots. Needs a `rediss://` URL.
@@ -124,6 +131,7 @@ impl Default for ClusterConfig {
         Self {
             redis_url: String::new(),
             redis_password: String::new(),
+            secret: String::new(),
             redis_ca_file: String::new(),
             node_id: String::new(),
             api_url: String::new(),
@@ -158,6 +166,7 @@ impl std::fmt::Debug for ClusterConfig {
         f.debug_struct("ClusterConfig")
             .field("redis_url", &url)
             .field("redis_password", &password)
+            .field("secret", &if self.secret.is_empty() { "(none)" } else { "(set)" })
             .field("redis_ca_file", &self.redis_ca_file)
             .field("node_id", &self.node_id)
             .field("api_url", &self.api_url)
@@ -202,6 +211,9 @@ impl ClusterConfig {
         let bad = |field: &'static str, reason: &str| Err(ClusterError::Config { field, reason: reason.to_owned() });
         if self.redis_url.is_empty() {
             return bad("redis_url", "must be set (cluster mode needs Redis)");
+        }
+        if !self.secret.is_empty() && self.secret.len() < 32 {
+            return bad("secret", "must be at least 32 bytes, or empty to use auth.secret");
         }
         if !self.redis_ca_file.is_empty() && !self.tls() {
             return bad("redis_ca_file", "is for TLS: the redis_url must start with rediss://");

@@ -214,7 +214,16 @@ impl Server {
         // Cluster mode: join the directory (the Redis connection is made
         // lazily: a node starts while Redis is down, and says so).
         let cluster = if cfg.cluster.enabled() {
-            let cluster = tutti_cluster::Cluster::start(cluster_cfg, cfg.auth.secret.as_bytes())
+            // Records, tickets, control and mesh keys: the cluster's own secret.
+            let secret = if cfg.cluster.secret.is_empty() {
+                tracing::warn!(
+                    "cluster.secret is not set: the cluster's keys derive from auth.secret, so whoever holds the token secret can also sign node records and tickets and read the mesh; set cluster.secret (TUTTI_CLUSTER_SECRET), the same on every node"
+                );
+                cfg.auth.secret.as_bytes()
+            } else {
+                cfg.cluster.secret.as_bytes()
+            };
+            let cluster = tutti_cluster::Cluster::start(cluster_cfg, secret)
                 .await
                 .map_err(|e| ServerError::Setup(e.to_string()))?;
             // Participant ids unique across the cluster, naming their node:

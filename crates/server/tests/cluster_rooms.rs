@@ -225,3 +225,38 @@ fn a_redirected_join_gets_turn_credentials_no_longer_than_its_token() {
         rt.block_on(server.shutdown());
     }
 }
+
+/// With `cluster.secret` set, the cluster's keys derive from it, not from
+/// `auth.secret`: a redirect ticket signed with a key derived from the
+/// token secret (what any holder of `auth.secret` could make) is refused,
+/// and one the cluster's own secret signs is taken.
+#[test]
+fn with_its_own_secret_the_cluster_takes_no_ticket_signed_with_the_token_secret() {
+    use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
+    const CLUSTER_SECRET: &str = "the cluster's own secret, 32 bytes and more";
+    let redis = RedisServer::start();
+    let mut cfg = node_config(&redis);
+    cfg.cluster.secret = CLUSTER_SECRET.to_owned();
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while call(api, &admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"r"}"#).status != 201 {
+        assert!(Instant::now() < deadline, "the node never took the room");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let read = |secret: &str| {
+        let key = TicketKey::new(&derive_key(secret.as_bytes(), TICKET_PURPOSE), 30);
+        let grants = serde_json::json!({"room": "r", "speak": false, "listen": true, "admin": false});
+        let join = "/v1/rooms/r/participants";
+        let ticket = key.mint("r", "mallory", grants, ("POST", join), tutti_server::auth::unix_now());
+        let path = format!("{join}?ticket={}", ticket.expect("ticket").0);
+        let offer = ToneClient::offer(100.0).expect("offer").1;
+        request_as(api, &Requester::default(), "POST", &path, Some("application/sdp"), offer.as_bytes()).expect("API")
+    };
+    let forged = read(SECRET);
+    assert_eq!((forged.status, forged.code().as_str()), (401, "bad_ticket"), "{}", forged.body);
+    let r = read(CLUSTER_SECRET);
+    assert_eq!(r.status, 201, "a ticket of the cluster's own key: {}", r.body);
+    rt.block_on(server.shutdown());
+}

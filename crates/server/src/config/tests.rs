@@ -138,6 +138,15 @@ fn cluster_mode_needs_a_shared_secret_and_addresses() {
     let secret = [("auth.secret", "0123456789abcdef0123456789abcdef")];
     let cfg = load_text(addrs, &redis, &secret).expect("a complete cluster config loads");
     assert!(cfg.cluster.enabled());
+    // One secret per purpose: the cluster's own is long enough; webhooks in
+    // cluster mode are signed with their own, never with auth.secret.
+    let short = [("TUTTI_CLUSTER_REDIS_URL", "redis://127.0.0.1:6379/0"), ("TUTTI_CLUSTER_SECRET", "short")];
+    assert!(err(load_text(addrs, &short, &secret)).contains("secret"));
+    let hooks = format!("{addrs}[webhooks]\nurls = [\"http://127.0.0.1:9/hook\"]\n");
+    assert!(err(load_text(&hooks, &redis, &secret)).contains("webhooks.secret"));
+    let own =
+        [("auth.secret", "0123456789abcdef0123456789abcdef"), ("webhooks.secret", "fedcba9876543210fedcba9876543210")];
+    load_text(&hooks, &redis, &own).expect("webhooks with their own secret load");
     assert_eq!(cfg.cluster.redis_url, "redis://127.0.0.1:6379/0", "the environment variable comes from the key path");
     assert!(!Config::default().cluster.enabled(), "off by default");
     // Rooms across nodes: when_full unless told, a mesh address that must parse.

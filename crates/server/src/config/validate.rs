@@ -186,6 +186,14 @@ impl Config {
                         .into(),
                 );
             }
+            if self.webhooks.secret.is_empty() && self.cluster.enabled() {
+                return invalid(
+                    "webhooks.secret",
+                    "in cluster mode webhooks need their own webhooks.secret (at least 32 bytes): signed with \
+                     auth.secret, every webhook receiver could mint admin tokens for the whole cluster"
+                        .into(),
+                );
+            }
             if let Err(e) = self.webhooks.to_config(self.auth.secret.as_bytes()).validate() {
                 return invalid("webhooks", e.to_string());
             }

@@ -175,6 +175,11 @@ impl Outputs {
         let webhooks = if cfg.webhooks.urls.is_empty() {
             None
         } else {
+            if cfg.webhooks.secret.is_empty() {
+                tracing::warn!(
+                    "webhooks.secret is not set: webhooks are signed with auth.secret, so every receiver holds the key that mints admin tokens; set webhooks.secret"
+                );
+            }
             let wc = cfg.webhooks.to_config(cfg.auth.secret.as_bytes());
             let sender = WebhookSender::start(&wc, runtime).map_err(|e| format!("webhooks: {e}"))?;
             tracing::info!(urls = cfg.webhooks.urls.len(), "webhooks on");
