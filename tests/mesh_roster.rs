@@ -257,7 +257,7 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     let before = hosted(c);
     let enter = format!("/v1/rooms/{other}/enter");
     // As a `moved` mints it: the socket's grant, with its token's expiry.
-    let key = TicketKey::new(&derive_key(SECRET.as_bytes(), TICKET_PURPOSE), 30);
+    let key = TicketKey::new(&derive_key(common::cluster::CLUSTER_SECRET.as_bytes(), TICKET_PURPOSE), 30);
     let grants =
         serde_json::json!({"room": other, "speak": true, "listen": true, "admin": false, "exp": unix_now() + 600});
     let ticket = key.mint(other, "page", grants, ("GET", &enter), unix_now()).expect("ticket").0;

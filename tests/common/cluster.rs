@@ -13,6 +13,8 @@ use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_unti
 
 /// The `auth.secret` every node of a test cluster shares.
 pub const SECRET: &str = "cluster-test-secret-0123456789abcdef";
+/// The `cluster.secret` every node of a test cluster shares (tickets, records, the mesh).
+pub const CLUSTER_SECRET: &str = "cluster-test-own-secret-fedcba9876543210";
 
 pub fn temp_dir(what: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tutti-cluster-test-{}-{what}", std::process::id()));
@@ -59,6 +61,7 @@ impl Node {
             .args(["serve", "--http", &api.to_string(), "--media", &format!("{ip}:{media_port}")])
             .args(["--metrics", &format!("{ip}:{metrics_port}")])
             .env("TUTTI_AUTH_SECRET", SECRET)
+            .env("TUTTI_CLUSTER_SECRET", CLUSTER_SECRET)
             .env("TUTTI_CLUSTER_REDIS_URL", format!("redis://127.0.0.1:{}/0", redis.port))
             // The password kept out of the URL, as from a Kubernetes Secret.
             .env("TUTTI_CLUSTER_REDIS_PASSWORD", redis.password.as_deref().unwrap_or(""))
@@ -207,7 +210,7 @@ pub fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duratio
 /// place a request on the node it chooses).
 pub fn ticket_for(room: &str, identity: &str, speak: bool, admin: bool, request: (&str, &str)) -> String {
     use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
-    let key = TicketKey::new(&derive_key(SECRET.as_bytes(), TICKET_PURPOSE), 30);
+    let key = TicketKey::new(&derive_key(CLUSTER_SECRET.as_bytes(), TICKET_PURPOSE), 30);
     let grants = serde_json::json!({"room": room, "speak": speak, "listen": true, "admin": admin});
     key.mint(room, identity, grants, request, tutti_server::auth::unix_now()).expect("ticket").0
 }

@@ -121,7 +121,7 @@ fn room_defaults(cfg: &Config) -> tutti_mix::RoomConfig {
 fn bind_mesh(cfg: &Config, cluster: &tutti_cluster::ClusterConfig) -> Result<crate::media::mesh::Mesh, ServerError> {
     use crate::media::mesh::Mesh;
     let advertised = cluster.media_addr.parse::<SocketAddr>().map_or(cfg.media.ip(), |a| a.ip());
-    let secret = cfg.auth.secret.as_bytes();
+    let secret = cluster_secret(cfg);
     let id = &cluster.node_id;
     if let Ok(bind) = cluster.mesh_addr.parse::<SocketAddr>() {
         return Mesh::bind(bind, id, secret, advertised).map_err(io_err(format!("binding cluster.mesh_addr {bind}")));
@@ -131,6 +131,12 @@ fn bind_mesh(cfg: &Config, cluster: &tutti_cluster::ClusterConfig) -> Result<cra
         let second = SocketAddr::new(cfg.media.ip(), 0);
         Mesh::bind(second, id, secret, advertised).map_err(io_err(format!("binding the mesh socket at {second}")))
     })
+}
+
+/// The root of the cluster's keys (records, tickets, control, the mesh):
+/// `cluster.secret`, else (warned at start) `auth.secret`.
+fn cluster_secret(cfg: &Config) -> &[u8] {
+    if cfg.cluster.secret.is_empty() { cfg.auth.secret.as_bytes() } else { cfg.cluster.secret.as_bytes() }
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its
@@ -214,16 +220,12 @@ impl Server {
         // Cluster mode: join the directory (the Redis connection is made
         // lazily: a node starts while Redis is down, and says so).
         let cluster = if cfg.cluster.enabled() {
-            // Records, tickets, control and mesh keys: the cluster's own secret.
-            let secret = if cfg.cluster.secret.is_empty() {
+            if cfg.cluster.secret.is_empty() {
                 tracing::warn!(
                     "cluster.secret is not set: the cluster's keys derive from auth.secret, so whoever holds the token secret can also sign node records and tickets and read the mesh; set cluster.secret (TUTTI_CLUSTER_SECRET), the same on every node"
                 );
-                cfg.auth.secret.as_bytes()
-            } else {
-                cfg.cluster.secret.as_bytes()
-            };
-            let cluster = tutti_cluster::Cluster::start(cluster_cfg, secret)
+            }
+            let cluster = tutti_cluster::Cluster::start(cluster_cfg, cluster_secret(&cfg))
                 .await
                 .map_err(|e| ServerError::Setup(e.to_string()))?;
             // Participant ids unique across the cluster, naming their node:
