@@ -136,6 +136,38 @@ fn connections_are_capped() {
     rt.block_on(server.shutdown());
 }
 
+/// A kept-alive connection that has been answered and sends nothing more
+/// gives its slot to a newcomer, as one that never sent a request does:
+/// clients that keep connections open cannot hold every slot.
+#[test]
+fn kept_alive_connections_between_requests_give_their_slots_up() {
+    let mut cfg = test_config();
+    cfg.limits.max_connections = 2;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let kept: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(api).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+            std::io::Write::write_all(&mut s, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("request");
+            let mut buf = [0u8; 512];
+            let n = std::io::Read::read(&mut s, &mut buf).expect("an answer");
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+            s
+        })
+        .collect();
+    // Both slots are held by connections kept alive; a newcomer takes one.
+    let r = http(api, "GET", "/healthz", None, b"");
+    assert_eq!(r.status, 200, "an idle kept-alive connection gave its slot up: {}", r.body);
+    let closed = kept.into_iter().filter_map(|mut s| {
+        let mut buf = [0u8; 16];
+        s.set_read_timeout(Some(Duration::from_millis(500))).expect("timeout");
+        matches!(std::io::Read::read(&mut s, &mut buf), Ok(0)).then_some(())
+    });
+    assert_eq!(closed.count(), 1, "the oldest of them was closed for it");
+    rt.block_on(server.shutdown());
+}
+
 struct Ws(tungstenite::WebSocket<TcpStream>);
 
 impl Ws {

@@ -14,8 +14,10 @@
 //!   client's address is in its headers, not read yet): its requests claim
 //!   the share of the address they are forwarded for.
 //! - A new connection past the cap or its address's share takes the slot
-//!   of the oldest connection (of its own address, for the share) that has
-//!   not sent a request yet: that one is closed. With none to take, a short
+//!   of the oldest connection (of its own address, for the share) with no
+//!   request in progress (one that has not sent a request yet, or a
+//!   kept-alive one waiting for its next: never an upgraded one): that one
+//!   is closed. With none to take, a short
 //!   503 `too_many_connections` and the connection is closed. So
 //!   connections that send nothing cannot keep `/healthz` (or anyone) out,
 //!   and one address cannot hold every slot. Every refusal is counted
@@ -258,6 +260,16 @@ impl Slot {
     fn busy(&self) {
         lock(&self.slots.table).waiting.remove(&self.number);
     }
+
+    /// The connection answered its request and waits for the next one (a
+    /// kept-alive connection, not an upgraded one): it may be taken over
+    /// again, oldest connection first, as one that never sent a request.
+    fn idle(&self) {
+        let mut t = lock(&self.slots.table);
+        if t.held.contains_key(&self.number) {
+            t.waiting.insert(self.number, self.evicted.clone());
+        }
+    }
 }
 
 impl ConnectionSlot {
@@ -349,12 +361,22 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, limits: HttpLimits
         let _ = stream.set_nodelay(true);
         let evicted = slot.evicted.clone();
         let slot = ConnectionSlot(Arc::new(slot));
-        let service = app.clone().map_request(move |mut request: hyper::Request<Incoming>| {
-            slot.0.busy();
-            request.extensions_mut().insert(ConnectInfo(client));
-            request.extensions_mut().insert(slot.clone());
-            request.map(axum::body::Body::new)
-        });
+        let answered = slot.clone();
+        let service = app
+            .clone()
+            .map_request(move |mut request: hyper::Request<Incoming>| {
+                slot.0.busy();
+                request.extensions_mut().insert(ConnectInfo(client));
+                request.extensions_mut().insert(slot.clone());
+                request.map(axum::body::Body::new)
+            })
+            .map_response(move |response: axum::response::Response| {
+                // An upgraded connection (a WebSocket) stays busy for as long as it is open.
+                if response.status() != hyper::StatusCode::SWITCHING_PROTOCOLS {
+                    answered.0.idle();
+                }
+                response
+            });
         let mut closing = closing.clone();
         let header_timeout = limits.header_timeout;
         connections.spawn(async move {
@@ -366,7 +388,7 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, limits: HttpLimits
             tokio::select! {
                 result = conn.as_mut() => log_end(client, result),
                 () = evicted.notified() => {
-                    tracing::debug!(%client, "HTTP connection closed: it sent no request and its slot was needed");
+                    tracing::debug!(%client, "HTTP connection closed: it had no request in progress and its slot was needed");
                 }
                 () = stopped(&mut closing) => {
                     conn.as_mut().graceful_shutdown();
@@ -429,6 +451,19 @@ mod tests {
         let v6 = slots.admit(ip("2001:db8::1"), false).expect("room");
         v6.busy();
         assert!(slots.admit(ip("2001:db8::2"), false).is_err(), "the same /64");
+    }
+
+    #[test]
+    fn a_connection_between_requests_may_be_taken_over_again() {
+        let slots = Slots::new(1, 4, 4);
+        let first = slots.admit(ip("10.0.0.1"), false).expect("room");
+        first.busy();
+        assert_eq!(slots.admit(ip("10.0.0.2"), false).err(), Some(Limit::Server), "a request in progress: kept");
+        first.idle();
+        let second = slots.admit(ip("10.0.0.2"), false).expect("answered and idle: taken over");
+        assert_eq!(counts(&slots), (1, 1, 1, 1), "the newcomer's alone");
+        drop((first, second));
+        assert_eq!(counts(&slots), (0, 0, 0, 0));
     }
 
     #[test]
