@@ -147,6 +147,7 @@ fn ensure_playwright(out: &Path) -> PathBuf {
         "move_page.js",
         "sdk_app.js",
         "breakout_page.js",
+        "phone_page.js",
     ] {
         std::fs::copy(src.join(file), dir.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
     }
@@ -1217,6 +1218,131 @@ fn a_page_rejoins_through_another_node_when_its_node_is_killed() {
     println!("bob hears alice: {while_muted:.4} while she is muted, {unmuted:.4} after she unmutes");
     assert!(while_muted < ABSENT_AMP, "bob hears the muted alice after the rejoin: {while_muted}");
     assert!(unmuted > HEARD_AMP, "bob hears alice once she unmutes on node a: {unmuted}");
+}
+
+/// The page on a phone (`tests/browser/phone_page.js`): at 390 px, a
+/// moderator's page with three others in the room (one with a long name)
+/// keeps every row inside its card, every button a 44 px touch target and
+/// every name whole (screenshot `phone-moderator.png`); the first loads log
+/// no error and fail no request; a guest muted by the moderator is told;
+/// when the server stops (draining first), the guest's page says one
+/// thing, that the call ended.
+#[test]
+fn the_page_on_a_phone_fits_tells_a_muted_guest_and_ends_clearly() {
+    const LONG: &str = "Maximiliana Featherstonehaugh-Wolfeschlegelsteinhausen";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    let wav = out.join("tone-500.wav");
+    write_tone_wav(&wav, ALICE_HZ, 2);
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = "the phone page test's secret, thirty-two bytes+".to_owned();
+    cfg.drain_seconds = 2.0;
+    let (rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let mint = |g: &Grant| server.mint_token(g, Duration::from_secs(600)).expect("token");
+    let admin = mint(&Grant::admin("ops"));
+    let as_admin = Requester::token(&admin);
+    let r =
+        request_as(api, &as_admin, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"phone"}"#).expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let mut talkers: Vec<ToneClient> = [BOB_HZ, RUST_HZ]
+        .iter()
+        .map(|&f| ToneClient::join_as(api, &as_admin, "phone", f, JoinAs::Json).expect("join"))
+        .collect();
+    let moderator = mint(&Grant { admin: true, ..Grant::participant("phone", "mod") });
+    let guest = mint(&Grant::participant("phone", "guest"));
+    let config = json!({
+        "chromium": chromium,
+        "out": out,
+        "wav": wav,
+        "hostUrl": format!("http://{api}/?room=phone&name=Moderator#token={moderator}"),
+        "freshUrl": format!("http://{api}/?room=demo#token={admin}"),
+        "guestUrl": format!("http://{api}/?room=phone&name={}#token={guest}", LONG.replace(' ', "%20")),
+        "people": 4,
+        "waitMs": 30000,
+    });
+    let (mut driver, mut stdin, rx, stderr) = start_driver(&node_dir, "phone_page.js", &config);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut events: HashMap<String, Value> = HashMap::new();
+    let mut server = Some(server);
+    loop {
+        let now = Instant::now();
+        for t in &mut talkers {
+            t.pump(now);
+        }
+        match rx.try_recv() {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) => {
+                    let event = msg["event"].as_str().unwrap_or_default().to_owned();
+                    eprintln!("page: {event}");
+                    if event == "ready" {
+                        let id = msg["guest"].as_u64().expect("the guest's id");
+                        let path = format!("/v1/rooms/phone/participants/{id}");
+                        let r =
+                            request_as(api, &as_admin, "PATCH", &path, Some("application/json"), br#"{"muted":true}"#)
+                                .expect("API");
+                        assert_eq!(r.status, 200, "{}", r.body);
+                    }
+                    if event == "stopping"
+                        && let Some(server) = server.take()
+                    {
+                        drop(std::mem::take(&mut talkers));
+                        rt.block_on(server.shutdown());
+                        let _ = writeln!(stdin, "stopped");
+                    }
+                    let last = event == "done" || event == "failed";
+                    events.insert(event, msg);
+                    if last {
+                        break;
+                    }
+                }
+                None => eprintln!("page: {line}"),
+            },
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        assert!(now < deadline, "the pages did not finish within 120 s; marks: {:?}", events.keys());
+    }
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    std::fs::write(out.join("phone-driver.log"), &log).expect("write phone-driver.log");
+    println!("390 px moderator page: {}", events.get("layout").map_or(Value::Null, |l| l["layout"].clone()));
+    let event = |name: &str| events.get(name).unwrap_or_else(|| panic!("no '{name}' from the pages\n{log}")).clone();
+    assert!(
+        status.success() && !events.contains_key("failed"),
+        "the page driver failed ({status}): {:?}\n{log}",
+        events.get("failed")
+    );
+
+    let layout = event("layout")["layout"].clone();
+    assert_eq!(layout["rows"], 4, "{layout}");
+    assert!(layout["pageWidth"].as_u64() <= layout["viewport"].as_u64(), "no sideways scrolling: {layout}");
+    assert_eq!(layout["outside"], json!([]), "every element inside the card: {layout}");
+    assert_eq!(layout["small"], json!([]), "every button a 44 px touch target: {layout}");
+    let names = layout["names"].as_array().expect("names");
+    assert!(names.iter().any(|n| n["name"] == LONG), "{layout}");
+    assert!(
+        names.iter().all(|n| n["whole"] == true && n["width"].as_u64() >= Some(48)),
+        "every name shown whole: {layout}"
+    );
+    let actions = layout["actions"].as_array().expect("actions");
+    assert_eq!(actions.iter().filter(|a| *a == "Remove").count(), 3, "Remove on each of the three others: {layout}");
+    let done = event("done");
+    assert_eq!(
+        done["firstLoad"],
+        json!({"fresh": [], "moderator": [], "guest": []}),
+        "first loads without errors (a room not made yet too): {done}"
+    );
+    let muted = event("muted");
+    assert!(muted["banners"]["notice"].as_str().is_some_and(|n| n.contains("muted you")), "{muted}");
+    assert_eq!(muted["state"]["muted"], true, "{muted}");
+    let ended = &done["ended"];
+    assert!(ended["error"].as_str().is_some_and(|e| e.contains("ended")), "the page says the call ended: {done}");
+    assert_eq!(ended["notice"], "", "and nothing else beside it: {done}");
 }
 
 /// A page moved to another room by an admin (a breakout) follows on the

@@ -172,6 +172,10 @@ function showError(err) {
   const el = $('error');
   el.textContent = state.error.text;
   el.hidden = false;
+  // One message at a time: a notice from before (e.g. "your call goes on")
+  // must not contradict the error.
+  state.notice = '';
+  $('notice').hidden = true;
 }
 
 function clearMessages() {
@@ -449,10 +453,13 @@ async function join(ev) {
     if (call === mine) showError(err);
   });
   room.on('mutedAll', () => {
+    state.mutedAllAt = Date.now();
     if (!state.admin) showNotice('A moderator muted everyone.');
   });
   room.on('tokenExpiring', ({ expiresAt }) => onTokenExpiring(expiresAt));
-  room.on('draining', () => showNotice('The server is restarting. Your call goes on; it may move to another server.'));
+  room.on('draining', () => {
+    if (call === mine) showNotice('The server is restarting. Your call goes on; it may move to another server.');
+  });
   room.on('moved', (moved) => onMoved(moved));
   room.on('roomChanged', ({ room: to, from }) => {
     if (call === mine) onRoomChanged(to, from);
@@ -492,6 +499,10 @@ async function join(ev) {
 
 /** The SDK's state into the page's. */
 function sync(room) {
+  // Muted by someone else (a moderator), not by this page's button nor by a
+  // mute-all (told on its own): say so, or the person talks to nobody.
+  const mutedByOther = state.phase === 'in-call' && !state.muted && room.muted
+    && Date.now() - (state.selfMuteAt || 0) > 2000 && Date.now() - (state.mutedAllAt || 0) > 2000;
   state.me = room.id;
   state.muted = room.muted;
   state.admin = room.admin;
@@ -504,6 +515,7 @@ function sync(room) {
     applyMute(room.muted);
     renderParticipants();
   }
+  if (mutedByOther) showNotice('A moderator muted you. Unmute when you want to speak.');
 }
 
 function enterCall() {
@@ -527,6 +539,7 @@ function applyMute(muted) {
 
 function toggleMute() {
   if (!call || state.phase !== 'in-call') return;
+  state.selfMuteAt = Date.now();
   call.room.setMuted(!call.room.muted);
 }
 

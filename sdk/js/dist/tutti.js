@@ -217,7 +217,9 @@ export class Api {
         const listing = !validRoomId(room);
         let r;
         try {
-            r = await this.request('GET', listing ? 'v1/rooms' : this.roomPath(room));
+            // A room's ICE servers: checked against the token as a join is, and
+            // answered for a room not made yet too (a 404 would be a console error).
+            r = await this.request('GET', listing ? 'v1/rooms' : this.roomPath(room, '/ice-servers'));
         }
         catch (_) {
             return { access: 'ok', error: null };
