@@ -66,6 +66,16 @@ fn vanished_participants_are_removed_after_the_timeout() {
         (1, 1, 0, 1, 0),
         "only the participant who stayed holds anything: {held:?}"
     );
+    // The one that never connected (an answer applied too late): asking about
+    // it says what happened, not a bare 404.
+    let late =
+        http(api, "PATCH", &format!("/v1/rooms/t/participants/{never}"), Some("application/sdp"), offer.as_bytes());
+    assert_eq!((late.status, late.code().as_str()), (410, "participant_left"), "{}", late.body);
+    assert!(late.body.contains("timed_out") && late.body.contains("peer_timeout_seconds"), "{}", late.body);
+    let r = http(api, "DELETE", &format!("/v1/rooms/t/participants/{never}"), None, b"");
+    assert_eq!(r.code(), "participant_left", "{}", r.body);
+    let r = http(api, "DELETE", "/v1/rooms/t/participants/987654", None, b"");
+    assert_eq!(r.code(), "participant_not_found", "one that never was: {}", r.body);
     rt.block_on(server.shutdown());
 }
 

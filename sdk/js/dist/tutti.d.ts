@@ -411,7 +411,7 @@ export declare class Room extends Emitter<RoomEvents> {
      * One ICE restart: a new offer (new ICE credentials) for our participant,
      * `PATCH …/participants/{id}` (application/sdp), its answer. Failed
      * attempts are retried until `restartGraceMs` after the connection
-     * dropped (then `ice_lost`); a refusal (401, 403, 404: the server does
+     * dropped (then `ice_lost`); a refusal (401, 403, 404, 410: the server does
      * not know us, or will not) ends the call at once (`restart_refused`).
      * Called by the client itself; an app may call it too.
      */

@@ -1380,7 +1380,7 @@ export class Room extends Emitter<RoomEvents> {
    * One ICE restart: a new offer (new ICE credentials) for our participant,
    * `PATCH …/participants/{id}` (application/sdp), its answer. Failed
    * attempts are retried until `restartGraceMs` after the connection
-   * dropped (then `ice_lost`); a refusal (401, 403, 404: the server does
+   * dropped (then `ice_lost`); a refusal (401, 403, 404, 410: the server does
    * not know us, or will not) ends the call at once (`restart_refused`).
    * Called by the client itself; an app may call it too.
    */
@@ -1421,7 +1421,7 @@ export class Room extends Emitter<RoomEvents> {
         attempt.code = err.code;
         // The server no longer knows us, or will not let us: final. Anything
         // else (busy, briefly unavailable, not ready) is tried again.
-        if (r.status === 401 || r.status === 403 || r.status === 404) {
+        if (r.status === 401 || r.status === 403 || r.status === 404 || r.status === 410) {
           retry = false;
           this.emit('iceRestart', attempt);
           this.end(new TuttiError('restart_refused', err.message || err.code, r.status));

@@ -418,6 +418,7 @@ pub(crate) struct LeaveParams {
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or a ban, without admin)", body = ErrorBody),
         (status = 404, description = "`room_not_found`, `participant_not_found`", body = ErrorBody),
+        (status = 410, description = "`participant_left`: it left lately; the message says when and why (e.g. `timed_out`: its answer came too late)", body = ErrorBody),
     ),
 )]
 pub(crate) async fn leave(
@@ -429,6 +430,7 @@ pub(crate) async fn leave(
 ) -> Refused<Response> {
     let Query(params) = params.map_err(|e| Refusal::bad_request("bad_value", e.body_text()))?;
     let grant = cluster::caller(&api, &headers, &target, params.ticket.as_deref(), &room).await?;
+    gone(&api, &grant, &room, id)?;
     may_see_member(&api.rooms, &grant, &room, id)?;
     if params.ban_seconds.is_some() && !grant.may_manage(&room) {
         return Err(Refusal::forbidden("banning a participant needs an admin token"));
@@ -488,6 +490,7 @@ pub(crate) struct UpdateParticipant {
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or an admin-only field)", body = ErrorBody),
         (status = 404, description = "`room_not_found`, `participant_not_found`", body = ErrorBody),
+        (status = 410, description = "`participant_left`: it left lately; the message says when and why (e.g. `timed_out`: its answer came too late)", body = ErrorBody),
         (status = 409, description = "`not_connected` (ICE restart before the first connection)", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`rate_limited` (updates per participant, restarts per address)", body = ErrorBody),
@@ -505,6 +508,7 @@ pub(crate) async fn update_participant(
 ) -> Refused<Response> {
     let access = cluster::access(query);
     let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
+    gone(&api, &grant, &room, id)?;
     may_see_member(&api.rooms, &grant, &room, id)?;
     let ticketed = access.ticket.is_some();
     let here = match cluster::participant_here(&api, &room, id, &target, &grant, ticketed).await? {
@@ -634,4 +638,21 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64,
             "the media thread did not answer the restart in time; try again",
         )),
     }
+}
+
+/// 410 `participant_left` when participant `id` of `room` left lately (told
+/// to whoever may see the room, as its `left` event was): when, and why, so
+/// that a client that applied its answer too late, or whose token expired,
+/// learns it rather than a bare 404.
+fn gone(api: &ApiState, grant: &Grant, room: &str, id: u64) -> Refused<()> {
+    if may_see(grant, room).is_err() {
+        return Ok(());
+    }
+    let Some(d) = api.rooms.departed(room, id) else { return Ok(()) };
+    let ago = d.at.elapsed().as_secs();
+    Err(Refusal::new(
+        StatusCode::GONE,
+        "participant_left",
+        format!("participant {id} left room '{room}' {ago} s ago ({}): {}", d.reason.as_str(), d.reason.explain()),
+    ))
 }

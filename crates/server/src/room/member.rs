@@ -138,6 +138,23 @@ impl LeaveReason {
             Self::TokenExpired => "token_expired",
         }
     }
+
+    /// Why, in words (after "participant N left room R: ").
+    pub(crate) fn explain(self) -> &'static str {
+        match self {
+            Self::Left => "it left",
+            Self::TimedOut => {
+                "nothing arrived from it within peer_timeout_seconds: its ICE never started (a REST join's SDP answer must be applied at once: the participant waits that long for its first packet) or its media stopped"
+            }
+            Self::Failed => "its ICE or DTLS failed",
+            Self::RoomClosed => "its room was deleted",
+            Self::Kicked => "an admin removed it",
+            Self::Moved => "its room moved to another node; it was told to rejoin there",
+            Self::MovedRoom => "an admin moved it to another room",
+            Self::Replaced => "another join with its identity took its place",
+            Self::TokenExpired => "its token expired",
+        }
+    }
 }
 
 /// Longest participant name kept, in bytes.

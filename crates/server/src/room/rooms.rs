@@ -89,6 +89,21 @@ pub(crate) struct Rooms {
     pub(super) replaced: Mutex<Vec<Effect>>,
     /// What new rooms play (`[playback]`: limit and sounds).
     pub(super) playback: RwLock<playback::Defaults>,
+    /// The last [`DEPARTED_KEPT`] participants that left (oldest first), so
+    /// that a later request about one says why it is gone ([`Rooms::departed`]).
+    pub(super) departed: Mutex<std::collections::VecDeque<Departed>>,
+}
+
+/// Participants that left, remembered ([`Rooms::departed`]).
+pub(crate) const DEPARTED_KEPT: usize = 4096;
+
+/// A participant that left: which, from where, why, when.
+#[derive(Debug, Clone)]
+pub(crate) struct Departed {
+    pub(crate) id: u64,
+    pub(crate) room: String,
+    pub(crate) reason: LeaveReason,
+    pub(crate) at: Instant,
 }
 
 /// Whether `id` may name a room: 1 to 64 letters, digits, '-' or '_'.
@@ -124,6 +139,7 @@ impl Rooms {
             draining: AtomicBool::new(false),
             vacant: Mutex::new(HashMap::new()),
             replaced: Mutex::new(Vec::new()),
+            departed: Mutex::new(std::collections::VecDeque::new()),
             playback: RwLock::new(playback::Defaults::default()),
         })
     }
@@ -364,7 +380,21 @@ impl Rooms {
         let io = lock(&self.registry).remove(PeerId(id));
         room.publish(RoomEvent::Left { id, reason: reason.as_str() });
         tracing::info!(room = %room.id, participant = id, reason = reason.as_str(), "participant left");
+        let mut departed = lock(&self.departed);
+        if departed.len() >= DEPARTED_KEPT {
+            departed.pop_front();
+        }
+        departed.push_back(Departed { id, room: room.id.clone(), reason, at: Instant::now() });
         Ok(io.map(|io| Effect::ClosePeer { peer: PeerId(id), io }))
+    }
+
+    /// Participant `id` of room `room`, if it left lately (one of the last
+    /// [`DEPARTED_KEPT`] to leave this node) and is not back.
+    pub(crate) fn departed(&self, room: &str, id: u64) -> Option<Departed> {
+        if self.get(room).is_ok_and(|r| lock(&r.members).contains_key(&id)) {
+            return None;
+        }
+        lock(&self.departed).iter().rev().find(|d| d.id == id && d.room == room).cloned()
     }
 
     /// Mutes or unmutes a participant (and tells the room when it changed).
