@@ -49,6 +49,7 @@ fn a_load_run_prints_its_json_on_stdout_and_one_verdict_line() {
     } else if line.starts_with("PASS: ") {
         assert_eq!(s["connected"], 6, "{line}");
         assert!(status.success(), "a pass exits 0");
+        assert!(line.contains("a valid run"), "a pass says whether the run was valid: {line}");
     } else {
         assert!(line.starts_with("FAIL: "), "{line}");
         assert_eq!(status.code(), Some(1), "a fail exits 1");
@@ -58,6 +59,10 @@ fn a_load_run_prints_its_json_on_stdout_and_one_verdict_line() {
         assert!(!stderr.contains(debug), "'{debug}' in the report:\n{stderr}");
     }
     assert!(stderr.contains("probe talker"), "{stderr}");
+    // The server on this machine: its CPU read from /proc by itself, no flag given.
+    let pid = served.child.id();
+    assert!(stderr.contains(&format!("server CPU from /proc/{pid} ")), "the server's process found: {stderr}");
+    assert!(s["server_cpu_cores"].as_f64().is_some_and(|c| c > 0.0), "the server's CPU measured: {s}");
 
     // An SLO nobody meets (a p5 MOS above 5): FAIL, naming the MOS, unless the run was invalid.
     let (status, stdout, stderr) = load(served.api, &token, &["--min-mos", "5.5"]);

@@ -326,8 +326,20 @@ pub fn stop_on_signal() -> Arc<AtomicBool> {
     flag
 }
 
-fn cpu_source(http: &Client, metrics_url: Option<&str>, pid: Option<u32>) -> Result<CpuSource, LoadError> {
+/// Where the server's CPU is read: `--server-pid`, else `--metrics-url`,
+/// else the process listening on `server` when it runs on this machine.
+fn cpu_source(
+    http: &Client,
+    server: std::net::SocketAddr,
+    metrics_url: Option<&str>,
+    pid: Option<u32>,
+) -> Result<CpuSource, LoadError> {
     if let Some(pid) = pid {
+        return Ok(CpuSource::Process(pid));
+    }
+    if metrics_url.is_none()
+        && let Some(pid) = crate::cpu::local_listener_pid(server)
+    {
         return Ok(CpuSource::Process(pid));
     }
     match metrics_url {
@@ -409,11 +421,16 @@ impl Verdict {
     pub fn line(&self, summary: &crate::report::Summary) -> String {
         match self {
             Self::Pass => format!(
-                "PASS: {} participants, p5 MOS {:.2}, loss {:.2} %, p95 mouth-to-ear {}",
+                "PASS: {} participants, p5 MOS {:.2}, loss {:.2} %, p95 mouth-to-ear {}; {}",
                 summary.connected,
                 summary.mos_p5,
                 summary.loss_total_percent,
-                summary.latency.p95_ms.map_or("not measured".into(), |l| format!("{l:.0} ms"))
+                summary.latency.p95_ms.map_or("not measured".into(), |l| format!("{l:.0} ms")),
+                if summary.warnings.is_empty() {
+                    "a valid run".to_owned()
+                } else {
+                    format!("a valid run, but weaker: {}", summary.warnings.join("; "))
+                }
             ),
             Self::Fail(why) => format!("FAIL: {}", why.join("; ")),
             Self::Invalid(why) => format!("INVALID: {}", why.join("; ")),
@@ -442,7 +459,7 @@ pub fn run_load(args: &LoadArgs) -> Result<Verdict, LoadError> {
     cfg.threads = args.threads;
     cfg.seed = args.seed;
     cfg.speech = args.clip.as_deref().map(crate::audio::read_wav).transpose()?;
-    cfg.server_cpu = cpu_source(&cfg.http, args.metrics_url.as_deref(), args.server_pid)?;
+    cfg.server_cpu = cpu_source(&cfg.http, origin.addr(), args.metrics_url.as_deref(), args.server_pid)?;
     cfg.record = args.record;
     cfg.rejoin_attempts = args.rejoin_attempts;
     let hooks = args.webhook_listen.map(crate::webhooks::Receiver::start).transpose()?;
@@ -790,7 +807,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
         Some(url) => {
             let (origin, _) = parse_url(url)?;
             let http = client(args.ca_file.as_deref(), &origin)?;
-            let cpu = cpu_source(&http, args.metrics_url.as_deref(), None)?;
+            let cpu = cpu_source(&http, origin.addr(), args.metrics_url.as_deref(), None)?;
             (origin.addr(), http, cpu)
         }
         None => {

@@ -17,6 +17,80 @@ pub fn thread_cpu_seconds(pid: &str) -> Vec<(String, f64)> {
     out
 }
 
+/// The process of this machine listening on TCP `addr` (a server the run
+/// targets on loopback, or on one of this machine's addresses), found from
+/// /proc/net/tcp{,6} and the processes' open sockets; `None` when `addr`
+/// is not here, or its process is not visible (another user's, without
+/// the right to read its descriptors).
+pub fn local_listener_pid(addr: SocketAddr) -> Option<u32> {
+    let inode = listening_inode(addr)?;
+    let target = format!("socket:[{inode}]");
+    let me = std::process::id();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
+/// The inode of the listening socket on `addr` (or on its port at the
+/// unspecified address), from /proc/net/tcp and tcp6.
+fn listening_inode(addr: SocketAddr) -> Option<u64> {
+    const LISTEN: &str = "0A";
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else { continue };
+            if *state != LISTEN {
+                continue;
+            }
+            let Some((ip_hex, port_hex)) = local.split_once(':') else { continue };
+            if u16::from_str_radix(port_hex, 16).ok() != Some(addr.port()) {
+                continue;
+            }
+            let ip = parse_proc_ip(ip_hex);
+            let matches = ip.is_some_and(|ip| ip == addr.ip() || ip.is_unspecified())
+                || (addr.ip().is_loopback() && ip.is_some_and(|ip| ip.is_loopback()));
+            if matches {
+                return inode.parse().ok();
+            }
+        }
+    }
+    None
+}
+
+/// An address as /proc/net/tcp{,6} writes it: 32-bit words in host (little-endian) order.
+fn parse_proc_ip(hex: &str) -> Option<std::net::IpAddr> {
+    let words: Vec<u32> =
+        (0..hex.len() / 8).map(|i| u32::from_str_radix(&hex[i * 8..i * 8 + 8], 16)).collect::<Result<_, _>>().ok()?;
+    match words.as_slice() {
+        [w] => Some(std::net::IpAddr::V4(std::net::Ipv4Addr::from(w.swap_bytes()))),
+        [a, b, c, d] => {
+            let mut bytes = [0u8; 16];
+            for (i, w) in [a, b, c, d].iter().enumerate() {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            let v6 = std::net::Ipv6Addr::from(bytes);
+            Some(v6.to_ipv4_mapped().map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4))
+        }
+        _ => None,
+    }
+}
+
+/// A process's name (`comm`), or `?`.
+fn process_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or_else(|_| "?".into(), |s| s.trim().to_owned())
+}
+
 /// Busy and total jiffies of the whole machine, from /proc/stat.
 pub fn machine_jiffies() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
@@ -102,9 +176,9 @@ impl CpuSource {
     /// What it is, for reports.
     pub fn describe(&self) -> String {
         match self {
-            Self::Process(pid) => format!("/proc/{pid}"),
+            Self::Process(pid) => format!("/proc/{pid} (process {})", process_name(*pid)),
             Self::Metrics { origin, path, .. } => format!("{} process_cpu_seconds_total", origin.url(path)),
-            Self::Unknown => "unknown (no --metrics-url)".into(),
+            Self::Unknown => "unknown (the server is not on this machine: give --metrics-url)".into(),
         }
     }
 }
