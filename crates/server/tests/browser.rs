@@ -148,6 +148,7 @@ fn ensure_playwright(out: &Path) -> PathBuf {
         "sdk_app.js",
         "breakout_page.js",
         "phone_page.js",
+        "sdk_example.js",
     ] {
         std::fs::copy(src.join(file), dir.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
     }
@@ -1218,6 +1219,126 @@ fn a_page_rejoins_through_another_node_when_its_node_is_killed() {
     println!("bob hears alice: {while_muted:.4} while she is muted, {unmuted:.4} after she unmutes");
     assert!(while_muted < ABSENT_AMP, "bob hears the muted alice after the rejoin: {while_muted}");
     assert!(unmuted > HEARD_AMP, "bob hears alice once she unmutes on node a: {unmuted}");
+}
+
+/// Serves the files of `dir` (and `tutti.js` from `sdk`) over HTTP on
+/// 127.0.0.1 until the returned flag is set: another origin than the
+/// server's, as an app's own web server is.
+fn serve_static(dir: PathBuf, sdk: PathBuf) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("addr");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    std::thread::spawn(move || {
+        while !stopped.load(Ordering::Relaxed) {
+            let Ok((mut s, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            let _ = s.set_nonblocking(false);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let n = std::io::Read::read(&mut s, &mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let path = head.split_whitespace().nth(1).unwrap_or("/").split(['?', '#']).next().unwrap_or("/");
+            let (file, kind) = match path {
+                "/" | "/index.html" => (dir.join("index.html"), "text/html"),
+                "/app.js" => (dir.join("app.js"), "text/javascript"),
+                "/tutti.js" => (sdk.clone(), "text/javascript"),
+                _ => (dir.join("missing"), "text/plain"),
+            };
+            let (status, body) = match std::fs::read(&file) {
+                Ok(b) => ("200 OK", b),
+                Err(_) => ("404 Not Found", b"not found".to_vec()),
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(&body));
+        }
+    });
+    (addr, stop)
+}
+
+/// The SDK's example app (`examples/sdk-app`, run by
+/// `tests/browser/sdk_example.js`) served from its own origin: a server
+/// that does not allow that origin makes Join show, on the page, which
+/// setting to add; one that does lets the page join and list the room.
+#[test]
+fn the_example_sdk_app_says_what_to_allow_then_joins_from_its_own_origin() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    let wav = out.join("tone-500.wav");
+    write_tone_wav(&wav, ALICE_HZ, 2);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let (app, stop) = serve_static(root.join("examples/sdk-app"), root.join("sdk/js/dist/tutti.js"));
+    // The page's origin as the example's README writes it.
+    let origin = format!("http://localhost:{}", app.port());
+    let start = |allowed: Option<&str>| {
+        let mut cfg = test_config();
+        cfg.cors.allowed_origins = allowed.map(|o| vec![o.to_owned()]).unwrap_or_default();
+        start_with(cfg)
+    };
+    let (rt1, refusing) = start(None);
+    let (rt2, allowing) = start(Some(&origin));
+    for server in [&refusing, &allowing] {
+        common::create_room(server.http_addr(), "demo");
+    }
+    let mut talker = ToneClient::join(allowing.http_addr(), "demo", BOB_HZ, JoinAs::Json).expect("join");
+    let link = |server: SocketAddr| format!("{origin}/#server=http://{server}&room=demo&name=ada");
+    let config = json!({
+        "chromium": chromium,
+        "wav": wav,
+        "refusedUrl": link(refusing.http_addr()),
+        "allowedUrl": link(allowing.http_addr()),
+        "people": 2,
+        "waitMs": 30000,
+    });
+    let (mut driver, _stdin, rx, stderr) = start_driver(&node_dir, "sdk_example.js", &config);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut result = None;
+    while result.is_none() {
+        talker.pump(Instant::now());
+        match rx.try_recv() {
+            Ok(line) => {
+                if let Some(msg) = line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                    result = Some(msg);
+                } else {
+                    eprintln!("page: {line}");
+                }
+            }
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        assert!(Instant::now() < deadline, "the example app did not finish within 90 s");
+    }
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let result = result.unwrap_or_else(|| panic!("no result from the page\n{log}"));
+    assert!(status.success() && result["event"] == "done", "the example app failed: {result}\n{log}");
+    let refused = result["refused"]["error"].as_str().unwrap_or_default();
+    assert!(refused.starts_with("network: "), "{result}");
+    assert!(
+        refused.contains("cors.allowed_origins") && refused.contains(&origin),
+        "names the setting and the origin: {result}"
+    );
+    let people = result["allowed"]["people"].as_array().expect("people");
+    assert!(people.iter().any(|p| p.as_str().is_some_and(|p| p.starts_with("ada") && p.contains("(you)"))), "{result}");
+    assert!(
+        people.iter().any(|p| p.as_str().is_some_and(|p| p.contains("700 Hz"))),
+        "the room's other participant: {result}"
+    );
+    assert_eq!(result["allowed"]["error"], "", "{result}");
+    drop(talker);
+    rt1.block_on(refusing.shutdown());
+    rt2.block_on(allowing.shutdown());
 }
 
 /// The page on a phone (`tests/browser/phone_page.js`): at 390 px, a

@@ -127,8 +127,21 @@ async function send(url, init) {
         return await fetch(url, { cache: 'no-store', ...(init || {}) });
     }
     catch (_) {
-        throw new TuttiError('network');
+        throw new TuttiError('network', unreachable(url));
     }
+}
+/**
+ * Why `url` could not be fetched, in words: the browser does not tell a
+ * server that is down from one whose CORS answer leaves this page's origin
+ * out, so a page on another origin names the setting that allows it.
+ */
+function unreachable(url) {
+    const page = typeof location === 'undefined' ? '' : location.origin;
+    if (!page || page === 'null' || page === url.origin)
+        return `cannot reach the server at ${url.origin}`;
+    return `cannot reach the server at ${url.origin} from this page (${page}): it is down, or it does not allow `
+        + `calls from ${page}: add that origin to the server's cors.allowed_origins `
+        + `(e.g. tutti serve --set cors.allowed_origins=${page}, or TUTTI_CORS_ALLOWED_ORIGINS=${page})`;
 }
 /** REST calls on one server with one token. */
 export class Api {
