@@ -643,12 +643,15 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64,
 /// 410 `participant_left` when participant `id` of `room` left lately (told
 /// to whoever may see the room, as its `left` event was): when, and why, so
 /// that a client that applied its answer too late, or whose token expired,
-/// learns it rather than a bare 404.
+/// learns it rather than a bare 404. One that left by asking to (a second
+/// `DELETE`, say) is the bare 404 it always was: nothing to explain.
 fn gone(api: &ApiState, grant: &Grant, room: &str, id: u64) -> Refused<()> {
     if may_see(grant, room).is_err() {
         return Ok(());
     }
-    let Some(d) = api.rooms.departed(room, id) else { return Ok(()) };
+    let Some(d) = api.rooms.departed(room, id).filter(|d| d.reason != crate::room::LeaveReason::Left) else {
+        return Ok(());
+    };
     let ago = d.at.elapsed().as_secs();
     Err(Refusal::new(
         StatusCode::GONE,
