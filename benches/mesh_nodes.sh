@@ -87,7 +87,7 @@ for k in $ks; do
         clients=$((n * per_node))
         # The window: after every join and a warm-up, read the counters, wait, read again.
         # shellcheck disable=SC2086 # $ws_flag: one word or none
-        TOKEN=$token "$bin" load --url "http://${nodes[0]}:$http" --room wide -n "$clients" $ws_flag \
+        TUTTI_TOKEN=$token "$bin" load --url "http://${nodes[0]}:$http" --room wide -n "$clients" $ws_flag \
             --cint "$cint" --talkers "$talkers" --life "$life" --warmup 3 --details 0 \
             --report "$out/load-n$n-k$k.json" >"$out/load-n$n-k$k.log" 2>&1 &
         load=$!

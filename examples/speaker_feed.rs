@@ -6,7 +6,7 @@
 //! its speaker's timing.
 //!
 //! ```sh
-//! TOKEN=$(tutti token --room demo --identity captions --admin)
+//! export TUTTI_TOKEN=$(tutti token --room demo --identity captions --admin)
 //! cargo run --example speaker_feed -- 127.0.0.1:8080 demo ./speakers
 //! ```
 //!
@@ -39,9 +39,12 @@ struct Speaker {
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [api, room, dir] = args.as_slice() else {
-        anyhow::bail!("usage: speaker_feed <host:port> <room> <directory>   (TOKEN: an admin token for the room)");
+        anyhow::bail!(
+            "usage: speaker_feed <host:port> <room> <directory>   (TUTTI_TOKEN: an admin token for the room)"
+        );
     };
-    let token = std::env::var("TOKEN").map_err(|_| anyhow::anyhow!("set TOKEN to an admin token for room '{room}'"))?;
+    let token = std::env::var("TUTTI_TOKEN")
+        .map_err(|_| anyhow::anyhow!("set TUTTI_TOKEN to an admin token for room '{room}'"))?;
     std::fs::create_dir_all(dir)?;
     let mut request = format!("ws://{api}/v1/rooms/{room}/speakers").into_client_request()?;
     request.headers_mut().insert("authorization", format!("Bearer {token}").parse()?);

@@ -32,7 +32,7 @@ pub struct Connection {
     /// An access token, admin for the room or for every room (`*`); needed
     /// unless the server runs with `auth.disabled`. `tutti token --room '*'
     /// --identity ops --admin` mints one; a server with no `auth.secret`
-    /// prints one at start (`export TOKEN=…`).
+    /// prints one at start (`export TUTTI_TOKEN=…`).
     #[arg(long, env = "TUTTI_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
     /// Print the API's JSON answer (one document) instead of a table.

@@ -297,7 +297,7 @@ fn banner(server: &Server) -> String {
         if server.secret_generated() {
             text.push_str(&format!(
                 "auth: no auth.secret configured, so one was generated: tokens work until tutti stops\n\
-                 admin token (24 h): export TOKEN={token}\n"
+                 admin token (24 h): export TUTTI_TOKEN={token}\n"
             ));
         } else {
             text.push_str(
@@ -305,7 +305,7 @@ fn banner(server: &Server) -> String {
                  as `authorization: Bearer …`\n",
             );
         }
-        auth_header = " -H \"authorization: Bearer $TOKEN\"".to_owned();
+        auth_header = " -H \"authorization: Bearer $TUTTI_TOKEN\"".to_owned();
     } else {
         text.push_str("auth: DISABLED (auth.disabled = true): anyone who reaches this address may join any room\n");
     }
@@ -340,8 +340,8 @@ fn browser_link(server: &Server) -> String {
              (joins room '{BANNER_ROOM}' as its moderator, for 24 h; the page's Invite button copies a link for others)\n"
         ),
         Some(_) => format!(
-            "{OPEN_IN_A_BROWSER}\n  {page}#token=TOKEN\n  \
-             (TOKEN from `tutti token --room {BANNER_ROOM} --identity host --admin --ttl 1h`)\n"
+            "{OPEN_IN_A_BROWSER}\n  {page}#token=HOST_TOKEN\n  \
+             (HOST_TOKEN from `tutti token --room {BANNER_ROOM} --identity host --admin --ttl 1h`)\n"
         ),
         None => format!("{OPEN_IN_A_BROWSER}\n  {page}\n"),
     }

@@ -585,7 +585,7 @@ struct LoadRun {
 
 impl LoadRun {
     /// `tutti load` into `rooms` rooms `<base>-<i>` of `size` clients
-    /// through `api`, with `token` (`TOKEN`), until stopped; `extra` flags.
+    /// through `api`, with `token` (`TUTTI_TOKEN`), until stopped; `extra` flags.
     fn start(
         bin: &std::path::Path,
         api: SocketAddr,
@@ -609,7 +609,7 @@ impl LoadRun {
             .args(["--probes", "1", "--probe-listeners", "2", "--details", "0"])
             .args(["--report", report.to_str().unwrap()])
             .args(extra)
-            .env("TOKEN", token)
+            .env("TUTTI_TOKEN", token)
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(std::process::Stdio::inherit())
             .spawn()

@@ -90,13 +90,12 @@ impl Terminator {
     }
 }
 
-/// Runs `tutti ARGS…` with `TOKEN` and `TUTTI_TOKEN` set to `token`, and
+/// Runs `tutti ARGS…` with `TUTTI_TOKEN` set to `token`, and
 /// proxy variables that point nowhere: the tools go straight to the server
 /// (their WebSockets and media could not follow a proxy anyway).
 fn tutti(token: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tutti"))
         .args(args)
-        .env("TOKEN", token)
         .env("TUTTI_TOKEN", token)
         .envs(
             ["ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"].map(|k| (k, "http://127.0.0.1:9")),

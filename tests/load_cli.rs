@@ -9,13 +9,26 @@ mod common;
 
 use std::process::Command;
 
-/// Runs `tutti load` with `extra` against `api`: (exit status, stdout, stderr).
+/// Runs `tutti load` with `extra` against `api`, its token in
+/// `TUTTI_TOKEN`: (exit status, stdout, stderr).
 fn load(api: std::net::SocketAddr, token: &str, extra: &[&str]) -> (std::process::ExitStatus, String, String) {
+    load_with("TUTTI_TOKEN", api, token, extra)
+}
+
+/// [`load`] with the token in the environment variable `var` alone.
+fn load_with(
+    var: &str,
+    api: std::net::SocketAddr,
+    token: &str,
+    extra: &[&str],
+) -> (std::process::ExitStatus, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
         .args(["load", "--url", &format!("http://{api}"), "-n", "6", "--life", "8", "--warmup", "1"])
         .args(["--probes", "2", "--probe-listeners", "2", "--json"])
         .args(extra)
-        .env("TOKEN", token)
+        .env_remove("TOKEN")
+        .env_remove("TUTTI_TOKEN")
+        .env(var, token)
         .output()
         .expect("tutti load runs");
     (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -75,6 +88,35 @@ fn a_load_run_prints_its_json_on_stdout_and_one_verdict_line() {
     } else {
         assert!(line.starts_with("INVALID: "), "{line}");
     }
+    let _ = served.child.kill();
+}
+
+/// One token name: the banner's `export TUTTI_TOKEN=…` serves the admin
+/// CLI and `tutti load` alike; the old `TOKEN` still works for `tutti load`,
+/// with one deprecation line.
+#[test]
+fn the_banner_token_serves_the_admin_cli_and_load_under_one_name() {
+    let mut served = common::serve_loopback(&[]);
+    let token = served.banner_token();
+
+    let rooms = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["rooms", "list", "--url", &format!("http://{}", served.api)])
+        .env_remove("TOKEN")
+        .env("TUTTI_TOKEN", &token)
+        .output()
+        .expect("tutti rooms runs");
+    assert!(rooms.status.success(), "{}", String::from_utf8_lossy(&rooms.stderr));
+
+    let deprecated = "TOKEN is deprecated; set TUTTI_TOKEN";
+    let (_, stdout, stderr) = load(served.api, &token, &[]);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the JSON report");
+    assert!(report["summary"]["connected"].as_u64() >= Some(1), "{stderr}");
+    assert!(!stderr.contains(deprecated), "{stderr}");
+
+    let (_, stdout, stderr) = load_with("TOKEN", served.api, &token, &[]);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the JSON report");
+    assert!(report["summary"]["connected"].as_u64() >= Some(1), "the old name still works: {stderr}");
+    assert_eq!(stderr.matches(deprecated).count(), 1, "{stderr}");
     let _ = served.child.kill();
 }
 

@@ -24,12 +24,12 @@ fn sigterm_tells_everyone_closes_peers_and_exits_in_time() {
     ]);
     let api = served.api;
     let mut line = String::new();
-    // "admin token (24 h): export TOKEN=eyJ…"
+    // "admin token (24 h): export TUTTI_TOKEN=eyJ…"
     let mut token = String::new();
     for _ in 0..10 {
         line.clear();
         served.stdout.read_line(&mut line).expect("banner");
-        if let Some(t) = line.split("export TOKEN=").nth(1) {
+        if let Some(t) = line.split("export TUTTI_TOKEN=").nth(1) {
             token = t.trim().to_owned();
             break;
         }

@@ -62,7 +62,7 @@ fn the_example_writes_one_file_per_speaker_with_that_speakers_voice() {
     let mut child = Command::new(example())
         .args([&api.to_string(), "cap"])
         .arg(&dir)
-        .env("TOKEN", &admin)
+        .env("TUTTI_TOKEN", &admin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

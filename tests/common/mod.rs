@@ -80,18 +80,18 @@ impl Served {
         Pid::from_raw(i32::try_from(self.child.id()).expect("pid"))
     }
 
-    /// The admin token the banner prints (`export TOKEN=…`) when no secret
+    /// The admin token the banner prints (`export TUTTI_TOKEN=…`) when no secret
     /// is configured.
     pub fn banner_token(&mut self) -> String {
         let mut line = String::new();
         for _ in 0..12 {
             line.clear();
             self.stdout.read_line(&mut line).expect("banner");
-            if let Some(t) = line.split("export TOKEN=").nth(1) {
+            if let Some(t) = line.split("export TUTTI_TOKEN=").nth(1) {
                 return t.trim().to_owned();
             }
         }
-        panic!("no `export TOKEN=` in the banner (last line {line:?})");
+        panic!("no `export TUTTI_TOKEN=` in the banner (last line {line:?})");
     }
 
     /// Everything it wrote to stderr (waits for it to exit).

@@ -101,6 +101,16 @@ impl FleetArgs {
     }
 }
 
+/// The token from `--token`/`TUTTI_TOKEN`, or else from the old `TOKEN`
+/// (what `tutti serve`'s banner once exported), with a deprecation line.
+fn token_or_old_env(token: Option<String>) -> Option<String> {
+    token.or_else(|| {
+        let old = std::env::var("TOKEN").ok().filter(|t| !t.is_empty())?;
+        eprintln!("warning: TOKEN is deprecated; set TUTTI_TOKEN instead (same value)");
+        Some(old)
+    })
+}
+
 /// `tutti load`: N simulated participants against a running server.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
@@ -113,7 +123,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub ca_file: Option<PathBuf>,
     /// An admin access token for the room (or `*`), e.g. the one `tutti serve` prints.
-    #[arg(long, env = "TOKEN")]
+    #[arg(long, env = "TUTTI_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Participants.
     #[arg(short = 'n', long = "clients", default_value_t = 100)]
@@ -208,7 +218,7 @@ pub struct CapacityArgs {
     #[arg(long, requires = "url")]
     pub ca_file: Option<PathBuf>,
     /// An admin access token (`*`) for the server at --url.
-    #[arg(long, env = "TOKEN")]
+    #[arg(long, env = "TUTTI_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// The remote server's Prometheus endpoint, for its CPU.
     #[arg(long)]
@@ -451,7 +461,7 @@ pub fn run_load(args: &LoadArgs) -> Result<Verdict, LoadError> {
     cfg.summary_interval = Duration::from_millis(args.sint.max(100));
     cfg.talkers = args.talkers;
     cfg.silence = args.silence;
-    cfg.token = args.token.clone();
+    cfg.token = token_or_old_env(args.token.clone());
     cfg.warmup = Duration::from_secs_f64(args.warmup.max(0.0));
     cfg.probe_talkers = args.probes;
     cfg.probe_listeners = args.probe_listeners;
@@ -832,7 +842,7 @@ pub fn run_capacity(args: &CapacityArgs) -> Result<bool, LoadError> {
     base.warmup = Duration::from_secs_f64(args.warmup.max(0.0));
     base.talkers = args.talkers;
     base.silence = args.silence;
-    base.token = args.token.clone();
+    base.token = token_or_old_env(args.token.clone());
     base.probe_talkers = args.probes;
     base.probe_listeners = args.probe_listeners;
     base.threads = args.threads;
