@@ -643,13 +643,15 @@ async fn restart_answer(api: &ApiState, grant: &Grant, room: Arc<Room>, id: u64,
 /// 410 `participant_left` when participant `id` of `room` left lately (told
 /// to whoever may see the room, as its `left` event was): when, and why, so
 /// that a client that applied its answer too late, or whose token expired,
-/// learns it rather than a bare 404. One that left by asking to (a second
-/// `DELETE`, say) is the bare 404 it always was: nothing to explain.
+/// learns it rather than a bare 404. Only for the leaves nobody asked for
+/// (its media timed out or failed, its token expired); one that left, was
+/// removed or replaced is the 404 it always was.
 fn gone(api: &ApiState, grant: &Grant, room: &str, id: u64) -> Refused<()> {
+    use crate::room::LeaveReason::{Failed, TimedOut, TokenExpired};
     if may_see(grant, room).is_err() {
         return Ok(());
     }
-    let Some(d) = api.rooms.departed(room, id).filter(|d| d.reason != crate::room::LeaveReason::Left) else {
+    let Some(d) = api.rooms.departed(room, id).filter(|d| matches!(d.reason, TimedOut | Failed | TokenExpired)) else {
         return Ok(());
     };
     let ago = d.at.elapsed().as_secs();
