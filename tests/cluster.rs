@@ -574,6 +574,38 @@ fn a_cluster_that_trusts_no_one() {
     let again = request_as(apis[1], &anon, "GET", &enter, None, b"").expect("API");
     assert_eq!((again.status, again.code().as_str()), (401, "bad_ticket"), "single use: {}", again.body);
 
+    // 3b. What a Redis writer publishes on the room's channel is checked
+    // before a relayed socket gets it: a forged `moved` (alone or inside a
+    // batch) and a 1.1 MiB batch are dropped; a room event goes on.
+    let mut watcher = open_ws(apis[0], &room, &alice).expect("a relayed socket");
+    assert_eq!(read_json(&mut watcher)["type"], "moved");
+    let channel = format!("tutti:events:{room}");
+    let forged_moved = format!(
+        r#"evil
+{{"type":"moved","room":"{room}","node":"evil","api_url":"{evil}","ticket":"x"}}"#
+    );
+    redis.cli(&["PUBLISH", &channel, &forged_moved]);
+    let inner_moved = format!(
+        r#"evil
+{{"type":"events","events":[{{"type":"moved","api_url":"{evil}"}}]}}"#
+    );
+    redis.cli(&["PUBLISH", &channel, &inner_moved]);
+    let huge = "return redis.call('PUBLISH', KEYS[1], ARGV[1] .. string.rep('x', 1100000) .. ARGV[2])";
+    redis.cli(&[
+        "EVAL",
+        huge,
+        "1",
+        &channel,
+        "evil\n{\"type\":\"events\",\"events\":[{\"type\":\"shutdown\",\"message\":\"",
+        "\"}]}",
+    ]);
+    let marker = r#"evil
+{"type":"events","events":[{"type":"hand","id":7,"raised":true}]}"#;
+    redis.cli(&["PUBLISH", &channel, marker]);
+    let next = read_json(&mut watcher);
+    assert_eq!(next["events"][0]["type"], "hand", "the forged moved and the huge batch are not relayed: {next}");
+    drop(watcher);
+
     // 4. The relayed socket refuses a 2 MiB message (1009), as a local one does.
     // It stops reading at the frame's header, so the kernel may answer the
     // rest of the client's write with a reset before the close frame is

@@ -38,7 +38,9 @@ pub(crate) mod whisper;
 mod whispering;
 
 pub(crate) use error::RoomError;
-pub(crate) use event::{EventBatch, EventKinds, RoomEvent, listed_participant, relayed_events};
+pub(crate) use event::{
+    EventBatch, EventKinds, MAX_RELAYED_BATCH_BYTES, RoomEvent, listed_participant, relayed_events,
+};
 pub(crate) use member::{Admin, LeaveReason, ListenOnly, Member};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;

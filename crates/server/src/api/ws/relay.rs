@@ -18,6 +18,14 @@
 //! `ws_message_burst`) gets `rate_limited` and close 1008, silence for
 //! `ws_idle_timeout_seconds` closes with 4408.
 //!
+//! What is relayed is checked first, as a spread room checks another
+//! node's events (anyone who can write to Redis can publish on a room's
+//! channel): a batch over `MAX_RELAYED_BATCH_BYTES` or that is not an
+//! `events` batch is dropped, and of its events only the kinds a room
+//! tells its sockets (`joined` … `whisper_closed`, never `moved`) go on,
+//! re-serialized. A `moved` reaches the client from this node only, built
+//! from the owner's signed node record.
+//!
 //! The relay is best effort like the cluster's event channel: no `room`
 //! snapshot (ask the owner, `GET /v1/rooms/{room}` on any node, or open
 //! the socket there), no `subscribe` filtering; a watcher that falls
@@ -40,6 +48,57 @@ const MAX_CLIENT_MESSAGES: u32 = 32;
 
 fn text(value: &serde_json::Value) -> Message {
     Message::Text(value.to_string().into())
+}
+
+/// The event kinds a room's batches carry (`RoomEvent`'s): the only ones relayed.
+const RELAYED_KINDS: [&str; 21] = [
+    "joined",
+    "left",
+    "talking",
+    "muted",
+    "permissions",
+    "hand",
+    "deaf",
+    "room_updated",
+    "muted_all",
+    "room_closed",
+    "shutdown",
+    "draining",
+    "recording_started",
+    "recording_stopped",
+    "recording_finished",
+    "playback_started",
+    "playback_stopped",
+    "playback_finished",
+    "whisper_opened",
+    "whisper_changed",
+    "whisper_closed",
+];
+
+/// What of a batch published on the room's channel goes to the socket:
+/// the `events` batch re-serialized with only the [`RELAYED_KINDS`]
+/// events, and whether it ends the room (`room_closed`, `shutdown`);
+/// `None` for anything else (too long, unreadable, nothing left).
+fn relayable(json: &str) -> Option<(String, bool)> {
+    #[derive(serde::Deserialize)]
+    struct Batch {
+        #[serde(rename = "type")]
+        kind: String,
+        events: Vec<serde_json::Map<String, serde_json::Value>>,
+    }
+    if json.len() > crate::room::MAX_RELAYED_BATCH_BYTES {
+        return None;
+    }
+    let batch = serde_json::from_str::<Batch>(json).ok().filter(|b| b.kind == "events")?;
+    let kind =
+        |e: &serde_json::Map<String, serde_json::Value>| e.get("type").and_then(|t| t.as_str()).map(str::to_owned);
+    let events: Vec<_> =
+        batch.events.into_iter().filter(|e| kind(e).is_some_and(|k| RELAYED_KINDS.contains(&k.as_str()))).collect();
+    if events.is_empty() {
+        return None;
+    }
+    let last = events.iter().any(|e| kind(e).is_some_and(|k| k == "room_closed" || k == "shutdown"));
+    Some((serde_json::json!({ "type": "events", "events": events }).to_string(), last))
 }
 
 /// Serves a socket for `room`, held by `owner`, until the client leaves,
@@ -81,8 +140,11 @@ pub(crate) async fn relay(
         tokio::select! {
             event = events.recv() => match event {
                 Ok(e) => {
-                    let last = e.event.contains(r#""type":"room_closed""#) || e.event.contains(r#""type":"shutdown""#);
-                    if socket.send(Message::Text(e.event.into())).await.is_err() {
+                    let Some((batch, last)) = relayable(&e.event) else {
+                        tracing::debug!(room, node = e.origin, "a relayed batch that is not a room's events was dropped");
+                        continue;
+                    };
+                    if socket.send(Message::Text(batch.into())).await.is_err() {
                         break;
                     }
                     if last {
@@ -153,6 +215,30 @@ pub(crate) async fn relay(
                     break;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relayable;
+
+    #[test]
+    fn only_room_events_are_relayed() {
+        let ok = r#"{"type":"events","events":[{"type":"joined","id":4294967297,"name":"ann"}]}"#;
+        assert_eq!(relayable(ok).map(|(_, last)| last), Some(false));
+        let closed = r#"{"type":"events","events":[{"type":"room_closed"}]}"#;
+        assert_eq!(relayable(closed).map(|(_, last)| last), Some(true));
+        let moved = r#"{"type":"moved","room":"r","node":"x","api_url":"https://evil.example"}"#;
+        assert!(relayable(moved).is_none(), "a forged moved");
+        let inner = r#"{"type":"events","events":[{"type":"moved","api_url":"https://evil.example"},{"type":"hand","id":1,"raised":true}]}"#;
+        let (batch, _) = relayable(inner).expect("the hand event stays");
+        assert!(!batch.contains("moved") && batch.contains("hand"), "{batch}");
+        let huge =
+            format!(r#"{{"type":"events","events":[{{"type":"shutdown","message":"{}"}}]}}"#, "x".repeat(2 << 20));
+        assert!(relayable(&huge).is_none(), "a batch over the bound");
+        for junk in ["", "null", "{}", r#"{"type":"events","events":[1]}"#, r#"{"type":"events","events":[]}"#] {
+            assert!(relayable(junk).is_none(), "{junk}");
         }
     }
 }
