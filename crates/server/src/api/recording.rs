@@ -134,6 +134,9 @@ pub(super) fn public(mut state: serde_json::Value) -> serde_json::Value {
 
 /// 507 `recording_quota` when the recordings directory holds
 /// `recording.dir_max_bytes` or more already (measured off the async threads).
+/// A directory that cannot be measured (not a directory, not readable) does
+/// not stop the start: the recording then fails as it would without a quota,
+/// with `recording_stopped` saying why.
 pub(super) async fn check_quota(api: &ApiState) -> Refused<()> {
     let max = api.cfg.recording.dir_max_bytes;
     if max == 0 || !api.cfg.recording.enabled {
@@ -142,14 +145,14 @@ pub(super) async fn check_quota(api: &ApiState) -> Refused<()> {
     let dir = std::path::PathBuf::from(&api.cfg.recording.dir);
     let used = tokio::task::spawn_blocking(move || crate::outputs::recording::dir_usage(&dir))
         .await
-        .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-        .map_err(|e| {
-            Refusal::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                format!("cannot measure the recordings: {}", e.kind()),
-            )
-        })?;
+        .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let used = match used {
+        Ok(used) => used,
+        Err(e) => {
+            tracing::warn!(error = %e.kind(), "the recordings directory cannot be measured for its quota");
+            return Ok(());
+        }
+    };
     if used >= max {
         metrics::counter!(crate::metrics::outputs::RECORDING_QUOTA_REFUSALS).increment(1);
         tracing::warn!(used, max, "recording refused: the recordings directory is at its quota");
