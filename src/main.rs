@@ -94,6 +94,9 @@ struct TokenArgs {
     /// Lifetime: `3600` (seconds), `90m`, `1h`, `1h30m`, `7d`.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     ttl: Duration,
+    /// An attribute the participant starts with: `--attribute role=host` (repeatable).
+    #[arg(long = "attribute", value_name = "KEY=VALUE")]
+    attributes: Vec<String>,
     /// A TOML configuration file (the one the server reads).
     #[arg(long, short)]
     config: Option<PathBuf>,
@@ -213,8 +216,16 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
         speak: !args.listen_only,
         listen: true,
         admin: args.admin,
+        attributes: args
+            .attributes
+            .iter()
+            .map(|a| {
+                let (k, v) = a.split_once('=').with_context(|| format!("--attribute {a:?}: expected KEY=VALUE"))?;
+                Ok((k.to_owned(), v.to_owned()))
+            })
+            .collect::<anyhow::Result<_>>()?,
     };
-    println!("{}", auth.mint(&grant, args.ttl, unix_now()).context("--room and --identity")?);
+    println!("{}", auth.mint(&grant, args.ttl, unix_now()).context("--room, --identity and --attribute")?);
     Ok(())
 }
 

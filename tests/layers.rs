@@ -368,7 +368,7 @@ const SERVER_LAYERS: [&[&str]; 9] = [
     &["outputs"],
     &["config"],
     &["room"],
-    &["auth", "metrics", "limit", "cidr", "ice", "priority", "sync"],
+    &["attributes", "auth", "metrics", "limit", "cidr", "ice", "priority", "sync"],
 ];
 
 /// The outputs' leaves (recording, Ogg, webhooks, RTP out): in the leaf

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::cluster::{Redis, SECRET, join_placed, json, metric, send, spread_nodes, ticket_for};
+use common::cluster::{Redis, SECRET, join_placed, join_placed_with, json, metric, send, spread_nodes, ticket_for};
 use tutti_client::{Requester, ToneClient, request_as, run_until};
 use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
 use tutti_server::auth::{Auth, Grant, unix_now};
@@ -58,10 +58,10 @@ fn listed_connected(api: SocketAddr, token: &str) -> (BTreeMap<u64, String>, ser
 /// A room socket on the node at `api` whose id is `node`: it names its node
 /// (as a page placed there does), so that `room_spread = "always"` does not
 /// place it afresh on another node (a `moved`).
-fn open_ws(api: SocketAddr, node: &str, token: &str) -> tungstenite::WebSocket<TcpStream> {
+fn open_ws(api: SocketAddr, room: &str, node: &str, token: &str) -> tungstenite::WebSocket<TcpStream> {
     let stream = TcpStream::connect(api).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    let url = format!("ws://{api}/v1/rooms/{ROOM}/ws?token={token}&node={node}");
+    let url = format!("ws://{api}/v1/rooms/{room}/ws?token={token}&node={node}");
     let (ws, _) = tungstenite::client(url, stream).expect("upgrade");
     ws
 }
@@ -182,7 +182,7 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     assert_eq!(last.0, want, "forged entries are not listed: {}", last.1);
 
     // A room socket on A: a snapshot of all three.
-    let mut ws = open_ws(a, &nodes[0].id, &admin);
+    let mut ws = open_ws(a, ROOM, &nodes[0].id, &admin);
     let snapshot: serde_json::Value = loop {
         match ws.read().expect("snapshot") {
             tungstenite::Message::Text(t) => break serde_json::from_str(t.as_str()).expect("JSON"),
@@ -271,4 +271,68 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     );
     assert_eq!(hosted(c), before.map(|n| n + 1), "C hosts the room after the page's enter");
     eprintln!("done in {:?}", t0.elapsed());
+}
+
+/// Participant attributes in a spread room: those a join brings (its
+/// token's, carried by the redirect ticket to the node it is placed on) are
+/// listed on every node, and a change on the participant's node (an admin's
+/// `PATCH`, sent to another node and redirected) reaches another node's room
+/// socket as `attributes_changed` and its listing.
+#[test]
+fn attributes_are_seen_from_every_node_of_a_spread_room() {
+    const ROOM: &str = "attributes";
+    let redis = Redis::start();
+    let nodes = spread_nodes(&redis);
+    let (a, b) = (nodes[0].api, nodes[1].api);
+    let auth = Auth::new(SECRET).expect("secret");
+    let admin = auth.mint(&Grant::admin("ops"), Duration::from_secs(600), unix_now()).expect("token");
+    let create =
+        format!("/v1/rooms?room={ROOM}&ticket={}", ticket_for(ROOM, "ops", false, true, ("POST", "/v1/rooms")));
+    let r = request_as(a, &Requester::default(), "POST", &create, Some("application/json"), b"{}").expect("create");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let grants = |role: &str| {
+        serde_json::json!({"room": ROOM, "speak": true, "listen": true, "admin": false, "attributes": {"role": role}})
+    };
+    let mut all = vec![
+        join_placed_with(a, ROOM, "guest-a", grants("guest"), FREQS[0]).expect("on A"),
+        join_placed_with(b, ROOM, "host-b", grants("host"), FREQS[1]).expect("on B"),
+    ];
+    let id_b = all[1].id;
+    let attributes_on = |api: SocketAddr, id: u64| {
+        let r = request_as(api, &Requester::token(&admin), "GET", &format!("/v1/rooms/{ROOM}"), None, b"")
+            .expect("GET");
+        let body = json(&r);
+        body["participants"].as_array().into_iter().flatten().find(|p| p["id"] == id).map(|p| p["attributes"].clone())
+    };
+    let mut seen_on_a = None;
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_until(&mut refs, Instant::now() + Duration::from_secs(10), |_| {
+            seen_on_a = attributes_on(a, id_b);
+            seen_on_a.is_some()
+        });
+    }
+    assert_eq!(seen_on_a, Some(serde_json::json!({"role": "host"})), "A lists B's participant with its attributes");
+
+    // A room socket on A; the admin's change sent to A, done on B.
+    let mut ws = open_ws(a, ROOM, &nodes[0].id, &admin);
+    ws.get_mut().set_nonblocking(true).expect("non-blocking");
+    let path = format!("/v1/rooms/{ROOM}/participants/{id_b}");
+    let (r, at) = send(a, &admin, "PATCH", &path, r#"{"attributes":{"seat":"2"}}"#);
+    assert_eq!((r.status, at), (200, b), "{}", r.body);
+    let want = serde_json::json!({"role": "host", "seat": "2"});
+    let mut seen = Vec::new();
+    let told = events_until(&mut all, &mut ws, &mut seen, Duration::from_secs(10), |s| {
+        s.iter().any(|e| e["type"] == "attributes_changed" && e["id"] == id_b && e["attributes"] == want)
+    });
+    assert!(told, "A's socket is told B's participant's attributes: {seen:?}");
+    let mut listed_now = None;
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_until(&mut refs, Instant::now() + Duration::from_secs(10), |_| {
+            listed_now = attributes_on(a, id_b);
+            listed_now.as_ref() == Some(&want)
+        });
+    }
+    assert_eq!(listed_now, Some(want), "A's listing follows");
 }

@@ -209,9 +209,14 @@ pub fn join(api: SocketAddr, token: &str, room: &str, freq: f32, within: Duratio
 /// node sending the request to another would mint it (a test's way to
 /// place a request on the node it chooses).
 pub fn ticket_for(room: &str, identity: &str, speak: bool, admin: bool, request: (&str, &str)) -> String {
+    let grants = serde_json::json!({"room": room, "speak": speak, "listen": true, "admin": admin});
+    ticket_with(room, identity, grants, request)
+}
+
+/// A redirect ticket carrying `grants` as they are (a node's `least_grant`).
+pub fn ticket_with(room: &str, identity: &str, grants: serde_json::Value, request: (&str, &str)) -> String {
     use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
     let key = TicketKey::new(&derive_key(CLUSTER_SECRET.as_bytes(), TICKET_PURPOSE), 30);
-    let grants = serde_json::json!({"room": room, "speak": speak, "listen": true, "admin": admin});
     key.mint(room, identity, grants, request, tutti_server::auth::unix_now()).expect("ticket").0
 }
 
@@ -243,8 +248,20 @@ pub fn join_placed_as(
     admin: bool,
     freq: f32,
 ) -> Result<ToneClient, (u16, String)> {
+    let grants = serde_json::json!({"room": room, "speak": speak, "listen": true, "admin": admin});
+    join_placed_with(api, room, identity, grants, freq)
+}
+
+/// [`join_placed`] with a ticket carrying `grants` (attributes, say).
+pub fn join_placed_with(
+    api: SocketAddr,
+    room: &str,
+    identity: &str,
+    grants: serde_json::Value,
+    freq: f32,
+) -> Result<ToneClient, (u16, String)> {
     let participants = format!("/v1/rooms/{room}/participants");
-    let ticket = ticket_for(room, identity, speak, admin, ("POST", &participants));
+    let ticket = ticket_with(room, identity, grants, ("POST", &participants));
     let (mut client, offer) = ToneClient::offer(freq).map_err(|e| (0, e.to_string()))?;
     let path = format!("{participants}?ticket={ticket}");
     let r = request_as(api, &Requester::default(), "POST", &path, Some("application/sdp"), offer.as_bytes())

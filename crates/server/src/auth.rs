@@ -55,6 +55,9 @@ pub enum GrantError {
     /// No key to sign with.
     #[error("no signing key is configured")]
     NoKey,
+    /// The `attributes` claim breaks a bound.
+    #[error("a token's attributes: {0}")]
+    Attributes(#[from] crate::attributes::AttributeError),
 }
 
 /// Who may do what, from a verified token (or everything, when auth is off).
@@ -70,12 +73,23 @@ pub struct Grant {
     pub listen: bool,
     /// May manage rooms (create, delete, list with `*`) and other participants.
     pub admin: bool,
+    /// The participant's attributes from the start (the `attributes` claim;
+    /// reserved keys allowed: the backend sets them). Bounded as any
+    /// participant's ([`crate::attributes::check`]).
+    pub attributes: crate::attributes::Attributes,
 }
 
 impl Grant {
     /// A participant's grant for one room: `speak` and `listen`.
     pub fn participant(room: impl Into<String>, identity: impl Into<String>) -> Self {
-        Self { room: room.into(), identity: identity.into(), speak: true, listen: true, admin: false }
+        Self {
+            room: room.into(),
+            identity: identity.into(),
+            speak: true,
+            listen: true,
+            admin: false,
+            attributes: Default::default(),
+        }
     }
 
     /// A listener's grant for one room: `listen` only.
@@ -97,6 +111,7 @@ impl Grant {
         if self.identity.len() > MAX_IDENTITY_BYTES {
             return Err(GrantError::Identity);
         }
+        crate::attributes::check(&self.attributes)?;
         Ok(())
     }
 
@@ -138,6 +153,9 @@ struct Claims {
     perms: Vec<Perm>,
     iat: u64,
     exp: u64,
+    /// The participant's attributes (string keys and values).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    attributes: crate::attributes::Attributes,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -172,6 +190,9 @@ pub enum AuthError {
     /// It expired.
     #[error("the access token has expired")]
     Expired,
+    /// Its `attributes` claim breaks a bound (the backend that minted it must change it).
+    #[error("the access token's attributes claim is refused: {0}")]
+    Attributes(String),
 }
 
 /// Why a secret cannot be used.
@@ -289,6 +310,7 @@ impl Auth {
             perms,
             iat: now,
             exp: now.saturating_add(ttl.as_secs()),
+            attributes: grant.attributes.clone(),
         };
         let (kid, key) = match (self.keys.first(), &self.key) {
             (Some((id, key)), _) => (Some(id.clone()), key),
@@ -345,8 +367,12 @@ impl Auth {
             admin: has(Perm::Admin),
             room: claims.room,
             identity: claims.sub,
+            attributes: claims.attributes,
         };
-        grant.check().map_err(|_| AuthError::Malformed)?;
+        grant.check().map_err(|e| match e {
+            GrantError::Attributes(e) => AuthError::Attributes(e.to_string()),
+            _ => AuthError::Malformed,
+        })?;
         Ok((grant, claims.exp))
     }
 }

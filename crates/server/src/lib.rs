@@ -71,6 +71,7 @@
 //! ```
 
 mod api;
+pub mod attributes;
 pub mod auth;
 mod cidr;
 mod cluster;

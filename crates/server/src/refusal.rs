@@ -43,7 +43,7 @@ impl Refusal {
         let (challenge, code) = match e {
             AuthError::Missing => (r#"Bearer realm="tutti""#, "token_missing"),
             AuthError::Expired => (r#"Bearer realm="tutti", error="invalid_token""#, "token_expired"),
-            AuthError::Malformed | AuthError::Algorithm | AuthError::BadSignature => {
+            AuthError::Malformed | AuthError::Algorithm | AuthError::BadSignature | AuthError::Attributes(_) => {
                 (r#"Bearer realm="tutti", error="invalid_token""#, "token_invalid")
             }
         };
@@ -110,6 +110,10 @@ impl From<RoomError> for Refusal {
             RoomError::Locked(_) => (StatusCode::LOCKED, "room_locked"),
             RoomError::Banned(_) => (StatusCode::FORBIDDEN, "banned"),
             RoomError::SameRoom(_) => (StatusCode::BAD_REQUEST, "same_room"),
+            RoomError::Attributes(crate::attributes::AttributeError::Reserved(_)) => {
+                (StatusCode::FORBIDDEN, "reserved_attribute")
+            }
+            RoomError::Attributes(_) => (StatusCode::BAD_REQUEST, "bad_attributes"),
         };
         Self::new(status, code, e.to_string())
     }

@@ -89,7 +89,7 @@ fn now() -> u64 {
 }
 
 fn events() -> Vec<WebhookEvent> {
-    let alice = ParticipantInfo { id: "1".into(), identity: "alice".into() };
+    let alice = ParticipantInfo { id: "1".into(), identity: "alice".into(), attributes: Default::default() };
     vec![
         WebhookEvent::RoomStarted { room: "demo".into() },
         WebhookEvent::ParticipantJoined { room: "demo".into(), participant: alice.clone() },

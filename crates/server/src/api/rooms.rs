@@ -464,6 +464,10 @@ pub(crate) struct UpdateParticipant {
     /// Over the room's setting (admin only; null: the room's again).
     #[serde(default, deserialize_with = "crate::room::double_option")]
     loudness: Option<Option<bool>>,
+    /// Attributes to set (a string) or remove (null); the others stay.
+    /// Keys under `limits.reserved_attributes` (`sip.`, `tutti.`): admin only.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, Option<String>>>)]
+    attributes: Option<crate::attributes::AttributesPatch>,
 }
 
 /// Changes a participant (JSON: mute, gain, speak, hand, voice), or
@@ -486,9 +490,9 @@ pub(crate) struct UpdateParticipant {
         (status = 200, description = "JSON: the participant now; SDP: the ICE restart's answer",
             content((shapes::ParticipantChanged = "application/json"), (String = "application/sdp"))),
         (status = 307, description = "Cluster mode: the room, or the participant (its id names its node), is on another node; follow `Location`"),
-        (status = 400, description = "`bad_json`, `bad_value`, `bad_sdp`", body = ErrorBody),
+        (status = 400, description = "`bad_json`, `bad_value`, `bad_sdp`, `bad_attributes` (past a bound: 16 keys, a key of 64 bytes, a value of 1,024, 4,096 in all)", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
-        (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or an admin-only field)", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden` (another's participant, or an admin-only field), `reserved_attribute` (a key under `limits.reserved_attributes`, set by the participant itself)", body = ErrorBody),
         (status = 404, description = "`room_not_found`, `participant_not_found`", body = ErrorBody),
         (status = 410, description = "`participant_left`: it left lately; the message says when and why (e.g. `timed_out`: its answer came too late)", body = ErrorBody),
         (status = 409, description = "`not_connected` (ICE restart before the first connection)", body = ErrorBody),
@@ -531,6 +535,7 @@ pub(crate) async fn update_participant(
         deaf: req.deaf,
         noise_suppression: req.noise_suppression,
         loudness: req.loudness,
+        attributes: req.attributes,
     };
     let (member, voice) = api.session.update(&state, id, &grant, &change)?;
     let mut body = serde_json::json!({
@@ -540,6 +545,7 @@ pub(crate) async fn update_participant(
         "speak": !member.listen_only,
         "hand": member.hand,
         "deaf": member.deaf,
+        "attributes": member.attributes,
     });
     body["voice"] = serde_json::to_value(voice).unwrap_or_default(); // sound
     Ok(axum::Json(body).into_response())

@@ -51,6 +51,9 @@ pub(crate) mod shapes {
         deaf: bool,
         /// It joined with an admin token for the room.
         admin: bool,
+        /// Its attributes (string keys and values: its token's, then as it
+        /// or an admin changed them).
+        attributes: std::collections::BTreeMap<String, String>,
         /// The node hosting it (cluster mode; a room spread over nodes
         /// lists every node's participants).
         node: Option<String>,
@@ -116,6 +119,8 @@ pub(crate) mod shapes {
         hand: bool,
         /// It is sent nothing: it hears no one.
         deaf: bool,
+        /// Its attributes now.
+        attributes: std::collections::BTreeMap<String, String>,
         voice: ParticipantVoice,
     }
 

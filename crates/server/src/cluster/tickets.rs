@@ -23,7 +23,12 @@ pub(crate) fn ticket_error(e: TicketError) -> Refusal {
 
 /// What a ticket carries of a grant (the identity goes as the ticket's own field).
 fn grants_json(grant: &Grant) -> serde_json::Value {
-    serde_json::json!({ "room": grant.room, "speak": grant.speak, "listen": grant.listen, "admin": grant.admin })
+    let mut grants =
+        serde_json::json!({ "room": grant.room, "speak": grant.speak, "listen": grant.listen, "admin": grant.admin });
+    if !grant.attributes.is_empty() {
+        grants["attributes"] = serde_json::json!(grant.attributes);
+    }
+    grants
 }
 
 /// The least of `grant` that the request `method path` about `room` needs
@@ -44,6 +49,8 @@ pub(crate) fn least_grant(grant: &Grant, room: &str, method: &Method, path: &str
         speak: grant.speak && participant,
         listen: (grant.listen && (participant || read)) || (read && grant.admin),
         admin: grant.admin && !read,
+        // A join there starts with the token's attributes.
+        attributes: if participant { grant.attributes.clone() } else { Default::default() },
     }
 }
 
@@ -56,6 +63,11 @@ pub(crate) fn grant_of(claims: &TicketClaims) -> Grant {
         speak: flag("speak"),
         listen: flag("listen"),
         admin: flag("admin"),
+        // Signed by a node of the cluster; held to the bounds all the same.
+        attributes: serde_json::from_value(g["attributes"].clone())
+            .ok()
+            .filter(|a| crate::attributes::check(a).is_ok())
+            .unwrap_or_default(),
     }
 }
 

@@ -42,6 +42,9 @@ pub struct Limits {
     pub participant_updates_per_second: f64,
     /// Updates a participant may take at once before the rate applies.
     pub participant_update_burst: u32,
+    /// Attribute key prefixes a participant may not set on itself: only its
+    /// token or an admin sets them (the SIP edge's `sip.` call attributes).
+    pub reserved_attributes: Vec<String>,
     /// Time a client has to send a request's headers, in seconds.
     pub http_header_timeout_seconds: f64,
     /// Time a request (its body included) may take, in seconds; beyond: 408 `request_timeout`.
@@ -87,6 +90,7 @@ impl Default for Limits {
             speaker_feeds_per_room: 4,
             participant_updates_per_second: 5.0,
             participant_update_burst: 10,
+            reserved_attributes: vec!["sip.".to_owned(), "tutti.".to_owned()],
             http_header_timeout_seconds: 10.0,
             http_request_timeout_seconds: 10.0,
             ws_max_message_bytes: 64 * 1024,

@@ -1,6 +1,7 @@
 //! Room events as webhooks: one task per room subscribes to the room's
 //! event batches (the same broadcast the WebSockets read) and hands
 //! `room_started`, `participant_joined`, `participant_left`,
+//! `participant_attributes_changed`,
 //! `playback_started`, `playback_stopped`, `playback_finished` and
 //! `room_finished` to the [`WebhookSender`], whose `send` never blocks.
 //! A watcher that falls more than the broadcast's queue behind loses
@@ -40,7 +41,11 @@ pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<We
     let mut known: HashMap<u64, ParticipantInfo> = HashMap::new();
     sender.send(&WebhookEvent::RoomStarted { room: id.clone() });
     for member in room.member_list() {
-        let info = ParticipantInfo { id: member.id.to_string(), identity: member.identity.clone() };
+        let info = ParticipantInfo {
+            id: member.id.to_string(),
+            identity: member.identity.clone(),
+            attributes: member.attributes.clone(),
+        };
         sender.send(&WebhookEvent::ParticipantJoined { room: id.clone(), participant: info.clone() });
         known.insert(member.id, info);
     }
@@ -59,7 +64,7 @@ pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<We
         };
         for event in &batch.events {
             match event {
-                RoomEvent::Joined { id: pid, name } => {
+                RoomEvent::Joined { id: pid, name, attributes } => {
                     if known.contains_key(pid) {
                         continue;
                     }
@@ -68,19 +73,30 @@ pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<We
                         .and_then(|r| lock(&r.members).get(pid).map(|m| m.identity.clone()))
                         .filter(|i| !i.is_empty())
                         .unwrap_or_else(|| name.clone());
-                    let info = ParticipantInfo { id: pid.to_string(), identity };
+                    let info = ParticipantInfo { id: pid.to_string(), identity, attributes: attributes.clone() };
                     sender.send(&WebhookEvent::ParticipantJoined { room: id.clone(), participant: info.clone() });
                     known.insert(*pid, info);
                 }
                 RoomEvent::Left { id: pid, reason } => {
                     let participant = known
                         .remove(pid)
-                        .unwrap_or_else(|| ParticipantInfo { id: pid.to_string(), identity: String::new() });
+                        .unwrap_or_else(|| ParticipantInfo {
+                            id: pid.to_string(),
+                            identity: String::new(),
+                            attributes: Default::default(),
+                        });
                     sender.send(&WebhookEvent::ParticipantLeft {
                         room: id.clone(),
                         participant,
                         reason: (*reason).to_owned(),
                     });
+                }
+                RoomEvent::AttributesChanged { id: pid, attributes } => {
+                    // Only a participant of this node (another node's tells its own webhooks).
+                    let Some(info) = known.get_mut(pid) else { continue };
+                    info.attributes = attributes.clone();
+                    let participant = info.clone();
+                    sender.send(&WebhookEvent::ParticipantAttributesChanged { room: id.clone(), participant });
                 }
                 RoomEvent::PlaybackStarted { id: pid, file, purpose, looping } => {
                     let playback = PlaybackInfo {

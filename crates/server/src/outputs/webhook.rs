@@ -146,6 +146,10 @@ pub struct ParticipantInfo {
     pub id: String,
     /// The identity from its token.
     pub identity: String,
+    /// Its attributes (at its join; on `participant_left`, its last ones;
+    /// on `participant_attributes_changed`, the whole set now). Left out when empty.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub attributes: crate::attributes::Attributes,
 }
 
 /// A finished recording, as the `recording_finished` event describes it.
@@ -208,6 +212,13 @@ pub enum WebhookEvent {
         /// Why, as the WebSocket `left` event says it (`left`, `kicked`, `timeout`, …).
         reason: String,
     },
+    /// Someone's attributes changed (they, or an admin).
+    ParticipantAttributesChanged {
+        /// The room.
+        room: String,
+        /// Who, with the whole set of attributes now.
+        participant: ParticipantInfo,
+    },
     /// A recording ended.
     RecordingFinished {
         /// The room.
@@ -242,13 +253,14 @@ pub enum WebhookEvent {
 
 impl WebhookEvent {
     /// The `event` field: `room_started`, `room_finished`, `participant_joined`, `participant_left`,
-    /// `recording_finished`, `playback_started`, `playback_stopped`, `playback_finished`.
+    /// `participant_attributes_changed`, `recording_finished`, `playback_started`, `playback_stopped`, `playback_finished`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::RoomStarted { .. } => "room_started",
             Self::RoomFinished { .. } => "room_finished",
             Self::ParticipantJoined { .. } => "participant_joined",
             Self::ParticipantLeft { .. } => "participant_left",
+            Self::ParticipantAttributesChanged { .. } => "participant_attributes_changed",
             Self::RecordingFinished { .. } => "recording_finished",
             Self::PlaybackStarted { .. } => "playback_started",
             Self::PlaybackStopped { .. } => "playback_stopped",
@@ -285,7 +297,7 @@ impl WebhookEvent {
         };
         match self {
             Self::RoomStarted { room } | Self::RoomFinished { room } => b.room = room,
-            Self::ParticipantJoined { room, participant } => {
+            Self::ParticipantJoined { room, participant } | Self::ParticipantAttributesChanged { room, participant } => {
                 b.room = room;
                 b.participant = Some(participant);
             }
@@ -840,7 +852,7 @@ mod tests {
     fn bodies_carry_the_fields() {
         let e = WebhookEvent::ParticipantLeft {
             room: "demo".into(),
-            participant: ParticipantInfo { id: "7".into(), identity: "alice".into() },
+            participant: ParticipantInfo { id: "7".into(), identity: "alice".into(), attributes: Default::default() },
             reason: "kicked".into(),
         };
         let v: serde_json::Value = serde_json::from_slice(&e.body("EV_1", 42)).expect("JSON");

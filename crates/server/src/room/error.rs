@@ -51,6 +51,9 @@ pub(crate) enum RoomError {
     /// The server is shutting down and takes no joins.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// Attributes that break a bound, or a reserved key set by the participant itself.
+    #[error("{0}")]
+    Attributes(#[from] crate::attributes::AttributeError),
     /// The node is draining: its calls go on, but it takes no new room.
     #[error("this node is draining (a restart or a deploy): it takes no new rooms; try again, or another node")]
     Draining,

@@ -19,8 +19,13 @@ use crate::sync::lock;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum RoomEvent {
-    /// Someone joined.
-    Joined { id: u64, name: String },
+    /// Someone joined (with its attributes, when it has any).
+    Joined {
+        id: u64,
+        name: String,
+        #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        attributes: crate::attributes::Attributes,
+    },
     /// Someone left (`left`, `timed_out`, `failed`, `room_closed`, `kicked`,
     /// `replaced`, `token_expired`).
     Left { id: u64, reason: &'static str },
@@ -34,6 +39,8 @@ pub(crate) enum RoomEvent {
     Hand { id: u64, raised: bool },
     /// Someone stopped or started hearing the room (they asked, or an admin).
     Deaf { id: u64, deaf: bool },
+    /// Someone's attributes changed (they, or an admin): the whole set now.
+    AttributesChanged { id: u64, attributes: crate::attributes::Attributes },
     /// An admin changed the room (`PATCH /v1/rooms/{room}`): its settings now.
     RoomUpdated { locked: bool, max_participants: usize, max_speakers: usize },
     /// An admin muted everyone but the admins (`count` were muted; each also
@@ -90,8 +97,9 @@ pub(crate) struct EventKinds(u8);
 
 impl EventKinds {
     /// Every kind.
-    pub(crate) const ALL: Self = Self(0b111_1111);
-    const NAMES: [&'static str; 7] = ["joined", "left", "talking", "muted", "permissions", "hand", "room_updated"];
+    pub(crate) const ALL: Self = Self(0b1111_1111);
+    const NAMES: [&'static str; 8] =
+        ["joined", "left", "talking", "muted", "permissions", "hand", "room_updated", "attributes_changed"];
 
     /// Parses a comma-separated list of kinds (`joined,left,talking,muted`);
     /// an unknown one is named in the error.
@@ -123,6 +131,7 @@ impl EventKinds {
             RoomEvent::Permissions { .. } => 4,
             RoomEvent::Hand { .. } => 5,
             RoomEvent::RoomUpdated { .. } => 6,
+            RoomEvent::AttributesChanged { .. } => 7,
             RoomEvent::RoomClosed | RoomEvent::Shutdown { .. } | RoomEvent::Draining { .. } => return true,
             // Few and for everyone: a recording is everyone's business.
             RoomEvent::RecordingStarted { .. }
@@ -320,12 +329,18 @@ pub(crate) const MAX_RELAYED_EVENTS: usize = 1024;
 #[derive(Debug, serde::Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Relayed {
-    Joined { id: u64, name: String },
+    Joined {
+        id: u64,
+        name: String,
+        #[serde(default)]
+        attributes: crate::attributes::Attributes,
+    },
     Left { id: u64, reason: String },
     Muted { id: u64, muted: bool },
     Permissions { id: u64, speak: bool },
     Hand { id: u64, raised: bool },
     Deaf { id: u64, deaf: bool },
+    AttributesChanged { id: u64, attributes: crate::attributes::Attributes },
 }
 
 /// The events of a batch another node of a spread room published (its
@@ -359,17 +374,22 @@ pub(crate) fn relayed_events(json: &str, mine: impl Fn(u64) -> bool) -> Vec<Room
         .filter_map(|e| serde_json::from_value::<Relayed>(e).ok())
         .filter_map(|e| {
             let event = match e {
-                Relayed::Joined { id, name } => {
+                Relayed::Joined { id, name, attributes } => {
                     if name.len() > super::member::MAX_NAME_BYTES || name.chars().any(char::is_control) {
                         return None;
                     }
-                    RoomEvent::Joined { id, name }
+                    crate::attributes::check(&attributes).ok()?;
+                    RoomEvent::Joined { id, name, attributes }
                 }
                 Relayed::Left { id, reason } => RoomEvent::Left { id, reason: leave_reason(&reason) },
                 Relayed::Muted { id, muted } => RoomEvent::Muted { id, muted },
                 Relayed::Permissions { id, speak } => RoomEvent::Permissions { id, speak },
                 Relayed::Hand { id, raised } => RoomEvent::Hand { id, raised },
                 Relayed::Deaf { id, deaf } => RoomEvent::Deaf { id, deaf },
+                Relayed::AttributesChanged { id, attributes } => {
+                    crate::attributes::check(&attributes).ok()?;
+                    RoomEvent::AttributesChanged { id, attributes }
+                }
             };
             mine(listed_participant(&event)?).then_some(event)
         })
@@ -387,7 +407,8 @@ pub(crate) fn listed_participant(event: &RoomEvent) -> Option<u64> {
         | RoomEvent::Muted { id, .. }
         | RoomEvent::Permissions { id, .. }
         | RoomEvent::Hand { id, .. }
-        | RoomEvent::Deaf { id, .. } => Some(*id),
+        | RoomEvent::Deaf { id, .. }
+        | RoomEvent::AttributesChanged { id, .. } => Some(*id),
         _ => None,
     }
 }
@@ -427,7 +448,7 @@ mod relayed_tests {
         assert_eq!(
             relayed_events(json, mine),
             vec![
-                RoomEvent::Joined { id, name: "ann".into() },
+                RoomEvent::Joined { id, name: "ann".into(), attributes: Default::default() },
                 RoomEvent::Muted { id, muted: true },
                 RoomEvent::Hand { id, raised: true },
                 RoomEvent::Permissions { id, speak: false },
@@ -459,8 +480,8 @@ mod relayed_tests {
     #[test]
     fn a_batch_publishes_its_own_events_only() {
         let mut out = Outbox::default();
-        out.push(RoomEvent::Joined { id: 1, name: "here".into() });
-        out.push_from(RoomEvent::Joined { id: 2, name: "there".into() }, true);
+        out.push(RoomEvent::Joined { id: 1, name: "here".into(), attributes: Default::default() });
+        out.push_from(RoomEvent::Joined { id: 2, name: "there".into(), attributes: Default::default() }, true);
         out.push_from(RoomEvent::Talking { id: 2, talking: true }, true);
         out.push(RoomEvent::Talking { id: 1, talking: true });
         let (events, foreign) = out.take_marked(Some(0));

@@ -88,6 +88,8 @@ pub(crate) struct Member {
     pub(crate) deaf: bool,
     /// It joined with an admin token for the room (`mute_all` spares it).
     pub(crate) admin: Admin,
+    /// Its attributes (its token's, then as it or an admin changed them).
+    pub(crate) attributes: crate::attributes::Attributes,
     /// Moved here by an admin (a breakout): the room it first joined, which
     /// its token may be all that covers. A token of its identity for that
     /// room may still act on it here (mute, leave, ICE restart).

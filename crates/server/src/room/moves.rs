@@ -108,6 +108,7 @@ impl Rooms {
         member.deaf = false;
         let listen_only = member.listen_only;
         let muted = member.muted;
+        let attributes = member.attributes.clone();
         // Into the new one. The mixer refuses only when full (a join raced
         // us to the last seat): the participant then goes back.
         if to.add(ParticipantId(id), muted).is_err() {
@@ -149,7 +150,7 @@ impl Rooms {
         from.sounds_on_leave(from.len());
         to.sounds_on_join(members);
         from.publish(RoomEvent::Left { id, reason: LeaveReason::MovedRoom.as_str() });
-        to.publish(RoomEvent::Joined { id, name: name.clone() });
+        to.publish(RoomEvent::Joined { id, name: name.clone(), attributes });
         tracing::info!(from = %from.id, to = %to.id, participant = id, listen_only, "participant moved");
         Ok((MoveOutcome { speak: !listen_only, name }, io.map(|io| Effect::Rehome { peer: PeerId(id), io })))
     }
@@ -177,8 +178,14 @@ mod tests {
             tutti_rtc::ClientPeer::new(SocketAddr::from(([127, 0, 0, 1], 50_000)), now).expect("client offer");
         let (peer, _answer) = acceptor.accept(&offer, now).expect("accepted");
         let ufrag = peer.ufrag().to_owned();
-        let j =
-            Joiner { peer, name: name.into(), identity: name.into(), listen_only: false, admin: Default::default() };
+        let j = Joiner {
+            peer,
+            name: name.into(),
+            identity: name.into(),
+            listen_only: false,
+            admin: Default::default(),
+            attributes: Default::default(),
+        };
         (j, ufrag)
     }
 
@@ -204,7 +211,7 @@ mod tests {
         let m = b.member_list();
         assert_eq!((m[0].id, m[0].listen_only, m[0].muted, m[0].gate.get()), (x, true, true, true));
         assert_eq!(events(&a, &mut rx_a), vec![RoomEvent::Left { id: x, reason: "moved_room" }]);
-        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id: x, name: "x".into() }]);
+        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id: x, name: "x".into(), attributes: Default::default() }]);
         match rooms.claim(&ufrag, 1) {
             Claim::Adopt { room, .. } => assert_eq!(room.key, b.key),
             _ => panic!("adopted"),
@@ -257,6 +264,7 @@ mod tests {
             listen_only: false,
             admin: Default::default(),
             io: 7,
+            attributes: Default::default(),
         };
         let (id, gate) = rooms.join_plain(&a, plain).expect("joins a");
         let suppressed = |room: &Arc<Room>| rooms.set_voice(room, id, None, None).map(|v| v.noise_suppression);
@@ -276,7 +284,7 @@ mod tests {
         assert_eq!((a.len(), b.len(), rooms.room_of(id).map(|r| r.key)), (0, 1, Some(b.key)));
         assert_eq!(suppressed(&b), Ok(true), "still a raw source in the new room");
         assert_eq!(events(&a, &mut rx_a), vec![RoomEvent::Left { id, reason: "moved_room" }]);
-        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id, name: "phone".into() }]);
+        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id, name: "phone".into(), attributes: Default::default() }]);
         assert_eq!(rooms.leave(&b, id, LeaveReason::Left), Ok(Some(Effect::ClosePeer { peer, io: 7 })));
     }
 }

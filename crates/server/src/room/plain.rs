@@ -25,6 +25,8 @@ pub(crate) struct PlainJoiner {
     pub(crate) admin: super::member::Admin,
     /// The I/O thread (index in the media plane's list) that owns it.
     pub(crate) io: usize,
+    /// Its attributes from the start (its token's; a SIP call's).
+    pub(crate) attributes: crate::attributes::Attributes,
 }
 
 impl Rooms {
@@ -32,15 +34,15 @@ impl Rooms {
     /// identity is refused as for any join). Returns its participant id and
     /// its speak gate (for the thread that drops a listener's packets).
     pub(crate) fn join_plain(&self, room: &Arc<Room>, joiner: PlainJoiner) -> Result<(u64, ListenOnly), RoomError> {
-        let PlainJoiner { id: peer, name, identity, listen_only, admin, io } = joiner;
+        let PlainJoiner { id: peer, name, identity, listen_only, admin, io, attributes } = joiner;
         let id = peer.0;
         // No ICE or DTLS to wait for: it is as connected as it gets.
-        let new = NewMember { id, name, identity, listen_only, admin, connected: true, unnamed: "rtp" };
-        let (name, gate) = self.add_member(room, new, std::time::Instant::now())?;
+        let new = NewMember { id, name, identity, listen_only, admin, connected: true, unnamed: "rtp", attributes };
+        let (name, gate, attributes) = self.add_member(room, new, std::time::Instant::now())?;
         // Its client suppresses no noise: `room.noise_suppression = "auto"` does, here.
         room.mark_raw_source(tutti_mix::ParticipantId(id));
         lock(&self.registry).insert_plain(peer, room.clone(), gate.clone(), io);
-        room.publish(RoomEvent::Joined { id, name });
+        room.publish(RoomEvent::Joined { id, name, attributes });
         tracing::info!(room = %room.id, participant = id, listen_only, "plain RTP participant joined");
         Ok((id, gate))
     }
@@ -64,6 +66,7 @@ mod tests {
             listen_only: false,
             admin: Default::default(),
             io: 7,
+            attributes: Default::default(),
         }
     }
 

@@ -305,6 +305,7 @@ mod tests {
                 listen_only: false,
                 admin: crate::room::Admin::No,
                 io: 0,
+                attributes: Default::default(),
             };
             rooms.join_plain(&room, joiner).expect("joins").0
         };

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use tutti_mix::{MAX_GAIN, ParticipantId, RoomConfig, SpeakerLimit};
 use tutti_rtc::{PeerId, ServerPeer};
 
+use crate::attributes::Attributes;
+
 use super::error::RoomError;
 use super::event::RoomEvent;
 use super::member::{Admin, LeaveReason, ListenOnly, MAX_NAME_BYTES, Member};
@@ -52,6 +54,8 @@ pub(crate) struct Joiner {
     pub(crate) listen_only: bool,
     /// Its token is an admin's for the room (`mute_all` spares it).
     pub(crate) admin: Admin,
+    /// Its attributes from the start (its token's).
+    pub(crate) attributes: Attributes,
 }
 
 /// A participant about to join (see [`Rooms::add_member`]).
@@ -65,6 +69,7 @@ pub(crate) struct NewMember {
     pub(super) connected: bool,
     /// Its name's prefix when it has neither a name nor an identity.
     pub(super) unnamed: &'static str,
+    pub(super) attributes: Attributes,
 }
 
 /// Every room of the server, and where every peer is.
@@ -297,12 +302,13 @@ impl Rooms {
     /// Adds an accepted peer to `room` as a participant and makes it findable
     /// by its first ICE check. Returns its participant id.
     pub(crate) fn join(&self, room: &Arc<Room>, joiner: Joiner, now: Instant) -> Result<u64, RoomError> {
-        let Joiner { peer, name, identity, listen_only, admin } = joiner;
+        let Joiner { peer, name, identity, listen_only, admin, attributes } = joiner;
         let id = peer.id().0;
-        let new = NewMember { id, name, identity, listen_only, admin, connected: false, unnamed: "participant" };
-        let (name, gate) = self.add_member(room, new, now)?;
+        let new =
+            NewMember { id, name, identity, listen_only, admin, connected: false, unnamed: "participant", attributes };
+        let (name, gate, attributes) = self.add_member(room, new, now)?;
         lock(&self.registry).insert(peer, room.clone(), gate, now);
-        room.publish(RoomEvent::Joined { id, name });
+        room.publish(RoomEvent::Joined { id, name, attributes });
         tracing::info!(room = %room.id, participant = id, listen_only, "participant joined");
         Ok(id)
     }
@@ -310,16 +316,16 @@ impl Rooms {
     /// What every join does, whatever carries the participant's media:
     /// space, lock and ban checks, its name (cleaned; else its identity;
     /// else `{unnamed}-{id}`), its place in the mixer and the member list.
-    /// Returns its name and its speak gate; the caller registers its media
-    /// and then publishes `joined`.
+    /// Returns its name, its speak gate and its attributes; the caller
+    /// registers its media and then publishes `joined`.
     pub(super) fn add_member(
         &self,
         room: &Arc<Room>,
         new: NewMember,
         now: Instant,
-    ) -> Result<(String, ListenOnly), RoomError> {
+    ) -> Result<(String, ListenOnly, Attributes), RoomError> {
         self.check_space(room)?;
-        let NewMember { id, name, identity, listen_only, admin, connected, unnamed } = new;
+        let NewMember { id, name, identity, listen_only, admin, connected, unnamed, attributes } = new;
         self.admit(room, &identity, &name, now)?;
         // One identity, one participant: a join replaces the identity's
         // participant already here (it leaves with reason `replaced`; its
@@ -356,6 +362,7 @@ impl Rooms {
             hand: false,
             deaf: false,
             admin,
+            attributes: attributes.clone(),
             joined_in: None,
             gate: gate.clone(),
         };
@@ -365,7 +372,7 @@ impl Rooms {
             members.len()
         };
         room.sounds_on_join(members);
-        Ok((name, gate))
+        Ok((name, gate, attributes))
     }
 
     /// Removes participant `id` from `room`. `Ok(None)` when its peer was not

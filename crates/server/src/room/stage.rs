@@ -155,6 +155,28 @@ impl Rooms {
         Ok(changed)
     }
 
+    /// Changes a participant's attributes by `patch` (a value sets its key,
+    /// `None` removes it); without `may_reserved` (the participant itself) a
+    /// key of `reserved` is refused. Returns whether anything changed (then
+    /// the room is told `attributes_changed` with the whole set).
+    pub(crate) fn set_attributes(
+        &self,
+        room: &Room,
+        id: u64,
+        patch: &crate::attributes::AttributesPatch,
+        (reserved, may_reserved): (&[String], bool),
+    ) -> Result<bool, RoomError> {
+        let mut members = lock(&room.members);
+        let member = members.get_mut(&id).ok_or(RoomError::NoParticipant(id))?;
+        let Some(next) = crate::attributes::apply(&member.attributes, patch, reserved, may_reserved)? else {
+            return Ok(false);
+        };
+        member.attributes = next.clone();
+        drop(members);
+        room.publish(RoomEvent::AttributesChanged { id, attributes: next });
+        Ok(true)
+    }
+
     /// Makes a participant deaf (sent nothing: it hears no one) or hearing
     /// again. Returns whether it changed.
     pub(crate) fn set_deaf(&self, room: &Room, id: u64, deaf: bool) -> Result<bool, RoomError> {

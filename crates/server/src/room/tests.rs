@@ -38,6 +38,7 @@ fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str, listen_only: bool) -> (Joi
             identity: format!("id-{}", name.trim_end_matches('\u{7}')),
             listen_only,
             admin: Default::default(),
+            attributes: Default::default(),
         },
         ufrag,
     )
@@ -86,7 +87,7 @@ fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
     assert_eq!(rooms.registry_sizes(), (1, 1), "registered, waiting for its first check");
     let m = room.member_list();
     assert_eq!((m[0].id, m[0].name.as_str(), m[0].identity.as_str()), (id, "alice", "id-alice"), "name cleaned");
-    assert_eq!(events(&room, &mut rx), vec![RoomEvent::Joined { id, name: "alice".into() }]);
+    assert_eq!(events(&room, &mut rx), vec![RoomEvent::Joined { id, name: "alice".into(), attributes: Default::default() }]);
 
     assert!(matches!(rooms.claim("no-such-ufrag", 0), Claim::Unknown));
     match rooms.claim(&ufrag, 1) {
@@ -305,7 +306,7 @@ fn a_busy_rooms_batches_go_out_at_most_once_per_interval() {
     let a = rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
     // The first batch after a quiet spell goes at the next tick.
     let _ = room.tick(None, 100, 0);
-    assert!(rx.try_recv().expect("at once").events.contains(&RoomEvent::Joined { id: a, name: "a".into() }));
+    assert!(rx.try_recv().expect("at once").events.contains(&RoomEvent::Joined { id: a, name: "a".into(), attributes: Default::default() }));
     // Something every tick (hands up and down): batches at most every interval.
     let mut batches = Vec::new();
     for t in 101..101 + 4 * EVENT_INTERVAL_TICKS {
@@ -336,7 +337,7 @@ fn a_busy_rooms_batches_go_out_at_most_once_per_interval() {
 #[test]
 fn talking_changes_are_coalesced_within_an_interval() {
     let mut out = event::Outbox::default();
-    out.push(RoomEvent::Joined { id: 1, name: "a".into() });
+    out.push(RoomEvent::Joined { id: 1, name: "a".into(), attributes: Default::default() });
     // 1 starts, stops and starts again; 2 starts and stops (a blip); 3 stops.
     for e in [(1, true), (2, true), (1, false), (2, false), (1, true), (3, false)] {
         out.push(RoomEvent::Talking { id: e.0, talking: e.1 });
@@ -348,7 +349,7 @@ fn talking_changes_are_coalesced_within_an_interval() {
     assert_eq!(
         events,
         vec![
-            RoomEvent::Joined { id: 1, name: "a".into() },
+            RoomEvent::Joined { id: 1, name: "a".into(), attributes: Default::default() },
             RoomEvent::Left { id: 4, reason: "left" },
             RoomEvent::Talking { id: 1, talking: true },
             RoomEvent::Talking { id: 3, talking: false },
@@ -366,7 +367,7 @@ fn talking_changes_are_coalesced_within_an_interval() {
 #[test]
 fn a_batch_is_rendered_once_per_set_of_kinds_and_shared() {
     let batch = EventBatch::new(vec![
-        RoomEvent::Joined { id: 1, name: "a".into() },
+        RoomEvent::Joined { id: 1, name: "a".into(), attributes: Default::default() },
         RoomEvent::Talking { id: 1, talking: true },
     ]);
     let all = batch.for_kinds(EventKinds::ALL).expect("all");

@@ -124,6 +124,7 @@ mod tests {
             listen_only: false,
             admin: Default::default(),
             io: 0,
+            attributes: Default::default(),
         };
         let (phone, _) = rooms.join_plain(&room, joiner).expect("joins");
         let v = rooms.set_voice(&room, phone, None, None).expect("a participant");

@@ -136,6 +136,7 @@ impl Sessions {
             listen_only: !grant.speak,
             // With auth off every caller is an admin: then nobody is spared by mute-all.
             admin: if self.auth_on { crate::room::Admin::of(grant, &room.id) } else { crate::room::Admin::No },
+            attributes: grant.attributes.clone(),
         };
         let id = self.rooms.join(room, joiner, now)?;
         Ok((id, answer))
@@ -204,6 +205,7 @@ impl Sessions {
             listen_only,
             admin: crate::room::Admin::of(grant, &room.id),
             io,
+            attributes: grant.attributes.clone(),
         };
         let (id, listen_only) = self.rooms.join_plain(room, joiner)?;
         if !self.media.add_plain(peer, room.clone(), offer, listen_only) {

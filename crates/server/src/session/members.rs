@@ -1,6 +1,6 @@
 //! A participant's life after its join: leaving (its own, its socket's
 //! end, a kick, a ban), and the changes a plane asks for (mute, gain, the
-//! right to speak, a hand, deafness, voice processing).
+//! right to speak, a hand, deafness, voice processing, attributes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +29,8 @@ pub(crate) struct Change {
     pub(crate) noise_suppression: Option<Option<bool>>,
     /// Over the room's setting (admin only; `Some(None)`: the room's again).
     pub(crate) loudness: Option<Option<bool>>,
+    /// Attributes to set (a value) or remove (`None`); reserved keys: admin only.
+    pub(crate) attributes: Option<crate::attributes::AttributesPatch>,
 }
 
 impl Sessions {
@@ -84,17 +86,7 @@ impl Sessions {
         change: &Change,
     ) -> Refused<(Member, ParticipantVoice)> {
         let admin = may_act_on(grant, state, id)?;
-        // One bucket for the participant's own changes, another for its
-        // room's admins: a participant cannot spend the admins' share.
-        self.updates.check((id, admin), Instant::now()).map_err(|retry| {
-            let mut e = Refusal::rate_limited(retry);
-            e.message = format!(
-                "participant {id} is updated too often (limits.participant_updates_per_second = {}); retry in {} s",
-                self.cfg.limits.participant_updates_per_second,
-                retry.as_secs_f64().ceil().max(1.0)
-            );
-            e
-        })?;
+        self.check_update_rate(id, admin)?;
         if change.gain.is_some() && !admin {
             return Err(Refusal::forbidden("changing a participant's gain needs an admin token"));
         }
@@ -106,6 +98,10 @@ impl Sessions {
             return Err(Refusal::forbidden(
                 "changing a participant's noise suppression or loudness needs an admin token",
             ));
+        }
+        // First: a refused set of attributes leaves everything else unchanged.
+        if let Some(patch) = &change.attributes {
+            self.rooms.set_attributes(state, id, patch, (&self.cfg.limits.reserved_attributes, admin))?;
         }
         if let Some(gain) = change.gain {
             self.rooms.set_gain(state, id, gain)?;
@@ -133,6 +129,38 @@ impl Sessions {
         let voice = self.rooms.set_voice(state, id, change.noise_suppression, change.loudness)?;
         let member = lock(&state.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
         Ok((member, voice))
+    }
+
+    /// One bucket for a participant's own changes, another for its room's
+    /// admins' (each change is fanned out to every socket of the room): a
+    /// participant cannot spend the admins' share.
+    fn check_update_rate(&self, id: u64, admin: bool) -> Refused<()> {
+        self.updates.check((id, admin), Instant::now()).map_err(|retry| {
+            let mut e = Refusal::rate_limited(retry);
+            e.message = format!(
+                "participant {id} is updated too often (limits.participant_updates_per_second = {}); retry in {} s",
+                self.cfg.limits.participant_updates_per_second,
+                retry.as_secs_f64().ceil().max(1.0)
+            );
+            e
+        })
+    }
+
+    /// Changes the attributes of participant `target` (the socket's own,
+    /// one of the caller's identity, or anyone's for an admin) by `patch`,
+    /// at the rate of [`Sessions::update`]. Only an admin sets a reserved key.
+    pub(crate) fn set_attributes(
+        &self,
+        room: &Room,
+        grant: &Grant,
+        me: Option<u64>,
+        target: u64,
+        patch: &crate::attributes::AttributesPatch,
+    ) -> Refused<()> {
+        let admin = if Some(target) == me { grant.may_manage(&room.id) } else { may_act_on(grant, room, target)? };
+        self.check_update_rate(target, admin)?;
+        self.rooms.set_attributes(room, target, patch, (&self.cfg.limits.reserved_attributes, admin))?;
+        Ok(())
     }
 
     /// Mutes or unmutes a socket's own participant.

@@ -9,7 +9,8 @@
 //! room's events since the last batch, in order, each one of `joined` `{id,
 //! name}`, `left` `{id, reason}`, `talking` `{id, talking}`, `muted` `{id,
 //! muted}`, `room_closed`, `shutdown` `{message}`, and the stage's
-//! `permissions` `{id, speak}`, `hand` `{id, raised}`, `room_updated`
+//! `permissions` `{id, speak}`, `hand` `{id, raised}`,
+//! `attributes_changed` `{id, attributes}` (the whole set now), `room_updated`
 //! `{locked, max_participants, max_speakers}` and `muted_all` `{count}`
 //! (with the `muted` kind). The snapshot says whether the socket's token is
 //! an admin's for the room (`admin`) and whether the room is `locked`. At
@@ -34,8 +35,11 @@
 //! leaves when the socket closes), `mute` `{muted}` (the socket's own
 //! participant), `hand` `{raised, id?}` (the socket's own participant's
 //! hand, or `id`'s: one of the caller's identity, or anyone's for an
-//! admin), `leave`, `subscribe` `{events: ["joined", "left",
-//! "talking", "muted", "permissions", "hand", "room_updated"]}` (the kinds
+//! admin), `set_attributes` `{attributes, id?}` (keys to set, `null` to
+//! remove: the socket's own participant's, or `id`'s as for `hand`;
+//! reserved keys are an admin's), `leave`, `subscribe` `{events: ["joined", "left",
+//! "talking", "muted", "permissions", "hand", "room_updated",
+//! "attributes_changed"]}` (the kinds
 //! it wants from now on; also
 //! `?events=joined,left` at the upgrade; default: all; `room_closed` and
 //! `shutdown` always come).
@@ -152,6 +156,13 @@ pub(crate) enum ClientMessage {
     /// (the caller's own identity's, or anyone's for an admin).
     Hand {
         raised: bool,
+        #[serde(default)]
+        id: Option<u64>,
+    },
+    /// Set (a value) or remove (`null`) attributes: the socket's own
+    /// participant's, or `id`'s (as for `hand`; reserved keys: admins only).
+    SetAttributes {
+        attributes: crate::attributes::AttributesPatch,
         #[serde(default)]
         id: Option<u64>,
     },
@@ -650,6 +661,12 @@ pub(crate) async fn handle(
                 return bad("not_joined", "join first, or name the participant: {\"type\":\"hand\",\"id\":…}".into());
             };
             api.session.set_hand(room, &caller.grant, *me, target, raised).err().map(|e| error(&e))
+        }
+        ClientMessage::SetAttributes { attributes, id } => {
+            let Some(target) = id.or(*me) else {
+                return bad("not_joined", "join first, or name the participant: {\"type\":\"set_attributes\",\"id\":…}".into());
+            };
+            api.session.set_attributes(room, &caller.grant, *me, target, &attributes).err().map(|e| error(&e))
         }
         ClientMessage::Resume { id, key } => {
             if me.is_some() {

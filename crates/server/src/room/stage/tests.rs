@@ -36,6 +36,7 @@ fn joiner(identity: &str, listen_only: bool, admin: bool) -> Joiner {
         identity: identity.to_owned(),
         listen_only,
         admin: if admin { crate::room::Admin::OfRoom } else { crate::room::Admin::No },
+        attributes: Default::default(),
     }
 }
 
