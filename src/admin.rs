@@ -172,6 +172,17 @@ enum ParticipantsCommand {
         /// The participant's id (the ID column of `participants list`).
         id: u64,
     },
+    /// Sets and removes a participant's attributes (the others stay).
+    Attributes {
+        /// The room's id.
+        #[arg(value_parser = room_id)]
+        room: String,
+        /// The participant's id (the ID column of `participants list`).
+        id: u64,
+        /// `KEY=VALUE` to set, `KEY=` to remove.
+        #[arg(value_name = "KEY=VALUE", required = true)]
+        set: Vec<String>,
+    },
 }
 
 /// A room id as the server takes it, refused here with the rule rather than
@@ -303,6 +314,25 @@ pub fn participants(args: &ParticipantsArgs) -> anyhow::Result<()> {
         ParticipantsCommand::Unmute { room, id } => (room, id, json!({ "muted": false })),
         ParticipantsCommand::Speak { room, id } => (room, id, json!({ "speak": true })),
         ParticipantsCommand::Unspeak { room, id } => (room, id, json!({ "speak": false })),
+        ParticipantsCommand::Attributes { room, id, set } => {
+            let mut patch = serde_json::Map::new();
+            for pair in set {
+                let (k, v) =
+                    pair.split_once('=').with_context(|| format!("{pair:?}: expected KEY=VALUE (KEY= removes)"))?;
+                patch.insert(k.to_owned(), if v.is_empty() { Value::Null } else { Value::from(v) });
+            }
+            let r = api.call(
+                "PATCH",
+                &format!("/v1/rooms/{room}/participants/{id}"),
+                Some(&json!({ "attributes": patch })),
+            )?;
+            if json {
+                return print_json(&r.body);
+            }
+            let body = parse(&r)?;
+            println!("participant {id} in room {room}: {}", attributes_text(&body["attributes"]));
+            return Ok(());
+        }
     };
     let r = api.call("PATCH", &format!("/v1/rooms/{room}/participants/{id}"), Some(&change))?;
     if json {
@@ -488,10 +518,33 @@ fn participants_table(participants: &[Value], speakers: &Value) -> String {
                 text(&p["admin"]),
                 // A room spread over nodes lists every node's participants.
                 text(&p["node"]),
+                attributes_text(&p["attributes"]),
             ]
         })
         .collect();
-    table(&["ID", "NAME", "IDENTITY", "CONNECTED", "MUTED", "MAY SPEAK", "SPEAKING", "HAND", "ADMIN", "NODE"], &rows)
+    let header = [
+        "ID",
+        "NAME",
+        "IDENTITY",
+        "CONNECTED",
+        "MUTED",
+        "MAY SPEAK",
+        "SPEAKING",
+        "HAND",
+        "ADMIN",
+        "NODE",
+        "ATTRIBUTES",
+    ];
+    table(&header, &rows)
+}
+
+/// A participant's attributes in a cell: `key=value` pairs, comma-separated (`-`: none).
+fn attributes_text(attributes: &Value) -> String {
+    let pairs: Vec<String> = attributes
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect())
+        .unwrap_or_default();
+    if pairs.is_empty() { "-".to_owned() } else { pairs.join(",") }
 }
 
 /// Columns aligned on their widest cell, two spaces apart, a header row first.

@@ -150,6 +150,20 @@ fn an_admin_manages_rooms_and_participants_with_the_cli() {
             .expect("participants list --json is JSON");
     assert_eq!(json.as_array().map(|a| a.iter().filter(|p| p["identity"] == "alice").count()), Some(1), "{json}");
 
+    // Attributes: set two, remove one; the API and the table show the rest.
+    let out = ok(tutti(
+        &served,
+        admin,
+        Some(&mut client),
+        &["participants", "attributes", ROOM, &id_text, "seat=3", "team=red"],
+    ));
+    assert!(out.contains("seat=3,team=red"), "{out}");
+    let out = ok(tutti(&served, admin, Some(&mut client), &["participants", "attributes", ROOM, &id_text, "team="]));
+    assert!(out.contains("seat=3") && !out.contains("team"), "KEY= removes: {out}");
+    assert_eq!(member(&served, &token, id).map(|m| m["attributes"].clone()), Some(serde_json::json!({"seat": "3"})));
+    let table = ok(tutti(&served, admin, Some(&mut client), &["participants", "list", ROOM]));
+    assert!(row(&table, &id_text).is_some_and(|cells| cells.last().map(String::as_str) == Some("seat=3")), "{table}");
+
     // Mute: the API says it is muted.
     let out = ok(tutti(&served, admin, Some(&mut client), &["participants", "mute", ROOM, &id_text]));
     assert!(out.contains("muted"), "{out}");

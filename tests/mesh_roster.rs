@@ -290,17 +290,15 @@ fn attributes_are_seen_from_every_node_of_a_spread_room() {
         format!("/v1/rooms?room={ROOM}&ticket={}", ticket_for(ROOM, "ops", false, true, ("POST", "/v1/rooms")));
     let r = request_as(a, &Requester::default(), "POST", &create, Some("application/json"), b"{}").expect("create");
     assert_eq!(r.status, 201, "{}", r.body);
-    let grants = |role: &str| {
-        serde_json::json!({"room": ROOM, "speak": true, "listen": true, "admin": false, "attributes": {"role": role}})
-    };
+    let grants = |role: &str| serde_json::json!({"room": ROOM, "speak": true, "listen": true, "admin": false, "attributes": {"role": role}});
     let mut all = vec![
         join_placed_with(a, ROOM, "guest-a", grants("guest"), FREQS[0]).expect("on A"),
         join_placed_with(b, ROOM, "host-b", grants("host"), FREQS[1]).expect("on B"),
     ];
     let id_b = all[1].id;
     let attributes_on = |api: SocketAddr, id: u64| {
-        let r = request_as(api, &Requester::token(&admin), "GET", &format!("/v1/rooms/{ROOM}"), None, b"")
-            .expect("GET");
+        let r =
+            request_as(api, &Requester::token(&admin), "GET", &format!("/v1/rooms/{ROOM}"), None, b"").expect("GET");
         let body = json(&r);
         body["participants"].as_array().into_iter().flatten().find(|p| p["id"] == id).map(|p| p["attributes"].clone())
     };

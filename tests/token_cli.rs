@@ -41,6 +41,24 @@ fn tutti_token_mints_with_the_configured_secret() {
         assert!(auth.verify(token.trim(), now + secs + 1).is_err(), "--ttl {ttl} expires after {secs} s");
     }
 
+    // Attributes, a reserved key among them (the backend's to set); a bad one is refused with the bound.
+    let args = ["--room", "demo", "--identity", "fay", "--attribute", "role=host", "--attribute", "sip.trunk=a=b"];
+    let out = tutti_token(&[&args[..], &["--set", &set]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).expect("UTF-8");
+    let attributes = [("role", "host"), ("sip.trunk", "a=b")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+    assert_eq!(
+        auth.verify(token.trim(), unix_now()),
+        Ok(Grant { attributes, ..Grant::participant("demo", "fay") }),
+        "the value is what follows the first '='"
+    );
+    for bad in ["no-equals", "bad key=1"] {
+        let out = tutti_token(&["--room", "demo", "--identity", "fay", "--attribute", bad, "--set", &set]);
+        assert!(!out.status.success(), "--attribute {bad:?} is refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("KEY=VALUE") || err.contains("attribute key"), "{bad:?}: {err}");
+    }
+
     let out = tutti_token(&["--room", "*", "--identity", "ops", "--admin", "--set", &set]);
     let token = String::from_utf8(out.stdout).expect("UTF-8");
     assert_eq!(auth.verify(token.trim(), unix_now()), Ok(Grant::admin("ops")));

@@ -14,25 +14,15 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Ws, start_with, test_config};
+use common::{Ws, call, refused, start_with, test_config};
 use serde_json::json;
-use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_until};
+use tutti_client::{JoinAs, Requester, ToneClient, run_until};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
 const SECRET: &str = "the attributes test's secret: thirty-two bytes or more";
 const HOUR: Duration = Duration::from_secs(3600);
 const WAIT: Duration = Duration::from_secs(10);
 const ROOM: &str = "attrs";
-
-fn call(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) -> Response {
-    let requester = Requester { token: Some(token), from: None };
-    let ct = (!body.is_empty()).then_some("application/json");
-    request_as(api, &requester, method, path, ct, body.as_bytes()).expect("the API answers")
-}
-
-fn refused(r: &Response, status: u16, code: &str, what: &str) {
-    assert_eq!((r.status, r.code().as_str()), (status, code), "{what}: {}", r.body);
-}
 
 fn with(grant: Grant, pairs: &[(&str, &str)]) -> Grant {
     let attributes = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
@@ -89,6 +79,12 @@ fn attributes_come_from_the_token_an_admin_and_the_participant_within_their_boun
     let snapshot = bob_ws.wait_for(WAIT, |v| v["type"] == "room");
     let in_snapshot = snapshot["participants"].as_array().expect("participants").iter().find(|m| m["id"] == alice_id);
     assert_eq!(attributes(&in_snapshot.expect("alice in the snapshot")["attributes"]), from_token, "{snapshot}");
+
+    // A joiner's `joined` event carries its token's attributes.
+    let carol_t = mint(with(Grant::listener(ROOM, "carol"), &[("role", "audience")]));
+    let carol = ToneClient::join_as(api, &Requester::token(&carol_t), ROOM, 880.0, JoinAs::Whip).expect("carol");
+    let joined = bob_ws.wait_for(WAIT, |v| v["type"] == "joined" && v["id"] == carol.id);
+    assert_eq!(attributes(&joined["attributes"]), set(&[("role", "audience")]), "{joined}");
 
     // Alice changes her own over her socket: bob's socket is told the whole set.
     let mut alice_ws = Ws::connect_to(api, &format!("/v1/rooms/{ROOM}/ws?token={alice_t}"));

@@ -16,10 +16,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Ws, cluster_node, cluster_room, scrape, series, start_with, test_config};
+use common::{Ws, call, cluster_node, cluster_room, refused, scrape, series, start_with, test_config};
 use serde_json::json;
 use tutti_client::redis::RedisServer;
-use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_for, run_until};
+use tutti_client::{JoinAs, Requester, Response, ToneClient, run_for, run_until};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
 const SECRET: &str = "the breakout test's secret: thirty-two bytes or more";
@@ -27,16 +27,6 @@ const HOUR: Duration = Duration::from_secs(3600);
 const WAIT: Duration = Duration::from_secs(10);
 /// Well above a mixed tone's residue, well below a present one (≈0.2 amplitude).
 const HEARD: f32 = 0.05;
-
-fn call(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) -> Response {
-    let requester = Requester { token: Some(token), from: None };
-    let ct = (!body.is_empty()).then_some("application/json");
-    request_as(api, &requester, method, path, ct, body.as_bytes()).expect("the API answers")
-}
-
-fn refused(r: &Response, status: u16, code: &str, what: &str) {
-    assert_eq!((r.status, r.code().as_str()), (status, code), "{what}: {}", r.body);
-}
 
 /// A server with tokens on, and a minter for them.
 fn server() -> (tokio::runtime::Runtime, tutti_server::Server, impl Fn(Grant) -> String) {

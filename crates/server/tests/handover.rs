@@ -10,16 +10,11 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{cluster_node, cluster_room};
+use common::{call, cluster_node, cluster_room};
 use serde_json::Value;
 use tutti_client::redis::RedisServer;
-use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_until};
+use tutti_client::{JoinAs, Requester, ToneClient, run_until};
 use tutti_server::auth::Grant;
-
-fn call(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) -> Response {
-    let ct = (!body.is_empty()).then_some("application/json");
-    request_as(api, &Requester::token(token), method, path, ct, body.as_bytes()).expect("the API answers")
-}
 
 fn join(api: SocketAddr, token: &str) -> Result<ToneClient, tutti_client::JoinError> {
     ToneClient::join_following(api, &Requester::token(token), "kept", 440.0, JoinAs::Whip, 2).map(|(c, _)| c)

@@ -8,21 +8,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{scrape, series, start_with, test_config};
-use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_for, run_until};
+use common::{call, scrape, series, start_with, test_config};
+use tutti_client::{JoinAs, Requester, Response, ToneClient, run_for, run_until};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
 const SECRET: &str = "the voice test's secret: thirty-two bytes at least";
 const HOUR: Duration = Duration::from_secs(3600);
-
-fn call(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) -> Response {
-    let requester = Requester { token: Some(token), from: None };
-    let ct = (!body.is_empty()).then_some("application/json");
-    request_as(api, &requester, method, path, ct, body.as_bytes()).expect("the API answers")
-}
 
 fn json(r: &Response) -> serde_json::Value {
     serde_json::from_str(&r.body).expect("a JSON body")

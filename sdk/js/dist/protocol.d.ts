@@ -18,6 +18,8 @@ export interface Member {
     admin?: boolean;
     /** It hears no one. */
     deaf?: boolean;
+    /** Its attributes: string keys and values (its token's, then as it or an admin changed them). */
+    attributes?: Record<string, string>;
 }
 /** Why someone left (`left.reason`). */
 export type LeftReason = 'left' | 'timed_out' | 'failed' | 'room_closed' | 'kicked' | 'moved' | 'moved_room' | 'replaced' | 'token_expired';
@@ -26,6 +28,7 @@ export type RoomEventMessage = {
     type: 'joined';
     id: number;
     name: string;
+    attributes?: Record<string, string>;
 } | {
     type: 'left';
     id: number;
@@ -53,6 +56,10 @@ export type RoomEventMessage = {
     type: 'deaf';
     id: number;
     deaf: boolean;
+} | {
+    type: 'attributes_changed';
+    id: number;
+    attributes: Record<string, string>;
 } | {
     type: 'room_updated';
     locked: boolean;
@@ -197,7 +204,7 @@ export type ServerMessage = RoomMessage | {
     expires_at: number;
 } | MovedMessage | RoomChangedMessage | RoomEventMessage;
 /** The event kinds a socket may subscribe to. */
-export type EventKind = 'joined' | 'left' | 'talking' | 'muted' | 'permissions' | 'hand' | 'room_updated';
+export type EventKind = 'joined' | 'left' | 'talking' | 'muted' | 'permissions' | 'hand' | 'room_updated' | 'attributes_changed';
 /** A message a client sends. */
 export type ClientMessage = {
     type: 'join';
@@ -213,6 +220,10 @@ export type ClientMessage = {
 } | {
     type: 'hand';
     raised: boolean;
+    id?: number | null;
+} | {
+    type: 'set_attributes';
+    attributes: Record<string, string | null>;
     id?: number | null;
 } | {
     type: 'leave';

@@ -34,6 +34,8 @@ export interface Participant {
     hand: boolean;
     admin: boolean;
     deaf: boolean;
+    /** Its attributes: string keys and values (its token's, then as it or an admin changed them). */
+    attributes: Record<string, string>;
     /** This client's own participant. */
     you: boolean;
 }
@@ -145,6 +147,11 @@ export interface RoomEvents {
     hand: {
         participant: Participant;
         raised: boolean;
+    };
+    /** Someone's attributes changed (`participant.attributes` is the whole set now). */
+    attributesChanged: {
+        participant: Participant;
+        attributes: Record<string, string>;
     };
     permissions: {
         participant: Participant;
@@ -361,6 +368,15 @@ export declare class Room extends Emitter<RoomEvents> {
     private applyMute;
     /** Raises or lowers this client's hand, or (`id`, a moderator) someone else's. */
     setHand(raised: boolean, id?: number): void;
+    /**
+     * Sets (a string) or removes (`null`) attributes of this client's
+     * participant, or (`id`, a moderator) someone else's; the others stay.
+     * Keys under the server's `limits.reserved_attributes` (`sip.`, `tutti.`)
+     * are a moderator's only. Bounds: 16 keys, a key of 64 bytes, a value of
+     * 1,024, 4,096 bytes in all. Over REST, resolves with the server's refusal
+     * or null; over the socket, a refusal comes as `serverError`.
+     */
+    setAttributes(attributes: Record<string, string | null>, id?: number): Promise<TuttiError | null>;
     /** A moderator's REST call on the room; resolves with the server's refusal (also `serverError`), or null. */
     moderate(method: string, path: string, body?: unknown): Promise<TuttiError | null>;
     /** Grants or revokes someone's right to speak (moderators). */

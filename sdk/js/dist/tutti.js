@@ -758,6 +758,25 @@ export class Room extends Emitter {
             this.sendMessage(id === undefined ? { type: 'hand', raised } : { type: 'hand', raised, id });
         }
     }
+    /**
+     * Sets (a string) or removes (`null`) attributes of this client's
+     * participant, or (`id`, a moderator) someone else's; the others stay.
+     * Keys under the server's `limits.reserved_attributes` (`sip.`, `tutti.`)
+     * are a moderator's only. Bounds: 16 keys, a key of 64 bytes, a value of
+     * 1,024, 4,096 bytes in all. Over REST, resolves with the server's refusal
+     * or null; over the socket, a refusal comes as `serverError`.
+     */
+    async setAttributes(attributes, id) {
+        if (this._state !== 'joined')
+            return new TuttiError('not_joined', 'join first');
+        const target = id === undefined ? this._id : id;
+        if (target === null)
+            return new TuttiError('not_joined', 'join first');
+        if (this.transport === 'rest')
+            return this.moderate('PATCH', `/participants/${target}`, { attributes });
+        this.sendMessage({ type: 'set_attributes', attributes, id: target });
+        return null;
+    }
     /** A moderator's REST call on the room; resolves with the server's refusal (also `serverError`), or null. */
     async moderate(method, path, body) {
         try {
@@ -812,6 +831,7 @@ export class Room extends Emitter {
             hand: !!p.hand,
             admin: !!p.admin,
             deaf: !!p.deaf,
+            attributes: { ...(p.attributes || {}) },
             you: p.id === this._id,
         };
     }
@@ -927,7 +947,7 @@ export class Room extends Emitter {
         switch (e.type) {
             case 'joined': {
                 if (!this.members.has(e.id)) {
-                    const p = this.member({ id: e.id, name: e.name });
+                    const p = this.member({ id: e.id, name: e.name, attributes: e.attributes });
                     this.members.set(e.id, p);
                     this.emit('joined', p);
                 }
@@ -968,6 +988,14 @@ export class Room extends Emitter {
                 if (p) {
                     p.hand = !!e.raised;
                     this.emit('hand', { participant: p, raised: p.hand });
+                }
+                break;
+            }
+            case 'attributes_changed': {
+                const p = find(e.id);
+                if (p) {
+                    p.attributes = { ...(e.attributes || {}) };
+                    this.emit('attributesChanged', { participant: p, attributes: p.attributes });
                 }
                 break;
             }

@@ -24,6 +24,8 @@ export interface Member {
   admin?: boolean;
   /** It hears no one. */
   deaf?: boolean;
+  /** Its attributes: string keys and values (its token's, then as it or an admin changed them). */
+  attributes?: Record<string, string>;
 }
 
 /** Why someone left (`left.reason`). */
@@ -40,7 +42,7 @@ export type LeftReason =
 
 /** One room event, an element of `events`. */
 export type RoomEventMessage =
-  | { type: 'joined'; id: number; name: string }
+  | { type: 'joined'; id: number; name: string; attributes?: Record<string, string> }
   | { type: 'left'; id: number; reason: LeftReason | string }
   | { type: 'talking'; id: number; talking: boolean }
   | { type: 'muted'; id: number; muted: boolean }
@@ -48,6 +50,7 @@ export type RoomEventMessage =
   | { type: 'permissions'; id: number; speak: boolean }
   | { type: 'hand'; id: number; raised: boolean }
   | { type: 'deaf'; id: number; deaf: boolean }
+  | { type: 'attributes_changed'; id: number; attributes: Record<string, string> }
   | { type: 'room_updated'; locked: boolean; max_participants?: number; max_speakers?: number }
   | { type: 'draining'; deadline: number; message: string }
   | { type: 'room_closed' }
@@ -131,7 +134,15 @@ export type ServerMessage =
   | RoomEventMessage;
 
 /** The event kinds a socket may subscribe to. */
-export type EventKind = 'joined' | 'left' | 'talking' | 'muted' | 'permissions' | 'hand' | 'room_updated';
+export type EventKind =
+  | 'joined'
+  | 'left'
+  | 'talking'
+  | 'muted'
+  | 'permissions'
+  | 'hand'
+  | 'room_updated'
+  | 'attributes_changed';
 
 /** A message a client sends. */
 export type ClientMessage =
@@ -139,6 +150,7 @@ export type ClientMessage =
   | { type: 'resume'; id: number; key: string }
   | { type: 'mute'; muted: boolean }
   | { type: 'hand'; raised: boolean; id?: number | null }
+  | { type: 'set_attributes'; attributes: Record<string, string | null>; id?: number | null }
   | { type: 'leave' }
   | { type: 'subscribe'; events: EventKind[] }
   | { type: 'token'; token: string };

@@ -94,6 +94,8 @@ export interface Participant {
   hand: boolean;
   admin: boolean;
   deaf: boolean;
+  /** Its attributes: string keys and values (its token's, then as it or an admin changed them). */
+  attributes: Record<string, string>;
   /** This client's own participant. */
   you: boolean;
 }
@@ -213,6 +215,8 @@ export interface RoomEvents {
   talking: { participant: Participant; talking: boolean };
   muted: { participant: Participant; muted: boolean };
   hand: { participant: Participant; raised: boolean };
+  /** Someone's attributes changed (`participant.attributes` is the whole set now). */
+  attributesChanged: { participant: Participant; attributes: Record<string, string> };
   permissions: { participant: Participant; speak: boolean };
   /** An admin muted everyone but the admins. */
   mutedAll: { count: number };
@@ -981,6 +985,23 @@ export class Room extends Emitter<RoomEvents> {
     }
   }
 
+  /**
+   * Sets (a string) or removes (`null`) attributes of this client's
+   * participant, or (`id`, a moderator) someone else's; the others stay.
+   * Keys under the server's `limits.reserved_attributes` (`sip.`, `tutti.`)
+   * are a moderator's only. Bounds: 16 keys, a key of 64 bytes, a value of
+   * 1,024, 4,096 bytes in all. Over REST, resolves with the server's refusal
+   * or null; over the socket, a refusal comes as `serverError`.
+   */
+  async setAttributes(attributes: Record<string, string | null>, id?: number): Promise<TuttiError | null> {
+    if (this._state !== 'joined') return new TuttiError('not_joined', 'join first');
+    const target = id === undefined ? this._id : id;
+    if (target === null) return new TuttiError('not_joined', 'join first');
+    if (this.transport === 'rest') return this.moderate('PATCH', `/participants/${target}`, { attributes });
+    this.sendMessage({ type: 'set_attributes', attributes, id: target });
+    return null;
+  }
+
   /** A moderator's REST call on the room; resolves with the server's refusal (also `serverError`), or null. */
   async moderate(method: string, path: string, body?: unknown): Promise<TuttiError | null> {
     try {
@@ -1041,6 +1062,7 @@ export class Room extends Emitter<RoomEvents> {
       hand: !!p.hand,
       admin: !!p.admin,
       deaf: !!p.deaf,
+      attributes: { ...(p.attributes || {}) },
       you: p.id === this._id,
     };
   }
@@ -1149,7 +1171,7 @@ export class Room extends Emitter<RoomEvents> {
     switch (e.type) {
       case 'joined': {
         if (!this.members.has(e.id)) {
-          const p = this.member({ id: e.id, name: e.name });
+          const p = this.member({ id: e.id, name: e.name, attributes: e.attributes });
           this.members.set(e.id, p);
           this.emit('joined', p);
         }
@@ -1187,6 +1209,14 @@ export class Room extends Emitter<RoomEvents> {
         if (p) {
           p.hand = !!e.raised;
           this.emit('hand', { participant: p, raised: p.hand });
+        }
+        break;
+      }
+      case 'attributes_changed': {
+        const p = find(e.id);
+        if (p) {
+          p.attributes = { ...(e.attributes || {}) };
+          this.emit('attributesChanged', { participant: p, attributes: p.attributes });
         }
         break;
       }

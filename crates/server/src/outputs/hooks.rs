@@ -78,13 +78,11 @@ pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<We
                     known.insert(*pid, info);
                 }
                 RoomEvent::Left { id: pid, reason } => {
-                    let participant = known
-                        .remove(pid)
-                        .unwrap_or_else(|| ParticipantInfo {
-                            id: pid.to_string(),
-                            identity: String::new(),
-                            attributes: Default::default(),
-                        });
+                    let participant = known.remove(pid).unwrap_or_else(|| ParticipantInfo {
+                        id: pid.to_string(),
+                        identity: String::new(),
+                        attributes: Default::default(),
+                    });
                     sender.send(&WebhookEvent::ParticipantLeft {
                         room: id.clone(),
                         participant,

@@ -297,7 +297,8 @@ impl WebhookEvent {
         };
         match self {
             Self::RoomStarted { room } | Self::RoomFinished { room } => b.room = room,
-            Self::ParticipantJoined { room, participant } | Self::ParticipantAttributesChanged { room, participant } => {
+            Self::ParticipantJoined { room, participant }
+            | Self::ParticipantAttributesChanged { room, participant } => {
                 b.room = room;
                 b.participant = Some(participant);
             }

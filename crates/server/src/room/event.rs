@@ -335,12 +335,30 @@ enum Relayed {
         #[serde(default)]
         attributes: crate::attributes::Attributes,
     },
-    Left { id: u64, reason: String },
-    Muted { id: u64, muted: bool },
-    Permissions { id: u64, speak: bool },
-    Hand { id: u64, raised: bool },
-    Deaf { id: u64, deaf: bool },
-    AttributesChanged { id: u64, attributes: crate::attributes::Attributes },
+    Left {
+        id: u64,
+        reason: String,
+    },
+    Muted {
+        id: u64,
+        muted: bool,
+    },
+    Permissions {
+        id: u64,
+        speak: bool,
+    },
+    Hand {
+        id: u64,
+        raised: bool,
+    },
+    Deaf {
+        id: u64,
+        deaf: bool,
+    },
+    AttributesChanged {
+        id: u64,
+        attributes: crate::attributes::Attributes,
+    },
 }
 
 /// The events of a batch another node of a spread room published (its

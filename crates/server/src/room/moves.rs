@@ -211,7 +211,10 @@ mod tests {
         let m = b.member_list();
         assert_eq!((m[0].id, m[0].listen_only, m[0].muted, m[0].gate.get()), (x, true, true, true));
         assert_eq!(events(&a, &mut rx_a), vec![RoomEvent::Left { id: x, reason: "moved_room" }]);
-        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id: x, name: "x".into(), attributes: Default::default() }]);
+        assert_eq!(
+            events(&b, &mut rx_b),
+            vec![RoomEvent::Joined { id: x, name: "x".into(), attributes: Default::default() }]
+        );
         match rooms.claim(&ufrag, 1) {
             Claim::Adopt { room, .. } => assert_eq!(room.key, b.key),
             _ => panic!("adopted"),
@@ -284,7 +287,10 @@ mod tests {
         assert_eq!((a.len(), b.len(), rooms.room_of(id).map(|r| r.key)), (0, 1, Some(b.key)));
         assert_eq!(suppressed(&b), Ok(true), "still a raw source in the new room");
         assert_eq!(events(&a, &mut rx_a), vec![RoomEvent::Left { id, reason: "moved_room" }]);
-        assert_eq!(events(&b, &mut rx_b), vec![RoomEvent::Joined { id, name: "phone".into(), attributes: Default::default() }]);
+        assert_eq!(
+            events(&b, &mut rx_b),
+            vec![RoomEvent::Joined { id, name: "phone".into(), attributes: Default::default() }]
+        );
         assert_eq!(rooms.leave(&b, id, LeaveReason::Left), Ok(Some(Effect::ClosePeer { peer, io: 7 })));
     }
 }

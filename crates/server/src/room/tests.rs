@@ -87,7 +87,10 @@ fn a_join_is_registered_told_and_claimed_by_the_first_io_thread() {
     assert_eq!(rooms.registry_sizes(), (1, 1), "registered, waiting for its first check");
     let m = room.member_list();
     assert_eq!((m[0].id, m[0].name.as_str(), m[0].identity.as_str()), (id, "alice", "id-alice"), "name cleaned");
-    assert_eq!(events(&room, &mut rx), vec![RoomEvent::Joined { id, name: "alice".into(), attributes: Default::default() }]);
+    assert_eq!(
+        events(&room, &mut rx),
+        vec![RoomEvent::Joined { id, name: "alice".into(), attributes: Default::default() }]
+    );
 
     assert!(matches!(rooms.claim("no-such-ufrag", 0), Claim::Unknown));
     match rooms.claim(&ufrag, 1) {
@@ -306,7 +309,11 @@ fn a_busy_rooms_batches_go_out_at_most_once_per_interval() {
     let a = rooms.join(&room, joiner(&acc, "a", false).0, Instant::now()).expect("joined");
     // The first batch after a quiet spell goes at the next tick.
     let _ = room.tick(None, 100, 0);
-    assert!(rx.try_recv().expect("at once").events.contains(&RoomEvent::Joined { id: a, name: "a".into(), attributes: Default::default() }));
+    assert!(rx.try_recv().expect("at once").events.contains(&RoomEvent::Joined {
+        id: a,
+        name: "a".into(),
+        attributes: Default::default()
+    }));
     // Something every tick (hands up and down): batches at most every interval.
     let mut batches = Vec::new();
     for t in 101..101 + 4 * EVENT_INTERVAL_TICKS {

@@ -11,6 +11,18 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, content_type: Option<&st
     request(addr, method, path, content_type, body).expect("the API answers")
 }
 
+/// A request with `token`; a body is JSON, or SDP when it starts with `v=0`.
+pub fn call(api: SocketAddr, token: &str, method: &str, path: &str, body: &str) -> Response {
+    let ct = (!body.is_empty()).then_some(if body.starts_with("v=0") { "application/sdp" } else { "application/json" });
+    tutti_client::request_as(api, &tutti_client::Requester::token(token), method, path, ct, body.as_bytes())
+        .expect("the API answers")
+}
+
+/// Asserts a refusal's status and code; `what` names the case.
+pub fn refused(r: &Response, status: u16, code: &str, what: &str) {
+    assert_eq!((r.status, r.code().as_str()), (status, code), "{what}: {}", r.body);
+}
+
 /// The settings tests run with: ephemeral loopback ports (metrics too), 2 mix
 /// and 2 I/O threads, no tokens (auth disabled: allowed on loopback), no join
 /// rate limit (every test client comes from 127.0.0.1). Tests of auth and

@@ -664,7 +664,10 @@ pub(crate) async fn handle(
         }
         ClientMessage::SetAttributes { attributes, id } => {
             let Some(target) = id.or(*me) else {
-                return bad("not_joined", "join first, or name the participant: {\"type\":\"set_attributes\",\"id\":…}".into());
+                return bad(
+                    "not_joined",
+                    "join first, or name the participant: {\"type\":\"set_attributes\",\"id\":…}".into(),
+                );
             };
             api.session.set_attributes(room, &caller.grant, *me, target, &attributes).err().map(|e| error(&e))
         }
