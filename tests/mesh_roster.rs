@@ -25,7 +25,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Redis, SECRET, join_placed, join_placed_with, json, metric, send, spread_nodes, ticket_for};
-use tutti_client::{Requester, ToneClient, request_as, run_until};
+use tutti_client::{Requester, ToneClient, request_as, run_for, run_until};
 use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
@@ -277,9 +277,10 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
 /// token's, carried by the redirect ticket to the node it is placed on) are
 /// listed on every node, and a change on the participant's node (an admin's
 /// `PATCH`, sent to another node and redirected) reaches another node's room
-/// socket as `attributes_changed` and its listing.
+/// socket as `attributes_changed` and its listing. A data message sent on
+/// one node reaches a socket on another.
 #[test]
-fn attributes_are_seen_from_every_node_of_a_spread_room() {
+fn attributes_and_data_messages_are_seen_from_every_node_of_a_spread_room() {
     const ROOM: &str = "attributes";
     let redis = Redis::start();
     let nodes = spread_nodes(&redis);
@@ -333,4 +334,23 @@ fn attributes_are_seen_from_every_node_of_a_spread_room() {
         });
     }
     assert_eq!(listed_now, Some(want), "A's listing follows");
+
+    // A data message sent on A reaches a room socket on B (relayed), once.
+    let mut ws_b = open_ws(b, ROOM, &nodes[1].id, &admin);
+    ws_b.get_mut().set_nonblocking(true).expect("non-blocking");
+    std::thread::sleep(Duration::from_millis(300));
+    let (r, at) = send(a, &admin, "POST", &format!("/v1/rooms/{ROOM}/data"), r#"{"topic":"notice","payload":"hi"}"#);
+    assert_eq!((r.status, at), (202, a), "{}", r.body);
+    let mut got = Vec::new();
+    {
+        let mut refs: Vec<&mut ToneClient> = all.iter_mut().collect();
+        run_until(&mut refs, Instant::now() + Duration::from_secs(5), |_| {
+            got.extend(drain(&mut ws_b).into_iter().filter(|m| m["type"] == "data"));
+            !got.is_empty()
+        });
+        run_for(&mut refs, Duration::from_millis(500));
+    }
+    got.extend(drain(&mut ws_b).into_iter().filter(|m| m["type"] == "data"));
+    let want = serde_json::json!({"type": "data", "from": null, "topic": "notice", "payload": "hi"});
+    assert_eq!(got, [want], "B's socket gets A's data message, once");
 }

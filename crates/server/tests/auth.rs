@@ -8,7 +8,7 @@ mod common;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{start_with, test_config};
+use common::{auth_config, minter, start_with, test_config};
 use serde_json::json;
 use tutti_client::{JoinAs, Requester, Response, ToneClient, request_as, run_for, run_until};
 use tutti_server::auth::{Auth, Grant, unix_now};
@@ -42,13 +42,10 @@ fn ws(api: SocketAddr, room: &str, token: Option<&str>) -> Result<(), u16> {
 
 #[test]
 fn tokens_decide_who_joins_sees_and_manages() {
-    let mut cfg = test_config();
-    cfg.auth.disabled = false;
-    cfg.auth.secret = SECRET.to_owned();
-    let (rt, server) = start_with(cfg);
+    let (rt, server) = start_with(auth_config(SECRET));
     let api = server.http_addr();
     let auth = Auth::new(SECRET).expect("secret");
-    let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
+    let mint = minter(SECRET);
     let admin = mint(Grant::admin("ops"));
     let alice = mint(Grant::participant("a", "alice"));
     let bob = mint(Grant::participant("a", "bob"));

@@ -449,6 +449,21 @@ fn two_chromium_pages_and_a_rust_client_hear_each_other_not_themselves() {
     assert_eq!(stage["actions"], json!(["revoke", "lower", "kick", "ban"]), "{stage}");
     assert_eq!(stage["lockButton"], "Unlock room", "{stage}");
 
+    // Chat and reactions over data messages: each page shows the other's, and its own once.
+    let chat = &result["chat"];
+    let entries = |page: &str| chat[page].as_array().cloned().unwrap_or_default();
+    let bob_line = entries("a").into_iter().find(|c| c["text"] == "hello from bob");
+    assert!(bob_line.is_some_and(|c| c["name"] == "bob"), "alice's page shows bob's line with his name: {chat}");
+    assert_eq!(
+        chat["aLog"].as_array().map(|l| l.iter().filter(|t| t == &"bob: hello from bob").count()),
+        Some(1),
+        "{chat}"
+    );
+    let b = entries("b");
+    assert!(b.iter().any(|c| c["emoji"] == "👏" && c["name"] == "alice"), "bob's page shows alice's clap: {chat}");
+    assert_eq!(b.iter().filter(|c| c["text"] == "hello from bob").count(), 1, "bob's own line once (no echo): {chat}");
+    assert_eq!(chat["bInput"], "", "the box is cleared after sending: {chat}");
+
     // Leaving.
     let after = &result["afterLeave"];
     assert_eq!(after["a"]["phase"], "left", "{after}");

@@ -10,12 +10,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{call, scrape, series, start_with, test_config};
+use common::{auth_config, call, minter, scrape, series, start_with};
 use tutti_client::{JoinAs, Requester, Response, ToneClient, run_for, run_until};
-use tutti_server::auth::{Auth, Grant, unix_now};
+use tutti_server::auth::Grant;
 
 const SECRET: &str = "the voice test's secret: thirty-two bytes at least";
-const HOUR: Duration = Duration::from_secs(3600);
 
 fn json(r: &Response) -> serde_json::Value {
     serde_json::from_str(&r.body).expect("a JSON body")
@@ -23,13 +22,9 @@ fn json(r: &Response) -> serde_json::Value {
 
 #[test]
 fn admins_switch_suppression_and_loudness_per_room_and_participant() {
-    let mut cfg = test_config();
-    cfg.auth.disabled = false;
-    cfg.auth.secret = SECRET.to_owned();
-    let (_rt, server) = start_with(cfg);
+    let (_rt, server) = start_with(auth_config(SECRET));
     let api = server.http_addr();
-    let auth = Auth::new(SECRET).expect("auth");
-    let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
+    let mint = minter(SECRET);
     let admin = mint(Grant::admin("ops"));
     let alice = mint(Grant::participant("v", "alice"));
     let bob = mint(Grant::participant("v", "bob"));

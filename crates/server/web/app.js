@@ -48,6 +48,7 @@ const state = {
   access: 'unknown', // unknown | ok | token_missing | token_invalid | token_expired | wrong_room: the pre-join check
   invite: null, // {url, permissions, expiresAt, copied}: the last invite link made
   restore: null, // {muted, hand}: after a move, as the call was
+  chat: [], // [{from, name, text} | {from, name, emoji}]: the chat and reactions seen in this call, last CHAT_KEPT
 };
 window.tuttiState = state;
 const debug = { room: null, pc: null, audioContext: null, micAnalyser: null, remoteAnalyser: null, stream: null };
@@ -55,6 +56,9 @@ window.tuttiDebug = debug;
 
 /** The current call: the SDK's Room and the page's own resources, or null. */
 let call = null;
+
+/** Chat lines (and reactions) the page keeps. */
+const CHAT_KEPT = 100;
 
 /** How long the AudioContext may take to start before the meters are given up. */
 const AUDIO_START_MS = 2000;
@@ -452,6 +456,14 @@ async function join(ev) {
   room.on('serverError', (err) => {
     if (call === mine) showError(err);
   });
+  room.on('data', ({ from, topic, payload }) => {
+    if (call !== mine) return;
+    const name = from ? from.name : 'the room';
+    if (topic === 'chat' && typeof payload === 'string') addChat({ from: from && from.id, name, text: payload });
+    else if (topic === 'reaction' && payload && typeof payload.emoji === 'string') {
+      addChat({ from: from && from.id, name, emoji: payload.emoji.slice(0, 8) });
+    }
+  });
   room.on('mutedAll', () => {
     state.mutedAllAt = Date.now();
     if (!state.admin) showNotice('A moderator muted everyone.');
@@ -712,7 +724,46 @@ function teardown() {
   state.micLevelDb = -Infinity;
   state.roomLevelDb = -Infinity;
   state.meters = 'off';
+  state.chat = [];
+  $('chat-log').replaceChildren();
   document.body.classList.remove('muted');
+}
+
+// ---- Chat and reactions (data messages: best effort, never stored) --------
+
+/** Shows a chat line or a reaction, the newest last. */
+function addChat(entry) {
+  state.chat.push(entry);
+  if (state.chat.length > CHAT_KEPT) state.chat.shift();
+  const li = document.createElement('li');
+  li.className = entry.emoji ? 'chat-line reaction-line' : 'chat-line';
+  const who = document.createElement('span');
+  who.className = 'chat-name';
+  who.textContent = entry.name;
+  li.append(who, document.createTextNode(entry.emoji ? ` ${entry.emoji}` : `: ${entry.text}`));
+  const log = $('chat-log');
+  log.append(li);
+  while (log.children.length > CHAT_KEPT) log.firstElementChild.remove();
+  log.scrollTop = log.scrollHeight;
+}
+
+function sendChat(ev) {
+  ev.preventDefault();
+  const input = $('chat-input');
+  const text = input.value.trim();
+  if (!call || !text) return;
+  if (call.room.sendData('chat', text)) {
+    addChat({ from: state.me, name: 'You', text });
+    input.value = '';
+  }
+}
+
+function sendReaction(ev) {
+  const button = ev.target.closest('button[data-emoji]');
+  if (!call || !button) return;
+  if (call.room.sendData('reaction', { emoji: button.dataset.emoji })) {
+    addChat({ from: state.me, name: 'You', emoji: button.dataset.emoji });
+  }
 }
 
 function setPhase(phase) {
@@ -804,6 +855,8 @@ function init() {
   $('mute-all').addEventListener('click', () => call && call.room.muteAll());
   $('lock').addEventListener('click', () => call && call.room.setLocked(!state.locked));
   $('invite').addEventListener('click', invite);
+  $('chat-form').addEventListener('submit', sendChat);
+  document.querySelector('.reactions').addEventListener('click', sendReaction);
   window.addEventListener('hashchange', onHashChange);
   window.addEventListener('pagehide', () => {
     if (call) leave();

@@ -192,7 +192,7 @@ export type ServerMessage = RoomMessage | {
 } | {
     type: 'resumed';
     id: number;
-} | {
+} | DataMessage | {
     type: 'error';
     code: string;
     message: string;
@@ -203,6 +203,13 @@ export type ServerMessage = RoomMessage | {
     type: 'token_accepted';
     expires_at: number;
 } | MovedMessage | RoomChangedMessage | RoomEventMessage;
+/** A data message (`from` null: the room's backend). */
+export interface DataMessage {
+    type: 'data';
+    from: number | null;
+    topic: string;
+    payload: unknown;
+}
 /** The event kinds a socket may subscribe to. */
 export type EventKind = 'joined' | 'left' | 'talking' | 'muted' | 'permissions' | 'hand' | 'room_updated' | 'attributes_changed';
 /** A message a client sends. */
@@ -225,6 +232,11 @@ export type ClientMessage = {
     type: 'set_attributes';
     attributes: Record<string, string | null>;
     id?: number | null;
+} | {
+    type: 'data';
+    topic: string;
+    payload: unknown;
+    to?: number[];
 } | {
     type: 'leave';
 } | {

@@ -205,6 +205,15 @@ export interface RoomEvents {
     resumed: void;
     /** The server refused a message (the call goes on). */
     serverError: TuttiError;
+    /**
+     * A data message (best effort, never stored): `from` is the sender
+     * (`null`: the room's backend, or a participant this client does not list yet).
+     */
+    data: {
+        from: Participant | null;
+        topic: string;
+        payload: unknown;
+    };
     /** The call ended: `null` after `leave()`, else why. */
     ended: TuttiError | null;
 }
@@ -377,6 +386,16 @@ export declare class Room extends Emitter<RoomEvents> {
      * or null; over the socket, a refusal comes as `serverError`.
      */
     setAttributes(attributes: Record<string, string | null>, id?: number): Promise<TuttiError | null>;
+    /**
+     * Sends a data message over the room socket to everyone (or only to the
+     * participants `to` names): a topic and any JSON payload, at most the
+     * server's `limits.data_max_bytes` (16 KiB by default), at most
+     * `limits.data_messages_per_second` (10) per sender. Best effort: it
+     * reaches the sockets connected now, in the order sent, and is not
+     * stored; a refusal comes as `serverError`. Needs the WebSocket transport
+     * (returns false otherwise, or before joining).
+     */
+    sendData(topic: string, payload: unknown, to?: number[]): boolean;
     /** A moderator's REST call on the room; resolves with the server's refusal (also `serverError`), or null. */
     moderate(method: string, path: string, body?: unknown): Promise<TuttiError | null>;
     /** Grants or revokes someone's right to speak (moderators). */

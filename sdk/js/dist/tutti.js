@@ -777,6 +777,20 @@ export class Room extends Emitter {
         this.sendMessage({ type: 'set_attributes', attributes, id: target });
         return null;
     }
+    /**
+     * Sends a data message over the room socket to everyone (or only to the
+     * participants `to` names): a topic and any JSON payload, at most the
+     * server's `limits.data_max_bytes` (16 KiB by default), at most
+     * `limits.data_messages_per_second` (10) per sender. Best effort: it
+     * reaches the sockets connected now, in the order sent, and is not
+     * stored; a refusal comes as `serverError`. Needs the WebSocket transport
+     * (returns false otherwise, or before joining).
+     */
+    sendData(topic, payload, to) {
+        if (this._state !== 'joined' || this.transport !== 'websocket')
+            return false;
+        return this.sendMessage(to === undefined ? { type: 'data', topic, payload } : { type: 'data', topic, payload, to });
+    }
     /** A moderator's REST call on the room; resolves with the server's refusal (also `serverError`), or null. */
     async moderate(method, path, body) {
         try {
@@ -917,6 +931,13 @@ export class Room extends Emitter {
                 }
                 return;
             }
+            case 'data':
+                this.emit('data', {
+                    from: msg.from === null ? null : this.members.get(msg.from) || null,
+                    topic: String(msg.topic),
+                    payload: msg.payload,
+                });
+                return;
             case 'token_expiring':
                 this.emit('tokenExpiring', { expiresAt: Number(msg.expires_at) });
                 return;

@@ -126,12 +126,21 @@ export type ServerMessage =
   | { type: 'events'; events: RoomEventMessage[] }
   | { type: 'answer'; id: number; sdp: string; resume?: string }
   | { type: 'resumed'; id: number }
+  | DataMessage
   | { type: 'error'; code: string; message: string }
   | { type: 'token_expiring'; expires_at: number }
   | { type: 'token_accepted'; expires_at: number }
   | MovedMessage
   | RoomChangedMessage
   | RoomEventMessage;
+
+/** A data message (`from` null: the room's backend). */
+export interface DataMessage {
+  type: 'data';
+  from: number | null;
+  topic: string;
+  payload: unknown;
+}
 
 /** The event kinds a socket may subscribe to. */
 export type EventKind =
@@ -151,6 +160,7 @@ export type ClientMessage =
   | { type: 'mute'; muted: boolean }
   | { type: 'hand'; raised: boolean; id?: number | null }
   | { type: 'set_attributes'; attributes: Record<string, string | null>; id?: number | null }
+  | { type: 'data'; topic: string; payload: unknown; to?: number[] }
   | { type: 'leave' }
   | { type: 'subscribe'; events: EventKind[] }
   | { type: 'token'; token: string };

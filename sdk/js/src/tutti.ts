@@ -250,6 +250,11 @@ export interface RoomEvents {
   resumed: void;
   /** The server refused a message (the call goes on). */
   serverError: TuttiError;
+  /**
+   * A data message (best effort, never stored): `from` is the sender
+   * (`null`: the room's backend, or a participant this client does not list yet).
+   */
+  data: { from: Participant | null; topic: string; payload: unknown };
   /** The call ended: `null` after `leave()`, else why. */
   ended: TuttiError | null;
 }
@@ -1002,6 +1007,20 @@ export class Room extends Emitter<RoomEvents> {
     return null;
   }
 
+  /**
+   * Sends a data message over the room socket to everyone (or only to the
+   * participants `to` names): a topic and any JSON payload, at most the
+   * server's `limits.data_max_bytes` (16 KiB by default), at most
+   * `limits.data_messages_per_second` (10) per sender. Best effort: it
+   * reaches the sockets connected now, in the order sent, and is not
+   * stored; a refusal comes as `serverError`. Needs the WebSocket transport
+   * (returns false otherwise, or before joining).
+   */
+  sendData(topic: string, payload: unknown, to?: number[]): boolean {
+    if (this._state !== 'joined' || this.transport !== 'websocket') return false;
+    return this.sendMessage(to === undefined ? { type: 'data', topic, payload } : { type: 'data', topic, payload, to });
+  }
+
   /** A moderator's REST call on the room; resolves with the server's refusal (also `serverError`), or null. */
   async moderate(method: string, path: string, body?: unknown): Promise<TuttiError | null> {
     try {
@@ -1142,6 +1161,13 @@ export class Room extends Emitter<RoomEvents> {
         }
         return;
       }
+      case 'data':
+        this.emit('data', {
+          from: msg.from === null ? null : this.members.get(msg.from) || null,
+          topic: String(msg.topic),
+          payload: msg.payload,
+        });
+        return;
       case 'token_expiring':
         this.emit('tokenExpiring', { expiresAt: Number(msg.expires_at) });
         return;

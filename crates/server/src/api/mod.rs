@@ -19,6 +19,7 @@ mod access;
 mod body;
 mod client;
 mod cors;
+mod data;
 mod enter;
 pub(crate) mod error;
 mod health;
@@ -107,6 +108,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(playback::routes())
         .merge(moves::routes())
         .merge(whisper::routes())
+        .merge(data::routes())
         .merge(node::routes())
         .route("/v1/rooms/{room}/ice-servers", get(ice::ice_servers))
         .merge(invite::routes())

@@ -92,6 +92,7 @@ impl Modify for Security {
         super::whisper::list,
         super::whisper::change,
         super::whisper::close,
+        super::data::send,
         super::node::status,
         super::node::drain,
         super::ice::ice_servers,

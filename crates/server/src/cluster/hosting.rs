@@ -48,7 +48,7 @@ pub(crate) fn host(
             if node.media.has_mesh() && cluster.config().room_spread != RoomSpread::Off {
                 // A room that may spread: the other nodes' events for this one (its
                 // roster is written once it spreads: `spans`).
-                roster::relay_span_events(cluster.clone(), &r);
+                roster::relay_span_events(cluster.clone(), &r, node.cfg.limits.data_max_bytes);
             }
             Ok(r)
         }
@@ -99,14 +99,40 @@ pub(crate) fn release(node: &Node, cluster: &Cluster, room: &str, held: Option<R
 /// Publishes a hosted room's events to the cluster until the room closes:
 /// its own (those relayed from the other nodes of a spread room are never
 /// published again), and notes its participants' changes for its roster.
+/// Its own data messages go too while other nodes host it, on the same
+/// channel and queue as its events (so a sender's stay in order).
 fn relay_events(cluster: Cluster, room: &Arc<Room>, roster: Arc<Roster>) {
     let mut events = room.subscribe();
     let moved = room.moved_to();
     let name = room.id.clone();
     let spread = cluster.config().room_spread != RoomSpread::Off;
+    // Read only where rooms may spread (an unread subscriber would hold the channel's messages).
+    let mut data = spread.then(|| room.subscribe_data());
+    let weak = Arc::downgrade(room);
     tokio::spawn(async move {
         loop {
-            match events.recv().await {
+            let batch = tokio::select! {
+                b = events.recv() => b,
+                m = async {
+                    match data.as_mut() {
+                        Some(data) => data.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    match m {
+                        Ok(m) if !m.relayed && weak.upgrade().is_some_and(|r| r.is_spread()) => {
+                            if let Some(wire) = m.wire() {
+                                cluster.publish_event(&name, wire);
+                            }
+                        }
+                        Err(RecvError::Lagged(n)) => crate::metrics::data_messages("lagged", n),
+                        Err(RecvError::Closed) => break,
+                        Ok(_) => {}
+                    }
+                    continue;
+                }
+            };
+            match batch {
                 // Handed over: the room's events are its new node's to tell.
                 Ok(_) if moved.borrow().is_some() => break,
                 Ok(batch) => {

@@ -319,7 +319,7 @@ pub(crate) async fn participants(dir: Option<&Cluster>, roster: &Roster, room: &
 /// its epoch (read again, at most every [`SPAN_RECHECK`], when an unknown
 /// node speaks), about participants of that node (their ids carry its
 /// number).
-pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>) {
+pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>, max_data_bytes: usize) {
     let room = Arc::clone(room);
     tokio::spawn(async move {
         let mut events = match cluster.watch(&room.id).await {
@@ -370,8 +370,13 @@ pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>) {
                 crate::metrics::span_events(false, 1);
                 continue;
             };
-            let relayed =
-                crate::room::relayed_events(&event.event, |id| tutti_cluster::node_number_of(id) == Some(number));
+            let theirs = |id| tutti_cluster::node_number_of(id) == Some(number);
+            if let Some(message) = crate::room::DataMessage::relayed(&event.event, theirs, max_data_bytes) {
+                crate::metrics::data_messages("relayed", 1);
+                room.send_data(message);
+                continue;
+            }
+            let relayed = crate::room::relayed_events(&event.event, theirs);
             crate::metrics::span_events(true, relayed.len() as u64);
             if !relayed.is_empty() {
                 room.publish_relayed(relayed);

@@ -42,6 +42,15 @@ pub struct Limits {
     pub participant_updates_per_second: f64,
     /// Updates a participant may take at once before the rate applies.
     pub participant_update_burst: u32,
+    /// Data messages (a room socket's `data`, `POST …/data`) per second per
+    /// sender, on average; beyond: dropped, with an `error` `rate_limited`
+    /// (at most one a second). 0 = no limit.
+    pub data_messages_per_second: f64,
+    /// Data messages a sender may send at once before the rate applies.
+    pub data_message_burst: u32,
+    /// Largest data message payload (its JSON), in bytes; beyond: refused
+    /// (`bad_value`). Below `ws_max_message_bytes`.
+    pub data_max_bytes: usize,
     /// Attribute key prefixes a participant may not set on itself: only its
     /// token or an admin sets them (the SIP edge's `sip.` call attributes).
     pub reserved_attributes: Vec<String>,
@@ -90,6 +99,9 @@ impl Default for Limits {
             speaker_feeds_per_room: 4,
             participant_updates_per_second: 5.0,
             participant_update_burst: 10,
+            data_messages_per_second: 10.0,
+            data_message_burst: 20,
+            data_max_bytes: 16 * 1024,
             reserved_attributes: vec!["sip.".to_owned(), "tutti.".to_owned()],
             http_header_timeout_seconds: 10.0,
             http_request_timeout_seconds: 10.0,

@@ -93,6 +93,20 @@ impl Config {
                 "must be within 0 (no limit) to 1000000, with participant_update_burst at least 1",
             );
         }
+        if !(l.data_messages_per_second.is_finite() && (0.0..=1e6).contains(&l.data_messages_per_second))
+            || l.data_message_burst == 0
+        {
+            return invalid(
+                "limits.data_messages_per_second",
+                "must be within 0 (no limit) to 1000000, with data_message_burst at least 1",
+            );
+        }
+        if l.data_max_bytes == 0 || l.data_max_bytes + 1024 > l.ws_max_message_bytes {
+            return invalid(
+                "limits.data_max_bytes",
+                "must be at least 1 and 1024 bytes below limits.ws_max_message_bytes (a message carries its payload)",
+            );
+        }
         if !(self.room.empty_timeout_seconds.is_finite()
             && (0.0..=31_536_000.0).contains(&self.room.empty_timeout_seconds))
         {

@@ -165,6 +165,10 @@ pub const PARTICIPANT_MOVES: &str = "tutti_participant_moves_total";
 /// Room control messages from other nodes of a spread room applied here,
 /// by `kind` (`update`, `ban`, `joined`), counter.
 pub const CLUSTER_CONTROL_APPLIED: &str = "tutti_cluster_control_applied_total";
+/// Data messages by `result`: `sent` (handed to the room), `rate_limited`
+/// (dropped), `lagged` (a socket fell behind and lost them), `relayed`
+/// (from another node of a spread room), counter.
+pub const DATA_MESSAGES: &str = "tutti_data_messages_total";
 
 /// Plain RTP participants now (`[rtp_in]`: SIP gateways), gauge.
 pub const RTP_IN_PARTICIPANTS: &str = "tutti_rtp_in_participants";
@@ -233,6 +237,7 @@ pub const NAMES: &[&str] = &[
     STAGE_ACTIONS,
     PARTICIPANT_MOVES,
     CLUSTER_CONTROL_APPLIED,
+    DATA_MESSAGES,
     RTP_IN_PARTICIPANTS,
     RTP_IN_PACKETS_RECEIVED,
     RTP_IN_PACKETS_SENT,
@@ -511,6 +516,11 @@ fn describe() {
         CLUSTER_CONTROL_APPLIED,
         Unit::Count,
         "Room control messages from other nodes of a spread room applied here, by kind."
+    );
+    describe_counter!(
+        DATA_MESSAGES,
+        Unit::Count,
+        "Data messages by result: sent, rate_limited (dropped), lagged (lost by a slow socket), relayed (from another node)."
     );
 }
 
@@ -804,6 +814,13 @@ pub fn participant_move(result: &'static str) {
 pub fn cluster_control_applied(kind: &'static str) {
     if handles().is_some() {
         metrics::counter!(CLUSTER_CONTROL_APPLIED, "kind" => kind).increment(1);
+    }
+}
+
+/// Data messages by result (see [`DATA_MESSAGES`]).
+pub fn data_messages(result: &'static str, n: u64) {
+    if handles().is_some() {
+        metrics::counter!(DATA_MESSAGES, "result" => result).increment(n);
     }
 }
 

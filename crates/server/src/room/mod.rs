@@ -21,6 +21,7 @@
 //! Lock order, outer to inner: the rooms map → a room's mixer → its members
 //! → the registry. The media path takes none of them per packet.
 
+mod data;
 mod error;
 mod event;
 mod member;
@@ -37,6 +38,7 @@ mod voice;
 pub(crate) mod whisper;
 mod whispering;
 
+pub(crate) use data::DataMessage;
 pub(crate) use error::RoomError;
 pub(crate) use event::{
     EventBatch, EventKinds, MAX_RELAYED_BATCH_BYTES, RoomEvent, listed_participant, relayed_events,

@@ -111,6 +111,8 @@ pub(crate) struct Room {
     /// mixer's id ([`REMOTE_ID_BASE`] and up) to the participant's real
     /// (cluster) id, set by the mesh glue as it adds and removes them.
     remote_names: Mutex<HashMap<u64, u64>>,
+    /// Data messages, for the room's sockets (see `data`).
+    data: broadcast::Sender<Arc<super::data::DataMessage>>,
 }
 
 /// One tick's selected speakers' own Opus frames, as they arrived: no
@@ -232,7 +234,20 @@ impl Room {
             speaker_frames: broadcast::channel(SPEAKER_FEED_TICKS).0,
             speaker_feeds: Arc::new(AtomicUsize::new(0)),
             remote_names: Mutex::new(HashMap::new()),
+            data: super::data::channel(),
         }
+    }
+
+    /// Hands a data message to the room's sockets (and, when it is this
+    /// node's own, to the relay of a spread room). Never blocks; returns how
+    /// many subscribers there were.
+    pub(crate) fn send_data(&self, message: super::data::DataMessage) -> usize {
+        self.data.send(Arc::new(message)).unwrap_or(0)
+    }
+
+    /// A new subscriber to the room's data messages.
+    pub(crate) fn subscribe_data(&self) -> broadcast::Receiver<Arc<super::data::DataMessage>> {
+        self.data.subscribe()
     }
 
     /// Names the mixer's participant `remote` ([`REMOTE_ID_BASE`] and up)

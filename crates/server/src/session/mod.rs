@@ -18,6 +18,7 @@
 //! changes), `moves` (breakouts), `rooms` (create, change, delete, reap,
 //! drain).
 
+pub(crate) mod data;
 pub(crate) mod grants;
 pub(crate) mod join;
 pub(crate) mod members;

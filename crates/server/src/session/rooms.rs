@@ -169,6 +169,7 @@ impl Sessions {
                     let now = Instant::now();
                     self.joins.prune(now);
                     self.updates.prune(now);
+                    self.data.prune(now);
                     // Replaced participants' peers not yet closed by their joiner's caller (plain RTP joins).
                     self.apply(self.rooms.take_replaced());
                     self.reap_empty(now);

@@ -31,6 +31,8 @@ pub(crate) struct Sessions {
     /// Changes per participant (`PATCH …/participants/{id}`), counted apart
     /// for its own and its room's admins' (key: id, by an admin).
     pub(crate) updates: KeyedLimiter<(u64, bool)>,
+    /// Data messages per sender: (room key, participant id; `u64::MAX`: the backend).
+    pub(crate) data: KeyedLimiter<(u64, u64)>,
     /// WebSocket-joined participants a new socket may resume.
     pub(crate) resumes: Arc<Resumes>,
 }
@@ -41,6 +43,7 @@ impl Sessions {
         Self {
             joins: AddressLimiter::new(cfg.limits.join_rate_per_second, cfg.limits.join_burst),
             updates: KeyedLimiter::new(cfg.limits.participant_updates_per_second, cfg.limits.participant_update_burst),
+            data: KeyedLimiter::new(cfg.limits.data_messages_per_second, cfg.limits.data_message_burst),
             rooms: node.rooms.clone(),
             media: node.media.clone(),
             outputs: node.outputs.clone(),

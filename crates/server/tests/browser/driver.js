@@ -300,6 +300,26 @@ async function main() {
       emit('stage');
     }
 
+    // Chat and a reaction (data messages): B types a line, A sees it with B's
+    // name; A claps, B sees it. Nobody gets their own back from the server.
+    {
+      await pageB.fill('#chat-input', 'hello from bob');
+      await pageB.click('#chat-send');
+      const said = (text) => window.tuttiState.chat.some((c) => c.text === text && c.name !== 'You');
+      await until(pageA, 'alice sees bob\'s chat line', said, 'hello from bob');
+      await pageA.click('.reaction[data-emoji="👏"]');
+      const clapped = () => window.tuttiState.chat.some((c) => c.emoji === '👏' && c.name !== 'You');
+      await until(pageB, 'bob sees alice clap', clapped);
+      await sleep(300);
+      result.chat = {
+        a: (await state(pageA)).chat,
+        b: (await state(pageB)).chat,
+        aLog: await pageA.$$eval('#chat-log li', (els) => els.map((e) => e.textContent)),
+        bInput: await pageB.$eval('#chat-input', (e) => e.value),
+      };
+      emit('chat');
+    }
+
     // A leaves: B sees her go; A's page says so.
     await pageA.click('#leave');
     await until(pageB, 'bob sees alice leave', (id) => !window.tuttiState.participants.some((p) => p.id === id), aId);

@@ -44,6 +44,20 @@ pub fn test_config() -> Config {
 }
 
 /// A server on ephemeral loopback ports, and the runtime it runs on.
+/// [`test_config`] with access tokens on, signed with `secret`.
+pub fn auth_config(secret: &str) -> Config {
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = secret.to_owned();
+    cfg
+}
+
+/// Mints hour-long tokens signed with `secret`.
+pub fn minter(secret: &str) -> impl Fn(tutti_server::auth::Grant) -> String {
+    let auth = tutti_server::auth::Auth::new(secret).expect("secret");
+    move |g| auth.mint(&g, Duration::from_secs(3600), tutti_server::auth::unix_now()).expect("mint")
+}
+
 pub fn start() -> (tokio::runtime::Runtime, Server) {
     start_with(test_config())
 }

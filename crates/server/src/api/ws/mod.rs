@@ -395,6 +395,9 @@ async fn session(
     let mut heard_at = Instant::now();
     let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + idle / 3, idle / 3);
     let mut events = room.subscribe();
+    let mut data = room.subscribe_data();
+    // When this socket was last told that its data messages are dropped (at most once a second).
+    let mut data_refused_at: Option<Instant> = None;
     // A room handed over before this socket came is told at once.
     let mut moved = room.moved_to();
     moved.mark_changed();
@@ -428,6 +431,26 @@ async fn session(
             }
             msg = socket.recv() => {
                 heard_at = Instant::now();
+                // Data messages have their own limit, per sender (`limits.data_messages_per_second`).
+                if let Some(Ok(Message::Text(t))) = &msg
+                    && let Some(d) = data_message(t.as_str())
+                {
+                    let sent = match me {
+                        Some(id) => api.session.send_data(&room, Some(id), &d.topic, d.payload, d.to).map(|_| ()),
+                        None => Err(Refusal::bad_request("not_joined", "join first: a data message is a participant's")),
+                    };
+                    if let Err(e) = sent {
+                        let quiet = e.code == "rate_limited"
+                            && data_refused_at.is_some_and(|at| at.elapsed() < Duration::from_secs(1));
+                        if !quiet {
+                            if e.code == "rate_limited" {
+                                data_refused_at = Some(heard_at);
+                            }
+                            ok = socket.send(error(&e)).await.is_ok();
+                        }
+                    }
+                    continue;
+                }
                 if matches!(msg, Some(Ok(_))) && bucket.take(rate, burst, heard_at).is_err() {
                     let e = Refusal::new(
                         axum::http::StatusCode::TOO_MANY_REQUESTS,
@@ -492,6 +515,19 @@ async fn session(
                 }
                 ok = socket.send(Message::Ping(Default::default())).await.is_ok();
             }
+            message = data.recv() => match message {
+                Ok(message) => {
+                    if message.is_for(me)
+                        && let Ok(json) = Utf8Bytes::try_from(message.json.clone())
+                    {
+                        ok = socket.send(Message::Text(json)).await.is_ok();
+                    }
+                }
+                // Best effort: a socket that fell behind loses the oldest, counted.
+                Err(RecvError::Lagged(n)) => crate::metrics::data_messages("lagged", n),
+                // The room holds the sender while this socket holds the room: not before the room goes.
+                Err(RecvError::Closed) => break,
+            },
             batch = events.recv() => match batch {
                 Ok(batch) => {
                     let last = batch.events.iter().find_map(|e| match e {
@@ -533,7 +569,7 @@ async fn session(
                         && let Some(id) = me
                     {
                         let from = std::mem::replace(&mut room, to);
-                        (events, moved) = (room.subscribe(), room.moved_to());
+                        (events, moved, data) = (room.subscribe(), room.moved_to(), room.subscribe_data());
                         admin = caller.grant.may_manage(&room.id);
                         ok = ok && follow(&api, &mut socket, &from, &room, id, admin).await;
                         continue;
@@ -553,7 +589,7 @@ async fn session(
                         && let Some(to) = api.rooms.room_of(id).filter(|to| to.key != room.key)
                     {
                         let from = std::mem::replace(&mut room, to);
-                        (events, moved) = (room.subscribe(), room.moved_to());
+                        (events, moved, data) = (room.subscribe(), room.moved_to(), room.subscribe_data());
                         admin = caller.grant.may_manage(&room.id);
                         ok = follow(&api, &mut socket, &from, &room, id, admin).await;
                     } else {
@@ -588,6 +624,25 @@ async fn follow(api: &ApiState, socket: &mut WebSocket, from: &Room, to: &Room, 
     tracing::info!(from = %from.id, to = %to.id, participant = id, "WebSocket follows its participant to another room");
     let changed = serde_json::json!({ "type": "room_changed", "room": to.id, "from": from.id, "id": id });
     socket.send(text(&changed)).await.is_ok() && send_snapshot(api, socket, to, admin).await
+}
+
+/// A `data` message, as a client sends it (read apart from [`ClientMessage`]:
+/// its payload is kept as the JSON text it came as).
+#[derive(Deserialize)]
+struct DataIn<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    topic: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    payload: &'a serde_json::value::RawValue,
+    #[serde(default)]
+    to: Option<Vec<u64>>,
+}
+
+/// A `data` message, if `text` is one.
+fn data_message(text: &str) -> Option<DataIn<'_>> {
+    serde_json::from_str::<DataIn<'_>>(text).ok().filter(|d| d.kind == "data")
 }
 
 /// Whether a text message is a `token` message (handled by the session, which owns the socket's grant).
