@@ -114,6 +114,7 @@ impl From<RoomError> for Refusal {
                 (StatusCode::FORBIDDEN, "reserved_attribute")
             }
             RoomError::Attributes(_) => (StatusCode::BAD_REQUEST, "bad_attributes"),
+            RoomError::Waiting(_) => (StatusCode::CONFLICT, "waiting_for_moderator"),
         };
         Self::new(status, code, e.to_string())
     }

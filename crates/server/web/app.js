@@ -49,6 +49,7 @@ const state = {
   invite: null, // {url, permissions, expiresAt, copied}: the last invite link made
   restore: null, // {muted, hand}: after a move, as the call was
   chat: [], // [{from, name, text} | {from, name, emoji}]: the chat and reactions seen in this call, last CHAT_KEPT
+  waiting: false, // the room waits for its moderator: held muted, with the hold music
 };
 window.tuttiState = state;
 const debug = { room: null, pc: null, audioContext: null, micAnalyser: null, remoteAnalyser: null, stream: null };
@@ -464,6 +465,12 @@ async function join(ev) {
       addChat({ from: from && from.id, name, emoji: payload.emoji.slice(0, 8) });
     }
   });
+  room.on('waiting', ({ waiting }) => {
+    if (call !== mine) return;
+    state.waiting = waiting;
+    if (waiting && !state.admin) showNotice('Waiting for the moderator: you are muted until they join.');
+    else if (!waiting && !state.admin) showNotice('The moderator is here.');
+  });
   room.on('mutedAll', () => {
     state.mutedAllAt = Date.now();
     if (!state.admin) showNotice('A moderator muted everyone.');
@@ -519,6 +526,9 @@ function sync(room) {
   state.muted = room.muted;
   state.admin = room.admin;
   state.locked = room.locked;
+  const nowWaiting = room.waiting && !room.admin;
+  const startsWaiting = nowWaiting && !state.waiting && state.phase === 'in-call';
+  state.waiting = room.waiting;
   state.connection = room.connectionState;
   state.answerSdp = room.answerSdp;
   state.socketResumes = room.socketResumes;
@@ -527,7 +537,8 @@ function sync(room) {
     applyMute(room.muted);
     renderParticipants();
   }
-  if (mutedByOther) showNotice('A moderator muted you. Unmute when you want to speak.');
+  if (startsWaiting) showNotice('Waiting for the moderator: you are muted until they join.');
+  else if (mutedByOther && !nowWaiting) showNotice('A moderator muted you. Unmute when you want to speak.');
 }
 
 function enterCall() {

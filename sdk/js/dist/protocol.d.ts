@@ -70,6 +70,9 @@ export type RoomEventMessage = {
     deadline: number;
     message: string;
 } | {
+    type: 'waiting';
+    waiting: boolean;
+} | {
     type: 'room_closed';
 } | {
     type: 'shutdown';
@@ -126,6 +129,8 @@ export interface RoomMessage {
     /** The socket's token manages the room. */
     admin: boolean;
     locked: boolean;
+    /** The room waits for its moderator: those who are not one are held muted, with the hold music. */
+    waiting?: boolean;
     participants: Member[];
     speakers?: number[];
     /** Whisper channels open now: `speakers` are heard by the channel's members only. */

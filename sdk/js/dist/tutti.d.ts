@@ -161,6 +161,10 @@ export interface RoomEvents {
     mutedAll: {
         count: number;
     };
+    /** The room waits for its moderator (`true`: held muted, with the hold music), or a moderator opened it. */
+    waiting: {
+        waiting: boolean;
+    };
     /** The room's lock (or limits) changed. */
     roomUpdated: {
         locked: boolean;
@@ -295,6 +299,7 @@ export declare class Room extends Emitter<RoomEvents> {
     private _muted;
     private _admin;
     private _locked;
+    private _waiting;
     private _connectionState;
     private _pc;
     private _stream;
@@ -332,6 +337,8 @@ export declare class Room extends Emitter<RoomEvents> {
     get admin(): boolean;
     /** The room takes no new joins. */
     get locked(): boolean;
+    /** The room waits for its moderator: this client is held muted (with the hold music) until one joins. */
+    get waiting(): boolean;
     /** The peer connection's state. */
     get connectionState(): RTCPeerConnectionState;
     /** The peer connection (for its stats). */

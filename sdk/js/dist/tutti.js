@@ -435,6 +435,7 @@ export class Room extends Emitter {
         this._muted = false;
         this._admin = false;
         this._locked = false;
+        this._waiting = false;
         this._connectionState = 'new';
         this._pc = null;
         this._stream = null;
@@ -481,6 +482,10 @@ export class Room extends Emitter {
     /** The room takes no new joins. */
     get locked() {
         return this._locked;
+    }
+    /** The room waits for its moderator: this client is held muted (with the hold music) until one joins. */
+    get waiting() {
+        return this._waiting;
     }
     /** The peer connection's state. */
     get connectionState() {
@@ -716,6 +721,7 @@ export class Room extends Emitter {
         this._muted = false;
         this._admin = false;
         this._locked = false;
+        this._waiting = false;
         this._connectionState = 'closed';
     }
     // ---- Controls -------------------------------------------------------------
@@ -855,6 +861,7 @@ export class Room extends Emitter {
             this.members.set(p.id, this.member(p));
         this._admin = !!msg.admin;
         this._locked = !!msg.locked;
+        this._waiting = !!msg.waiting;
         if (typeof msg.node === 'string' && msg.node)
             this.node = msg.node;
         if (Array.isArray(msg.nodes)) {
@@ -1040,6 +1047,10 @@ export class Room extends Emitter {
                 break;
             case 'muted_all':
                 this.emit('mutedAll', { count: Number(e.count) || 0 });
+                break;
+            case 'waiting':
+                this._waiting = !!e.waiting;
+                this.emit('waiting', { waiting: this._waiting });
                 break;
             case 'draining':
                 this.emit('draining', { deadline: Number(e.deadline) || 0, message: e.message || '' });

@@ -53,6 +53,7 @@ export type RoomEventMessage =
   | { type: 'attributes_changed'; id: number; attributes: Record<string, string> }
   | { type: 'room_updated'; locked: boolean; max_participants?: number; max_speakers?: number }
   | { type: 'draining'; deadline: number; message: string }
+  | { type: 'waiting'; waiting: boolean }
   | { type: 'room_closed' }
   | { type: 'shutdown'; message: string }
   | { type: 'recording_started'; file: string }
@@ -73,6 +74,8 @@ export interface RoomMessage {
   /** The socket's token manages the room. */
   admin: boolean;
   locked: boolean;
+  /** The room waits for its moderator: those who are not one are held muted, with the hold music. */
+  waiting?: boolean;
   participants: Member[];
   speakers?: number[];
   /** Whisper channels open now: `speakers` are heard by the channel's members only. */

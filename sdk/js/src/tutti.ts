@@ -220,6 +220,8 @@ export interface RoomEvents {
   permissions: { participant: Participant; speak: boolean };
   /** An admin muted everyone but the admins. */
   mutedAll: { count: number };
+  /** The room waits for its moderator (`true`: held muted, with the hold music), or a moderator opened it. */
+  waiting: { waiting: boolean };
   /** The room's lock (or limits) changed. */
   roomUpdated: { locked: boolean; maxParticipants?: number; maxSpeakers?: number };
   /** The token expires at `expiresAt` (Unix s): `refreshToken()` before then, or the call ends. */
@@ -649,6 +651,7 @@ export class Room extends Emitter<RoomEvents> {
   private _muted: boolean = false;
   private _admin: boolean = false;
   private _locked: boolean = false;
+  private _waiting: boolean = false;
   private _connectionState: RTCPeerConnectionState = 'new';
   private _pc: RTCPeerConnection | null = null;
   private _stream: MediaStream | null = null;
@@ -711,6 +714,11 @@ export class Room extends Emitter<RoomEvents> {
   /** The room takes no new joins. */
   get locked(): boolean {
     return this._locked;
+  }
+
+  /** The room waits for its moderator: this client is held muted (with the hold music) until one joins. */
+  get waiting(): boolean {
+    return this._waiting;
   }
 
   /** The peer connection's state. */
@@ -949,6 +957,7 @@ export class Room extends Emitter<RoomEvents> {
     this._muted = false;
     this._admin = false;
     this._locked = false;
+    this._waiting = false;
     this._connectionState = 'closed';
   }
 
@@ -1091,6 +1100,7 @@ export class Room extends Emitter<RoomEvents> {
     for (const p of msg.participants || []) this.members.set(p.id, this.member(p));
     this._admin = !!msg.admin;
     this._locked = !!msg.locked;
+    this._waiting = !!msg.waiting;
     if (typeof msg.node === 'string' && msg.node) this.node = msg.node;
     if (Array.isArray(msg.nodes)) {
       this.nodes = msg.nodes.filter((n) => n && typeof n.api_url === 'string' && /^https?:\/\//.test(n.api_url));
@@ -1265,6 +1275,10 @@ export class Room extends Emitter<RoomEvents> {
         break;
       case 'muted_all':
         this.emit('mutedAll', { count: Number(e.count) || 0 });
+        break;
+      case 'waiting':
+        this._waiting = !!e.waiting;
+        this.emit('waiting', { waiting: this._waiting });
         break;
       case 'draining':
         this.emit('draining', { deadline: Number(e.deadline) || 0, message: e.message || '' });

@@ -38,6 +38,26 @@ pub(crate) struct CreateRoom {
     max_speakers: Option<usize>,
     /// Record the room from its first join (docs/features/recording.md).
     record: Option<bool>,
+    /// Hold participants muted, with the hold music, until a moderator joins (docs/features/moderated-rooms.md).
+    wait_for_moderator: Option<bool>,
+    /// When the last moderator leaves: `stay` (default), `mute` everyone else, or `end` the room.
+    on_moderator_leave: Option<crate::room::OnModeratorLeave>,
+    /// Everyone but a moderator joins muted.
+    join_muted: Option<bool>,
+}
+
+/// A room's moderation options as a request changes them (each `None`: as it is).
+pub(crate) fn moderation_of(
+    now: crate::room::Moderation,
+    wait_for_moderator: Option<bool>,
+    on_moderator_leave: Option<crate::room::OnModeratorLeave>,
+    join_muted: Option<bool>,
+) -> crate::room::Moderation {
+    crate::room::Moderation {
+        wait_for_moderator: wait_for_moderator.unwrap_or(now.wait_for_moderator),
+        on_moderator_leave: on_moderator_leave.unwrap_or(now.on_moderator_leave),
+        join_muted: join_muted.unwrap_or(now.join_muted),
+    }
 }
 
 /// A room and its figures.
@@ -51,6 +71,10 @@ pub(crate) struct RoomSummary {
     max_speakers: usize,
     /// No new joins (`PATCH` `locked`).
     locked: bool,
+    /// Whether it waits for its moderator, and what it does when they leave.
+    moderation: crate::room::Moderation,
+    /// No moderator has come yet in a room that waits for one: the others are held muted.
+    waiting: bool,
     /// The node holding the room (cluster mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -63,6 +87,8 @@ pub(crate) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
         max_participants: room.max_participants(),
         max_speakers: room.max_speakers(),
         locked: room.is_locked(),
+        moderation: room.moderation(),
+        waiting: room.is_waiting(),
         node: api.node.dir.as_ref().map(|c| c.node_id().to_owned()),
     }
 }
@@ -135,6 +161,10 @@ pub(crate) async fn create_room(
             return cluster::redirect_room(&api, &owner, &id, &target, extra.as_deref(), (&grant, None));
         }
     };
+    let moderation = moderation_of(room.moderation(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted);
+    if moderation != room.moderation() {
+        room.set_moderation(moderation);
+    }
     if record {
         api.outputs.start_recording(&room).map_err(super::recording::output_error)?;
     }

@@ -40,6 +40,12 @@ pub(crate) struct UpdateRoom {
     noise_suppression: Option<String>,
     /// Loudness normalisation.
     loudness: Option<bool>,
+    /// Hold participants muted, with the hold music, until a moderator joins.
+    wait_for_moderator: Option<bool>,
+    /// When the last moderator leaves: `stay`, `mute` everyone else, or `end` the room.
+    on_moderator_leave: Option<crate::room::OnModeratorLeave>,
+    /// Everyone but a moderator joins muted.
+    join_muted: Option<bool>,
 }
 
 /// Changes a room (admin of the room): lock, size, speaker limit, mute-all, voice processing.
@@ -93,6 +99,11 @@ pub(crate) async fn update_room(
         loudness: req.loudness,
     };
     let muted = api.session.update_room(&state, &change)?;
+    let moderation =
+        rooms::moderation_of(state.moderation(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted);
+    if moderation != state.moderation() {
+        state.set_moderation(moderation);
+    }
     let mut body = serde_json::to_value(rooms::summary(&api, &state)).unwrap_or_default();
     body["muted"] = muted.into();
     body["voice"] = serde_json::to_value(state.room_voice(noise_suppression, req.loudness)).unwrap_or_default(); // sound

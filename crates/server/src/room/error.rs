@@ -54,6 +54,9 @@ pub(crate) enum RoomError {
     /// Attributes that break a bound, or a reserved key set by the participant itself.
     #[error("{0}")]
     Attributes(#[from] crate::attributes::AttributeError),
+    /// The room waits for its moderator: a participant held may not unmute.
+    #[error("room '{0}' is waiting for its moderator: you are muted until one joins")]
+    Waiting(String),
     /// The node is draining: its calls go on, but it takes no new room.
     #[error("this node is draining (a restart or a deploy): it takes no new rooms; try again, or another node")]
     Draining,

@@ -46,6 +46,9 @@ pub(crate) enum RoomEvent {
     /// An admin muted everyone but the admins (`count` were muted; each also
     /// gets a `muted` event).
     MutedAll { count: usize },
+    /// The room waits for its moderator (`true`: those who are not one are
+    /// held muted, with the hold music), or a moderator opened it (`false`).
+    Waiting { waiting: bool },
     /// The room was deleted.
     RoomClosed,
     /// The server is shutting down: every peer is about to be closed.
@@ -132,7 +135,10 @@ impl EventKinds {
             RoomEvent::Hand { .. } => 5,
             RoomEvent::RoomUpdated { .. } => 6,
             RoomEvent::AttributesChanged { .. } => 7,
-            RoomEvent::RoomClosed | RoomEvent::Shutdown { .. } | RoomEvent::Draining { .. } => return true,
+            RoomEvent::RoomClosed
+            | RoomEvent::Shutdown { .. }
+            | RoomEvent::Draining { .. }
+            | RoomEvent::Waiting { .. } => return true,
             // Few and for everyone: a recording is everyone's business.
             RoomEvent::RecordingStarted { .. }
             | RoomEvent::RecordingStopped { .. }

@@ -35,6 +35,7 @@ mod room;
 mod rooms;
 mod stage;
 mod voice;
+mod waiting;
 pub(crate) mod whisper;
 mod whispering;
 
@@ -50,6 +51,7 @@ pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, 
 pub(crate) use rooms::{Effect, Joiner, Rooms, clean_name, valid_room_id};
 pub(crate) use stage::{CarriedStage, RoomUpdate};
 pub(crate) use voice::{ParticipantVoice, double_option, parse_noise_suppression};
+pub(crate) use waiting::{MODERATOR_ATTRIBUTE, Moderation, OnModeratorLeave};
 
 #[cfg(test)]
 mod tests;

@@ -112,13 +112,28 @@ impl Room {
         self.publish_all(events);
     }
 
+    /// Starts the hold music for a room that waits for its moderator, or
+    /// stops it when the room opens (unless one is alone: then it plays on).
+    pub(super) fn hold_music(&self, on: bool) {
+        let events = if on {
+            self.start_sound(Purpose::Hold).into_iter().collect()
+        } else if self.len() != 1 {
+            self.stop_purpose(Purpose::Hold, "joined")
+        } else {
+            Vec::new()
+        };
+        self.publish_all(events);
+    }
+
     /// After a join: `members` participants now. Hold music stops when a
-    /// second joins; the enter sound plays for the others; one alone gets
-    /// the hold music.
+    /// second joins (not while the room waits for its moderator); the enter
+    /// sound plays for the others; one alone gets the hold music.
     pub(super) fn sounds_on_join(&self, members: usize) {
         let mut events = Vec::new();
         if members >= 2 {
-            events.extend(self.stop_purpose(Purpose::Hold, "joined"));
+            if !self.is_waiting() {
+                events.extend(self.stop_purpose(Purpose::Hold, "joined"));
+            }
             events.extend(self.start_sound(Purpose::Enter));
         } else if members == 1 {
             events.extend(self.start_sound(Purpose::Hold));

@@ -113,6 +113,8 @@ pub(crate) struct Room {
     remote_names: Mutex<HashMap<u64, u64>>,
     /// Data messages, for the room's sockets (see `data`).
     data: broadcast::Sender<Arc<super::data::DataMessage>>,
+    /// Whether it waits for its moderator, and what it does when they leave (see `waiting`).
+    pub(super) waiting: Mutex<super::waiting::Waiting>,
 }
 
 /// One tick's selected speakers' own Opus frames, as they arrived: no
@@ -235,6 +237,7 @@ impl Room {
             speaker_feeds: Arc::new(AtomicUsize::new(0)),
             remote_names: Mutex::new(HashMap::new()),
             data: super::data::channel(),
+            waiting: Mutex::new(Default::default()),
         }
     }
 

@@ -346,8 +346,11 @@ impl Rooms {
         if name.is_empty() {
             name = format!("{unnamed}-{id}");
         }
+        // A moderator opens a room that waits for one; anyone else joins it muted (held).
+        let moderator = admin.is_admin() || attributes.get(super::MODERATOR_ATTRIBUTE).is_some_and(|v| v == "true");
+        let muted = listen_only || room.joins_muted(moderator);
         // Listen-only: belt and braces, its packets never reach the mixer anyway.
-        room.add(ParticipantId(id), listen_only)
+        room.add(ParticipantId(id), muted)
             .map_err(|_| RoomError::RoomFull { room: room.id.clone(), max: room.max_participants() })?;
         self.participants.fetch_add(1, Ordering::Relaxed);
         let gate = ListenOnly::new(listen_only);
@@ -356,7 +359,7 @@ impl Rooms {
             name: name.clone(),
             identity,
             talking: false,
-            muted: listen_only,
+            muted,
             listen_only,
             connected,
             hand: false,
@@ -372,21 +375,25 @@ impl Rooms {
             members.len()
         };
         room.sounds_on_join(members);
+        room.after_join(moderator);
         Ok((name, gate, attributes))
     }
 
     /// Removes participant `id` from `room`. `Ok(None)` when its peer was not
     /// adopted by an I/O thread yet; the effect closes it where it is.
     pub(crate) fn leave(&self, room: &Room, id: u64, reason: LeaveReason) -> Result<Option<Effect>, RoomError> {
-        if lock(&room.members).remove(&id).is_none() {
+        let Some(gone) = lock(&room.members).remove(&id) else {
             return Err(RoomError::NoParticipant(id));
-        }
+        };
         room.remove(ParticipantId(id));
         room.sounds_on_leave(room.len());
         self.participants.fetch_sub(1, Ordering::Relaxed);
         let io = lock(&self.registry).remove(PeerId(id));
         room.publish(RoomEvent::Left { id, reason: reason.as_str() });
         tracing::info!(room = %room.id, participant = id, reason = reason.as_str(), "participant left");
+        if super::waiting::is_moderator(&gone) && reason != LeaveReason::RoomClosed {
+            room.after_moderator_left();
+        }
         let mut departed = lock(&self.departed);
         if departed.len() >= DEPARTED_KEPT {
             departed.pop_front();

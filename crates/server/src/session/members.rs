@@ -123,6 +123,9 @@ impl Sessions {
             crate::metrics::stage_action(if deaf { "deafened" } else { "undeafened" });
         }
         if let Some(muted) = change.muted {
+            if !muted && !admin {
+                self.check_unmute(state, id)?;
+            }
             self.rooms.set_muted(state, id, muted)?;
         }
         // sound: last, so a refused gain or mute above leaves it unchanged.
@@ -163,8 +166,18 @@ impl Sessions {
         Ok(())
     }
 
+    /// Refuses a participant's unmuting of itself while its room waits for a moderator.
+    fn check_unmute(&self, room: &Room, id: u64) -> Refused<()> {
+        let member = lock(&room.members).get(&id).cloned().ok_or(RoomError::NoParticipant(id))?;
+        room.check_unmute(&member)?;
+        Ok(())
+    }
+
     /// Mutes or unmutes a socket's own participant.
     pub(crate) fn set_muted(&self, room: &Room, id: u64, muted: bool) -> Refused<()> {
+        if !muted {
+            self.check_unmute(room, id)?;
+        }
         self.rooms.set_muted(room, id, muted)?;
         Ok(())
     }

@@ -152,6 +152,19 @@ impl Sessions {
         }
     }
 
+    /// Closes the rooms whose last moderator left, set to end then
+    /// (`on_moderator_leave = "end"`), as a `DELETE` would.
+    async fn end_unmoderated(&self) {
+        for room in self.rooms.all() {
+            if room.take_ended() {
+                tracing::info!(room = %room.id, "room closed: its last moderator left");
+                if let Err(e) = self.delete_room(&room.id).await {
+                    tracing::warn!(room = %room.id, error = %e.message, "room whose moderator left not closed");
+                }
+            }
+        }
+    }
+
     /// Starts draining this node (once: later calls return the first
     /// drain's deadline; see `cluster::handover`). Returns the deadline in
     /// unix milliseconds.
@@ -160,22 +173,26 @@ impl Sessions {
         crate::cluster::handover::begin(&self.node, within, Arc::new(move |id| resumes.holds(id))).await
     }
 
-    /// Forgets join-rate buckets that refilled, every second, until `stop`.
+    /// Forgets join-rate buckets that refilled, reaps empty rooms and ends
+    /// those whose moderator left, every second, until `stop`.
     pub(crate) async fn housekeeping(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut every = tokio::time::interval(Duration::from_secs(1));
         loop {
-            tokio::select! {
-                _ = every.tick() => {
-                    let now = Instant::now();
-                    self.joins.prune(now);
-                    self.updates.prune(now);
-                    self.data.prune(now);
-                    // Replaced participants' peers not yet closed by their joiner's caller (plain RTP joins).
-                    self.apply(self.rooms.take_replaced());
-                    self.reap_empty(now);
-                }
-                _ = stop.wait_for(|s| *s) => break,
+            let stopped = tokio::select! {
+                _ = every.tick() => false,
+                _ = stop.wait_for(|s| *s) => true,
+            };
+            if stopped {
+                break;
             }
+            let now = Instant::now();
+            self.joins.prune(now);
+            self.updates.prune(now);
+            self.data.prune(now);
+            // Replaced participants' peers not yet closed by their joiner's caller (plain RTP joins).
+            self.apply(self.rooms.take_replaced());
+            self.reap_empty(now);
+            self.end_unmoderated().await;
         }
     }
 }

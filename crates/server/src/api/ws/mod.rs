@@ -313,6 +313,7 @@ async fn send_snapshot(api: &ApiState, socket: &mut WebSocket, room: &Room, admi
         "room": room.id,
         "admin": admin,
         "locked": room.is_locked(),
+        "waiting": room.is_waiting(),
         "participants": first,
         "more": more,
         "speakers": room.speaker_ids(),

@@ -1,0 +1,202 @@
+//! Rooms that wait for their moderator (Asterisk ConfBridge's `marked`,
+//! `wait_marked`, `end_marked`; FreeSWITCH's `wait-mod`, `endconf`).
+//!
+//! A moderator is a participant who joined with an admin token for the
+//! room, or one whose attributes say `tutti.moderator=true` (a reserved key:
+//! only its token or an admin sets it). With `wait_for_moderator`, those
+//! who join while no moderator is in the room are held: muted (they cannot
+//! unmute themselves: 409 `waiting_for_moderator`) and played the room's
+//! hold music, told `waiting` `{waiting: true}`. The first moderator to
+//! join opens the room: the held are unmuted (unless `join_muted`), the hold
+//! music stops, `waiting` `{waiting: false}`. When the last moderator
+//! leaves, `on_moderator_leave` says what happens: `stay` (nothing), `mute`
+//! (everyone else is muted), or `end` (the room is closed); a room that
+//! waits for its moderator holds everyone again. With `join_muted`, every
+//! participant but a moderator joins muted (and may unmute).
+//!
+//! The checks run where the room's members change: a join
+//! ([`Rooms::add_member`]) holds or opens, a leave ([`Rooms::leave`])
+//! notes that the last moderator went; the session layer carries out an
+//! `end` (the room's peers are closed there).
+
+use serde::{Deserialize, Serialize};
+use tutti_mix::ParticipantId;
+
+use super::member::Member;
+use super::{Room, RoomError, RoomEvent};
+use crate::sync::lock;
+
+/// The attribute that makes a participant a moderator.
+pub(crate) const MODERATOR_ATTRIBUTE: &str = "tutti.moderator";
+
+/// What happens when a room's last moderator leaves.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OnModeratorLeave {
+    /// Nothing.
+    #[default]
+    Stay,
+    /// Everyone else is muted.
+    Mute,
+    /// The room is closed (everyone leaves with `room_closed`).
+    End,
+}
+
+/// A room's moderation options.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct Moderation {
+    /// Hold participants muted, with the hold music, until a moderator joins.
+    #[serde(default)]
+    pub(crate) wait_for_moderator: bool,
+    /// When the last moderator leaves.
+    #[serde(default)]
+    pub(crate) on_moderator_leave: OnModeratorLeave,
+    /// Everyone but a moderator joins muted.
+    #[serde(default)]
+    pub(crate) join_muted: bool,
+}
+
+/// A room's moderation options and state.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    pub(crate) options: Moderation,
+    /// Held: no moderator has joined since the room started waiting.
+    pub(crate) waiting: bool,
+    /// A moderator was here and the last one left: the session layer acts
+    /// on `on_moderator_leave = "end"` (taken once).
+    pub(crate) ended: bool,
+}
+
+/// Whether `member` is a moderator.
+pub(crate) fn is_moderator(member: &Member) -> bool {
+    member.admin.is_admin() || member.attributes.get(MODERATOR_ATTRIBUTE).is_some_and(|v| v == "true")
+}
+
+impl Room {
+    /// The room's moderation options.
+    pub(crate) fn moderation(&self) -> Moderation {
+        lock(&self.waiting).options
+    }
+
+    /// Whether participants are held until a moderator joins.
+    pub(crate) fn is_waiting(&self) -> bool {
+        lock(&self.waiting).waiting
+    }
+
+    /// Whether a moderator is in the room now.
+    fn has_moderator(&self) -> bool {
+        lock(&self.members).values().any(is_moderator)
+    }
+
+    /// Sets the room's moderation options (at creation, or an admin's
+    /// `PATCH`): a room told to wait with no moderator in it holds everyone
+    /// at once; one told not to wait opens.
+    pub(crate) fn set_moderation(&self, options: Moderation) {
+        let hold = options.wait_for_moderator && !self.has_moderator();
+        {
+            let mut w = lock(&self.waiting);
+            w.options = options;
+        }
+        if hold { self.hold() } else { self.open() }
+    }
+
+    /// Whether a participant joining now, not a moderator, is muted on
+    /// arrival: held, or `join_muted`.
+    pub(super) fn joins_muted(&self, moderator: bool) -> bool {
+        let w = lock(&self.waiting);
+        !moderator && (w.waiting || w.options.join_muted)
+    }
+
+    /// After a join of a moderator (`moderator`) or not: a waiting room opens.
+    pub(super) fn after_join(&self, moderator: bool) {
+        if moderator {
+            lock(&self.waiting).ended = false;
+            self.open();
+        }
+    }
+
+    /// After a leave of a moderator: if it was the last, `on_moderator_leave`.
+    pub(super) fn after_moderator_left(&self) {
+        if self.has_moderator() || self.is_closed() || self.len() == 0 {
+            return;
+        }
+        let options = self.moderation();
+        match options.on_moderator_leave {
+            OnModeratorLeave::Stay => {}
+            OnModeratorLeave::Mute => self.mute_all_but_moderators(),
+            OnModeratorLeave::End => lock(&self.waiting).ended = true,
+        }
+        if options.wait_for_moderator {
+            self.hold();
+        }
+    }
+
+    /// Whether the last moderator left a room set to end then (once: the
+    /// session layer closes it).
+    pub(crate) fn take_ended(&self) -> bool {
+        std::mem::take(&mut lock(&self.waiting).ended)
+    }
+
+    /// Holds everyone but the moderators: muted, the hold music on.
+    fn hold(&self) {
+        {
+            let mut w = lock(&self.waiting);
+            if w.waiting {
+                return;
+            }
+            w.waiting = true;
+        }
+        self.mute_all_but_moderators();
+        self.publish(RoomEvent::Waiting { waiting: true });
+        self.hold_music(true);
+        tracing::info!(room = %self.id, "room waits for its moderator");
+    }
+
+    /// Opens a waiting room: the held are unmuted (not with `join_muted`),
+    /// the hold music stops unless one is alone.
+    fn open(&self) {
+        let join_muted = {
+            let mut w = lock(&self.waiting);
+            if !w.waiting {
+                return;
+            }
+            w.waiting = false;
+            w.options.join_muted
+        };
+        if !join_muted {
+            self.set_muted_where(false, |m| m.muted && !m.listen_only);
+        }
+        self.publish(RoomEvent::Waiting { waiting: false });
+        self.hold_music(false);
+        tracing::info!(room = %self.id, "room opened by its moderator");
+    }
+
+    /// Mutes everyone who is not a moderator, each told `muted`.
+    fn mute_all_but_moderators(&self) {
+        self.set_muted_where(true, |m| !m.muted && !is_moderator(m));
+    }
+
+    /// Mutes or unmutes the members `which` picks, each told `muted`. The
+    /// mixer first, then the members (the lock order: mixer, then members).
+    fn set_muted_where(&self, muted: bool, which: impl Fn(&Member) -> bool) {
+        let ids: Vec<u64> = lock(&self.members).values().filter(|m| which(m)).map(|m| m.id).collect();
+        for id in ids {
+            if self.set_muted(ParticipantId(id), muted).is_err() {
+                continue; // gone meanwhile
+            }
+            let changed =
+                lock(&self.members).get_mut(&id).is_some_and(|m| std::mem::replace(&mut m.muted, muted) != muted);
+            if changed {
+                self.publish(RoomEvent::Muted { id, muted });
+            }
+        }
+    }
+
+    /// Refuses a participant's unmuting of itself while the room waits.
+    pub(crate) fn check_unmute(&self, member: &Member) -> Result<(), RoomError> {
+        if self.is_waiting() && !is_moderator(member) {
+            return Err(RoomError::Waiting(self.id.clone()));
+        }
+        Ok(())
+    }
+}
