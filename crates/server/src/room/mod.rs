@@ -25,6 +25,7 @@ mod data;
 mod error;
 mod event;
 mod member;
+mod moderation;
 mod moves;
 mod plain;
 pub(crate) mod playback;
@@ -45,13 +46,13 @@ pub(crate) use event::{
     EventBatch, EventKinds, MAX_RELAYED_BATCH_BYTES, RoomEvent, listed_participant, relayed_events,
 };
 pub(crate) use member::{Admin, LeaveReason, ListenOnly, Member};
+pub(crate) use moderation::{MODERATOR_ATTRIBUTE, Moderation, OnModeratorLeave};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, SpeakerFeed};
 pub(crate) use rooms::{Effect, Joiner, Rooms, clean_name, valid_room_id};
 pub(crate) use stage::{CarriedStage, RoomUpdate};
 pub(crate) use voice::{ParticipantVoice, double_option, parse_noise_suppression};
-pub(crate) use waiting::{MODERATOR_ATTRIBUTE, Moderation, OnModeratorLeave};
 
 #[cfg(test)]
 mod tests;

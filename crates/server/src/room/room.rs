@@ -114,7 +114,7 @@ pub(crate) struct Room {
     /// Data messages, for the room's sockets (see `data`).
     data: broadcast::Sender<Arc<super::data::DataMessage>>,
     /// Whether it waits for its moderator, and what it does when they leave (see `waiting`).
-    pub(super) waiting: Mutex<super::waiting::Waiting>,
+    pub(super) waiting: Mutex<super::moderation::Waiting>,
 }
 
 /// One tick's selected speakers' own Opus frames, as they arrived: no

@@ -391,7 +391,7 @@ impl Rooms {
         let io = lock(&self.registry).remove(PeerId(id));
         room.publish(RoomEvent::Left { id, reason: reason.as_str() });
         tracing::info!(room = %room.id, participant = id, reason = reason.as_str(), "participant left");
-        if super::waiting::is_moderator(&gone) && reason != LeaveReason::RoomClosed {
+        if super::moderation::is_moderator(&gone) && reason != LeaveReason::RoomClosed {
             room.after_moderator_left();
         }
         let mut departed = lock(&self.departed);

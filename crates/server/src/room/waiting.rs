@@ -19,58 +19,12 @@
 //! notes that the last moderator went; the session layer carries out an
 //! `end` (the room's peers are closed there).
 
-use serde::{Deserialize, Serialize};
 use tutti_mix::ParticipantId;
 
 use super::member::Member;
+use super::moderation::{Moderation, OnModeratorLeave, is_moderator};
 use super::{Room, RoomError, RoomEvent};
 use crate::sync::lock;
-
-/// The attribute that makes a participant a moderator.
-pub(crate) const MODERATOR_ATTRIBUTE: &str = "tutti.moderator";
-
-/// What happens when a room's last moderator leaves.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum OnModeratorLeave {
-    /// Nothing.
-    #[default]
-    Stay,
-    /// Everyone else is muted.
-    Mute,
-    /// The room is closed (everyone leaves with `room_closed`).
-    End,
-}
-
-/// A room's moderation options.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct Moderation {
-    /// Hold participants muted, with the hold music, until a moderator joins.
-    #[serde(default)]
-    pub(crate) wait_for_moderator: bool,
-    /// When the last moderator leaves.
-    #[serde(default)]
-    pub(crate) on_moderator_leave: OnModeratorLeave,
-    /// Everyone but a moderator joins muted.
-    #[serde(default)]
-    pub(crate) join_muted: bool,
-}
-
-/// A room's moderation options and state.
-#[derive(Debug, Default)]
-pub(crate) struct Waiting {
-    pub(crate) options: Moderation,
-    /// Held: no moderator has joined since the room started waiting.
-    pub(crate) waiting: bool,
-    /// A moderator was here and the last one left: the session layer acts
-    /// on `on_moderator_leave = "end"` (taken once).
-    pub(crate) ended: bool,
-}
-
-/// Whether `member` is a moderator.
-pub(crate) fn is_moderator(member: &Member) -> bool {
-    member.admin.is_admin() || member.attributes.get(MODERATOR_ATTRIBUTE).is_some_and(|v| v == "true")
-}
 
 impl Room {
     /// The room's moderation options.
