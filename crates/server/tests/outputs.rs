@@ -454,3 +454,83 @@ fn ffmpeg_receives_a_live_rooms_mix_through_rtp_out() {
     rt.block_on(server.shutdown());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Seconds into `pcm` (48 kHz) of the first 20 ms window where `freq` is
+/// heard (amplitude over `floor`), if any.
+fn onset_of(pcm: &[f32], freq: f32, floor: f32) -> Option<f64> {
+    pcm.chunks(960).position(|w| w.len() == 960 && tutti_mix::goertzel(w, freq) > floor).map(|i| i as f64 * 0.02)
+}
+
+/// A recording per speaker, with real peers: alice talks from the start,
+/// bob a second later; the room's mix and one file per speaker come out,
+/// each read by Debian's `ffprobe`, and the sidecar's offsets put each
+/// speaker's first voiced frame where the mix has it (±40 ms).
+#[test]
+fn a_per_speaker_recording_leaves_a_file_per_speaker_placed_on_the_rooms_timeline() {
+    let dir = temp_dir("tracks");
+    let mut cfg = test_config();
+    cfg.recording.dir = dir.display().to_string();
+    let (_rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    create_room(api, "pod");
+    let mut alice = ToneClient::join(api, "pod", 440.0, JoinAs::Whip).expect("alice");
+    let mut bob = ToneClient::join(api, "pod", 660.0, JoinAs::Whip).expect("bob");
+    bob.talking = false;
+    let up = run_until(&mut [&mut alice, &mut bob], Instant::now() + Duration::from_secs(20), |cs| {
+        cs.iter().all(|c| c.heard.len() > 10)
+    });
+    assert!(up, "both connected");
+
+    let r = http(api, "POST", "/v1/rooms/pod/recording", Some("application/json"), br#"{"per_speaker": ["x"]}"#);
+    assert_eq!((r.status, r.code()), (400, "bad_value".into()), "a list of participant ids: {}", r.body);
+    let r = http(api, "POST", "/v1/rooms/pod/recording", Some("application/json"), br#"{"per_speaker": "yes"}"#);
+    assert_eq!((r.status, r.code()), (400, "bad_value".into()), "{}", r.body);
+    let r = http(api, "POST", "/v1/rooms/pod/recording", Some("application/json"), br#"{"per_speaker": true}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    tutti_client::run_for(&mut [&mut alice, &mut bob], Duration::from_millis(1000));
+    bob.talking = true;
+    tutti_client::run_for(&mut [&mut alice, &mut bob], Duration::from_millis(1500));
+    let r = http(api, "DELETE", "/v1/rooms/pod/recording", None, b"");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let stopped = json(&r);
+    let sidecar_name = stopped["sidecar"].as_str().unwrap_or_else(|| panic!("a sidecar: {stopped}"));
+    let sidecar: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(sidecar_name)).expect("the sidecar")).expect("JSON");
+    let tracks = sidecar["tracks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(tracks.len(), 2, "a file per speaker: {sidecar}");
+
+    // Every file is Ogg/Opus that ffprobe reads; the writers close them within a moment.
+    let ffprobe = ensure_tool("ffprobe", "ffmpeg");
+    let mix_file = dir.join(sidecar["mix"]["file"].as_str().expect("the mix's file"));
+    let files: Vec<std::path::PathBuf> =
+        tracks.iter().map(|t| dir.join(t["file"].as_str().expect("file"))).chain([mix_file.clone()]).collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while files.iter().any(|f| {
+        read_pages(&std::fs::read(f).unwrap_or_default()).map_or(true, |p| p.last().is_none_or(|p| p.flags & 4 == 0))
+    }) && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for f in &files {
+        let mut cmd = std::process::Command::new(&ffprobe);
+        cmd.args(["-v", "error", "-show_entries", "stream=codec_name", "-of", "csv=p=0"]).arg(f);
+        let out = run(&mut cmd, "ffprobe", Duration::from_secs(20)).unwrap_or_else(|e| panic!("ffprobe: {e}"));
+        assert!(out.contains("opus"), "ffprobe reads {}: {out}", f.display());
+    }
+
+    // Each speaker's first voiced frame, placed by the sidecar, against the mix.
+    let mix = decode_ogg(&mix_file);
+    let mix_offset = sidecar["mix"]["offset_seconds"].as_f64().expect("the mix's offset");
+    for (who, freq) in [("alice", 440.0), ("bob", 660.0)] {
+        let track = tracks
+            .iter()
+            .find(|t| onset_of(&decode_ogg(&dir.join(t["file"].as_str().unwrap_or(""))), freq, 0.05).is_some())
+            .unwrap_or_else(|| panic!("{who}'s track: {sidecar}"));
+        let pcm = decode_ogg(&dir.join(track["file"].as_str().unwrap_or("")));
+        let in_track = onset_of(&pcm, freq, 0.05).expect("voiced") + track["offset_seconds"].as_f64().expect("offset");
+        let in_mix = onset_of(&mix, freq, 0.05).unwrap_or_else(|| panic!("{who} in the mix")) + mix_offset;
+        eprintln!("{who}: first voiced at {in_track:.3} s by its track, {in_mix:.3} s in the mix");
+        assert!((in_track - in_mix).abs() <= 0.04, "{who}: track {in_track:.3} s against mix {in_mix:.3} s");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -23,7 +23,7 @@ use super::access::{self as cluster, Access};
 use super::schema::{ErrorBody, shapes};
 use super::state::ApiState;
 use crate::auth::Grant;
-use crate::outputs::OutputError;
+use crate::outputs::{OutputError, PerSpeaker};
 use crate::refusal::{Refusal, Refused};
 use crate::room::Room;
 use crate::session::grants::may_see;
@@ -167,15 +167,28 @@ pub(super) async fn check_quota(api: &ApiState) -> Refused<()> {
     Ok(())
 }
 
-/// Starts recording the room (admin of the room).
+/// `POST /v1/rooms/{room}/recording` (every field optional; an empty body: the mix only).
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StartRecording {
+    /// Also a file per speaker (`true`: everyone who speaks; a list of
+    /// participant ids: those), with a sidecar placing them on the room's timeline.
+    #[schema(value_type = Option<Object>)]
+    per_speaker: Option<serde_json::Value>,
+}
+
+/// Starts recording the room (admin of the room): its mix, and with
+/// `per_speaker` a file per speaker (docs/features/recording.md).
 #[utoipa::path(
     post,
     path = "/v1/rooms/{room}/recording",
     tag = "outputs",
     operation_id = "start_recording",
     params(("room" = String, Path, description = "The room's id"), super::access::Access),
+    request_body(content = Option<StartRecording>, content_type = "application/json", description = "Optional"),
     responses(
         (status = 201, description = "Recording", body = shapes::Recording),
+        (status = 400, description = "`bad_json`, `bad_value` (`per_speaker`)", body = ErrorBody),
         (status = 409, description = "`recording_active`", body = ErrorBody),
         (status = 507, description = "`recording_quota`", body = ErrorBody),
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
@@ -184,13 +197,34 @@ pub(super) async fn check_quota(api: &ApiState) -> Refused<()> {
         (status = 404, description = "`room_not_found`", body = ErrorBody),
     ),
 )]
-pub(super) async fn start(State(api): State<Arc<ApiState>>, req: RoomRequest) -> Refused<Response> {
+pub(super) async fn start(
+    State(api): State<Arc<ApiState>>,
+    req: RoomRequest,
+    raw: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Refused<Response> {
     let state = match req.room(&api, |g, room| may_manage(g, room, "recording a room")).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
+    let start: StartRecording =
+        super::body::json(&req.headers, &super::body::body(raw)?, Some(StartRecording::default()))?;
+    let per_speaker = match start.per_speaker {
+        None | Some(serde_json::Value::Bool(false)) => PerSpeaker::Off,
+        Some(serde_json::Value::Bool(true)) => PerSpeaker::All,
+        Some(serde_json::Value::Array(ids))
+            if !ids.is_empty() && ids.len() <= 256 && ids.iter().all(serde_json::Value::is_u64) =>
+        {
+            PerSpeaker::Only(ids.iter().filter_map(serde_json::Value::as_u64).collect())
+        }
+        Some(_) => {
+            return Err(Refusal::bad_request(
+                "bad_value",
+                "per_speaker is true, false, or a list of 1 to 256 participant ids",
+            ));
+        }
+    };
     check_quota(&api).await?;
-    let body = api.outputs.start_recording(&state).map_err(output_error)?;
+    let body = api.outputs.start_recording_with(&state, per_speaker).map_err(output_error)?;
     Ok((StatusCode::CREATED, axum::Json(public(body))).into_response())
 }
 
@@ -250,6 +284,13 @@ pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    // The speakers' files close with the mix's; their sidecar is written off the async threads.
+    let rec = Arc::new(rec);
+    let sidecar = {
+        let rec = Arc::clone(&rec);
+        tokio::task::spawn_blocking(move || rec.finish_tracks()).await.ok().flatten()
+    };
+    let tracks = rec.tracks.as_ref().map(|t| t.state());
     let body = match outcome {
         Some(f) => serde_json::json!({
             "file": rec.file,
@@ -257,6 +298,8 @@ pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
             "duration_seconds": f.duration.as_secs_f64(),
             "reason": f.reason.code(),
             "error": match &f.reason { crate::outputs::recording::StopReason::Error(e) => Some(e.clone()), _ => None },
+            "tracks": tracks,
+            "sidecar": sidecar,
         }),
         None => {
             // Still writing (a slow disk): what is known, and that it is finishing.

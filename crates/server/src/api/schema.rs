@@ -169,6 +169,16 @@ pub(crate) mod shapes {
         dropped_frames: Option<u64>,
         /// `DELETE` only: the writer is still closing the file.
         finishing: Option<bool>,
+        /// With `per_speaker`: each speaker's file so far (`{participant, file, bytes}`).
+        tracks: Option<Vec<TrackState>>,
+    }
+
+    /// A speaker's file of a per-speaker recording.
+    #[derive(ToSchema)]
+    pub(crate) struct TrackState {
+        participant: u64,
+        file: String,
+        bytes: u64,
     }
 
     /// `DELETE …/recording`: the finished file.
@@ -181,6 +191,9 @@ pub(crate) mod shapes {
         reason: String,
         /// What failed, for `error`.
         error: Option<String>,
+        /// With `per_speaker`: each speaker's file, and the sidecar (JSON) that places them on the room's timeline.
+        tracks: Option<Vec<TrackState>>,
+        sidecar: Option<String>,
     }
 
     /// `DELETE …/recording`: finished, or still closing after 5 s.

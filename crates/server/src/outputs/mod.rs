@@ -25,6 +25,7 @@ pub(crate) mod hooks;
 pub mod ogg;
 pub mod recording;
 pub mod rtp_out;
+mod tracks;
 pub mod webhook;
 
 use std::collections::{HashMap, HashSet};
@@ -88,9 +89,33 @@ pub(crate) struct Recording {
     done: Arc<AtomicBool>,
     /// Bytes already counted in the metric.
     counted: Arc<AtomicU64>,
+    /// The mix's first tick in the file (`u64::MAX` before its first frame).
+    first_tick: AtomicU64,
+    /// A file per speaker, when asked for.
+    pub(crate) tracks: Option<Arc<tracks::Tracks>>,
+}
+
+/// Which speakers a room recording gives a file of their own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum PerSpeaker {
+    /// None: the mix only.
+    #[default]
+    Off,
+    /// Everyone who speaks.
+    All,
+    /// These participants.
+    Only(HashSet<u64>),
 }
 
 impl Recording {
+    /// Stops its speakers' files and writes their sidecar (some small disk
+    /// I/O: call it off the async threads). The sidecar's file name.
+    pub(crate) fn finish_tracks(&self) -> Option<String> {
+        let tracks = self.tracks.as_ref()?;
+        let first = self.first_tick.load(Ordering::Relaxed);
+        tracks.stop((first != u64::MAX).then_some((self.file.as_str(), first)))
+    }
+
     /// Its state, as `GET …/recording` shows it.
     pub(crate) fn state(&self) -> serde_json::Value {
         let s = self.recorder.stats();
@@ -103,6 +128,7 @@ impl Recording {
             "frames": s.frames,
             "gap_frames": s.gap_frames,
             "dropped_frames": s.dropped,
+            "tracks": self.tracks.as_ref().map(|t| t.state()),
         })
     }
 }
@@ -210,9 +236,11 @@ impl Outputs {
                     // An empty payload is a DTX pause: the recorder conceals the gap by tick.
                     if let Some(r) = recs.get(&mix.key)
                         && !mix.listeners.payload.is_empty()
-                        && r.recorder.push(mix.tick, mix.listeners.payload.clone()) == PushOutcome::Dropped
                     {
-                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                        let _ = r.first_tick.compare_exchange(u64::MAX, mix.tick, Ordering::Relaxed, Ordering::Relaxed);
+                        if r.recorder.push(mix.tick, mix.listeners.payload.clone()) == PushOutcome::Dropped {
+                            self.dropped.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             }
@@ -232,6 +260,16 @@ impl Outputs {
     /// Starts recording `room`: the file is opened by its writer thread;
     /// frames flow from the next tick (the first join's, in an empty room).
     pub(crate) fn start_recording(&self, room: &Arc<Room>) -> Result<serde_json::Value, OutputError> {
+        self.start_recording_with(room, PerSpeaker::Off)
+    }
+
+    /// [`Outputs::start_recording`], with a file per speaker as `per_speaker`
+    /// asks (see `tracks`): started on the current tokio runtime.
+    pub(crate) fn start_recording_with(
+        &self,
+        room: &Arc<Room>,
+        per_speaker: PerSpeaker,
+    ) -> Result<serde_json::Value, OutputError> {
         let cfg = self.recording.as_ref().ok_or(OutputError::RecordingDisabled)?;
         // The thread starts outside the lock the clock takes every tick.
         if lock(&self.recordings).contains_key(&room.key) {
@@ -255,7 +293,33 @@ impl Outputs {
         }
         room.publish(RoomEvent::RecordingStarted { file: file.clone() });
         tracing::info!(room = %room.id, path = %recorder.path().display(), "recording started");
-        let rec = Recording { room: room.clone(), recorder, file, started, done, counted };
+        let tracks = match per_speaker {
+            PerSpeaker::Off => None,
+            PerSpeaker::All | PerSpeaker::Only(_) => {
+                let only = match per_speaker {
+                    PerSpeaker::Only(ids) => Some(ids),
+                    _ => None,
+                };
+                // Each track's file tells the room and the webhooks when it closes, as the mix's does.
+                let (room2, webhooks) = (room.clone(), self.webhooks.clone());
+                let finish: tracks::FinishFor = Arc::new(move || {
+                    let (room, webhooks) = (room2.clone(), webhooks.clone());
+                    let (done, counted) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+                    Box::new(move |f: &RecordingFinished| finished(&room, f, &done, &counted, webhooks.as_deref()))
+                });
+                Some(tracks::Tracks::start(room, cfg, started, only, finish))
+            }
+        };
+        let rec = Recording {
+            room: room.clone(),
+            recorder,
+            file,
+            started,
+            done,
+            counted,
+            first_tick: AtomicU64::new(u64::MAX),
+            tracks,
+        };
         let state = rec.state();
         recs.insert(room.key, rec);
         self.active.fetch_add(1, Ordering::Relaxed);
@@ -344,17 +408,20 @@ impl Outputs {
 
     fn tidy(self: &Arc<Self>, rooms: &Rooms) {
         let mut ended = Vec::new();
+        let mut finished_tracks = Vec::new();
         {
             let mut recs = lock(&self.recordings);
             let before = recs.len();
-            recs.retain(|_, r| {
+            for r in recs.values() {
                 count_bytes(&r.counted, r.recorder.stats().bytes);
-                let keep = !r.room.is_closed() && !r.done.load(Ordering::Relaxed);
-                if !keep {
-                    r.recorder.stop();
+            }
+            // The ended ones stop; their speakers' files close with them (the sidecar written off this task).
+            for (_, r) in recs.extract_if(|_, r| r.room.is_closed() || r.done.load(Ordering::Relaxed)) {
+                r.recorder.stop();
+                if r.tracks.is_some() {
+                    finished_tracks.push(r);
                 }
-                keep
-            });
+            }
             if recs.len() != before {
                 self.active.fetch_sub(before - recs.len(), Ordering::Relaxed);
                 m::recordings_active(recs.len());
@@ -380,6 +447,13 @@ impl Outputs {
         }
         for (room, dest) in ended {
             tracing::info!(%room, %dest, "rtp_out ended with its room");
+        }
+        if !finished_tracks.is_empty() {
+            tokio::task::spawn_blocking(move || {
+                for r in &finished_tracks {
+                    r.finish_tracks();
+                }
+            });
         }
         m::recording_dropped_frames(self.dropped.load(Ordering::Relaxed));
         if let Some(w) = &self.webhooks {
@@ -422,8 +496,12 @@ impl Outputs {
             let _ = tokio::task::spawn_blocking(move || {
                 let deadline = std::time::Instant::now() + timeout;
                 for r in &recs {
+                    r.finish_tracks();
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     let _ = r.recorder.stop_and_wait(left);
+                    if let Some(t) = &r.tracks {
+                        t.wait(deadline.saturating_duration_since(std::time::Instant::now()));
+                    }
                 }
             })
             .await;

@@ -193,7 +193,8 @@ struct Counters {
     bytes: AtomicU64,
 }
 
-type OnFinish = Box<dyn FnOnce(&RecordingFinished) + Send>;
+/// What runs on the writer thread once the file is closed.
+pub type OnFinish = Box<dyn FnOnce(&RecordingFinished) + Send>;
 
 struct Shared {
     stop: AtomicBool,
@@ -228,8 +229,19 @@ impl Recorder {
         cfg: &RecordingConfig,
         on_finish: Option<OnFinish>,
     ) -> Result<Self, RecordingError> {
+        Self::start_as(room, &file_name(room, started), cfg, on_finish)
+    }
+
+    /// As [`Recorder::start`], into the file named `file` (in `cfg.dir`): a
+    /// speaker's track of a room recording.
+    pub fn start_as(
+        room: &str,
+        file: &str,
+        cfg: &RecordingConfig,
+        on_finish: Option<OnFinish>,
+    ) -> Result<Self, RecordingError> {
         cfg.validate()?;
-        let path = cfg.dir.join(file_name(room, started));
+        let path = cfg.dir.join(file);
         let (tx, rx) = std::sync::mpsc::sync_channel(cfg.queue_frames);
         let shared =
             Arc::new(Shared { stop: AtomicBool::new(false), counters: Counters::default(), outcome: Mutex::new(None) });

@@ -3,7 +3,7 @@
 //! every participant is sent ([`RoomMix`], O(K) in size).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -115,6 +115,8 @@ pub(crate) struct Room {
     data: broadcast::Sender<Arc<super::data::DataMessage>>,
     /// Whether it waits for its moderator, and what it does when they leave (see `waiting`).
     pub(super) waiting: Mutex<super::moderation::Waiting>,
+    /// The mix clock's last tick of this room (a recording's zero).
+    last_tick: AtomicU64,
 }
 
 /// One tick's selected speakers' own Opus frames, as they arrived: no
@@ -238,6 +240,7 @@ impl Room {
             remote_names: Mutex::new(HashMap::new()),
             data: super::data::channel(),
             waiting: Mutex::new(Default::default()),
+            last_tick: AtomicU64::new(0),
         }
     }
 
@@ -246,6 +249,11 @@ impl Room {
     /// many subscribers there were.
     pub(crate) fn send_data(&self, message: super::data::DataMessage) -> usize {
         self.data.send(Arc::new(message)).unwrap_or(0)
+    }
+
+    /// The mix clock's last tick of this room (0 before the first).
+    pub(crate) fn last_tick(&self) -> u64 {
+        self.last_tick.load(Ordering::Relaxed)
     }
 
     /// A new subscriber to the room's data messages.
@@ -471,6 +479,7 @@ impl Room {
     /// (`tutti_mix::Room::set_shed_level`).
     /// `pool`: split the tick's work on it; `None`: all on this thread.
     pub(crate) fn tick(&self, pool: Option<&MixPool>, tick: u64, shed: u8) -> Option<(RoomMix, TickReport)> {
+        self.last_tick.store(tick, Ordering::Relaxed);
         let out = self.mix(pool, tick, shed);
         self.flush_due(tick);
         out
