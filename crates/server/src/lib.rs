@@ -88,6 +88,7 @@ mod refusal;
 mod room;
 mod server;
 mod session;
+mod sip;
 mod sync;
 
 pub use config::{
