@@ -10,19 +10,13 @@ use rsipstack::sip::{Header, HeadersExt, StatusCode, headers::ContentType};
 use rsipstack::transaction::Transaction;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
-use super::endpoint::Edge;
+use super::endpoint::{Call, Edge};
 use super::status;
 use crate::auth::Grant;
 use crate::refusal::Refusal;
 use crate::room::{EventBatch, Room, RoomEvent, clean_name};
 use crate::session::join::{JoinRequest, Joined, Offer, Place};
 use crate::sync::lock;
-
-/// A joined call: its room and participant.
-pub(crate) struct Call {
-    pub(super) room: Arc<Room>,
-    pub(super) id: u64,
-}
 
 /// Who called: `sip:<From user>@<source IP>` and the Call-ID (so two
 /// calls from one phone are two participants), at most 128 bytes.

@@ -14,11 +14,16 @@ use rsipstack::sip::{HeadersExt, Method, StatusCode, Uri};
 use rsipstack::transaction::{Endpoint, TransactionReceiver};
 use rsipstack::transport::{TransportLayer, udp::UdpConnection};
 
-use super::calls::Call;
 use crate::cidr::Cidr;
-use crate::room::LeaveReason;
+use crate::room::{LeaveReason, Room};
 use crate::session::sessions::Sessions;
 use crate::sync::lock;
+
+/// A joined call: its room and participant (the INVITE's handling is in `calls`).
+pub(super) struct Call {
+    pub(super) room: Arc<Room>,
+    pub(super) id: u64,
+}
 
 /// The SIP edge of a server: bound at start, served until the server stops.
 pub(crate) struct Edge {
