@@ -199,6 +199,58 @@ fn statuses(socket: &UdpSocket, call: &str, within: Duration) -> Vec<u16> {
     got
 }
 
+/// The next request tutti sends (a BYE), within `within`.
+fn next_request(socket: &UdpSocket, method: &str, within: Duration) -> Option<String> {
+    let end = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < end {
+        let Ok(n) = socket.recv(&mut buf) else { continue };
+        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if text.starts_with(&format!("{method} ")) {
+            return Some(text);
+        }
+    }
+    None
+}
+
+/// A header's value in a SIP message (full name or compact form).
+fn header<'a>(msg: &'a str, name: &str, compact: &str) -> &'a str {
+    msg.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim().eq_ignore_ascii_case(name) || k.trim().eq_ignore_ascii_case(compact)).then_some(v.trim())
+        })
+        .unwrap_or_default()
+}
+
+/// The final response to `call`, whole.
+fn final_response(socket: &UdpSocket, call: &str, within: Duration) -> Option<String> {
+    let end = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < end {
+        let Ok(n) = socket.recv(&mut buf) else { continue };
+        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let final_ = text.starts_with("SIP/2.0 ") && !text.starts_with("SIP/2.0 1");
+        if final_
+            && header(&text, "Call-ID", "i") == format!("{call}@test")
+            && header(&text, "CSeq", "").ends_with("INVITE")
+        {
+            return Some(text);
+        }
+    }
+    None
+}
+
+/// The in-dialog request `method` (CSeq `seq`) of `call` after a 200 whose To carries tutti's tag.
+fn in_dialog(method: &str, local: SocketAddr, call: &str, to: &str, seq: u32) -> String {
+    format!(
+        "{method} sip:tutti@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call}{method}{seq};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:probe@{ip}>;tag=t{call}\r\nTo: {to}\r\nCall-ID: {call}@test\r\n\
+         CSeq: {seq} {method}\r\nContent-Length: 0\r\n\r\n",
+        ip = local.ip(),
+    )
+}
+
 fn ask(socket: &UdpSocket, to: SocketAddr, method: &str, ruri: &str, call: &str, sdp: &str) -> Vec<u16> {
     let local = socket.local_addr().expect("bound");
     socket.send_to(request(method, ruri, local, call, sdp).as_bytes(), to).expect("send");
@@ -272,5 +324,63 @@ fn options_answered_strangers_refused_and_garbage_survived() {
         let refused = scrape(m).get(&series("tutti_sip_refused_total", &[("reason", "source")])).copied();
         assert!(refused.unwrap_or(0.0) >= 2.0, "refusals counted: {refused:?}");
     }
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn bye_both_ways_and_cancel_leave_nothing_behind() {
+    let (rt, server) = start_with(sip_config("127.0.0.0/8"));
+    let api = server.http_addr();
+    let sip = server.sip_addr().expect("the SIP edge is on");
+    create_room(api, "desk");
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let local = socket.local_addr().expect("bound");
+    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
+    let sdp = offer("opus/48000/2", rtp.local_addr().expect("bound").port());
+    let ruri = format!("sip:desk@{sip}");
+
+    // A call, answered with tutti's RTP in address, ACKed; the caller's BYE makes it leave.
+    socket.send_to(request("INVITE", &ruri, local, "one", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "one", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    assert!(ok.contains("m=audio ") && ok.contains("opus/48000/2") && ok.contains("c=IN IP4 127.0.0.1"), "{ok}");
+    assert!(header(&ok, "Contact", "m").contains(&sip.to_string()), "the Contact names the SIP address: {ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    assert!(to.contains("tag="), "{to}");
+    socket.send_to(in_dialog("ACK", local, "one", &to, 1).as_bytes(), sip).expect("send");
+    assert_eq!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.len() == 1), ["probe"]);
+    socket.send_to(in_dialog("BYE", local, "one", &to, 2).as_bytes(), sip).expect("send");
+    assert!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.is_empty()).is_empty(), "BYE: the caller left");
+
+    // A call that tutti ends (an admin removes the participant): tutti sends BYE.
+    socket.send_to(request("INVITE", &ruri, local, "two", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "two", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, "two", &to, 1).as_bytes(), sip).expect("send");
+    assert_eq!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.len() == 1).len(), 1);
+    let id = room(api, "desk")["participants"][0]["id"].as_u64().expect("an id");
+    let r = common::http(api, "DELETE", &format!("/v1/rooms/desk/participants/{id}"), None, b"");
+    assert_eq!(r.status, 204, "{}", r.body);
+    let bye = next_request(&socket, "BYE", Duration::from_secs(3)).expect("tutti sends BYE to a removed caller");
+    assert_eq!(header(&bye, "Call-ID", "i"), "two@test", "{bye}");
+
+    // CANCEL right behind the INVITE: 487 (or, if the answer won the race, a 200 the
+    // caller then ends); either way nobody stays in the room.
+    socket.send_to(request("INVITE", &ruri, local, "three", &sdp).as_bytes(), sip).expect("send");
+    socket.send_to(request("CANCEL", &ruri, local, "three", "").as_bytes(), sip).expect("send");
+    let end = final_response(&socket, "three", Duration::from_secs(3)).expect("a final answer");
+    let code = &end[8..11];
+    eprintln!("INVITE then CANCEL: {code}");
+    if code == "200" {
+        let to = header(&end, "To", "t").to_owned();
+        socket.send_to(in_dialog("ACK", local, "three", &to, 1).as_bytes(), sip).expect("send");
+        socket.send_to(in_dialog("BYE", local, "three", &to, 2).as_bytes(), sip).expect("send");
+    } else {
+        assert_eq!(code, "487", "{end}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.is_empty()).is_empty(), "nobody left behind");
     rt.block_on(server.shutdown());
 }
