@@ -199,18 +199,23 @@ fn statuses(socket: &UdpSocket, call: &str, within: Duration) -> Vec<u16> {
     got
 }
 
-/// The next request tutti sends (a BYE), within `within`.
-fn next_request(socket: &UdpSocket, method: &str, within: Duration) -> Option<String> {
+/// The first message within `within` that `want` takes.
+fn receive(socket: &UdpSocket, within: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
     let end = Instant::now() + within;
     let mut buf = [0u8; 4096];
     while Instant::now() < end {
         let Ok(n) = socket.recv(&mut buf) else { continue };
         let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if text.starts_with(&format!("{method} ")) {
+        if want(&text) {
             return Some(text);
         }
     }
     None
+}
+
+/// The next request `method` tutti sends (a BYE), within `within`.
+fn next_request(socket: &UdpSocket, method: &str, within: Duration) -> Option<String> {
+    receive(socket, within, |text| text.starts_with(&format!("{method} ")))
 }
 
 /// A header's value in a SIP message (full name or compact form).
@@ -223,22 +228,14 @@ fn header<'a>(msg: &'a str, name: &str, compact: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-/// The final response to `call`, whole.
+/// The final response to `call`'s INVITE, whole.
 fn final_response(socket: &UdpSocket, call: &str, within: Duration) -> Option<String> {
-    let end = Instant::now() + within;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < end {
-        let Ok(n) = socket.recv(&mut buf) else { continue };
-        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-        let final_ = text.starts_with("SIP/2.0 ") && !text.starts_with("SIP/2.0 1");
-        if final_
-            && header(&text, "Call-ID", "i") == format!("{call}@test")
-            && header(&text, "CSeq", "").ends_with("INVITE")
-        {
-            return Some(text);
-        }
-    }
-    None
+    receive(socket, within, |text| {
+        text.starts_with("SIP/2.0 ")
+            && !text.starts_with("SIP/2.0 1")
+            && header(text, "Call-ID", "i") == format!("{call}@test")
+            && header(text, "CSeq", "").ends_with("INVITE")
+    })
 }
 
 /// The in-dialog request `method` (CSeq `seq`) of `call` after a 200 whose To carries tutti's tag.
@@ -264,14 +261,19 @@ fn offer(codec: &str, port: u16) -> String {
     )
 }
 
-#[test]
-fn options_answered_strangers_refused_and_garbage_survived() {
+/// A server with the SIP edge on loopback, a room `id`, and the test's UDP socket (the caller).
+fn raw_caller(id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, UdpSocket) {
     let (rt, server) = start_with(sip_config("127.0.0.0/8"));
-    let api = server.http_addr();
-    let sip = server.sip_addr().expect("the SIP edge is on");
-    create_room(api, "lobby");
+    create_room(server.http_addr(), id);
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
     socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    (rt, server, socket)
+}
+
+#[test]
+fn options_answered_strangers_refused_and_garbage_survived() {
+    let (rt, server, socket) = raw_caller("lobby");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
     let ruri = format!("sip:lobby@{sip}");
 
     assert_eq!(ask(&socket, sip, "OPTIONS", &ruri, "probe1", ""), vec![200], "OPTIONS is answered");
@@ -329,12 +331,8 @@ fn options_answered_strangers_refused_and_garbage_survived() {
 
 #[test]
 fn bye_both_ways_and_cancel_leave_nothing_behind() {
-    let (rt, server) = start_with(sip_config("127.0.0.0/8"));
-    let api = server.http_addr();
-    let sip = server.sip_addr().expect("the SIP edge is on");
-    create_room(api, "desk");
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let (rt, server, socket) = raw_caller("desk");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
     let local = socket.local_addr().expect("bound");
     let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
     let sdp = offer("opus/48000/2", rtp.local_addr().expect("bound").port());
