@@ -348,7 +348,11 @@ fn bye_both_ways_and_cancel_leave_nothing_behind() {
     assert!(to.contains("tag="), "{to}");
     socket.send_to(in_dialog("ACK", local, "one", &to, 1).as_bytes(), sip).expect("send");
     assert_eq!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.len() == 1), ["probe"]);
-    socket.send_to(in_dialog("BYE", local, "one", &to, 2).as_bytes(), sip).expect("send");
+    // A keep-alive OPTIONS within the call: 200.
+    socket.send_to(in_dialog("OPTIONS", local, "one", &to, 2).as_bytes(), sip).expect("send");
+    let ping = receive(&socket, Duration::from_secs(3), |t| header(t, "CSeq", "") == "2 OPTIONS");
+    assert!(ping.as_deref().is_some_and(|r| r.starts_with("SIP/2.0 200")), "{ping:?}");
+    socket.send_to(in_dialog("BYE", local, "one", &to, 3).as_bytes(), sip).expect("send");
     assert!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.is_empty()).is_empty(), "BYE: the caller left");
 
     // A call that tutti ends (an admin removes the participant): tutti sends BYE.

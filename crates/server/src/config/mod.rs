@@ -215,7 +215,10 @@ impl Default for Config {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: "text".to_owned(), filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=error,rtc_srtp=warn,rsipstack=warn".to_owned() }
+        Self {
+            format: "text".to_owned(),
+            filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=error,rtc_srtp=warn,rsipstack=warn".to_owned(),
+        }
     }
 }
 

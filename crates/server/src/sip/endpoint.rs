@@ -162,10 +162,20 @@ impl Edge {
     /// forgotten, and its participant, if still here, leaves.
     async fn ends(self: Arc<Self>, mut states: DialogStateReceiver) {
         while let Some(state) = states.recv().await {
-            if let DialogState::Terminated(id, reason) = state {
-                tracing::debug!(dialog = %id, ?reason, "SIP dialog ended");
-                self.dialogs.remove_dialog(&id);
-                self.hang_up(&id);
+            match state {
+                DialogState::Terminated(id, reason) => {
+                    tracing::debug!(dialog = %id, ?reason, "SIP dialog ended");
+                    self.dialogs.remove_dialog(&id);
+                    self.hang_up(&id);
+                }
+                // A keep-alive within the call (some PBXs send them): 200. (Its channel
+                // holds 4: the send does not wait.)
+                DialogState::Options(_, _, handle) => {
+                    handle.reply(StatusCode::OK).await.ok();
+                }
+                // Others (a re-INVITE, UPDATE, INFO) are not taken yet: dropping the
+                // handle answers 501 and the call goes on.
+                _ => {}
             }
         }
     }
