@@ -56,7 +56,9 @@ impl Edge {
                     return;
                 }
             };
-        // The INVITE transaction: 100 Trying now, then the ACK or a CANCEL (487).
+        // 100 Trying before the join (the caller stops retransmitting), then the
+        // transaction waits for the ACK or a CANCEL (487).
+        tx.send_trying().await.ok();
         let mut handling = dialog.clone();
         tokio::spawn(async move { handling.handle(&mut tx).await.ok() });
 

@@ -70,6 +70,9 @@ impl Edge {
         if trusted.is_empty() {
             tracing::warn!(listen = %bound, "SIP: [sip] trusted is empty: every call is refused with 403");
         }
+        if session.cfg.rtp_in.trusted.is_empty() {
+            tracing::warn!("SIP: [rtp_in] trusted is empty: calls carry plain RTP, so every call is refused with 403");
+        }
         let edge = Self {
             session,
             dialogs,
