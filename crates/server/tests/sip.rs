@@ -9,6 +9,9 @@
 //! probe), an INVITE from a network outside `[sip] trusted` gets 403
 //! (counted), an INVITE without Opus gets 488, an INVITE to a room that
 //! does not exist 404, and garbage datagrams leave the endpoint answering.
+//! BYE both ways: the caller's ends its participant; a participant tutti
+//! removes (an admin, the media timeout) gets BYE; a CANCEL right behind the
+//! INVITE leaves nobody in the room.
 
 mod common;
 mod ops_tools;
@@ -261,9 +264,9 @@ fn offer(codec: &str, port: u16) -> String {
     )
 }
 
-/// A server with the SIP edge on loopback, a room `id`, and the test's UDP socket (the caller).
-fn raw_caller(id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, UdpSocket) {
-    let (rt, server) = start_with(sip_config("127.0.0.0/8"));
+/// A server (`cfg`), a room `id`, and the test's UDP socket (the caller).
+fn raw_caller(cfg: Config, id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, UdpSocket) {
+    let (rt, server) = start_with(cfg);
     create_room(server.http_addr(), id);
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
     socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
@@ -272,7 +275,7 @@ fn raw_caller(id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, UdpSo
 
 #[test]
 fn options_answered_strangers_refused_and_garbage_survived() {
-    let (rt, server, socket) = raw_caller("lobby");
+    let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "lobby");
     let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
     let ruri = format!("sip:lobby@{sip}");
 
@@ -331,7 +334,7 @@ fn options_answered_strangers_refused_and_garbage_survived() {
 
 #[test]
 fn bye_both_ways_and_cancel_leave_nothing_behind() {
-    let (rt, server, socket) = raw_caller("desk");
+    let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "desk");
     let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
     let local = socket.local_addr().expect("bound");
     let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
@@ -384,5 +387,25 @@ fn bye_both_ways_and_cancel_leave_nothing_behind() {
     }
     std::thread::sleep(Duration::from_millis(500));
     assert!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.is_empty()).is_empty(), "nobody left behind");
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn a_silent_caller_times_out_and_gets_bye() {
+    let mut cfg = sip_config("127.0.0.0/8");
+    cfg.peer_timeout_seconds = 1.0;
+    let (rt, server, socket) = raw_caller(cfg, "quiet");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    let local = socket.local_addr().expect("bound");
+    // The offer names a port that never sends: the media timeout removes the caller.
+    let sdp = offer("opus/48000/2", free_udp_port());
+    socket.send_to(request("INVITE", &format!("sip:quiet@{sip}"), local, "mute", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "mute", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, "mute", &to, 1).as_bytes(), sip).expect("send");
+    let bye = next_request(&socket, "BYE", Duration::from_secs(5)).expect("tutti sends BYE after the media timeout");
+    assert_eq!(header(&bye, "Call-ID", "i"), "mute@test", "{bye}");
+    assert!(roster(api, "quiet").is_empty(), "the timed-out caller left");
     rt.block_on(server.shutdown());
 }
