@@ -15,8 +15,11 @@
 //!   arrows have no cycle — a child that imports its parent's items while
 //!   the parent imports the child's is a circle too (inline `mod tests`
 //!   blocks aside: test code);
+//! - the two control planes, `api` (HTTP) and `sip` (the SIP edge), share
+//!   the top layer and never use each other; `sip` reaches rooms, media and
+//!   the cluster through `session` only;
 //! - inside the server, imports only go down the layers, file by file:
-//!   `api` (the HTTP control plane) ▸ `session` ▸ `cluster` ▸ `refusal` ▸
+//!   `api` (the HTTP control plane) and `sip` ▸ `session` ▸ `cluster` ▸ `refusal` ▸
 //!   `media` ▸ `outputs` (wiring) ▸ `config` ▸ `room` ▸ the leaves (the
 //!   outputs' recording, Ogg, webhook and RTP-out files among them);
 //!   nothing below reaches up into a handler.
@@ -360,7 +363,7 @@ fn cycle(arrows: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 /// layer or below, never above. The crate root, `server` (the wiring) and
 /// `fuzz` sit above them all.
 const SERVER_LAYERS: [&[&str]; 9] = [
-    &["api"],
+    &["api", "sip"],
     &["session"],
     &["cluster"],
     &["refusal"],
@@ -486,6 +489,27 @@ fn the_media_plane_uses_neither_api_nor_auth() {
         .map(|m| m.file.display().to_string())
         .collect();
     assert!(bad.is_empty(), "media must not use api or auth: {bad:?}");
+}
+
+#[test]
+fn the_sip_edge_and_the_api_never_use_each_other() {
+    let under = |m: &Module, top: &str| m.path == top || m.path.starts_with(&format!("{top}::"));
+    let mods = server_modules();
+    assert!(mods.iter().any(|m| under(m, "sip")), "the sip module exists");
+    for m in &mods {
+        if under(m, "sip") {
+            for below in ["crate::api", "crate::media", "crate::cluster"] {
+                assert!(
+                    !uses(m, below),
+                    "{}: the SIP edge uses `{below}`; it calls down into session",
+                    m.file.display()
+                );
+            }
+        }
+        if under(m, "api") {
+            assert!(!uses(m, "crate::sip"), "{}: the API uses the SIP edge", m.file.display());
+        }
+    }
 }
 
 #[test]

@@ -5,9 +5,9 @@
 //! only go down (checked file by file by `tests/layers.rs`):
 //!
 //! ```text
-//! api          the HTTP control plane: REST routes, the room WebSocket, the page (thin handlers)
-//!   │          (a SIP edge will be a second control plane beside it)
-//! session      where a participant joins (one join for REST, WebSocket and RTP in),
+//! api, sip     the control planes: HTTP (REST routes, the room WebSocket, the page: thin
+//!   │          handlers) and the SIP edge (a call joins its room); neither uses the other
+//! session      where a participant joins (one join for REST, WebSocket, RTP in and SIP),
 //!   │          leaves, moves, is muted, granted speech, kicked, banned
 //! cluster      this node in a cluster: where a room lives, redirect tickets, spans,
 //!   │          rosters, control messages, load reports, drain and hand-over
@@ -89,6 +89,7 @@ mod refusal;
 mod room;
 mod server;
 mod session;
+mod sip;
 mod sync;
 
 pub use config::{

@@ -144,6 +144,8 @@ fn cluster_secret(cfg: &Config) -> &[u8] {
 pub struct Server {
     http: SocketAddr,
     metrics: Option<SocketAddr>,
+    /// The bound SIP address, when `[sip]` is on.
+    sip: Option<SocketAddr>,
     api: Arc<ApiState>,
     threads: Vec<JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -259,7 +261,7 @@ impl Server {
         if let Some(l) = metrics_listener {
             tasks.push(tokio::spawn(metrics::serve(l, stopped.clone())));
         }
-        tasks.push(tokio::spawn(session.housekeeping(stopped.clone())));
+        tasks.push(tokio::spawn(session.clone().housekeeping(stopped.clone())));
         tasks.push(tokio::spawn(api.outputs.clone().housekeeping(api.rooms.clone(), stopped.clone())));
         let limits = api::http::HttpLimits {
             max_connections: cfg.limits.max_connections,
@@ -269,9 +271,19 @@ impl Server {
             trusted_proxies: crate::cidr::parse_all(&cfg.limits.trusted_proxies).unwrap_or_default(),
             header_timeout: Duration::from_secs_f64(cfg.limits.http_header_timeout_seconds),
         };
+        // The SIP edge: a control plane beside the API, on its runtime.
+        let sip = if cfg.sip.enabled {
+            let fallback = cfg.advertise_addr(media_addr).ip();
+            let (edge, states) = crate::sip::Edge::bind(session.clone(), fallback).await.map_err(ServerError::Setup)?;
+            let addr = edge.addr();
+            tasks.push(tokio::spawn(edge.serve(states, stopped.clone())));
+            Some(addr)
+        } else {
+            None
+        };
         tasks.push(tokio::spawn(api::http::serve(listener, api::router(api.clone()), limits, stopped)));
-        tracing::info!(%http, media = %media_addr, ?metrics, "tutti is serving");
-        Ok(Self { http, metrics, api, threads, tasks, stop_http, shutdown_timeout: cfg.shutdown_timeout() })
+        tracing::info!(%http, media = %media_addr, ?metrics, ?sip, "tutti is serving");
+        Ok(Self { http, metrics, sip, api, threads, tasks, stop_http, shutdown_timeout: cfg.shutdown_timeout() })
     }
 
     /// The bound HTTP address.
@@ -282,6 +294,11 @@ impl Server {
     /// The bound UDP media address.
     pub fn media_addr(&self) -> SocketAddr {
         self.api.media.addr()
+    }
+
+    /// The bound SIP address (UDP), when `[sip]` is on.
+    pub fn sip_addr(&self) -> Option<SocketAddr> {
+        self.sip
     }
 
     /// The bound metrics address (`GET /metrics`), when metrics are on.

@@ -8,7 +8,7 @@
 //! `Config` and its top-level keys are here; each part in its own file:
 //! the sections `[room]` (`room`), `[limits]` (`limits`), `[auth]` and
 //! `[cors]` (`access`), the features' sections (`features`: recording,
-//! playback, whisper, breakout, webhooks, RTP out and in); the layers
+//! playback, whisper, breakout, webhooks, RTP out and in); `[sip]` (`sip`); the layers
 //! (`load`), the checks (`validate`) and what a refusal says (`error`).
 
 mod access;
@@ -17,6 +17,7 @@ mod features;
 mod limits;
 mod load;
 mod room;
+mod sip;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -34,6 +35,7 @@ pub use features::{
 };
 pub use limits::Limits;
 pub use room::RoomDefaults;
+pub use sip::SipConfig;
 
 /// Server settings. `Config::default()` is what `tutti serve` runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +135,8 @@ pub struct Config {
     pub rtp_out: RtpOutSettings,
     /// Plain RTP/AVP participants (SIP gateways); off while `rtp_in.trusted` is empty.
     pub rtp_in: RtpInConfig,
+    /// The SIP edge: phones and PBXs call rooms (docs/features/sip.md); off by default.
+    pub sip: SipConfig,
     /// STUN/TURN servers the clients should use (`[[ice_servers]]`; see
     /// [`crate::ice`]): given to each client before it makes its offer.
     pub ice_servers: Vec<crate::ice::IceServerEntry>,
@@ -202,6 +206,7 @@ impl Default for Config {
             webhooks: WebhookSettings::default(),
             rtp_out: RtpOutSettings::default(),
             rtp_in: RtpInConfig::default(),
+            sip: SipConfig::default(),
             ice_servers: Vec::new(),
             cors: CorsConfig::default(),
         }
@@ -210,7 +215,10 @@ impl Default for Config {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: "text".to_owned(), filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=error,rtc_srtp=warn".to_owned() }
+        Self {
+            format: "text".to_owned(),
+            filter: "info,rtc=warn,rtc_ice=warn,rtc_dtls=error,rtc_srtp=warn,rsipstack=warn".to_owned(),
+        }
     }
 }
 

@@ -162,3 +162,33 @@ fn cluster_mode_needs_a_shared_secret_and_addresses() {
     let mesh = [("cluster.mesh_addr", "127.0.0.2:0"), secret[0]];
     assert_eq!(load_text(addrs, &redis, &mesh).expect("a mesh address").cluster.mesh_addr, "127.0.0.2:0");
 }
+
+#[test]
+fn the_sip_edge_is_off_and_set_from_the_environment() {
+    let d = Config::default().sip;
+    assert!(!d.enabled && d.trusted.is_empty() && d.room_prefix.is_empty());
+    assert_eq!(d.listen.to_string(), "0.0.0.0:5060");
+    let cfg = load_text(
+        "",
+        &[
+            ("TUTTI_SIP_ENABLED", "true"),
+            ("TUTTI_SIP_TRUSTED", "10.0.0.0/8,127.0.0.0/8"),
+            ("TUTTI_SIP_ROOM_PREFIX", "tel-"),
+        ],
+        &[("sip.listen", "127.0.0.1:5070")],
+    )
+    .expect("loads");
+    assert!(cfg.sip.enabled);
+    assert_eq!(cfg.sip.trusted, ["10.0.0.0/8", "127.0.0.0/8"]);
+    assert_eq!(cfg.sip.room_prefix, "tel-");
+    assert_eq!(cfg.sip.listen.to_string(), "127.0.0.1:5070");
+    let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+    assert!(err(load_text("", &[("TUTTI_SIP_TRUSTED", "10.0.0.0/99")], &[])).contains("sip.trusted"));
+    assert!(err(load_text("[sip]\npublic_address = \"a b\"\n", &[], &[])).contains("sip.public_address"));
+    // The Contact: public_address, else the listen IP, else the fallback (the advertised media IP).
+    let fallback = "192.0.2.1".parse().expect("ip");
+    assert_eq!(d.contact(fallback, "0.0.0.0:5060".parse().expect("addr")), "192.0.2.1:5060");
+    assert_eq!(d.contact(fallback, "127.0.0.1:5062".parse().expect("addr")), "127.0.0.1:5062");
+    let public = SipConfig { public_address: "sip.example.com:5060".into(), ..SipConfig::default() };
+    assert_eq!(public.contact(fallback, "0.0.0.0:5060".parse().expect("addr")), "sip.example.com:5060");
+}

@@ -164,6 +164,7 @@ impl Config {
         self.validate_outputs()?;
         crate::cidr::parse_all(&self.rtp_in.trusted)
             .map_err(|message| ConfigError::Invalid { key: "rtp_in.trusted", message })?;
+        self.sip.check().map_err(|(key, message)| ConfigError::Invalid { key, message })?;
         crate::cidr::parse_all(&l.trusted_proxies)
             .map_err(|message| ConfigError::Invalid { key: "limits.trusted_proxies", message })?;
         crate::ice::validate(&self.ice_servers)

@@ -181,6 +181,10 @@ pub const RTP_IN_PACKETS_SENT: &str = "tutti_rtp_in_packets_sent_total";
 /// participant has), `malformed`, `payload_type` (not the offered Opus
 /// type: DTMF, comfort noise), `rtcp` (ignored); counter.
 pub const RTP_IN_REJECTED: &str = "tutti_rtp_in_rejected_total";
+/// SIP requests refused by the SIP edge, by `reason`: `source` (not from a
+/// `[sip] trusted` network), `media` (no Opus in the offer, or no offer:
+/// 488), `join` (the join was refused: room not found, full, locked…); counter.
+pub const SIP_REFUSED: &str = "tutti_sip_refused_total";
 
 /// Every metric tutti exports (histograms also as `_bucket`, `_sum` and `_count`).
 pub const NAMES: &[&str] = &[
@@ -242,6 +246,7 @@ pub const NAMES: &[&str] = &[
     RTP_IN_PACKETS_RECEIVED,
     RTP_IN_PACKETS_SENT,
     RTP_IN_REJECTED,
+    SIP_REFUSED,
 ];
 
 /// The histograms among [`NAMES`].
@@ -717,6 +722,22 @@ pub fn rtp_in_forbidden() {
     if handles().is_some() {
         metrics::counter!(RTP_IN_REJECTED, "reason" => "forbidden").increment(1);
     }
+}
+
+/// A SIP request refused by the SIP edge, for `reason` (see [`SIP_REFUSED`]).
+pub fn sip_refused(reason: &'static str) {
+    if handles().is_none() {
+        return;
+    }
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        metrics::describe_counter!(
+            SIP_REFUSED,
+            Unit::Count,
+            "SIP requests refused by reason: source (untrusted network), media (no Opus: 488), join (refused join)."
+        );
+    });
+    metrics::counter!(SIP_REFUSED, "reason" => reason).increment(1);
 }
 
 /// One HTTP API request answered. `route` is the matched route template

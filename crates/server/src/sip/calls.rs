@@ -1,0 +1,147 @@
+//! One call: an INVITE joins its room through the one join, is answered
+//! with the join's SDP, and ends when either side hangs up.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rsipstack::dialog::dialog::DialogState;
+use rsipstack::dialog::invite_dialog::InviteDialog;
+use rsipstack::sip::{Header, HeadersExt, StatusCode, headers::ContentType};
+use rsipstack::transaction::Transaction;
+use tokio::sync::broadcast::{Receiver, error::RecvError};
+
+use super::endpoint::{Call, Edge};
+use super::status;
+use crate::auth::Grant;
+use crate::refusal::Refusal;
+use crate::room::{EventBatch, Room, RoomEvent, clean_name};
+use crate::session::join::{JoinRequest, Joined, Offer, Place};
+use crate::sync::lock;
+
+/// Who called: `sip:<From user>@<source IP>` and the Call-ID (so two
+/// calls from one phone are two participants), at most 128 bytes.
+fn identity(tx: &Transaction, source: SocketAddr) -> (String, String) {
+    let user = tx
+        .original
+        .from_header()
+        .ok()
+        .and_then(|f| f.uri().ok())
+        .and_then(|u| u.auth.map(|a| a.user))
+        .unwrap_or_else(|| "anonymous".to_owned());
+    let call_id = tx.original.call_id_header().map(|c| c.value().to_owned()).unwrap_or_default();
+    let mut identity = format!("sip:{user}@{}#{call_id}", source.ip());
+    while identity.len() > crate::auth::MAX_IDENTITY_BYTES {
+        identity.pop();
+    }
+    (identity, clean_name(&user))
+}
+
+impl Edge {
+    /// An INVITE outside a dialog: 100 Trying, the join, then 200 with the
+    /// answer or the refusal's status; a CANCEL meanwhile leaves nothing behind.
+    pub(super) async fn invite(self: Arc<Self>, mut tx: Transaction, source: SocketAddr) {
+        let user = tx.original.uri.auth.as_ref().map(|a| a.user.clone());
+        let Some(room) = status::room_of(user.as_deref(), &self.room_prefix) else {
+            tx.reply(StatusCode::NotFound).await.ok();
+            return;
+        };
+        let (identity, name) = identity(&tx, source);
+        let sdp = String::from_utf8(tx.original.body.clone()).unwrap_or_default();
+        let dialog =
+            match self.dialogs.get_or_create_server_invite(&tx, self.states(), None, Some(self.contact.clone())) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::info!(error = %e, "SIP INVITE without a dialog");
+                    tx.reply(StatusCode::CallTransactionDoesNotExist).await.ok();
+                    return;
+                }
+            };
+        // 100 Trying before the join (the caller stops retransmitting), then the
+        // transaction waits for the ACK or a CANCEL (487).
+        tx.send_trying().await.ok();
+        let mut handling = dialog.clone();
+        tokio::spawn(async move { handling.handle(&mut tx).await.ok() });
+
+        let grant = Grant::participant(room.as_str(), identity.as_str());
+        let request = JoinRequest {
+            room: &room,
+            grant: &grant,
+            client: source.ip(),
+            place: Place::Locate { ticketed: false },
+            plain: true,
+        };
+        let offer = || {
+            if sdp.trim().is_empty() {
+                return Err(Refusal::bad_request("bad_sdp", "an INVITE without SDP is not taken yet"));
+            }
+            Ok(Offer { sdp: sdp.clone(), name })
+        };
+        let joined = self.session.join(request, offer).await;
+        let (id, answer) = match joined {
+            Ok(Joined::Here { id, answer }) => (id, answer),
+            Ok(Joined::Elsewhere(_)) => {
+                return refuse(&dialog, StatusCode::TemporarilyUnavailable, "the room is on another node");
+            }
+            Err(r) => {
+                if r.status == axum::http::StatusCode::BAD_REQUEST {
+                    crate::metrics::sip_refused("media");
+                } else {
+                    crate::metrics::sip_refused("join");
+                }
+                return refuse(&dialog, status::for_refusal(&r), &r.message);
+            }
+        };
+        let Ok(state) = self.session.rooms.get(&room) else { return };
+        // Subscribed before the answer: a removal from now on is seen.
+        let events = state.subscribe();
+        let key = dialog.id().to_string();
+        lock(&self.calls).insert(key, Call { room: state.clone(), id });
+        // Cancelled while joining: the dialog ended before the call was listed.
+        if matches!(dialog.state(), DialogState::Terminated(..)) {
+            self.hang_up(&dialog.id());
+            return;
+        }
+        let headers = vec![Header::ContentType(ContentType::new("application/sdp"))];
+        if let Err(e) = dialog.accept(Some(headers), Some(answer.into_bytes())) {
+            tracing::info!(error = %e, "SIP answer not sent");
+            self.hang_up(&dialog.id());
+            return;
+        }
+        tracing::info!(%room, participant = id, %identity, "SIP caller joined");
+        self.watch(state, events, id, dialog).await;
+    }
+
+    /// Until the call ends: the participant removed by tutti (kick, room
+    /// deleted, media timeout) gets a BYE.
+    async fn watch(&self, room: Arc<Room>, mut events: Receiver<Arc<EventBatch>>, id: u64, dialog: InviteDialog) {
+        let ended = dialog.cancel_token().clone();
+        loop {
+            let gone = tokio::select! {
+                _ = ended.cancelled() => return,
+                batch = events.recv() => match batch {
+                    Ok(batch) => batch.events.iter().any(|e| match e {
+                        RoomEvent::Left { id: left, .. } => *left == id,
+                        RoomEvent::RoomClosed => true,
+                        _ => false,
+                    }),
+                    Err(RecvError::Lagged(_)) => !lock(&room.members).contains_key(&id),
+                    Err(RecvError::Closed) => true,
+                },
+            };
+            if gone {
+                break;
+            }
+        }
+        // Taken out here: tutti removed it (a hang-up by the caller takes it out first).
+        if lock(&self.calls).remove(&dialog.id().to_string()).is_some() {
+            tracing::info!(room = %room.id, participant = id, "SIP caller removed: BYE");
+            dialog.bye().await.ok();
+        }
+    }
+}
+
+/// Refuses an INVITE (its dialog ends).
+fn refuse(dialog: &InviteDialog, code: StatusCode, why: &str) {
+    tracing::info!(status = u16::from(code.clone()), reason = why, "SIP call refused");
+    dialog.reject(Some(code), None).ok();
+}

@@ -1,0 +1,22 @@
+//! The SIP edge: a control plane beside the HTTP API (docs/features/sip.md).
+//!
+//! ```text
+//! UDP datagram ─► rsipstack (parse, transactions, dialogs; a malformed one is dropped there)
+//!   ─► source in `[sip] trusted`? else 403 (tutti_sip_refused_total{reason="source"})
+//!   ─► OPTIONS: 200 │ INVITE: 100 Trying, then the ONE join (Sessions::join, a plain
+//!      RTP/AVP Opus offer: the `[rtp_in]` path) ─► 200 OK with its answer, or the
+//!      refusal as a SIP status (`status`) │ CANCEL before the answer: 487, the
+//!      participant (if it joined meanwhile) leaves
+//!   ─► BYE from the caller: the participant leaves; the participant removed by
+//!      tutti (kick, room deleted, media timeout): BYE to the caller
+//! ```
+//!
+//! Everything runs on the API's tokio runtime; nothing here touches a media
+//! thread. This folder is the only place that names the SIP stack
+//! (rsipstack, pinned in the workspace's Cargo.toml).
+
+mod calls;
+mod endpoint;
+mod status;
+
+pub(crate) use endpoint::Edge;

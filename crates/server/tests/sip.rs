@@ -1,0 +1,411 @@
+//! The SIP edge with a real SIP peer: Debian's baresip (installed with
+//! apt-get when missing) dials `sip:standup@<tutti>` with Opus over plain
+//! RTP. While the call is up the room lists the caller, a WebRTC
+//! participant hears baresip's 600 Hz tone, and what baresip heard (its
+//! `sndfile` dump) holds the WebRTC participant's 440 Hz; when baresip
+//! quits (BYE) the caller leaves the roster.
+//!
+//! And with raw UDP from the test: OPTIONS gets 200 (a dispatcher's health
+//! probe), an INVITE from a network outside `[sip] trusted` gets 403
+//! (counted), an INVITE without Opus gets 488, an INVITE to a room that
+//! does not exist 404, and garbage datagrams leave the endpoint answering.
+//! BYE both ways: the caller's ends its participant; a participant tutti
+//! removes (an admin, the media timeout) gets BYE; a CANCEL right behind the
+//! INVITE leaves nobody in the room.
+
+mod common;
+mod ops_tools;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{create_room, room, scrape, series, start_with, test_config};
+use ops_tools::{ensure_tool, temp_dir};
+use tutti_client::{JoinAs, ToneClient, run_until};
+use tutti_server::Config;
+
+/// Test settings with the SIP edge on a loopback port, trusting loopback
+/// for SIP (`sip_trusted`) and for the callers' RTP.
+fn sip_config(sip_trusted: &str) -> Config {
+    let mut cfg = test_config();
+    cfg.rtp_in.trusted = vec!["127.0.0.0/8".into()];
+    cfg.sip.enabled = true;
+    cfg.sip.listen = "127.0.0.1:0".parse().expect("addr");
+    cfg.sip.trusted = vec![sip_trusted.into()];
+    cfg
+}
+
+/// The names of the room's participants.
+fn roster(api: SocketAddr, id: &str) -> Vec<String> {
+    room(api, id)["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Waits up to `within` for `ok` on the room's roster.
+fn wait_roster(api: SocketAddr, id: &str, within: Duration, ok: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let end = Instant::now() + within;
+    loop {
+        let names = roster(api, id);
+        if ok(&names) || Instant::now() > end {
+            return names;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A 48 kHz mono WAV of `seconds` of `freq` Hz at amplitude 0.3.
+fn write_tone(path: &Path, freq: f32, seconds: u32) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 48_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).expect("create the WAV");
+    for i in 0..48_000 * seconds {
+        let x = 0.3 * (std::f32::consts::TAU * freq * i as f32 / 48_000.0).sin();
+        w.write_sample((x * 32767.0) as i16).expect("write a sample");
+    }
+    w.finalize().expect("finish the WAV");
+}
+
+/// Amplitude of `freq` in the last `seconds` of a WAV (first channel), at its own rate.
+fn wav_tone(path: &Path, freq: f32, seconds: f32) -> f32 {
+    let mut r = hound::WavReader::open(path).expect("a WAV");
+    let spec = r.spec();
+    let ch = usize::from(spec.channels);
+    let all: Vec<f32> = r.samples::<i16>().step_by(ch).map(|s| f32::from(s.unwrap_or(0)) / 32768.0).collect();
+    let n = ((seconds * spec.sample_rate as f32) as usize).min(all.len());
+    // goertzel reads at 48 kHz: scale the frequency to the file's rate.
+    tutti_mix::goertzel(&all[all.len() - n..], freq * 48_000.0 / spec.sample_rate as f32)
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+#[test]
+fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
+    let baresip = ensure_tool("baresip", "baresip-core");
+    let (rt, server) = start_with(sip_config("127.0.0.0/8"));
+    let api = server.http_addr();
+    let sip = server.sip_addr().expect("the SIP edge is on");
+    create_room(api, "standup");
+    let mut webrtc = ToneClient::join(api, "standup", 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
+
+    // baresip: Opus only, plays a 600 Hz WAV, dumps what it hears (sndfile), quits (BYE) after `-t`.
+    let dir = temp_dir("baresip");
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).expect("a dump directory");
+    write_tone(&dir.join("tone.wav"), 600.0, 30);
+    let config = format!(
+        "poll_method epoll\nsip_listen 127.0.0.1:{port}\nnet_interface 127.0.0.1\n\
+         audio_player aubridge,sink\naudio_source aufile,{tone}\naudio_alert aubridge,alert\n\
+         ausrc_srate 48000\nausrc_channels 1\nauplay_srate 48000\nauplay_channels 1\n\
+         rtp_ports 30000-30100\nopus_stereo no\nopus_sprop_stereo no\nsnd_path {dumps}\n\
+         module_path /usr/lib/baresip/modules\nmodule aufile.so\nmodule aubridge.so\nmodule opus.so\n\
+         module sndfile.so\nmodule_app account.so\nmodule_app menu.so\n",
+        port = free_udp_port(),
+        tone = dir.join("tone.wav").display(),
+        dumps = dumps.display(),
+    );
+    std::fs::write(dir.join("config"), config).expect("write baresip's config");
+    std::fs::write(dir.join("accounts"), "<sip:caller@127.0.0.1>;regint=0;audio_codecs=opus/48000/2\n")
+        .expect("write baresip's accounts");
+    let call_seconds: u32 = 9;
+    let mut cmd = Command::new(&baresip);
+    cmd.arg("-f")
+        .arg(&dir)
+        .args(["-e", &format!("/dial sip:standup@{sip}"), "-t", &call_seconds.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(dir.join("baresip.log")).expect("a log file"))
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("baresip starts");
+    let log = || std::fs::read_to_string(dir.join("baresip.log")).unwrap_or_default();
+
+    // (a) The caller is listed while the call is up.
+    let names = wait_roster(api, "standup", Duration::from_secs(6), |n| n.len() == 2);
+    assert_eq!(names.len(), 2, "the caller joins the roster: {names:?}\nbaresip:\n{}", log());
+    assert!(names.iter().any(|n| n == "caller"), "the caller is named by its From user: {names:?}");
+
+    // The WebRTC participant hears baresip's 600 Hz (judged over the last 2 s).
+    let mut refs = [&mut webrtc];
+    let heard = run_until(&mut refs, Instant::now() + Duration::from_secs(6), |cs| {
+        let since = Instant::now() - Duration::from_secs(2);
+        cs[0].hears(600.0, since) > 0.05
+    });
+    let since = Instant::now() - Duration::from_secs(2);
+    let hears600 = webrtc.hears(600.0, since);
+    assert!(heard, "the WebRTC participant hears the caller's 600 Hz only at {hears600}\nbaresip:\n{}", log());
+
+    // (c) baresip quits after `-t` (BYE): the caller leaves the roster.
+    let end = Instant::now() + Duration::from_secs(u64::from(call_seconds) + 5);
+    let mut refs = [&mut webrtc];
+    run_until(&mut refs, end, |_| !matches!(child.try_wait(), Ok(None)));
+    if matches!(child.try_wait(), Ok(None)) {
+        let _ = child.kill();
+        panic!("baresip did not quit after {call_seconds} s\n{}", log());
+    }
+    let names = wait_roster(api, "standup", Duration::from_secs(5), |n| n.len() == 1);
+    assert_eq!(names.len(), 1, "after baresip's BYE the caller left: {names:?}\nbaresip:\n{}", log());
+
+    // (b) What baresip heard (sndfile's decoded dump) holds the room's 440 Hz, not its own 600 Hz.
+    let dump = std::fs::read_dir(&dumps)
+        .expect("the dump directory")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("dec"))
+        .unwrap_or_else(|| panic!("no decoded dump in {}\nbaresip:\n{}", dumps.display(), log()));
+    let (mix440, mix600) = (wav_tone(&dump, 440.0, 3.0), wav_tone(&dump, 600.0, 3.0));
+    eprintln!("WebRTC hears 600 Hz {hears600:.3}; baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
+    assert!(mix440 > 0.03, "baresip hears the WebRTC 440 Hz only at {mix440}");
+    assert!(mix600 < 0.01, "baresip hears itself at {mix600}");
+    rt.block_on(server.shutdown());
+}
+
+/// A SIP request from the test's UDP socket.
+fn request(method: &str, ruri: &str, local: SocketAddr, call: &str, sdp: &str) -> String {
+    let ctype = if sdp.is_empty() { String::new() } else { "Content-Type: application/sdp\r\n".to_owned() };
+    format!(
+        "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call};rport\r\nMax-Forwards: 70\r\n\
+         From: <sip:probe@{ip}>;tag=t{call}\r\nTo: <{ruri}>\r\nCall-ID: {call}@test\r\nCSeq: 1 {method}\r\n\
+         Contact: <sip:probe@{local}>\r\n{ctype}Content-Length: {len}\r\n\r\n{sdp}",
+        ip = local.ip(),
+        len = sdp.len(),
+    )
+}
+
+/// The status codes of the responses to `call` within `within` (the last one final).
+fn statuses(socket: &UdpSocket, call: &str, within: Duration) -> Vec<u16> {
+    let end = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < end {
+        let Ok(n) = socket.recv(&mut buf) else { continue };
+        let text = String::from_utf8_lossy(&buf[..n]);
+        if !text.contains(&format!("Call-ID: {call}@test")) && !text.contains(&format!("i: {call}@test")) {
+            continue;
+        }
+        if let Some(code) = text.strip_prefix("SIP/2.0 ").and_then(|t| t.get(..3)).and_then(|c| c.parse().ok()) {
+            got.push(code);
+            if code >= 200 {
+                break;
+            }
+        }
+    }
+    got
+}
+
+/// The first message within `within` that `want` takes.
+fn receive(socket: &UdpSocket, within: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
+    let end = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < end {
+        let Ok(n) = socket.recv(&mut buf) else { continue };
+        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if want(&text) {
+            return Some(text);
+        }
+    }
+    None
+}
+
+/// The next request `method` tutti sends (a BYE), within `within`.
+fn next_request(socket: &UdpSocket, method: &str, within: Duration) -> Option<String> {
+    receive(socket, within, |text| text.starts_with(&format!("{method} ")))
+}
+
+/// A header's value in a SIP message (full name or compact form).
+fn header<'a>(msg: &'a str, name: &str, compact: &str) -> &'a str {
+    msg.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim().eq_ignore_ascii_case(name) || k.trim().eq_ignore_ascii_case(compact)).then_some(v.trim())
+        })
+        .unwrap_or_default()
+}
+
+/// The final response to `call`'s INVITE, whole.
+fn final_response(socket: &UdpSocket, call: &str, within: Duration) -> Option<String> {
+    receive(socket, within, |text| {
+        text.starts_with("SIP/2.0 ")
+            && !text.starts_with("SIP/2.0 1")
+            && header(text, "Call-ID", "i") == format!("{call}@test")
+            && header(text, "CSeq", "").ends_with("INVITE")
+    })
+}
+
+/// The in-dialog request `method` (CSeq `seq`) of `call` after a 200 whose To carries tutti's tag.
+fn in_dialog(method: &str, local: SocketAddr, call: &str, to: &str, seq: u32) -> String {
+    format!(
+        "{method} sip:tutti@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call}{method}{seq};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:probe@{ip}>;tag=t{call}\r\nTo: {to}\r\nCall-ID: {call}@test\r\n\
+         CSeq: {seq} {method}\r\nContent-Length: 0\r\n\r\n",
+        ip = local.ip(),
+    )
+}
+
+fn ask(socket: &UdpSocket, to: SocketAddr, method: &str, ruri: &str, call: &str, sdp: &str) -> Vec<u16> {
+    let local = socket.local_addr().expect("bound");
+    socket.send_to(request(method, ruri, local, call, sdp).as_bytes(), to).expect("send");
+    statuses(socket, call, Duration::from_secs(3))
+}
+
+fn offer(codec: &str, port: u16) -> String {
+    format!(
+        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+         m=audio {port} RTP/AVP 96\r\na=rtpmap:96 {codec}\r\n"
+    )
+}
+
+/// A server (`cfg`), a room `id`, and the test's UDP socket (the caller).
+fn raw_caller(cfg: Config, id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, UdpSocket) {
+    let (rt, server) = start_with(cfg);
+    create_room(server.http_addr(), id);
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    (rt, server, socket)
+}
+
+#[test]
+fn options_answered_strangers_refused_and_garbage_survived() {
+    let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "lobby");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    let ruri = format!("sip:lobby@{sip}");
+
+    assert_eq!(ask(&socket, sip, "OPTIONS", &ruri, "probe1", ""), vec![200], "OPTIONS is answered");
+    // No Opus: 488, and nobody joined.
+    let pcmu = ask(&socket, sip, "INVITE", &ruri, "pcmu", &offer("PCMU/8000", 40_000));
+    assert_eq!(pcmu, [100, 488], "an offer without Opus: 100 Trying, then 488");
+    // A room that does not exist: 404.
+    let missing = ask(&socket, sip, "INVITE", &format!("sip:nowhere@{sip}"), "nowhere", &offer("opus/48000/2", 40_002));
+    assert_eq!(missing, [100, 404], "an unknown room: 100 Trying, then 404");
+    assert_eq!(roster(api, "lobby").len(), 0, "no participant is left behind");
+
+    // Garbage: random bytes, truncated and broken SIP; the endpoint answers on.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let good = request("INVITE", &ruri, socket.local_addr().expect("bound"), "g", &offer("opus/48000/2", 4));
+    for i in 0..600 {
+        let len = (next() % 1400) as usize;
+        let datagram: Vec<u8> = match i % 3 {
+            0 => (0..len).map(|_| next() as u8).collect(),
+            1 => good.as_bytes()[..len.min(good.len())].to_vec(),
+            _ => {
+                let mut b = good.clone().into_bytes();
+                for _ in 0..8 {
+                    let at = (next() as usize) % b.len();
+                    b[at] = next() as u8;
+                }
+                b
+            }
+        };
+        let _ = socket.send_to(&datagram, sip);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ask(&socket, sip, "OPTIONS", &ruri, "probe2", ""), vec![200], "OPTIONS answered after garbage");
+    rt.block_on(server.shutdown());
+
+    // Not from a trusted network (this server trusts 10.0.0.0/8 only): 403, counted.
+    let (rt, server) = start_with(sip_config("10.0.0.0/8"));
+    let sip = server.sip_addr().expect("the SIP edge is on");
+    create_room(server.http_addr(), "lobby");
+    let got = ask(&socket, sip, "INVITE", &format!("sip:lobby@{sip}"), "stranger", &offer("opus/48000/2", 40_004));
+    assert_eq!(got, vec![403], "an INVITE from an untrusted network");
+    assert_eq!(ask(&socket, sip, "OPTIONS", &format!("sip:lobby@{sip}"), "probe3", ""), vec![403]);
+    assert_eq!(roster(server.http_addr(), "lobby").len(), 0);
+    if let Some(m) = server.metrics_addr() {
+        let refused = scrape(m).get(&series("tutti_sip_refused_total", &[("reason", "source")])).copied();
+        assert!(refused.unwrap_or(0.0) >= 2.0, "refusals counted: {refused:?}");
+    }
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn bye_both_ways_and_cancel_leave_nothing_behind() {
+    let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "desk");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    let local = socket.local_addr().expect("bound");
+    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
+    let sdp = offer("opus/48000/2", rtp.local_addr().expect("bound").port());
+    let ruri = format!("sip:desk@{sip}");
+
+    // A call, answered with tutti's RTP in address, ACKed; the caller's BYE makes it leave.
+    socket.send_to(request("INVITE", &ruri, local, "one", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "one", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    assert!(ok.contains("m=audio ") && ok.contains("opus/48000/2") && ok.contains("c=IN IP4 127.0.0.1"), "{ok}");
+    assert!(header(&ok, "Contact", "m").contains(&sip.to_string()), "the Contact names the SIP address: {ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    assert!(to.contains("tag="), "{to}");
+    socket.send_to(in_dialog("ACK", local, "one", &to, 1).as_bytes(), sip).expect("send");
+    assert_eq!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.len() == 1), ["probe"]);
+    // A keep-alive OPTIONS within the call: 200.
+    socket.send_to(in_dialog("OPTIONS", local, "one", &to, 2).as_bytes(), sip).expect("send");
+    let ping = receive(&socket, Duration::from_secs(3), |t| header(t, "CSeq", "") == "2 OPTIONS");
+    assert!(ping.as_deref().is_some_and(|r| r.starts_with("SIP/2.0 200")), "{ping:?}");
+    socket.send_to(in_dialog("BYE", local, "one", &to, 3).as_bytes(), sip).expect("send");
+    assert!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.is_empty()).is_empty(), "BYE: the caller left");
+
+    // A call that tutti ends (an admin removes the participant): tutti sends BYE.
+    socket.send_to(request("INVITE", &ruri, local, "two", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "two", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, "two", &to, 1).as_bytes(), sip).expect("send");
+    assert_eq!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.len() == 1).len(), 1);
+    let id = room(api, "desk")["participants"][0]["id"].as_u64().expect("an id");
+    let r = common::http(api, "DELETE", &format!("/v1/rooms/desk/participants/{id}"), None, b"");
+    assert_eq!(r.status, 204, "{}", r.body);
+    let bye = next_request(&socket, "BYE", Duration::from_secs(3)).expect("tutti sends BYE to a removed caller");
+    assert_eq!(header(&bye, "Call-ID", "i"), "two@test", "{bye}");
+
+    // CANCEL right behind the INVITE: 487 (or, if the answer won the race, a 200 the
+    // caller then ends); either way nobody stays in the room.
+    socket.send_to(request("INVITE", &ruri, local, "three", &sdp).as_bytes(), sip).expect("send");
+    socket.send_to(request("CANCEL", &ruri, local, "three", "").as_bytes(), sip).expect("send");
+    let end = final_response(&socket, "three", Duration::from_secs(3)).expect("a final answer");
+    let code = &end[8..11];
+    eprintln!("INVITE then CANCEL: {code}");
+    if code == "200" {
+        let to = header(&end, "To", "t").to_owned();
+        socket.send_to(in_dialog("ACK", local, "three", &to, 1).as_bytes(), sip).expect("send");
+        socket.send_to(in_dialog("BYE", local, "three", &to, 2).as_bytes(), sip).expect("send");
+    } else {
+        assert_eq!(code, "487", "{end}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(wait_roster(api, "desk", Duration::from_secs(3), |n| n.is_empty()).is_empty(), "nobody left behind");
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn a_silent_caller_times_out_and_gets_bye() {
+    let mut cfg = sip_config("127.0.0.0/8");
+    cfg.peer_timeout_seconds = 1.0;
+    let (rt, server, socket) = raw_caller(cfg, "quiet");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    let local = socket.local_addr().expect("bound");
+    // The offer names a port that never sends: the media timeout removes the caller.
+    let sdp = offer("opus/48000/2", free_udp_port());
+    socket.send_to(request("INVITE", &format!("sip:quiet@{sip}"), local, "mute", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "mute", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, "mute", &to, 1).as_bytes(), sip).expect("send");
+    let bye = next_request(&socket, "BYE", Duration::from_secs(5)).expect("tutti sends BYE after the media timeout");
+    assert_eq!(header(&bye, "Call-ID", "i"), "mute@test", "{bye}");
+    assert!(roster(api, "quiet").is_empty(), "the timed-out caller left");
+    rt.block_on(server.shutdown());
+}
