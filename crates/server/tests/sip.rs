@@ -133,6 +133,13 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     let names = wait_roster(api, "standup", Duration::from_secs(6), |n| n.len() == 2);
     assert_eq!(names.len(), 2, "the caller joins the roster: {names:?}\nbaresip:\n{}", log());
     assert!(names.iter().any(|n| n == "caller"), "the caller is named by its From user: {names:?}");
+    // It carries the call's attributes (reserved `sip.` keys).
+    let listed = room(api, "standup");
+    let caller = listed["participants"].as_array().into_iter().flatten().find(|p| p["name"] == "caller").cloned();
+    let attributes = caller.map(|c| c["attributes"].clone()).unwrap_or_default();
+    assert_eq!(attributes["sip.from"], "caller", "{listed}");
+    assert_eq!(attributes["sip.to"], "standup", "{listed}");
+    assert!(attributes["sip.call_id"].as_str().is_some_and(|c| !c.is_empty()), "{listed}");
 
     // The WebRTC participant hears baresip's 600 Hz (judged over the last 2 s).
     let mut refs = [&mut webrtc];

@@ -18,6 +18,29 @@ use crate::room::{EventBatch, Room, RoomEvent, clean_name};
 use crate::session::join::{JoinRequest, Joined, Offer, Place};
 use crate::sync::lock;
 
+/// A call's attributes (`sip.call_id`, `sip.from` unless the caller asked
+/// for privacy, `sip.to`): reserved keys, so the participant cannot change
+/// them; each value cut to fit the attributes' bounds.
+fn call_attributes(tx: &Transaction, dialled: Option<&str>) -> crate::attributes::Attributes {
+    let fit = |v: &str| v.chars().filter(|c| !c.is_control()).take(256).collect::<String>();
+    let mut attributes = crate::attributes::Attributes::new();
+    if let Ok(c) = tx.original.call_id_header() {
+        attributes.insert("sip.call_id".to_owned(), fit(c.value()));
+    }
+    let private = tx.original.headers.iter().any(|h| {
+        let h = h.to_string().to_ascii_lowercase();
+        h.starts_with("privacy:") && (h.contains("id") || h.contains("user"))
+    });
+    let from = tx.original.from_header().ok().and_then(|f| f.uri().ok()).and_then(|u| u.auth.map(|a| a.user));
+    if let Some(from) = from.filter(|f| !private && !f.eq_ignore_ascii_case("anonymous")) {
+        attributes.insert("sip.from".to_owned(), fit(&from));
+    }
+    if let Some(to) = dialled {
+        attributes.insert("sip.to".to_owned(), fit(to));
+    }
+    attributes
+}
+
 /// Who called: `sip:<From user>@<source IP>` and the Call-ID (so two
 /// calls from one phone are two participants), at most 128 bytes.
 fn identity(tx: &Transaction, source: SocketAddr) -> (String, String) {
@@ -46,6 +69,7 @@ impl Edge {
             return;
         };
         let (identity, name) = identity(&tx, source);
+        let attributes = call_attributes(&tx, user.as_deref());
         let sdp = String::from_utf8(tx.original.body.clone()).unwrap_or_default();
         let dialog =
             match self.dialogs.get_or_create_server_invite(&tx, self.states(), None, Some(self.contact.clone())) {
@@ -62,7 +86,7 @@ impl Edge {
         let mut handling = dialog.clone();
         tokio::spawn(async move { handling.handle(&mut tx).await.ok() });
 
-        let grant = Grant::participant(room.as_str(), identity.as_str());
+        let grant = Grant { attributes, ..Grant::participant(room.as_str(), identity.as_str()) };
         let request = JoinRequest {
             room: &room,
             grant: &grant,
