@@ -73,6 +73,28 @@ enum RoomsCommand {
         /// Record it from its first join (needs `recording` configured).
         #[arg(long)]
         record: bool,
+        /// Hold everyone muted, with the hold music, until a moderator joins.
+        #[arg(long)]
+        wait_for_moderator: bool,
+        /// When the last moderator leaves: `stay`, `mute` everyone else, or `end` the room.
+        #[arg(long, value_parser = ["stay", "mute", "end"])]
+        on_moderator_leave: Option<String>,
+        /// Everyone but a moderator joins muted.
+        #[arg(long)]
+        join_muted: bool,
+    },
+    /// Sends a data message to everyone in a room (or to `--to` participants), as the backend.
+    Send {
+        /// The room's id.
+        #[arg(value_parser = room_id)]
+        room: String,
+        /// What it is about (`notice`, `chat`…).
+        topic: String,
+        /// The payload: JSON if it parses as JSON, else sent as a string.
+        payload: String,
+        /// Only these participants (repeatable).
+        #[arg(long)]
+        to: Vec<u64>,
     },
     /// Deletes a room: everyone in it is disconnected.
     Delete {
@@ -231,12 +253,23 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
             println!();
             print!("{}", participants_table(participants, &body["speakers"]));
         }
-        RoomsCommand::Create { room, max_participants, max_speakers, record } => {
+        RoomsCommand::Create {
+            room,
+            max_participants,
+            max_speakers,
+            record,
+            wait_for_moderator,
+            on_moderator_leave,
+            join_muted,
+        } => {
             let mut body = json!({});
             put(&mut body, "id", room.as_ref().map(|r| json!(r)));
             put(&mut body, "max_participants", max_participants.map(|n| json!(n)));
             put(&mut body, "max_speakers", max_speakers.map(|n| json!(n)));
             put(&mut body, "record", record.then_some(json!(true)));
+            put(&mut body, "wait_for_moderator", wait_for_moderator.then_some(json!(true)));
+            put(&mut body, "on_moderator_leave", on_moderator_leave.as_ref().map(|o| json!(o)));
+            put(&mut body, "join_muted", join_muted.then_some(json!(true)));
             let r = api.call("POST", "/v1/rooms", Some(&body))?;
             if json {
                 return print_json(&r.body);
@@ -244,6 +277,17 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
             let created = parse(&r)?;
             println!("created room {}", text(&created["id"]));
             print!("{}", rooms_table(std::slice::from_ref(&created)));
+        }
+        RoomsCommand::Send { room, topic, payload, to } => {
+            let payload = serde_json::from_str::<Value>(payload).unwrap_or_else(|_| json!(payload));
+            let mut body = json!({ "topic": topic, "payload": payload });
+            put(&mut body, "to", (!to.is_empty()).then(|| json!(to)));
+            let r = api.call("POST", &format!("/v1/rooms/{room}/data"), Some(&body))?;
+            if json {
+                return print_json(&r.body);
+            }
+            let sent = parse(&r)?;
+            println!("sent to room {room}: {} socket(s) on its node", text(&sent["sockets"]));
         }
         RoomsCommand::Delete { room } => {
             api.call("DELETE", &format!("/v1/rooms/{room}"), None)?;

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tutti_client::{JoinAs, Requester, ToneClient, request_as, run_until};
 use tutti_server::auth::{Auth, Grant, unix_now};
 
@@ -190,6 +190,18 @@ fn an_admin_manages_rooms_and_participants_with_the_cli() {
         Err(tutti_client::JoinError::Refused { status, body }) => assert_eq!(status, 403, "{body}"),
         other => panic!("a banned identity rejoined: {other:?}"),
     }
+
+    // A data message from the backend; a room created to wait for its moderator.
+    let out = ok(tutti(&served, admin, None, &["rooms", "send", ROOM, "notice", r#"{"text":"5 min left"}"#]));
+    assert!(out.contains("sent to room"), "{out}");
+    let json: Value = serde_json::from_str(&ok(tutti(
+        &served,
+        admin,
+        None,
+        &["rooms", "create", "waiting-room", "--wait-for-moderator", "--on-moderator-leave", "end", "--json"],
+    )))
+    .expect("JSON");
+    assert_eq!((&json["waiting"], &json["moderation"]["on_moderator_leave"]), (&json!(true), &json!("end")), "{json}");
 
     // Lock shows in the table; delete removes the room.
     let out = ok(tutti(&served, admin, None, &["rooms", "lock", ROOM]));
