@@ -224,23 +224,10 @@ fn fresh_token(api: &ApiState, room: &Room, grant: &Grant, text: &str) -> Option
     if msg["type"] != "token" {
         return None;
     }
-    let refused = |message: String| Refusal::new(StatusCode::BAD_REQUEST, "token_refused", message);
-    let Some(auth) = &api.auth else {
-        return Some(Err(refused("auth is disabled: this feed's access does not expire".into())));
-    };
     let token = msg["token"].as_str().unwrap_or("");
-    Some(auth.verify_until(token, unix_now()).map_err(|e| refused(format!("the new token was refused: {e}"))).and_then(
-        |(g, exp)| {
-            if g.identity != grant.identity {
-                return Err(refused(format!(
-                    "the new token is for identity '{}', not '{}'",
-                    g.identity, grant.identity
-                )));
-            }
-            may_manage(&g, &room.id, "the speaker feed").map_err(|e| refused(e.message))?;
-            Ok((g, exp))
-        },
-    ))
+    Some(super::ws::frames::fresh_grant(api, &grant.identity, token, "feed", |g| {
+        may_manage(g, &room.id, "the speaker feed").map(|_| ()).map_err(|e| e.message)
+    }))
 }
 
 /// The `speaker` message naming participant `id` (empty names once it left).

@@ -136,3 +136,32 @@ pub(crate) fn deadline_of(exp: u64) -> tokio::time::Instant {
         .map_or(LONGEST_WAIT, |at| at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO));
     tokio::time::Instant::now() + left.min(LONGEST_WAIT)
 }
+
+/// A fresh token sent over an open socket (a room socket's or a speaker
+/// feed's `token` message): its grant and expiry, if it is valid, for the
+/// same `identity`, and `still_allowed` by what the socket does (a room it
+/// may see, a feed it may read; the `Err` says why not). `what` names the
+/// socket in the messages ("socket", "feed").
+pub(crate) fn fresh_grant(
+    api: &ApiState,
+    identity: &str,
+    token: &str,
+    what: &str,
+    still_allowed: impl FnOnce(&Grant) -> Result<(), String>,
+) -> Result<(Grant, u64), Refusal> {
+    let refused = |message: String| Refusal::new(axum::http::StatusCode::BAD_REQUEST, "token_refused", message);
+    let Some(auth) = &api.auth else {
+        return Err(refused(format!("auth is disabled: this {what}'s access does not expire")));
+    };
+    let (grant, exp) = auth
+        .verify_until(token, crate::auth::unix_now())
+        .map_err(|e| refused(format!("the new token was refused: {e}")))?;
+    if grant.identity != identity {
+        return Err(refused(format!(
+            "the new token is for identity '{}', this {what}'s is '{identity}': open a new {what} for another identity",
+            grant.identity
+        )));
+    }
+    still_allowed(&grant).map_err(refused)?;
+    Ok((grant, exp))
+}

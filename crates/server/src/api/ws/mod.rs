@@ -350,24 +350,14 @@ fn warning_of(deadline: tokio::time::Instant) -> tokio::time::Instant {
 /// A `token` message: the socket's grant from now on, and its expiry, if
 /// the token is valid, for the same identity, and still lets it see the room.
 fn refresh(api: &ApiState, room: &Room, caller: &Caller, token: &str) -> Result<(Grant, u64), Refusal> {
-    let refused = |message: String| Refusal::new(axum::http::StatusCode::BAD_REQUEST, "token_refused", message);
-    let Some(auth) = &api.auth else {
-        return Err(refused("auth is disabled: this socket's access does not expire".into()));
-    };
-    let (grant, exp) =
-        auth.verify_until(token, unix_now()).map_err(|e| refused(format!("the new token was refused: {e}")))?;
-    if grant.identity != caller.grant.identity {
-        return Err(refused(format!(
-            "the new token is for identity '{}', this socket's is '{}': open a new socket for another identity",
-            grant.identity, caller.grant.identity
-        )));
-    }
-    // After a move (a breakout) the socket is in a room its token may not
-    // cover: a token for what the old one covered is as good.
-    if !grant.may_see(&room.id) && grant.room != caller.grant.room {
-        return Err(refused(format!("the new token is not for room '{}'", room.id)));
-    }
-    Ok((grant, exp))
+    frames::fresh_grant(api, &caller.grant.identity, token, "socket", |grant| {
+        // After a move (a breakout) the socket is in a room its token may not
+        // cover: a token for what the old one covered is as good.
+        if !grant.may_see(&room.id) && grant.room != caller.grant.room {
+            return Err(format!("the new token is not for room '{}'", room.id));
+        }
+        Ok(())
+    })
 }
 
 async fn session(
