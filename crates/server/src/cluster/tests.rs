@@ -53,6 +53,8 @@ fn a_redirect_ticket_carries_the_least_grant_its_request_needs() {
     // Reads: see, nothing more.
     assert_eq!(g(Method::GET, "/v1/rooms/r/recording"), (false, true, false));
     assert_eq!(g(Method::POST, "/v1/rooms/r/recording"), (false, false, true));
+    // The speaker feed: a GET an admin of the room opens (it stays one there).
+    assert_eq!(g(Method::GET, "/v1/rooms/r/speakers"), (false, false, true));
     // A listener's join stays a listener's.
     let l = least_grant(&Grant::listener("*", "bob"), "r", &Method::POST, "/v1/rooms/r/participants");
     assert_eq!((l.speak, l.listen, l.admin, l.room.as_str()), (false, true, false, "r"));

@@ -42,7 +42,9 @@ fn grants_json(grant: &Grant) -> serde_json::Value {
 pub(crate) fn least_grant(grant: &Grant, room: &str, method: &Method, path: &str) -> Grant {
     let tail = path.strip_prefix("/v1/rooms/").and_then(|p| p.strip_prefix(room));
     let participant = tail.is_some_and(|t| t == "/participants" || t.starts_with("/participants/"));
-    let read = *method == Method::GET;
+    // The speaker feed is a read (a WebSocket's GET) that only a room's admin may open.
+    let admin_read = tail == Some("/speakers");
+    let read = *method == Method::GET && !admin_read;
     Grant {
         room: room.to_owned(),
         identity: grant.identity.clone(),
