@@ -103,6 +103,9 @@ struct TokenArgs {
     /// Any key: `--set auth.secret=…` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// A token for a `tutti serve --dev` server (its fixed development secret).
+    #[arg(long, conflicts_with = "config")]
+    dev: bool,
 }
 
 /// Settings come from the defaults, then `--config`, then `TUTTI_*`
@@ -138,6 +141,11 @@ struct ServeArgs {
     /// Any key: `--set room.max_speakers=3` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Development on this machine: a fixed, public secret (links and
+    /// `tutti token --dev` survive restarts), SDK apps on any loopback port
+    /// allowed (CORS), no drain wait on Ctrl-C. Refused on a non-loopback address.
+    #[arg(long)]
+    dev: bool,
 }
 
 impl ServeArgs {
@@ -193,8 +201,11 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
     // A node's cluster settings (its own api_url, …) are no business of a
     // token: minting works in a shell set up to start a cluster node.
     let env = std::env::vars().filter(|(k, _)| !k.starts_with("TUTTI_CLUSTER_"));
-    let cfg =
+    let mut cfg =
         Config::load(args.config.as_deref(), env, &key_values(&args.set)?).context("reading the configuration")?;
+    if args.dev && cfg.auth.secret.is_empty() && cfg.auth.keys.is_empty() {
+        cfg.auth.secret = tutti_server::DEV_SECRET.to_owned();
+    }
     if cfg.auth.disabled {
         anyhow::bail!("auth.disabled is true in this configuration: the server takes no tokens");
     }
@@ -202,7 +213,7 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
         anyhow::bail!(
             "no auth.secret is configured (--config, TUTTI_AUTH_SECRET or --set auth.secret=…). \
              A server without one generates its own at start and prints a ready token; \
-             tokens minted here could not be verified by it"
+             tokens minted here could not be verified by it. For a `tutti serve --dev` server: tutti token --dev …"
         );
     }
     if args.room == "*" && !args.admin {
@@ -229,9 +240,35 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `--dev` changes of a loaded configuration; refused on a non-loopback address.
+fn dev_mode(cfg: &mut Config) -> anyhow::Result<()> {
+    if !cfg.http.ip().is_loopback() {
+        anyhow::bail!(
+            "--dev is for development on this machine only: its secret is public. The API address is {};              use a loopback one (127.0.0.1 or [::1]), or leave --dev out and configure auth.secret",
+            cfg.http
+        );
+    }
+    if cfg.auth.secret.is_empty() && cfg.auth.keys.is_empty() && !cfg.auth.disabled {
+        cfg.auth.secret = tutti_server::DEV_SECRET.to_owned();
+    }
+    if !cfg.cors.allowed_origins.iter().any(|o| o == "*") {
+        for o in tutti_server::LOOPBACK_ORIGINS {
+            if !cfg.cors.allowed_origins.iter().any(|a| a == o) {
+                cfg.cors.allowed_origins.push(o.to_owned());
+            }
+        }
+    }
+    cfg.drain_seconds = 0.0;
+    Ok(())
+}
+
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
-    let cfg = Config::load(args.config.as_deref(), std::env::vars(), &args.overrides()?)
+    let mut cfg = Config::load(args.config.as_deref(), std::env::vars(), &args.overrides()?)
         .context("reading the configuration")?;
+    if args.dev {
+        dev_mode(&mut cfg)?;
+    }
+    let dev = args.dev && cfg.auth.secret == tutti_server::DEV_SECRET;
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log.filter)
         .with_context(|| format!("log.filter '{}' is not a valid filter", cfg.log.filter))?;
     // Logs go to stderr (stdout carries the banner), coloured only on a terminal.
@@ -256,11 +293,18 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         // A closed stdout (a supervisor that stopped reading) must not stop the server.
         let mut out = std::io::stdout();
         let _ = writeln!(out, "tutti: API on http://{}  media on udp://{}", server.http_addr(), server.media_addr());
-        let _ = out.write_all(browser_link(&server).as_bytes());
+        if args.dev {
+            let _ = writeln!(
+                out,
+                "DEVELOPMENT MODE (--dev), for this machine only: {}; SDK apps on any loopback port may call the API;                  Ctrl-C stops at once (no drain)",
+                if dev { "a fixed, public secret (tokens survive restarts: `tutti token --dev …`)" } else { "your auth settings" }
+            );
+        }
+        let _ = out.write_all(browser_link(&server, dev).as_bytes());
         if let Some(addr) = server.metrics_addr() {
             let _ = writeln!(out, "metrics:        curl http://{addr}/metrics");
         }
-        let _ = out.write_all(banner(&server).as_bytes());
+        let _ = out.write_all(banner(&server, dev).as_bytes());
         let _ = out.flush();
         // A deploy is not an outage: the first signal (or an admin's
         // `POST /v1/node/drain`) drains, a second one stops at once.
@@ -300,12 +344,18 @@ fn exit_with(ok: bool) -> anyhow::Result<()> {
 
 /// How to start using the server with curl, after the address line, the
 /// browser link (below [`OPEN_IN_A_BROWSER`]) and the metrics line.
-fn banner(server: &Server) -> String {
+fn banner(server: &Server, dev: bool) -> String {
     let api = server.http_addr();
     let mut text = String::new();
     let mut auth_header = String::new();
     if let Some(token) = server.mint_token(&Grant::admin("admin"), BANNER_TOKEN_TTL) {
-        if server.secret_generated() {
+        if dev {
+            text.push_str(&format!(
+                "auth: the development secret (--dev): more tokens from `tutti token --dev --room ROOM --identity NAME`
+                 admin token (24 h): export TUTTI_TOKEN={token}
+"
+            ));
+        } else if server.secret_generated() {
             text.push_str(&format!(
                 "auth: no auth.secret configured, so one was generated: tokens work until tutti stops\n\
                  admin token (24 h): export TUTTI_TOKEN={token}\n"
@@ -335,7 +385,7 @@ fn banner(server: &Server) -> String {
 /// dies with the process anyway (a generated secret). A configured secret
 /// gets no token printed (a production log is no place for one): the line
 /// says how to make one.
-fn browser_link(server: &Server) -> String {
+fn browser_link(server: &Server, dev: bool) -> String {
     let addr = server.http_addr();
     // A browser cannot open 0.0.0.0; loopback is also a secure context (the microphone needs one).
     let host = match addr.ip() {
@@ -346,7 +396,7 @@ fn browser_link(server: &Server) -> String {
     let page = format!("http://{host}/?room={BANNER_ROOM}");
     let host_grant = Grant { admin: true, ..Grant::participant(BANNER_ROOM, "host") };
     match server.mint_token(&host_grant, BANNER_TOKEN_TTL) {
-        Some(token) if server.secret_generated() => format!(
+        Some(token) if server.secret_generated() || dev => format!(
             "{OPEN_IN_A_BROWSER}\n  {page}#token={token}\n  \
              (joins room '{BANNER_ROOM}' as its moderator, for 24 h; the page's Invite button copies a link for others)\n"
         ),

@@ -155,3 +155,71 @@ fn version_healthcheck_and_a_list_of_advertised_addresses() {
         .expect("runs");
     assert_eq!(down.status.code(), Some(1), "{down:?}");
 }
+
+/// A preflight from `origin`: its status and the allowed origin it got back.
+fn preflight(api: SocketAddr, origin: &str) -> (u16, Option<String>) {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(api).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+    let req = format!(
+        "OPTIONS /v1/rooms HTTP/1.1\r\nHost: {api}\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\n\
+         Access-Control-Request-Headers: authorization,content-type\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).expect("send");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let allowed = out
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("access-control-allow-origin:"))
+        .map(|l| l.split_once(':').map(|(_, v)| v.trim().to_owned()).unwrap_or_default());
+    (status, allowed)
+}
+
+/// `tutti serve --dev`: it says so; its tokens (the banner's, and `tutti
+/// token --dev`'s) survive a restart; an SDK app on any loopback port may
+/// call it, another origin may not; Ctrl-C (SIGTERM) stops it at once with
+/// a participant in; a non-loopback address is refused.
+#[test]
+fn the_dev_mode_keeps_its_tokens_across_restarts_allows_loopback_apps_and_stops_at_once() {
+    let mut served = serve(&["--dev"]);
+    let lines = banner(&mut served);
+    assert!(lines.iter().any(|l| l.starts_with("DEVELOPMENT MODE (--dev)")), "{lines:#?}");
+    let link = browser_link(&lines);
+    let link_token = link.split("#token=").nth(1).unwrap_or_else(|| panic!("a token in the link: {link}")).to_owned();
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["token", "--dev", "--room", "*", "--identity", "ops", "--admin"])
+        .env_remove("TUTTI_AUTH_SECRET")
+        .output()
+        .expect("tutti token runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let minted = String::from_utf8(out.stdout).expect("UTF-8").trim().to_owned();
+    assert_eq!(call(served.api, Some(&minted), "GET", "/v1/rooms", "").status, 200, "tutti token --dev works");
+    // An SDK app's dev server on a loopback port; not another site.
+    assert_eq!(preflight(served.api, "http://localhost:5173"), (200, Some("http://localhost:5173".to_owned())));
+    assert_eq!(preflight(served.api, "http://127.0.0.1:8000").1.as_deref(), Some("http://127.0.0.1:8000"));
+    assert_eq!(preflight(served.api, "https://evil.example").0, 403, "another origin is refused");
+
+    // A participant in, then SIGTERM: no drain wait.
+    assert_eq!(call(served.api, Some(&link_token), "POST", "/v1/rooms", r#"{"id":"demo"}"#).status, 201);
+    let (_client, offer) = ToneClient::offer(440.0).expect("offer");
+    assert_eq!(call(served.api, Some(&link_token), "POST", "/v1/rooms/demo/participants", &offer).status, 201);
+    let stopping = std::time::Instant::now();
+    stop(served);
+    assert!(stopping.elapsed() < std::time::Duration::from_secs(5), "stopped in {:?}", stopping.elapsed());
+
+    // Restarted: the same tokens still work.
+    let again = serve(&["--dev"]);
+    assert_eq!(call(again.api, Some(&minted), "GET", "/v1/rooms", "").status, 200, "after a restart");
+    assert_eq!(call(again.api, Some(&link_token), "GET", "/v1/rooms/demo", "").status, 404, "valid, the room gone");
+    stop(again);
+
+    // Not on an address others reach.
+    let out = Command::new(env!("CARGO_BIN_EXE_tutti"))
+        .args(["serve", "--dev", "--http", "0.0.0.0:0", "--media", "127.0.0.1:0", "--metrics", "off"])
+        .output()
+        .expect("tutti runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--dev is for development on this machine only"), "{err}");
+}

@@ -34,6 +34,12 @@ pub(crate) fn layer(cfg: &CorsConfig) -> Option<CorsLayer> {
     }
     let origin = if cfg.allowed_origins.iter().any(|o| o == "*") {
         AllowOrigin::any()
+    } else if cfg.allowed_origins.iter().any(|o| o.ends_with(":*")) {
+        // A loopback host of any port (an SDK app's dev server): matched per request.
+        let allowed = cfg.allowed_origins.clone();
+        AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+            origin.to_str().is_ok_and(|o| allowed.iter().any(|a| crate::config::origin_matches(a, o)))
+        })
     } else {
         // Checked by `CorsConfig::check` at start: every entry is a header-safe origin.
         AllowOrigin::list(cfg.allowed_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))

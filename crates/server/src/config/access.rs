@@ -9,9 +9,30 @@ use serde::{Deserialize, Serialize};
 pub struct CorsConfig {
     /// Origins (`https://app.example.com`, scheme, host and port, no path)
     /// whose pages may call the API; empty = same origin only (no CORS
-    /// headers at all). `"*"` alone = any origin: for development only.
+    /// headers at all). `"*"` alone = any origin: for development only. A
+    /// loopback host may take any port: `http://localhost:*`,
+    /// `http://127.0.0.1:*`, `http://[::1]:*` (an SDK app's dev server).
     /// Cookies are never allowed (tokens travel in `Authorization`).
     pub allowed_origins: Vec<String>,
+}
+
+/// The secret of `tutti serve --dev` and `tutti token --dev`: fixed and
+/// public (it is in the source), so links and tokens survive a restart on
+/// a developer's machine; `--dev` refuses any address but loopback.
+pub const DEV_SECRET: &str = "tutti --dev: a fixed, public development secret; never use it in production";
+
+/// The loopback origins of any port (`tutti serve --dev` allows them).
+pub const LOOPBACK_ORIGINS: [&str; 3] = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
+
+/// Whether `origin` (as a browser sends it) matches the allowed entry
+/// `entry`: the same text, or a loopback entry's any port (`…:*`).
+pub fn origin_matches(entry: &str, origin: &str) -> bool {
+    match entry.strip_suffix('*') {
+        Some(prefix) if LOOPBACK_ORIGINS.contains(&entry) => origin
+            .strip_prefix(prefix)
+            .is_some_and(|port| !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())),
+        _ => entry == origin,
+    }
 }
 
 impl CorsConfig {
@@ -25,7 +46,10 @@ impl CorsConfig {
                 Err("'*' (any origin, for development) stands alone, not beside other origins".to_owned())
             };
         }
-        for o in origins {
+        for o in origins.iter().filter(|o| !LOOPBACK_ORIGINS.contains(&o.as_str())) {
+            if o.ends_with(":*") {
+                return Err(format!("'{o}': any port (':*') is for loopback only: {}", LOOPBACK_ORIGINS.join(", ")));
+            }
             let rest = o.strip_prefix("https://").or_else(|| o.strip_prefix("http://"));
             let host_ok = rest.is_some_and(|r| {
                 !r.is_empty()

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use access::{AuthConfig, AuthKey, CorsConfig};
+pub use access::{AuthConfig, AuthKey, CorsConfig, DEV_SECRET, LOOPBACK_ORIGINS, origin_matches};
 pub use error::ConfigError;
 pub use features::{
     BreakoutSettings, PlaybackSettings, RecordingSettings, RtpInConfig, RtpOutSettings, WebhookSettings,

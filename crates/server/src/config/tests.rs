@@ -192,3 +192,19 @@ fn the_sip_edge_is_off_and_set_from_the_environment() {
     let public = SipConfig { public_address: "sip.example.com:5060".into(), ..SipConfig::default() };
     assert_eq!(public.contact(fallback, "0.0.0.0:5060".parse().expect("addr")), "sip.example.com:5060");
 }
+
+#[test]
+fn a_loopback_origin_may_take_any_port_and_no_other_host_may() {
+    use super::{CorsConfig, origin_matches};
+    let cors = |o: &[&str]| CorsConfig { allowed_origins: o.iter().map(|s| (*s).to_owned()).collect() }.check();
+    assert!(cors(&["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*", "https://app.example"]).is_ok());
+    assert!(cors(&["https://app.example:*"]).is_err_and(|e| e.contains("loopback only")));
+    assert!(origin_matches("http://localhost:*", "http://localhost:5173"));
+    assert!(!origin_matches("http://localhost:*", "http://localhost:5173.evil.example"));
+    assert!(!origin_matches("http://localhost:*", "http://localhost:"));
+    assert!(!origin_matches("http://localhost:*", "https://localhost:443"), "the scheme counts");
+    assert!(
+        origin_matches("https://app.example", "https://app.example")
+            && !origin_matches("https://app.example", "https://app.example:8443")
+    );
+}
