@@ -49,7 +49,8 @@ pub struct Limits {
     /// Data messages a sender may send at once before the rate applies.
     pub data_message_burst: u32,
     /// Largest data message payload (its JSON), in bytes; beyond: refused
-    /// (`bad_value`). Below `ws_max_message_bytes`.
+    /// (`bad_value`). A socket's whole message is also held to
+    /// `ws_max_message_bytes`, a backend's body to `max_body_bytes`.
     pub data_max_bytes: usize,
     /// Attribute key prefixes a participant may not set on itself: only its
     /// token or an admin sets them (the SIP edge's `sip.` call attributes).

@@ -101,11 +101,10 @@ impl Config {
                 "must be within 0 (no limit) to 1000000, with data_message_burst at least 1",
             );
         }
-        if l.data_max_bytes == 0 || l.data_max_bytes + 1024 > l.ws_max_message_bytes {
-            return invalid(
-                "limits.data_max_bytes",
-                "must be at least 1 and 1024 bytes below limits.ws_max_message_bytes (a message carries its payload)",
-            );
+        // A socket's message over ws_max_message_bytes is refused before it is read (1009), and a
+        // backend's body over max_body_bytes (413): those bound a payload too, whatever this says.
+        if l.data_max_bytes == 0 {
+            return invalid("limits.data_max_bytes", "must be at least 1");
         }
         if !(self.room.empty_timeout_seconds.is_finite()
             && (0.0..=31_536_000.0).contains(&self.room.empty_timeout_seconds))
