@@ -416,3 +416,49 @@ fn a_silent_caller_times_out_and_gets_bye() {
     assert!(roster(api, "quiet").is_empty(), "the timed-out caller left");
     rt.block_on(server.shutdown());
 }
+
+/// A re-INVITE of `call` (CSeq `seq`) carrying `sdp`.
+fn reinvite(local: SocketAddr, call: &str, to: &str, seq: u32, sdp: &str) -> String {
+    let head = in_dialog("INVITE", local, call, to, seq);
+    let head = head.trim_end_matches("Content-Length: 0\r\n\r\n");
+    format!(
+        "{head}Contact: <sip:probe@{local}>\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
+        sdp.len()
+    )
+}
+
+#[test]
+fn a_reinvite_holds_and_resumes_the_call() {
+    let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "hold");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    let local = socket.local_addr().expect("bound");
+    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
+    let sdp = offer("opus/48000/2", rtp.local_addr().expect("bound").port());
+    socket.send_to(request("INVITE", &format!("sip:hold@{sip}"), local, "h", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "h", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, "h", &to, 1).as_bytes(), sip).expect("send");
+    assert_eq!(wait_roster(api, "hold", Duration::from_secs(3), |n| n.len() == 1).len(), 1);
+    let muted = || room(api, "hold")["participants"][0]["muted"].as_bool();
+    assert_eq!(muted(), Some(false));
+
+    // Hold (sendonly): 200 with recvonly, the caller stays in and is muted.
+    for (seq, ask, want, mute) in [
+        (2, "a=sendonly\r\n", "a=recvonly", true),
+        (4, "a=sendrecv\r\n", "a=sendrecv", false),
+        (6, "a=inactive\r\n", "a=inactive", true),
+    ] {
+        let body = format!("{sdp}{ask}");
+        socket.send_to(reinvite(local, "h", &to, seq, &body).as_bytes(), sip).expect("send");
+        let cseq = format!("{seq} INVITE");
+        let got =
+            receive(&socket, Duration::from_secs(3), |t| t.starts_with("SIP/2.0 2") && header(t, "CSeq", "") == cseq)
+                .expect("a 200 to the re-INVITE");
+        assert!(got.contains(want) && got.contains("m=audio "), "{ask:?} answered {want}: {got}");
+        socket.send_to(in_dialog("ACK", local, "h", &to, seq).as_bytes(), sip).expect("send");
+        assert_eq!(roster(api, "hold").len(), 1, "the call goes on");
+        assert_eq!(muted(), Some(mute), "muted while held, unmuted on resume ({ask:?})");
+    }
+    rt.block_on(server.shutdown());
+}

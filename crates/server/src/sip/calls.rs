@@ -119,7 +119,7 @@ impl Edge {
         // Subscribed before the answer: a removal from now on is seen.
         let events = state.subscribe();
         let key = dialog.id().to_string();
-        lock(&self.calls).insert(key, Call { room: state.clone(), id });
+        lock(&self.calls).insert(key, Call { room: state.clone(), id, answer: answer.clone() });
         // Cancelled while joining: the dialog ended before the call was listed.
         if matches!(dialog.state(), DialogState::Terminated(..)) {
             self.hang_up(&dialog.id());

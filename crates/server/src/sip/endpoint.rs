@@ -10,7 +10,7 @@ use rsipstack::dialog::DialogId;
 use rsipstack::dialog::dialog::{DialogState, DialogStateReceiver, DialogStateSender};
 use rsipstack::dialog::dialog_layer::DialogLayer;
 use rsipstack::platform::CancellationToken;
-use rsipstack::sip::{HeadersExt, Method, StatusCode, Uri};
+use rsipstack::sip::{Header, HeadersExt, Method, StatusCode, Uri, headers::ContentType};
 use rsipstack::transaction::{Endpoint, TransactionReceiver};
 use rsipstack::transport::{TransportLayer, udp::UdpConnection};
 
@@ -23,6 +23,9 @@ use crate::sync::lock;
 pub(super) struct Call {
     pub(super) room: Arc<Room>,
     pub(super) id: u64,
+    /// tutti's last SDP answer (a re-INVITE's answer is this one, its
+    /// direction and version changed).
+    pub(super) answer: String,
 }
 
 /// The SIP edge of a server: bound at start, served until the server stops.
@@ -176,8 +179,14 @@ impl Edge {
                 DialogState::Options(_, _, handle) => {
                     handle.reply(StatusCode::OK).await.ok();
                 }
-                // Others (a re-INVITE, UPDATE, INFO) are not taken yet: dropping the
-                // handle answers 501 and the call goes on.
+                // A re-INVITE or UPDATE: hold, resume, a refresh.
+                DialogState::Updated(id, request, handle) => {
+                    let (code, body) = self.reoffer(&id, &request.body);
+                    let headers = body.as_ref().map(|_| vec![Header::ContentType(ContentType::new("application/sdp"))]);
+                    handle.respond(code, headers, body).await.ok();
+                }
+                // Others (INFO, REFER) are not taken: dropping the handle
+                // answers 501 and the call goes on.
                 _ => {}
             }
         }
@@ -192,8 +201,86 @@ impl Edge {
         }
     }
 
+    /// A new offer within call `id`: the answer (the same media address,
+    /// the direction the offer's asks), and the participant muted while
+    /// held, unmuted on resume. No offer: the current answer again.
+    fn reoffer(&self, id: &DialogId, offer: &[u8]) -> (StatusCode, Option<Vec<u8>>) {
+        let mut calls = lock(&self.calls);
+        let Some(call) = calls.get_mut(&id.to_string()) else {
+            return (StatusCode::CallTransactionDoesNotExist, None);
+        };
+        let offer = String::from_utf8_lossy(offer);
+        if offer.trim().is_empty() {
+            return (StatusCode::OK, Some(call.answer.clone().into_bytes()));
+        }
+        let direction = answer_direction(&offer);
+        call.answer = redirect(&call.answer, direction);
+        let held = direction != "sendrecv";
+        if let Err(r) = self.session.set_muted(&call.room, call.id, held) {
+            tracing::info!(participant = call.id, reason = %r.message, "SIP hold/resume: mute not changed");
+        }
+        tracing::info!(room = %call.room.id, participant = call.id, direction, "SIP re-offer answered");
+        (StatusCode::OK, Some(call.answer.clone().into_bytes()))
+    }
+
     /// A state channel for a new dialog.
     pub(super) fn states(&self) -> DialogStateSender {
         self.states.clone()
+    }
+}
+
+/// The direction that answers an offer's: hold (`sendonly`, or the old
+/// `c=` 0.0.0.0) is `recvonly`, `inactive` is `inactive`, else `sendrecv`.
+fn answer_direction(offer: &str) -> &'static str {
+    let lines = || offer.lines().map(str::trim);
+    if lines().any(|l| l == "a=inactive") {
+        "inactive"
+    } else if lines().any(|l| l == "a=sendonly" || l.starts_with("c=IN IP4 0.0.0.0")) {
+        "recvonly"
+    } else {
+        "sendrecv"
+    }
+}
+
+/// `answer` with its direction set to `direction` and its `o=` version
+/// one up (RFC 3264: a changed session description has a new version).
+fn redirect(answer: &str, direction: &str) -> String {
+    let mut out = String::with_capacity(answer.len() + 16);
+    for line in answer.lines().map(str::trim_end) {
+        if matches!(line, "a=sendrecv" | "a=sendonly" | "a=recvonly" | "a=inactive") || line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("o=") {
+            let mut fields: Vec<String> = rest.split(' ').map(str::to_owned).collect();
+            if let Some(v) = fields.get_mut(2)
+                && let Ok(n) = v.parse::<u64>()
+            {
+                *v = n.wrapping_add(1).to_string();
+            }
+            out.push_str("o=");
+            out.push_str(&fields.join(" "));
+        } else {
+            out.push_str(line);
+        }
+        out.push_str("\r\n");
+    }
+    out.push_str("a=");
+    out.push_str(direction);
+    out.push_str("\r\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{answer_direction, redirect};
+
+    #[test]
+    fn hold_resume_directions_and_version() {
+        assert_eq!(answer_direction("v=0\r\na=sendonly\r\n"), "recvonly");
+        assert_eq!(answer_direction("c=IN IP4 0.0.0.0\r\n"), "recvonly");
+        assert_eq!(answer_direction("a=inactive\r\n"), "inactive");
+        assert_eq!(answer_direction("a=sendrecv\r\n"), "sendrecv");
+        let held = redirect("v=0\r\no=- 7 2 IN IP4 1.2.3.4\r\nm=audio 5 RTP/AVP 96\r\na=sendrecv\r\n", "recvonly");
+        assert_eq!(held, "v=0\r\no=- 7 3 IN IP4 1.2.3.4\r\nm=audio 5 RTP/AVP 96\r\na=recvonly\r\n");
     }
 }
