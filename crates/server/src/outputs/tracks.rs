@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -55,7 +55,9 @@ pub(crate) struct Tracks {
     /// Only these participants (none: everyone who speaks).
     only: Option<HashSet<u64>>,
     tracks: Mutex<HashMap<u64, Track>>,
-    stopped: AtomicBool,
+    /// Set once: the feed's task ends at once (the room stops making
+    /// speaker frames for it, and a closed room, no longer ticked, is let go).
+    stopped: tokio::sync::watch::Sender<bool>,
     /// Speakers past [`MAX_TRACKS`], not recorded.
     refused: AtomicU64,
 }
@@ -80,15 +82,20 @@ impl Tracks {
             zero_tick: room.last_tick() + 1,
             only,
             tracks: Mutex::new(HashMap::new()),
-            stopped: AtomicBool::new(false),
+            stopped: tokio::sync::watch::channel(false).0,
             refused: AtomicU64::new(0),
         });
         // Internal: not one of the room's `limits.speaker_feeds_per_room`.
         if let Some(mut feed) = room.subscribe_speaker_frames(usize::MAX) {
             let me = Arc::clone(&tracks);
+            let mut stopped = tracks.stopped.subscribe();
             tokio::spawn(async move {
-                while !me.stopped.load(Ordering::Relaxed) {
-                    match feed.frames.recv().await {
+                loop {
+                    let frames = tokio::select! {
+                        f = feed.frames.recv() => f,
+                        _ = stopped.wait_for(|s| *s) => break,
+                    };
+                    match frames {
                         Ok(frames) => me.push(frames.tick, &frames.frames, &on_finish),
                         Err(RecvError::Lagged(n)) => {
                             tracing::warn!(room = %me.room.id, ticks = n, "per-speaker recording fell behind: frames lost");
@@ -103,6 +110,10 @@ impl Tracks {
 
     fn push(&self, tick: u64, frames: &[(u64, u8, bytes::Bytes)], on_finish: &FinishFor) {
         let mut tracks = lock(&self.tracks);
+        // Checked under the lock `stop` takes: no file opens after the sidecar is written.
+        if *self.stopped.borrow() {
+            return;
+        }
         for (id, _level, frame) in frames {
             if self.only.as_ref().is_some_and(|only| !only.contains(id)) {
                 continue;
@@ -140,7 +151,7 @@ impl Tracks {
     /// its first tick, when it has one). Returns the sidecar's file name.
     /// Its disk I/O is small; the caller runs it off the async threads.
     pub(crate) fn stop(&self, mix: Option<(&str, u64)>) -> Option<String> {
-        self.stopped.store(true, Ordering::Relaxed);
+        self.stopped.send_replace(true);
         let tracks = lock(&self.tracks);
         for t in tracks.values() {
             t.recorder.stop();
