@@ -40,9 +40,6 @@ pub(crate) struct Waiting {
     pub(crate) options: Moderation,
     /// Held: no moderator has joined since the room started waiting.
     pub(crate) waiting: bool,
-    /// A moderator was here and the last one left: the session layer acts
-    /// on `on_moderator_leave = "end"` (taken once).
-    pub(crate) ended: bool,
 }
 
 /// Whether `member` is a moderator.

@@ -92,6 +92,9 @@ pub(crate) struct Rooms {
     /// Effects of participants replaced by a join with their identity, for
     /// the joiner's caller to carry out ([`Rooms::take_replaced`]).
     pub(super) replaced: Mutex<Vec<Effect>>,
+    /// Rooms whose last moderator left, set to end then, for the session
+    /// layer to close ([`Rooms::take_unmoderated`]).
+    unmoderated: Mutex<Vec<(String, RoomKey)>>,
     /// What new rooms play (`[playback]`: limit and sounds).
     pub(super) playback: RwLock<playback::Defaults>,
     /// The last [`DEPARTED_KEPT`] participants that left (oldest first), so
@@ -144,6 +147,7 @@ impl Rooms {
             draining: AtomicBool::new(false),
             vacant: Mutex::new(HashMap::new()),
             replaced: Mutex::new(Vec::new()),
+            unmoderated: Mutex::new(Vec::new()),
             departed: Mutex::new(std::collections::VecDeque::new()),
             playback: RwLock::new(playback::Defaults::default()),
         })
@@ -266,6 +270,12 @@ impl Rooms {
             reaped.push(id);
         }
         reaped
+    }
+
+    /// The rooms whose last moderator left, set to end then
+    /// (`on_moderator_leave = "end"`); the caller closes them.
+    pub(crate) fn take_unmoderated(&self) -> Vec<(String, RoomKey)> {
+        std::mem::take(&mut *lock(&self.unmoderated))
     }
 
     /// The peers to close of participants that a join with their identity
@@ -391,8 +401,8 @@ impl Rooms {
         let io = lock(&self.registry).remove(PeerId(id));
         room.publish(RoomEvent::Left { id, reason: reason.as_str() });
         tracing::info!(room = %room.id, participant = id, reason = reason.as_str(), "participant left");
-        if super::moderation::is_moderator(&gone) && reason != LeaveReason::RoomClosed {
-            room.after_moderator_left();
+        if super::moderation::is_moderator(&gone) && reason != LeaveReason::RoomClosed && room.after_moderator_left() {
+            lock(&self.unmoderated).push((room.id.clone(), room.key));
         }
         let mut departed = lock(&self.departed);
         if departed.len() >= DEPARTED_KEPT {

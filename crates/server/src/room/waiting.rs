@@ -38,7 +38,7 @@ impl Room {
     }
 
     /// Whether a moderator is in the room now.
-    fn has_moderator(&self) -> bool {
+    pub(crate) fn has_moderator(&self) -> bool {
         lock(&self.members).values().any(is_moderator)
     }
 
@@ -64,31 +64,25 @@ impl Room {
     /// After a join of a moderator (`moderator`) or not: a waiting room opens.
     pub(super) fn after_join(&self, moderator: bool) {
         if moderator {
-            lock(&self.waiting).ended = false;
             self.open();
         }
     }
 
     /// After a leave of a moderator: if it was the last, `on_moderator_leave`.
-    pub(super) fn after_moderator_left(&self) {
+    /// Whether the room is to end now (`end`: the caller has the session
+    /// layer close it, unless a moderator came back meanwhile).
+    pub(super) fn after_moderator_left(&self) -> bool {
         if self.has_moderator() || self.is_closed() || self.len() == 0 {
-            return;
+            return false;
         }
         let options = self.moderation();
-        match options.on_moderator_leave {
-            OnModeratorLeave::Stay => {}
-            OnModeratorLeave::Mute => self.mute_all_but_moderators(),
-            OnModeratorLeave::End => lock(&self.waiting).ended = true,
+        if options.on_moderator_leave == OnModeratorLeave::Mute {
+            self.mute_all_but_moderators();
         }
         if options.wait_for_moderator {
             self.hold();
         }
-    }
-
-    /// Whether the last moderator left a room set to end then (once: the
-    /// session layer closes it).
-    pub(crate) fn take_ended(&self) -> bool {
-        std::mem::take(&mut lock(&self.waiting).ended)
+        options.on_moderator_leave == OnModeratorLeave::End
     }
 
     /// Holds everyone but the moderators: muted, the hold music on.

@@ -155,11 +155,12 @@ impl Sessions {
     /// Closes the rooms whose last moderator left, set to end then
     /// (`on_moderator_leave = "end"`), as a `DELETE` would.
     async fn end_unmoderated(&self) {
-        for room in self.rooms.all() {
-            if room.take_ended() {
-                tracing::info!(room = %room.id, "room closed: its last moderator left");
-                if let Err(e) = self.delete_room(&room.id).await {
-                    tracing::warn!(room = %room.id, error = %e.message, "room whose moderator left not closed");
+        for (id, key) in self.rooms.take_unmoderated() {
+            // The same room still (not one made again under its name), and no moderator came back meanwhile.
+            if self.rooms.get(&id).is_ok_and(|room| room.key == key && !room.has_moderator()) {
+                tracing::info!(room = %id, "room closed: its last moderator left");
+                if let Err(e) = self.delete_room(&id).await {
+                    tracing::warn!(room = %id, error = %e.message, "room whose moderator left not closed");
                 }
             }
         }
