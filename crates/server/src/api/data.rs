@@ -6,19 +6,20 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::access::{self as cluster, Access};
+use super::access as cluster;
 use super::body::{body, json};
+use super::recording::{RoomRequest, may_manage};
 use super::schema::ErrorBody;
 use super::state::ApiState;
-use crate::refusal::{Refusal, Refused};
+use crate::refusal::Refused;
 
 /// The route.
 pub(super) fn routes() -> Router<Arc<ApiState>> {
@@ -63,7 +64,7 @@ pub(crate) struct DataSent {
         (status = 307, description = "Cluster mode: the room is on another node; follow `Location`"),
         (status = 400, description = "`bad_json`, `bad_value` (topic, payload size, `to`)", body = ErrorBody),
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
-        (status = 403, description = "`forbidden`: not an admin of the room", body = ErrorBody),
+        (status = 403, description = "`wrong_room`, `forbidden`: not an admin of the room", body = ErrorBody),
         (status = 404, description = "`room_not_found`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`rate_limited`: more than `limits.data_messages_per_second` to this room (`Retry-After`)", body = ErrorBody),
@@ -71,24 +72,15 @@ pub(crate) struct DataSent {
 )]
 pub(crate) async fn send(
     State(api): State<Arc<ApiState>>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    target: cluster::Target,
-    query: Result<Query<Access>, axum::extract::rejection::QueryRejection>,
+    req: RoomRequest,
     raw: Result<Bytes, BytesRejection>,
 ) -> Refused<Response> {
-    let access = cluster::access(query);
-    let grant = cluster::caller(&api, &headers, &target, access.ticket.as_deref(), &room).await?;
-    if !grant.may_manage(&room) {
-        return Err(Refusal::forbidden(format!(
-            "sending to room '{room}' from the backend needs an admin token for it (participants send over their socket)"
-        )));
-    }
-    let req: SendData = json(&headers, &body(raw)?, None)?;
-    let state = match cluster::here(&api, &room, &target, &grant).await? {
+    let what = "sending a data message from the backend (participants send over their socket)";
+    let state = match req.room(&api, |g, room| may_manage(g, room, what)).await? {
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let sockets = api.session.send_data(&state, None, &req.topic, &req.payload, req.to)?;
+    let message: SendData = json(&req.headers, &body(raw)?, None)?;
+    let sockets = api.session.send_data(&state, None, &message.topic, &message.payload, message.to)?;
     Ok((StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "sockets": sockets }))).into_response())
 }
