@@ -1,5 +1,6 @@
-//! Opus at 48 kHz mono with 20 ms frames: a decoder per talking participant
-//! and an encoder per distinct output stream.
+//! Opus at 48 kHz with 20 ms frames: a (mono) decoder per talking
+//! participant and an encoder per distinct output stream, mono or, for a
+//! spatial room's stereo listeners, stereo.
 
 use bytes::Bytes;
 use opus::{Application, Bitrate, Channels};
@@ -7,6 +8,11 @@ use opus::{Application, Bitrate, Channels};
 use crate::MixError;
 use crate::config::EncoderConfig;
 use crate::dsp::{FRAME_SAMPLES, Pcm};
+use crate::spatial::Stereo;
+
+/// A stereo stream's bitrate, in percent of the mono streams' (two
+/// channels of one voice stage cost Opus far less than twice one).
+pub const STEREO_BITRATE_PERCENT: i32 = 125;
 
 /// Sample rate of every stream in tutti.
 pub const SAMPLE_RATE: u32 = 48_000;
@@ -80,6 +86,8 @@ impl Decoder {
 pub struct Encoder {
     inner: opus::Encoder,
     buf: Box<[u8; MAX_PACKET_BYTES]>,
+    /// Interleaved samples of a stereo encoder (`None`: mono).
+    interleaved: Option<Box<[f32; 2 * FRAME_SAMPLES]>>,
 }
 
 impl std::fmt::Debug for Encoder {
@@ -91,12 +99,30 @@ impl std::fmt::Debug for Encoder {
 impl Encoder {
     /// An encoder configured for voice with `cfg`.
     pub fn new(cfg: &EncoderConfig) -> Result<Self, MixError> {
-        let mut inner = opus::Encoder::new(SAMPLE_RATE, Channels::Mono, Application::Voip)?;
+        Self::with_channels(cfg, false)
+    }
+
+    /// A stereo encoder for a spatial room's render, at
+    /// [`STEREO_BITRATE_PERCENT`] of `cfg`'s bitrate.
+    pub fn stereo(cfg: &EncoderConfig) -> Result<Self, MixError> {
+        Self::with_channels(cfg, true)
+    }
+
+    fn with_channels(cfg: &EncoderConfig, stereo: bool) -> Result<Self, MixError> {
+        let channels = if stereo { Channels::Stereo } else { Channels::Mono };
+        let mut inner = opus::Encoder::new(SAMPLE_RATE, channels, Application::Voip)?;
         inner.set_complexity(cfg.complexity)?;
-        inner.set_bitrate(Bitrate::Bits(cfg.bitrate_bps))?;
+        let bitrate = if stereo { cfg.bitrate_bps / 100 * STEREO_BITRATE_PERCENT } else { cfg.bitrate_bps };
+        inner.set_bitrate(Bitrate::Bits(bitrate))?;
         inner.set_inband_fec(cfg.inband_fec)?;
         inner.set_packet_loss_perc(if cfg.inband_fec { cfg.expected_loss_percent } else { 0 })?;
-        Ok(Self { inner, buf: Box::new([0; MAX_PACKET_BYTES]) })
+        let interleaved = stereo.then(|| Box::new([0.0; 2 * FRAME_SAMPLES]));
+        Ok(Self { inner, buf: Box::new([0; MAX_PACKET_BYTES]), interleaved })
+    }
+
+    /// Whether this encoder codes two channels.
+    pub fn is_stereo(&self) -> bool {
+        self.interleaved.is_some()
     }
 
     /// Forgets all history (an encoder taken from the spare list for a new stream).
@@ -123,8 +149,38 @@ impl Encoder {
 
     /// Encodes one 20 ms frame. On the (unexpected) event of a libopus
     /// failure the result is an empty payload, which the transport skips.
+    /// A stereo encoder codes the frame in both channels (the middle seat).
     pub fn encode(&mut self, pcm: &Pcm) -> Bytes {
-        match self.inner.encode_float(pcm, &mut self.buf[..]) {
+        let result = match &mut self.interleaved {
+            None => self.inner.encode_float(pcm, &mut self.buf[..]),
+            Some(both) => {
+                for (i, &x) in pcm.iter().enumerate() {
+                    both[2 * i] = x;
+                    both[2 * i + 1] = x;
+                }
+                self.inner.encode_float(&both[..], &mut self.buf[..])
+            }
+        };
+        match result {
+            Ok(n) => Bytes::copy_from_slice(&self.buf[..n]),
+            Err(_) => Bytes::new(),
+        }
+    }
+
+    /// Encodes one 20 ms stereo frame (a mono encoder codes its downmix).
+    pub fn encode_stereo(&mut self, frame: &Stereo) -> Bytes {
+        let result = match &mut self.interleaved {
+            Some(both) => {
+                frame.interleave(both);
+                self.inner.encode_float(&both[..], &mut self.buf[..])
+            }
+            None => {
+                let mut mono = [0.0; FRAME_SAMPLES];
+                frame.downmix(&mut mono);
+                self.inner.encode_float(&mono, &mut self.buf[..])
+            }
+        };
+        match result {
             Ok(n) => Bytes::copy_from_slice(&self.buf[..n]),
             Err(_) => Bytes::new(),
         }

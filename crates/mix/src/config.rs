@@ -116,6 +116,10 @@ pub struct RoomConfig {
     /// dBFS, −40 to −6. Default −23 (headroom for several speakers summed
     /// before the limiter).
     pub loudness_target_dbfs: f32,
+    /// Speakers sit on seats of an arc and the mix is rendered in stereo for
+    /// the participants who asked for it ([`crate::Room::set_stereo`]), in
+    /// mono (the stereo render's channels averaged) for the others. Default off.
+    pub spatial: bool,
 }
 
 /// Ticks between two DTX frames sent to a listener while nobody speaks (400 ms).
@@ -145,6 +149,7 @@ impl Default for RoomConfig {
             noise_suppression: NoiseSuppression::Auto,
             loudness: false,
             loudness_target_dbfs: DEFAULT_LOUDNESS_TARGET_DBFS,
+            spatial: false,
         }
     }
 }

@@ -37,6 +37,9 @@ pub enum MixError {
     /// The room holds [`crate::MAX_CHANNELS`] whisper channels already.
     #[error("the room has {0} whisper channels already")]
     TooManyChannels(usize),
+    /// A seat outside the arc (see [`crate::MAX_SEAT`]).
+    #[error("seat {0} is not on the arc (-{max}..={max})", max = crate::MAX_SEAT)]
+    InvalidSeat(i8),
     /// libopus refused to create or configure a codec state.
     #[error("opus: {0}")]
     Codec(#[from] opus::Error),

@@ -91,6 +91,20 @@
 //! through real Opus. A room without remotes and without a selection from
 //! outside runs as before (one branch per participant per tick).
 //!
+//! ## Spatial rooms
+//!
+//! With [`RoomConfig::spatial`] every speaker sits on a seat of an arc
+//! ([`Room::set_seat`]; by default [`default_seat`] of their id, the server
+//! sets one from their identity), seats of the selected speakers never
+//! collide while free ones exist, and the tick renders the mix once in
+//! stereo for the participants marked with [`Room::set_stereo`] (one stereo
+//! encode for all of them, a stereo N-minus-self for each such speaker) and
+//! once in mono, the two channels averaged, for everyone else and the
+//! room's outputs. A room with stereo listeners mixes a lone speaker rather
+//! than forwarding their mono frame (it would be heard from the middle):
+//! at most K+2 encodes a tick. Whisper channels' mixes stay mono.
+//! `tests/spatial.rs` checks the render per channel.
+//!
 //! ## Voice processing
 //!
 //! Only the selected speakers' voices are processed, so the cost is O(K):
@@ -149,9 +163,10 @@ mod jitter;
 mod pool;
 mod probe;
 mod room;
+mod spatial;
 mod voice;
 
-pub use codec::{DecodeFailure, Decoder, Encoder, SAMPLE_RATE};
+pub use codec::{DecodeFailure, Decoder, Encoder, SAMPLE_RATE, STEREO_BITRATE_PERCENT};
 pub use config::{DTX_INTERVAL_TICKS, EncoderConfig, JitterConfig, MAX_SPEAKERS, RoomConfig, SpeakerLimit};
 pub use dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, goertzel, level_of, mix_minus, tone};
 pub use error::MixError;
@@ -162,6 +177,9 @@ pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
 pub use room::{
     ActiveSpeaker, ChannelId, Delivery, LocalCandidate, MAX_CHANNELS, MAX_GAIN, MAX_SHED_LEVEL, MixMode,
     ParticipantStats, Room, TalkEvent, TickReport, VoiceStatus,
+};
+pub use spatial::{
+    MAX_SEAT, SEATS, Stereo, accumulate_scaled, default_seat, minus_scaled, mono_gain, place, seat_gains,
 };
 pub use voice::{
     DEFAULT_LOUDNESS_TARGET_DBFS, LOUDNESS_GATE_DBFS, LOUDNESS_MAX_GAIN_DB, NoiseSuppression, NoiseSuppressor,

@@ -15,6 +15,7 @@
 //!   from forwarding to the mix;
 //! - `delivery`: what a participant is sent and the encoded streams behind it;
 //! - `channel` and `whisper`: whisper channels and their pass of a tick;
+//! - `seats`: a spatial room's seats and stereo listeners;
 //! - `shed`: cost shedding under load;
 //! - `remote`: remotes and the selection across nodes;
 //! - `report`: what a tick and a participant report.
@@ -26,6 +27,7 @@ mod mode;
 mod participant;
 mod remote;
 mod report;
+mod seats;
 mod select;
 mod shard;
 mod shed;
@@ -95,6 +97,12 @@ pub struct Room {
     listener: Stream,
     /// What every participant who is not a selected speaker is sent after the last tick.
     listener_out: Delivery,
+    /// A spatial room's stereo listeners' stream (made at the first tick that needs it).
+    stereo_listener: Option<Stream>,
+    /// What a stereo listener who is not a selected speaker is sent after the last tick.
+    stereo_out: Delivery,
+    /// Participants marked stereo ([`Room::set_stereo`]), sources and remotes not counted.
+    stereo_members: usize,
     /// How the last tick served the listeners.
     mode: MixMode,
     /// Ticks of mix in a row with exactly one speaker (for `mix_hold_ticks`).
@@ -135,8 +143,7 @@ impl Room {
     /// An empty room. Fails on an invalid configuration.
     pub fn new(cfg: RoomConfig) -> Result<Self, MixError> {
         cfg.validate()?;
-        let listener =
-            Stream { encoder: Encoder::new(&cfg.encoder)?, limiter: Limiter::default(), payload: Bytes::new() };
+        let listener = Stream::new(Encoder::new(&cfg.encoder)?, Limiter::default());
         Ok(Self {
             cfg,
             shards: Vec::new(),
@@ -144,6 +151,9 @@ impl Room {
             selected: Vec::new(),
             listener,
             listener_out: Delivery::Nothing,
+            stereo_listener: None,
+            stereo_out: Delivery::Nothing,
+            stereo_members: 0,
             mode: MixMode::Silent,
             alone_for: 0,
             recent: Vec::with_capacity(PRIME_FRAMES + 1),
@@ -257,7 +267,18 @@ impl Room {
         {
             return &ch.out;
         }
+        if p.stereo && self.cfg.spatial {
+            return &self.stereo_out;
+        }
         &self.listener_out
+    }
+
+    /// What a stereo listener of a spatial room who is not a selected
+    /// speaker is sent after the last tick (the same as
+    /// [`Room::listener_delivery`] in a room that is not spatial, or
+    /// without stereo listeners).
+    pub fn stereo_listener_delivery(&self) -> &Delivery {
+        if self.cfg.spatial && self.stereo_members > 0 { &self.stereo_out } else { &self.listener_out }
     }
 
     /// How the last tick served the listeners.

@@ -9,6 +9,7 @@ use crate::ParticipantId;
 use crate::Room;
 use crate::codec::Encoder;
 use crate::dsp::{Limiter, Pcm, mix_minus};
+use crate::spatial::{Stereo, minus_scaled, mono_gain};
 
 /// An empty payload, for the participants sent nothing.
 static EMPTY: Bytes = Bytes::new();
@@ -70,8 +71,18 @@ pub enum MixMode {
 #[derive(Debug)]
 pub(super) struct Stream {
     pub(super) encoder: Encoder,
+    /// The (left channel's) limiter.
     pub(super) limiter: Limiter,
+    /// The right channel's limiter, of a stereo stream.
+    pub(super) limiter_r: Limiter,
     pub(super) payload: Bytes,
+}
+
+/// What a spatial tick rendered: the mono mix every stream can take, and
+/// the stereo one when any stereo stream is encoded.
+pub(super) struct Render<'a> {
+    pub(super) mono: &'a Pcm,
+    pub(super) stereo: Option<&'a Stereo>,
 }
 
 #[derive(Debug)]
@@ -85,9 +96,40 @@ pub(super) struct Selected {
     /// A source ([`Room::add_source`]) or a remote ([`Room::add_remote`]):
     /// never sent anything, so never encoded for.
     pub(super) source: bool,
+    /// Their seat in a spatial room (placed at selection, kept while they
+    /// are selected; `None` until placed).
+    pub(super) seat: Option<i8>,
 }
 
 impl Stream {
+    pub(super) fn new(encoder: Encoder, limiter: Limiter) -> Self {
+        Self { encoder, limiter_r: limiter.clone(), limiter, payload: Bytes::new() }
+    }
+
+    /// Encodes a spatial render without `own` (at `seat`): in stereo when
+    /// this stream is stereo and the render has a stereo mix, else in mono.
+    pub(super) fn encode_render(&mut self, render: &Render<'_>, own: Option<(&Pcm, i8)>) {
+        match render.stereo {
+            Some(stereo) if self.encoder.is_stereo() => {
+                let mut mix = stereo.clone();
+                if let Some((own, seat)) = own {
+                    stereo.minus(own, seat, &mut mix);
+                }
+                self.limiter.process(&mut mix.left);
+                self.limiter_r.process(&mut mix.right);
+                self.payload = self.encoder.encode_stereo(&mix);
+            }
+            _ => {
+                let mut mix = *render.mono;
+                if let Some((own, seat)) = own {
+                    minus_scaled(render.mono, own, mono_gain(seat), &mut mix);
+                }
+                self.limiter.process(&mut mix);
+                self.payload = self.encoder.encode(&mix);
+            }
+        }
+    }
+
     pub(super) fn encode(&mut self, total: &Pcm, own: Option<&Pcm>) {
         let mut mix = *total;
         if let Some(own) = own {

@@ -8,6 +8,7 @@ use super::report::{ParticipantStats, VoiceStatus};
 use super::shard::Shard;
 use crate::config::{RoomConfig, SpeakerLimit};
 use crate::jitter::{JitterBuffer, Packet, Playout, PushOutcome};
+use crate::spatial::default_seat;
 use crate::voice::NoiseSuppression;
 use crate::{MixError, ParticipantId};
 
@@ -111,6 +112,8 @@ impl Room {
             remote,
             feed: remote.then(Box::default),
             channel: None,
+            seat: default_seat(&id.0.to_le_bytes()),
+            stereo: false,
         });
         self.index.insert(id, (s, shard.members.len() - 1));
         self.sources += usize::from(source);
@@ -126,6 +129,7 @@ impl Room {
         if let Some(moved) = members.get(i) {
             self.index.insert(moved.id, (s, i));
         }
+        self.stereo_members -= usize::from(gone.stereo);
         self.sources -= usize::from(gone.source);
         self.remotes -= usize::from(gone.remote);
         if let Some((c, _)) = gone.channel

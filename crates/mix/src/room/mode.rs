@@ -28,8 +28,10 @@ impl Room {
         let mode = match room_speakers {
             [] if cfg.dtx => MixMode::Silent,
             // A speaker whose voice is processed is decoded, processed and
-            // encoded even alone: forwarding would skip the processing.
-            [only] if cfg.passthrough && !self.processed(*only) => {
+            // encoded even alone: forwarding would skip the processing. So
+            // is one of a spatial room with stereo listeners: a forwarded
+            // frame would be heard from the middle, not from their seat.
+            [only] if cfg.passthrough && !self.processed(*only) && !self.renders_stereo() => {
                 // Switch in a pause: the listeners' decoders then change
                 // streams while there is nothing to hear.
                 let quiet = self

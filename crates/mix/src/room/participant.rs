@@ -109,6 +109,10 @@ pub(super) struct Participant {
     pub(super) feed: Option<Box<RemoteFeed>>,
     /// Their whisper channel, and whether they whisper in it (else they listen).
     pub(super) channel: Option<(ChannelId, bool)>,
+    /// Their seat in a spatial room, as preferred ([`Room::set_seat`]).
+    pub(super) seat: i8,
+    /// They take the stereo render in a spatial room ([`Room::set_stereo`]).
+    pub(super) stereo: bool,
 }
 
 impl DecodeState {

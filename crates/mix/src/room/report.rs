@@ -19,6 +19,8 @@ pub struct ActiveSpeaker {
     pub id: ParticipantId,
     /// RFC 6464 level of their frame this tick (127 when they sent none).
     pub level: u8,
+    /// Their seat in a spatial room (`None` in a room that is not spatial).
+    pub seat: Option<i8>,
 }
 
 /// A change in a participant's talking state (for talking indicators).

@@ -2,8 +2,6 @@
 //! and unseating speakers (each with a stream of their own), and the
 //! loudness from which an unlevelled talker could challenge a speaker.
 
-use bytes::Bytes;
-
 use super::Room;
 use super::delivery::{Delivery, Selected, Stream};
 use super::participant::{CHALLENGE_MARGIN_DB, Participant};
@@ -97,30 +95,38 @@ impl Room {
     }
 
     pub(super) fn add_speaker(&mut self, id: ParticipantId) {
-        let encoder = match self.spare_encoders.pop() {
-            Some(mut e) => {
-                e.reset();
-                e
-            }
-            None => match Encoder::new(&self.speaker_encoder_config()) {
-                Ok(e) => e,
-                // libopus out of memory: this challenger is not selected this tick.
-                Err(_) => return,
-            },
+        let stereo = self.wants_stereo(id);
+        let Some(encoder) = self.spare_encoder(stereo) else {
+            // libopus out of memory: this challenger is not selected this tick.
+            return;
         };
         // Start at the listener stream's limiter gain so the level is continuous.
         let limiter = self.listener.limiter.clone();
         let source = self.participant(id).is_ok_and(|p| p.source || p.remote);
         self.selected.push(Selected {
             id,
-            stream: Stream { encoder, limiter, payload: Bytes::new() },
+            stream: Stream::new(encoder, limiter),
             out: Delivery::Nothing,
             idle: false,
             source,
+            seat: None,
         });
         let slot = self.selected.len() - 1;
         if let Ok(p) = self.participant_mut(id) {
             p.slot = Some(slot);
+        }
+    }
+
+    /// A speaker's stream encoder: a spare one of the right kind, reset, or a new one.
+    pub(super) fn spare_encoder(&mut self, stereo: bool) -> Option<Encoder> {
+        match self.spare_encoders.iter().rposition(|e| e.is_stereo() == stereo) {
+            Some(n) => {
+                let mut e = self.spare_encoders.swap_remove(n);
+                e.reset();
+                Some(e)
+            }
+            None if stereo => Encoder::stereo(&self.speaker_encoder_config()).ok(),
+            None => Encoder::new(&self.speaker_encoder_config()).ok(),
         }
     }
 

@@ -24,6 +24,9 @@ impl Room {
         let complexity = self.encoder_config().complexity;
         let speaker_complexity = self.speaker_encoder_config().complexity;
         self.listener.encoder.set_complexity(complexity);
+        if let Some(stereo) = &mut self.stereo_listener {
+            stereo.encoder.set_complexity(complexity);
+        }
         for sel in &mut self.selected {
             sel.stream.encoder.set_complexity(speaker_complexity);
         }

@@ -7,14 +7,16 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::channel::ChannelId;
-use super::delivery::{Delivery, MixMode, Selected};
+use super::delivery::{Delivery, MixMode, Render, Selected, Stream};
 use super::report::{ActiveSpeaker, TickReport};
 use super::shard::Observed;
 use super::{PRIME_FRAMES, Room};
+use crate::codec::Encoder;
 use crate::config::DTX_INTERVAL_TICKS;
 use crate::dsp::{FRAME_SAMPLES, Pcm, accumulate};
 use crate::jitter::Playout;
 use crate::probe::inspect;
+use crate::spatial::{Stereo, accumulate_scaled, mono_gain};
 use crate::{MixPool, ParticipantId};
 
 /// After a switch from forwarded frames to the mix, the listener encoder
@@ -91,6 +93,9 @@ impl Room {
 
         // B: merge the shards' candidates with the current speakers (O(shards·K)).
         self.select(k);
+        if self.cfg.spatial {
+            self.place_speakers();
+        }
         // Whisper channels: each selected speaker's channel, and which
         // channels have a selected whisperer (their members hear a mix of
         // their own). The room's mode is chosen on the room's speakers only.
@@ -182,6 +187,9 @@ impl Room {
                     // look-ahead holds stale audio. Start them afresh, and
                     // after forwarded frames continue what listeners heard.
                     self.listener.encoder.reset();
+                    if let Some(stereo) = &mut self.stereo_listener {
+                        stereo.encoder.reset();
+                    }
                     for sel in &mut self.selected {
                         sel.stream.encoder.reset();
                     }
@@ -214,7 +222,17 @@ impl Room {
                 // D: total = Σ speakers; K+1 limited, encoded streams, in parallel.
                 // Whisperers are not in the room's total, and the speakers
                 // whose channel is active are encoded by the whisper pass.
+                let spatial = self.cfg.spatial;
+                let stereo_on = self.renders_stereo();
+                if stereo_on && self.stereo_listener.is_none() {
+                    // The first tick with stereo listeners; libopus out of
+                    // memory leaves them the mono render, as listeners.
+                    self.stereo_listener = Encoder::stereo(&self.encoder_config())
+                        .ok()
+                        .map(|e| Stream::new(e, self.listener.limiter.clone()));
+                }
                 let mut total = [0.0f32; FRAME_SAMPLES];
+                let mut stereo = stereo_on.then(Stereo::default);
                 let mut own: Vec<(Option<&Pcm>, bool)> = Vec::with_capacity(self.selected.len());
                 for (n, sel) in self.selected.iter().enumerate() {
                     let (s, i) = self.index[&sel.id];
@@ -223,17 +241,29 @@ impl Room {
                     if let Some(pcm) = pcm
                         && !whispers(n)
                     {
-                        accumulate(&mut total, pcm);
+                        if spatial {
+                            let seat = sel.seat.unwrap_or(0);
+                            accumulate_scaled(&mut total, pcm, mono_gain(seat));
+                            if let Some(stereo) = &mut stereo {
+                                stereo.add(pcm, seat);
+                            }
+                        } else {
+                            accumulate(&mut total, pcm);
+                        }
                     }
                     own.push((pcm, handled(n)));
                 }
+                let render = Render { mono: &total, stereo: stereo.as_ref() };
                 let listener = &mut self.listener;
+                let stereo_listener = if stereo_on { self.stereo_listener.as_mut() } else { None };
+                let stereo_encoded = stereo_listener.is_some();
                 let selected = &mut self.selected;
                 // A lone mixed speaker (their voice processed, or pass-through
                 // off) hears nobody: the DTX cadence, not an encode of silence
                 // (with `dtx` off, encoded silence as before).
                 let alone = room_speakers.len() == 1 && self.cfg.dtx;
                 let dtx_out = &dtx_out;
+                let render = &render;
                 let speaker = |(sel, (own, handled)): (&mut Selected, &(Option<&Pcm>, bool))| {
                     if *handled {
                         return;
@@ -253,20 +283,32 @@ impl Room {
                         // Its last input is stale: start afresh, as a new speaker's does.
                         sel.stream.encoder.reset();
                     }
-                    sel.stream.encode(&total, *own);
+                    if spatial {
+                        let seat = sel.seat.unwrap_or(0);
+                        sel.stream.encode_render(render, own.map(|own| (own, seat)));
+                    } else {
+                        sel.stream.encode(&total, *own);
+                    }
                     sel.out = Delivery::Mix(sel.stream.payload.clone());
                 };
-                if parallel {
-                    rayon::join(
-                        || listener.encode(&total, None),
-                        || selected.par_iter_mut().zip(own.par_iter()).for_each(speaker),
-                    );
-                } else {
+                let listeners = || {
                     listener.encode(&total, None);
+                    if let Some(stereo) = stereo_listener {
+                        stereo.encode_render(render, None);
+                    }
+                };
+                if parallel {
+                    rayon::join(listeners, || selected.par_iter_mut().zip(own.par_iter()).for_each(speaker));
+                } else {
+                    listeners();
                     selected.iter_mut().zip(own.iter()).for_each(speaker);
                 }
                 drop(own);
                 self.listener_out = Delivery::Mix(self.listener.payload.clone());
+                self.stereo_out = match (&self.stereo_listener, stereo_encoded) {
+                    (Some(stereo), true) => Delivery::Mix(stereo.payload.clone()),
+                    _ => self.listener_out.clone(),
+                };
                 if self.independent_left > 0 {
                     self.independent_left -= 1;
                     if self.independent_left == 0 {
@@ -274,6 +316,7 @@ impl Room {
                     }
                 }
                 let unhandled = self.selected.iter().enumerate().filter(|(n, sel)| !sel.source && !handled(*n)).count();
+                encodes += usize::from(stereo_encoded);
                 if alone {
                     encodes += 1;
                     dtx += usize::from(dtx_due && unhandled == 1);
@@ -281,6 +324,9 @@ impl Room {
                     encodes += 1 + unhandled;
                 }
             }
+        }
+        if mode != MixMode::Mix {
+            self.stereo_out = self.listener_out.clone();
         }
         self.mode = mode;
         let mut whisper_encodes = 0;
@@ -297,6 +343,7 @@ impl Room {
             ch.idle |= !ch.active;
         }
 
+        let spatial = self.cfg.spatial;
         let speakers: Arc<[ActiveSpeaker]> = if self.selected.is_empty() {
             self.no_speakers.clone()
         } else {
@@ -304,7 +351,11 @@ impl Room {
                 .iter()
                 .map(|sel| {
                     let (s, i) = self.index[&sel.id];
-                    ActiveSpeaker { id: sel.id, level: self.shards[s].members[i].level }
+                    ActiveSpeaker {
+                        id: sel.id,
+                        level: self.shards[s].members[i].level,
+                        seat: sel.seat.filter(|_| spatial),
+                    }
                 })
                 .collect()
         };

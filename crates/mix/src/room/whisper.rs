@@ -2,8 +2,6 @@
 //! pass of a tick, which encodes one "room + channel" mix per channel with a
 //! selected whisperer and the N-minus-self of each selected speaker in it.
 
-use bytes::Bytes;
-
 use super::Room;
 use super::channel::{Channel, ChannelId, MAX_CHANNELS};
 use super::delivery::{Delivery, Stream};
@@ -47,11 +45,7 @@ impl Room {
         if exists {
             self.clear_channel(id);
         } else {
-            let stream = Stream {
-                encoder: Encoder::new(&self.encoder_config())?,
-                limiter: Limiter::default(),
-                payload: Bytes::new(),
-            };
+            let stream = Stream::new(Encoder::new(&self.encoder_config())?, Limiter::default());
             self.channels.push(Channel { id, stream, out: Delivery::Nothing, active: false, idle: true, members: 0 });
         }
         let mut members = 0;
