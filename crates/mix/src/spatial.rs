@@ -99,9 +99,10 @@ impl Stereo {
     /// seated speaker hears, each channel exactly N-minus-self.
     pub fn minus(&self, own: &Pcm, seat: i8, out: &mut Stereo) {
         let (gl, gr) = seat_gains(seat);
-        for i in 0..FRAME_SAMPLES {
-            out.left[i] = self.left[i] - gl * own[i];
-            out.right[i] = self.right[i] - gr * own[i];
+        let outs = out.left.iter_mut().zip(out.right.iter_mut());
+        for (((ol, or), (&l, &r)), &x) in outs.zip(self.left.iter().zip(&self.right)).zip(own) {
+            *ol = l - gl * x;
+            *or = r - gr * x;
         }
     }
 
