@@ -17,6 +17,13 @@
 //! encode every tick, as before), and the naive per-participant encode;
 //! it writes `fleet.md` and `fleet.svg` next to the others.
 //!
+//! Pool sizes come from `TUTTI_BENCH_THREADS` (for example `1,2,4,8,16`),
+//! by default 1 and 2, so the same bench draws the curve on a bigger machine.
+//!
+//! The spatial figures (`cargo bench --bench mixer -- spatial` runs them
+//! alone): a spatial room of 500 and of 1,000, 10 % talking, against the
+//! same room mono, ticks alternated; `spatial.md` holds them.
+//!
 //! The voice figures (`cargo bench --bench mixer -- voice` runs them alone)
 //! price noise suppression (RNNoise) and loudness normalisation: one room of
 //! 100 with K talkers, both on against both off, ticks alternated (so a
@@ -127,9 +134,17 @@ fn push_tick(room: &mut Room, frames: &Frames, pattern: Pattern, n: usize, t: u6
     }
 }
 
+/// Pool sizes to run: `TUTTI_BENCH_THREADS` (a comma-separated list, such
+/// as `1,2,4,8,16` on a bigger machine), by default 1 and 2.
+fn pool_threads() -> Vec<usize> {
+    let list = std::env::var("TUTTI_BENCH_THREADS").unwrap_or_default();
+    let threads: Vec<usize> = list.split(',').filter_map(|t| t.trim().parse().ok()).filter(|&t| t > 0).collect();
+    if threads.is_empty() { vec![1, 2] } else { threads }
+}
+
 fn bench_tutti(c: &mut Criterion, frames: &Frames) {
     for pattern in [Pattern::Talk5, Pattern::Talk100] {
-        for threads in [1, 2] {
+        for threads in pool_threads() {
             let pool = MixPool::new(threads).expect("pool");
             let mut group = c.benchmark_group(format!("tutti/{}/{threads}-thread", pattern.name().replace(' ', "-")));
             group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
@@ -240,7 +255,7 @@ fn bench_ceiling(c: &mut Criterion) {
     let pcm: Vec<Pcm> = (0..6).map(|k| tone(300.0 + 50.0 * k as f32, 0.3, 0)).collect();
     let mut group = c.benchmark_group("ceiling/6-encodes");
     group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
-    for threads in [1, 2] {
+    for threads in pool_threads() {
         let pool = MixPool::new(threads).expect("pool");
         let mut encoders: Vec<Encoder> =
             (0..6).map(|_| Encoder::new(&EncoderConfig::default()).expect("encoder")).collect();
@@ -330,6 +345,91 @@ fn bench_paired(frames: &Frames) {
         ));
     }
     *PAIRED.lock().expect("not poisoned") = lines;
+}
+
+/// Room sizes of the spatial figures.
+const SPATIAL_N: [usize; 2] = [500, 1_000];
+/// Alternated ticks per spatial case (after 50 warm-up ticks each).
+const SPATIAL_ROUNDS: usize = 400;
+
+/// A room of `n`: spatial or not, every `stereo_every`-th participant asking for stereo.
+fn spatial_room(n: usize, spatial: bool, stereo_every: usize) -> Room {
+    let mut room = Room::new(RoomConfig { spatial, ..RoomConfig::default() }).expect("room");
+    for i in 0..n {
+        let id = ParticipantId(i as u64);
+        room.add_participant(id).expect("join");
+        if stereo_every > 0 && i.is_multiple_of(stereo_every) {
+            room.set_stereo(id, true).expect("stereo");
+        }
+    }
+    room
+}
+
+/// 10 % of the room talks, each at its own level; the rest send silence.
+fn push_tenth(room: &mut Room, frames: &Frames, n: usize, t: u64) {
+    for i in 0..n {
+        let level = if i.is_multiple_of(10) { 20 + ((i / 10) % 40) as u8 } else { 127 };
+        let packet = Packet {
+            seq: t as u16,
+            timestamp: (t as u32).wrapping_mul(960),
+            payload: frames.payload(level, t),
+            level: Some(level),
+        };
+        room.push_packet(ParticipantId(i as u64), packet).expect("in room");
+    }
+}
+
+/// The spatial figures (`cargo bench --bench mixer -- spatial`): a tick of
+/// a spatial room against the same room mono, alternated tick by tick, on
+/// each pool size of [`pool_threads`].
+fn bench_spatial(frames: &Frames) {
+    let mut lines = vec![
+        "| room | stereo listeners | pool threads | mono, ms/tick | spatial, ms/tick | spatial / mono | µs per participant (spatial) | encodes per tick (mono → spatial) |".to_owned(),
+        "|---|---|---:|---:|---:|---:|---:|---|".to_owned(),
+    ];
+    for threads in pool_threads() {
+        let pool = MixPool::new(threads).expect("pool");
+        for n in SPATIAL_N {
+            for (who, every) in [("all", 1), ("half", 2)] {
+                let mono = std::cell::RefCell::new(spatial_room(n, false, every));
+                let spatial = std::cell::RefCell::new(spatial_room(n, true, every));
+                let t = std::cell::Cell::new(0u64);
+                let step = |room: &std::cell::RefCell<Room>| {
+                    let mut room = room.borrow_mut();
+                    push_tenth(&mut room, frames, n, t.get());
+                    room.tick(&pool, t.get())
+                };
+                for _ in 0..50 {
+                    t.set(t.get() + 1);
+                    step(&mono);
+                    step(&spatial);
+                }
+                let encodes = std::cell::Cell::new((0, 0));
+                let (m_mono, m_spatial) = paired(
+                    SPATIAL_ROUNDS,
+                    |_| t.set(t.get() + 1),
+                    || encodes.set((step(&mono).encodes, encodes.get().1)),
+                    || encodes.set((encodes.get().0, step(&spatial).encodes)),
+                );
+                let (e_mono, e_spatial) = encodes.get();
+                lines.push(format!(
+                    "| {n}, 10 % talking | {who} | {threads} | {m_mono:.3} | {m_spatial:.3} | {:.2}x | {:.2} | {e_mono} → {e_spatial} |",
+                    m_spatial / m_mono,
+                    m_spatial * 1e3 / n as f64
+                ));
+            }
+        }
+    }
+    let text = format!(
+        "# Spatial rooms: the mixer's cost\n\nOne tick, a spatial room against the same room mono, medians of \
+         {SPATIAL_ROUNDS} ticks alternated. On a shared machine the absolute figures are noisy; read the ratio.\n\n{}\n",
+        lines.join("\n")
+    );
+    println!("\n{text}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tutti-bench");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join("spatial.md"), text);
+    }
 }
 
 /// Room size of the voice figures.
@@ -974,6 +1074,10 @@ fn main() {
     // The voice figures run only when asked for: `cargo bench --bench mixer -- voice`.
     if std::env::args().any(|a| a.contains("voice")) {
         bench_voice(&mut c, &frames);
+    }
+    // The spatial figures too: `cargo bench --bench mixer -- spatial`.
+    if std::env::args().any(|a| a.contains("spatial")) {
+        bench_spatial(&frames);
     }
     c.final_summary();
     // The paired figures run unless a filter that excludes them was given.

@@ -42,8 +42,9 @@ fn db(a: f32, b: f32) -> f32 {
     20.0 * (a / b).log10()
 }
 
-/// Three talkers seated far left, middle and far right; a stereo listener
-/// and a mono one; every talker asks for stereo too.
+/// Three talkers seated far left, middle and far right, loud enough that
+/// the limiter works; a stereo listener and a mono one; every talker asks
+/// for stereo too.
 #[test]
 fn seats_are_heard_where_they_are_and_the_mono_render_is_their_average() {
     let pool = MixPool::new(2).expect("pool");
@@ -69,7 +70,8 @@ fn seats_are_heard_where_they_are_and_the_mono_render_is_their_average() {
     let mut last = None;
     for tick in 0..100 {
         for t in &mut talkers {
-            let packet = t.next_packet(0.2);
+            // Loud enough that the limiter works on the stereo channels.
+            let packet = t.next_packet(0.4);
             room.push_packet(t.id, packet).expect("push");
         }
         last = Some(room.tick(&pool, tick));

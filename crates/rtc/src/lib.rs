@@ -72,7 +72,9 @@ pub use media::{
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use media::{RawRtp, parse_rtcp, parse_rtp};
-pub use mux::{Acceptor, CONNECT_TIMEOUT, CloseReason, MAX_ROUTES, Mux, MuxEvent, MuxStats, Route, ServerPeer};
+pub use mux::{
+    Acceptor, CONNECT_TIMEOUT, CloseReason, MAX_ROUTES, Mux, MuxEvent, MuxStats, Route, ServerPeer, asks_for_stereo,
+};
 pub use peer::PeerId;
 pub use srtp::SrtpProfile;
 pub use tcp::{

@@ -433,6 +433,7 @@ impl Acceptor {
         // On the lean receive path we report what we receive ourselves.
         let mut pc = build_connection(settings, vec![self.cert.clone()], CLIENT_OPUS_FMTP, !self.lean_receive, now)?;
         let remote_ufrag = sdp_attribute(offer, "ice-ufrag");
+        let stereo = asks_for_stereo(offer);
         let offer = RTCSessionDescription::offer(offer.to_owned()).map_err(bad_sdp)?;
         pc.set_remote_description(now, offer).map_err(bad_sdp)?;
         let (sender, ssrc) = add_audio_track(&mut pc, CLIENT_OPUS_FMTP)?;
@@ -442,7 +443,12 @@ impl Acceptor {
         // webrtc-rs answers with the offer's Opus parameters and refuses an
         // edited local description; DTX only concerns the client's encoder,
         // so the answer the client gets asks for it.
-        let sdp = with_opus_fmtp(&local_sdp(&pc)?, SERVER_OPUS_DTX);
+        let mut sdp = with_opus_fmtp(&local_sdp(&pc)?, SERVER_OPUS_DTX);
+        // A client that asks for stereo (a spatial room's render) is told it gets it.
+        if stereo {
+            sdp = with_opus_fmtp(&sdp, "stereo=1");
+            sdp = with_opus_fmtp(&sdp, "sprop-stereo=1");
+        }
         // webrtc-rs may drop an offered audio section it cannot read (a
         // garbled fmtp line, found by fuzzing) and still answer: without an
         // active audio section carrying our ufrag, there is no call to make.
@@ -486,6 +492,23 @@ impl Acceptor {
     fn verifies_for(&self, ufrag: &str, check: &[u8]) -> bool {
         CheckKey::new(&self.ice_pwd(ufrag)).verifies(check)
     }
+}
+
+/// Whether an SDP offer asks to receive stereo Opus (`stereo=1` on an
+/// Opus payload type's `a=fmtp` line, RFC 7587): such a client is sent a
+/// spatial room's stereo render.
+pub fn asks_for_stereo(sdp: &str) -> bool {
+    let opus: Vec<&str> = sdp
+        .lines()
+        .filter_map(|l| l.strip_prefix("a=rtpmap:"))
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, codec)| codec.to_ascii_lowercase().starts_with("opus/"))
+        .map(|(pt, _)| pt)
+        .collect();
+    sdp.lines()
+        .filter_map(|l| l.trim_end().strip_prefix("a=fmtp:"))
+        .filter_map(|r| r.split_once(' '))
+        .any(|(pt, params)| opus.contains(&pt) && params.split(';').any(|p| p.trim().eq_ignore_ascii_case("stereo=1")))
 }
 
 /// Appends `param` to the `a=fmtp` line of every Opus payload type in `sdp`
@@ -1165,6 +1188,14 @@ fn push_event(events: &mut VecDeque<MuxEvent>, stats: &mut MuxStats, id: PeerId,
 #[cfg(test)]
 mod tests {
     use super::with_opus_fmtp;
+
+    #[test]
+    fn stereo_is_read_from_the_opus_fmtp_line_only() {
+        let opus = "a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;stereo=1\r\n";
+        assert!(super::asks_for_stereo(opus));
+        assert!(!super::asks_for_stereo("a=rtpmap:111 opus/48000/2\r\na=fmtp:111 sprop-stereo=1;stereo=0\r\n"));
+        assert!(!super::asks_for_stereo("a=rtpmap:96 foo/48000\r\na=fmtp:96 stereo=1\r\n"));
+    }
 
     #[test]
     fn dtx_is_added_to_the_opus_fmtp_line_only() {

@@ -20,6 +20,17 @@ pub type AttributesPatch = BTreeMap<String, Option<String>>;
 
 /// Most keys a participant holds.
 pub const MAX_ATTRIBUTES: usize = 16;
+
+/// The reserved attribute holding a participant's seat in a spatial room
+/// (−4 far left to 4 far right): set by the server from the identity at the
+/// join, by the token, or by an admin.
+pub const SEAT: &str = "tutti.seat";
+
+/// The seat an attribute set names, if it names a valid one.
+pub fn seat_of(attributes: &Attributes) -> Option<i8> {
+    let seat: i8 = attributes.get(SEAT)?.trim().parse().ok()?;
+    (-tutti_mix::MAX_SEAT..=tutti_mix::MAX_SEAT).contains(&seat).then_some(seat)
+}
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 64;
 /// Longest value, in bytes.

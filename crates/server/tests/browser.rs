@@ -148,6 +148,7 @@ fn ensure_playwright(out: &Path) -> PathBuf {
         "sdk_app.js",
         "breakout_page.js",
         "phone_page.js",
+        "spatial_page.js",
         "sdk_example.js",
     ] {
         std::fs::copy(src.join(file), dir.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
@@ -1479,6 +1480,106 @@ fn the_page_on_a_phone_fits_tells_a_muted_guest_and_ends_clearly() {
     let ended = &done["ended"];
     assert!(ended["error"].as_str().is_some_and(|e| e.contains("ended")), "the page says the call ended: {done}");
     assert_eq!(ended["notice"], "", "and nothing else beside it: {done}");
+}
+
+/// A spatial room heard by Chromium, an independent WebRTC stack: a page
+/// that asks for stereo (the page's default) hears the talker seated far
+/// left at least 6 dB louder in its left channel, the one far right the
+/// reverse, the middle one within 1 dB; a page that does not ask
+/// (`?stereo=0`) gets mono at the level of the stereo channels' average
+/// (±1 dB), and the stereo page shows where the talkers sit
+/// (`tests/browser/spatial_page.js`). The pages listen, so each hears the
+/// listeners' stream of its kind.
+#[test]
+fn chromium_hears_a_spatial_room_in_stereo_seats_and_mono_at_the_same_level() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir();
+    std::fs::create_dir_all(&out).expect("create target/browser-test");
+    let chromium = ensure_chromium();
+    let node_dir = ensure_playwright(&out);
+    // The pages listen (a silent microphone): what they get is the listeners' stream.
+    let wav = out.join("silence.wav");
+    write_tone_wav(&wav, 0.0, 2);
+    let (_rt, server) = start_with(test_config());
+    let api = server.http_addr();
+    let none = Requester::default();
+    let r = request_as(api, &none, "POST", "/v1/rooms", Some("application/json"), br#"{"id":"seats","spatial":true}"#)
+        .expect("API");
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.body.contains(r#""spatial":true"#), "{}", r.body);
+    let seats = [(440.0, -4), (660.0, 0), (880.0, 4)];
+    let mut talkers: Vec<ToneClient> =
+        seats.iter().map(|&(f, _)| ToneClient::join_as(api, &none, "seats", f, JoinAs::Json).expect("join")).collect();
+    for (t, (_, seat)) in talkers.iter().zip(seats) {
+        let body = format!(r#"{{"attributes":{{"tutti.seat":"{seat}"}}}}"#);
+        let path = format!("/v1/rooms/seats/participants/{}", t.id);
+        let r = request_as(api, &none, "PATCH", &path, Some("application/json"), body.as_bytes()).expect("API");
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let bad = format!("/v1/rooms/seats/participants/{}", talkers[0].id);
+    let r = request_as(api, &none, "PATCH", &bad, Some("application/json"), br#"{"attributes":{"tutti.seat":"9"}}"#)
+        .expect("API");
+    assert_eq!(r.status, 400, "a seat off the arc: {}", r.body);
+    assert!(r.body.contains("-4 (far left) to 4"), "{}", r.body);
+    let config = json!({
+        "chromium": chromium,
+        "out": out,
+        "wav": wav,
+        "stereoUrl": format!("http://{api}/?room=seats&name=Stereo"),
+        "monoUrl": format!("http://{api}/?room=seats&name=Mono&stereo=0"),
+        "freqs": [440, 660, 880],
+        "people": 5,
+        "waitMs": 30000,
+    });
+    let (mut driver, _stdin, rx, stderr) = start_driver(&node_dir, "spatial_page.js", &config);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut done = None;
+    loop {
+        let now = Instant::now();
+        for t in &mut talkers {
+            t.pump(now);
+        }
+        match rx.try_recv() {
+            Ok(line) => match line.strip_prefix("@@").and_then(|j| serde_json::from_str::<Value>(j).ok()) {
+                Some(msg) if msg["event"] == "done" || msg["event"] == "failed" => {
+                    done = Some(msg);
+                    break;
+                }
+                Some(msg) => eprintln!("page: {}", msg["event"]),
+                None => eprintln!("page: {line}"),
+            },
+            Err(mpsc::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        }
+        assert!(now < deadline, "the pages did not finish within 90 s");
+    }
+    let status = driver.0.wait().expect("driver exit");
+    let log = stderr.join().unwrap_or_default();
+    std::fs::write(out.join("spatial-driver.log"), &log).expect("write spatial-driver.log");
+    let done = done.unwrap_or_else(|| panic!("no result from the pages\n{log}"));
+    assert!(status.success() && done["event"] == "done", "the page driver failed ({status}): {done}\n{log}");
+    println!("spatial pages: {done}");
+    let (stereo, mono) = (&done["stereo"], &done["mono"]);
+    let at = |side: &Value, f: &str| side[f].as_f64().unwrap_or(-200.0);
+    let (l, r) = (&stereo["left"], &stereo["right"]);
+    assert!(at(l, "440") - at(r, "440") >= 6.0, "far left heard on the left: {stereo}");
+    assert!(at(r, "880") - at(l, "880") >= 6.0, "far right heard on the right: {stereo}");
+    assert!((at(l, "660") - at(r, "660")).abs() <= 1.0, "the middle in both ears: {stereo}");
+    for f in ["440", "660", "880"] {
+        assert!(at(l, f).max(at(r, f)) > -70.0, "{f} Hz heard at all: {stereo}");
+        let (ml, mr) = (at(&mono["left"], f), at(&mono["right"], f));
+        assert!((ml - mr).abs() <= 1.0, "{f} Hz: the mono page's channels are one: {mono}");
+        let average = 20.0 * ((10f64.powf(at(l, f) / 20.0) + 10f64.powf(at(r, f) / 20.0)) / 2.0).log10();
+        assert!(
+            (ml - average).abs() <= 1.0,
+            "{f} Hz: mono {ml:.1} dB against the stereo channels' average {average:.1} dB"
+        );
+    }
+    let shown: Vec<&str> =
+        stereo["seats"].as_array().expect("seats").iter().filter_map(|s| s["seat"].as_str()).collect();
+    for seat in ["far left", "in the middle", "far right"] {
+        assert!(shown.contains(&seat), "the page shows a talker {seat}: {shown:?}");
+    }
 }
 
 /// A page moved to another room by an admin (a breakout) follows on the

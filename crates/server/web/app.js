@@ -253,7 +253,7 @@ function onTokenExpiring(expiresAt) {
 function followMoved(moved, extra) {
   const here = new URLSearchParams(location.search);
   const params = {};
-  for (const key of ['name', 'processing']) if (here.get(key)) params[key] = here.get(key);
+  for (const key of ['name', 'processing', 'stereo']) if (here.get(key)) params[key] = here.get(key);
   if (!here.get('name') && state.name) params.name = state.name;
   Object.assign(params, extra);
   // Without a ticket the page goes straight to the node's page: its socket names the node.
@@ -407,6 +407,7 @@ async function join(ev) {
     name,
     token,
     processing: $('processing').checked,
+    stereo: $('stereo').checked,
     muted: !!restore.muted,
     hand: !!restore.hand,
     // In a cluster: the node a hand-over sent this page to (its socket names it).
@@ -810,6 +811,8 @@ function renderParticipants() {
       if (p.listenOnly) li.append(tag('listener', 'listener'));
       else if (p.muted) li.append(tag('muted', 'muted'));
       else if (p.talking) li.append(tag('talking', 'talking'));
+      const seat = seatName(p);
+      if (seat && p.talking && !p.muted) li.append(tag('seat', seat));
       if (state.admin) li.append(participantActions(p));
       return li;
     }),
@@ -817,6 +820,17 @@ function renderParticipants() {
   const n = state.participants.length;
   $('count').textContent = n === 1 ? 'In the room: just you' : `In the room: ${n} people`;
   renderStage();
+}
+
+// Where a speaker sits in a spatial room (its `tutti.seat` attribute, -4 to 4).
+function seatName(p) {
+  const raw = p.attributes && p.attributes['tutti.seat'];
+  if (raw === undefined || raw === null || raw === '') return '';
+  const seat = Number(raw);
+  if (!Number.isInteger(seat)) return '';
+  if (seat === 0) return 'in the middle';
+  const side = seat < 0 ? 'left' : 'right';
+  return Math.abs(seat) >= 3 ? `far ${side}` : `on the ${side}`;
 }
 
 function tag(cls, text) {
@@ -856,6 +870,10 @@ function init() {
   if (token) $('token').value = token;
   if (params.get('processing') === '0') {
     $('processing').checked = false;
+    $('more').open = true;
+  }
+  if (params.get('stereo') === '0') {
+    $('stereo').checked = false;
     $('more').open = true;
   }
   $('join-form').addEventListener('submit', join);

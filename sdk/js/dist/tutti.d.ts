@@ -101,6 +101,12 @@ export interface RoomOptions {
     stream?: MediaStream;
     /** Echo cancellation, noise suppression and gain control on the microphone asked for (default on). */
     processing?: boolean;
+    /**
+     * Ask for stereo (Opus `stereo=1`): in a spatial room each speaker is then
+     * heard from their seat (docs/features/spatial.md). Default on; off, the
+     * same room is heard in mono.
+     */
+    stereo?: boolean;
     /** Create the room when it does not exist (needs a token that may; default true). */
     create?: boolean;
     /** Join muted, and with a raised hand (after a hand-over: as the call was). */
@@ -281,6 +287,12 @@ export declare function enterUrl(moved: MovedMessage, params?: Record<string, st
  * `mic_denied`, `mic_missing`, `mic_busy`.
  */
 export declare function microphone(processing?: boolean): Promise<MediaStream>;
+/** Resolves when ICE gathering is complete, or after `ms` (then what was gathered goes). */
+/**
+ * `sdp` asking for stereo Opus: `stereo=1` on each Opus payload type's
+ * `a=fmtp` line (RFC 7587), added once.
+ */
+export declare function withStereoOpus(sdp: string): string;
 /**
  * One client in one room: `join()`, then its state (`participants`,
  * `muted`, `admin`, `locked`, `connectionState`) and events, and the
@@ -439,6 +451,8 @@ export declare class Room extends Emitter<RoomEvents> {
      * socket only watches: a new one is opened the same way.
      */
     private socketLost;
+    /** The offer, asking for stereo unless `stereo: false`. */
+    private withStereo;
     private onTrack;
     private onConnectionState;
     /** Whether the connection dropped and is being restored. */

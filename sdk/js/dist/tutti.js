@@ -315,6 +315,16 @@ export async function microphone(processing = true) {
     }
 }
 /** Resolves when ICE gathering is complete, or after `ms` (then what was gathered goes). */
+/**
+ * `sdp` asking for stereo Opus: `stereo=1` on each Opus payload type's
+ * `a=fmtp` line (RFC 7587), added once.
+ */
+export function withStereoOpus(sdp) {
+    const opus = new Set();
+    for (const m of sdp.matchAll(/^a=rtpmap:(\d+) opus\/48000/gim))
+        opus.add(m[1]);
+    return sdp.replace(/^a=fmtp:(\d+) (.*?)(\r?)$/gm, (line, pt, params, cr) => opus.has(pt) && !/(^|;)\s*stereo=/.test(params) ? `a=fmtp:${pt} ${params};stereo=1${cr}` : line);
+}
 function gathered(pc, ms) {
     if (pc.iceGatheringState === 'complete')
         return Promise.resolve();
@@ -590,7 +600,7 @@ export class Room extends Emitter {
         pc.onconnectionstatechange = () => this.onConnectionState();
         pc.oniceconnectionstatechange = () => this.onIceState();
         this.emit('progress', 'connecting');
-        await pc.setLocalDescription(await pc.createOffer());
+        await pc.setLocalDescription(this.withStereo(await pc.createOffer()));
         await gathered(pc, t.gatherTimeoutMs);
         this.check();
         this._offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
@@ -1178,6 +1188,12 @@ export class Room extends Emitter {
         attempt();
     }
     // ---- The media: connection and ICE restart ---------------------------------
+    /** The offer, asking for stereo unless `stereo: false`. */
+    withStereo(offer) {
+        if (this.options.stereo === false || !offer.sdp)
+            return offer;
+        return { type: offer.type, sdp: withStereoOpus(offer.sdp) };
+    }
     onTrack(e) {
         if (!this.live)
             return;
@@ -1259,7 +1275,7 @@ export class Room extends Emitter {
         this.emit('iceRestart', attempt);
         let retry = true;
         try {
-            await pc.setLocalDescription(await pc.createOffer({ iceRestart: true }));
+            await pc.setLocalDescription(this.withStereo(await pc.createOffer({ iceRestart: true })));
             await gathered(pc, t.gatherTimeoutMs);
             if (this._state !== 'joined')
                 return;

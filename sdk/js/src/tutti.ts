@@ -179,6 +179,12 @@ export interface RoomOptions {
   stream?: MediaStream;
   /** Echo cancellation, noise suppression and gain control on the microphone asked for (default on). */
   processing?: boolean;
+  /**
+   * Ask for stereo (Opus `stereo=1`): in a spatial room each speaker is then
+   * heard from their seat (docs/features/spatial.md). Default on; off, the
+   * same room is heard in mono.
+   */
+  stereo?: boolean;
   /** Create the room when it does not exist (needs a token that may; default true). */
   create?: boolean;
   /** Join muted, and with a raised hand (after a hand-over: as the call was). */
@@ -523,6 +529,18 @@ export async function microphone(processing = true): Promise<MediaStream> {
 }
 
 /** Resolves when ICE gathering is complete, or after `ms` (then what was gathered goes). */
+/**
+ * `sdp` asking for stereo Opus: `stereo=1` on each Opus payload type's
+ * `a=fmtp` line (RFC 7587), added once.
+ */
+export function withStereoOpus(sdp: string): string {
+  const opus = new Set<string>();
+  for (const m of sdp.matchAll(/^a=rtpmap:(\d+) opus\/48000/gim)) opus.add(m[1]);
+  return sdp.replace(/^a=fmtp:(\d+) (.*?)(\r?)$/gm, (line, pt: string, params: string, cr: string) =>
+    opus.has(pt) && !/(^|;)\s*stereo=/.test(params) ? `a=fmtp:${pt} ${params};stereo=1${cr}` : line,
+  );
+}
+
 function gathered(pc: RTCPeerConnection, ms: number): Promise<void> {
   if (pc.iceGatheringState === 'complete') return Promise.resolve();
   return new Promise((resolve) => {
@@ -832,7 +850,7 @@ export class Room extends Emitter<RoomEvents> {
     pc.oniceconnectionstatechange = () => this.onIceState();
 
     this.emit('progress', 'connecting');
-    await pc.setLocalDescription(await pc.createOffer());
+    await pc.setLocalDescription(this.withStereo(await pc.createOffer()));
     await gathered(pc, t.gatherTimeoutMs);
     this.check();
     this._offerSdp = pc.localDescription ? pc.localDescription.sdp : '';
@@ -1406,6 +1424,12 @@ export class Room extends Emitter<RoomEvents> {
 
   // ---- The media: connection and ICE restart ---------------------------------
 
+  /** The offer, asking for stereo unless `stereo: false`. */
+  private withStereo(offer: RTCSessionDescriptionInit): RTCSessionDescriptionInit {
+    if (this.options.stereo === false || !offer.sdp) return offer;
+    return { type: offer.type, sdp: withStereoOpus(offer.sdp) };
+  }
+
   private onTrack(e: RTCTrackEvent): void {
     if (!this.live) return;
     const stream = e.streams && e.streams[0] ? e.streams[0] : new MediaStream([e.track]);
@@ -1483,7 +1507,7 @@ export class Room extends Emitter<RoomEvents> {
     this.emit('iceRestart', attempt);
     let retry = true;
     try {
-      await pc.setLocalDescription(await pc.createOffer({ iceRestart: true }));
+      await pc.setLocalDescription(this.withStereo(await pc.createOffer({ iceRestart: true })));
       await gathered(pc, t.gatherTimeoutMs);
       if (this._state !== 'joined') return;
       const r = await this.api.request(

@@ -130,6 +130,17 @@ impl Stream {
         }
     }
 
+    /// Encodes the listeners' stereo render (this stream is the stereo
+    /// listeners') and returns it as limited, for the mono listeners' stream
+    /// to take its downmix: what a stereo listener's two channels average to.
+    pub(super) fn encode_stereo_listeners(&mut self, render: &Stereo) -> Stereo {
+        let mut mix = render.clone();
+        self.limiter.process(&mut mix.left);
+        self.limiter_r.process(&mut mix.right);
+        self.payload = self.encoder.encode_stereo(&mix);
+        mix
+    }
+
     pub(super) fn encode(&mut self, total: &Pcm, own: Option<&Pcm>) {
         let mut mix = *total;
         if let Some(own) = own {

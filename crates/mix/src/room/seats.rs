@@ -52,6 +52,11 @@ impl Room {
         Ok(())
     }
 
+    /// Whether a participant is marked stereo ([`Room::set_stereo`]).
+    pub fn is_stereo(&self, id: ParticipantId) -> bool {
+        self.participant(id).is_ok_and(|p| p.stereo)
+    }
+
     /// Whether `id`'s own stream is to be stereo.
     pub(super) fn wants_stereo(&self, id: ParticipantId) -> bool {
         self.cfg.spatial && self.participant(id).is_ok_and(|p| p.stereo)

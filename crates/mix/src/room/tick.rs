@@ -291,11 +291,16 @@ impl Room {
                     }
                     sel.out = Delivery::Mix(sel.stream.payload.clone());
                 };
-                let listeners = || {
-                    listener.encode(&total, None);
-                    if let Some(stereo) = stereo_listener {
-                        stereo.encode_render(render, None);
+                // The mono listeners hear the stereo listeners' render
+                // averaged, limiter included: the same level, whatever the seats.
+                let listeners = || match (stereo_listener, render.stereo) {
+                    (Some(stream), Some(stereo)) => {
+                        let limited = stream.encode_stereo_listeners(stereo);
+                        let mut mono = [0.0f32; FRAME_SAMPLES];
+                        limited.downmix(&mut mono);
+                        listener.encode(&mono, None);
                     }
+                    _ => listener.encode(&total, None),
                 };
                 if parallel {
                     rayon::join(listeners, || selected.par_iter_mut().zip(own.par_iter()).for_each(speaker));

@@ -44,6 +44,8 @@ pub(crate) struct CreateRoom {
     on_moderator_leave: Option<crate::room::OnModeratorLeave>,
     /// Everyone but a moderator joins muted.
     join_muted: Option<bool>,
+    /// Speakers on seats, heard in stereo by clients that ask for it (docs/features/spatial.md); default: `room.spatial`.
+    spatial: Option<bool>,
 }
 
 /// A room's moderation options as a request changes them (each `None`: as it is).
@@ -75,6 +77,8 @@ pub(crate) struct RoomSummary {
     moderation: crate::room::Moderation,
     /// No moderator has come yet in a room that waits for one: the others are held muted.
     waiting: bool,
+    /// Speakers sit on seats, heard in stereo by clients that ask for it.
+    spatial: bool,
     /// The node holding the room (cluster mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -89,6 +93,7 @@ pub(crate) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
         locked: room.is_locked(),
         moderation: room.moderation(),
         waiting: room.is_waiting(),
+        spatial: room.is_spatial(),
         node: api.node.dir.as_ref().map(|c| c.node_id().to_owned()),
     }
 }
@@ -164,6 +169,9 @@ pub(crate) async fn create_room(
     let moderation = moderation_of(room.moderation(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted);
     if moderation != room.moderation() {
         room.set_moderation(moderation);
+    }
+    if let Some(on) = req.spatial {
+        room.set_spatial(on);
     }
     if record {
         api.outputs.start_recording(&room).map_err(super::recording::output_error)?;

@@ -46,6 +46,8 @@ pub(crate) struct UpdateRoom {
     on_moderator_leave: Option<crate::room::OnModeratorLeave>,
     /// Everyone but a moderator joins muted.
     join_muted: Option<bool>,
+    /// Speakers on seats, heard in stereo by clients that ask for it (docs/features/spatial.md).
+    spatial: Option<bool>,
 }
 
 /// Changes a room (admin of the room): lock, size, speaker limit, mute-all, voice processing.
@@ -103,6 +105,9 @@ pub(crate) async fn update_room(
         rooms::moderation_of(state.moderation(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted);
     if moderation != state.moderation() {
         state.set_moderation(moderation);
+    }
+    if let Some(on) = req.spatial {
+        state.set_spatial(on);
     }
     let mut body = serde_json::to_value(rooms::summary(&api, &state)).unwrap_or_default();
     body["muted"] = muted.into();

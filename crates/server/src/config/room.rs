@@ -42,6 +42,11 @@ pub struct RoomDefaults {
     /// Loudness normalisation of the selected speakers toward
     /// `loudness_target_dbfs`. Per room and participant at run time (PATCH).
     pub loudness: bool,
+    /// Spatial rooms: each speaker sits on a seat of an arc, heard there by
+    /// the participants whose client asks for stereo (the others get the
+    /// same render in mono). Per room at creation and at run time (PATCH);
+    /// see docs/features/spatial.md.
+    pub spatial: bool,
     /// The level loudness normalisation aims for: RMS of active speech, in dBFS, −40 to −6.
     pub loudness_target_dbfs: f64,
 }
@@ -59,6 +64,7 @@ impl Default for RoomDefaults {
             empty_timeout_seconds: 300.0,
             noise_suppression: "auto".to_owned(),
             loudness: false,
+            spatial: false,
             loudness_target_dbfs: f64::from(tutti_mix::DEFAULT_LOUDNESS_TARGET_DBFS),
         }
     }

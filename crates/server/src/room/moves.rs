@@ -82,12 +82,16 @@ impl Rooms {
         let Some(mut member) = lock(&from.members).remove(&id) else {
             return Err(RoomError::NoParticipant(id));
         };
+        let (stereo, old_seat) = from.with_mixer(|m| {
+            let pid = ParticipantId(id);
+            (m.is_stereo(pid), m.seat_of(pid).unwrap_or(0))
+        });
         from.remove(ParticipantId(id));
         // Put back as it was when the new room refuses it after all.
         let original = member.clone();
         let back = |original: super::Member| {
             original.gate.set(original.listen_only);
-            let _ = from.add(ParticipantId(id), original.muted);
+            let _ = from.add(ParticipantId(id), original.muted, old_seat, stereo);
             if plain {
                 from.mark_raw_source(ParticipantId(id));
             }
@@ -108,10 +112,11 @@ impl Rooms {
         member.deaf = false;
         let listen_only = member.listen_only;
         let muted = member.muted;
+        let seat = to.seat_for(id, &identity, &mut member.attributes);
         let attributes = member.attributes.clone();
         // Into the new one. The mixer refuses only when full (a join raced
         // us to the last seat): the participant then goes back.
-        if to.add(ParticipantId(id), muted).is_err() {
+        if to.add(ParticipantId(id), muted, seat, stereo).is_err() {
             back(original);
             return Err(RoomError::RoomFull { room: to.id.clone(), max: to.max_participants() });
         }
@@ -185,6 +190,7 @@ mod tests {
             listen_only: false,
             admin: Default::default(),
             attributes: Default::default(),
+            stereo: false,
         };
         (j, ufrag)
     }

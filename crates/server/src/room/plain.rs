@@ -37,7 +37,17 @@ impl Rooms {
         let PlainJoiner { id: peer, name, identity, listen_only, admin, io, attributes } = joiner;
         let id = peer.0;
         // No ICE or DTLS to wait for: it is as connected as it gets.
-        let new = NewMember { id, name, identity, listen_only, admin, connected: true, unnamed: "rtp", attributes };
+        let new = NewMember {
+            id,
+            name,
+            identity,
+            listen_only,
+            admin,
+            connected: true,
+            unnamed: "rtp",
+            attributes,
+            stereo: false,
+        };
         let (name, gate, attributes) = self.add_member(room, new, std::time::Instant::now())?;
         // Its client suppresses no noise: `room.noise_suppression = "auto"` does, here.
         room.mark_raw_source(tutti_mix::ParticipantId(id));

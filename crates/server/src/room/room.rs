@@ -74,6 +74,9 @@ pub(super) struct Mixing {
     /// The participants sent nothing (deaf), sorted: read under the lock
     /// each tick takes anyway.
     deaf: Arc<[u64]>,
+    /// The participants who asked for stereo (a spatial room's stereo
+    /// render), sorted.
+    stereo: Arc<[u64]>,
     /// Whisper channels (see `whisper`).
     pub(super) whispers: super::whisper::Whispers,
 }
@@ -180,6 +183,9 @@ pub(crate) struct RoomMix {
     /// The feed of each whisper channel whose speaker talks this tick (the
     /// room plus the channel), for its members who are not selected speakers.
     pub(crate) channels: Vec<(u64, Feed)>,
+    /// A spatial room with stereo listeners: their feed (the stereo render)
+    /// and who they are (sorted ids); the others get `listeners`.
+    pub(crate) stereo: Option<(Feed, Arc<[u64]>)>,
 }
 
 /// What a deaf participant is sent.
@@ -200,6 +206,11 @@ impl RoomMix {
         {
             return f;
         }
+        if let Some((feed, who)) = &self.stereo
+            && who.binary_search(&id.0).is_ok()
+        {
+            return feed;
+        }
         &self.listeners
     }
 
@@ -208,6 +219,7 @@ impl RoomMix {
         self.listeners.payload.is_empty()
             && self.speakers.iter().all(|(_, f)| f.payload.is_empty())
             && self.channels.iter().all(|(_, f)| f.payload.is_empty())
+            && self.stereo.as_ref().is_none_or(|(f, _)| f.payload.is_empty())
     }
 }
 
@@ -222,6 +234,7 @@ impl Room {
                 sources: HashMap::new(),
                 playbacks: Default::default(),
                 deaf: Arc::from([]),
+                stereo: Arc::from([]),
                 whispers: Default::default(),
             }),
             inbox: Mutex::new(Vec::new()),
@@ -425,13 +438,92 @@ impl Room {
         lock(&self.mixing).sources.insert(id, ssrc);
     }
 
-    pub(super) fn add(&self, id: ParticipantId, muted: bool) -> Result<(), tutti_mix::MixError> {
+    pub(super) fn add(
+        &self,
+        id: ParticipantId,
+        muted: bool,
+        seat: i8,
+        stereo: bool,
+    ) -> Result<(), tutti_mix::MixError> {
         let mut m = lock(&self.mixing);
         m.mixer.add_participant(id)?;
         if muted {
             m.mixer.set_muted(id, true)?;
         }
+        m.mixer.set_seat(id, seat)?;
+        m.mixer.set_stereo(id, stereo)?;
+        if stereo {
+            let mut list = m.stereo.to_vec();
+            if let Err(at) = list.binary_search(&id.0) {
+                list.insert(at, id.0);
+            }
+            m.stereo = list.into();
+        }
         Ok(())
+    }
+
+    /// A participant's seat (see `docs/features/spatial.md`): its
+    /// `tutti.seat` attribute when valid, else one derived from its identity
+    /// (from its id when it has none). In a spatial room the attribute is
+    /// set to it, so the roster and events show where everyone sits.
+    pub(super) fn seat_for(&self, id: u64, identity: &str, attributes: &mut crate::attributes::Attributes) -> i8 {
+        let seat = crate::attributes::seat_of(attributes).unwrap_or_else(|| {
+            if identity.is_empty() {
+                tutti_mix::default_seat(&id.to_le_bytes())
+            } else {
+                tutti_mix::default_seat(identity.as_bytes())
+            }
+        });
+        if self.is_spatial() {
+            let mut next = attributes.clone();
+            next.insert(crate::attributes::SEAT.to_owned(), seat.to_string());
+            // Within the bounds, or the attributes stay as they are (the seat holds all the same).
+            if crate::attributes::check(&next).is_ok() {
+                *attributes = next;
+            }
+        }
+        seat
+    }
+
+    /// Whether the room is spatial (`docs/features/spatial.md`).
+    pub(crate) fn is_spatial(&self) -> bool {
+        lock(&self.mixing).mixer.config().spatial
+    }
+
+    /// Turns the room's spatial rendering on or off; on, every participant's
+    /// `tutti.seat` attribute says where it sits (their `attributes_changed`
+    /// events tell the room). Returns whether it changed.
+    pub(crate) fn set_spatial(&self, on: bool) -> bool {
+        {
+            let mut m = lock(&self.mixing);
+            if m.mixer.config().spatial == on {
+                return false;
+            }
+            m.mixer.set_spatial(on);
+        }
+        if on {
+            let mut members = lock(&self.members);
+            let mut changed = Vec::new();
+            for member in members.values_mut() {
+                let mut attributes = member.attributes.clone();
+                let seat = self.seat_for(member.id, &member.identity, &mut attributes);
+                let _ = lock(&self.mixing).mixer.set_seat(ParticipantId(member.id), seat);
+                if attributes != member.attributes {
+                    member.attributes = attributes.clone();
+                    changed.push(RoomEvent::AttributesChanged { id: member.id, attributes });
+                }
+            }
+            drop(members);
+            for event in changed {
+                self.publish(event);
+            }
+        }
+        true
+    }
+
+    /// Seats a participant (its `tutti.seat` attribute changed).
+    pub(crate) fn set_seat(&self, id: u64, seat: i8) {
+        let _ = lock(&self.mixing).mixer.set_seat(ParticipantId(id), seat);
     }
 
     pub(super) fn remove(&self, id: ParticipantId) {
@@ -440,6 +532,9 @@ impl Room {
         m.sources.remove(&id);
         if m.deaf.contains(&id.0) {
             m.deaf = m.deaf.iter().copied().filter(|d| *d != id.0).collect();
+        }
+        if m.stereo.binary_search(&id.0).is_ok() {
+            m.stereo = m.stereo.iter().copied().filter(|s| *s != id.0).collect();
         }
         let whisper = {
             let Mixing { mixer, whispers, .. } = &mut *m;
@@ -547,6 +642,8 @@ impl Room {
             deaf: m.deaf.clone(),
             channels: m.mixer.channel_deliveries().map(|(c, d)| (c.0, feed(d, None, Some(c.0)))).collect(),
             whisper: whisper.clone(),
+            stereo: (m.mixer.config().spatial && !m.stereo.is_empty())
+                .then(|| (feed(m.mixer.stereo_listener_delivery(), None, None), m.stereo.clone())),
         };
         if report.whisper_encodes > 0 {
             metrics::counter!(crate::metrics::outputs::WHISPER_ENCODES).increment(report.whisper_encodes as u64);

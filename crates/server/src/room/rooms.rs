@@ -56,6 +56,8 @@ pub(crate) struct Joiner {
     pub(crate) admin: Admin,
     /// Its attributes from the start (its token's).
     pub(crate) attributes: Attributes,
+    /// Its offer asked for stereo Opus (a spatial room's stereo render).
+    pub(crate) stereo: bool,
 }
 
 /// A participant about to join (see [`Rooms::add_member`]).
@@ -70,6 +72,8 @@ pub(crate) struct NewMember {
     /// Its name's prefix when it has neither a name nor an identity.
     pub(super) unnamed: &'static str,
     pub(super) attributes: Attributes,
+    /// It takes a spatial room's stereo render.
+    pub(super) stereo: bool,
 }
 
 /// Every room of the server, and where every peer is.
@@ -312,10 +316,19 @@ impl Rooms {
     /// Adds an accepted peer to `room` as a participant and makes it findable
     /// by its first ICE check. Returns its participant id.
     pub(crate) fn join(&self, room: &Arc<Room>, joiner: Joiner, now: Instant) -> Result<u64, RoomError> {
-        let Joiner { peer, name, identity, listen_only, admin, attributes } = joiner;
+        let Joiner { peer, name, identity, listen_only, admin, attributes, stereo } = joiner;
         let id = peer.id().0;
-        let new =
-            NewMember { id, name, identity, listen_only, admin, connected: false, unnamed: "participant", attributes };
+        let new = NewMember {
+            id,
+            name,
+            identity,
+            listen_only,
+            admin,
+            connected: false,
+            unnamed: "participant",
+            attributes,
+            stereo,
+        };
         let (name, gate, attributes) = self.add_member(room, new, now)?;
         lock(&self.registry).insert(peer, room.clone(), gate, now);
         room.publish(RoomEvent::Joined { id, name, attributes });
@@ -335,7 +348,7 @@ impl Rooms {
         now: Instant,
     ) -> Result<(String, ListenOnly, Attributes), RoomError> {
         self.check_space(room)?;
-        let NewMember { id, name, identity, listen_only, admin, connected, unnamed, attributes } = new;
+        let NewMember { id, name, identity, listen_only, admin, connected, unnamed, mut attributes, stereo } = new;
         self.admit(room, &identity, &name, now)?;
         // One identity, one participant: a join replaces the identity's
         // participant already here (it leaves with reason `replaced`; its
@@ -360,7 +373,9 @@ impl Rooms {
         let moderator = admin.is_admin() || attributes.get(super::MODERATOR_ATTRIBUTE).is_some_and(|v| v == "true");
         let muted = listen_only || room.joins_muted(moderator);
         // Listen-only: belt and braces, its packets never reach the mixer anyway.
-        room.add(ParticipantId(id), muted)
+        // A spatial room seats it: where its attributes say, else where its identity sits.
+        let seat = room.seat_for(id, &identity, &mut attributes);
+        room.add(ParticipantId(id), muted, seat, stereo)
             .map_err(|_| RoomError::RoomFull { room: room.id.clone(), max: room.max_participants() })?;
         self.participants.fetch_add(1, Ordering::Relaxed);
         let gate = ListenOnly::new(listen_only);

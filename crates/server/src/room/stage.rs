@@ -171,8 +171,19 @@ impl Rooms {
         let Some(next) = crate::attributes::apply(&member.attributes, patch, reserved, may_reserved)? else {
             return Ok(false);
         };
+        let seat = crate::attributes::seat_of(&next);
+        if next.contains_key(crate::attributes::SEAT) && seat.is_none() {
+            return Err(RoomError::BadValue(format!(
+                "{} must be a whole number from -{max} (far left) to {max} (far right)",
+                crate::attributes::SEAT,
+                max = tutti_mix::MAX_SEAT
+            )));
+        }
         member.attributes = next.clone();
         drop(members);
+        if let Some(seat) = seat {
+            room.set_seat(id, seat);
+        }
         room.publish(RoomEvent::AttributesChanged { id, attributes: next });
         Ok(true)
     }

@@ -39,6 +39,7 @@ fn joiner(acceptor: &tutti_rtc::Acceptor, name: &str, listen_only: bool) -> (Joi
             listen_only,
             admin: Default::default(),
             attributes: Default::default(),
+            stereo: false,
         },
         ufrag,
     )

@@ -183,6 +183,7 @@ mod tests {
             deaf: Arc::from([7]),
             whisper: members.clone(),
             channels: vec![(9, feed(b"room+9"))],
+            stereo: None,
         };
         let sent = |id: u64| mix.feed_for(ParticipantId(id)).payload.clone();
         assert_eq!(sent(5), Bytes::from_static(b"room+9-5"), "a selected whisperer: its own");

@@ -137,6 +137,7 @@ impl Sessions {
             // With auth off every caller is an admin: then nobody is spared by mute-all.
             admin: if self.auth_on { crate::room::Admin::of(grant, &room.id) } else { crate::room::Admin::No },
             attributes: grant.attributes.clone(),
+            stereo: tutti_rtc::asks_for_stereo(sdp),
         };
         let id = self.rooms.join(room, joiner, now)?;
         Ok((id, answer))

@@ -37,6 +37,7 @@ fn joiner(identity: &str, listen_only: bool, admin: bool) -> Joiner {
         listen_only,
         admin: if admin { crate::room::Admin::OfRoom } else { crate::room::Admin::No },
         attributes: Default::default(),
+        stereo: false,
     }
 }
 
