@@ -131,6 +131,43 @@ impl RecordKey {
         URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &message).as_ref())
     }
 
+    /// The `at_sig` of a record with `fields` signed at `at_ms` (Unix ms,
+    /// in the field `at`): the `sig` message followed by `at`, so that a
+    /// record kept and written back later is known for what it is. A
+    /// separate field, so that a node from before it still reads `sig`.
+    pub fn sign_at(&self, id: &str, fields: &[(&str, String)], at_ms: u64) -> String {
+        let at = at_ms.to_string();
+        let value = |k: &str| match k {
+            "at" => Some(at.as_str()),
+            _ => fields.iter().find(|(f, _)| *f == k).map(|(_, v)| v.as_str()),
+        };
+        let message = Self::message_at(id, value).unwrap_or_default();
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &message).as_ref())
+    }
+
+    fn message_at<'a>(id: &str, value: impl Fn(&str) -> Option<&'a str>) -> Option<Vec<u8>> {
+        let mut m = Self::message(id, &value)?;
+        let at = value("at")?;
+        for bytes in [b"at".as_slice(), at.as_bytes()] {
+            m.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
+            m.extend_from_slice(bytes);
+        }
+        Some(m)
+    }
+
+    /// Whether `record` carries a valid `sig` and `at_sig`, signed at most
+    /// `max_age_ms` before `now_ms` (and not later than that after it: a
+    /// clock ahead by more is refused too).
+    pub fn verify_fresh(&self, id: &str, record: &HashMap<String, String>, now_ms: u64, max_age_ms: u64) -> bool {
+        let Some(at) = record.get("at").and_then(|a| a.parse::<u64>().ok()) else { return false };
+        if now_ms.abs_diff(at) > max_age_ms || !self.verify(id, record) {
+            return false;
+        }
+        let Some(sig) = record.get("at_sig").and_then(|s| URL_SAFE_NO_PAD.decode(s).ok()) else { return false };
+        let Some(message) = Self::message_at(id, |k| record.get(k).map(String::as_str)) else { return false };
+        hmac::verify(&self.key, &message, &sig).is_ok()
+    }
+
     /// Whether `record` (a `node:<id>` hash as read) carries a valid `sig`.
     pub fn verify(&self, id: &str, record: &HashMap<String, String>) -> bool {
         let Some(sig) = record.get("sig").and_then(|s| URL_SAFE_NO_PAD.decode(s).ok()) else { return false };

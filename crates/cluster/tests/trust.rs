@@ -168,3 +168,25 @@ async fn a_signed_record_outside_the_allowed_urls_redirects_nobody() {
     );
     assert!(a.stats().node_records_rejected_total >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_record_replayed_after_the_node_ttl_redirects_nobody() {
+    let redis = RedisServer::start();
+    let a = common::start(&redis, "a").await;
+    let b = common::start(&redis, "b").await;
+    // A Redis writer keeps b's genuine, signed record …
+    redis.command(&["COPY", "tutti:node:b", "tutti:saved"]);
+    redis.command(&["PERSIST", "tutti:saved"]);
+    b.shutdown().await.expect("b leaves");
+    drop(b);
+    // … and puts it back once b is gone for longer than the node TTL (2 s).
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    redis.command(&["COPY", "tutti:saved", "tutti:node:b", "REPLACE"]);
+    redis.command(&["PEXPIRE", "tutti:node:b", "600000"]);
+    redis.command(&["SADD", "tutti:nodes", "b"]);
+    redis.command(&["SET", "tutti:lease:victim", "b:3", "PX", "600000"]);
+    let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids, ["a"], "a replayed record is no node");
+    assert_eq!(a.locate("victim").await.unwrap(), None, "a replayed owner is no owner");
+    assert!(a.stats().node_records_rejected_total >= 1, "counted");
+}

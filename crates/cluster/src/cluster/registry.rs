@@ -142,7 +142,7 @@ impl Cluster {
         if h.is_empty() {
             return Record::Gone;
         }
-        if self.inner.records.verify(id, h)
+        if self.inner.records.verify_fresh(id, h, super::unix_now_ms(), self.inner.cfg.node_ttl_ms())
             && let Some(n) = parse_node(id, h)
             && self.inner.cfg.api_url_allowed(&n.api_url)
         {
@@ -183,6 +183,8 @@ impl Cluster {
             fields.push(("number", number.to_string()));
         }
         let sig = inner.records.sign(&inner.node_id, &fields);
+        let at = super::unix_now_ms();
+        let at_sig = inner.records.sign_at(&inner.node_id, &fields, at);
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("HSET").arg(&key);
         for (field, value) in &fields {
@@ -190,6 +192,10 @@ impl Cluster {
         }
         pipe.arg("sig")
             .arg(sig)
+            .arg("at")
+            .arg(at)
+            .arg("at_sig")
+            .arg(at_sig)
             // Placements since the last heartbeat: their participants show in
             // the next figures (a room's first clients arrive within a second).
             .arg("placements")
