@@ -20,8 +20,11 @@
 //! bump between heartbeats; a forged count only skews placement for a
 //! second), each as
 //! a length-prefixed name and value, so no field can be shifted into
-//! another. A record replayed from the same node's past says what that
-//! node once said about itself (its own URL): it sends nobody elsewhere.
+//! another. A second signature (field `at_sig`) covers the same and the
+//! time of writing (`at`, Unix ms): a record is trusted only while that
+//! time is within `node_ttl_seconds` of the reader's clock, so a node's
+//! genuine record kept and written back once the node is gone names no
+//! node ([`RecordKey::verify_fresh`]).
 
 use std::collections::HashMap;
 
@@ -213,6 +216,29 @@ mod tests {
         assert!(!key.verify("node-1", &older), "a mesh_addr added to an older record");
         record.remove("sig");
         assert!(!key.verify("node-1", &record), "unsigned");
+    }
+
+    #[test]
+    fn a_record_is_fresh_only_near_its_time_and_with_its_own_time() {
+        let key = RecordKey::new(b"0123456789abcdef0123456789abcdef");
+        let at = 1_000_000;
+        let mut record: HashMap<String, String> = fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        record.insert("sig".into(), key.sign("node-1", &fields()));
+        assert!(!key.verify_fresh("node-1", &record, at, 5_000), "no time");
+        record.insert("at".into(), at.to_string());
+        record.insert("at_sig".into(), key.sign_at("node-1", &fields(), at));
+        assert!(key.verify_fresh("node-1", &record, at + 5_000, 5_000));
+        assert!(key.verify_fresh("node-1", &record, at - 5_000, 5_000), "a reader's clock a little behind");
+        assert!(!key.verify_fresh("node-1", &record, at + 5_001, 5_000), "too old: replayed");
+        assert!(!key.verify_fresh("node-1", &record, at - 5_001, 5_000), "too far ahead");
+        assert!(!key.verify_fresh("node-2", &record, at, 5_000), "under another id");
+        let mut moved = record.clone();
+        moved.insert("at".into(), (at + 60_000).to_string());
+        assert!(!key.verify_fresh("node-1", &moved, at + 60_000, 5_000), "a time changed by hand");
+        let mut changed = record.clone();
+        changed.insert("api_url".into(), "http://evil.example".into());
+        changed.insert("at_sig".into(), key.sign_at("node-1", &fields(), at));
+        assert!(!key.verify_fresh("node-1", &changed, at, 5_000), "a field changed");
     }
 
     #[test]

@@ -152,8 +152,10 @@ impl Cluster {
         let mut warned = lock(&self.inner.warned_forged);
         if warned.len() < MAX_WARNED_FORGED && warned.insert(id.to_owned()) {
             warn!(node = %id, api_url = ?h.get("api_url"),
+                at = ?h.get("at"),
                 "registry record not signed with the cluster's key (another secret, or written by hand), \
-                 or its api_url not in cluster.allowed_api_urls: ignored");
+                 or written more than node_ttl_seconds ago or ahead (replayed, or the nodes' clocks differ: \
+                 sync them), or its api_url not in cluster.allowed_api_urls: ignored");
         }
         Record::Rejected
     }
