@@ -81,6 +81,8 @@ struct Inner {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Ids seen at the last registry scan (for "node lost" events).
     last_nodes: Mutex<HashSet<String>>,
+    /// Another live node seen with this node's number at the last scan.
+    number_clash: Mutex<Option<String>>,
 }
 
 impl Drop for Inner {

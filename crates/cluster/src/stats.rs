@@ -72,6 +72,10 @@ pub struct ClusterStats {
     /// `tutti_cluster_node_records_rejected_total`: node records read that were
     /// not signed with the cluster's key (ignored: never placed on nor redirected to).
     pub node_records_rejected_total: u64,
+    /// `tutti_cluster_node_number_conflicts_total`: node numbers found in
+    /// another live node's signed record: skipped at start, or (a node that
+    /// shares its number) reported by the registry scan.
+    pub node_number_conflicts_total: u64,
     /// `tutti_cluster_redis_latency_seconds` histogram: count of successful operations.
     pub redis_latency_count: u64,
     /// … and their summed duration in seconds.
@@ -181,6 +185,13 @@ impl ClusterStats {
                 "Node records ignored: not signed with the cluster's key.",
             ),
             s(
+                "tutti_cluster_node_number_conflicts_total",
+                None,
+                Counter,
+                self.node_number_conflicts_total,
+                "Node numbers found held by another live node.",
+            ),
+            s(
                 "tutti_cluster_redis_operations_total",
                 None,
                 Counter,
@@ -235,6 +246,7 @@ pub(crate) struct Counters {
     pub heartbeat_failures: AtomicU64,
     pub redis_errors: AtomicU64,
     pub node_records_rejected: AtomicU64,
+    pub node_number_conflicts: AtomicU64,
     pub control_refused: [AtomicU64; REFUSALS],
     latency_count: AtomicU64,
     latency_sum_nanos: AtomicU64,
@@ -283,6 +295,7 @@ impl Counters {
             control_refused_total: std::array::from_fn(|i| get(&self.control_refused[i])),
             redis_errors_total: get(&self.redis_errors),
             node_records_rejected_total: get(&self.node_records_rejected),
+            node_number_conflicts_total: get(&self.node_number_conflicts),
             redis_latency_count: get(&self.latency_count),
             redis_latency_sum_seconds: get(&self.latency_sum_nanos) as f64 / 1e9,
             redis_latency_buckets: std::array::from_fn(|i| get(&self.latency_buckets[i])),

@@ -190,3 +190,61 @@ async fn a_node_record_replayed_after_the_node_ttl_redirects_nobody() {
     assert_eq!(a.locate("victim").await.unwrap(), None, "a replayed owner is no owner");
     assert!(a.stats().node_records_rejected_total >= 1, "counted");
 }
+
+/// Node `id` with a heartbeat every `heartbeat` seconds (TTLs 10 s, the same
+/// on every node: a record is fresh for the reader's `node_ttl_seconds`).
+async fn start_beating(redis: &RedisServer, id: &str, heartbeat: f64) -> Cluster {
+    let cfg = ClusterConfig {
+        heartbeat_interval_seconds: heartbeat,
+        node_ttl_seconds: 10.0,
+        lease_ttl_seconds: 10.0,
+        ..config(redis, id)
+    };
+    Cluster::start(cfg, SECRET).await.expect("start cluster node")
+}
+
+/// As a writer to Redis would: `a`'s number key deleted and the counter
+/// wound back, so that the next `INCR` gives `a`'s number again.
+fn give_away_number_of(redis: &RedisServer, a: &Cluster) -> u32 {
+    let number = a.node_number();
+    redis.command(&["DEL", &format!("tutti:number:{number}")]);
+    redis.command(&["SET", "tutti:node_numbers", &(number - 1).to_string()]);
+    number
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_number_given_out_again_through_redis_is_skipped_at_start() {
+    let redis = RedisServer::start();
+    // a's heartbeat every 5 s: it does not write its number key back while b starts.
+    let a = start_beating(&redis, "a", 5.0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let taken = give_away_number_of(&redis, &a);
+    let b = start_beating(&redis, "b", 5.0).await;
+    assert_ne!(b.node_number(), taken, "b did not take a's number, named in a's signed record");
+    assert_eq!(b.stats().node_number_conflicts_total, 1, "the skipped number is counted");
+    let mut numbers: Vec<(String, Option<u32>)> =
+        a.nodes().await.unwrap().into_iter().map(|n| (n.id, n.number)).collect();
+    numbers.sort();
+    assert_eq!(numbers, [("a".into(), Some(taken)), ("b".into(), Some(b.node_number()))], "both serve");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_number_shared_with_a_live_node_is_reported() {
+    let redis = RedisServer::start();
+    let a = start_beating(&redis, "a", 5.0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The writer deletes a's record too: b, starting, sees no node with that number …
+    let taken = give_away_number_of(&redis, &a);
+    redis.command(&["DEL", "tutti:node:a"]);
+    let b = start_beating(&redis, "b", 0.5).await;
+    assert_eq!(b.node_number(), taken, "with no record naming it, the number is free");
+    // … until a's next heartbeat writes its record back: b's registry scan finds the clash.
+    a.heartbeat().await.unwrap();
+    let seen =
+        common::wait_for(std::time::Duration::from_secs(3), || async { b.stats().node_number_conflicts_total == 1 })
+            .await;
+    assert!(seen.is_some(), "b reports the clash");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(b.stats().node_number_conflicts_total, 1, "once per clash, not once per scan");
+    assert_eq!(a.nodes().await.unwrap().len(), 2, "both still serve");
+}

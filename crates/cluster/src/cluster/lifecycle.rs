@@ -86,6 +86,7 @@ impl Cluster {
             relay: relay.clone(),
             tasks: Mutex::new(Vec::new()),
             last_nodes: Mutex::new(HashSet::new()),
+            number_clash: Mutex::new(None),
         });
         let cluster = Cluster { inner };
         // A wrong password or certificate does not mend itself: say so at
@@ -220,8 +221,22 @@ async fn background(weak: Weak<Inner>) {
 
 async fn scan_nodes(cluster: &Cluster) {
     let Ok(nodes) = cluster.nodes().await else { return };
-    let now: HashSet<String> = nodes.into_iter().map(|n| n.id).collect();
     let c = &cluster.inner.counters;
+    let (me, number) = (&cluster.inner.node_id, cluster.inner.number.load(Relaxed));
+    let other = nodes.iter().find(|n| n.number == Some(number) && n.id != *me).map(|n| n.id.clone());
+    let mut clash = lock(&cluster.inner.number_clash);
+    if let Some(other) = &other
+        && clash.as_ref() != Some(other)
+    {
+        // Once per clash, not per scan.
+        c.node_number_conflicts.fetch_add(1, Relaxed);
+        warn!(node = %me, number, other = %other,
+            "another live node has this node's number: participant ids of the two nodes can clash \
+             (a node number given out twice, after its key was deleted from Redis): restart one of them");
+    }
+    *clash = other;
+    drop(clash);
+    let now: HashSet<String> = nodes.into_iter().map(|n| n.id).collect();
     c.nodes_seen.store(now.len() as u64, Relaxed);
     let mut last = lock(&cluster.inner.last_nodes);
     for lost in last.difference(&now) {
