@@ -47,7 +47,7 @@ use crate::control::{ControlKey, ControlMessage};
 use crate::error::ClusterError;
 use crate::events::Relay;
 use crate::placement::Load;
-use crate::record::RecordKey;
+use crate::record::{ConfigKey, RecordKey};
 use crate::scripts::Scripts;
 use crate::stats::{ClusterStats, Counters};
 use crate::ticket::TicketKey;
@@ -61,6 +61,7 @@ struct Inner {
     scripts: Scripts,
     tickets: TicketKey,
     records: RecordKey,
+    configs: ConfigKey,
     control: ControlKey,
     /// This node's number (see [`Cluster::node_number`]); set at start.
     number: AtomicU32,

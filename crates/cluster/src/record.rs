@@ -12,8 +12,9 @@
 //!
 //! Keys, one per purpose: `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`
 //! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records),
-//! `cluster-ticket` (redirect tickets) and `cluster-control` (room control
-//! messages between the nodes of a span).
+//! `cluster-ticket` (redirect tickets), `cluster-control` (room control
+//! messages between the nodes of a span) and `cluster-room-config` (the
+//! config stored with a room, [`ConfigKey`]).
 //!
 //! The signature (field `sig`, base64url) covers the node id and every
 //! field but `placements` and `joins` (which other nodes' claims and joins
@@ -38,6 +39,8 @@ pub const NODE_RECORD_PURPOSE: &str = "cluster-node";
 pub const TICKET_PURPOSE: &str = "cluster-ticket";
 /// Purpose of the key that signs room control messages (see `control`).
 pub const CONTROL_PURPOSE: &str = "cluster-control";
+/// Purpose of the key that signs the config stored with a room.
+pub const ROOM_CONFIG_PURPOSE: &str = "cluster-room-config";
 
 /// The fields of a node record the signature covers, in order.
 pub(crate) const SIGNED_FIELDS: [&str; 7] =
@@ -179,6 +182,42 @@ impl RecordKey {
     }
 }
 
+/// Signs and checks the config stored with a room (`room:<r>`'s `config`,
+/// its signature in `config_sig`): the limits a room's creator gave, and
+/// the lock and bans a drain hands over, applied by whichever node hosts
+/// the room afresh. The signature covers the room's name and the config,
+/// so a writer to Redis can neither write one nor move one room's to
+/// another; a config without a valid one is ignored (the defaults apply).
+pub(crate) struct ConfigKey {
+    key: hmac::Key,
+}
+
+impl ConfigKey {
+    pub fn new(secret: &[u8]) -> Self {
+        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, ROOM_CONFIG_PURPOSE)) }
+    }
+
+    fn message(room: &str, config: &str) -> Vec<u8> {
+        let mut m = Vec::with_capacity(config.len() + room.len() + 16);
+        for bytes in [room.as_bytes(), config.as_bytes()] {
+            m.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
+            m.extend_from_slice(bytes);
+        }
+        m
+    }
+
+    /// The `config_sig` of `config` stored with `room`.
+    pub fn sign(&self, room: &str, config: &str) -> String {
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &Self::message(room, config)).as_ref())
+    }
+
+    /// Whether `sig` is the `config_sig` of `config` stored with `room`.
+    pub fn verify(&self, room: &str, config: &str, sig: &str) -> bool {
+        let Ok(sig) = URL_SAFE_NO_PAD.decode(sig) else { return false };
+        hmac::verify(&self.key, &Self::message(room, config), &sig).is_ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,11 +293,25 @@ mod tests {
     }
 
     #[test]
+    fn a_room_config_verifies_with_its_room_only() {
+        let key = ConfigKey::new(b"0123456789abcdef0123456789abcdef");
+        let sig = key.sign("r", r#"{"max_participants":5}"#);
+        assert!(key.verify("r", r#"{"max_participants":5}"#, &sig));
+        assert!(!key.verify("r", r#"{"max_participants":1}"#, &sig), "changed");
+        assert!(!key.verify("other", r#"{"max_participants":5}"#, &sig), "moved to another room");
+        assert!(!key.verify("r{\"max_", r#"participants":5}"#, &sig), "shifted");
+        assert!(!key.verify("r", r#"{"max_participants":5}"#, "not base64 !"), "garbage");
+        let other = ConfigKey::new(b"another cluster's secret, 32 b..");
+        assert!(!other.verify("r", r#"{"max_participants":5}"#, &sig), "another cluster's key");
+    }
+
+    #[test]
     fn keys_differ_per_purpose() {
         let s = b"0123456789abcdef0123456789abcdef";
         assert_ne!(derive_key(s, NODE_RECORD_PURPOSE), derive_key(s, TICKET_PURPOSE));
         assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, TICKET_PURPOSE));
         assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, NODE_RECORD_PURPOSE));
+        assert_ne!(derive_key(s, ROOM_CONFIG_PURPOSE), derive_key(s, NODE_RECORD_PURPOSE));
         assert_ne!(
             derive_key(s, NODE_RECORD_PURPOSE),
             derive_key(b"0123456789abcdef0123456789abcdeF", NODE_RECORD_PURPOSE)

@@ -76,6 +76,9 @@ pub struct ClusterStats {
     /// another live node's signed record: skipped at start, or (a node that
     /// shares its number) reported by the registry scan.
     pub node_number_conflicts_total: u64,
+    /// `tutti_cluster_room_configs_rejected_total`: stored room configs read
+    /// without a valid signature (ignored: the room gets the defaults).
+    pub room_configs_rejected_total: u64,
     /// `tutti_cluster_redis_latency_seconds` histogram: count of successful operations.
     pub redis_latency_count: u64,
     /// … and their summed duration in seconds.
@@ -192,6 +195,13 @@ impl ClusterStats {
                 "Node numbers found held by another live node.",
             ),
             s(
+                "tutti_cluster_room_configs_rejected_total",
+                None,
+                Counter,
+                self.room_configs_rejected_total,
+                "Stored room configs ignored: not signed with the cluster's key.",
+            ),
+            s(
                 "tutti_cluster_redis_operations_total",
                 None,
                 Counter,
@@ -247,6 +257,7 @@ pub(crate) struct Counters {
     pub redis_errors: AtomicU64,
     pub node_records_rejected: AtomicU64,
     pub node_number_conflicts: AtomicU64,
+    pub room_configs_rejected: AtomicU64,
     pub control_refused: [AtomicU64; REFUSALS],
     latency_count: AtomicU64,
     latency_sum_nanos: AtomicU64,
@@ -296,6 +307,7 @@ impl Counters {
             redis_errors_total: get(&self.redis_errors),
             node_records_rejected_total: get(&self.node_records_rejected),
             node_number_conflicts_total: get(&self.node_number_conflicts),
+            room_configs_rejected_total: get(&self.room_configs_rejected),
             redis_latency_count: get(&self.latency_count),
             redis_latency_sum_seconds: get(&self.latency_sum_nanos) as f64 / 1e9,
             redis_latency_buckets: std::array::from_fn(|i| get(&self.latency_buckets[i])),

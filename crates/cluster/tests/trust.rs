@@ -203,22 +203,23 @@ async fn start_beating(redis: &RedisServer, id: &str, heartbeat: f64) -> Cluster
     Cluster::start(cfg, SECRET).await.expect("start cluster node")
 }
 
-/// As a writer to Redis would: `a`'s number key deleted and the counter
-/// wound back, so that the next `INCR` gives `a`'s number again.
-fn give_away_number_of(redis: &RedisServer, a: &Cluster) -> u32 {
+/// Node `a` (a heartbeat every 5 s: it does not write its number key back
+/// while the test starts another), and, as a writer to Redis would, its
+/// number key deleted and the counter wound back, so that the next `INCR`
+/// gives `a`'s number again.
+async fn a_with_its_number_given_away(redis: &RedisServer) -> (Cluster, u32) {
+    let a = start_beating(redis, "a", 5.0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let number = a.node_number();
     redis.command(&["DEL", &format!("tutti:number:{number}")]);
     redis.command(&["SET", "tutti:node_numbers", &(number - 1).to_string()]);
-    number
+    (a, number)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_number_given_out_again_through_redis_is_skipped_at_start() {
     let redis = RedisServer::start();
-    // a's heartbeat every 5 s: it does not write its number key back while b starts.
-    let a = start_beating(&redis, "a", 5.0).await;
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let taken = give_away_number_of(&redis, &a);
+    let (a, taken) = a_with_its_number_given_away(&redis).await;
     let b = start_beating(&redis, "b", 5.0).await;
     assert_ne!(b.node_number(), taken, "b did not take a's number, named in a's signed record");
     assert_eq!(b.stats().node_number_conflicts_total, 1, "the skipped number is counted");
@@ -231,10 +232,8 @@ async fn a_node_number_given_out_again_through_redis_is_skipped_at_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_number_shared_with_a_live_node_is_reported() {
     let redis = RedisServer::start();
-    let a = start_beating(&redis, "a", 5.0).await;
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let (a, taken) = a_with_its_number_given_away(&redis).await;
     // The writer deletes a's record too: b, starting, sees no node with that number …
-    let taken = give_away_number_of(&redis, &a);
     redis.command(&["DEL", "tutti:node:a"]);
     let b = start_beating(&redis, "b", 0.5).await;
     assert_eq!(b.node_number(), taken, "with no record naming it, the number is free");
@@ -247,4 +246,29 @@ async fn a_node_number_shared_with_a_live_node_is_reported() {
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     assert_eq!(b.stats().node_number_conflicts_total, 1, "once per clash, not once per scan");
     assert_eq!(a.nodes().await.unwrap().len(), 2, "both still serve");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_config_written_or_moved_by_hand_is_never_applied() {
+    let redis = RedisServer::start();
+    let a = common::start(&redis, "a").await;
+    let genuine = r#"{"max_participants":5}"#;
+    assert!(matches!(a.claim("real", Some(genuine)).await.unwrap(), Placement::Local { .. }));
+    assert_eq!(a.room_config("real").await.unwrap().as_deref(), Some(genuine), "a node's own config reads back");
+    // A writer to Redis: a config of its own, and the genuine one (with its signature) copied to another room.
+    let forged = r#"{"max_participants":1,"handover":{"locked":true}}"#;
+    redis.command(&["HSET", "tutti:room:forged", "config", forged, "config_sig", "AAAA"]);
+    redis.command(&["SADD", "tutti:rooms", "forged"]);
+    redis.command(&["COPY", "tutti:room:real", "tutti:room:copied"]);
+    redis.command(&["SADD", "tutti:rooms", "copied"]);
+    assert_eq!(a.room_config("forged").await.unwrap(), None, "a config signed by nobody");
+    assert_eq!(a.room_config("copied").await.unwrap(), None, "another room's config");
+    assert_eq!(a.stats().room_configs_rejected_total, 2, "counted");
+    let listed: Vec<(String, Option<String>)> =
+        a.list_rooms().await.unwrap().into_iter().map(|r| (r.room, r.config)).collect();
+    assert_eq!(
+        listed,
+        [("copied".into(), None), ("forged".into(), None), ("real".into(), Some(genuine.into()))],
+        "the listing shows only signed configs"
+    );
 }

@@ -21,7 +21,7 @@ use crate::control::{CONTROL_QUEUE_CAPACITY, ControlKey};
 use crate::error::ClusterError;
 use crate::events::Relay;
 use crate::placement::Load;
-use crate::record::{RecordKey, TICKET_PURPOSE, derive_key};
+use crate::record::{ConfigKey, RecordKey, TICKET_PURPOSE, derive_key};
 use crate::scripts::Scripts;
 use crate::stats::Counters;
 use crate::ticket::TicketKey;
@@ -71,6 +71,7 @@ impl Cluster {
             scripts: Scripts::new(),
             tickets,
             records,
+            configs: ConfigKey::new(ticket_secret),
             control: ControlKey::new(ticket_secret),
             number: AtomicU32::new(0),
             spanned: Mutex::new(HashMap::new()),
