@@ -14,7 +14,9 @@
 //! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records),
 //! `cluster-ticket` (redirect tickets), `cluster-control` (room control
 //! messages between the nodes of a span) and `cluster-room-config` (the
-//! config stored with a room, [`ConfigKey`]).
+//! config stored with a room), `cluster-event` (room events between
+//! nodes) and `cluster-roster` (rosters' entries), the last three with
+//! [`PartsKey`].
 //!
 //! The signature (field `sig`, base64url) covers the node id and every
 //! field but `placements` and `joins` (which other nodes' claims and joins
@@ -41,6 +43,10 @@ pub const TICKET_PURPOSE: &str = "cluster-ticket";
 pub const CONTROL_PURPOSE: &str = "cluster-control";
 /// Purpose of the key that signs the config stored with a room.
 pub const ROOM_CONFIG_PURPOSE: &str = "cluster-room-config";
+/// Purpose of the key that signs room events between nodes (see `events`).
+pub const EVENT_PURPOSE: &str = "cluster-event";
+/// Purpose of the key that signs the entries of rosters (see `roster`).
+pub const ROSTER_PURPOSE: &str = "cluster-roster";
 
 /// The fields of a node record the signature covers, in order.
 pub(crate) const SIGNED_FIELDS: [&str; 7] =
@@ -182,39 +188,46 @@ impl RecordKey {
     }
 }
 
-/// Signs and checks the config stored with a room (`room:<r>`'s `config`,
-/// its signature in `config_sig`): the limits a room's creator gave, and
-/// the lock and bans a drain hands over, applied by whichever node hosts
-/// the room afresh. The signature covers the room's name and the config,
-/// so a writer to Redis can neither write one nor move one room's to
-/// another; a config without a valid one is ignored (the defaults apply).
-pub(crate) struct ConfigKey {
+/// Signs and checks a sequence of parts, each length-prefixed (so that
+/// none can be shifted into another), under the key of one purpose; the
+/// signature in base64url. For what nodes leave each other in Redis:
+///
+/// - the config stored with a room (`room:<r>`'s `config`, signed in
+///   `config_sig`, parts: room, config; purpose [`ROOM_CONFIG_PURPOSE`]):
+///   the limits a room's creator gave, and the lock and bans a drain hands
+///   over, applied by whichever node hosts the room afresh; one without a
+///   valid signature, or another room's, is ignored (the defaults apply);
+/// - room events published for the other nodes (parts: room, origin node,
+///   time, event; purpose [`EVENT_PURPOSE`], see `events`);
+/// - the entries of a node's roster of a room (parts: room, node, id,
+///   summary; purpose [`ROSTER_PURPOSE`], see `roster`).
+pub(crate) struct PartsKey {
     key: hmac::Key,
 }
 
-impl ConfigKey {
-    pub fn new(secret: &[u8]) -> Self {
-        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, ROOM_CONFIG_PURPOSE)) }
+impl PartsKey {
+    pub fn new(secret: &[u8], purpose: &str) -> Self {
+        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, purpose)) }
     }
 
-    fn message(room: &str, config: &str) -> Vec<u8> {
-        let mut m = Vec::with_capacity(config.len() + room.len() + 16);
-        for bytes in [room.as_bytes(), config.as_bytes()] {
+    fn message(parts: &[&[u8]]) -> Vec<u8> {
+        let mut m = Vec::with_capacity(parts.iter().map(|p| p.len() + 4).sum());
+        for bytes in parts {
             m.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
             m.extend_from_slice(bytes);
         }
         m
     }
 
-    /// The `config_sig` of `config` stored with `room`.
-    pub fn sign(&self, room: &str, config: &str) -> String {
-        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &Self::message(room, config)).as_ref())
+    /// The signature of `parts`.
+    pub fn sign(&self, parts: &[&[u8]]) -> String {
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &Self::message(parts)).as_ref())
     }
 
-    /// Whether `sig` is the `config_sig` of `config` stored with `room`.
-    pub fn verify(&self, room: &str, config: &str, sig: &str) -> bool {
+    /// Whether `sig` is the signature of `parts`.
+    pub fn verify(&self, parts: &[&[u8]], sig: &str) -> bool {
         let Ok(sig) = URL_SAFE_NO_PAD.decode(sig) else { return false };
-        hmac::verify(&self.key, &Self::message(room, config), &sig).is_ok()
+        hmac::verify(&self.key, &Self::message(parts), &sig).is_ok()
     }
 }
 
@@ -294,15 +307,19 @@ mod tests {
 
     #[test]
     fn a_room_config_verifies_with_its_room_only() {
-        let key = ConfigKey::new(b"0123456789abcdef0123456789abcdef");
-        let sig = key.sign("r", r#"{"max_participants":5}"#);
-        assert!(key.verify("r", r#"{"max_participants":5}"#, &sig));
-        assert!(!key.verify("r", r#"{"max_participants":1}"#, &sig), "changed");
-        assert!(!key.verify("other", r#"{"max_participants":5}"#, &sig), "moved to another room");
-        assert!(!key.verify("r{\"max_", r#"participants":5}"#, &sig), "shifted");
-        assert!(!key.verify("r", r#"{"max_participants":5}"#, "not base64 !"), "garbage");
-        let other = ConfigKey::new(b"another cluster's secret, 32 b..");
-        assert!(!other.verify("r", r#"{"max_participants":5}"#, &sig), "another cluster's key");
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let key = PartsKey::new(secret, ROOM_CONFIG_PURPOSE);
+        let parts = |room: &'static str, config: &'static str| [room.as_bytes(), config.as_bytes()];
+        let sig = key.sign(&parts("r", r#"{"max_participants":5}"#));
+        assert!(key.verify(&parts("r", r#"{"max_participants":5}"#), &sig));
+        assert!(!key.verify(&parts("r", r#"{"max_participants":1}"#), &sig), "changed");
+        assert!(!key.verify(&parts("other", r#"{"max_participants":5}"#), &sig), "moved to another room");
+        assert!(!key.verify(&parts("r{\"max_", r#"participants":5}"#), &sig), "shifted");
+        assert!(!key.verify(&parts("r", r#"{"max_participants":5}"#), "not base64 !"), "garbage");
+        let other = PartsKey::new(b"another cluster's secret, 32 b..", ROOM_CONFIG_PURPOSE);
+        assert!(!other.verify(&parts("r", r#"{"max_participants":5}"#), &sig), "another cluster's key");
+        let events = PartsKey::new(secret, EVENT_PURPOSE);
+        assert!(!events.verify(&parts("r", r#"{"max_participants":5}"#), &sig), "another purpose's key");
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub struct ClusterStats {
     pub events_dropped_total: u64,
     /// `tutti_cluster_events_delivered_total`: room events from other nodes handed to watchers here.
     pub events_delivered_total: u64,
+    /// `tutti_cluster_events_refused_total`: room events received without a
+    /// valid signature, or too old (dropped before any watcher).
+    pub events_refused_total: u64,
     /// `tutti_cluster_rooms_watched` (gauge): rooms held elsewhere watched from here.
     pub rooms_watched: u64,
     /// `tutti_cluster_control_published_total`: room control messages sent to the span's other nodes.
@@ -177,6 +180,13 @@ impl ClusterStats {
                 Counter,
                 self.events_delivered_total,
                 "Room events received.",
+            ),
+            s(
+                "tutti_cluster_events_refused_total",
+                None,
+                Counter,
+                self.events_refused_total,
+                "Room events dropped: not signed with the cluster's key, or too old.",
             ),
             s("tutti_cluster_rooms_watched", None, Gauge, self.rooms_watched, "Rooms held elsewhere watched here."),
             s("tutti_cluster_redis_errors_total", None, Counter, self.redis_errors_total, "Failed Redis operations."),
@@ -300,6 +310,7 @@ impl Counters {
             events_published_total: 0,
             events_dropped_total: 0,
             events_delivered_total: 0,
+            events_refused_total: 0,
             rooms_watched: 0,
             control_published_total: 0,
             control_dropped_total: 0,

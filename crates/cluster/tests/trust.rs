@@ -272,3 +272,92 @@ async fn a_room_config_written_or_moved_by_hand_is_never_applied() {
         "the listing shows only signed configs"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_events_published_by_hand_or_replayed_reach_no_watcher() {
+    use std::time::Duration;
+    let redis = RedisServer::start();
+    let (a, b) = (common::start(&redis, "a").await, common::start(&redis, "b").await);
+    let mut watcher = a.watch("r").await.unwrap();
+    // A writer to Redis listens on the room's channel and keeps one of b's genuine events.
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let url = redis.url();
+    let listener = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut pubsub = con.as_pubsub();
+        pubsub.subscribe("tutti:events:r").unwrap();
+        pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        ready_tx.send(()).unwrap();
+        pubsub.get_message().unwrap().get_payload::<String>().unwrap()
+    });
+    ready.recv().unwrap();
+    b.publish_event("r", r#"{"type":"joined","id":1}"#.into());
+    let genuine = listener.join().unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(2), watcher.recv()).await.expect("in time").unwrap();
+    assert_eq!((e.origin.as_str(), e.event.as_str()), ("b", r#"{"type":"joined","id":1}"#), "b's own gets through");
+
+    // Then speaks for b: unsigned, with a made-up signature, and b's signature on another event.
+    let moved = r#"{"type":"moved","url":"http://evil.example"}"#;
+    let (origin, stamp) = genuine.split('\n').zip(genuine.split('\n').skip(1)).next().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    for forged in
+        [format!("{origin}\n{moved}"), format!("b\n{now} AAAA\n{moved}"), format!("{origin}\n{stamp}\n{moved}")]
+    {
+        redis.command(&["PUBLISH", "tutti:events:r", &forged]);
+    }
+    // And puts b's genuine event back once it is older than the node TTL (2 s).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    redis.command(&["PUBLISH", "tutti:events:r", &genuine]);
+    b.publish_event("r", r#"{"type":"left","id":1}"#.into());
+    let e = tokio::time::timeout(Duration::from_secs(2), watcher.recv()).await.expect("in time").unwrap();
+    assert_eq!(e.event, r#"{"type":"left","id":1}"#, "nothing forged nor replayed came before b's next event");
+    assert_eq!(a.stats().events_refused_total, 4, "each counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roster_entries_written_by_hand_are_refused() {
+    use tutti_cluster::RosterWrite;
+    let redis = RedisServer::start();
+    let (a, b) = (common::start(&redis, "a").await, common::start(&redis, "b").await);
+    let base = u64::from(b.node_number()) << 32;
+    let members = [("b".to_owned(), b.node_number())];
+    let entry = |id: u64, name: &str| (id, format!(r#"{{"id":{id},"name":"{name}"}}"#));
+    for room in ["r", "s"] {
+        let whole =
+            RosterWrite { room: room.into(), full: true, upserts: vec![entry(base + 1, "ann")], removals: vec![] };
+        b.write_rosters(&[whole]).await.unwrap();
+    }
+    let read = a.rosters("r", &members, 10).await.unwrap();
+    assert_eq!((read.entries.len(), read.refused), (1, 0), "b's own entry is read");
+
+    // A writer to Redis adds a phantom of b's number (an admin), changes ann,
+    // and copies another room's genuine entry in.
+    let roster = "tutti:roster:r:b";
+    let phantom = format!(r#"{{"id":{},"name":"phantom","admin":true}}"#, base + 9);
+    redis.command(&["HSET", roster, &(base + 9).to_string(), &phantom]);
+    let genuine: String = redis::from_redis_value(redis.command(&["HGET", roster, &(base + 1).to_string()])).unwrap();
+    let changed = genuine.replace(r#""name":"ann""#, r#""name":"ann","admin":true"#);
+    assert_ne!(changed, genuine);
+    let other: String =
+        redis::from_redis_value(redis.command(&["HGET", "tutti:roster:s:b", &(base + 1).to_string()])).unwrap();
+    redis.command(&["HSET", roster, &(base + 1).to_string(), &changed]);
+    redis.command(&[
+        "HSET",
+        roster,
+        &(base + 2).to_string(),
+        &other.replace(&(base + 1).to_string(), &(base + 2).to_string()),
+    ]);
+    redis.command(&["HSET", "tutti:roster:s:b", &(base + 3).to_string(), &other]);
+    let read = a.rosters("r", &members, 10).await.unwrap();
+    assert!(read.entries.is_empty(), "nothing forged is read: {:?}", read.entries);
+    assert_eq!(read.refused, 3, "each counted");
+    let read = a.rosters("s", &members, 10).await.unwrap();
+    assert_eq!((read.entries.len(), read.refused), (1, 1), "an entry moved to another id is refused");
+
+    // b's next full write puts its roster right.
+    let whole = RosterWrite { room: "r".into(), full: true, upserts: vec![entry(base + 1, "ann")], removals: vec![] };
+    b.write_rosters(&[whole]).await.unwrap();
+    let read = a.rosters("r", &members, 10).await.unwrap();
+    assert_eq!((read.entries.len(), read.refused), (1, 0));
+    assert_eq!(read.entries[0].summary["name"], "ann");
+}

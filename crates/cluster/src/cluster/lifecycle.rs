@@ -21,7 +21,7 @@ use crate::control::{CONTROL_QUEUE_CAPACITY, ControlKey};
 use crate::error::ClusterError;
 use crate::events::Relay;
 use crate::placement::Load;
-use crate::record::{ConfigKey, RecordKey, TICKET_PURPOSE, derive_key};
+use crate::record::{PartsKey, ROOM_CONFIG_PURPOSE, ROSTER_PURPOSE, RecordKey, TICKET_PURPOSE, derive_key};
 use crate::scripts::Scripts;
 use crate::stats::Counters;
 use crate::ticket::TicketKey;
@@ -60,7 +60,7 @@ impl Cluster {
         let tickets =
             TicketKey::new(&derive_key(ticket_secret, TICKET_PURPOSE), config.ticket_ttl_seconds.ceil() as u64);
         let records = RecordKey::new(ticket_secret);
-        let (relay, queues) = Relay::new(&config, &node_id, op)?;
+        let (relay, queues) = Relay::new(&config, &node_id, op, ticket_secret)?;
         let relay = Arc::new(relay);
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_CAPACITY);
         let inner = Arc::new(Inner {
@@ -71,7 +71,8 @@ impl Cluster {
             scripts: Scripts::new(),
             tickets,
             records,
-            configs: ConfigKey::new(ticket_secret),
+            configs: PartsKey::new(ticket_secret, ROOM_CONFIG_PURPOSE),
+            roster_key: PartsKey::new(ticket_secret, ROSTER_PURPOSE),
             control: ControlKey::new(ticket_secret),
             number: AtomicU32::new(0),
             spanned: Mutex::new(HashMap::new()),

@@ -101,7 +101,7 @@ impl Cluster {
             .arg(keys.node_prefix())
             .arg(room)
             .arg(config.unwrap_or(""))
-            .arg(config.map(|c| inner.configs.sign(room, c)).unwrap_or_default());
+            .arg(config.map(|c| inner.configs.sign(&[room.as_bytes(), c.as_bytes()])).unwrap_or_default());
         let mut con = inner.con.clone();
         let reply: Result<Vec<String>, _> = self.run(async move { inv.invoke_async(&mut con).await }).await;
         let c = &inner.counters;
@@ -191,7 +191,7 @@ impl Cluster {
     /// The config JSON stored with `room` when it was created (by the
     /// claim that made it), if any: a room placed again after its owner
     /// died is hosted with it rather than with the defaults. Only one
-    /// signed with the cluster's key for this room (see `record::ConfigKey`).
+    /// signed with the cluster's key for this room (see `record::PartsKey`).
     pub async fn room_config(&self, room: &str) -> Result<Option<String>, ClusterError> {
         let mut con = self.inner.con.clone();
         let key = self.inner.keys.room(room);
@@ -221,7 +221,7 @@ impl Cluster {
     }
 
     fn is_signed(&self, room: &str, config: &str, sig: Option<&str>) -> bool {
-        sig.is_some_and(|sig| self.inner.configs.verify(room, config, sig))
+        sig.is_some_and(|sig| self.inner.configs.verify(&[room.as_bytes(), config.as_bytes()], sig))
     }
 
     fn me(&self, epoch: u64) -> Owner {
