@@ -156,7 +156,8 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
     }
 
     // Forged entries: a node outside the span, and, in B's own roster, a
-    // participant of A's number (B's roster names B's participants only).
+    // participant of A's number (B's roster names B's participants only)
+    // and a phantom of B's own number shown as an admin (not signed by B).
     let (id_a, id_b) = (all[0].id, all[1].id);
     let forged_outsider = (99u64 << 32) | 1;
     let entry = |id: u64| format!(r#"{{"id":{id},"name":"forged","identity":"x","muted":false}}"#);
@@ -168,6 +169,9 @@ fn a_spread_rooms_participants_and_events_are_seen_from_every_node() {
         &forged_in_b.to_string(),
         &entry(forged_in_b),
     ]);
+    let phantom = id_b + 1000;
+    let phantom_entry = format!(r#"{{"id":{phantom},"name":"phantom","identity":"x","muted":false,"admin":true}}"#);
+    redis.cli(&["HSET", &format!("tutti:roster:{ROOM}:{}", nodes[1].id), &phantom.to_string(), &phantom_entry]);
     let refused_before = metric(&nodes[0], "tutti_cluster_roster_refused_total");
     // Read again once the shared read (250 ms) is stale: until A counts the forged entry.
     let mut last = (BTreeMap::new(), serde_json::Value::Null);

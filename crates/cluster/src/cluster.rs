@@ -47,7 +47,7 @@ use crate::control::{ControlKey, ControlMessage};
 use crate::error::ClusterError;
 use crate::events::Relay;
 use crate::placement::Load;
-use crate::record::RecordKey;
+use crate::record::{PartsKey, RecordKey};
 use crate::scripts::Scripts;
 use crate::stats::{ClusterStats, Counters};
 use crate::ticket::TicketKey;
@@ -61,6 +61,9 @@ struct Inner {
     scripts: Scripts,
     tickets: TicketKey,
     records: RecordKey,
+    configs: PartsKey,
+    /// Signs this node's roster entries and checks the others'.
+    roster_key: PartsKey,
     control: ControlKey,
     /// This node's number (see [`Cluster::node_number`]); set at start.
     number: AtomicU32,
@@ -81,6 +84,8 @@ struct Inner {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Ids seen at the last registry scan (for "node lost" events).
     last_nodes: Mutex<HashSet<String>>,
+    /// Another live node seen with this node's number at the last scan.
+    number_clash: Mutex<Option<String>>,
 }
 
 impl Drop for Inner {
@@ -118,7 +123,7 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn unix_now_ms() -> u64 {
+pub(crate) fn unix_now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
@@ -149,6 +154,7 @@ impl Cluster {
         stats.events_published_total = e.published.load(Relaxed);
         stats.events_dropped_total = e.publish_dropped.load(Relaxed) + e.receive_dropped.load(Relaxed);
         stats.events_delivered_total = e.delivered.load(Relaxed);
+        stats.events_refused_total = e.refused.load(Relaxed);
         stats.rooms_watched = relay.watched() as u64;
         stats.control_published_total = e.control_published.load(Relaxed);
         stats.control_dropped_total = e.control_dropped.load(Relaxed);

@@ -16,6 +16,14 @@
 //! Best effort, like the local event channel: events published while Redis
 //! is unreachable, or beyond the bounded queues, are dropped and counted.
 //! After a disconnection every watched room is subscribed again.
+//!
+//! Signed: anyone who can publish on Redis could otherwise speak for any
+//! node (phantom participants, a fake `moved`). A message is
+//! `<origin>\n<at> <sig>\n<event>`, `sig` an HMAC (key purpose
+//! `cluster-event`) of the room, the origin, `at` (Unix ms) and the event;
+//! one without a valid signature, or written more than `node_ttl_seconds`
+//! from now (a replay), is dropped and counted
+//! (`tutti_cluster_events_refused_total`) before any watcher sees it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -27,9 +35,11 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
+use crate::cluster::unix_now_ms;
 use crate::config::ClusterConfig;
 use crate::control::CONTROL_QUEUE_CAPACITY;
 use crate::error::ClusterError;
+use crate::record::{EVENT_PURPOSE, PartsKey};
 
 /// Events waiting to be published before new ones are dropped.
 pub const EVENT_QUEUE_CAPACITY: usize = 4096;
@@ -57,6 +67,8 @@ pub(crate) struct EventCounters {
     pub receive_dropped: AtomicU64,
     pub control_published: AtomicU64,
     pub control_dropped: AtomicU64,
+    /// Events received without a valid signature, or too old.
+    pub refused: AtomicU64,
 }
 
 pub(crate) struct Relay {
@@ -70,6 +82,12 @@ pub(crate) struct Relay {
     watchers: Mutex<HashMap<String, broadcast::Sender<RoomEvent>>>,
     resubscribe: Arc<AtomicBool>,
     pub counters: Arc<EventCounters>,
+    /// Signs this node's events and checks the others'.
+    key: PartsKey,
+    /// How far from now an event's time may be (the node TTL).
+    max_age_ms: u64,
+    /// Whether a refused event was logged already (once: then only counted).
+    warned_refused: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -93,8 +111,10 @@ impl Relay {
         config: &ClusterConfig,
         node_id: &str,
         op_timeout: Duration,
+        secret: &[u8],
     ) -> Result<(Self, RelayQueues), ClusterError> {
         let key_prefix = config.key_prefix.as_str();
+        let max_age_ms = config.node_ttl_ms();
         let client = config.redis_client(true)?;
         let counters = Arc::new(EventCounters::default());
         let resubscribe = Arc::new(AtomicBool::new(false));
@@ -130,6 +150,9 @@ impl Relay {
             watchers: Mutex::new(HashMap::new()),
             resubscribe,
             counters,
+            key: PartsKey::new(secret, EVENT_PURPOSE),
+            max_age_ms,
+            warned_refused: AtomicBool::new(false),
         };
         Ok((relay, RelayQueues { outgoing, pushes, control }))
     }
@@ -140,7 +163,9 @@ impl Relay {
 
     /// Queues an event (never blocks; a full queue drops and counts it).
     pub fn publish(&self, room: &str, event: String) {
-        let payload = format!("{}\n{event}", self.node_id);
+        let at = unix_now_ms().to_string();
+        let sig = self.key.sign(&Self::parts(room, &self.node_id, &at, &event));
+        let payload = format!("{}\n{at} {sig}\n{event}", self.node_id);
         if self.out_tx.try_send((self.channel(room), payload, false)).is_err() {
             self.counters.publish_dropped.fetch_add(1, Relaxed);
         }
@@ -266,7 +291,14 @@ impl Relay {
                 continue;
             }
             let Some(event) = self.parse(&push.data) else {
-                debug!("unreadable room event message");
+                self.counters.refused.fetch_add(1, Relaxed);
+                if !self.warned_refused.swap(true, Relaxed) {
+                    warn!(
+                        "room event from Redis not signed with the cluster's key (published by hand, by a node \
+                        with another cluster secret or an older version), or older than node_ttl_seconds (replayed, \
+                        or the nodes' clocks differ): dropped (only counted from now on)"
+                    );
+                }
                 continue;
             };
             if event.origin == self.node_id {
@@ -294,8 +326,19 @@ impl Relay {
         let channel = text(channel)?;
         let room = channel.strip_prefix(&self.channel_prefix)?.to_owned();
         let payload = text(payload)?;
-        let (origin, event) = payload.split_once('\n')?;
+        let (origin, rest) = payload.split_once('\n')?;
+        let (stamp, event) = rest.split_once('\n')?;
+        let (at, sig) = stamp.split_once(' ')?;
+        let fresh = at.parse::<u64>().is_ok_and(|at| at.abs_diff(unix_now_ms()) <= self.max_age_ms);
+        if !fresh || !self.key.verify(&Self::parts(&room, origin, at, event), sig) {
+            return None;
+        }
         Some(RoomEvent { room, origin: origin.to_owned(), event: event.to_owned() })
+    }
+
+    /// What an event's signature covers.
+    fn parts<'a>(room: &'a str, origin: &'a str, at: &'a str, event: &'a str) -> [&'a [u8]; 4] {
+        [room.as_bytes(), origin.as_bytes(), at.as_bytes(), event.as_bytes()]
     }
 }
 

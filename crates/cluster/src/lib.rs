@@ -11,25 +11,28 @@
 //! ```text
 //! nodes               set of node ids (for enumeration; stale ids cleaned on read)
 //! node:<id>           hash api_url media_addr state participants capacity cpu
-//!                     tick_p99_seconds mesh_addr number sig placements joins; rewritten every heartbeat
-//!                     (MULTI: HSET + PEXPIRE node_ttl + SADD). Gone = dead:
-//!                     Redis' clock alone decides, nodes need no clock agreement.
+//!                     tick_p99_seconds mesh_addr number sig at at_sig placements joins; rewritten
+//!                     every heartbeat (MULTI: HSET + PEXPIRE node_ttl + SADD). Gone = dead:
+//!                     Redis' clock decides; `at` (Unix ms) must also be within node_ttl of
+//!                     the reader's clock (a replayed record is ignored: keep clocks in sync).
 //!                     `sig`: HMAC of the id and the fields but placements under
-//!                     the cluster's node key; unsigned records are ignored.
+//!                     the cluster's node key, `at_sig` the same and `at`; unsigned records are ignored.
 //! rooms               set of room names with a record
-//! room:<r>            hash owner epoch config
+//! room:<r>            hash owner epoch config config_sig (signed for r: see `record::PartsKey`)
 //! lease:<r>           "<node>:<epoch>", PX lease_ttl, renewed by the owner
 //! span:<r>            hash node → epoch: the nodes hosting participants of room r
 //!                     (a room spread over nodes); rewritten by each member every
 //!                     few seconds, PX 3 × lease_ttl; a member whose node key is
 //!                     gone, or of another epoch than the lease's, does not count
-//! roster:<r>:<node>   hash participant id → public summary (JSON): that node's participants
+//! roster:<r>:<node>   hash participant id → public summary (JSON, signed in it): that node's participants
 //!                     of spread room r, written by that node only (see `roster`), PX as its
 //!                     span membership; read only for the span's members, by their signed numbers
 //! ticket:<nonce>      burnt redirect tickets (SET NX EX)
 //! node_numbers        counter: INCR gives a starting node its number (participant ids' high bits)
-//! number:<n>          the node holding number n (SET NX at start, rewritten every heartbeat, PX node_ttl)
-//! events:<r>          pub/sub channel of room r's events ("<origin node>\n<event>"): each node
+//! number:<n>          the node holding number n (SET NX at start, rewritten every heartbeat, PX node_ttl);
+//!                     a number another live node's signed record names is skipped too
+//! events:<r>          pub/sub channel of room r's events ("<origin node>\n<at> <sig>\n<event>",
+//!                     signed, see `events`): each node
 //!                     hosting r publishes its own participants' (never another node's)
 //! control             pub/sub channel of signed room control messages, every room (see `control`)
 //! ```

@@ -12,16 +12,22 @@
 //!
 //! Keys, one per purpose: `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`
 //! ([`derive_key`]); the cluster uses the purposes `cluster-node` (records),
-//! `cluster-ticket` (redirect tickets) and `cluster-control` (room control
-//! messages between the nodes of a span).
+//! `cluster-ticket` (redirect tickets), `cluster-control` (room control
+//! messages between the nodes of a span) and `cluster-room-config` (the
+//! config stored with a room), `cluster-event` (room events between
+//! nodes) and `cluster-roster` (rosters' entries), the last three with
+//! [`PartsKey`].
 //!
 //! The signature (field `sig`, base64url) covers the node id and every
 //! field but `placements` and `joins` (which other nodes' claims and joins
 //! bump between heartbeats; a forged count only skews placement for a
 //! second), each as
 //! a length-prefixed name and value, so no field can be shifted into
-//! another. A record replayed from the same node's past says what that
-//! node once said about itself (its own URL): it sends nobody elsewhere.
+//! another. A second signature (field `at_sig`) covers the same and the
+//! time of writing (`at`, Unix ms): a record is trusted only while that
+//! time is within `node_ttl_seconds` of the reader's clock, so a node's
+//! genuine record kept and written back once the node is gone names no
+//! node ([`RecordKey::verify_fresh`]).
 
 use std::collections::HashMap;
 
@@ -35,6 +41,12 @@ pub const NODE_RECORD_PURPOSE: &str = "cluster-node";
 pub const TICKET_PURPOSE: &str = "cluster-ticket";
 /// Purpose of the key that signs room control messages (see `control`).
 pub const CONTROL_PURPOSE: &str = "cluster-control";
+/// Purpose of the key that signs the config stored with a room.
+pub const ROOM_CONFIG_PURPOSE: &str = "cluster-room-config";
+/// Purpose of the key that signs room events between nodes (see `events`).
+pub const EVENT_PURPOSE: &str = "cluster-event";
+/// Purpose of the key that signs the entries of rosters (see `roster`).
+pub const ROSTER_PURPOSE: &str = "cluster-roster";
 
 /// The fields of a node record the signature covers, in order.
 pub(crate) const SIGNED_FIELDS: [&str; 7] =
@@ -131,11 +143,91 @@ impl RecordKey {
         URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &message).as_ref())
     }
 
+    /// The `at_sig` of a record with `fields` signed at `at_ms` (Unix ms,
+    /// in the field `at`): the `sig` message followed by `at`, so that a
+    /// record kept and written back later is known for what it is. A
+    /// separate field, so that a node from before it still reads `sig`.
+    pub fn sign_at(&self, id: &str, fields: &[(&str, String)], at_ms: u64) -> String {
+        let at = at_ms.to_string();
+        let value = |k: &str| match k {
+            "at" => Some(at.as_str()),
+            _ => fields.iter().find(|(f, _)| *f == k).map(|(_, v)| v.as_str()),
+        };
+        let message = Self::message_at(id, value).unwrap_or_default();
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &message).as_ref())
+    }
+
+    fn message_at<'a>(id: &str, value: impl Fn(&str) -> Option<&'a str>) -> Option<Vec<u8>> {
+        let mut m = Self::message(id, &value)?;
+        let at = value("at")?;
+        for bytes in [b"at".as_slice(), at.as_bytes()] {
+            m.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
+            m.extend_from_slice(bytes);
+        }
+        Some(m)
+    }
+
+    /// Whether `record` carries a valid `sig` and `at_sig`, signed at most
+    /// `max_age_ms` before `now_ms` (and not later than that after it: a
+    /// clock ahead by more is refused too).
+    pub fn verify_fresh(&self, id: &str, record: &HashMap<String, String>, now_ms: u64, max_age_ms: u64) -> bool {
+        let Some(at) = record.get("at").and_then(|a| a.parse::<u64>().ok()) else { return false };
+        if now_ms.abs_diff(at) > max_age_ms || !self.verify(id, record) {
+            return false;
+        }
+        let Some(sig) = record.get("at_sig").and_then(|s| URL_SAFE_NO_PAD.decode(s).ok()) else { return false };
+        let Some(message) = Self::message_at(id, |k| record.get(k).map(String::as_str)) else { return false };
+        hmac::verify(&self.key, &message, &sig).is_ok()
+    }
+
     /// Whether `record` (a `node:<id>` hash as read) carries a valid `sig`.
     pub fn verify(&self, id: &str, record: &HashMap<String, String>) -> bool {
         let Some(sig) = record.get("sig").and_then(|s| URL_SAFE_NO_PAD.decode(s).ok()) else { return false };
         let Some(message) = Self::message(id, |k| record.get(k).map(String::as_str)) else { return false };
         hmac::verify(&self.key, &message, &sig).is_ok()
+    }
+}
+
+/// Signs and checks a sequence of parts, each length-prefixed (so that
+/// none can be shifted into another), under the key of one purpose; the
+/// signature in base64url. For what nodes leave each other in Redis:
+///
+/// - the config stored with a room (`room:<r>`'s `config`, signed in
+///   `config_sig`, parts: room, config; purpose [`ROOM_CONFIG_PURPOSE`]):
+///   the limits a room's creator gave, and the lock and bans a drain hands
+///   over, applied by whichever node hosts the room afresh; one without a
+///   valid signature, or another room's, is ignored (the defaults apply);
+/// - room events published for the other nodes (parts: room, origin node,
+///   time, event; purpose [`EVENT_PURPOSE`], see `events`);
+/// - the entries of a node's roster of a room (parts: room, node, id,
+///   summary; purpose [`ROSTER_PURPOSE`], see `roster`).
+pub(crate) struct PartsKey {
+    key: hmac::Key,
+}
+
+impl PartsKey {
+    pub fn new(secret: &[u8], purpose: &str) -> Self {
+        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, purpose)) }
+    }
+
+    fn message(parts: &[&[u8]]) -> Vec<u8> {
+        let mut m = Vec::with_capacity(parts.iter().map(|p| p.len() + 4).sum());
+        for bytes in parts {
+            m.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
+            m.extend_from_slice(bytes);
+        }
+        m
+    }
+
+    /// The signature of `parts`.
+    pub fn sign(&self, parts: &[&[u8]]) -> String {
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &Self::message(parts)).as_ref())
+    }
+
+    /// Whether `sig` is the signature of `parts`.
+    pub fn verify(&self, parts: &[&[u8]], sig: &str) -> bool {
+        let Ok(sig) = URL_SAFE_NO_PAD.decode(sig) else { return false };
+        hmac::verify(&self.key, &Self::message(parts), &sig).is_ok()
     }
 }
 
@@ -179,6 +271,29 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_fresh_only_near_its_time_and_with_its_own_time() {
+        let key = RecordKey::new(b"0123456789abcdef0123456789abcdef");
+        let at = 1_000_000;
+        let mut record: HashMap<String, String> = fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        record.insert("sig".into(), key.sign("node-1", &fields()));
+        assert!(!key.verify_fresh("node-1", &record, at, 5_000), "no time");
+        record.insert("at".into(), at.to_string());
+        record.insert("at_sig".into(), key.sign_at("node-1", &fields(), at));
+        assert!(key.verify_fresh("node-1", &record, at + 5_000, 5_000));
+        assert!(key.verify_fresh("node-1", &record, at - 5_000, 5_000), "a reader's clock a little behind");
+        assert!(!key.verify_fresh("node-1", &record, at + 5_001, 5_000), "too old: replayed");
+        assert!(!key.verify_fresh("node-1", &record, at - 5_001, 5_000), "too far ahead");
+        assert!(!key.verify_fresh("node-2", &record, at, 5_000), "under another id");
+        let mut moved = record.clone();
+        moved.insert("at".into(), (at + 60_000).to_string());
+        assert!(!key.verify_fresh("node-1", &moved, at + 60_000, 5_000), "a time changed by hand");
+        let mut changed = record.clone();
+        changed.insert("api_url".into(), "http://evil.example".into());
+        changed.insert("at_sig".into(), key.sign_at("node-1", &fields(), at));
+        assert!(!key.verify_fresh("node-1", &changed, at, 5_000), "a field changed");
+    }
+
+    #[test]
     fn fields_cannot_be_shifted_into_each_other() {
         let key = RecordKey::new(b"0123456789abcdef0123456789abcdef");
         let mut a = fields();
@@ -191,11 +306,29 @@ mod tests {
     }
 
     #[test]
+    fn a_room_config_verifies_with_its_room_only() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let key = PartsKey::new(secret, ROOM_CONFIG_PURPOSE);
+        let parts = |room: &'static str, config: &'static str| [room.as_bytes(), config.as_bytes()];
+        let sig = key.sign(&parts("r", r#"{"max_participants":5}"#));
+        assert!(key.verify(&parts("r", r#"{"max_participants":5}"#), &sig));
+        assert!(!key.verify(&parts("r", r#"{"max_participants":1}"#), &sig), "changed");
+        assert!(!key.verify(&parts("other", r#"{"max_participants":5}"#), &sig), "moved to another room");
+        assert!(!key.verify(&parts("r{\"max_", r#"participants":5}"#), &sig), "shifted");
+        assert!(!key.verify(&parts("r", r#"{"max_participants":5}"#), "not base64 !"), "garbage");
+        let other = PartsKey::new(b"another cluster's secret, 32 b..", ROOM_CONFIG_PURPOSE);
+        assert!(!other.verify(&parts("r", r#"{"max_participants":5}"#), &sig), "another cluster's key");
+        let events = PartsKey::new(secret, EVENT_PURPOSE);
+        assert!(!events.verify(&parts("r", r#"{"max_participants":5}"#), &sig), "another purpose's key");
+    }
+
+    #[test]
     fn keys_differ_per_purpose() {
         let s = b"0123456789abcdef0123456789abcdef";
         assert_ne!(derive_key(s, NODE_RECORD_PURPOSE), derive_key(s, TICKET_PURPOSE));
         assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, TICKET_PURPOSE));
         assert_ne!(derive_key(s, CONTROL_PURPOSE), derive_key(s, NODE_RECORD_PURPOSE));
+        assert_ne!(derive_key(s, ROOM_CONFIG_PURPOSE), derive_key(s, NODE_RECORD_PURPOSE));
         assert_ne!(
             derive_key(s, NODE_RECORD_PURPOSE),
             derive_key(b"0123456789abcdef0123456789abcdeF", NODE_RECORD_PURPOSE)

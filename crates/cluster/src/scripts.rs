@@ -11,7 +11,8 @@ use redis::Script;
 /// Claim a room for a node (itself, or the node a placer chose).
 ///
 /// KEYS: room hash, lease, rooms set. ARGV: node id, lease TTL (ms), node
-/// key prefix, room name, config JSON ('' = keep the stored one).
+/// key prefix, room name, config JSON ('' = keep the stored one), its
+/// signature (`config_sig`).
 ///
 /// If a lease exists and its owner's node key exists, the owner stands
 /// (its lease is extended when it is the claimant). Otherwise, if the
@@ -41,7 +42,7 @@ if redis.call('EXISTS', nodes .. ARGV[1]) == 0 then
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'config', ARGV[5]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'config', ARGV[5], 'config_sig', ARGV[6]) end
 redis.call('PERSIST', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1] .. ':' .. epoch, 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], ARGV[4])
@@ -101,7 +102,7 @@ local cur = redis.call('GET', KEYS[2])
 local h = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
 if cur == want or ((not cur) and h[1] == ARGV[1] and h[2] == ARGV[2]) then
   redis.call('DEL', KEYS[2])
-  redis.call('HDEL', KEYS[1], 'owner', 'config')
+  redis.call('HDEL', KEYS[1], 'owner', 'config', 'config_sig')
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   redis.call('SREM', KEYS[3], ARGV[3])
   return 1

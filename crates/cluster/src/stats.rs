@@ -58,6 +58,9 @@ pub struct ClusterStats {
     pub events_dropped_total: u64,
     /// `tutti_cluster_events_delivered_total`: room events from other nodes handed to watchers here.
     pub events_delivered_total: u64,
+    /// `tutti_cluster_events_refused_total`: room events received without a
+    /// valid signature, or too old (dropped before any watcher).
+    pub events_refused_total: u64,
     /// `tutti_cluster_rooms_watched` (gauge): rooms held elsewhere watched from here.
     pub rooms_watched: u64,
     /// `tutti_cluster_control_published_total`: room control messages sent to the span's other nodes.
@@ -72,6 +75,13 @@ pub struct ClusterStats {
     /// `tutti_cluster_node_records_rejected_total`: node records read that were
     /// not signed with the cluster's key (ignored: never placed on nor redirected to).
     pub node_records_rejected_total: u64,
+    /// `tutti_cluster_node_number_conflicts_total`: node numbers found in
+    /// another live node's signed record: skipped at start, or (a node that
+    /// shares its number) reported by the registry scan.
+    pub node_number_conflicts_total: u64,
+    /// `tutti_cluster_room_configs_rejected_total`: stored room configs read
+    /// without a valid signature (ignored: the room gets the defaults).
+    pub room_configs_rejected_total: u64,
     /// `tutti_cluster_redis_latency_seconds` histogram: count of successful operations.
     pub redis_latency_count: u64,
     /// … and their summed duration in seconds.
@@ -171,6 +181,13 @@ impl ClusterStats {
                 self.events_delivered_total,
                 "Room events received.",
             ),
+            s(
+                "tutti_cluster_events_refused_total",
+                None,
+                Counter,
+                self.events_refused_total,
+                "Room events dropped: not signed with the cluster's key, or too old.",
+            ),
             s("tutti_cluster_rooms_watched", None, Gauge, self.rooms_watched, "Rooms held elsewhere watched here."),
             s("tutti_cluster_redis_errors_total", None, Counter, self.redis_errors_total, "Failed Redis operations."),
             s(
@@ -179,6 +196,20 @@ impl ClusterStats {
                 Counter,
                 self.node_records_rejected_total,
                 "Node records ignored: not signed with the cluster's key.",
+            ),
+            s(
+                "tutti_cluster_node_number_conflicts_total",
+                None,
+                Counter,
+                self.node_number_conflicts_total,
+                "Node numbers found held by another live node.",
+            ),
+            s(
+                "tutti_cluster_room_configs_rejected_total",
+                None,
+                Counter,
+                self.room_configs_rejected_total,
+                "Stored room configs ignored: not signed with the cluster's key.",
             ),
             s(
                 "tutti_cluster_redis_operations_total",
@@ -235,6 +266,8 @@ pub(crate) struct Counters {
     pub heartbeat_failures: AtomicU64,
     pub redis_errors: AtomicU64,
     pub node_records_rejected: AtomicU64,
+    pub node_number_conflicts: AtomicU64,
+    pub room_configs_rejected: AtomicU64,
     pub control_refused: [AtomicU64; REFUSALS],
     latency_count: AtomicU64,
     latency_sum_nanos: AtomicU64,
@@ -277,12 +310,15 @@ impl Counters {
             events_published_total: 0,
             events_dropped_total: 0,
             events_delivered_total: 0,
+            events_refused_total: 0,
             rooms_watched: 0,
             control_published_total: 0,
             control_dropped_total: 0,
             control_refused_total: std::array::from_fn(|i| get(&self.control_refused[i])),
             redis_errors_total: get(&self.redis_errors),
             node_records_rejected_total: get(&self.node_records_rejected),
+            node_number_conflicts_total: get(&self.node_number_conflicts),
+            room_configs_rejected_total: get(&self.room_configs_rejected),
             redis_latency_count: get(&self.latency_count),
             redis_latency_sum_seconds: get(&self.latency_sum_nanos) as f64 / 1e9,
             redis_latency_buckets: std::array::from_fn(|i| get(&self.latency_buckets[i])),

@@ -111,6 +111,22 @@ fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
     rt.block_on(server.shutdown());
 }
 
+/// A node with `room.auto_create` on, placeable (it took a room
+/// `warm-up`), and an admin token.
+fn auto_create_node(redis: &RedisServer) -> (tokio::runtime::Runtime, tutti_server::Server, String) {
+    let mut cfg = node_config(redis);
+    cfg.room.auto_create = true;
+    let (rt, server) = start_with(cfg);
+    let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let body = br#"{"id":"warm-up"}"#;
+    while call(server.http_addr(), &admin, "POST", "/v1/rooms", Some("application/json"), body).status != 201 {
+        assert!(Instant::now() < deadline, "the node never took a room");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (rt, server, admin)
+}
+
 /// A join that comes while the room's `DELETE` is still giving its lease
 /// back: the node must end either without the room or hosting it with its
 /// lease in the directory. The lease used to be given back after the join
@@ -119,20 +135,12 @@ fn in_a_cluster_only_admins_create_rooms_and_empty_ones_are_released() {
 #[test]
 fn a_join_racing_a_delete_leaves_the_room_closed_or_owned() {
     let redis = RedisServer::start();
-    let mut cfg = node_config(&redis);
     // A join may make the room again: the race's worst case.
-    cfg.room.auto_create = true;
-    let (rt, server) = start_with(cfg);
+    let (rt, server, admin) = auto_create_node(&redis);
     let api = server.http_addr();
-    let admin = server.mint_token(&Grant::admin("ops"), Duration::from_secs(600)).expect("token");
     let create = |room: &str| {
         call(api, &admin, "POST", "/v1/rooms", Some("application/json"), format!("{{\"id\":\"{room}\"}}").as_bytes())
     };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while create("warm-up").status != 201 {
-        assert!(Instant::now() < deadline, "the node never took a room");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 
     const ROUNDS: usize = 12;
     let mut rejoined = 0;
@@ -258,5 +266,44 @@ fn with_its_own_secret_the_cluster_takes_no_ticket_signed_with_the_token_secret(
     assert_eq!((forged.status, forged.code().as_str()), (401, "bad_ticket"), "{}", forged.body);
     let r = read(CLUSTER_SECRET);
     assert_eq!(r.status, 201, "a ticket of the cluster's own key: {}", r.body);
+    rt.block_on(server.shutdown());
+}
+
+/// The config stored with a room in the directory (limits, and a drain's
+/// lock and bans) is applied by the node that hosts the room afresh: one
+/// written into Redis by hand (as anyone who can write to Redis could)
+/// used to be applied as is. Now only one signed with the cluster's key
+/// is: a forged one is ignored (the defaults apply), counted, and the
+/// room works.
+#[test]
+fn a_room_config_written_into_redis_by_hand_is_never_applied() {
+    let redis = RedisServer::start();
+    let (rt, server, _) = auto_create_node(&redis);
+    let api = server.http_addr();
+    // One participant at most, locked by a "drain" until 2100, and ana banned.
+    let forged = r#"{"max_participants":1,"handover":{"until":4102444800,"locked":true,"bans":[["ana",4102444800]],"returning":[]}}"#;
+    redis.cli(&["HSET", "tutti:room:victim", "config", forged, "config_sig", "bm90IGEgc2lnbmF0dXJl"]);
+    redis.cli(&["SADD", "tutti:rooms", "victim"]);
+
+    let join = |identity: &str| {
+        let token =
+            server.mint_token(&Grant::participant("victim", identity), Duration::from_secs(600)).expect("token");
+        let offer = ToneClient::offer(100.0).expect("offer").1;
+        call(api, &token, "POST", "/v1/rooms/victim/participants", Some("application/sdp"), offer.as_bytes())
+    };
+    for identity in ["ana", "ben", "cy"] {
+        let r = join(identity);
+        assert_eq!(r.status, 201, "{identity} joins a room with the defaults: {}", r.body);
+    }
+    // Counted (the cluster's figures reach /metrics each second).
+    let rejected = || {
+        let metrics = common::scrape(server.metrics_addr().expect("metrics are on"));
+        metrics.get("tutti_cluster_room_configs_rejected_total").copied().unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rejected() < 1.0 {
+        assert!(Instant::now() < deadline, "the forged config is counted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     rt.block_on(server.shutdown());
 }

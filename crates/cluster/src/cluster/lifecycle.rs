@@ -21,7 +21,7 @@ use crate::control::{CONTROL_QUEUE_CAPACITY, ControlKey};
 use crate::error::ClusterError;
 use crate::events::Relay;
 use crate::placement::Load;
-use crate::record::{RecordKey, TICKET_PURPOSE, derive_key};
+use crate::record::{PartsKey, ROOM_CONFIG_PURPOSE, ROSTER_PURPOSE, RecordKey, TICKET_PURPOSE, derive_key};
 use crate::scripts::Scripts;
 use crate::stats::Counters;
 use crate::ticket::TicketKey;
@@ -60,7 +60,7 @@ impl Cluster {
         let tickets =
             TicketKey::new(&derive_key(ticket_secret, TICKET_PURPOSE), config.ticket_ttl_seconds.ceil() as u64);
         let records = RecordKey::new(ticket_secret);
-        let (relay, queues) = Relay::new(&config, &node_id, op)?;
+        let (relay, queues) = Relay::new(&config, &node_id, op, ticket_secret)?;
         let relay = Arc::new(relay);
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_CAPACITY);
         let inner = Arc::new(Inner {
@@ -71,6 +71,8 @@ impl Cluster {
             scripts: Scripts::new(),
             tickets,
             records,
+            configs: PartsKey::new(ticket_secret, ROOM_CONFIG_PURPOSE),
+            roster_key: PartsKey::new(ticket_secret, ROSTER_PURPOSE),
             control: ControlKey::new(ticket_secret),
             number: AtomicU32::new(0),
             spanned: Mutex::new(HashMap::new()),
@@ -86,6 +88,7 @@ impl Cluster {
             relay: relay.clone(),
             tasks: Mutex::new(Vec::new()),
             last_nodes: Mutex::new(HashSet::new()),
+            number_clash: Mutex::new(None),
         });
         let cluster = Cluster { inner };
         // A wrong password or certificate does not mend itself: say so at
@@ -220,8 +223,22 @@ async fn background(weak: Weak<Inner>) {
 
 async fn scan_nodes(cluster: &Cluster) {
     let Ok(nodes) = cluster.nodes().await else { return };
-    let now: HashSet<String> = nodes.into_iter().map(|n| n.id).collect();
     let c = &cluster.inner.counters;
+    let (me, number) = (&cluster.inner.node_id, cluster.inner.number.load(Relaxed));
+    let other = nodes.iter().find(|n| n.number == Some(number) && n.id != *me).map(|n| n.id.clone());
+    let mut clash = lock(&cluster.inner.number_clash);
+    if let Some(other) = &other
+        && clash.as_ref() != Some(other)
+    {
+        // Once per clash, not per scan.
+        c.node_number_conflicts.fetch_add(1, Relaxed);
+        warn!(node = %me, number, other = %other,
+            "another live node has this node's number: participant ids of the two nodes can clash \
+             (a node number given out twice, after its key was deleted from Redis): restart one of them");
+    }
+    *clash = other;
+    drop(clash);
+    let now: HashSet<String> = nodes.into_iter().map(|n| n.id).collect();
     c.nodes_seen.store(now.len() as u64, Relaxed);
     let mut last = lock(&cluster.inner.last_nodes);
     for lost in last.difference(&now) {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use redis::Value;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::lease::parse_lease;
 use super::registry::Record;
@@ -100,7 +100,8 @@ impl Cluster {
             .arg(inner.cfg.lease_ttl_ms())
             .arg(keys.node_prefix())
             .arg(room)
-            .arg(config.unwrap_or(""));
+            .arg(config.unwrap_or(""))
+            .arg(config.map(|c| inner.configs.sign(&[room.as_bytes(), c.as_bytes()])).unwrap_or_default());
         let mut con = inner.con.clone();
         let reply: Result<Vec<String>, _> = self.run(async move { inv.invoke_async(&mut con).await }).await;
         let c = &inner.counters;
@@ -189,13 +190,38 @@ impl Cluster {
 
     /// The config JSON stored with `room` when it was created (by the
     /// claim that made it), if any: a room placed again after its owner
-    /// died is hosted with it rather than with the defaults.
+    /// died is hosted with it rather than with the defaults. Only one
+    /// signed with the cluster's key for this room (see `record::PartsKey`).
     pub async fn room_config(&self, room: &str) -> Result<Option<String>, ClusterError> {
         let mut con = self.inner.con.clone();
         let key = self.inner.keys.room(room);
-        let config: Option<String> =
-            self.run(async move { redis::cmd("HGET").arg(key).arg("config").query_async(&mut con).await }).await?;
-        Ok(config.filter(|c| !c.is_empty()))
+        let (config, sig): (Option<String>, Option<String>) = self
+            .run(
+                async move { redis::cmd("HMGET").arg(key).arg("config").arg("config_sig").query_async(&mut con).await },
+            )
+            .await?;
+        Ok(self.signed_config(room, config, sig))
+    }
+
+    /// `config` as stored with `room` when `sig` is its signature; else
+    /// nothing (logged, counted): a writer to Redis cannot give a room
+    /// limits, a lock or bans.
+    fn signed_config(&self, room: &str, config: Option<String>, sig: Option<String>) -> Option<String> {
+        let config = config.filter(|c| !c.is_empty())?;
+        if self.is_signed(room, &config, sig.as_deref()) {
+            return Some(config);
+        }
+        self.inner.counters.room_configs_rejected.fetch_add(1, Relaxed);
+        warn!(
+            room,
+            "the room's stored config is not signed with the cluster's key (written by hand into Redis, \
+            by a node with another cluster secret, or by a version before signed configs): ignored, the defaults apply"
+        );
+        None
+    }
+
+    fn is_signed(&self, room: &str, config: &str, sig: Option<&str>) -> bool {
+        sig.is_some_and(|sig| self.inner.configs.verify(&[room.as_bytes(), config.as_bytes()], sig))
     }
 
     fn me(&self, epoch: u64) -> Owner {
@@ -223,7 +249,7 @@ impl Cluster {
         for chunk in names.chunks(500) {
             let mut pipe = redis::pipe();
             for room in chunk {
-                pipe.cmd("HMGET").arg(keys.room(room)).arg("owner").arg("epoch").arg("config");
+                pipe.cmd("HMGET").arg(keys.room(room)).arg("owner").arg("epoch").arg("config").arg("config_sig");
                 pipe.cmd("GET").arg(keys.lease(room));
             }
             let mut con = self.inner.con.clone();
@@ -249,7 +275,8 @@ impl Cluster {
                 out.push(RoomEntry {
                     room: room.clone(),
                     epoch: field(1).and_then(|e| e.parse().ok()).unwrap_or(0),
-                    config: field(2),
+                    // Unsigned ones left out quietly: a listing applies nothing.
+                    config: field(2).filter(|c| self.is_signed(room, c, field(3).as_deref())),
                     recorded_owner: field(0),
                     owner,
                 });

@@ -61,6 +61,16 @@ impl Cluster {
     /// (it lapses with the node's TTL). A restarted node takes a new number
     /// (its old participants' ids are not handed out again). Published in
     /// the node's signed record.
+    ///
+    /// The `number:<n>` keys are only a fast path: anyone who can write to
+    /// Redis can delete them and wind the counter back. What decides is
+    /// the other nodes' signed records: a number one of them names is
+    /// skipped (counted as `tutti_cluster_node_number_conflicts_total`) and
+    /// the next one tried, rather than refusing to start, so that a writer
+    /// to Redis can make a node skip numbers but neither keep it from
+    /// starting nor give it a live node's number. A clash that still
+    /// happens (the live node's record deleted too at that moment) is
+    /// reported by the registry scan ([`Cluster::nodes`]).
     pub fn node_number(&self) -> u32 {
         self.inner.number.load(Relaxed)
     }
@@ -79,12 +89,26 @@ impl Cluster {
                     redis::cmd("SET").arg(key).arg(me).arg("NX").arg("PX").arg(ttl).query_async(&mut con).await
                 })
                 .await?;
-            if set.is_some() {
-                info!(node = %self.inner.node_id, number, "node number taken");
-                return Ok(number);
+            if set.is_none() {
+                continue;
             }
+            if let Some(holder) = self.number_holder(number).await? {
+                self.inner.counters.node_number_conflicts.fetch_add(1, Relaxed);
+                warn!(node = %self.inner.node_id, number, holder = %holder,
+                    "node number given out again (its number key was gone: deleted from Redis, or Redis \
+                     lost its data) though a live node's signed record names it: taking another");
+                continue;
+            }
+            info!(node = %self.inner.node_id, number, "node number taken");
+            return Ok(number);
         }
         Err(ClusterError::Corrupt(format!("no free node number in {NUMBER_ATTEMPTS} attempts")))
+    }
+
+    /// Another live node whose signed record names `number`, if any.
+    async fn number_holder(&self, number: u32) -> Result<Option<String>, ClusterError> {
+        let me = &self.inner.node_id;
+        Ok(self.nodes().await?.into_iter().find(|n| n.number == Some(number) && n.id != *me).map(|n| n.id))
     }
 
     /// The load the next heartbeat reports (no I/O).
@@ -142,7 +166,7 @@ impl Cluster {
         if h.is_empty() {
             return Record::Gone;
         }
-        if self.inner.records.verify(id, h)
+        if self.inner.records.verify_fresh(id, h, super::unix_now_ms(), self.inner.cfg.node_ttl_ms())
             && let Some(n) = parse_node(id, h)
             && self.inner.cfg.api_url_allowed(&n.api_url)
         {
@@ -152,8 +176,10 @@ impl Cluster {
         let mut warned = lock(&self.inner.warned_forged);
         if warned.len() < MAX_WARNED_FORGED && warned.insert(id.to_owned()) {
             warn!(node = %id, api_url = ?h.get("api_url"),
+                at = ?h.get("at"),
                 "registry record not signed with the cluster's key (another secret, or written by hand), \
-                 or its api_url not in cluster.allowed_api_urls: ignored");
+                 or written more than node_ttl_seconds ago or ahead (replayed, or the nodes' clocks differ: \
+                 sync them), or its api_url not in cluster.allowed_api_urls: ignored");
         }
         Record::Rejected
     }
@@ -183,6 +209,8 @@ impl Cluster {
             fields.push(("number", number.to_string()));
         }
         let sig = inner.records.sign(&inner.node_id, &fields);
+        let at = super::unix_now_ms();
+        let at_sig = inner.records.sign_at(&inner.node_id, &fields, at);
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("HSET").arg(&key);
         for (field, value) in &fields {
@@ -190,6 +218,10 @@ impl Cluster {
         }
         pipe.arg("sig")
             .arg(sig)
+            .arg("at")
+            .arg(at)
+            .arg("at_sig")
+            .arg(at_sig)
             // Placements since the last heartbeat: their participants show in
             // the next figures (a room's first clients arrive within a second).
             .arg("placements")

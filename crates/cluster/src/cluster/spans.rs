@@ -14,7 +14,7 @@ use super::{Cluster, lock};
 use crate::config::RoomSpread;
 use crate::error::ClusterError;
 use crate::placement::{NodeInfo, choose_for_join};
-use crate::roster::{RosterWrite, Rosters, parse_roster, read_script, script_reply};
+use crate::roster::{RosterOf, RosterWrite, Rosters, parse_roster, read_script, script_reply};
 
 impl Cluster {
     /// The epoch of `room` at this node: the lease's when it holds it, else
@@ -190,8 +190,9 @@ impl Cluster {
             if !w.upserts.is_empty() {
                 let mut hset = redis::cmd("HSET");
                 hset.arg(&key);
+                let of = RosterOf { key: &self.inner.roster_key, room: &w.room, node_id: &self.inner.node_id };
                 for (id, summary) in &w.upserts {
-                    hset.arg(*id).arg(summary);
+                    hset.arg(*id).arg(of.seal_summary(*id, summary));
                 }
                 pipe.add_command(hset).ignore();
             }
@@ -227,7 +228,8 @@ impl Cluster {
         for ((node, number), fields) in members.into_iter().zip(reply) {
             match fields {
                 Some(fields) => {
-                    let (entries, refused) = parse_roster(node, |id| node_number_of(id) == Some(*number), fields);
+                    let of = RosterOf { key: &self.inner.roster_key, room, node_id: node };
+                    let (entries, refused) = parse_roster(&of, |id| node_number_of(id) == Some(*number), fields);
                     out.entries.extend(entries);
                     out.refused += refused;
                 }

@@ -53,7 +53,8 @@ pub struct RoomEntry {
     pub room: String,
     /// The last epoch given out.
     pub epoch: u64,
-    /// The config JSON stored by the claim that created it, if any.
+    /// The config JSON stored by the claim that created it, if any and
+    /// signed with the cluster's key (see `Cluster::room_config`).
     pub config: Option<String>,
     /// The node recorded as owner (alive or not).
     pub recorded_owner: Option<String>,
