@@ -10,6 +10,9 @@
 //!
 //! A marker without a reason fails the test. How a block is run:
 //!
+//! - A `console` block whose lines show a `$ ` prompt runs those lines'
+//!   commands only (the other lines are their output, not compared).
+//!
 //! - Shell blocks run, page by page in the page's order, with `bash -e` in
 //!   one temporary directory per page (so a file one block makes is there
 //!   for the next), against one `tutti serve --dev` per page started here
@@ -80,7 +83,11 @@ fn blocks(file: &str, markdown: &str) -> Vec<Block> {
             let above = lines[..i].iter().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim());
             let not_run =
                 above.and_then(|l| l.strip_prefix(NOT_RUN)).map(|r| r.trim_end_matches("-->").trim().to_owned());
-            let text = lines[i + 1..end].iter().map(|l| format!("{l}\n")).collect();
+            let body = &lines[i + 1..end];
+            // A `console` block shows commands after `$ ` and their output: only the commands run.
+            let prompted = lang.trim() == "console" && body.iter().any(|l| l.starts_with("$ "));
+            let commands = body.iter().filter_map(|l| if prompted { l.strip_prefix("$ ") } else { Some(l) });
+            let text = commands.map(|l| format!("{l}\n")).collect();
             found.push(Block { file: file.to_owned(), line: i + 1, kind, text, not_run });
         }
         i = end + 1;
@@ -282,6 +289,8 @@ fn a_marker_needs_the_nearest_line_above_and_a_reason() {
     assert_eq!(found[0].not_run.as_deref(), Some("needs a TLS certificate"));
     assert_eq!((found[1].line, found[1].not_run.as_deref()), (8, None), "unmarked: run");
     assert_eq!((found[2].kind == Kind::Js, found[2].not_run.as_deref()), (true, Some("")), "a marker without a reason");
+    let session = blocks("t.md", "```console\n$ tutti rooms list\nROOM  PARTICIPANTS\n$ echo done\ndone\n```\n");
+    assert_eq!(session[0].text, "tutti rooms list\necho done\n", "a console block runs its prompted commands");
 }
 
 #[test]
