@@ -2,6 +2,7 @@
 
 mod admin;
 mod duration;
+mod offer;
 
 use duration::parse_duration;
 
@@ -54,6 +55,9 @@ enum Command {
     Rooms(admin::RoomsArgs),
     /// Manage a room's participants: list, kick, mute, unmute, speak, unspeak.
     Participants(admin::ParticipantsArgs),
+    /// Print a WebRTC SDP offer, read the server's answer from stdin, then send a tone until the call ends
+    /// (a client for curl joins: docs/api/rest.md).
+    Offer(offer::OfferArgs),
 }
 
 /// `GET /healthz` (`http://` or `https://`) with a bounded wait: the container
@@ -187,6 +191,7 @@ fn main() -> anyhow::Result<()> {
         Command::Healthcheck(args) => healthcheck(&args),
         Command::Rooms(args) => admin::exit_on_error(admin::rooms(&args)),
         Command::Participants(args) => admin::exit_on_error(admin::participants(&args)),
+        Command::Offer(args) => offer::offer(&args),
         // 0 PASS, 1 FAIL (missed the SLO), 2 INVALID (the generator fell behind).
         Command::Load(args) => match tutti_load::run_load(&args)? {
             tutti_load::Verdict::Pass => Ok(()),
