@@ -59,10 +59,19 @@ var (
 	parallel  = flag.Int("parallel", 16, "joins in flight at once")
 	roomNames = flag.String("prefix", "pion", "room ids are PREFIX-0, PREFIX-1, …")
 	jsonOut   = flag.Bool("json", false, "also print the figures as one JSON line, last")
+	stereo    = flag.Bool("stereo", false, "ask for stereo Opus (stereo=1), as the page and the SDK do: a spatial room's stereo render")
 )
 
 // RFC 6464's header extension, as browsers offer it.
 const levelURI = "urn:ietf:params:rtp-hdrext:ssrc-audio-level"
+
+// The Opus parameters of our offer: with -stereo, asking for stereo.
+func opusFmtp() string {
+	if *stereo {
+		return "minptime=10;useinbandfec=1;usedtx=1;stereo=1"
+	}
+	return "minptime=10;useinbandfec=1;usedtx=1"
+}
 
 // What Opus DTX sends while silent: a 20 ms CELT silence frame.
 var dtxFrame = []byte{0xf8, 0xff, 0xfe}
@@ -84,6 +93,8 @@ type client struct {
 
 	// Received, from the measured window's start (reset at it).
 	packets   atomic.Uint64
+	payload   atomic.Uint64 // Opus payload bytes received
+	stereoPkt atomic.Uint64 // received packets whose Opus TOC says stereo
 	levelled  atomic.Uint64 // packets that carried an RFC 6464 level
 	lost      atomic.Uint64
 	jitterQ4  atomic.Uint64 // RFC 3550 jitter in 1/16 of a 48 kHz sample, last value
@@ -153,6 +164,8 @@ func main() {
 	time.Sleep(*warmup)
 	for _, c := range cs {
 		c.packets.Store(0)
+		c.payload.Store(0)
+		c.stereoPkt.Store(0)
 		c.levelled.Store(0)
 		c.lost.Store(0)
 		c.wsMsgs.Store(0)
@@ -184,7 +197,7 @@ func main() {
 func newAPI() *webrtc.API {
 	m := &webrtc.MediaEngine{}
 	check(m.RegisterCodec(webrtc.RTPCodecParameters{
-		RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1;usedtx=1"},
+		RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: opusFmtp()},
 		PayloadType:        111,
 	}, webrtc.RTPCodecTypeAudio), "registering Opus")
 	check(m.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: levelURI}, webrtc.RTPCodecTypeAudio), "registering the level extension")
@@ -344,6 +357,10 @@ func (c *client) receive(t *webrtc.TrackRemote) {
 		}
 		have, last, transit0 = true, p.SequenceNumber, transit
 		c.packets.Add(1)
+		c.payload.Add(uint64(len(p.Payload)))
+		if len(p.Payload) > 1 && p.Payload[0]&0x04 != 0 {
+			c.stereoPkt.Add(1)
+		}
 		if c.rxExt != 0 && len(p.Header.GetExtension(c.rxExt)) == 1 {
 			c.levelled.Add(1)
 		}
@@ -416,7 +433,7 @@ func sendLoop(cs []*client, frames, quiet [][]byte, stop chan struct{}, late *la
 // rssIdle: the server's RSS before the joins; rss1: at the window's end.
 func report(cs []*client, window float64, cpuTicks uint64, rssIdle, rss1 uint64, selfTicks uint64, late *lateness, failed int) {
 	n := 0
-	var packets, levelled, lost uint64
+	var packets, levelled, lost, payload, stereoPkts uint64
 	var jitters []float64
 	var wsMsgs, wsBytes uint64
 	nWS := 0
@@ -426,6 +443,8 @@ func report(cs []*client, window float64, cpuTicks uint64, rssIdle, rss1 uint64,
 		}
 		n++
 		packets += c.packets.Load()
+		payload += c.payload.Load()
+		stereoPkts += c.stereoPkt.Load()
 		levelled += c.levelled.Load()
 		lost += c.lost.Load()
 		jitters = append(jitters, float64(c.jitterQ4.Load())/16/48)
@@ -447,6 +466,8 @@ func report(cs []*client, window float64, cpuTicks uint64, rssIdle, rss1 uint64,
 		fmt.Printf("received: %.1f packets per client per second, loss %.3f %%, jitter p50/p95/max %.1f / %.1f / %.1f ms\n",
 			float64(packets)/float64(n)/window, 100*float64(lost)/float64(max(packets+lost, 1)),
 			pct(jitters, 0.5), pct(jitters, 0.95), pct(jitters, 1))
+		fmt.Printf("media: %.0f Opus payload bytes per client per second, %.1f %% of the packets stereo\n",
+			float64(payload)/float64(n)/window, 100*float64(stereoPkts)/float64(max(packets, 1)))
 	}
 	if nWS > 0 {
 		fmt.Printf("WebSocket: %.2f messages and %.0f bytes per client per second\n",
@@ -467,16 +488,18 @@ func report(cs []*client, window float64, cpuTicks uint64, rssIdle, rss1 uint64,
 	if *jsonOut {
 		per := func(v uint64, k int) float64 { return float64(v) / float64(max(k, 1)) / window }
 		out, _ := json.Marshal(map[string]any{
-			"clients":                      len(cs),
-			"failed":                       failed,
-			"connected":                    n,
-			"window_s":                     window,
-			"packets_per_client_per_s":     per(packets, n),
-			"levelled_share":               float64(levelled) / float64(max(packets, 1)),
-			"loss_percent":                 100 * float64(lost) / float64(max(packets+lost, 1)),
-			"ws_clients":                   nWS,
-			"ws_messages_per_client_per_s": per(wsMsgs, nWS),
-			"generator_late_p99_ms":        pct(ls, 0.99),
+			"clients":                        len(cs),
+			"failed":                         failed,
+			"connected":                      n,
+			"window_s":                       window,
+			"packets_per_client_per_s":       per(packets, n),
+			"payload_bytes_per_client_per_s": per(payload, n),
+			"stereo_share":                   float64(stereoPkts) / float64(max(packets, 1)),
+			"levelled_share":                 float64(levelled) / float64(max(packets, 1)),
+			"loss_percent":                   100 * float64(lost) / float64(max(packets+lost, 1)),
+			"ws_clients":                     nWS,
+			"ws_messages_per_client_per_s":   per(wsMsgs, nWS),
+			"generator_late_p99_ms":          pct(ls, 0.99),
 		})
 		fmt.Println(string(out))
 	}
