@@ -82,6 +82,9 @@ enum RoomsCommand {
         /// Everyone but a moderator joins muted.
         #[arg(long)]
         join_muted: bool,
+        /// Speakers on seats, heard in stereo by the clients that ask for it (docs/features/spatial.md).
+        #[arg(long)]
+        spatial: bool,
     },
     /// Sends a data message to everyone in a room (or to `--to` participants), as the backend.
     Send {
@@ -261,6 +264,7 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
             wait_for_moderator,
             on_moderator_leave,
             join_muted,
+            spatial,
         } => {
             let mut body = json!({});
             put(&mut body, "id", room.as_ref().map(|r| json!(r)));
@@ -270,6 +274,7 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
             put(&mut body, "wait_for_moderator", wait_for_moderator.then_some(json!(true)));
             put(&mut body, "on_moderator_leave", on_moderator_leave.as_ref().map(|o| json!(o)));
             put(&mut body, "join_muted", join_muted.then_some(json!(true)));
+            put(&mut body, "spatial", spatial.then_some(json!(true)));
             let r = api.call("POST", "/v1/rooms", Some(&body))?;
             if json {
                 return print_json(&r.body);
