@@ -38,6 +38,8 @@ pub(crate) struct Edge {
     trusted: Vec<Cidr>,
     /// The joined calls, by dialog id: whoever takes one out makes it leave.
     pub(super) calls: Mutex<HashMap<String, Call>>,
+    /// The callers' keys towards a `[sip] keypad` sequence.
+    pub(super) keys: Mutex<super::keypad::Sequences>,
     states: DialogStateSender,
     endpoint: Endpoint,
     cancel: CancellationToken,
@@ -76,8 +78,11 @@ impl Edge {
         if session.cfg.rtp_in.trusted.is_empty() {
             tracing::warn!("SIP: [rtp_in] trusted is empty: calls carry plain RTP, so every call is refused with 403");
         }
+        // Validated at load, as `trusted`.
+        let keys = Mutex::new(super::keypad::Sequences::new(cfg.keypad_map().unwrap_or_default()));
         let edge = Self {
             session,
+            keys,
             dialogs,
             contact,
             room_prefix: cfg.room_prefix,
@@ -114,6 +119,7 @@ impl Edge {
             _ = self.endpoint.serve() => {}
             _ = self.clone().requests(incoming) => {}
             _ = self.clone().ends(states) => {}
+            _ = self.clone().keypresses() => {}
             _ = stop.wait_for(|s| *s) => {}
         }
         self.cancel.cancel();
@@ -133,6 +139,11 @@ impl Edge {
                 continue;
             };
             let in_dialog = tx.original.to_header().ok().and_then(|t| t.tag().ok().flatten()).is_some();
+            if in_dialog && tx.original.method == Method::Info {
+                let code = self.info(&tx);
+                tokio::spawn(async move { tx.reply(code).await.ok() });
+                continue;
+            }
             if in_dialog {
                 match self.dialogs.match_dialog(&tx) {
                     Some(mut dialog) => {
@@ -192,10 +203,43 @@ impl Edge {
         }
     }
 
+    /// An INFO within a call: a key (application/dtmf-relay or
+    /// application/dtmf) is pressed, as by RFC 4733; another body is
+    /// answered 415, a call that is not (or no longer) here 481.
+    fn info(&self, tx: &rsipstack::transaction::Transaction) -> StatusCode {
+        let Some(dialog) = self.dialogs.match_dialog(tx) else {
+            return StatusCode::CallTransactionDoesNotExist;
+        };
+        let Some(id) = lock(&self.calls).get(&dialog.id().to_string()).map(|c| c.id) else {
+            return StatusCode::CallTransactionDoesNotExist;
+        };
+        let content_type = tx
+            .original
+            .headers
+            .iter()
+            .find_map(|h| match h {
+                Header::ContentType(c) => Some(c.value().to_owned()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        if tx.original.body.is_empty() {
+            // An empty INFO: a keep-alive (RFC 6086).
+            return StatusCode::OK;
+        }
+        match super::keypad::info_key(&content_type, &String::from_utf8_lossy(&tx.original.body)) {
+            Some(key) => {
+                self.key(id, key);
+                StatusCode::OK
+            }
+            None => StatusCode::UnsupportedMediaType,
+        }
+    }
+
     /// The call of dialog `id` leaves its room, if it is still listed.
     pub(super) fn hang_up(&self, id: &DialogId) {
         let call = lock(&self.calls).remove(&id.to_string());
         if let Some(call) = call {
+            lock(&self.keys).forget(call.id);
             tracing::info!(room = %call.room.id, participant = call.id, "SIP caller hung up");
             self.session.leave(&call.room, call.id, LeaveReason::Left);
         }
