@@ -39,7 +39,7 @@ pub(crate) struct Edge {
     /// The joined calls, by dialog id: whoever takes one out makes it leave.
     pub(super) calls: Mutex<HashMap<String, Call>>,
     /// The callers' keys towards a `[sip] keypad` sequence.
-    pub(super) keys: Mutex<super::keypad::Sequences>,
+    pub(super) keys: Mutex<super::sequences::Sequences>,
     states: DialogStateSender,
     endpoint: Endpoint,
     cancel: CancellationToken,
@@ -79,7 +79,7 @@ impl Edge {
             tracing::warn!("SIP: [rtp_in] trusted is empty: calls carry plain RTP, so every call is refused with 403");
         }
         // Validated at load, as `trusted`.
-        let keys = Mutex::new(super::keypad::Sequences::new(cfg.keypad_map().unwrap_or_default()));
+        let keys = Mutex::new(super::sequences::Sequences::new(cfg.keypad_map().unwrap_or_default()));
         let edge = Self {
             session,
             keys,
@@ -196,42 +196,10 @@ impl Edge {
                     let headers = body.as_ref().map(|_| vec![Header::ContentType(ContentType::new("application/sdp"))]);
                     handle.respond(code, headers, body).await.ok();
                 }
-                // Others (INFO, REFER) are not taken: dropping the handle
+                // Others (REFER; INFO is taken before the dialog sees it) are not taken: dropping the handle
                 // answers 501 and the call goes on.
                 _ => {}
             }
-        }
-    }
-
-    /// An INFO within a call: a key (application/dtmf-relay or
-    /// application/dtmf) is pressed, as by RFC 4733; another body is
-    /// answered 415, a call that is not (or no longer) here 481.
-    fn info(&self, tx: &rsipstack::transaction::Transaction) -> StatusCode {
-        let Some(dialog) = self.dialogs.match_dialog(tx) else {
-            return StatusCode::CallTransactionDoesNotExist;
-        };
-        let Some(id) = lock(&self.calls).get(&dialog.id().to_string()).map(|c| c.id) else {
-            return StatusCode::CallTransactionDoesNotExist;
-        };
-        let content_type = tx
-            .original
-            .headers
-            .iter()
-            .find_map(|h| match h {
-                Header::ContentType(c) => Some(c.value().to_owned()),
-                _ => None,
-            })
-            .unwrap_or_default();
-        if tx.original.body.is_empty() {
-            // An empty INFO: a keep-alive (RFC 6086).
-            return StatusCode::OK;
-        }
-        match super::keypad::info_key(&content_type, &String::from_utf8_lossy(&tx.original.body)) {
-            Some(key) => {
-                self.key(id, key);
-                StatusCode::OK
-            }
-            None => StatusCode::UnsupportedMediaType,
         }
     }
 

@@ -9,81 +9,20 @@
 //!                                                     ─► Sequences::press ─► toggle mute / hand
 //! ```
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rsipstack::sip::{Header, StatusCode};
+use rsipstack::transaction::Transaction;
 
 use super::endpoint::Edge;
+use super::sequences::info_key;
 use crate::config::KeyAction;
-
-/// Keys further apart than this start a new sequence.
-const SEQUENCE_GAP: Duration = Duration::from_secs(3);
-
-/// The keys each caller pressed towards a sequence of the map.
-#[derive(Debug, Default)]
-pub(super) struct Sequences {
-    map: Vec<(String, KeyAction)>,
-    /// By participant: the keys so far (at most the longest sequence) and when the last came.
-    pending: HashMap<u64, (String, Instant)>,
-}
-
-impl Sequences {
-    pub(super) fn new(map: Vec<(String, KeyAction)>) -> Self {
-        Self { map, pending: HashMap::new() }
-    }
-
-    /// Participant `id` pressed `key` at `now`: the action of the sequence it completes, if any.
-    pub(super) fn press(&mut self, id: u64, key: char, now: Instant) -> Option<KeyAction> {
-        let (keys, last) = self.pending.entry(id).or_insert_with(|| (String::new(), now));
-        if now.saturating_duration_since(*last) > SEQUENCE_GAP {
-            keys.clear();
-        }
-        *last = now;
-        keys.push(key);
-        let starts = |keys: &str| self.map.iter().any(|(k, _)| k.starts_with(keys));
-        if !starts(keys) {
-            // Not on the way to a sequence: this key may start one.
-            keys.clear();
-            keys.push(key);
-            if !starts(keys) {
-                self.pending.remove(&id);
-                return None;
-            }
-        }
-        let action = self.map.iter().find(|(k, _)| k == keys).map(|(_, a)| *a);
-        if action.is_some() {
-            self.pending.remove(&id);
-        }
-        action
-    }
-
-    /// The caller is gone.
-    pub(super) fn forget(&mut self, id: u64) {
-        self.pending.remove(&id);
-    }
-}
-
-/// The key a SIP INFO body carries: `Signal=5` (application/dtmf-relay)
-/// or the key alone (application/dtmf); `None` for anything else.
-pub(super) fn info_key(content_type: &str, body: &str) -> Option<char> {
-    let ct = content_type.trim().to_ascii_lowercase();
-    let value = if ct.starts_with("application/dtmf-relay") {
-        body.lines().find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            k.trim().eq_ignore_ascii_case("signal").then_some(v.trim())
-        })?
-    } else if ct.starts_with("application/dtmf") {
-        body.trim()
-    } else {
-        return None;
-    };
-    let mut chars = value.chars();
-    let key = chars.next()?.to_ascii_uppercase();
-    (chars.next().is_none() && (key.is_ascii_digit() || "*#ABCD".contains(key))).then_some(key)
-}
+use crate::sync::lock;
 
 impl Edge {
     /// Reads the keys the media plane hears until the server stops.
-    pub(super) async fn keypresses(self: std::sync::Arc<Self>) {
+    pub(super) async fn keypresses(self: Arc<Self>) {
         let Some(mut pressed) = self.session.keypresses() else {
             return std::future::pending().await;
         };
@@ -98,7 +37,7 @@ impl Edge {
     pub(super) fn key(&self, id: u64, key: char) {
         let Some(room) = self.session.rooms.room_of(id) else { return };
         self.session.keypress(&room, id, key);
-        let Some(action) = crate::sync::lock(&self.keys).press(id, key, Instant::now()) else { return };
+        let Some(action) = lock(&self.keys).press(id, key, Instant::now()) else { return };
         let done = match action {
             KeyAction::Mute => self.session.toggle_mute(&room, id).map(|muted| format!("muted {muted}")),
             KeyAction::Hand => self.session.toggle_hand(&room, id).map(|raised| format!("hand raised {raised}")),
@@ -110,42 +49,36 @@ impl Edge {
             }
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sequences_complete_restart_and_expire() {
-        let mut s = Sequences::new(vec![("*6".into(), KeyAction::Mute), ("*7".into(), KeyAction::Hand)]);
-        let t = Instant::now();
-        assert_eq!(s.press(1, '*', t), None);
-        assert_eq!(s.press(1, '6', t), Some(KeyAction::Mute));
-        assert_eq!(s.press(1, '6', t), None, "a 6 alone is nothing");
-        // A stray key before: the * starts again.
-        assert_eq!(s.press(1, '5', t), None);
-        assert_eq!(s.press(1, '*', t), None);
-        assert_eq!(s.press(2, '*', t), None, "each caller has its own keys");
-        assert_eq!(s.press(1, '*', t), None, "** : the second * starts anew");
-        assert_eq!(s.press(1, '7', t), Some(KeyAction::Hand));
-        assert_eq!(s.press(2, '6', t + SEQUENCE_GAP * 2), None, "too late: the * is forgotten");
-        s.forget(2);
-        assert!(s.pending.is_empty());
-        let mut none = Sequences::new(Vec::new());
-        assert_eq!(none.press(1, '*', t), None);
-        assert!(none.pending.is_empty(), "nothing kept without a map");
-    }
-
-    #[test]
-    fn info_bodies_carry_one_key() {
-        assert_eq!(info_key("application/dtmf-relay", "Signal=5\r\nDuration=160\r\n"), Some('5'));
-        assert_eq!(info_key("Application/DTMF-Relay", "signal= *\r\n"), Some('*'));
-        assert_eq!(info_key("application/dtmf", "#"), Some('#'));
-        assert_eq!(info_key("application/dtmf", "d\r\n"), Some('D'));
-        assert_eq!(info_key("application/dtmf", "12"), None);
-        assert_eq!(info_key("application/dtmf-relay", "Duration=160"), None);
-        assert_eq!(info_key("text/plain", "5"), None);
-        assert_eq!(info_key("application/dtmf", "x"), None);
+    /// An INFO within a call: a key (application/dtmf-relay or
+    /// application/dtmf) is pressed, as by RFC 4733; another body is
+    /// answered 415, a call that is not (or no longer) here 481.
+    pub(super) fn info(&self, tx: &Transaction) -> StatusCode {
+        let Some(dialog) = self.dialogs.match_dialog(tx) else {
+            return StatusCode::CallTransactionDoesNotExist;
+        };
+        let Some(id) = lock(&self.calls).get(&dialog.id().to_string()).map(|c| c.id) else {
+            return StatusCode::CallTransactionDoesNotExist;
+        };
+        let content_type = tx
+            .original
+            .headers
+            .iter()
+            .find_map(|h| match h {
+                Header::ContentType(c) => Some(c.value().to_owned()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        if tx.original.body.is_empty() {
+            // An empty INFO: a keep-alive (RFC 6086).
+            return StatusCode::OK;
+        }
+        match info_key(&content_type, &String::from_utf8_lossy(&tx.original.body)) {
+            Some(key) => {
+                self.key(id, key);
+                StatusCode::OK
+            }
+            None => StatusCode::UnsupportedMediaType,
+        }
     }
 }

@@ -20,6 +20,7 @@
 mod calls;
 mod endpoint;
 mod keypad;
+mod sequences;
 mod status;
 
 pub(crate) use endpoint::Edge;
