@@ -12,6 +12,13 @@
 //! BYE both ways: the caller's ends its participant; a participant tutti
 //! removes (an admin, the media timeout) gets BYE; a CANCEL right behind the
 //! INVITE leaves nobody in the room.
+//!
+//! The keypad, with a phone made in the test (Opus tone and RFC 4733 keys on
+//! its own RTP socket): `telephone-event` is answered, `*6` mutes the phone
+//! (the room says so, the WebRTC participant stops hearing its tone) and
+//! each key is one `keypad` event on the room socket however often its end
+//! is repeated; `*7` by SIP INFO raises its hand; digits sent through
+//! `POST …/dtmf` arrive at the phone as RFC 4733 packets.
 
 mod common;
 mod ops_tools;

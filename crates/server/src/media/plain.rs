@@ -129,9 +129,12 @@ impl PlainHandle {
     pub(crate) fn add(&self, peer: NewPlain) -> bool {
         let leg = Leg { events: peer.events.is_some(), busy_until: Instant::now() };
         lock(&self.legs).insert(peer.id, leg);
+        let id = peer.id;
         let ok = self.add.send(peer).is_ok();
         if ok {
             let _ = self.wake.write(1);
+        } else {
+            lock(&self.legs).remove(&id);
         }
         ok
     }
