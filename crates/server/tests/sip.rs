@@ -2,8 +2,10 @@
 //! apt-get when missing) dials `sip:standup@<tutti>` with Opus over plain
 //! RTP. While the call is up the room lists the caller, a WebRTC
 //! participant hears baresip's 600 Hz tone, and what baresip heard (its
-//! `sndfile` dump) holds the WebRTC participant's 440 Hz; when baresip
-//! quits (BYE) the caller leaves the roster.
+//! `sndfile` dump) holds the WebRTC participant's 440 Hz; `*6` keyed on
+//! baresip's UDP console (`cons`, sent as RFC 4733) mutes the caller and the
+//! WebRTC participant stops hearing it; when baresip quits (BYE) the caller
+//! leaves the roster.
 //!
 //! And with raw UDP from the test: OPTIONS gets 200 (a dispatcher's health
 //! probe), an INVITE from a network outside `[sip] trusted` gets 403
@@ -111,21 +113,25 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     let dumps = dir.join("dumps");
     std::fs::create_dir_all(&dumps).expect("a dump directory");
     write_tone(&dir.join("tone.wav"), 600.0, 30);
+    // baresip's UDP console (`cons`): a datagram's characters are keys, a key in a call is sent as RFC 4733.
+    let cons_port = free_udp_port();
     let config = format!(
         "poll_method epoll\nsip_listen 127.0.0.1:{port}\nnet_interface 127.0.0.1\n\
          audio_player aubridge,sink\naudio_source aufile,{tone}\naudio_alert aubridge,alert\n\
          ausrc_srate 48000\nausrc_channels 1\nauplay_srate 48000\nauplay_channels 1\n\
          rtp_ports 30000-30100\nopus_stereo no\nopus_sprop_stereo no\nsnd_path {dumps}\n\
          module_path /usr/lib/baresip/modules\nmodule aufile.so\nmodule aubridge.so\nmodule opus.so\n\
-         module sndfile.so\nmodule_app account.so\nmodule_app menu.so\n",
+         module sndfile.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
+         module_app account.so\nmodule_app menu.so\n",
         port = free_udp_port(),
+        cons = cons_port,
         tone = dir.join("tone.wav").display(),
         dumps = dumps.display(),
     );
     std::fs::write(dir.join("config"), config).expect("write baresip's config");
     std::fs::write(dir.join("accounts"), "<sip:caller@127.0.0.1>;regint=0;audio_codecs=opus/48000/2\n")
         .expect("write baresip's accounts");
-    let call_seconds: u32 = 9;
+    let call_seconds: u32 = 12;
     let mut cmd = Command::new(&baresip);
     cmd.arg("-f")
         .arg(&dir)
@@ -157,6 +163,34 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     let since = Instant::now() - Duration::from_secs(2);
     let hears600 = webrtc.hears(600.0, since);
     assert!(heard, "the WebRTC participant hears the caller's 600 Hz only at {hears600}\nbaresip:\n{}", log());
+
+    // (d) Keys pressed on baresip (*6) mute the caller in the room.
+    let console = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    // Each key, held 200 ms, then released (baresip's KEYCODE_REL, 0x04: the event's end).
+    for key in [b"*", b"6"] {
+        for datagram in [&key[..], &[0x04]] {
+            console.send_to(datagram, ("127.0.0.1", cons_port)).expect("send a key");
+            let mut refs = [&mut webrtc];
+            run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
+        }
+    }
+    let muted = || {
+        room(api, "standup")["participants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "caller" && p["muted"] == true)
+    };
+    let end = Instant::now() + Duration::from_secs(3);
+    while !muted() && Instant::now() < end {
+        let mut refs = [&mut webrtc];
+        run_until(&mut refs, Instant::now() + Duration::from_millis(100), |_| false);
+    }
+    assert!(muted(), "baresip's *6 mutes it: {}\nbaresip:\n{}", room(api, "standup"), log());
+    let mut refs = [&mut webrtc];
+    run_until(&mut refs, Instant::now() + Duration::from_millis(1200), |_| false);
+    let after = webrtc.hears(600.0, Instant::now() - Duration::from_secs(1));
+    assert!(after < 0.01, "muted by its *6, baresip is no longer heard: {after} (was {hears600})");
 
     // (c) baresip quits after `-t` (BYE): the caller leaves the roster.
     let end = Instant::now() + Duration::from_secs(u64::from(call_seconds) + 5);
