@@ -55,6 +55,19 @@ pub struct PlainOffer {
     /// comedia latch takes only packets of that SSRC, so another process
     /// on the gateway's address cannot take the participant over.
     pub ssrc: Option<u32>,
+    /// RFC 4733 keypad events (`a=rtpmap:<pt> telephone-event/<rate>`) the
+    /// offer carries: at 48000 Hz when it offers that (the Opus clock),
+    /// else at 8000 Hz; `None` when it offers neither.
+    pub events: Option<TelephoneEvents>,
+}
+
+/// The telephone-event payload type of a call and its clock rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TelephoneEvents {
+    /// Its payload type (96 to 127).
+    pub payload_type: u8,
+    /// Its RTP clock rate: 8000 or 48000.
+    pub rate: u32,
 }
 
 /// Whether an SDP offer is a plain RTP/AVP one: its first `m=audio` line
@@ -162,19 +175,40 @@ impl PlainOffer {
                     && maps.iter().any(|(p, c)| p == pt && (c == "opus/48000/2" || c == "opus/48000"))
             })
             .ok_or(PlainSdpError::NoOpus)?;
-        Ok(Self { remote: SocketAddr::new(ip, port), payload_type, comedia: session_active || media_active, ssrc })
+        let events = [48_000, 8_000].into_iter().find_map(|rate| {
+            let codec = format!("telephone-event/{rate}");
+            let pt = fmts.iter().copied().find(|pt| {
+                (96..=127).contains(pt) && *pt != payload_type && maps.iter().any(|(p, c)| p == pt && *c == codec)
+            })?;
+            Some(TelephoneEvents { payload_type: pt, rate })
+        });
+        Ok(Self {
+            remote: SocketAddr::new(ip, port),
+            payload_type,
+            comedia: session_active || media_active,
+            ssrc,
+            events,
+        })
     }
 
     /// The answer: receive on `local` (the server's address and port), Opus
-    /// on the offered payload type, 20 ms frames, send and receive.
+    /// on the offered payload type, 20 ms frames, send and receive; and the
+    /// offer's telephone-event payload type, when it has one (digits 0-9,
+    /// `*`, `#`, A-D: events 0-15).
     pub fn answer(&self, local: SocketAddr, session_id: u64) -> String {
         let ip = local.ip();
         let kind = if ip.is_ipv4() { "IP4" } else { "IP6" };
         let pt = self.payload_type;
+        let (formats, events) = match self.events {
+            Some(TelephoneEvents { payload_type: te, rate }) => {
+                (format!("{pt} {te}"), format!("a=rtpmap:{te} telephone-event/{rate}\r\na=fmtp:{te} 0-15\r\n"))
+            }
+            None => (pt.to_string(), String::new()),
+        };
         format!(
             "v=0\r\no=tutti {session_id} 1 IN {kind} {ip}\r\ns=tutti\r\nc=IN {kind} {ip}\r\nt=0 0\r\n\
-             m=audio {port} RTP/AVP {pt}\r\na=rtpmap:{pt} opus/48000/2\r\n\
-             a=fmtp:{pt} minptime=10;useinbandfec=1\r\na=ptime:20\r\na=sendrecv\r\n",
+             m=audio {port} RTP/AVP {formats}\r\na=rtpmap:{pt} opus/48000/2\r\n\
+             a=fmtp:{pt} minptime=10;useinbandfec=1\r\n{events}a=ptime:20\r\na=sendrecv\r\n",
             port = local.port()
         )
     }
@@ -257,9 +291,84 @@ pub fn write_rtp(
     out.extend_from_slice(payload);
 }
 
+/// One RFC 4733 telephone-event payload (§2.3): the event, whether it is
+/// the end of it, and its duration so far in the event clock's units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyEvent {
+    /// The event: 0-9 are the digits, 10 `*`, 11 `#`, 12-15 A-D.
+    pub event: u8,
+    /// The E bit: the event ended (sent three times, one timestamp).
+    pub end: bool,
+    /// The volume (dBm0 below zero, 0 to 63).
+    pub volume: u8,
+    /// How long it has lasted, in the event clock's units.
+    pub duration: u16,
+}
+
+/// The keys of the keypad, in event order (RFC 4733 §3.2, events 0-15).
+const KEYS: &[u8; 16] = b"0123456789*#ABCD";
+
+impl KeyEvent {
+    /// Parses a telephone-event payload; `None` when it is shorter than 4
+    /// bytes or not a keypad event (0-15: other events are not keys).
+    pub fn parse(payload: &[u8]) -> Option<Self> {
+        let [event, flags, d0, d1, ..] = *payload else { return None };
+        KEYS.get(usize::from(event))?;
+        Some(Self { event, end: flags & 0x80 != 0, volume: flags & 0x3F, duration: u16::from_be_bytes([d0, d1]) })
+    }
+
+    /// The key it is (`0`-`9`, `*`, `#`, `A`-`D`).
+    pub fn key(&self) -> char {
+        KEYS.get(usize::from(self.event)).map_or('?', |k| char::from(*k))
+    }
+
+    /// The event of key `key` (`0`-`9`, `*`, `#`, `A`-`D`, any case); `None` for another character.
+    pub fn of_key(key: char) -> Option<u8> {
+        let key = u8::try_from(key.to_ascii_uppercase()).ok()?;
+        KEYS.iter().position(|k| *k == key).map(|i| i as u8)
+    }
+
+    /// The 4 payload bytes.
+    pub fn to_bytes(self) -> [u8; 4] {
+        let [d0, d1] = self.duration.to_be_bytes();
+        [self.event, (if self.end { 0x80 } else { 0 }) | (self.volume & 0x3F), d0, d1]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn telephone_events_are_offered_answered_and_parsed() {
+        let base = "v=0\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\n";
+        let parse = |m: &str| PlainOffer::parse(&format!("{base}{m}")).expect("parses");
+        let both = parse(
+            "m=audio 4000 RTP/AVP 111 101 102\r\na=rtpmap:111 opus/48000/2\r\n\
+             a=rtpmap:101 telephone-event/8000\r\na=rtpmap:102 telephone-event/48000\r\n",
+        );
+        assert_eq!(both.events, Some(TelephoneEvents { payload_type: 102, rate: 48_000 }), "48000 preferred");
+        let answer = both.answer("10.1.2.3:5000".parse().expect("addr"), 7);
+        assert!(answer.contains("m=audio 5000 RTP/AVP 111 102\r\n"), "{answer}");
+        assert!(answer.contains("a=rtpmap:102 telephone-event/48000\r\na=fmtp:102 0-15\r\n"), "{answer}");
+        let narrow =
+            parse("m=audio 4000 RTP/AVP 111 101\r\na=rtpmap:111 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\n");
+        assert_eq!(narrow.events, Some(TelephoneEvents { payload_type: 101, rate: 8_000 }));
+        // Listed in rtpmap but not among the m= formats: not offered.
+        let unlisted =
+            parse("m=audio 4000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\n");
+        assert_eq!(unlisted.events, None);
+        assert!(!unlisted.answer("10.1.2.3:5000".parse().expect("addr"), 7).contains("telephone-event"));
+
+        let ev = KeyEvent::parse(&[10, 0x80 | 10, 0x03, 0x20]).expect("a key");
+        assert_eq!((ev.key(), ev.end, ev.volume, ev.duration), ('*', true, 10, 800));
+        assert_eq!(KeyEvent::parse(&ev.to_bytes()), Some(ev));
+        assert_eq!(KeyEvent::parse(&[16, 0, 0, 0]), None, "not a keypad event");
+        assert_eq!(KeyEvent::parse(&[1, 0, 0]), None, "short");
+        assert_eq!(KeyEvent::of_key('#'), Some(11));
+        assert_eq!(KeyEvent::of_key('d'), Some(15));
+        assert_eq!(KeyEvent::of_key('x'), None);
+    }
 
     const FFMPEG_OFFER: &str = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=No Name\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
         a=tool:libavformat\r\nm=audio 40000 RTP/AVP 97\r\nb=AS:64\r\na=rtpmap:97 opus/48000/2\r\n\
@@ -275,7 +384,8 @@ mod tests {
                 remote: "127.0.0.1:40000".parse().expect("addr"),
                 payload_type: 97,
                 comedia: false,
-                ssrc: None
+                ssrc: None,
+                events: None,
             }
         );
         let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7);

@@ -2,8 +2,10 @@
 //! apt-get when missing) dials `sip:standup@<tutti>` with Opus over plain
 //! RTP. While the call is up the room lists the caller, a WebRTC
 //! participant hears baresip's 600 Hz tone, and what baresip heard (its
-//! `sndfile` dump) holds the WebRTC participant's 440 Hz; when baresip
-//! quits (BYE) the caller leaves the roster.
+//! `sndfile` dump) holds the WebRTC participant's 440 Hz; `*6` keyed on
+//! baresip's UDP console (`cons`, sent as RFC 4733) mutes the caller and the
+//! WebRTC participant stops hearing it; when baresip quits (BYE) the caller
+//! leaves the roster.
 //!
 //! And with raw UDP from the test: OPTIONS gets 200 (a dispatcher's health
 //! probe), an INVITE from a network outside `[sip] trusted` gets 403
@@ -12,6 +14,13 @@
 //! BYE both ways: the caller's ends its participant; a participant tutti
 //! removes (an admin, the media timeout) gets BYE; a CANCEL right behind the
 //! INVITE leaves nobody in the room.
+//!
+//! The keypad, with a phone made in the test (Opus tone and RFC 4733 keys on
+//! its own RTP socket): `telephone-event` is answered, `*6` mutes the phone
+//! (the room says so, the WebRTC participant stops hearing its tone) and
+//! each key is one `keypad` event on the room socket however often its end
+//! is repeated; `*7` by SIP INFO raises its hand; digits sent through
+//! `POST …/dtmf` arrive at the phone as RFC 4733 packets.
 
 mod common;
 mod ops_tools;
@@ -104,21 +113,25 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     let dumps = dir.join("dumps");
     std::fs::create_dir_all(&dumps).expect("a dump directory");
     write_tone(&dir.join("tone.wav"), 600.0, 30);
+    // baresip's UDP console (`cons`): a datagram's characters are keys, a key in a call is sent as RFC 4733.
+    let cons_port = free_udp_port();
     let config = format!(
         "poll_method epoll\nsip_listen 127.0.0.1:{port}\nnet_interface 127.0.0.1\n\
          audio_player aubridge,sink\naudio_source aufile,{tone}\naudio_alert aubridge,alert\n\
          ausrc_srate 48000\nausrc_channels 1\nauplay_srate 48000\nauplay_channels 1\n\
          rtp_ports 30000-30100\nopus_stereo no\nopus_sprop_stereo no\nsnd_path {dumps}\n\
          module_path /usr/lib/baresip/modules\nmodule aufile.so\nmodule aubridge.so\nmodule opus.so\n\
-         module sndfile.so\nmodule_app account.so\nmodule_app menu.so\n",
+         module sndfile.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
+         module_app account.so\nmodule_app menu.so\n",
         port = free_udp_port(),
+        cons = cons_port,
         tone = dir.join("tone.wav").display(),
         dumps = dumps.display(),
     );
     std::fs::write(dir.join("config"), config).expect("write baresip's config");
     std::fs::write(dir.join("accounts"), "<sip:caller@127.0.0.1>;regint=0;audio_codecs=opus/48000/2\n")
         .expect("write baresip's accounts");
-    let call_seconds: u32 = 9;
+    let call_seconds: u32 = 12;
     let mut cmd = Command::new(&baresip);
     cmd.arg("-f")
         .arg(&dir)
@@ -150,6 +163,34 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     let since = Instant::now() - Duration::from_secs(2);
     let hears600 = webrtc.hears(600.0, since);
     assert!(heard, "the WebRTC participant hears the caller's 600 Hz only at {hears600}\nbaresip:\n{}", log());
+
+    // (d) Keys pressed on baresip (*6) mute the caller in the room.
+    let console = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    // Each key, held 200 ms, then released (baresip's KEYCODE_REL, 0x04: the event's end).
+    for key in [b"*", b"6"] {
+        for datagram in [&key[..], &[0x04]] {
+            console.send_to(datagram, ("127.0.0.1", cons_port)).expect("send a key");
+            let mut refs = [&mut webrtc];
+            run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
+        }
+    }
+    let muted = || {
+        room(api, "standup")["participants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "caller" && p["muted"] == true)
+    };
+    let end = Instant::now() + Duration::from_secs(3);
+    while !muted() && Instant::now() < end {
+        let mut refs = [&mut webrtc];
+        run_until(&mut refs, Instant::now() + Duration::from_millis(100), |_| false);
+    }
+    assert!(muted(), "baresip's *6 mutes it: {}\nbaresip:\n{}", room(api, "standup"), log());
+    let mut refs = [&mut webrtc];
+    run_until(&mut refs, Instant::now() + Duration::from_millis(1200), |_| false);
+    let after = webrtc.hears(600.0, Instant::now() - Duration::from_secs(1));
+    assert!(after < 0.01, "muted by its *6, baresip is no longer heard: {after} (was {hears600})");
 
     // (c) baresip quits after `-t` (BYE): the caller leaves the roster.
     let end = Instant::now() + Duration::from_secs(u64::from(call_seconds) + 5);
@@ -462,5 +503,251 @@ fn a_reinvite_holds_and_resumes_the_call() {
         assert_eq!(roster(api, "hold").len(), 1, "the call goes on");
         assert_eq!(muted(), Some(mute), "muted while held, unmuted on resume ({ask:?})");
     }
+    rt.block_on(server.shutdown());
+}
+
+/// The telephone-event payload type the test's phone offers (at 8000 Hz).
+const EVENTS_PT: u8 = 101;
+
+/// A phone made in the test: its call's RTP socket sends a 600 Hz tone as
+/// Opus (payload type 96) every 20 ms and RFC 4733 keys; what tutti sends it
+/// is read, the telephone-event packets kept.
+struct Phone {
+    rtp: UdpSocket,
+    to: SocketAddr,
+    opus: opus::Encoder,
+    seq: u16,
+    ts: u32,
+    next: Instant,
+    phase: f32,
+    /// tutti's telephone-event packets: (marker, seq, timestamp, payload).
+    events: Vec<(bool, u16, u32, Vec<u8>)>,
+    /// tutti's Opus packets received.
+    audio: usize,
+}
+
+impl Phone {
+    fn new(rtp: UdpSocket, to: SocketAddr) -> Self {
+        rtp.set_nonblocking(true).expect("nonblocking");
+        let opus = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("an encoder");
+        Self { rtp, to, opus, seq: 1, ts: 0, next: Instant::now(), phase: 0.0, events: Vec::new(), audio: 0 }
+    }
+
+    fn packet(&mut self, pt: u8, marker: bool, ts: u32, payload: &[u8]) {
+        let mut p = vec![0x80, pt | if marker { 0x80 } else { 0 }];
+        p.extend_from_slice(&self.seq.to_be_bytes());
+        p.extend_from_slice(&ts.to_be_bytes());
+        p.extend_from_slice(&0x5EED_u32.to_be_bytes());
+        p.extend_from_slice(payload);
+        self.seq = self.seq.wrapping_add(1);
+        let _ = self.rtp.send_to(&p, self.to);
+    }
+
+    /// Sends the frames that are due, reads what arrived.
+    fn pump(&mut self) {
+        while Instant::now() >= self.next {
+            let frame: Vec<i16> = (0..960)
+                .map(|_| {
+                    self.phase = (self.phase + std::f32::consts::TAU * 600.0 / 48_000.0) % std::f32::consts::TAU;
+                    (0.3 * self.phase.sin() * 32767.0) as i16
+                })
+                .collect();
+            let mut out = [0u8; 400];
+            let n = self.opus.encode(&frame, &mut out).expect("encode");
+            let ts = self.ts;
+            self.packet(96, false, ts, &out[..n]);
+            self.ts = self.ts.wrapping_add(960);
+            self.next += Duration::from_millis(20);
+        }
+        let mut buf = [0u8; 1500];
+        while let Ok(n) = self.rtp.recv(&mut buf) {
+            if n < 12 {
+                continue;
+            }
+            if buf[1] & 0x7F == EVENTS_PT {
+                let seq = u16::from_be_bytes([buf[2], buf[3]]);
+                let ts = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+                self.events.push((buf[1] & 0x80 != 0, seq, ts, buf[12..n].to_vec()));
+            } else {
+                self.audio += 1;
+            }
+        }
+    }
+
+    /// Presses `key` (event `event`) as RFC 4733 says: packets while it is
+    /// held, then the end packet three times, all with the event's start
+    /// timestamp.
+    fn press(&mut self, event: u8) {
+        let start = self.ts;
+        for (i, duration) in [160u16, 320, 480].into_iter().enumerate() {
+            let [d0, d1] = duration.to_be_bytes();
+            self.packet(EVENTS_PT, i == 0, start, &[event, 10, d0, d1]);
+        }
+        for _ in 0..3 {
+            let [d0, d1] = 640u16.to_be_bytes();
+            self.packet(EVENTS_PT, false, start, &[event, 0x80 | 10, d0, d1]);
+        }
+        self.ts = self.ts.wrapping_add(960);
+    }
+}
+
+/// Runs the phone and the WebRTC clients for `d`, keeping the socket's messages.
+fn pump_all(
+    phone: &mut Phone,
+    clients: &mut [&mut ToneClient],
+    ws: &mut common::Ws,
+    seen: &mut Vec<serde_json::Value>,
+    d: Duration,
+) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        phone.pump();
+        tutti_client::run_for(clients, Duration::from_millis(5));
+        while let Some(v) = ws.try_next() {
+            seen.push(v);
+        }
+    }
+}
+
+/// The keys of the `keypad` events seen for participant `id`.
+fn keys_of(seen: &[serde_json::Value], id: u64) -> String {
+    seen.iter().filter(|v| v["type"] == "keypad" && v["id"] == id).filter_map(|v| v["digit"].as_str()).collect()
+}
+
+/// An INFO of `call` carrying `body` as `content_type`.
+fn info(local: SocketAddr, call: &str, to: &str, seq: u32, content_type: &str, body: &str) -> String {
+    let head = in_dialog("INFO", local, call, to, seq);
+    let head = head.trim_end_matches("Content-Length: 0\r\n\r\n");
+    format!("{head}Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+}
+
+#[test]
+fn a_phones_keys_mute_it_raise_its_hand_reach_the_sockets_and_keys_go_back_as_rfc_4733() {
+    let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "keys");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    let local = socket.local_addr().expect("bound");
+    let mut webrtc = ToneClient::join(api, "keys", 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
+    let mut ws = common::Ws::connect(api, "keys");
+    let mut seen = Vec::new();
+
+    // The offer names telephone-event/8000 beside Opus: the answer takes it.
+    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
+    let port = rtp.local_addr().expect("bound").port();
+    let sdp = format!(
+        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+         m=audio {port} RTP/AVP 96 {EVENTS_PT}\r\na=rtpmap:96 opus/48000/2\r\n\
+         a=rtpmap:{EVENTS_PT} telephone-event/8000\r\na=fmtp:{EVENTS_PT} 0-16\r\n"
+    );
+    socket.send_to(request("INVITE", &format!("sip:keys@{sip}"), local, "k", &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(&socket, "k", Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    assert!(ok.contains(&format!("a=rtpmap:{EVENTS_PT} telephone-event/8000")), "RFC 4733 answered: {ok}");
+    let media_port: u16 = ok
+        .lines()
+        .find_map(|l| l.strip_prefix("m=audio "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the answer's m=audio port");
+    assert!(ok.contains(&format!("m=audio {media_port} RTP/AVP 96 {EVENTS_PT}\r\n")), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, "k", &to, 1).as_bytes(), sip).expect("send");
+    let mut phone = Phone::new(rtp, SocketAddr::from(([127, 0, 0, 1], media_port)));
+
+    let participants = || room(api, "keys")["participants"].as_array().cloned().unwrap_or_default();
+    let the_phone = || participants().into_iter().find(|p| p["name"] == "probe").unwrap_or_default();
+    let mut clients = [&mut webrtc];
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(500));
+    let id = the_phone()["id"].as_u64().expect("the phone is listed");
+    let other = participants().into_iter().find_map(|p| p["id"].as_u64().filter(|i| *i != id)).expect("the WebRTC one");
+
+    // The WebRTC participant hears the phone's 600 Hz.
+    let end = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < end && clients[0].hears(600.0, Instant::now() - Duration::from_secs(1)) < 0.05 {
+        pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(100));
+    }
+    let before = clients[0].hears(600.0, Instant::now() - Duration::from_secs(1));
+    assert!(before > 0.05, "the WebRTC participant hears the phone at {before}");
+    assert_eq!(the_phone()["muted"], false);
+
+    // *6 by RFC 4733 (each end packet sent three times): two keypad events, and the phone is muted.
+    phone.press(10);
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(200));
+    phone.press(6);
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(1500));
+    assert_eq!(keys_of(&seen, id), "*6", "one keypad event per key reached the socket: {seen:?}");
+    assert_eq!(the_phone()["muted"], true, "*6 mutes the phone: {}", the_phone());
+    assert!(seen.iter().any(|v| v["type"] == "muted" && v["id"] == id && v["muted"] == true), "{seen:?}");
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_secs(1));
+    let after = clients[0].hears(600.0, Instant::now() - Duration::from_secs(1));
+    assert!(after < 0.01, "muted by *6, the phone is no longer heard: {after} (was {before})");
+
+    // *6 again unmutes; *7 by SIP INFO (dtmf-relay, then dtmf) raises its hand.
+    phone.press(10);
+    phone.press(6);
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(800));
+    assert_eq!(the_phone()["muted"], false, "*6 again unmutes: {}", the_phone());
+    for (seq, (ct, body)) in
+        [("application/dtmf-relay", "Signal=*\r\nDuration=160\r\n"), ("application/dtmf", "7")].into_iter().enumerate()
+    {
+        let seq = 2 + seq as u32;
+        socket.send_to(info(local, "k", &to, seq, ct, body).as_bytes(), sip).expect("send");
+        let cseq = format!("{seq} INFO");
+        let got =
+            receive(&socket, Duration::from_secs(3), |t| t.starts_with("SIP/2.0 ") && header(t, "CSeq", "") == cseq);
+        assert!(got.as_deref().is_some_and(|r| r.starts_with("SIP/2.0 200")), "INFO {ct}: {got:?}");
+    }
+    socket.send_to(info(local, "k", &to, 9, "text/plain", "hello").as_bytes(), sip).expect("send");
+    let got =
+        receive(&socket, Duration::from_secs(3), |t| t.starts_with("SIP/2.0 ") && header(t, "CSeq", "") == "9 INFO");
+    assert!(got.as_deref().is_some_and(|r| r.starts_with("SIP/2.0 415")), "another INFO body: {got:?}");
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(500));
+    assert_eq!(keys_of(&seen, id), "*6*6*7");
+    assert_eq!(the_phone()["hand"], true, "*7 raises the hand: {}", the_phone());
+
+    // Digits sent to the phone by the API arrive as RFC 4733 packets on its RTP.
+    let dtmf = |who: u64, body: &str| {
+        let r = common::http(
+            api,
+            "POST",
+            &format!("/v1/rooms/keys/participants/{who}/dtmf"),
+            Some("application/json"),
+            body.as_bytes(),
+        );
+        (r.status, serde_json::from_str::<serde_json::Value>(&r.body).unwrap_or_default())
+    };
+    let (status, body) = dtmf(id, r#"{"digits":"1#"}"#);
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["digits"], "1#");
+    let (status, body) = dtmf(id, r#"{"digits":"2"}"#);
+    assert_eq!((status, body["code"].as_str()), (409, Some("digits_in_progress")), "one request at a time: {body}");
+    for (bad, status, code) in [
+        (r#"{"digits":"12x"}"#, 400, "bad_digits"),
+        (r#"{"digits":""}"#, 400, "bad_digits"),
+        (&*format!(r#"{{"digits":"{}"}}"#, "1".repeat(33)), 400, "bad_digits"),
+        (r#"{"keys":"1"}"#, 400, "bad_json"),
+    ] {
+        let (s, b) = dtmf(id, bad);
+        assert_eq!((s, b["code"].as_str()), (status, Some(code)), "{bad}: {b}");
+        assert!(b["message"].as_str().is_some_and(|m| !m.is_empty()), "{b}");
+    }
+    let (s, b) = dtmf(other, r#"{"digits":"1"}"#);
+    assert_eq!((s, b["code"].as_str()), (409, Some("not_a_phone_leg")), "a WebRTC participant: {b}");
+    let (s, b) = dtmf(999_999, r#"{"digits":"1"}"#);
+    assert_eq!((s, b["code"].as_str()), (404, Some("participant_not_found")), "{b}");
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(800));
+    let events = &phone.events;
+    let ends: Vec<(u8, u32)> = events.iter().filter(|e| e.3[1] & 0x80 != 0).map(|e| (e.3[0], e.2)).collect();
+    assert_eq!(ends.len(), 6, "each digit ends with three end packets: {events:?}");
+    assert!(ends[..3].iter().all(|e| *e == ends[0]) && ends[3..].iter().all(|e| *e == ends[3]), "{ends:?}");
+    assert_eq!((ends[0].0, ends[3].0), (1, 11), "1 then #: {events:?}");
+    assert_ne!(ends[0].1, ends[3].1, "two events, two timestamps");
+    let firsts: Vec<_> = events.iter().filter(|e| e.0).map(|e| e.3[0]).collect();
+    assert_eq!(firsts, [1, 11], "the marker opens each event: {events:?}");
+    // One sequence with the mix: each packet a new number, counting up.
+    assert!(events.windows(2).all(|w| (1..1000).contains(&w[1].1.wrapping_sub(w[0].1))), "{events:?}");
+    assert!(phone.audio > 0, "the mix kept coming");
+    // Once sent, another request is taken.
+    let (status, body) = dtmf(id, r#"{"digits":"9"}"#);
+    assert_eq!(status, 202, "{body}");
     rt.block_on(server.shutdown());
 }

@@ -120,6 +120,12 @@ export type RoomEventMessage = {
     type: 'whisper_closed';
     id: number;
     reason: 'closed' | 'empty' | string;
+}
+/** A phone caller pressed a key (`0`-`9`, `*`, `#`, `A`-`D`). */
+ | {
+    type: 'keypad';
+    id: number;
+    digit: string;
 };
 /** The room's snapshot: the first message on the room's node. */
 export interface RoomMessage {

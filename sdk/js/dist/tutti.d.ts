@@ -203,6 +203,11 @@ export interface RoomEvents {
     playback: RoomEventMessage;
     /** A whisper channel opened, changed or closed (`whisper_*`): who hears whom changed. */
     whisper: RoomEventMessage;
+    /** A phone caller pressed a key (`keypad`): `id`, `digit` (`0`-`9`, `*`, `#`, `A`-`D`). */
+    keypad: {
+        id: number;
+        digit: string;
+    };
     /** The server took the token of `refreshToken()`; it now expires at `expiresAt` (Unix s). */
     tokenAccepted: {
         expiresAt: number;

@@ -1086,6 +1086,9 @@ export class Room extends Emitter {
             case 'whisper_closed':
                 this.emit('whisper', e);
                 break;
+            case 'keypad':
+                this.emit('keypad', { id: e.id, digit: e.digit });
+                break;
             default:
             // unknown within the version: skipped
         }

@@ -64,7 +64,9 @@ export type RoomEventMessage =
   | { type: 'playback_finished'; id: number; file: string }
   | { type: 'whisper_opened'; id: number; speakers: number[]; listeners: number[] }
   | { type: 'whisper_changed'; id: number; speakers: number[]; listeners: number[] }
-  | { type: 'whisper_closed'; id: number; reason: 'closed' | 'empty' | string };
+  | { type: 'whisper_closed'; id: number; reason: 'closed' | 'empty' | string }
+  /** A phone caller pressed a key (`0`-`9`, `*`, `#`, `A`-`D`). */
+  | { type: 'keypad'; id: number; digit: string };
 
 /** The room's snapshot: the first message on the room's node. */
 export interface RoomMessage {

@@ -248,6 +248,8 @@ export interface RoomEvents {
   playback: RoomEventMessage;
   /** A whisper channel opened, changed or closed (`whisper_*`): who hears whom changed. */
   whisper: RoomEventMessage;
+  /** A phone caller pressed a key (`keypad`): `id`, `digit` (`0`-`9`, `*`, `#`, `A`-`D`). */
+  keypad: { id: number; digit: string };
   /** The server took the token of `refreshToken()`; it now expires at `expiresAt` (Unix s). */
   tokenAccepted: { expiresAt: number };
   /** An ICE restart attempt was made, or answered (the same object, updated). */
@@ -1321,6 +1323,9 @@ export class Room extends Emitter<RoomEvents> {
       case 'whisper_changed':
       case 'whisper_closed':
         this.emit('whisper', e);
+        break;
+      case 'keypad':
+        this.emit('keypad', { id: e.id, digit: e.digit });
         break;
       default:
       // unknown within the version: skipped

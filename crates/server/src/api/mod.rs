@@ -20,6 +20,7 @@ mod body;
 mod client;
 mod cors;
 mod data;
+mod dtmf;
 mod enter;
 pub(crate) mod error;
 mod health;
@@ -107,6 +108,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(speakers::routes())
         .merge(playback::routes())
         .merge(moves::routes())
+        .merge(dtmf::routes())
         .merge(whisper::routes())
         .merge(data::routes())
         .merge(node::routes())

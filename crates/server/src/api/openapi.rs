@@ -88,6 +88,7 @@ impl Modify for Security {
         super::playback::show_sounds,
         super::playback::set_sounds,
         super::moves::move_participant,
+        super::dtmf::send_dtmf,
         super::whisper::open,
         super::whisper::list,
         super::whisper::change,

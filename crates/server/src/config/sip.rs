@@ -27,7 +27,26 @@ pub struct SipConfig {
     /// addresses must also be in `[rtp_in] trusted`. Environment and
     /// flags: comma-separated.
     pub trusted: Vec<String>,
+    /// What keys a caller presses do, each `"<keys>=<action>"`: the keys
+    /// (1 to 8 of `0`-`9`, `*`, `#`, `A`-`D`, pressed within 3 s of each
+    /// other) and the action: `mute` (mute toggle: unmutes only a caller
+    /// that may speak) or `hand` (raise or lower its hand). Default
+    /// `["*6=mute", "*7=hand"]`; empty = keys do nothing (every key is
+    /// still a `keypad` event to the room's sockets).
+    pub keypad: Vec<String>,
 }
+
+/// What a keypad sequence does (`[sip] keypad`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAction {
+    /// Mute the caller, or unmute it.
+    Mute,
+    /// Raise or lower the caller's hand.
+    Hand,
+}
+
+/// Longest keypad sequence.
+const MAX_SEQUENCE: usize = 8;
 
 impl Default for SipConfig {
     fn default() -> Self {
@@ -37,6 +56,7 @@ impl Default for SipConfig {
             public_address: String::new(),
             room_prefix: String::new(),
             trusted: Vec::new(),
+            keypad: vec!["*6=mute".to_owned(), "*7=hand".to_owned()],
         }
     }
 }
@@ -52,9 +72,36 @@ impl SipConfig {
         SocketAddr::new(ip, bound.port()).to_string()
     }
 
-    /// Checks `trusted` and `public_address`.
+    /// The keypad map: each sequence and its action (see `keypad`).
+    pub fn keypad_map(&self) -> Result<Vec<(String, KeyAction)>, String> {
+        let mut map: Vec<(String, KeyAction)> = Vec::new();
+        for entry in &self.keypad {
+            let (keys, action) =
+                entry.split_once('=').ok_or_else(|| format!("'{entry}' must be <keys>=<action>, like *6=mute"))?;
+            let keys = keys.trim().to_ascii_uppercase();
+            if keys.is_empty()
+                || keys.len() > MAX_SEQUENCE
+                || !keys.chars().all(|c| c.is_ascii_digit() || "*#ABCD".contains(c))
+            {
+                return Err(format!("'{entry}': the keys must be 1 to {MAX_SEQUENCE} of 0-9, *, #, A-D"));
+            }
+            let action = match action.trim() {
+                "mute" => KeyAction::Mute,
+                "hand" => KeyAction::Hand,
+                other => return Err(format!("'{entry}': unknown action '{other}'; the actions are mute, hand")),
+            };
+            if let Some((other, _)) = map.iter().find(|(k, _)| k.starts_with(&keys) || keys.starts_with(k.as_str())) {
+                return Err(format!("'{entry}': {keys} and {other} overlap (one starts the other)"));
+            }
+            map.push((keys, action));
+        }
+        Ok(map)
+    }
+
+    /// Checks `trusted`, `public_address` and `keypad`.
     pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
         crate::cidr::parse_all(&self.trusted).map_err(|m| ("sip.trusted", m))?;
+        self.keypad_map().map_err(|m| ("sip.keypad", m))?;
         let host = self.public_address.trim();
         if host.contains(char::is_whitespace) || host.contains(['<', '>', ';', '@']) {
             return Err(("sip.public_address", "must be a host or host:port, like 203.0.113.7:5060".into()));

@@ -191,6 +191,15 @@ fn the_sip_edge_is_off_and_set_from_the_environment() {
     assert_eq!(d.contact(fallback, "127.0.0.1:5062".parse().expect("addr")), "127.0.0.1:5062");
     let public = SipConfig { public_address: "sip.example.com:5060".into(), ..SipConfig::default() };
     assert_eq!(public.contact(fallback, "0.0.0.0:5060".parse().expect("addr")), "sip.example.com:5060");
+    // The keypad map: the default, a list from the environment, and bad entries named.
+    use super::sip::KeyAction;
+    assert_eq!(d.keypad_map().expect("valid"), [("*6".into(), KeyAction::Mute), ("*7".into(), KeyAction::Hand)]);
+    let keys = load_text("", &[("TUTTI_SIP_KEYPAD", "#1=hand,*#9=mute")], &[]).expect("loads").sip;
+    assert_eq!(keys.keypad_map().expect("valid"), [("#1".into(), KeyAction::Hand), ("*#9".into(), KeyAction::Mute)]);
+    for bad in ["*6", "*6=dance", "x=mute", "=mute", "*123456789=mute"] {
+        assert!(err(load_text("", &[("TUTTI_SIP_KEYPAD", bad)], &[])).contains("sip.keypad"), "{bad}");
+    }
+    assert!(err(load_text("[sip]\nkeypad = [\"*6=mute\", \"*=hand\"]\n", &[], &[])).contains("overlap"));
 }
 
 #[test]

@@ -15,6 +15,7 @@
 mod clock;
 mod command;
 mod io;
+mod keys;
 pub(crate) mod mesh;
 mod plain;
 mod shed;
@@ -33,6 +34,11 @@ use tutti_rtc::{Acceptor, RtcError, ServerPeer};
 use crate::room::{Effect, Rooms};
 use crate::sync::lock;
 use command::{IoCommand, IoHandle};
+pub(crate) use keys::Keypress;
+pub(crate) use plain::KeysRefused;
+
+/// Keypresses queued for their reader at most (more are dropped, logged).
+const KEYPRESS_QUEUE: usize = 256;
 
 /// Media counters of a running server (see `Server::media_stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -131,6 +137,8 @@ pub(crate) struct MediaHandle {
     mix_threads: usize,
     /// The plain RTP thread, when `rtp_in` is on.
     plain: Option<plain::PlainHandle>,
+    /// The keys plain RTP legs press, until someone takes them ([`MediaHandle::keypresses`]).
+    pressed: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Keypress>>>,
     /// The clock's mesh (rooms spread over nodes), in cluster mode.
     mesh: Option<mesh::MeshControl>,
 }
@@ -241,10 +249,11 @@ impl MediaHandle {
         let (mut handles, mut threads) =
             io::spawn(&shared, &acceptor, sockets, listeners).map_err(io_err("starting the io threads"))?;
         // Plain RTP: one more thread in the list, so mixes, effects and shutdown reach it too.
+        let (press, pressed) = tokio::sync::mpsc::channel(KEYPRESS_QUEUE);
         let plain = match cfg.rtp_in {
             Some(bind) => {
                 let (io, plain, thread) =
-                    plain::spawn(bind, handles.len(), rooms.clone(), cfg.peer_timeout, cfg.thread_nice)
+                    plain::spawn(bind, handles.len(), rooms.clone(), cfg.peer_timeout, cfg.thread_nice, press)
                         .map_err(io_err(format!("binding the plain RTP socket {bind}")))?;
                 handles.push(io);
                 threads.push(thread);
@@ -272,7 +281,8 @@ impl MediaHandle {
         };
         threads.push(clock.spawn().map_err(io_err("starting mix-clock"))?);
         tracing::info!(media = %bound, advertise = ?advertised, tcp = cfg.tcp.is_some(), io_threads = io.len(), mix_threads, lean_send = cfg.lean_send, lean_receive = cfg.lean_receive, retire_peers = cfg.retire_peers, "media plane running");
-        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain, mesh: mesh_control }, threads))
+        let pressed = std::sync::Mutex::new(Some(pressed));
+        Ok((Self { acceptor, bound, io, stop, overruns, mix_threads, plain, pressed, mesh: mesh_control }, threads))
     }
 
     /// A media plane with no sockets and no threads: offers are answered,
@@ -289,6 +299,7 @@ impl MediaHandle {
             overruns: Arc::new(AtomicU64::new(0)),
             mix_threads: 0,
             plain: None,
+            pressed: std::sync::Mutex::new(None),
             mesh: None,
         })
     }
@@ -361,8 +372,21 @@ impl MediaHandle {
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        let tutti_rtc::plain::PlainOffer { remote, payload_type, comedia, ssrc } = offer;
-        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, payload_type, listen_only })
+        let tutti_rtc::plain::PlainOffer { remote, payload_type, comedia, ssrc, events } = offer;
+        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, payload_type, events, listen_only })
+    }
+
+    /// The keys plain RTP legs press (RFC 4733), for one reader: the first
+    /// call takes them, later ones get `None`.
+    pub(crate) fn keypresses(&self) -> Option<tokio::sync::mpsc::Receiver<Keypress>> {
+        lock(&self.pressed).take()
+    }
+
+    /// Sends `keys` to plain RTP leg `id` as RFC 4733 events (see
+    /// `plain::PlainHandle::send_keys`); returns how long that takes.
+    pub(crate) fn send_keys(&self, id: u64, keys: &str) -> Result<Duration, KeysRefused> {
+        let p = self.plain.as_ref().ok_or(KeysRefused::NotALeg(id))?;
+        p.send_keys(tutti_rtc::PeerId(id), keys)
     }
 
     /// Whether this node runs a mesh (cluster mode).

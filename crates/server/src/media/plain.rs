@@ -24,7 +24,12 @@
 //! that SSRC latches, so another process on the gateway's address cannot
 //! take the participant over. The offered address always wins: a packet from it undoes a latch
 //! for good. Packets from any other address, RTCP, other payload types
-//! (DTMF, comfort noise) and malformed packets are dropped and counted.
+//! (comfort noise) and malformed packets are dropped and counted.
+//!
+//! Keypad events (RFC 4733, the telephone-event payload type its offer
+//! names) become [`Keypress`]es on a bounded channel (never waited on: a
+//! full one drops the key); keys the API sends a leg go out beside its mix
+//! ([`super::keys`]).
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
@@ -41,10 +46,11 @@ use bytes::Bytes;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tutti_mix::{Packet, ParticipantId};
-use tutti_rtc::plain::{RtpParseError, parse_rtp, write_rtp};
+use tutti_rtc::plain::{KeyEvent, RtpParseError, TelephoneEvents, parse_rtp, write_rtp};
 use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
+use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
 use crate::metrics;
 use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
@@ -69,13 +75,48 @@ pub(crate) struct NewPlain {
     /// The SSRC its offer announced (`a=ssrc:`): a latch takes only that one.
     pub(crate) ssrc: Option<u32>,
     pub(crate) payload_type: u8,
+    /// The telephone-event payload type its offer named, if any.
+    pub(crate) events: Option<TelephoneEvents>,
     /// Its speak right, as the room sets it (an admin may grant or revoke it).
     pub(crate) listen_only: crate::room::ListenOnly,
 }
 
+/// Why keys were not sent to a leg.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum KeysRefused {
+    /// The participant is not a plain RTP leg of this node.
+    #[error("participant {0} is not a phone or plain RTP leg")]
+    NotALeg(u64),
+    /// Its offer named no telephone-event payload type.
+    #[error("participant {0}'s call did not offer RFC 4733 telephone-event: keys cannot be sent to it")]
+    NoEvents(u64),
+    /// Keys of an earlier request are still being sent.
+    #[error("keys are still being sent to participant {0}: send more after them")]
+    Busy(u64),
+    /// No key, or more than [`MAX_KEYS`].
+    #[error("send 1 to {MAX_KEYS} keys at a time, got {0}")]
+    Count(usize),
+    /// A character that is not a key.
+    #[error("'{0}' is not a key: keys are 0-9, *, #, A-D")]
+    BadKey(char),
+}
+
+/// A leg as the API sees it: whether keys may be sent, and until when the
+/// last ones are being sent.
+struct Leg {
+    events: bool,
+    busy_until: Instant,
+}
+
+/// The legs of the thread, shared with the API (held for a lookup only).
+type Legs = Arc<std::sync::Mutex<HashMap<PeerId, Leg>>>;
+
 /// How the API reaches the `rtp-in` thread.
 pub(crate) struct PlainHandle {
     add: Sender<NewPlain>,
+    /// Keys to send, by leg (bounded by `legs`: one request per leg at a time).
+    keys: Sender<(PeerId, Vec<u8>)>,
+    legs: Legs,
     wake: Arc<EventFd>,
     /// The bound socket's address.
     pub(crate) bound: SocketAddr,
@@ -86,11 +127,45 @@ pub(crate) struct PlainHandle {
 impl PlainHandle {
     /// Hands a joined participant to the thread. False when the thread is gone.
     pub(crate) fn add(&self, peer: NewPlain) -> bool {
+        let leg = Leg { events: peer.events.is_some(), busy_until: Instant::now() };
+        lock(&self.legs).insert(peer.id, leg);
+        let id = peer.id;
         let ok = self.add.send(peer).is_ok();
         if ok {
             let _ = self.wake.write(1);
+        } else {
+            lock(&self.legs).remove(&id);
         }
         ok
+    }
+
+    /// Sends `keys` (`0`-`9`, `*`, `#`, `A`-`D`) to leg `id` as RFC 4733
+    /// events; returns how long sending them takes.
+    pub(crate) fn send_keys(&self, id: PeerId, keys: &str) -> Result<Duration, KeysRefused> {
+        let count = keys.chars().count();
+        if count == 0 || count > MAX_KEYS {
+            return Err(KeysRefused::Count(count));
+        }
+        let events =
+            keys.chars().map(|k| KeyEvent::of_key(k).ok_or(KeysRefused::BadKey(k))).collect::<Result<Vec<u8>, _>>()?;
+        let now = Instant::now();
+        let takes = KEY_PERIOD * count as u32;
+        {
+            let mut legs = lock(&self.legs);
+            let leg = legs.get_mut(&id).ok_or(KeysRefused::NotALeg(id.0))?;
+            if !leg.events {
+                return Err(KeysRefused::NoEvents(id.0));
+            }
+            if leg.busy_until > now {
+                return Err(KeysRefused::Busy(id.0));
+            }
+            leg.busy_until = now + takes;
+        }
+        if self.keys.send((id, events)).is_err() {
+            return Err(KeysRefused::NotALeg(id.0));
+        }
+        let _ = self.wake.write(1);
+        Ok(takes)
     }
 }
 
@@ -106,6 +181,8 @@ struct Peer {
     ts_offset: u32,
     /// The last tick sent; a later tick that is not the next one is a gap (marker bit).
     last_tick: Option<u64>,
+    /// Its telephone-event payload type, the keys it pressed, the keys it is sent.
+    events: Option<(u8, KeysIn, KeysOut)>,
 }
 
 /// Packets and participants counted since the last publish.
@@ -124,6 +201,10 @@ struct PlainThread {
     socket: UdpSocket,
     rx: Receiver<IoCommand>,
     adds: Receiver<NewPlain>,
+    keys: Receiver<(PeerId, Vec<u8>)>,
+    legs: Legs,
+    /// Where keypresses go (never waited on).
+    pressed: tokio::sync::mpsc::Sender<Keypress>,
     wake: Arc<EventFd>,
     counters: Arc<IoCounters>,
     peer_timeout: Duration,
@@ -148,6 +229,7 @@ pub(crate) fn spawn(
     rooms: Arc<Rooms>,
     peer_timeout: Duration,
     thread_nice: i32,
+    pressed: tokio::sync::mpsc::Sender<Keypress>,
 ) -> std::io::Result<(IoHandle, PlainHandle, JoinHandle<()>)> {
     let socket = UdpSocket::bind(bind)?;
     socket.set_nonblocking(true)?;
@@ -158,9 +240,11 @@ pub(crate) fn spawn(
     );
     let (tx, rx) = mpsc::channel();
     let (add, adds) = mpsc::channel();
+    let (keys_tx, keys) = mpsc::channel();
+    let legs = Legs::default();
     let counters = Arc::new(IoCounters::default());
     let io = IoHandle { tx, wake: wake.clone(), counters: counters.clone() };
-    let handle = PlainHandle { add, wake: wake.clone(), bound, io: index };
+    let handle = PlainHandle { add, keys: keys_tx, legs: legs.clone(), wake: wake.clone(), bound, io: index };
     let thread = std::thread::Builder::new().name("rtp-in".into()).spawn(move || {
         crate::priority::media_thread(thread_nice);
         PlainThread {
@@ -168,6 +252,9 @@ pub(crate) fn spawn(
             socket,
             rx,
             adds,
+            keys,
+            legs,
+            pressed,
             wake,
             counters,
             peer_timeout,
@@ -202,6 +289,11 @@ impl PlainThread {
             while let Ok(p) = self.adds.try_recv() {
                 self.add(p, now);
             }
+            while let Ok((id, keys)) = self.keys.try_recv() {
+                if let Some((_, _, out)) = self.peers.get_mut(&id).and_then(|p| p.events.as_mut()) {
+                    out.push(&keys);
+                }
+            }
             if !self.commands() {
                 break;
             }
@@ -230,9 +322,13 @@ impl PlainThread {
         // before this thread took the participant in.
         match self.rooms.room_of(p.id.0) {
             Some(room) => p.room = room,
-            None => return,
+            None => {
+                lock(&self.legs).remove(&p.id);
+                return;
+            }
         }
         if p.room.is_closed() {
+            lock(&self.legs).remove(&p.id);
             return;
         }
         let [ssrc, seq, ts_offset] = random_u32s();
@@ -251,6 +347,7 @@ impl PlainThread {
                 seq: seq as u16,
                 ts_offset,
                 last_tick: None,
+                events: p.events.map(|e| (e.payload_type, KeysIn::default(), KeysOut::new(e.rate))),
             },
         );
     }
@@ -300,6 +397,7 @@ impl PlainThread {
 
     fn forget(&mut self, id: PeerId) -> Option<Peer> {
         let peer = self.peers.remove(&id)?;
+        lock(&self.legs).remove(&id);
         self.sources.remove(id);
         if let Some(list) = self.by_room.get_mut(&peer.room.key) {
             list.retain(|p| *p != id);
@@ -318,6 +416,13 @@ impl PlainThread {
                 let Some(peer) = self.peers.get_mut(id) else { continue };
                 // A comedia participant not heard yet has nowhere to be sent to.
                 let Some(to) = self.sources.send_to(*id) else { continue };
+                if let Some((pt, _, out)) = peer.events.as_mut() {
+                    let ts = peer.ts_offset.wrapping_add((mix.tick as u32).wrapping_mul(TICK_SAMPLES));
+                    if let Some(key) = out.tick(mix.tick, ts) {
+                        let pt = *pt;
+                        send_key(&self.socket, &mut self.buf, peer, pt, key, to, &mut self.stats);
+                    }
+                }
                 let feed = mix.feed_for(ParticipantId(id.0));
                 if feed.payload.is_empty() {
                     continue;
@@ -384,6 +489,17 @@ impl PlainThread {
         };
         let Some(peer) = self.peers.get_mut(&id) else { return };
         peer.last_heard = now;
+        if let Some((pt, keys, _)) = peer.events.as_mut()
+            && rtp.payload_type == *pt
+        {
+            // A key works muted and listen-only too (it may be the unmute).
+            if let Some(key) = keys.packet(rtp.timestamp, rtp.payload)
+                && self.pressed.try_send(Keypress { id: id.0, key }).is_err()
+            {
+                tracing::debug!(peer = %id, %key, "keypress dropped: its queue is full");
+            }
+            return;
+        }
         if rtp.payload_type != peer.payload_type {
             self.tally.payload_type += 1;
             return;
@@ -448,6 +564,27 @@ impl PlainThread {
         metrics::packets_out(s.datagrams_out - last.datagrams_out, s.bytes_out - last.bytes_out, 0);
         metrics::media(&mut self.last_stats, s);
         *lock(&self.counters.mux) = s;
+    }
+}
+
+/// Sends one tick's key packet (`repeats` times) to `to`, on the leg's
+/// SSRC and sequence.
+fn send_key(
+    socket: &UdpSocket,
+    buf: &mut Vec<u8>,
+    peer: &mut Peer,
+    pt: u8,
+    key: KeyPacket,
+    to: SocketAddr,
+    stats: &mut MuxStats,
+) {
+    for _ in 0..key.repeats {
+        peer.seq = peer.seq.wrapping_add(1);
+        write_rtp(buf, pt, key.marker, peer.seq, key.start, peer.ssrc, &key.event.to_bytes());
+        if let Ok(n) = socket.send_to(buf, to) {
+            stats.datagrams_out += 1;
+            stats.bytes_out += n as u64;
+        }
     }
 }
 

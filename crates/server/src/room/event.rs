@@ -91,6 +91,9 @@ pub(crate) enum RoomEvent {
     /// A whisper channel closed (`reason`: `closed` by an admin, `empty`:
     /// its last speaker left): its speakers are heard by the room again.
     WhisperClosed { id: u64, reason: &'static str },
+    /// A phone caller pressed a key (`0`-`9`, `*`, `#`, `A`-`D`), by
+    /// RFC 4733 or SIP INFO.
+    Keypad { id: u64, digit: char },
 }
 
 /// The kinds of event a subscriber may choose (the others are always sent:
@@ -153,6 +156,8 @@ impl EventKinds {
             RoomEvent::WhisperOpened { .. } | RoomEvent::WhisperChanged { .. } | RoomEvent::WhisperClosed { .. } => {
                 return true;
             }
+            // Few (a person presses them), and what a caller keys may be an app's input.
+            RoomEvent::Keypad { .. } => return true,
         };
         self.0 & (1 << bit) != 0
     }

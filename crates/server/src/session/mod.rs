@@ -16,11 +16,12 @@
 //! sockets), `grants` (what a grant may see and do), `sessions` (the
 //! state); then what acts on it: `join`, `members` (leave, kick, ban,
 //! changes), `moves` (breakouts), `rooms` (create, change, delete, reap,
-//! drain).
+//! drain), `keys` (a phone leg's keypad, both ways).
 
 pub(crate) mod data;
 pub(crate) mod grants;
 pub(crate) mod join;
+pub(crate) mod keys;
 pub(crate) mod members;
 pub(crate) mod moves;
 pub(crate) mod resumes;

@@ -38,6 +38,8 @@ pub(crate) struct Edge {
     trusted: Vec<Cidr>,
     /// The joined calls, by dialog id: whoever takes one out makes it leave.
     pub(super) calls: Mutex<HashMap<String, Call>>,
+    /// The callers' keys towards a `[sip] keypad` sequence.
+    pub(super) keys: Mutex<super::sequences::Sequences>,
     states: DialogStateSender,
     endpoint: Endpoint,
     cancel: CancellationToken,
@@ -76,8 +78,11 @@ impl Edge {
         if session.cfg.rtp_in.trusted.is_empty() {
             tracing::warn!("SIP: [rtp_in] trusted is empty: calls carry plain RTP, so every call is refused with 403");
         }
+        // Validated at load, as `trusted`.
+        let keys = Mutex::new(super::sequences::Sequences::new(cfg.keypad_map().unwrap_or_default()));
         let edge = Self {
             session,
+            keys,
             dialogs,
             contact,
             room_prefix: cfg.room_prefix,
@@ -114,6 +119,7 @@ impl Edge {
             _ = self.endpoint.serve() => {}
             _ = self.clone().requests(incoming) => {}
             _ = self.clone().ends(states) => {}
+            _ = self.clone().keypresses() => {}
             _ = stop.wait_for(|s| *s) => {}
         }
         self.cancel.cancel();
@@ -133,6 +139,11 @@ impl Edge {
                 continue;
             };
             let in_dialog = tx.original.to_header().ok().and_then(|t| t.tag().ok().flatten()).is_some();
+            if in_dialog && tx.original.method == Method::Info {
+                let code = self.info(&tx);
+                tokio::spawn(async move { tx.reply(code).await.ok() });
+                continue;
+            }
             if in_dialog {
                 match self.dialogs.match_dialog(&tx) {
                     Some(mut dialog) => {
@@ -185,7 +196,7 @@ impl Edge {
                     let headers = body.as_ref().map(|_| vec![Header::ContentType(ContentType::new("application/sdp"))]);
                     handle.respond(code, headers, body).await.ok();
                 }
-                // Others (INFO, REFER) are not taken: dropping the handle
+                // Others (REFER; INFO is taken before the dialog sees it) are not taken: dropping the handle
                 // answers 501 and the call goes on.
                 _ => {}
             }
@@ -196,6 +207,7 @@ impl Edge {
     pub(super) fn hang_up(&self, id: &DialogId) {
         let call = lock(&self.calls).remove(&id.to_string());
         if let Some(call) = call {
+            lock(&self.keys).forget(call.id);
             tracing::info!(room = %call.room.id, participant = call.id, "SIP caller hung up");
             self.session.leave(&call.room, call.id, LeaveReason::Left);
         }

@@ -7,6 +7,8 @@
 //!      RTP/AVP Opus offer: the `[rtp_in]` path) ─► 200 OK with its answer, or the
 //!      refusal as a SIP status (`status`) │ CANCEL before the answer: 487, the
 //!      participant (if it joined meanwhile) leaves
+//!   ─► keys (RFC 4733 on the call's RTP, read by the `rtp-in` thread; SIP INFO):
+//!      a `keypad` event to the room, and the `[sip] keypad` map's actions (`keypad`)
 //!   ─► BYE from the caller: the participant leaves; the participant removed by
 //!      tutti (kick, room deleted, media timeout): BYE to the caller
 //! ```
@@ -17,6 +19,8 @@
 
 mod calls;
 mod endpoint;
+mod keypad;
+mod sequences;
 mod status;
 
 pub(crate) use endpoint::Edge;

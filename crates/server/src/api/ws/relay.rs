@@ -51,7 +51,7 @@ fn text(value: &serde_json::Value) -> Message {
 }
 
 /// The event kinds a room's batches carry (`RoomEvent`'s): the only ones relayed.
-const RELAYED_KINDS: [&str; 21] = [
+const RELAYED_KINDS: [&str; 22] = [
     "joined",
     "left",
     "talking",
@@ -73,6 +73,7 @@ const RELAYED_KINDS: [&str; 21] = [
     "whisper_opened",
     "whisper_changed",
     "whisper_closed",
+    "keypad",
 ];
 
 /// What of a batch published on the room's channel goes to the socket:
