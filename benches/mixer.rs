@@ -367,8 +367,13 @@ fn spatial_room(n: usize, spatial: bool, stereo_every: usize) -> Room {
 
 /// 10 % of the room talks, each at its own level; the rest send silence.
 fn push_tenth(room: &mut Room, frames: &Frames, n: usize, t: u64) {
+    push_levels(room, frames, n, t, |i| if i.is_multiple_of(10) { 20 + ((i / 10) % 40) as u8 } else { 127 });
+}
+
+/// Participant `i` of `n` sends a frame at `level(i)` (127: silence).
+fn push_levels(room: &mut Room, frames: &Frames, n: usize, t: u64, level: impl Fn(usize) -> u8) {
     for i in 0..n {
-        let level = if i.is_multiple_of(10) { 20 + ((i / 10) % 40) as u8 } else { 127 };
+        let level = level(i);
         let packet = Packet {
             seq: t as u16,
             timestamp: (t as u32).wrapping_mul(960),
@@ -455,16 +460,7 @@ fn voice_room(on: bool) -> Room {
 
 /// The first `k` participants talk (distinct levels), the rest send silence.
 fn push_voice(room: &mut Room, frames: &Frames, k: usize, t: u64) {
-    for i in 0..VOICE_N {
-        let level = if i < k { 20 + i as u8 } else { 127 };
-        let packet = Packet {
-            seq: t as u16,
-            timestamp: (t as u32).wrapping_mul(960),
-            payload: frames.payload(level, t),
-            level: Some(level),
-        };
-        room.push_packet(ParticipantId(i as u64), packet).expect("in room");
-    }
+    push_levels(room, frames, VOICE_N, t, |i| if i < k { 20 + i as u8 } else { 127 });
 }
 
 /// The voice figures, printed with the report.

@@ -198,7 +198,16 @@ fn an_admin_manages_rooms_and_participants_with_the_cli() {
         &served,
         admin,
         None,
-        &["rooms", "create", "waiting-room", "--wait-for-moderator", "--on-moderator-leave", "end", "--spatial", "--json"],
+        &[
+            "rooms",
+            "create",
+            "waiting-room",
+            "--wait-for-moderator",
+            "--on-moderator-leave",
+            "end",
+            "--spatial",
+            "--json",
+        ],
     )))
     .expect("JSON");
     assert_eq!((&json["waiting"], &json["moderation"]["on_moderator_leave"]), (&json!(true), &json!("end")), "{json}");

@@ -123,9 +123,7 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-pub(crate) fn unix_now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(crate) use crate::record::unix_now_ms;
 
 fn random_u64() -> u64 {
     getrandom::u64().unwrap_or_else(|_| {

@@ -35,11 +35,10 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
-use crate::cluster::unix_now_ms;
 use crate::config::ClusterConfig;
 use crate::control::CONTROL_QUEUE_CAPACITY;
 use crate::error::ClusterError;
-use crate::record::{EVENT_PURPOSE, PartsKey};
+use crate::record::{EVENT_PURPOSE, PartsKey, unix_now_ms};
 
 /// Events waiting to be published before new ones are dropped.
 pub const EVENT_QUEUE_CAPACITY: usize = 4096;

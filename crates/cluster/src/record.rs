@@ -231,6 +231,12 @@ impl PartsKey {
     }
 }
 
+/// Milliseconds since the Unix epoch (0 before it): the time records and events carry.
+pub(crate) fn unix_now_ms() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -498,29 +498,27 @@ impl Acceptor {
 /// Opus payload type's `a=fmtp` line, RFC 7587): such a client is sent a
 /// spatial room's stereo render.
 pub fn asks_for_stereo(sdp: &str) -> bool {
-    let opus: Vec<&str> = sdp
-        .lines()
-        .filter_map(|l| l.strip_prefix("a=rtpmap:"))
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, codec)| codec.to_ascii_lowercase().starts_with("opus/"))
-        .map(|(pt, _)| pt)
-        .collect();
+    let opus = opus_payload_types(sdp);
     sdp.lines()
         .filter_map(|l| l.trim_end().strip_prefix("a=fmtp:"))
         .filter_map(|r| r.split_once(' '))
         .any(|(pt, params)| opus.contains(&pt) && params.split(';').any(|p| p.trim().eq_ignore_ascii_case("stereo=1")))
 }
 
-/// Appends `param` to the `a=fmtp` line of every Opus payload type in `sdp`
-/// (adding the line if there is none), unless it is there already.
-fn with_opus_fmtp(sdp: &str, param: &str) -> String {
-    let opus: Vec<&str> = sdp
-        .lines()
+/// The payload types an SDP maps to Opus (`a=rtpmap:<pt> opus/…`).
+fn opus_payload_types(sdp: &str) -> Vec<&str> {
+    sdp.lines()
         .filter_map(|l| l.strip_prefix("a=rtpmap:"))
         .filter_map(|l| l.split_once(' '))
         .filter(|(_, codec)| codec.to_ascii_lowercase().starts_with("opus/"))
         .map(|(pt, _)| pt)
-        .collect();
+        .collect()
+}
+
+/// Appends `param` to the `a=fmtp` line of every Opus payload type in `sdp`
+/// (adding the line if there is none), unless it is there already.
+fn with_opus_fmtp(sdp: &str, param: &str) -> String {
+    let opus = opus_payload_types(sdp);
     let key = param.split('=').next().unwrap_or(param);
     let mut out = String::with_capacity(sdp.len() + 32);
     for line in sdp.split_inclusive('\n') {
