@@ -99,13 +99,22 @@ impl Limiter {
 
     /// Limits `frame` in place.
     pub fn process(&mut self, frame: &mut [f32]) {
-        let mut peak = 0.0f32;
-        for x in frame.iter_mut() {
-            if !x.is_finite() {
-                *x = 0.0;
-            }
-            peak = peak.max(x.abs());
-        }
+        let peak = finite_peak(frame);
+        self.apply(frame, peak);
+    }
+
+    /// Limits the two channels of a stereo frame in place, linked: one gain
+    /// from the louder channel's peak for both, so a loud voice on one side
+    /// does not move the others across the stage.
+    pub fn process_pair(&mut self, left: &mut [f32], right: &mut [f32]) {
+        let peak = finite_peak(left).max(finite_peak(right));
+        let gain = self.gain;
+        self.apply(left, peak);
+        self.gain = gain;
+        self.apply(right, peak);
+    }
+
+    fn apply(&mut self, frame: &mut [f32], peak: f32) {
         let wanted = if peak > CEILING { CEILING / peak } else { 1.0 };
         let start = self.gain;
         if wanted < start {
@@ -126,6 +135,18 @@ impl Limiter {
             self.gain = end;
         }
     }
+}
+
+/// The largest magnitude in `frame`, its non-finite samples zeroed.
+fn finite_peak(frame: &mut [f32]) -> f32 {
+    let mut peak = 0.0f32;
+    for x in frame.iter_mut() {
+        if !x.is_finite() {
+            *x = 0.0;
+        }
+        peak = peak.max(x.abs());
+    }
+    peak
 }
 
 /// Identity below the knee; above it a tanh curve that approaches ±1 and never

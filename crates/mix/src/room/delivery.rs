@@ -71,10 +71,8 @@ pub enum MixMode {
 #[derive(Debug)]
 pub(super) struct Stream {
     pub(super) encoder: Encoder,
-    /// The (left channel's) limiter.
+    /// The limiter (linked over both channels of a stereo stream).
     pub(super) limiter: Limiter,
-    /// The right channel's limiter, of a stereo stream.
-    pub(super) limiter_r: Limiter,
     pub(super) payload: Bytes,
 }
 
@@ -103,7 +101,7 @@ pub(super) struct Selected {
 
 impl Stream {
     pub(super) fn new(encoder: Encoder, limiter: Limiter) -> Self {
-        Self { encoder, limiter_r: limiter.clone(), limiter, payload: Bytes::new() }
+        Self { encoder, limiter, payload: Bytes::new() }
     }
 
     /// Encodes a spatial render without `own` (at `seat`): in stereo when
@@ -115,8 +113,7 @@ impl Stream {
                 if let Some((own, seat)) = own {
                     stereo.minus(own, seat, &mut mix);
                 }
-                self.limiter.process(&mut mix.left);
-                self.limiter_r.process(&mut mix.right);
+                self.limiter.process_pair(&mut mix.left, &mut mix.right);
                 self.payload = self.encoder.encode_stereo(&mix);
             }
             _ => {
@@ -135,8 +132,7 @@ impl Stream {
     /// to take its downmix: what a stereo listener's two channels average to.
     pub(super) fn encode_stereo_listeners(&mut self, render: &Stereo) -> Stereo {
         let mut mix = render.clone();
-        self.limiter.process(&mut mix.left);
-        self.limiter_r.process(&mut mix.right);
+        self.limiter.process_pair(&mut mix.left, &mut mix.right);
         self.payload = self.encoder.encode_stereo(&mix);
         mix
     }

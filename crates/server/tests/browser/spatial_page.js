@@ -5,8 +5,11 @@
 // splitter and an analyser per channel), and the stereo page shows where
 // each talker sits.
 //
-// Input: one JSON argument {chromium, wav, stereoUrl, monoUrl, freqs,
-// people, waitMs}. Output: `@@{json}` lines as driver.js writes them:
+// A third page, in a browser of its own whose fake microphone plays a tone
+// (`talkerWav`), talks: it must not hear itself, in either channel.
+//
+// Input: one JSON argument {chromium, wav, talkerWav, stereoUrl, monoUrl,
+// talkerUrl, freqs, people, waitMs}. Output: `@@{json}` lines as driver.js writes them:
 // `joined`, then `done` ({stereo, mono}: per channel, the median FFT
 // magnitude in dB at each frequency, the channel count the decoder gave,
 // and the seat tags shown), or `failed`.
@@ -80,6 +83,7 @@ function channels(page, freqs, ms) {
 
 async function main() {
   const browser = await launch(cfg.wav);
+  const talking = await launch(cfg.talkerWav);
   try {
     const stereo = await open(browser, 'stereo', cfg.stereoUrl);
     const mono = await open(browser, 'mono', cfg.monoUrl);
@@ -87,13 +91,21 @@ async function main() {
     await until(mono, 'the mono page is in the call', inCall, cfg.people);
     emit('joined');
     await sleep(2000);
+    // The listeners first, on the stage of the three seated talkers only.
     const [s, m] = await Promise.all([channels(stereo, cfg.freqs, 4000), channels(mono, cfg.freqs, 4000)]);
+    // Then a fourth talker, which must not hear itself.
+    const talker = await open(talking, 'talker', cfg.talkerUrl);
+    await until(talker, 'the talking page is in the call', inCall, cfg.people + 1);
+    await sleep(2000);
+    const [t, heard] = await Promise.all([channels(talker, cfg.freqs, 4000), channels(stereo, cfg.freqs, 4000)]);
+    s.heardTalker = heard;
     s.seats = await stereo.$$eval('#participants li', (lis) =>
       lis.map((li) => ({ name: li.querySelector('.pname').textContent, seat: (li.querySelector('.tag.seat') || {}).textContent || '' })));
     await stereo.screenshot({ path: `${cfg.out}/spatial-page.png` });
-    emit('done', { stereo: s, mono: m });
+    emit('done', { stereo: s, mono: m, talker: t });
   } finally {
     await browser.close().catch(() => {});
+    await talking.close().catch(() => {});
   }
 }
 
