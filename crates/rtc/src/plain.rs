@@ -1,6 +1,7 @@
 //! Plain RTP/AVP audio (no ICE, no DTLS, no SRTP): the SDP offer a SIP
 //! gateway (FreeSWITCH, Asterisk) or `ffmpeg` sends, the answer, and the
-//! RTP packets themselves (RFC 3550 header, Opus payload per RFC 7587).
+//! RTP packets themselves (RFC 3550 header, Opus payload per RFC 7587, or
+//! G.711 PCMU/PCMA per RFC 3551 when the offer has no Opus).
 //!
 //! ```text
 //! offer  c=IN IP4 10.0.0.5 / m=audio 40000 RTP/AVP 111 / a=rtpmap:111 opus/48000/2

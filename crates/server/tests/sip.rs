@@ -5,11 +5,13 @@
 //! `sndfile` dump) holds the WebRTC participant's 440 Hz; `*6` keyed on
 //! baresip's UDP console (`cons`, sent as RFC 4733) mutes the caller and the
 //! WebRTC participant stops hearing it; when baresip quits (BYE) the caller
-//! leaves the roster.
+//! leaves the roster. The same with baresip restricted to PCMU (its G.711
+//! module only): the WebRTC participant hears it and it hears the room,
+//! transcoded at its leg.
 //!
 //! And with raw UDP from the test: OPTIONS gets 200 (a dispatcher's health
 //! probe), an INVITE from a network outside `[sip] trusted` gets 403
-//! (counted), an INVITE without Opus gets 488, an INVITE to a room that
+//! (counted), an INVITE with neither Opus nor G.711 gets 488, an INVITE to a room that
 //! does not exist 404, and garbage datagrams leave the endpoint answering.
 //! BYE both ways: the caller's ends its participant; a participant tutti
 //! removes (an admin, the media timeout) gets BYE; a CANCEL right behind the
@@ -20,7 +22,10 @@
 //! (the room says so, the WebRTC participant stops hearing its tone) and
 //! each key is one `keypad` event on the room socket however often its end
 //! is repeated; `*7` by SIP INFO raises its hand; digits sent through
-//! `POST …/dtmf` arrive at the phone as RFC 4733 packets.
+//! `POST …/dtmf` arrive at the phone as RFC 4733 packets. A PCMA phone
+//! (no Opus offered, 30 ms packets) is answered PCMA, heard by the WebRTC
+//! participant, gets 160-byte packets holding the room's tone, and its
+//! `*6` (telephone-event/8000) mutes it.
 
 mod common;
 mod ops_tools;
