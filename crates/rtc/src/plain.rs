@@ -69,6 +69,12 @@ impl Codec {
         }
     }
 
+    /// Whether payload type `pt` may carry it: a dynamic one (96 to 127),
+    /// or its static one (PCMU 0, PCMA 8).
+    pub fn fits(self, pt: u8) -> bool {
+        (96..=127).contains(&pt) || matches!((self, pt), (Self::Pcmu, 0) | (Self::Pcma, 8))
+    }
+
     /// The codec payload type `pt` is in an offer with these `a=rtpmap`
     /// lines (lowercased codecs): Opus on a dynamic type; PCMU and PCMA on
     /// their static types 0 and 8 (no rtpmap needed) or a dynamic one.
@@ -567,13 +573,7 @@ mod tests {
                 sdp[i] = b" 0123456789/=:\r\nmcaRTPAVopus"[(next() % 28) as usize];
             }
             if let Ok(offer) = PlainOffer::parse(&String::from_utf8_lossy(&sdp)) {
-                let pt = offer.payload_type;
-                let typed = match offer.codec {
-                    Codec::Opus => (96..=127).contains(&pt),
-                    Codec::Pcmu => pt == 0 || (96..=127).contains(&pt),
-                    Codec::Pcma => pt == 8 || (96..=127).contains(&pt),
-                };
-                assert!(offer.remote.port() > 0 && typed, "{offer:?}");
+                assert!(offer.remote.port() > 0 && offer.codec.fits(offer.payload_type), "{offer:?}");
             }
         }
     }
