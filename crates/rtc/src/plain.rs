@@ -1,6 +1,7 @@
 //! Plain RTP/AVP audio (no ICE, no DTLS, no SRTP): the SDP offer a SIP
 //! gateway (FreeSWITCH, Asterisk) or `ffmpeg` sends, the answer, and the
-//! RTP packets themselves (RFC 3550 header, Opus payload per RFC 7587).
+//! RTP packets themselves (RFC 3550 header, Opus payload per RFC 7587, or
+//! G.711 PCMU/PCMA per RFC 3551 when the offer has no Opus).
 //!
 //! ```text
 //! offer  c=IN IP4 10.0.0.5 / m=audio 40000 RTP/AVP 111 / a=rtpmap:111 opus/48000/2
@@ -32,17 +33,74 @@ pub enum PlainSdpError {
     /// No `c=` line (session or media level), or one that is not an IP address.
     #[error("no usable c= connection address (an IPv4 or IPv6 literal, not 0.0.0.0): {0}")]
     BadConnection(String),
-    /// No payload type of the m= line maps to `opus/48000`.
-    #[error("no Opus payload type (a=rtpmap:<pt> opus/48000/2) among the m=audio formats")]
-    NoOpus,
+    /// No payload type of the m= line is Opus (`opus/48000`), PCMU or PCMA.
+    #[error(
+        "no supported codec among the m=audio formats: offer Opus (a=rtpmap:<pt> opus/48000/2), PCMU (0) or PCMA (8)"
+    )]
+    NoCodec,
 }
 
-/// A plain RTP/AVP Opus offer: where the participant receives, and the payload type.
+/// The audio codec of a plain RTP leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// Opus at 48 kHz (RFC 7587): what the room mixes, carried as is.
+    Opus,
+    /// G.711 µ-law at 8 kHz (RFC 3551 payload type 0): transcoded at the leg.
+    Pcmu,
+    /// G.711 A-law at 8 kHz (RFC 3551 payload type 8): transcoded at the leg.
+    Pcma,
+}
+
+impl Codec {
+    /// Its RTP clock rate.
+    pub fn clock_rate(self) -> u32 {
+        match self {
+            Self::Opus => 48_000,
+            Self::Pcmu | Self::Pcma => 8_000,
+        }
+    }
+
+    /// Its `a=rtpmap` encoding name and clock (`opus/48000/2`, `PCMU/8000`).
+    pub fn rtpmap(self) -> &'static str {
+        match self {
+            Self::Opus => "opus/48000/2",
+            Self::Pcmu => "PCMU/8000",
+            Self::Pcma => "PCMA/8000",
+        }
+    }
+
+    /// Whether payload type `pt` may carry it: a dynamic one (96 to 127),
+    /// or its static one (PCMU 0, PCMA 8).
+    pub fn fits(self, pt: u8) -> bool {
+        (96..=127).contains(&pt) || matches!((self, pt), (Self::Pcmu, 0) | (Self::Pcma, 8))
+    }
+
+    /// The codec payload type `pt` is in an offer with these `a=rtpmap`
+    /// lines (lowercased codecs): Opus on a dynamic type; PCMU and PCMA on
+    /// their static types 0 and 8 (no rtpmap needed) or a dynamic one.
+    fn of(pt: u8, maps: &[(u8, String)]) -> Option<Self> {
+        let map = maps.iter().find(|(p, _)| *p == pt).map(|(_, c)| c.as_str());
+        match (pt, map) {
+            (96..=127, Some("opus/48000/2" | "opus/48000")) => Some(Self::Opus),
+            (0, None | Some("pcmu/8000" | "pcmu/8000/1")) | (96..=127, Some("pcmu/8000" | "pcmu/8000/1")) => {
+                Some(Self::Pcmu)
+            }
+            (8, None | Some("pcma/8000" | "pcma/8000/1")) | (96..=127, Some("pcma/8000" | "pcma/8000/1")) => {
+                Some(Self::Pcma)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A plain RTP/AVP offer: where the participant receives, its codec and payload type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlainOffer {
     /// The address and port the participant receives RTP on (`c=` and `m=audio`).
     pub remote: SocketAddr,
-    /// The Opus payload type it offered.
+    /// The codec answered: Opus when offered, else the first of PCMU and PCMA in the offer's order.
+    pub codec: Codec,
+    /// Its payload type in the offer.
     pub payload_type: u8,
     /// The offer says `a=direction:active` (session or audio level): the
     /// "comedia" convention (draft-ietf-mmusic-sdp-comedia, RFC 4145's
@@ -56,8 +114,9 @@ pub struct PlainOffer {
     /// on the gateway's address cannot take the participant over.
     pub ssrc: Option<u32>,
     /// RFC 4733 keypad events (`a=rtpmap:<pt> telephone-event/<rate>`) the
-    /// offer carries: at 48000 Hz when it offers that (the Opus clock),
-    /// else at 8000 Hz; `None` when it offers neither.
+    /// offer carries: at the codec's clock when it offers that (48000 Hz
+    /// for Opus, 8000 Hz for G.711), else at the other; `None` when it
+    /// offers neither.
     pub events: Option<TelephoneEvents>,
 }
 
@@ -101,8 +160,9 @@ type AudioSection = (u16, Vec<u8>, Option<IpAddr>, Vec<(u8, String)>);
 
 impl PlainOffer {
     /// Parses a plain RTP/AVP offer: the first `m=audio` line with the
-    /// `RTP/AVP` profile, its (or the session's) `c=` address, and the
-    /// first of its payload types that `a=rtpmap` maps to `opus/48000`.
+    /// `RTP/AVP` profile, its (or the session's) `c=` address, and its
+    /// codec: the first payload type that `a=rtpmap` maps to `opus/48000`,
+    /// else the first PCMU or PCMA one in the offer's order.
     pub fn parse(sdp: &str) -> Result<Self, PlainSdpError> {
         let mut session_c = None;
         let (mut session_active, mut media_active) = (false, false);
@@ -167,23 +227,20 @@ impl PlainOffer {
         }
         let (port, fmts, media_c, maps) = media.ok_or(PlainSdpError::NoAudio)?;
         let ip = media_c.or(session_c).ok_or_else(|| PlainSdpError::BadConnection("no c= line".to_owned()))?;
-        let payload_type = fmts
-            .iter()
-            .copied()
-            .find(|pt| {
-                (96..=127).contains(pt)
-                    && maps.iter().any(|(p, c)| p == pt && (c == "opus/48000/2" || c == "opus/48000"))
-            })
-            .ok_or(PlainSdpError::NoOpus)?;
-        let events = [48_000, 8_000].into_iter().find_map(|rate| {
-            let codec = format!("telephone-event/{rate}");
+        let codecs = || fmts.iter().filter_map(|&pt| Some((Codec::of(pt, &maps)?, pt)));
+        let (codec, payload_type) =
+            codecs().find(|(c, _)| *c == Codec::Opus).or_else(|| codecs().next()).ok_or(PlainSdpError::NoCodec)?;
+        let rates = if codec == Codec::Opus { [48_000, 8_000] } else { [8_000, 48_000] };
+        let events = rates.into_iter().find_map(|rate| {
+            let name = format!("telephone-event/{rate}");
             let pt = fmts.iter().copied().find(|pt| {
-                (96..=127).contains(pt) && *pt != payload_type && maps.iter().any(|(p, c)| p == pt && *c == codec)
+                (96..=127).contains(pt) && *pt != payload_type && maps.iter().any(|(p, c)| p == pt && *c == name)
             })?;
             Some(TelephoneEvents { payload_type: pt, rate })
         });
         Ok(Self {
             remote: SocketAddr::new(ip, port),
+            codec,
             payload_type,
             comedia: session_active || media_active,
             ssrc,
@@ -191,8 +248,8 @@ impl PlainOffer {
         })
     }
 
-    /// The answer: receive on `local` (the server's address and port), Opus
-    /// on the offered payload type, 20 ms frames, send and receive; and the
+    /// The answer: receive on `local` (the server's address and port), the
+    /// codec on the offered payload type, 20 ms frames, send and receive; and the
     /// offer's telephone-event payload type, when it has one (digits 0-9,
     /// `*`, `#`, A-D: events 0-15).
     pub fn answer(&self, local: SocketAddr, session_id: u64) -> String {
@@ -205,11 +262,16 @@ impl PlainOffer {
             }
             None => (pt.to_string(), String::new()),
         };
+        let fmtp = match self.codec {
+            Codec::Opus => format!("a=fmtp:{pt} minptime=10;useinbandfec=1\r\n"),
+            Codec::Pcmu | Codec::Pcma => String::new(),
+        };
         format!(
             "v=0\r\no=tutti {session_id} 1 IN {kind} {ip}\r\ns=tutti\r\nc=IN {kind} {ip}\r\nt=0 0\r\n\
-             m=audio {port} RTP/AVP {formats}\r\na=rtpmap:{pt} opus/48000/2\r\n\
-             a=fmtp:{pt} minptime=10;useinbandfec=1\r\n{events}a=ptime:20\r\na=sendrecv\r\n",
-            port = local.port()
+             m=audio {port} RTP/AVP {formats}\r\na=rtpmap:{pt} {map}\r\n\
+             {fmtp}{events}a=ptime:20\r\na=sendrecv\r\n",
+            port = local.port(),
+            map = self.codec.rtpmap(),
         )
     }
 }
@@ -370,6 +432,33 @@ mod tests {
         assert_eq!(KeyEvent::of_key('x'), None);
     }
 
+    #[test]
+    fn g711_is_answered_when_opus_is_not_offered_in_the_offers_order() {
+        let base = "v=0\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\n";
+        let parse = |m: &str| PlainOffer::parse(&format!("{base}{m}")).expect("parses");
+        let local: SocketAddr = "10.1.2.3:5000".parse().expect("addr");
+        // A phone: PCMA first, PCMU, keys at 8000 Hz (no rtpmap for the static types).
+        let phone = parse("m=audio 4000 RTP/AVP 8 0 101\r\na=rtpmap:101 telephone-event/8000\r\n");
+        assert_eq!((phone.codec, phone.payload_type), (Codec::Pcma, 8));
+        assert_eq!(phone.events, Some(TelephoneEvents { payload_type: 101, rate: 8_000 }));
+        let answer = phone.answer(local, 1);
+        assert!(answer.contains("m=audio 5000 RTP/AVP 8 101\r\na=rtpmap:8 PCMA/8000\r\n"), "{answer}");
+        assert!(answer.contains("a=rtpmap:101 telephone-event/8000\r\n") && !answer.contains("fmtp:8"), "{answer}");
+        // PCMU first; G.711 keeps its own clock's events even when 48000 ones are offered too.
+        let pcmu = parse(
+            "m=audio 4000 RTP/AVP 0 8 101 102\r\na=rtpmap:0 PCMU/8000\r\n\
+             a=rtpmap:102 telephone-event/48000\r\na=rtpmap:101 telephone-event/8000\r\n",
+        );
+        assert_eq!((pcmu.codec, pcmu.payload_type, pcmu.events.map(|e| e.rate)), (Codec::Pcmu, 0, Some(8_000)));
+        assert!(pcmu.answer(local, 1).contains("RTP/AVP 0 101\r\na=rtpmap:0 PCMU/8000\r\n"));
+        // Opus wins wherever it is in the list.
+        let both = parse("m=audio 4000 RTP/AVP 0 8 111\r\na=rtpmap:111 opus/48000/2\r\n");
+        assert_eq!((both.codec, both.payload_type), (Codec::Opus, 111));
+        // A static type mapped to something else is not G.711.
+        let odd = PlainOffer::parse(&format!("{base}m=audio 4000 RTP/AVP 0\r\na=rtpmap:0 G729/8000\r\n"));
+        assert_eq!(odd, Err(PlainSdpError::NoCodec));
+    }
+
     const FFMPEG_OFFER: &str = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=No Name\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
         a=tool:libavformat\r\nm=audio 40000 RTP/AVP 97\r\nb=AS:64\r\na=rtpmap:97 opus/48000/2\r\n\
         a=fmtp:97 sprop-stereo=0\r\n";
@@ -382,6 +471,7 @@ mod tests {
             offer,
             PlainOffer {
                 remote: "127.0.0.1:40000".parse().expect("addr"),
+                codec: Codec::Opus,
                 payload_type: 97,
                 comedia: false,
                 ssrc: None,
@@ -434,8 +524,8 @@ mod tests {
         let webrtc = "v=0\nm=audio 9 UDP/TLS/RTP/SAVPF 111\nc=IN IP4 0.0.0.0\na=rtpmap:111 opus/48000/2\n";
         assert!(!is_plain_offer(webrtc));
         assert_eq!(PlainOffer::parse(webrtc), Err(PlainSdpError::NoAudio));
-        let pcmu = "v=0\nc=IN IP4 10.0.0.1\nm=audio 4000 RTP/AVP 0\na=rtpmap:0 PCMU/8000\n";
-        assert_eq!(PlainOffer::parse(pcmu), Err(PlainSdpError::NoOpus));
+        let gsm = "v=0\nc=IN IP4 10.0.0.1\nm=audio 4000 RTP/AVP 3 96\na=rtpmap:96 speex/8000\n";
+        assert_eq!(PlainOffer::parse(gsm), Err(PlainSdpError::NoCodec));
         let port0 = "v=0\nc=IN IP4 10.0.0.1\nm=audio 0 RTP/AVP 111\na=rtpmap:111 opus/48000/2\n";
         assert!(matches!(PlainOffer::parse(port0), Err(PlainSdpError::BadMedia(_))));
         let host = "v=0\nc=IN IP4 gw.example\nm=audio 4000 RTP/AVP 111\na=rtpmap:111 opus/48000/2\n";
@@ -483,7 +573,7 @@ mod tests {
                 sdp[i] = b" 0123456789/=:\r\nmcaRTPAVopus"[(next() % 28) as usize];
             }
             if let Ok(offer) = PlainOffer::parse(&String::from_utf8_lossy(&sdp)) {
-                assert!(offer.remote.port() > 0 && (96..=127).contains(&offer.payload_type));
+                assert!(offer.remote.port() > 0 && offer.codec.fits(offer.payload_type), "{offer:?}");
             }
         }
     }

@@ -314,7 +314,7 @@ fn plain_offers_are_refused_unless_trusted_and_silent_ones_time_out() {
     // Malformed plain offers: 400 bad_sdp, each saying why.
     for (bad, why) in [
         (plain_offer("127.0.0.1", 0, 111), "port 0"),
-        ("v=0\r\nc=IN IP4 127.0.0.1\r\nm=audio 4000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n".to_owned(), "Opus"),
+        ("v=0\r\nc=IN IP4 127.0.0.1\r\nm=audio 4000 RTP/AVP 18\r\na=rtpmap:18 G729/8000\r\n".to_owned(), "PCMA"),
         ("v=0\r\nm=audio 4000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n".to_owned(), "c="),
     ] {
         let r = join_plain(api, "gw", &bad);
@@ -397,5 +397,11 @@ fn plain_offers_are_refused_unless_trusted_and_silent_ones_time_out() {
     let e = ws.wait_for(Duration::from_secs(5), |e| e["type"] == "error");
     assert_eq!(e["code"], "bad_sdp", "{e}");
     assert_eq!(room(api, "gw")["participants"].as_array().expect("participants").len(), 0);
+    // A gateway that offers G.711 only (PCMU, then PCMA) is answered PCMU (transcoded at the leg: tests/sip.rs).
+    let g711 = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 40006 RTP/AVP 0 8 101\r\n\
+                a=rtpmap:101 telephone-event/8000\r\n";
+    let r = join_plain(api, "gw", g711);
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.body.contains(" RTP/AVP 0 101\r\na=rtpmap:0 PCMU/8000\r\n"), "{}", r.body);
     rt.block_on(server.shutdown());
 }

@@ -5,11 +5,13 @@
 //! `sndfile` dump) holds the WebRTC participant's 440 Hz; `*6` keyed on
 //! baresip's UDP console (`cons`, sent as RFC 4733) mutes the caller and the
 //! WebRTC participant stops hearing it; when baresip quits (BYE) the caller
-//! leaves the roster.
+//! leaves the roster. The same with baresip restricted to PCMU (its G.711
+//! module only): the WebRTC participant hears it and it hears the room,
+//! transcoded at its leg.
 //!
 //! And with raw UDP from the test: OPTIONS gets 200 (a dispatcher's health
 //! probe), an INVITE from a network outside `[sip] trusted` gets 403
-//! (counted), an INVITE without Opus gets 488, an INVITE to a room that
+//! (counted), an INVITE with neither Opus nor G.711 gets 488, an INVITE to a room that
 //! does not exist 404, and garbage datagrams leave the endpoint answering.
 //! BYE both ways: the caller's ends its participant; a participant tutti
 //! removes (an admin, the media timeout) gets BYE; a CANCEL right behind the
@@ -20,7 +22,10 @@
 //! (the room says so, the WebRTC participant stops hearing its tone) and
 //! each key is one `keypad` event on the room socket however often its end
 //! is repeated; `*7` by SIP INFO raises its hand; digits sent through
-//! `POST …/dtmf` arrive at the phone as RFC 4733 packets.
+//! `POST …/dtmf` arrive at the phone as RFC 4733 packets. A PCMA phone
+//! (no Opus offered, 30 ms packets) is answered PCMA, heard by the WebRTC
+//! participant, gets 160-byte packets holding the room's tone, and its
+//! `*6` (telephone-event/8000) mutes it.
 
 mod common;
 mod ops_tools;
@@ -68,17 +73,13 @@ fn wait_roster(api: SocketAddr, id: &str, within: Duration, ok: impl Fn(&[String
     }
 }
 
-/// A 48 kHz mono WAV of `seconds` of `freq` Hz at amplitude 0.3.
-fn write_tone(path: &Path, freq: f32, seconds: u32) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 48_000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
+/// A mono WAV at `rate` Hz of `seconds` of `freq` Hz at amplitude 0.3.
+fn write_tone(path: &Path, freq: f32, seconds: u32, rate: u32) {
+    let spec =
+        hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
     let mut w = hound::WavWriter::create(path, spec).expect("create the WAV");
-    for i in 0..48_000 * seconds {
-        let x = 0.3 * (std::f32::consts::TAU * freq * i as f32 / 48_000.0).sin();
+    for i in 0..rate * seconds {
+        let x = 0.3 * (std::f32::consts::TAU * freq * i as f32 / rate as f32).sin();
         w.write_sample((x * 32767.0) as i16).expect("write a sample");
     }
     w.finalize().expect("finish the WAV");
@@ -99,48 +100,119 @@ fn free_udp_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
+/// A baresip call to a room: its directory (config, tone, log, dumps), its
+/// process and its UDP console's port.
+struct Baresip {
+    dir: std::path::PathBuf,
+    child: std::process::Child,
+    cons_port: u16,
+}
+
+impl Baresip {
+    /// baresip with codec module `module` only (`opus.so`, `g711.so`),
+    /// offering `codecs` (its account's `audio_codecs`) at `rate` Hz: dials
+    /// `room` at `sip`, plays a 600 Hz WAV, dumps what it hears (sndfile),
+    /// quits (BYE) after `call_seconds`.
+    fn dial(sip: SocketAddr, room: &str, module: &str, codecs: &str, rate: u32, call_seconds: u32) -> Self {
+        let baresip = ensure_tool("baresip", "baresip-core");
+        let dir = temp_dir("baresip");
+        let dumps = dir.join("dumps");
+        std::fs::create_dir_all(&dumps).expect("a dump directory");
+        write_tone(&dir.join("tone.wav"), 600.0, 30, rate);
+        // baresip's UDP console (`cons`): a datagram's characters are keys, a key in a call is sent as RFC 4733.
+        let cons_port = free_udp_port();
+        let config = format!(
+            "poll_method epoll\nsip_listen 127.0.0.1:{port}\nnet_interface 127.0.0.1\n\
+             audio_player aubridge,sink\naudio_source aufile,{tone}\naudio_alert aubridge,alert\n\
+             ausrc_srate {rate}\nausrc_channels 1\nauplay_srate {rate}\nauplay_channels 1\n\
+             rtp_ports 30000-30100\nopus_stereo no\nopus_sprop_stereo no\nsnd_path {dumps}\n\
+             module_path /usr/lib/baresip/modules\nmodule aufile.so\nmodule aubridge.so\nmodule {module}\n\
+             module sndfile.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
+             module_app account.so\nmodule_app menu.so\n",
+            port = free_udp_port(),
+            cons = cons_port,
+            tone = dir.join("tone.wav").display(),
+            dumps = dumps.display(),
+        );
+        std::fs::write(dir.join("config"), config).expect("write baresip's config");
+        std::fs::write(dir.join("accounts"), format!("<sip:caller@127.0.0.1>;regint=0;audio_codecs={codecs}\n"))
+            .expect("write baresip's accounts");
+        let mut cmd = Command::new(&baresip);
+        cmd.arg("-f")
+            .arg(&dir)
+            .args(["-e", &format!("/dial sip:{room}@{sip}"), "-t", &call_seconds.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(dir.join("baresip.log")).expect("a log file"))
+            .stderr(std::process::Stdio::null());
+        let child = cmd.spawn().expect("baresip starts");
+        Self { dir, child, cons_port }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("baresip.log")).unwrap_or_default()
+    }
+
+    /// Waits (running `webrtc`) until baresip quits, up to `within`.
+    fn wait(&mut self, webrtc: &mut ToneClient, within: Duration) {
+        let mut refs = [webrtc];
+        let child = &mut self.child;
+        run_until(&mut refs, Instant::now() + within, |_| !matches!(child.try_wait(), Ok(None)));
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            panic!("baresip did not quit in {within:?}\n{}", self.log());
+        }
+    }
+
+    /// The amplitudes of 440 Hz and 600 Hz in the last 3 s of what baresip heard (sndfile's decoded dump).
+    fn heard(&self) -> (f32, f32) {
+        let dumps = self.dir.join("dumps");
+        let dump = std::fs::read_dir(&dumps)
+            .expect("the dump directory")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains("dec"))
+            .unwrap_or_else(|| panic!("no decoded dump in {}\nbaresip:\n{}", dumps.display(), self.log()));
+        (wav_tone(&dump, 440.0, 3.0), wav_tone(&dump, 600.0, 3.0))
+    }
+}
+
+impl Drop for Baresip {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Its tone and dumps are a few MB: not left behind in the temporary directory.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits up to 6 s (running `webrtc`) for it to hear 600 Hz over the last 2 s; returns the amplitude.
+fn hears_600(webrtc: &mut ToneClient) -> f32 {
+    let mut refs = [webrtc];
+    run_until(&mut refs, Instant::now() + Duration::from_secs(6), |cs| {
+        cs[0].hears(600.0, Instant::now() - Duration::from_secs(2)) > 0.05
+    });
+    refs[0].hears(600.0, Instant::now() - Duration::from_secs(2))
+}
+
+/// A server with the SIP edge, room `id` and a WebRTC participant in it
+/// playing 440 Hz; the API's and the SIP edge's addresses.
+fn room_with_talker(id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, SocketAddr, SocketAddr, ToneClient) {
+    let (rt, server) = start_with(sip_config("127.0.0.0/8"));
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    create_room(api, id);
+    let webrtc = ToneClient::join(api, id, 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
+    (rt, server, api, sip, webrtc)
+}
+
 #[test]
 fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
-    let baresip = ensure_tool("baresip", "baresip-core");
-    let (rt, server) = start_with(sip_config("127.0.0.0/8"));
-    let api = server.http_addr();
-    let sip = server.sip_addr().expect("the SIP edge is on");
-    create_room(api, "standup");
-    let mut webrtc = ToneClient::join(api, "standup", 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
+    let (rt, server, api, sip, mut webrtc) = room_with_talker("standup");
 
-    // baresip: Opus only, plays a 600 Hz WAV, dumps what it hears (sndfile), quits (BYE) after `-t`.
-    let dir = temp_dir("baresip");
-    let dumps = dir.join("dumps");
-    std::fs::create_dir_all(&dumps).expect("a dump directory");
-    write_tone(&dir.join("tone.wav"), 600.0, 30);
-    // baresip's UDP console (`cons`): a datagram's characters are keys, a key in a call is sent as RFC 4733.
-    let cons_port = free_udp_port();
-    let config = format!(
-        "poll_method epoll\nsip_listen 127.0.0.1:{port}\nnet_interface 127.0.0.1\n\
-         audio_player aubridge,sink\naudio_source aufile,{tone}\naudio_alert aubridge,alert\n\
-         ausrc_srate 48000\nausrc_channels 1\nauplay_srate 48000\nauplay_channels 1\n\
-         rtp_ports 30000-30100\nopus_stereo no\nopus_sprop_stereo no\nsnd_path {dumps}\n\
-         module_path /usr/lib/baresip/modules\nmodule aufile.so\nmodule aubridge.so\nmodule opus.so\n\
-         module sndfile.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
-         module_app account.so\nmodule_app menu.so\n",
-        port = free_udp_port(),
-        cons = cons_port,
-        tone = dir.join("tone.wav").display(),
-        dumps = dumps.display(),
-    );
-    std::fs::write(dir.join("config"), config).expect("write baresip's config");
-    std::fs::write(dir.join("accounts"), "<sip:caller@127.0.0.1>;regint=0;audio_codecs=opus/48000/2\n")
-        .expect("write baresip's accounts");
+    // baresip: Opus only.
     let call_seconds: u32 = 12;
-    let mut cmd = Command::new(&baresip);
-    cmd.arg("-f")
-        .arg(&dir)
-        .args(["-e", &format!("/dial sip:standup@{sip}"), "-t", &call_seconds.to_string()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(dir.join("baresip.log")).expect("a log file"))
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().expect("baresip starts");
-    let log = || std::fs::read_to_string(dir.join("baresip.log")).unwrap_or_default();
+    let mut baresip = Baresip::dial(sip, "standup", "opus.so", "opus/48000/2", 48_000, call_seconds);
+    let cons_port = baresip.cons_port;
+    let log = || baresip.log();
 
     // (a) The caller is listed while the call is up.
     let names = wait_roster(api, "standup", Duration::from_secs(6), |n| n.len() == 2);
@@ -155,14 +227,12 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     assert!(attributes["sip.call_id"].as_str().is_some_and(|c| !c.is_empty()), "{listed}");
 
     // The WebRTC participant hears baresip's 600 Hz (judged over the last 2 s).
-    let mut refs = [&mut webrtc];
-    let heard = run_until(&mut refs, Instant::now() + Duration::from_secs(6), |cs| {
-        let since = Instant::now() - Duration::from_secs(2);
-        cs[0].hears(600.0, since) > 0.05
-    });
-    let since = Instant::now() - Duration::from_secs(2);
-    let hears600 = webrtc.hears(600.0, since);
-    assert!(heard, "the WebRTC participant hears the caller's 600 Hz only at {hears600}\nbaresip:\n{}", log());
+    let hears600 = hears_600(&mut webrtc);
+    assert!(
+        hears600 > 0.05,
+        "the WebRTC participant hears the caller's 600 Hz only at {hears600}\nbaresip:\n{}",
+        log()
+    );
 
     // (d) Keys pressed on baresip (*6) mute the caller in the room.
     let console = UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -193,30 +263,40 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     assert!(after < 0.01, "muted by its *6, baresip is no longer heard: {after} (was {hears600})");
 
     // (c) baresip quits after `-t` (BYE): the caller leaves the roster.
-    let end = Instant::now() + Duration::from_secs(u64::from(call_seconds) + 5);
-    let mut refs = [&mut webrtc];
-    run_until(&mut refs, end, |_| !matches!(child.try_wait(), Ok(None)));
-    if matches!(child.try_wait(), Ok(None)) {
-        let _ = child.kill();
-        panic!("baresip did not quit after {call_seconds} s\n{}", log());
-    }
+    baresip.wait(&mut webrtc, Duration::from_secs(u64::from(call_seconds) + 5));
     let names = wait_roster(api, "standup", Duration::from_secs(5), |n| n.len() == 1);
-    assert_eq!(names.len(), 1, "after baresip's BYE the caller left: {names:?}\nbaresip:\n{}", log());
+    assert_eq!(names.len(), 1, "after baresip's BYE the caller left: {names:?}\nbaresip:\n{}", baresip.log());
 
     // (b) What baresip heard (sndfile's decoded dump) holds the room's 440 Hz, not its own 600 Hz.
-    let dump = std::fs::read_dir(&dumps)
-        .expect("the dump directory")
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().contains("dec"))
-        .unwrap_or_else(|| panic!("no decoded dump in {}\nbaresip:\n{}", dumps.display(), log()));
-    let (mix440, mix600) = (wav_tone(&dump, 440.0, 3.0), wav_tone(&dump, 600.0, 3.0));
+    let (mix440, mix600) = baresip.heard();
     eprintln!("WebRTC hears 600 Hz {hears600:.3}; baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
     assert!(mix440 > 0.03, "baresip hears the WebRTC 440 Hz only at {mix440}");
     assert!(mix600 < 0.01, "baresip hears itself at {mix600}");
     rt.block_on(server.shutdown());
-    // Its tone and dumps are a few MB: not left behind in the temporary directory.
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn baresip_with_pcmu_only_talks_with_the_room() {
+    let (rt, server, api, sip, mut webrtc) = room_with_talker("trunk");
+
+    // baresip: the G.711 module only, offering PCMU alone, at 8 kHz.
+    let call_seconds: u32 = 8;
+    let mut baresip = Baresip::dial(sip, "trunk", "g711.so", "PCMU/8000", 8_000, call_seconds);
+    let names = wait_roster(api, "trunk", Duration::from_secs(6), |n| n.len() == 2);
+    assert_eq!(names.len(), 2, "the PCMU caller joins the roster: {names:?}\nbaresip:\n{}", baresip.log());
+    assert!(baresip.log().contains("PCMU"), "the call is PCMU:\n{}", baresip.log());
+
+    // The WebRTC participant hears baresip's 600 Hz, transcoded from PCMU.
+    let hears600 = hears_600(&mut webrtc);
+    assert!(hears600 > 0.05, "the WebRTC participant hears the PCMU caller at {hears600}\n{}", baresip.log());
+
+    // What baresip heard (PCMU, 8 kHz) holds the room's 440 Hz, not its own 600 Hz.
+    baresip.wait(&mut webrtc, Duration::from_secs(u64::from(call_seconds) + 5));
+    let (mix440, mix600) = baresip.heard();
+    eprintln!("WebRTC hears 600 Hz {hears600:.3}; PCMU baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
+    assert!(mix440 > 0.03, "the PCMU caller hears the WebRTC 440 Hz only at {mix440}");
+    assert!(mix600 < 0.01, "the PCMU caller hears itself at {mix600}");
+    rt.block_on(server.shutdown());
 }
 
 /// A SIP request from the test's UDP socket.
@@ -330,9 +410,9 @@ fn options_answered_strangers_refused_and_garbage_survived() {
     let ruri = format!("sip:lobby@{sip}");
 
     assert_eq!(ask(&socket, sip, "OPTIONS", &ruri, "probe1", ""), vec![200], "OPTIONS is answered");
-    // No Opus: 488, and nobody joined.
-    let pcmu = ask(&socket, sip, "INVITE", &ruri, "pcmu", &offer("PCMU/8000", 40_000));
-    assert_eq!(pcmu, [100, 488], "an offer without Opus: 100 Trying, then 488");
+    // Neither Opus nor G.711 (G.729 only): 488, and nobody joined.
+    let g729 = ask(&socket, sip, "INVITE", &ruri, "g729", &offer("G729/8000", 40_000));
+    assert_eq!(g729, [100, 488], "an offer without Opus, PCMU or PCMA: 100 Trying, then 488");
     // A room that does not exist: 404.
     let missing = ask(&socket, sip, "INVITE", &format!("sip:nowhere@{sip}"), "nowhere", &offer("opus/48000/2", 40_002));
     assert_eq!(missing, [100, 404], "an unknown room: 100 Trying, then 404");
@@ -510,27 +590,55 @@ fn a_reinvite_holds_and_resumes_the_call() {
 const EVENTS_PT: u8 = 101;
 
 /// A phone made in the test: its call's RTP socket sends a 600 Hz tone as
-/// Opus (payload type 96) every 20 ms and RFC 4733 keys; what tutti sends it
-/// is read, the telephone-event packets kept.
+/// Opus (payload type 96) every 20 ms, or as PCMA (payload type 8) every
+/// 30 ms, and RFC 4733 keys; what tutti sends it is read, the
+/// telephone-event packets kept, PCMA decoded.
 struct Phone {
     rtp: UdpSocket,
     to: SocketAddr,
-    opus: opus::Encoder,
+    /// Its Opus encoder; `None`: it talks PCMA.
+    opus: Option<opus::Encoder>,
     seq: u16,
     ts: u32,
     next: Instant,
     phase: f32,
     /// tutti's telephone-event packets: (marker, seq, timestamp, payload).
     events: Vec<(bool, u16, u32, Vec<u8>)>,
-    /// tutti's Opus packets received.
+    /// tutti's audio packets received.
     audio: usize,
+    /// PCMA: the payload sizes tutti sent, and what they held (8 kHz).
+    sizes: Vec<usize>,
+    heard: Vec<f32>,
+}
+
+/// A-law byte to linear, -1.0 to 1.0 (ITU-T G.711: sign, 3-bit exponent, 4-bit mantissa, even bits inverted).
+fn alaw(byte: u8) -> f32 {
+    let b = byte ^ 0x55;
+    let (exp, mant) = (u32::from((b >> 4) & 7), i32::from(b & 0x0F));
+    let mag = if exp == 0 { (mant << 4) + 8 } else { ((mant << 4) + 0x108) << (exp - 1) };
+    (if b & 0x80 != 0 { mag } else { -mag }) as f32 / 32_768.0
+}
+
+/// The A-law byte nearest to `x` (a search of all 256: the test's own encoder).
+fn to_alaw(x: f32) -> u8 {
+    (0..=255u8).min_by(|a, b| (alaw(*a) - x).abs().total_cmp(&(alaw(*b) - x).abs())).unwrap_or(0xD5)
 }
 
 impl Phone {
     fn new(rtp: UdpSocket, to: SocketAddr) -> Self {
-        rtp.set_nonblocking(true).expect("nonblocking");
         let opus = opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Audio).expect("an encoder");
-        Self { rtp, to, opus, seq: 1, ts: 0, next: Instant::now(), phase: 0.0, events: Vec::new(), audio: 0 }
+        Self::with(rtp, to, Some(opus))
+    }
+
+    /// A PCMA phone (30 ms packets).
+    fn pcma(rtp: UdpSocket, to: SocketAddr) -> Self {
+        Self::with(rtp, to, None)
+    }
+
+    fn with(rtp: UdpSocket, to: SocketAddr, opus: Option<opus::Encoder>) -> Self {
+        rtp.set_nonblocking(true).expect("nonblocking");
+        let (seq, ts, next, phase) = (1, 0, Instant::now(), 0.0);
+        Self { rtp, to, opus, seq, ts, next, phase, events: Vec::new(), audio: 0, sizes: Vec::new(), heard: Vec::new() }
     }
 
     fn packet(&mut self, pt: u8, marker: bool, ts: u32, payload: &[u8]) {
@@ -546,18 +654,25 @@ impl Phone {
     /// Sends the frames that are due, reads what arrived.
     fn pump(&mut self) {
         while Instant::now() >= self.next {
-            let frame: Vec<i16> = (0..960)
+            let (rate, samples) = if self.opus.is_some() { (48_000.0, 960) } else { (8_000.0, 240) };
+            let frame: Vec<f32> = (0..samples)
                 .map(|_| {
-                    self.phase = (self.phase + std::f32::consts::TAU * 600.0 / 48_000.0) % std::f32::consts::TAU;
-                    (0.3 * self.phase.sin() * 32767.0) as i16
+                    self.phase = (self.phase + std::f32::consts::TAU * 600.0 / rate) % std::f32::consts::TAU;
+                    0.3 * self.phase.sin()
                 })
                 .collect();
-            let mut out = [0u8; 400];
-            let n = self.opus.encode(&frame, &mut out).expect("encode");
             let ts = self.ts;
-            self.packet(96, false, ts, &out[..n]);
-            self.ts = self.ts.wrapping_add(960);
-            self.next += Duration::from_millis(20);
+            if let Some(opus) = self.opus.as_mut() {
+                let pcm: Vec<i16> = frame.iter().map(|x| (x * 32767.0) as i16).collect();
+                let mut out = [0u8; 400];
+                let n = opus.encode(&pcm, &mut out).expect("encode");
+                self.packet(96, false, ts, &out[..n]);
+            } else {
+                let payload: Vec<u8> = frame.iter().map(|x| to_alaw(*x)).collect();
+                self.packet(8, false, ts, &payload);
+            }
+            self.ts = self.ts.wrapping_add(samples as u32);
+            self.next += Duration::from_millis(if self.opus.is_some() { 20 } else { 30 });
         }
         let mut buf = [0u8; 1500];
         while let Ok(n) = self.rtp.recv(&mut buf) {
@@ -570,6 +685,10 @@ impl Phone {
                 self.events.push((buf[1] & 0x80 != 0, seq, ts, buf[12..n].to_vec()));
             } else {
                 self.audio += 1;
+                if self.opus.is_none() && buf[1] & 0x7F == 8 {
+                    self.sizes.push(n - 12);
+                    self.heard.extend(buf[12..n].iter().map(|b| alaw(*b)));
+                }
             }
         }
     }
@@ -614,6 +733,42 @@ fn keys_of(seen: &[serde_json::Value], id: u64) -> String {
     seen.iter().filter(|v| v["type"] == "keypad" && v["id"] == id).filter_map(|v| v["digit"].as_str()).collect()
 }
 
+/// Calls `room` at `sip` from `socket` (call `call`), offering a new RTP
+/// socket with `media` (the m=audio line's formats, then its attributes);
+/// acknowledges the 200. Returns the answer, its To, the RTP socket and the
+/// answer's media port.
+fn call_in(
+    socket: &UdpSocket,
+    sip: SocketAddr,
+    room: &str,
+    call: &str,
+    media: &str,
+) -> (String, String, UdpSocket, u16) {
+    let local = socket.local_addr().expect("bound");
+    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
+    let port = rtp.local_addr().expect("bound").port();
+    let sdp = format!(
+        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio {port} RTP/AVP {media}"
+    );
+    socket.send_to(request("INVITE", &format!("sip:{room}@{sip}"), local, call, &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(socket, call, Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, call, &to, 1).as_bytes(), sip).expect("send");
+    let port = media_port(&ok);
+    (ok, to, rtp, port)
+}
+
+/// The m=audio port of an answer.
+fn media_port(answer: &str) -> u16 {
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix("m=audio "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the answer's m=audio port")
+}
+
 /// An INFO of `call` carrying `body` as `content_type`.
 fn info(local: SocketAddr, call: &str, to: &str, seq: u32, content_type: &str, body: &str) -> String {
     let head = in_dialog("INFO", local, call, to, seq);
@@ -631,26 +786,13 @@ fn a_phones_keys_mute_it_raise_its_hand_reach_the_sockets_and_keys_go_back_as_rf
     let mut seen = Vec::new();
 
     // The offer names telephone-event/8000 beside Opus: the answer takes it.
-    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
-    let port = rtp.local_addr().expect("bound").port();
-    let sdp = format!(
-        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
-         m=audio {port} RTP/AVP 96 {EVENTS_PT}\r\na=rtpmap:96 opus/48000/2\r\n\
+    let media = format!(
+        "96 {EVENTS_PT}\r\na=rtpmap:96 opus/48000/2\r\n\
          a=rtpmap:{EVENTS_PT} telephone-event/8000\r\na=fmtp:{EVENTS_PT} 0-16\r\n"
     );
-    socket.send_to(request("INVITE", &format!("sip:keys@{sip}"), local, "k", &sdp).as_bytes(), sip).expect("send");
-    let ok = final_response(&socket, "k", Duration::from_secs(3)).expect("a final answer");
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let (ok, to, rtp, media_port) = call_in(&socket, sip, "keys", "k", &media);
     assert!(ok.contains(&format!("a=rtpmap:{EVENTS_PT} telephone-event/8000")), "RFC 4733 answered: {ok}");
-    let media_port: u16 = ok
-        .lines()
-        .find_map(|l| l.strip_prefix("m=audio "))
-        .and_then(|l| l.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .expect("the answer's m=audio port");
     assert!(ok.contains(&format!("m=audio {media_port} RTP/AVP 96 {EVENTS_PT}\r\n")), "{ok}");
-    let to = header(&ok, "To", "t").to_owned();
-    socket.send_to(in_dialog("ACK", local, "k", &to, 1).as_bytes(), sip).expect("send");
     let mut phone = Phone::new(rtp, SocketAddr::from(([127, 0, 0, 1], media_port)));
 
     let participants = || room(api, "keys")["participants"].as_array().cloned().unwrap_or_default();
@@ -749,5 +891,60 @@ fn a_phones_keys_mute_it_raise_its_hand_reach_the_sockets_and_keys_go_back_as_rf
     // Once sent, another request is taken.
     let (status, body) = dtmf(id, r#"{"digits":"9"}"#);
     assert_eq!(status, 202, "{body}");
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn a_pcma_phone_with_30_ms_packets_talks_with_the_room_and_its_keys_work() {
+    let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "pcma");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    let mut webrtc = ToneClient::join(api, "pcma", 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
+    let mut ws = common::Ws::connect(api, "pcma");
+    let mut seen = Vec::new();
+
+    // No Opus: PCMA first, then PCMU, keys at 8000 Hz, 30 ms packets. PCMA is answered, with the keys.
+    let media = format!(
+        "8 0 {EVENTS_PT}\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:0 PCMU/8000\r\n\
+         a=rtpmap:{EVENTS_PT} telephone-event/8000\r\na=ptime:30\r\n"
+    );
+    let (ok, _, rtp, port) = call_in(&socket, sip, "pcma", "a", &media);
+    let answered = format!("m=audio {port} RTP/AVP 8 {EVENTS_PT}\r\na=rtpmap:8 PCMA/8000\r\n");
+    assert!(ok.contains(&answered), "PCMA and the keys answered: {ok}");
+    let mut phone = Phone::pcma(rtp, SocketAddr::from(([127, 0, 0, 1], port)));
+
+    // The WebRTC participant hears the phone's 600 Hz.
+    let mut clients = [&mut webrtc];
+    let end = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < end && clients[0].hears(600.0, Instant::now() - Duration::from_secs(1)) < 0.05 {
+        pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(100));
+    }
+    let hears600 = clients[0].hears(600.0, Instant::now() - Duration::from_secs(1));
+    assert!(hears600 > 0.05, "the WebRTC participant hears the PCMA phone at {hears600}");
+
+    // The phone gets 20 ms of PCMA (160 bytes) a packet, holding the room's 440 Hz, not its own 600 Hz.
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_secs(2));
+    assert!(phone.sizes.len() > 50 && phone.sizes.iter().all(|n| *n == 160), "{:?}", phone.sizes);
+    let last = &phone.heard[phone.heard.len().saturating_sub(8_000)..];
+    // goertzel reads at 48 kHz: scale the frequencies to 8 kHz.
+    let (mix440, mix600) = (tutti_mix::goertzel(last, 440.0 * 6.0), tutti_mix::goertzel(last, 600.0 * 6.0));
+    eprintln!("WebRTC hears 600 Hz {hears600:.3}; the PCMA phone heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
+    assert!(mix440 > 0.03, "the PCMA phone hears the WebRTC 440 Hz only at {mix440}");
+    assert!(mix600 < 0.01, "the PCMA phone hears itself at {mix600}");
+
+    // Its keys (telephone-event/8000 beside G.711): *6 mutes it.
+    let id = room(api, "pcma")["participants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "probe")
+        .and_then(|p| p["id"].as_u64())
+        .expect("the phone is listed");
+    phone.press(10);
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(200));
+    phone.press(6);
+    pump_all(&mut phone, &mut clients, &mut ws, &mut seen, Duration::from_millis(1500));
+    assert_eq!(keys_of(&seen, id), "*6", "{seen:?}");
+    let after = clients[0].hears(600.0, Instant::now() - Duration::from_secs(1));
+    assert!(after < 0.01, "muted by *6, the PCMA phone is no longer heard: {after} (was {hears600})");
     rt.block_on(server.shutdown());
 }

@@ -14,6 +14,7 @@
 
 mod clock;
 mod command;
+mod g711;
 mod io;
 mod keys;
 pub(crate) mod mesh;
@@ -372,8 +373,8 @@ impl MediaHandle {
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        let tutti_rtc::plain::PlainOffer { remote, payload_type, comedia, ssrc, events } = offer;
-        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, payload_type, events, listen_only })
+        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events } = offer;
+        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, listen_only })
     }
 
     /// The keys plain RTP legs press (RFC 4733), for one reader: the first

@@ -46,10 +46,11 @@ use bytes::Bytes;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tutti_mix::{Packet, ParticipantId};
-use tutti_rtc::plain::{KeyEvent, RtpParseError, TelephoneEvents, parse_rtp, write_rtp};
+use tutti_rtc::plain::{Codec, KeyEvent, RtpParseError, TelephoneEvents, parse_rtp, write_rtp};
 use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
+use super::g711::{NARROW_FRAME, Transcoder};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
 use crate::metrics;
 use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
@@ -61,8 +62,6 @@ const RECV_PER_TURN: usize = 256;
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// How often silent participants are looked for.
 const TIMEOUT_CHECK: Duration = Duration::from_millis(500);
-/// Samples per 20 ms tick: the RTP clock advance per tick.
-const TICK_SAMPLES: u32 = 960;
 
 /// A plain RTP participant to serve.
 pub(crate) struct NewPlain {
@@ -74,6 +73,8 @@ pub(crate) struct NewPlain {
     pub(crate) comedia: bool,
     /// The SSRC its offer announced (`a=ssrc:`): a latch takes only that one.
     pub(crate) ssrc: Option<u32>,
+    /// Its codec (G.711 is transcoded here) and payload type.
+    pub(crate) codec: Codec,
     pub(crate) payload_type: u8,
     /// The telephone-event payload type its offer named, if any.
     pub(crate) events: Option<TelephoneEvents>,
@@ -172,6 +173,10 @@ impl PlainHandle {
 struct Peer {
     room: Arc<Room>,
     payload_type: u8,
+    /// The RTP clock's advance per 20 ms tick (960 for Opus, 160 for G.711).
+    tick_samples: u32,
+    /// A G.711 leg's transcoding (`None`: Opus, carried as is).
+    g711: Option<Box<Transcoder>>,
     listen_only: crate::room::ListenOnly,
     last_heard: Instant,
     /// The SSRC its packets carry, once seen.
@@ -331,15 +336,29 @@ impl PlainThread {
             lock(&self.legs).remove(&p.id);
             return;
         }
+        let g711 = match p.codec {
+            Codec::Opus => None,
+            Codec::Pcmu | Codec::Pcma => match Transcoder::new(p.codec) {
+                Ok(t) => Some(Box::new(t)),
+                Err(e) => {
+                    tracing::warn!(room = %p.room.id, peer = %p.id, error = %e, "G.711 leg not set up: removed");
+                    lock(&self.legs).remove(&p.id);
+                    let _ = self.rooms.leave(&p.room, p.id.0, LeaveReason::Failed);
+                    return;
+                }
+            },
+        };
         let [ssrc, seq, ts_offset] = random_u32s();
         self.sources.add(p.id, p.remote, p.comedia, p.ssrc);
         self.by_room.entry(p.room.key).or_default().push(p.id);
-        tracing::debug!(room = %p.room.id, peer = %p.id, remote = %p.remote, comedia = p.comedia, "plain RTP participant added");
+        tracing::debug!(room = %p.room.id, peer = %p.id, remote = %p.remote, comedia = p.comedia, codec = ?p.codec, "plain RTP participant added");
         self.peers.insert(
             p.id,
             Peer {
                 room: p.room,
                 payload_type: p.payload_type,
+                tick_samples: p.codec.clock_rate() / 50,
+                g711,
                 listen_only: p.listen_only,
                 last_heard: now,
                 their_ssrc: None,
@@ -416,12 +435,12 @@ impl PlainThread {
                 let Some(peer) = self.peers.get_mut(id) else { continue };
                 // A comedia participant not heard yet has nowhere to be sent to.
                 let Some(to) = self.sources.send_to(*id) else { continue };
-                if let Some((pt, _, out)) = peer.events.as_mut() {
-                    let ts = peer.ts_offset.wrapping_add((mix.tick as u32).wrapping_mul(TICK_SAMPLES));
-                    if let Some(key) = out.tick(mix.tick, ts) {
-                        let pt = *pt;
-                        send_key(&self.socket, &mut self.buf, peer, pt, key, to, &mut self.stats);
-                    }
+                let ts = peer.ts_offset.wrapping_add((mix.tick as u32).wrapping_mul(peer.tick_samples));
+                if let Some((pt, _, out)) = peer.events.as_mut()
+                    && let Some(key) = out.tick(mix.tick, ts)
+                {
+                    let pt = *pt;
+                    send_key(&self.socket, &mut self.buf, peer, pt, key, to, &mut self.stats);
                 }
                 let feed = mix.feed_for(ParticipantId(id.0));
                 if feed.payload.is_empty() {
@@ -434,9 +453,16 @@ impl PlainThread {
                     continue;
                 }
                 peer.last_tick = Some(mix.tick);
+                let mut narrow = [0u8; NARROW_FRAME];
+                let payload = match peer.g711.as_mut() {
+                    None => &feed.payload[..],
+                    Some(g711) => match g711.send(&feed.payload, &mut narrow) {
+                        Some(()) => &narrow[..],
+                        None => continue,
+                    },
+                };
                 peer.seq = peer.seq.wrapping_add(1);
-                let ts = peer.ts_offset.wrapping_add((mix.tick as u32).wrapping_mul(TICK_SAMPLES));
-                write_rtp(&mut self.buf, peer.payload_type, marker, peer.seq, ts, peer.ssrc, &feed.payload);
+                write_rtp(&mut self.buf, peer.payload_type, marker, peer.seq, ts, peer.ssrc, payload);
                 match self.socket.send_to(&self.buf, to) {
                     Ok(n) => {
                         self.stats.datagrams_out += 1;
@@ -515,6 +541,23 @@ impl PlainThread {
         }
         self.stats.audio_in += 1;
         self.tally.received += 1;
+        if let Some(g711) = peer.g711.as_mut() {
+            // Transcoded into the room's Opus, 20 ms at a time, on its 48 kHz clock.
+            let (room, inbox) = (&peer.room, &mut self.inbox);
+            let whole = g711.receive(rtp.timestamp, rtp.payload, |f| {
+                let packet = Packet {
+                    seq: f.seq,
+                    timestamp: f.timestamp.wrapping_mul(6),
+                    payload: f.payload,
+                    level: Some(f.level),
+                };
+                inbox.push(room, pid, packet);
+            });
+            if !whole {
+                self.tally.malformed += 1;
+            }
+            return;
+        }
         let packet = Packet {
             seq: rtp.seq,
             timestamp: rtp.timestamp,
