@@ -188,6 +188,29 @@ pub(crate) struct RoomMix {
     pub(crate) stereo: Option<(Feed, Arc<[u64]>)>,
 }
 
+/// A participant's seat (see `docs/features/spatial.md`): its `tutti.seat`
+/// attribute when valid, else one derived from its identity (from its id
+/// when it has none). In a `spatial` room the attribute is set to it, so the
+/// roster and events show where everyone sits.
+fn seat_for(id: u64, identity: &str, attributes: &mut crate::attributes::Attributes, spatial: bool) -> i8 {
+    let seat = crate::attributes::seat_of(attributes).unwrap_or_else(|| {
+        if identity.is_empty() {
+            tutti_mix::default_seat(&id.to_le_bytes())
+        } else {
+            tutti_mix::default_seat(identity.as_bytes())
+        }
+    });
+    if spatial {
+        let mut next = attributes.clone();
+        next.insert(crate::attributes::SEAT.to_owned(), seat.to_string());
+        // Within the bounds, or the attributes stay as they are (the seat holds all the same).
+        if crate::attributes::check(&next).is_ok() {
+            *attributes = next;
+        }
+    }
+    seat
+}
+
 /// What a deaf participant is sent.
 static NOTHING: Feed = Feed { payload: Bytes::new(), level: None, contributors: Vec::new() };
 
@@ -462,27 +485,9 @@ impl Room {
         Ok(())
     }
 
-    /// A participant's seat (see `docs/features/spatial.md`): its
-    /// `tutti.seat` attribute when valid, else one derived from its identity
-    /// (from its id when it has none). In a spatial room the attribute is
-    /// set to it, so the roster and events show where everyone sits.
+    /// A participant's seat in this room (see [`seat_for`]).
     pub(super) fn seat_for(&self, id: u64, identity: &str, attributes: &mut crate::attributes::Attributes) -> i8 {
-        let seat = crate::attributes::seat_of(attributes).unwrap_or_else(|| {
-            if identity.is_empty() {
-                tutti_mix::default_seat(&id.to_le_bytes())
-            } else {
-                tutti_mix::default_seat(identity.as_bytes())
-            }
-        });
-        if self.is_spatial() {
-            let mut next = attributes.clone();
-            next.insert(crate::attributes::SEAT.to_owned(), seat.to_string());
-            // Within the bounds, or the attributes stay as they are (the seat holds all the same).
-            if crate::attributes::check(&next).is_ok() {
-                *attributes = next;
-            }
-        }
-        seat
+        seat_for(id, identity, attributes, self.is_spatial())
     }
 
     /// Whether the room is spatial (`docs/features/spatial.md`).
@@ -502,18 +507,23 @@ impl Room {
             m.mixer.set_spatial(on);
         }
         if on {
-            let mut members = lock(&self.members);
+            // One lock at a time (whisper changes take the mixer's, then the
+            // members'): the seats under the members' lock, then into the mixer.
+            let mut seats = Vec::new();
             let mut changed = Vec::new();
-            for member in members.values_mut() {
+            for member in lock(&self.members).values_mut() {
                 let mut attributes = member.attributes.clone();
-                let seat = self.seat_for(member.id, &member.identity, &mut attributes);
-                let _ = lock(&self.mixing).mixer.set_seat(ParticipantId(member.id), seat);
+                seats.push((member.id, seat_for(member.id, &member.identity, &mut attributes, true)));
                 if attributes != member.attributes {
                     member.attributes = attributes.clone();
                     changed.push(RoomEvent::AttributesChanged { id: member.id, attributes });
                 }
             }
-            drop(members);
+            let mut m = lock(&self.mixing);
+            for (id, seat) in seats {
+                let _ = m.mixer.set_seat(ParticipantId(id), seat);
+            }
+            drop(m);
             for event in changed {
                 self.publish(event);
             }
