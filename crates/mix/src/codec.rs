@@ -115,17 +115,17 @@ impl Encoder {
         inner.set_complexity(cfg.complexity)?;
         let bitrate = if stereo { cfg.bitrate_bps / 100 * STEREO_BITRATE_PERCENT } else { cfg.bitrate_bps };
         inner.set_bitrate(Bitrate::Bits(bitrate))?;
-        inner.set_inband_fec(cfg.inband_fec)?;
-        inner.set_packet_loss_perc(if cfg.inband_fec { cfg.expected_loss_percent } else { 0 })?;
+        // A stage of several voices, coded by SILK (the voice mode, which
+        // in-band FEC needs), came out in the middle: SILK's stereo narrowed
+        // far left and far right to 0 dB apart at 40 to 50 kb/s. CELT keeps
+        // the stage (11.6 dB apart, as rendered): a stereo stream has two
+        // channels always, the music mode and no FEC (concealment instead).
+        let fec = cfg.inband_fec && !stereo;
+        inner.set_inband_fec(fec)?;
+        inner.set_packet_loss_perc(if fec { cfg.expected_loss_percent } else { 0 })?;
         if stereo {
-            // A stage of several voices, coded by SILK (the voice mode, which
-            // in-band FEC needs), came out in the middle: SILK's stereo
-            // narrowed far left and far right to 0 dB apart at 40 to 50 kb/s.
-            // CELT keeps the stage (11.6 dB apart, as rendered): two
-            // channels always, the music mode, no FEC (concealment instead).
             inner.set_force_channels(Some(Channels::Stereo))?;
             inner.set_signal(opus::Signal::Music)?;
-            inner.set_inband_fec(false)?;
         }
         let interleaved = stereo.then(|| Box::new([0.0; 2 * FRAME_SAMPLES]));
         Ok(Self { inner, buf: Box::new([0; MAX_PACKET_BYTES]), interleaved })
@@ -172,10 +172,7 @@ impl Encoder {
                 self.inner.encode_float(&both[..], &mut self.buf[..])
             }
         };
-        match result {
-            Ok(n) => Bytes::copy_from_slice(&self.buf[..n]),
-            Err(_) => Bytes::new(),
-        }
+        self.packet(result)
     }
 
     /// Encodes one 20 ms stereo frame (a mono encoder codes its downmix).
@@ -191,6 +188,11 @@ impl Encoder {
                 self.inner.encode_float(&mono, &mut self.buf[..])
             }
         };
+        self.packet(result)
+    }
+
+    /// The packet an encode wrote (empty when libopus failed).
+    fn packet(&self, result: Result<usize, opus::Error>) -> Bytes {
         match result {
             Ok(n) => Bytes::copy_from_slice(&self.buf[..n]),
             Err(_) => Bytes::new(),

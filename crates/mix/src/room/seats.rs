@@ -59,7 +59,7 @@ impl Room {
 
     /// Whether `id`'s own stream is to be stereo.
     pub(super) fn wants_stereo(&self, id: ParticipantId) -> bool {
-        self.cfg.spatial && self.participant(id).is_ok_and(|p| p.stereo)
+        self.cfg.spatial && self.is_stereo(id)
     }
 
     /// Whether this tick renders in stereo for anyone.

@@ -241,17 +241,18 @@ impl Room {
                     if let Some(pcm) = pcm
                         && !whispers(n)
                     {
-                        if spatial {
-                            let seat = sel.seat.unwrap_or(0);
-                            accumulate_scaled(&mut total, pcm, mono_gain(seat));
-                            if let Some(stereo) = &mut stereo {
-                                stereo.add(pcm, seat);
-                            }
-                        } else {
-                            accumulate(&mut total, pcm);
+                        let seat = sel.seat.unwrap_or(0);
+                        match &mut stereo {
+                            Some(stereo) => stereo.add(pcm, seat),
+                            None if spatial => accumulate_scaled(&mut total, pcm, mono_gain(seat)),
+                            None => accumulate(&mut total, pcm),
                         }
                     }
                     own.push((pcm, handled(n)));
+                }
+                // The mono render is the stereo one's downmix (one pass, not K).
+                if let Some(stereo) = &stereo {
+                    stereo.downmix(&mut total);
                 }
                 let render = Render { mono: &total, stereo: stereo.as_ref() };
                 let listener = &mut self.listener;
