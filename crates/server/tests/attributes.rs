@@ -199,3 +199,36 @@ fn webhooks_carry_a_participants_attributes() {
     assert_eq!(changed["participant"]["identity"], "alice", "{changed}");
     drop(server);
 }
+
+/// A room switched to spatial at run time seats everyone already in it:
+/// each gets the `tutti.seat` its identity gives (the token's own seat
+/// kept), told to the room as `attributes_changed`.
+#[test]
+fn a_room_switched_to_spatial_seats_everyone_in_it() {
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = SECRET.to_owned();
+    let (_rt, server) = start_with(cfg);
+    let api = server.http_addr();
+    let auth = Auth::new(SECRET).expect("secret");
+    let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
+    let admin = mint(Grant::admin("host"));
+    let r = call(api, &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"{ROOM}"}}"#));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let alice_t = mint(Grant::participant(ROOM, "alice"));
+    let bob_t = mint(with(Grant::participant(ROOM, "bob"), &[("tutti.seat", "-3")]));
+    let alice = ToneClient::join_as(api, &Requester::token(&alice_t), ROOM, 440.0, JoinAs::Whip).expect("alice joins");
+    let bob = ToneClient::join_as(api, &Requester::token(&bob_t), ROOM, 660.0, JoinAs::Whip).expect("bob joins");
+    assert!(attributes(&listed(api, &admin, alice.id)["attributes"]).is_empty(), "no seat before");
+    let mut ws = Ws::connect_to(api, &format!("/v1/rooms/{ROOM}/ws?token={admin}"));
+    ws.wait_for(WAIT, |v| v["type"] == "room");
+
+    let r = call(api, &admin, "PATCH", &format!("/v1/rooms/{ROOM}"), r#"{"spatial":true}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(r#""spatial":true"#), "{}", r.body);
+    let alice_seat = tutti_mix::default_seat(b"alice").to_string();
+    assert_eq!(attributes(&listed(api, &admin, alice.id)["attributes"]), set(&[("tutti.seat", &alice_seat)]));
+    assert_eq!(attributes(&listed(api, &admin, bob.id)["attributes"]), set(&[("tutti.seat", "-3")]), "bob's own kept");
+    let told = ws.wait_for(WAIT, |v| v["type"] == "attributes_changed" && v["id"] == alice.id);
+    assert_eq!(attributes(&told["attributes"]), set(&[("tutti.seat", &alice_seat)]));
+}
