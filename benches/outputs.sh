@@ -6,6 +6,10 @@
 #   record    every room recorded from its first join (`tutti load --record`)
 #   hooks     recorded, and webhooks on: the server posts every event to the
 #             load tester's own receiver (`tutti load --webhook-listen`)
+#   speakers  recorded with a file per speaker beside the mix
+#             (`tutti load --record-per-speaker`)
+# MODES (default "plain record hooks") picks and orders them, e.g.
+#   MODES="plain record speakers" benches/outputs.sh 500 1 2 --talkers 0.1
 # Each prints the load tester's final summary (server CPU per participant
 # per tick from /proc/PID, quality, validity) and, for `hooks`, the events
 # the receiver counted.
@@ -35,6 +39,7 @@ one_run() { # NAME
     local serve=(--set "recording.dir=$dir") load=()
     case $name in
         record) load=(--record) ;;
+        speakers) load=(--record-per-speaker) ;;
         hooks)
             load=(--record --webhook-listen "$hooks")
             serve+=(--set "auth.secret=$secret" --set "webhooks.urls=http://$hooks/")
@@ -44,7 +49,10 @@ one_run() { # NAME
     "$bin" load --url "http://$http" -n "$clients" --rooms "$rooms" --cint 10 --server-pid "$server_pid" --details 0 \
         --room-details 0 "${load[@]}" "${load_args[@]}" >"$log-load-$name.log" 2>&1 || true
     stop_server
-    echo "== $name ($(du -sh "$dir" | cut -f1) recorded)"
+    local bytes files
+    bytes=$(du -sb "$dir" | cut -f1)
+    files=$(find "$dir" -type f | wc -l)
+    echo "== $name ($bytes bytes recorded in $files files)"
     rm -rf "$dir"
     # The final summary: the last block the load tester printed before the rooms table.
     sed -n '/== final summary ==/,/== clients ==/p' "$log-load-$name.log" |
@@ -53,10 +61,11 @@ one_run() { # NAME
         sed 's/^/   /' || true
 }
 
-names=(plain record hooks)
+read -r -a names <<<"${MODES:-plain record hooks}"
+n=${#names[@]}
 echo "$clients clients in $rooms rooms; $rounds rounds of ${names[*]}"
 for r in $(seq "$rounds"); do
-    for i in 0 1 2; do
-        one_run "${names[$(((i + r - 1 + ${TUTTI_BENCH_ROTATE:-0}) % 3))]}"
+    for i in $(seq 0 $((n - 1))); do
+        one_run "${names[$(((i + r - 1 + ${TUTTI_BENCH_ROTATE:-0}) % n))]}"
     done
 done

@@ -194,6 +194,9 @@ pub struct LoadArgs {
     /// Create every room with `"record": true`: the server records each from its first join.
     #[arg(long)]
     pub record: bool,
+    /// Record every room with a file per speaker beside the mix (implies `--record`).
+    #[arg(long)]
+    pub record_per_speaker: bool,
     /// Listen for the server's webhooks on this address (e.g. 127.0.0.1:9100) and
     /// print how many of each event arrived; start `tutti serve` with
     /// `--set 'webhooks.urls=["http://127.0.0.1:9100/"]'` and an `auth.secret`.
@@ -470,7 +473,8 @@ pub fn run_load(args: &LoadArgs) -> Result<Verdict, LoadError> {
     cfg.seed = args.seed;
     cfg.speech = args.clip.as_deref().map(crate::audio::read_wav).transpose()?;
     cfg.server_cpu = cpu_source(&cfg.http, origin.addr(), args.metrics_url.as_deref(), args.server_pid)?;
-    cfg.record = args.record;
+    cfg.record = args.record || args.record_per_speaker;
+    cfg.record_per_speaker = args.record_per_speaker;
     cfg.rejoin_attempts = args.rejoin_attempts;
     let hooks = args.webhook_listen.map(crate::webhooks::Receiver::start).transpose()?;
     if let Some(h) = &hooks {
@@ -951,6 +955,9 @@ mod tests {
         assert_eq!(l.args.webhook_listen, Some("127.0.0.1:9100".parse().expect("addr")));
         let l = Load::try_parse_from(["load"]).expect("valid");
         assert!(!l.args.record && l.args.webhook_listen.is_none(), "both off by default");
+        assert!(!l.args.record_per_speaker, "off by default");
+        let l = Load::try_parse_from(["load", "--record-per-speaker"]).expect("valid");
+        assert!(l.args.record_per_speaker);
         assert!(Load::try_parse_from(["load", "--webhook-listen", "localhost"]).is_err(), "an address, not a name");
     }
 

@@ -158,6 +158,8 @@ pub struct LoadConfig {
     pub leave: bool,
     /// Create every room with `"record": true` (the server records it from the first join).
     pub record: bool,
+    /// With `record`: also a file per speaker (`POST …/recording {"per_speaker": true}`).
+    pub record_per_speaker: bool,
     /// Tries of one rejoin when a client's call moves (a cluster's `moved`,
     /// or its call closed by its node) before the call counts as lost;
     /// 0: a closed call stays closed and `moved` is not followed.
@@ -195,6 +197,7 @@ impl LoadConfig {
             server_cpu: CpuSource::Unknown,
             leave: true,
             record: false,
+            record_per_speaker: false,
             rejoin_attempts: 0,
         }
     }

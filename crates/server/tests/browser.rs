@@ -1283,6 +1283,9 @@ fn serve_static(dir: PathBuf, sdk: PathBuf) -> (SocketAddr, std::sync::Arc<std::
 /// `tests/browser/sdk_example.js`) served from its own origin: a server
 /// that does not allow that origin makes Join show, on the page, which
 /// setting to add; one that does lets the page join and list the room.
+/// Then docs/api/sdk.md's snippet, as printed (the server's address the
+/// only change), on a page with an `<audio>` from a third origin: it joins
+/// without an error, logs both names, and its `<audio>` plays the talker.
 #[test]
 fn the_example_sdk_app_says_what_to_allow_then_joins_from_its_own_origin() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -1296,24 +1299,45 @@ fn the_example_sdk_app_says_what_to_allow_then_joins_from_its_own_origin() {
     let (app, stop) = serve_static(root.join("examples/sdk-app"), root.join("sdk/js/dist/tutti.js"));
     // The page's origin as the example's README writes it.
     let origin = format!("http://localhost:{}", app.port());
-    let start = |allowed: Option<&str>| {
+    // The docs' snippet's page, from an origin of its own (its files are written below).
+    let doc_dir = out.join("sdk-doc");
+    std::fs::create_dir_all(&doc_dir).expect("create target/browser-test/sdk-doc");
+    let (doc_app, doc_stop) = serve_static(doc_dir.clone(), root.join("sdk/js/dist/tutti.js"));
+    let doc_origin = format!("http://localhost:{}", doc_app.port());
+    let start = |allowed: &[&str]| {
         let mut cfg = test_config();
-        cfg.cors.allowed_origins = allowed.map(|o| vec![o.to_owned()]).unwrap_or_default();
+        cfg.cors.allowed_origins = allowed.iter().map(|o| (*o).to_owned()).collect();
         start_with(cfg)
     };
-    let (rt1, refusing) = start(None);
-    let (rt2, allowing) = start(Some(&origin));
+    let (rt1, refusing) = start(&[]);
+    let (rt2, allowing) = start(&[&origin, &doc_origin]);
     for server in [&refusing, &allowing] {
         common::create_room(server.http_addr(), "demo");
     }
     let mut talker = ToneClient::join(allowing.http_addr(), "demo", BOB_HZ, JoinAs::Json).expect("join");
     let link = |server: SocketAddr| format!("{origin}/#server=http://{server}&room=demo&name=ada");
+    // docs/api/sdk.md's snippet as printed, on a page with an <audio>, the
+    // server's address the only change (so a drift of the docs fails here).
+    let doc = std::fs::read_to_string(root.join("docs/api/sdk.md")).expect("docs/api/sdk.md");
+    let snippet = code_block(&doc, "# JavaScript/TypeScript client SDK", "js");
+    let printed = "url: 'http://127.0.0.1:8080'";
+    assert_eq!(snippet.matches(printed).count(), 1, "the snippet names the server as {printed}:\n{snippet}");
+    let snippet = snippet.replace(printed, &format!("url: 'http://{}'", allowing.http_addr()));
+    std::fs::write(doc_dir.join("app.js"), snippet).expect("app.js");
+    std::fs::write(
+        doc_dir.join("index.html"),
+        "<!doctype html>\n<audio autoplay></audio>\n<script type=\"module\" src=\"app.js\"></script>\n",
+    )
+    .expect("index.html");
     let config = json!({
         "chromium": chromium,
         "wav": wav,
         "refusedUrl": link(refusing.http_addr()),
         "allowedUrl": link(allowing.http_addr()),
         "people": 2,
+        "docUrl": format!("{doc_origin}/#token="),
+        "docTalker": format!("{BOB_HZ} Hz"),
+        "docTones": [BOB_HZ, CONTROL_HZ],
         "waitMs": 30000,
     });
     let (mut driver, _stdin, rx, stderr) = start_driver(&node_dir, "sdk_example.js", &config);
@@ -1337,6 +1361,7 @@ fn the_example_sdk_app_says_what_to_allow_then_joins_from_its_own_origin() {
     let status = driver.0.wait().expect("driver exit");
     let log = stderr.join().unwrap_or_default();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    doc_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let result = result.unwrap_or_else(|| panic!("no result from the page\n{log}"));
     assert!(status.success() && result["event"] == "done", "the example app failed: {result}\n{log}");
     let refused = result["refused"]["error"].as_str().unwrap_or_default();
@@ -1352,6 +1377,21 @@ fn the_example_sdk_app_says_what_to_allow_then_joins_from_its_own_origin() {
         "the room's other participant: {result}"
     );
     assert_eq!(result["allowed"]["error"], "", "{result}");
+    // The docs' snippet: no error, the names logged (its own and the
+    // talker's), and the talker heard on its <audio>, well over the control.
+    let d = &result["doc"];
+    assert_eq!(d["errors"], json!([]), "the docs snippet threw: {result}");
+    let logged = d["logged"].as_array().expect("logged");
+    assert!(
+        logged.iter().any(|l| l.as_str().is_some_and(|l| l.contains("\"ada\"") && l.contains(&format!("{BOB_HZ} Hz")))),
+        "the snippet logs both names: {result}"
+    );
+    eprintln!("the docs snippet played {} and logged {}", d["levels"], d["logged"]);
+    let level = |f: f32| d["levels"][format!("{f}")].as_f64().unwrap_or(-200.0);
+    assert!(
+        level(BOB_HZ) > level(CONTROL_HZ) + 20.0,
+        "the snippet's <audio> plays the talker ({BOB_HZ} Hz) over the control: {result}"
+    );
     drop(talker);
     rt1.block_on(refusing.shutdown());
     rt2.block_on(allowing.shutdown());

@@ -25,16 +25,22 @@ const MAX_REDIRECTS: usize = 2;
 
 /// Creates the room unless it exists, following a cluster's redirect to the
 /// node that holds it. Returns that node's API address and its id (when
-/// the answer names it). With `record`, the room records from its first join.
+/// the answer names it). With `record`, the room records from its first join;
+/// with `per_speaker` too, a file per speaker beside the mix (started on the
+/// room's node right after it is made).
 pub(crate) fn ensure_room_at(
     http: &Client,
     api: SocketAddr,
     token: Option<&str>,
     room: &str,
     record: bool,
+    per_speaker: bool,
 ) -> Result<(SocketAddr, Option<String>), LoadError> {
-    let body =
-        if record { serde_json::json!({ "id": room, "record": true }) } else { serde_json::json!({ "id": room }) };
+    let body = if record && !per_speaker {
+        serde_json::json!({ "id": room, "record": true })
+    } else {
+        serde_json::json!({ "id": room })
+    };
     let body = body.to_string();
     let (r, at, _) = http
         .request_following(
@@ -50,6 +56,23 @@ pub(crate) fn ensure_room_at(
     if r.status == 201 || r.code() == "room_exists" {
         let node =
             serde_json::from_str::<serde_json::Value>(&r.body).ok().and_then(|v| v["node"].as_str().map(str::to_owned));
+        if record && per_speaker {
+            let path = format!("/v1/rooms/{room}/recording");
+            let (s, _, _) = http
+                .request_following(
+                    at,
+                    &caller(token),
+                    "POST",
+                    &path,
+                    Some("application/json"),
+                    br#"{"per_speaker":true}"#,
+                    MAX_REDIRECTS,
+                )
+                .map_err(|e| LoadError::Api(format!("recording room '{room}' per speaker: {e}")))?;
+            if s.status != 201 && s.status != 200 {
+                return Err(LoadError::Api(format!("recording room '{room}' per speaker: {} {}", s.status, s.body)));
+            }
+        }
         Ok((at, node))
     } else {
         Err(LoadError::Api(format!("creating room '{room}': {} {}", r.status, r.body)))

@@ -115,7 +115,8 @@ pub fn run(
     let known = Arc::new(Known::default());
     known.add(cfg.api);
     for (r, name) in room_names.iter().enumerate() {
-        let (at, id) = ensure_room_at(&cfg.http, cfg.api, cfg.token.as_deref(), name, cfg.record)?;
+        let (at, id) =
+            ensure_room_at(&cfg.http, cfg.api, cfg.token.as_deref(), name, cfg.record, cfg.record_per_speaker)?;
         nodes.room(r, at, id);
         known.add(at);
     }

@@ -2,11 +2,14 @@
 // from another origin than the tutti server, for
 // crates/server/tests/browser.rs: against a server that does not allow the
 // page's origin, Join must show an error on the page naming the setting to
-// add; against one that does, the page joins and lists the room.
+// add; against one that does, the page joins and lists the room. Then the
+// heart of an app from docs/api/sdk.md, as the docs print it (its server
+// address the only change), on a page with an <audio> element: it joins,
+// logs the participants' names, and what its <audio> plays is measured.
 //
 // Input: one JSON argument {chromium, wav, refusedUrl, allowedUrl, people,
-// waitMs}. Output: `@@{json}` lines as driver.js writes them: `done`
-// (what each page showed) or `failed`.
+// docUrl, docTones, waitMs}. Output: `@@{json}` lines as driver.js writes
+// them: `done` (what each page showed) or `failed`.
 'use strict';
 
 const { emit, log, launch, until } = require('./driver.js');
@@ -27,6 +30,73 @@ const shown = (page) => page.evaluate(() => ({
   people: [...document.querySelectorAll('#people li')].map((li) => li.textContent),
 }));
 
+/** Median over `ms` of the FFT magnitude (dB) at each frequency of what the page's <audio> element plays. */
+function played(page, freqs, ms) {
+  return page.evaluate(
+    async ({ freqs, ms }) => {
+      const ctx = new AudioContext();
+      await ctx.resume();
+      const src = ctx.createMediaStreamSource(document.querySelector('audio').srcObject);
+      const an = ctx.createAnalyser();
+      an.fftSize = 8192;
+      an.smoothingTimeConstant = 0;
+      src.connect(an);
+      const bins = new Float32Array(an.frequencyBinCount);
+      const hz = ctx.sampleRate / an.fftSize;
+      const samples = freqs.map(() => []);
+      await new Promise((r) => setTimeout(r, 500));
+      const end = performance.now() + ms;
+      while (performance.now() < end) {
+        an.getFloatFrequencyData(bins);
+        freqs.forEach((f, i) => {
+          const k = Math.round(f / hz);
+          let m = -Infinity;
+          for (let j = k - 2; j <= k + 2; j++) m = Math.max(m, bins[j]);
+          samples[i].push(Number.isFinite(m) ? m : -200);
+        });
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const median = (a) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
+      const out = {};
+      freqs.forEach((f, i) => {
+        out[f] = median(samples[i]);
+      });
+      ctx.close();
+      return out;
+    },
+    { freqs, ms },
+  );
+}
+
+/** The docs' snippet: joins on load, logs names on every change. */
+async function docSnippet(browser) {
+  const page = await browser.newPage({ viewport: { width: 800, height: 600 } });
+  const logged = [];
+  page.on('console', async (m) => {
+    // The values, not their preview: the snippet logs an array of names.
+    const values = await Promise.all(m.args().map((a) => a.jsonValue().catch(() => null)));
+    logged.push(JSON.stringify(values));
+    log(`doc console.${m.type()}:`, JSON.stringify(values));
+  });
+  const errors = [];
+  page.on('pageerror', (e) => {
+    errors.push(e.message);
+    log('doc page error:', e.message);
+  });
+  await page.goto(cfg.docUrl, { timeout: cfg.waitMs });
+  await until(page, 'the docs snippet plays the room', () => {
+    const a = document.querySelector('audio');
+    return a && a.srcObject && a.srcObject.getAudioTracks().length > 0;
+  });
+  const end = Date.now() + cfg.waitMs;
+  while (!logged.some((l) => l.includes(cfg.docTalker)) && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const levels = await played(page, cfg.docTones, 2000);
+  await page.close();
+  return { logged, errors, levels };
+}
+
 async function main() {
   const browser = await launch(cfg.wav);
   try {
@@ -40,7 +110,9 @@ async function main() {
     await allowed.click('#join');
     await until(allowed, 'the allowed page lists the room', (n) => document.querySelectorAll('#people li').length >= n, cfg.people);
     const allowedShown = await shown(allowed);
-    emit('done', { refused: refusedShown, allowed: allowedShown });
+    await allowed.close();
+    const doc = await docSnippet(browser);
+    emit('done', { refused: refusedShown, allowed: allowedShown, doc });
   } finally {
     await browser.close();
   }
