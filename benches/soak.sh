@@ -21,6 +21,11 @@
 #        WARMUP=300 SIZES=2:30,10:50,50:20 OUT=/tmp/tutti-soak
 #        BIN=target/release/tutti
 #
+# Every generator joins its clients with one admin token (one identity)
+# from one address, so the nodes' per-address and per-identity connection
+# limits are raised (as the load-testing quick start does); a real crowd
+# brings a token per person.
+#
 # Needs redis-server (Debian's redis-server). Loopback only; every loop is
 # bounded by DURATION; every process it starts is stopped on exit.
 set -euo pipefail
@@ -61,6 +66,7 @@ start_node() { # IP
     TUTTI_CLUSTER_API_URL=http://$ip:$http \
     TUTTI_CLUSTER_MEDIA_ADDR=$ip:$media \
     TUTTI_LIMITS_JOIN_RATE_PER_SECOND=0 \
+    TUTTI_LIMITS_MAX_CONNECTIONS_PER_ADDRESS=100000 TUTTI_LIMITS_MAX_CONNECTIONS_PER_IDENTITY=100000 \
     TUTTI_IO_THREADS=1 TUTTI_MIX_THREADS=1 \
         "$bin" serve --http "$ip:$http" --media "$ip:$media" --metrics "$ip:$metrics" \
         >>"$out/node-${ip##*.}.log" 2>&1 &
