@@ -83,7 +83,10 @@ fn blocks(file: &str, markdown: &str) -> Vec<Block> {
             let above = lines[..i].iter().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim());
             let not_run =
                 above.and_then(|l| l.strip_prefix(NOT_RUN)).map(|r| r.trim_end_matches("-->").trim().to_owned());
-            let body = &lines[i + 1..end];
+            // A block inside a list item is indented like its fence: its lines are read without that.
+            let indent = lines[i].len() - lines[i].trim_start().len();
+            let body: Vec<&str> =
+                lines[i + 1..end].iter().map(|l| &l[(l.len() - l.trim_start().len()).min(indent)..]).collect();
             // A `console` block shows commands after `$ ` and their output: only the commands run.
             let prompted = lang.trim() == "console" && body.iter().any(|l| l.starts_with("$ "));
             let commands = body.iter().filter_map(|l| if prompted { l.strip_prefix("$ ") } else { Some(l) });
@@ -291,6 +294,12 @@ fn a_marker_needs_the_nearest_line_above_and_a_reason() {
     assert_eq!((found[2].kind == Kind::Js, found[2].not_run.as_deref()), (true, Some("")), "a marker without a reason");
     let session = blocks("t.md", "```console\n$ tutti rooms list\nROOM  PARTICIPANTS\n$ echo done\ndone\n```\n");
     assert_eq!(session[0].text, "tutti rooms list\necho done\n", "a console block runs its prompted commands");
+    let listed = "- a step:\n\n  <!-- not-run: needs a room -->\n  ```sh\n  cat <<EOF\n  x\n  EOF\n  ```\n- then:\n  ```console\n  $ echo done\n  done\n  ```\n";
+    let in_items = blocks("t.md", listed);
+    assert_eq!(in_items.len(), 2, "blocks in list items are found: {in_items:#?}");
+    assert_eq!(in_items[0].not_run.as_deref(), Some("needs a room"), "the item's marker is read");
+    assert_eq!(in_items[0].text, "cat <<EOF\nx\nEOF\n", "the item's indentation is not part of the block");
+    assert_eq!(in_items[1].text, "echo done\n", "an indented console block runs its prompted commands only");
 }
 
 #[test]
