@@ -223,6 +223,26 @@ fn hears_600(webrtc: &mut ToneClient) -> f32 {
     refs[0].hears(600.0, Instant::now() - Duration::from_secs(2))
 }
 
+/// The attributes of the participant named `caller` in room `id`, and the room's listing.
+fn caller_attributes(api: SocketAddr, id: &str) -> (serde_json::Value, serde_json::Value) {
+    let listed = room(api, id);
+    let caller = listed["participants"].as_array().into_iter().flatten().find(|p| p["name"] == "caller").cloned();
+    (caller.map(|c| c["attributes"].clone()).unwrap_or_default(), listed)
+}
+
+/// The call talks both ways: `webrtc` hears baresip's 600 Hz, and once
+/// baresip quits (after `call_seconds`), what it heard holds the room's
+/// 440 Hz and not its own 600 Hz. `who` names the caller in the messages.
+fn talks_both_ways(baresip: &mut Baresip, webrtc: &mut ToneClient, call_seconds: u32, who: &str) {
+    let hears600 = hears_600(webrtc);
+    assert!(hears600 > 0.05, "the WebRTC participant hears {who} at {hears600}\n{}", baresip.log());
+    baresip.wait(webrtc, Duration::from_secs(u64::from(call_seconds) + 5));
+    let (mix440, mix600) = baresip.heard();
+    eprintln!("{who}: WebRTC hears 600 Hz {hears600:.3}; baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
+    assert!(mix440 > 0.03, "{who} hears the WebRTC 440 Hz only at {mix440}");
+    assert!(mix600 < 0.01, "{who} hears itself at {mix600}");
+}
+
 /// A server with the SIP edge, room `id` and a WebRTC participant in it
 /// playing 440 Hz; the API's and the SIP edge's addresses.
 fn room_with_talker(id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, SocketAddr, SocketAddr, ToneClient) {
@@ -256,9 +276,7 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     assert_eq!(names.len(), 2, "the caller joins the roster: {names:?}\nbaresip:\n{}", log());
     assert!(names.iter().any(|n| n == "caller"), "the caller is named by its From user: {names:?}");
     // It carries the call's attributes (reserved `sip.` keys).
-    let listed = room(api, "standup");
-    let caller = listed["participants"].as_array().into_iter().flatten().find(|p| p["name"] == "caller").cloned();
-    let attributes = caller.map(|c| c["attributes"].clone()).unwrap_or_default();
+    let (attributes, listed) = caller_attributes(api, "standup");
     assert_eq!(attributes["sip.from"], "caller", "{listed}");
     assert_eq!(attributes["sip.to"], "standup", "{listed}");
     assert!(attributes["sip.call_id"].as_str().is_some_and(|c| !c.is_empty()), "{listed}");
@@ -323,16 +341,8 @@ fn baresip_with_pcmu_only_talks_with_the_room() {
     assert_eq!(names.len(), 2, "the PCMU caller joins the roster: {names:?}\nbaresip:\n{}", baresip.log());
     assert!(baresip.log().contains("PCMU"), "the call is PCMU:\n{}", baresip.log());
 
-    // The WebRTC participant hears baresip's 600 Hz, transcoded from PCMU.
-    let hears600 = hears_600(&mut webrtc);
-    assert!(hears600 > 0.05, "the WebRTC participant hears the PCMU caller at {hears600}\n{}", baresip.log());
-
-    // What baresip heard (PCMU, 8 kHz) holds the room's 440 Hz, not its own 600 Hz.
-    baresip.wait(&mut webrtc, Duration::from_secs(u64::from(call_seconds) + 5));
-    let (mix440, mix600) = baresip.heard();
-    eprintln!("WebRTC hears 600 Hz {hears600:.3}; PCMU baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
-    assert!(mix440 > 0.03, "the PCMU caller hears the WebRTC 440 Hz only at {mix440}");
-    assert!(mix600 < 0.01, "the PCMU caller hears itself at {mix600}");
+    // Transcoded from and to PCMU (8 kHz) at its leg.
+    talks_both_ways(&mut baresip, &mut webrtc, call_seconds, "the PCMU caller");
     rt.block_on(server.shutdown());
 }
 
@@ -1023,18 +1033,10 @@ fn baresip_answers_a_trunks_digest_challenge_and_talks() {
 
     let names = wait_roster(api, "standup", Duration::from_secs(6), |n| n.len() == 2);
     assert_eq!(names.len(), 2, "the caller with the trunk's credentials joins: {names:?}\nbaresip:\n{}", baresip.log());
-    let listed = room(api, "standup");
-    let caller = listed["participants"].as_array().into_iter().flatten().find(|p| p["name"] == "caller").cloned();
-    let attributes = caller.map(|c| c["attributes"].clone()).unwrap_or_default();
+    let (attributes, listed) = caller_attributes(api, "standup");
     assert_eq!(attributes["sip.trunk"], "carrier", "the call names its trunk: {listed}");
     assert!(refused(&server, "challenge") >= 1.0, "the first INVITE was challenged (counted)");
-
-    let hears600 = hears_600(&mut webrtc);
-    assert!(hears600 > 0.05, "the WebRTC participant hears the trunk's caller at {hears600}\n{}", baresip.log());
-    baresip.wait(&mut webrtc, Duration::from_secs(u64::from(call_seconds) + 5));
-    let (mix440, mix600) = baresip.heard();
-    eprintln!("trunk call: WebRTC hears 600 Hz {hears600:.3}; baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
-    assert!(mix440 > 0.03, "the trunk's caller hears the room's 440 Hz only at {mix440}");
+    talks_both_ways(&mut baresip, &mut webrtc, call_seconds, "the trunk's caller");
     rt.block_on(server.shutdown());
 }
 

@@ -103,7 +103,6 @@ impl Trunks {
         let rng = ring::rand::SystemRandom::new();
         // The system's random source failing at start leaves no safe nonce key: a fixed
         // key would let nonces be forged, so refuse to start.
-        #[allow(clippy::expect_used)]
         let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).expect("the system's random source works");
         Self { list, realm: cfg.realm.clone(), key }
     }
