@@ -94,7 +94,7 @@ mod sync;
 
 pub use config::{
     AuthConfig, AuthKey, Config, ConfigError, DEV_SECRET, LOOPBACK_ORIGINS, Limits, LogConfig, RecordingSettings,
-    RoomDefaults, RtpInConfig, RtpOutSettings, WebhookSettings,
+    RoomDefaults, RtpInConfig, RtpOutSettings, TrunkConfig, WebhookSettings,
 };
 pub use media::MediaStats;
 pub use server::{API_THREAD_NICE, DrainEnd, Resources, Server, ServerError, api_runtime, lower_thread_priority};

@@ -9,6 +9,13 @@
 //! module only): the WebRTC participant hears it and it hears the room,
 //! transcoded at its leg.
 //!
+//! Trunks: baresip calling with a trunk's digest credentials (its account's
+//! `auth_user`/`auth_pass`, no registration) answers the 401 challenge and
+//! talks with the room, its call carrying `sip.trunk`; with a wrong password
+//! it gets 403 after the one challenge (and a raw INVITE with a wrong
+//! response gets 403, not another 401); from 127.0.0.2, outside the trunk's
+//! networks, 403; to a number the trunk does not take, 404.
+//!
 //! And with raw UDP from the test: OPTIONS gets 200 (a dispatcher's health
 //! probe), an INVITE from a network outside `[sip] trusted` gets 403
 //! (counted), an INVITE with neither Opus nor G.711 gets 488, an INVITE to a room that
@@ -100,6 +107,16 @@ fn free_udp_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
+/// Where baresip calls from (its SIP and RTP address) and what its account
+/// line adds (digest credentials, `;auth_user=…;auth_pass=…`).
+struct Caller<'a> {
+    ip: &'a str,
+    account: &'a str,
+}
+
+/// baresip on 127.0.0.1 without credentials.
+const LOCAL: Caller<'static> = Caller { ip: "127.0.0.1", account: "" };
+
 /// A baresip call to a room: its directory (config, tone, log, dumps), its
 /// process and its UDP console's port.
 struct Baresip {
@@ -112,8 +129,16 @@ impl Baresip {
     /// baresip with codec module `module` only (`opus.so`, `g711.so`),
     /// offering `codecs` (its account's `audio_codecs`) at `rate` Hz: dials
     /// `room` at `sip`, plays a 600 Hz WAV, dumps what it hears (sndfile),
-    /// quits (BYE) after `call_seconds`.
-    fn dial(sip: SocketAddr, room: &str, module: &str, codecs: &str, rate: u32, call_seconds: u32) -> Self {
+    /// quits (BYE) after `call_seconds`; from `caller`.
+    fn dial(
+        sip: SocketAddr,
+        room: &str,
+        module: &str,
+        codecs: &str,
+        rate: u32,
+        call_seconds: u32,
+        caller: &Caller,
+    ) -> Self {
         let baresip = ensure_tool("baresip", "baresip-core");
         let dir = temp_dir("baresip");
         let dumps = dir.join("dumps");
@@ -122,21 +147,25 @@ impl Baresip {
         // baresip's UDP console (`cons`): a datagram's characters are keys, a key in a call is sent as RFC 4733.
         let cons_port = free_udp_port();
         let config = format!(
-            "poll_method epoll\nsip_listen 127.0.0.1:{port}\nnet_interface 127.0.0.1\n\
+            "poll_method epoll\nsip_listen {ip}:{port}\nnet_interface {ip}\n\
              audio_player aubridge,sink\naudio_source aufile,{tone}\naudio_alert aubridge,alert\n\
              ausrc_srate {rate}\nausrc_channels 1\nauplay_srate {rate}\nauplay_channels 1\n\
              rtp_ports 30000-30100\nopus_stereo no\nopus_sprop_stereo no\nsnd_path {dumps}\n\
              module_path /usr/lib/baresip/modules\nmodule aufile.so\nmodule aubridge.so\nmodule {module}\n\
              module sndfile.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
              module_app account.so\nmodule_app menu.so\n",
+            ip = caller.ip,
             port = free_udp_port(),
             cons = cons_port,
             tone = dir.join("tone.wav").display(),
             dumps = dumps.display(),
         );
         std::fs::write(dir.join("config"), config).expect("write baresip's config");
-        std::fs::write(dir.join("accounts"), format!("<sip:caller@127.0.0.1>;regint=0;audio_codecs={codecs}\n"))
-            .expect("write baresip's accounts");
+        std::fs::write(
+            dir.join("accounts"),
+            format!("<sip:caller@{}>;regint=0;audio_codecs={codecs}{}\n", caller.ip, caller.account),
+        )
+        .expect("write baresip's accounts");
         let mut cmd = Command::new(&baresip);
         cmd.arg("-f")
             .arg(&dir)
@@ -194,10 +223,38 @@ fn hears_600(webrtc: &mut ToneClient) -> f32 {
     refs[0].hears(600.0, Instant::now() - Duration::from_secs(2))
 }
 
+/// The attributes of the participant named `caller` in room `id`, and the room's listing.
+fn caller_attributes(api: SocketAddr, id: &str) -> (serde_json::Value, serde_json::Value) {
+    let listed = room(api, id);
+    let caller = listed["participants"].as_array().into_iter().flatten().find(|p| p["name"] == "caller").cloned();
+    (caller.map(|c| c["attributes"].clone()).unwrap_or_default(), listed)
+}
+
+/// The call talks both ways: `webrtc` hears baresip's 600 Hz, and once
+/// baresip quits (after `call_seconds`), what it heard holds the room's
+/// 440 Hz and not its own 600 Hz. `who` names the caller in the messages.
+fn talks_both_ways(baresip: &mut Baresip, webrtc: &mut ToneClient, call_seconds: u32, who: &str) {
+    let hears600 = hears_600(webrtc);
+    assert!(hears600 > 0.05, "the WebRTC participant hears {who} at {hears600}\n{}", baresip.log());
+    baresip.wait(webrtc, Duration::from_secs(u64::from(call_seconds) + 5));
+    let (mix440, mix600) = baresip.heard();
+    eprintln!("{who}: WebRTC hears 600 Hz {hears600:.3}; baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
+    assert!(mix440 > 0.03, "{who} hears the WebRTC 440 Hz only at {mix440}");
+    assert!(mix600 < 0.01, "{who} hears itself at {mix600}");
+}
+
 /// A server with the SIP edge, room `id` and a WebRTC participant in it
 /// playing 440 Hz; the API's and the SIP edge's addresses.
 fn room_with_talker(id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, SocketAddr, SocketAddr, ToneClient) {
-    let (rt, server) = start_with(sip_config("127.0.0.0/8"));
+    room_with_talker_on(sip_config("127.0.0.0/8"), id)
+}
+
+/// [`room_with_talker`] on a server with `cfg`.
+fn room_with_talker_on(
+    cfg: Config,
+    id: &str,
+) -> (tokio::runtime::Runtime, tutti_server::Server, SocketAddr, SocketAddr, ToneClient) {
+    let (rt, server) = start_with(cfg);
     let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
     create_room(api, id);
     let webrtc = ToneClient::join(api, id, 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
@@ -210,7 +267,7 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
 
     // baresip: Opus only.
     let call_seconds: u32 = 12;
-    let mut baresip = Baresip::dial(sip, "standup", "opus.so", "opus/48000/2", 48_000, call_seconds);
+    let mut baresip = Baresip::dial(sip, "standup", "opus.so", "opus/48000/2", 48_000, call_seconds, &LOCAL);
     let cons_port = baresip.cons_port;
     let log = || baresip.log();
 
@@ -219,9 +276,7 @@ fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     assert_eq!(names.len(), 2, "the caller joins the roster: {names:?}\nbaresip:\n{}", log());
     assert!(names.iter().any(|n| n == "caller"), "the caller is named by its From user: {names:?}");
     // It carries the call's attributes (reserved `sip.` keys).
-    let listed = room(api, "standup");
-    let caller = listed["participants"].as_array().into_iter().flatten().find(|p| p["name"] == "caller").cloned();
-    let attributes = caller.map(|c| c["attributes"].clone()).unwrap_or_default();
+    let (attributes, listed) = caller_attributes(api, "standup");
     assert_eq!(attributes["sip.from"], "caller", "{listed}");
     assert_eq!(attributes["sip.to"], "standup", "{listed}");
     assert!(attributes["sip.call_id"].as_str().is_some_and(|c| !c.is_empty()), "{listed}");
@@ -281,21 +336,13 @@ fn baresip_with_pcmu_only_talks_with_the_room() {
 
     // baresip: the G.711 module only, offering PCMU alone, at 8 kHz.
     let call_seconds: u32 = 8;
-    let mut baresip = Baresip::dial(sip, "trunk", "g711.so", "PCMU/8000", 8_000, call_seconds);
+    let mut baresip = Baresip::dial(sip, "trunk", "g711.so", "PCMU/8000", 8_000, call_seconds, &LOCAL);
     let names = wait_roster(api, "trunk", Duration::from_secs(6), |n| n.len() == 2);
     assert_eq!(names.len(), 2, "the PCMU caller joins the roster: {names:?}\nbaresip:\n{}", baresip.log());
     assert!(baresip.log().contains("PCMU"), "the call is PCMU:\n{}", baresip.log());
 
-    // The WebRTC participant hears baresip's 600 Hz, transcoded from PCMU.
-    let hears600 = hears_600(&mut webrtc);
-    assert!(hears600 > 0.05, "the WebRTC participant hears the PCMU caller at {hears600}\n{}", baresip.log());
-
-    // What baresip heard (PCMU, 8 kHz) holds the room's 440 Hz, not its own 600 Hz.
-    baresip.wait(&mut webrtc, Duration::from_secs(u64::from(call_seconds) + 5));
-    let (mix440, mix600) = baresip.heard();
-    eprintln!("WebRTC hears 600 Hz {hears600:.3}; PCMU baresip heard 440 Hz {mix440:.3}, 600 Hz {mix600:.3}");
-    assert!(mix440 > 0.03, "the PCMU caller hears the WebRTC 440 Hz only at {mix440}");
-    assert!(mix600 < 0.01, "the PCMU caller hears itself at {mix600}");
+    // Transcoded from and to PCMU (8 kHz) at its leg.
+    talks_both_ways(&mut baresip, &mut webrtc, call_seconds, "the PCMU caller");
     rt.block_on(server.shutdown());
 }
 
@@ -946,5 +993,117 @@ fn a_pcma_phone_with_30_ms_packets_talks_with_the_room_and_its_keys_work() {
     assert_eq!(keys_of(&seen, id), "*6", "{seen:?}");
     let after = clients[0].hears(600.0, Instant::now() - Duration::from_secs(1));
     assert!(after < 0.01, "muted by *6, the PCMA phone is no longer heard: {after} (was {hears600})");
+    rt.block_on(server.shutdown());
+}
+
+/// Settings with one inbound trunk and no `[sip] trusted`: `carrier`, from
+/// 127.0.0.1 only, digest credentials `acme` / `s3cret`, numbers `standup`
+/// and `lobby` only.
+fn trunk_config() -> Config {
+    let mut cfg = sip_config("127.0.0.1/32");
+    cfg.sip.trusted.clear();
+    cfg.sip.trunks = vec![tutti_server::TrunkConfig {
+        name: "carrier".into(),
+        networks: vec!["127.0.0.1/32".into()],
+        username: "acme".into(),
+        password: "s3cret".into(),
+        numbers: vec!["standup".into(), "lobby".into()],
+        // Debian's baresip (libre 1.x) gives up on a SHA-256 challenge: MD5 only.
+        digest: vec!["MD5".into()],
+        ..tutti_server::TrunkConfig::default()
+    }];
+    cfg
+}
+
+/// The trunk's credentials on baresip's account line.
+const GOOD: &str = ";auth_user=acme;auth_pass=s3cret";
+
+/// `tutti_sip_refused_total{reason}` now (0 when not yet counted).
+fn refused(server: &tutti_server::Server, reason: &str) -> f64 {
+    let m = server.metrics_addr().expect("test servers export metrics");
+    scrape(m).get(&series("tutti_sip_refused_total", &[("reason", reason)])).copied().unwrap_or(0.0)
+}
+
+#[test]
+fn baresip_answers_a_trunks_digest_challenge_and_talks() {
+    let (rt, server, api, sip, mut webrtc) = room_with_talker_on(trunk_config(), "standup");
+    let call_seconds = 12;
+    let caller = Caller { ip: "127.0.0.1", account: GOOD };
+    let mut baresip = Baresip::dial(sip, "standup", "opus.so", "opus/48000/2", 48_000, call_seconds, &caller);
+
+    let names = wait_roster(api, "standup", Duration::from_secs(6), |n| n.len() == 2);
+    assert_eq!(names.len(), 2, "the caller with the trunk's credentials joins: {names:?}\nbaresip:\n{}", baresip.log());
+    let (attributes, listed) = caller_attributes(api, "standup");
+    assert_eq!(attributes["sip.trunk"], "carrier", "the call names its trunk: {listed}");
+    assert!(refused(&server, "challenge") >= 1.0, "the first INVITE was challenged (counted)");
+    talks_both_ways(&mut baresip, &mut webrtc, call_seconds, "the trunk's caller");
+    rt.block_on(server.shutdown());
+}
+
+/// Waits up to 8 s for baresip's log to hold `status` (`403 Forbidden`: its call closed with it).
+fn closed_with(baresip: &Baresip, status: &str) -> String {
+    let end = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < end && !baresip.log().contains(status) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    baresip.log()
+}
+
+#[test]
+fn a_trunk_refuses_a_wrong_password_a_stranger_and_a_number_it_does_not_take() {
+    let (rt, server, socket) = raw_caller(trunk_config(), "standup");
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    create_room(api, "other");
+    let ruri = format!("sip:standup@{sip}");
+
+    // Raw: no credentials → 401 with the trunk's one (MD5) challenge; an answer to
+    // that nonce with a wrong response → 403, not another 401.
+    let local = socket.local_addr().expect("bound");
+    socket
+        .send_to(request("INVITE", &ruri, local, "noauth", &offer("opus/48000/2", 40_010)).as_bytes(), sip)
+        .expect("send");
+    let challenge = final_response(&socket, "noauth", Duration::from_secs(3)).expect("a final answer");
+    assert!(challenge.starts_with("SIP/2.0 401"), "{challenge}");
+    let challenges: Vec<&str> =
+        challenge.lines().filter(|l| l.to_ascii_lowercase().starts_with("www-authenticate:")).collect();
+    assert_eq!(challenges.len(), 1, "{challenge}");
+    assert!(challenges[0].contains("algorithm=MD5"), "{challenge}");
+    assert!(challenges.iter().all(|c| c.contains("realm=\"tutti\"") && c.contains("qop=\"auth\"")), "{challenge}");
+    let nonce = challenges[0].split("nonce=\"").nth(1).and_then(|r| r.split('"').next()).expect("a nonce");
+    let guessed = request("INVITE", &ruri, local, "guess", &offer("opus/48000/2", 40_012)).replace(
+        "Max-Forwards: 70\r\n",
+        &format!(
+            "Max-Forwards: 70\r\nAuthorization: Digest username=\"acme\", realm=\"tutti\", nonce=\"{nonce}\", \
+             uri=\"{ruri}\", response=\"0123456789abcdef0123456789abcdef\", algorithm=MD5\r\n"
+        ),
+    );
+    socket.send_to(guessed.as_bytes(), sip).expect("send");
+    let answer = final_response(&socket, "guess", Duration::from_secs(3)).expect("a final answer");
+    assert!(answer.starts_with("SIP/2.0 403"), "a wrong response is refused, not challenged again: {answer}");
+
+    // baresip with a wrong password: one challenge, then 403.
+    let wrong = Caller { ip: "127.0.0.1", account: ";auth_user=acme;auth_pass=guess" };
+    let baresip = Baresip::dial(sip, "standup", "opus.so", "opus/48000/2", 48_000, 8, &wrong);
+    let log = closed_with(&baresip, "403 Forbidden");
+    assert!(log.contains("403 Forbidden"), "baresip with a wrong password is refused with 403:\n{log}");
+    drop(baresip);
+    // baresip from 127.0.0.2, outside the trunk's networks, with the right password: 403.
+    let stranger = Caller { ip: "127.0.0.2", account: GOOD };
+    let baresip = Baresip::dial(sip, "standup", "opus.so", "opus/48000/2", 48_000, 8, &stranger);
+    let log = closed_with(&baresip, "403 Forbidden");
+    assert!(log.contains("403 Forbidden"), "baresip from outside the trunk's networks is refused with 403:\n{log}");
+    drop(baresip);
+    // The right credentials, a number the trunk does not take: 404.
+    let good = Caller { ip: "127.0.0.1", account: GOOD };
+    let baresip = Baresip::dial(sip, "other", "opus.so", "opus/48000/2", 48_000, 8, &good);
+    let log = closed_with(&baresip, "404 Not Found");
+    assert!(log.contains("404 Not Found"), "baresip calling a number the trunk does not take gets 404:\n{log}");
+    drop(baresip);
+
+    assert_eq!(roster(api, "standup").len(), 0, "no refused caller joined");
+    assert_eq!(roster(api, "other").len(), 0, "no refused caller joined");
+    assert!(refused(&server, "credentials") >= 2.0, "the raw and baresip wrong credentials counted");
+    assert!(refused(&server, "source") >= 1.0, "the stranger counted");
+    assert!(refused(&server, "number") >= 1.0, "the number counted");
     rt.block_on(server.shutdown());
 }

@@ -21,12 +21,18 @@ pub struct SipConfig {
     /// Put before the Request-URI's user part to make the room's name
     /// (`sip:standup@…` with prefix `phone-` joins room `phone-standup`).
     pub room_prefix: String,
-    /// Networks (CIDR) whose SIP requests are answered. Empty (the
-    /// default) = every INVITE is refused with 403 (logged, counted in
-    /// `tutti_sip_refused_total{reason="source"}`). The callers' RTP
-    /// addresses must also be in `[rtp_in] trusted`. Environment and
-    /// flags: comma-separated.
+    /// Networks (CIDR) whose SIP requests are answered without
+    /// credentials: an implicit trunk named `trusted`, any number, after
+    /// the `trunks`. With neither, every INVITE is refused with 403
+    /// (logged, counted in `tutti_sip_refused_total{reason="source"}`).
+    /// The callers' RTP addresses must also be in `[rtp_in] trusted`.
+    /// Environment and flags: comma-separated.
     pub trusted: Vec<String>,
+    /// The realm of the digest challenges of trunks with credentials.
+    pub realm: String,
+    /// Inbound trunks (`[[sip.trunks]]`): who may call (source networks,
+    /// digest credentials), which numbers, and into which room.
+    pub trunks: Vec<TrunkConfig>,
     /// What keys a caller presses do, each `"<keys>=<action>"`: the keys
     /// (1 to 8 of `0`-`9`, `*`, `#`, `A`-`D`, pressed within 3 s of each
     /// other) and the action: `mute` (mute toggle: unmutes only a caller
@@ -34,6 +40,92 @@ pub struct SipConfig {
     /// `["*6=mute", "*7=hand"]`; empty = keys do nothing (every key is
     /// still a `keypad` event to the room's sockets).
     pub keypad: Vec<String>,
+}
+
+/// One inbound trunk (`[[sip.trunks]]`): a carrier's SBC, a PBX.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrunkConfig {
+    /// Its name: in logs and in the call's `sip.trunk` attribute.
+    pub name: String,
+    /// Networks (CIDR) the trunk's INVITEs come from (at least one).
+    pub networks: Vec<String>,
+    /// Digest credentials (both or neither): with them, an INVITE is
+    /// challenged (401) and must answer with them.
+    pub username: String,
+    /// The digest password (never logged).
+    pub password: String,
+    /// The digest algorithms challenged with, in order of preference:
+    /// `SHA-256` and/or `MD5` (RFC 8760). Default both, SHA-256 first; a
+    /// UA that fails on a challenge it does not know (some take only MD5)
+    /// needs `["MD5"]`. Only these are accepted in the answer.
+    pub digest: Vec<String>,
+    /// Called numbers (Request-URI user parts) it may call; empty = any.
+    pub numbers: Vec<String>,
+    /// A fixed room for every call on the trunk; empty = the room the
+    /// number names (with `room_prefix`).
+    pub room: String,
+    /// Put before the number to name the room; absent = `[sip] room_prefix`.
+    pub room_prefix: Option<String>,
+}
+
+impl Default for TrunkConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            networks: Vec::new(),
+            username: String::new(),
+            password: String::new(),
+            digest: DIGESTS.iter().map(|d| (*d).to_owned()).collect(),
+            numbers: Vec::new(),
+            room: String::new(),
+            room_prefix: None,
+        }
+    }
+}
+
+/// The digest algorithms a trunk may challenge with, the default order.
+pub const DIGESTS: [&str; 2] = ["SHA-256", "MD5"];
+
+impl TrunkConfig {
+    /// Whether its calls must answer a digest challenge.
+    pub fn authenticates(&self) -> bool {
+        !self.username.is_empty()
+    }
+
+    fn check(&self, names: &mut Vec<String>) -> Result<(), String> {
+        let name = self.name.trim();
+        if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
+            return Err("each trunk needs a `name` of 1 to 64 characters".into());
+        }
+        if names.iter().any(|n| n == name) {
+            return Err(format!("two trunks are named '{name}'"));
+        }
+        names.push(name.to_owned());
+        if self.networks.is_empty() {
+            return Err(format!(
+                "trunk '{name}': `networks` must list the CIDRs it calls from, like [\"192.0.2.0/24\"]"
+            ));
+        }
+        crate::cidr::parse_all(&self.networks).map_err(|m| format!("trunk '{name}': {m}"))?;
+        if self.username.is_empty() != self.password.is_empty() {
+            return Err(format!("trunk '{name}': set both `username` and `password`, or neither"));
+        }
+        if self.username.contains(['"', '\\']) || self.username.chars().any(char::is_control) {
+            return Err(format!("trunk '{name}': `username` may not hold quotes, backslashes or control characters"));
+        }
+        let known = |d: &String| DIGESTS.iter().any(|k| k.eq_ignore_ascii_case(d));
+        if self.digest.is_empty() || !self.digest.iter().all(known) {
+            return Err(format!("trunk '{name}': `digest` must list SHA-256 and/or MD5, like [\"SHA-256\", \"MD5\"]"));
+        }
+        if let Some(n) = self.numbers.iter().find(|n| n.trim().is_empty() || n.contains(char::is_whitespace)) {
+            return Err(format!("trunk '{name}': number '{n}' is empty or holds spaces"));
+        }
+        if !self.room.is_empty() && !crate::room::valid_room_id(&self.room) {
+            return Err(format!("trunk '{name}': room '{}' is not a valid room id", self.room));
+        }
+        Ok(())
+    }
 }
 
 /// What a keypad sequence does (`[sip] keypad`).
@@ -56,6 +148,8 @@ impl Default for SipConfig {
             public_address: String::new(),
             room_prefix: String::new(),
             trusted: Vec::new(),
+            realm: "tutti".to_owned(),
+            trunks: Vec::new(),
             keypad: vec!["*6=mute".to_owned(), "*7=hand".to_owned()],
         }
     }
@@ -98,9 +192,17 @@ impl SipConfig {
         Ok(map)
     }
 
-    /// Checks `trusted`, `public_address` and `keypad`.
+    /// Checks `trusted`, `trunks`, `realm`, `public_address` and `keypad`.
     pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
         crate::cidr::parse_all(&self.trusted).map_err(|m| ("sip.trusted", m))?;
+        let mut names = Vec::new();
+        for trunk in &self.trunks {
+            trunk.check(&mut names).map_err(|m| ("sip.trunks", m))?;
+        }
+        if self.realm.trim().is_empty() || self.realm.contains(['"', '\\']) || self.realm.chars().any(char::is_control)
+        {
+            return Err(("sip.realm", "must be a name without quotes or backslashes, like \"tutti\"".into()));
+        }
         self.keypad_map().map_err(|m| ("sip.keypad", m))?;
         let host = self.public_address.trim();
         if host.contains(char::is_whitespace) || host.contains(['<', '>', ';', '@']) {

@@ -203,6 +203,38 @@ fn the_sip_edge_is_off_and_set_from_the_environment() {
 }
 
 #[test]
+fn sip_trunks_load_from_the_file_and_bad_ones_are_named() {
+    let text = "[sip]\nrealm = \"example\"\n\n[[sip.trunks]]\nname = \"carrier\"\nnetworks = [\"192.0.2.0/24\"]\n\
+                username = \"acme\"\npassword = \"s3cret\"\nnumbers = [\"4711\"]\nroom_prefix = \"\"\n\n\
+                [[sip.trunks]]\nname = \"pbx\"\nnetworks = [\"10.0.0.0/8\"]\nroom = \"lobby\"\n";
+    let sip = load_text(text, &[], &[]).expect("loads").sip;
+    assert_eq!(sip.realm, "example");
+    assert_eq!(sip.trunks.len(), 2);
+    assert!(sip.trunks[0].authenticates() && !sip.trunks[1].authenticates());
+    assert_eq!(sip.trunks[0].room_prefix.as_deref(), Some(""), "an empty prefix is kept apart from none");
+    assert_eq!((sip.trunks[1].room.as_str(), sip.trunks[1].room_prefix.as_deref()), ("lobby", None));
+    let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+    let bad = [
+        ("name = \"\"\nnetworks = [\"10.0.0.0/8\"]", "name"),
+        ("name = \"t\"", "networks"),
+        ("name = \"t\"\nnetworks = [\"10.0.0.0/99\"]", "trunk 't'"),
+        ("name = \"t\"\nnetworks = [\"10.0.0.0/8\"]\nusername = \"u\"", "both"),
+        ("name = \"t\"\nnetworks = [\"10.0.0.0/8\"]\nroom = \"a b\"", "room"),
+        ("name = \"t\"\nnetworks = [\"10.0.0.0/8\"]\nnumbers = [\"\"]", "number"),
+    ];
+    for (trunk, named) in bad {
+        let message = err(load_text(&format!("[[sip.trunks]]\n{trunk}\n"), &[], &[]));
+        assert!(message.contains("sip.trunks") && message.contains(named), "{trunk}: {message}");
+    }
+    let unknown =
+        err(load_text("[[sip.trunks]]\nname = \"t\"\nnetworks = [\"10.0.0.0/8\"]\nrealm = \"x\"\n", &[], &[]));
+    assert!(unknown.contains("realm"), "a trunk has no realm of its own: {unknown}");
+    let twice = "[[sip.trunks]]\nname = \"t\"\nnetworks = [\"10.0.0.0/8\"]\n".repeat(2);
+    assert!(err(load_text(&twice, &[], &[])).contains("two trunks"));
+    assert!(err(load_text("[sip]\nrealm = \"\"\n", &[], &[])).contains("sip.realm"));
+}
+
+#[test]
 fn a_loopback_origin_may_take_any_port_and_no_other_host_may() {
     use super::{CorsConfig, origin_matches};
     let cors = |o: &[&str]| CorsConfig { allowed_origins: o.iter().map(|s| (*s).to_owned()).collect() }.check();

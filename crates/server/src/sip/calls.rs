@@ -12,6 +12,7 @@ use tokio::sync::broadcast::{Receiver, error::RecvError};
 
 use super::endpoint::{Call, Edge};
 use super::status;
+use super::trunks::Admission;
 use crate::auth::Grant;
 use crate::refusal::Refusal;
 use crate::room::{EventBatch, Room, RoomEvent, clean_name};
@@ -19,9 +20,9 @@ use crate::session::join::{JoinRequest, Joined, Offer, Place};
 use crate::sync::lock;
 
 /// A call's attributes (`sip.call_id`, `sip.from` unless the caller asked
-/// for privacy, `sip.to`): reserved keys, so the participant cannot change
-/// them; each value cut to fit the attributes' bounds.
-fn call_attributes(tx: &Transaction, dialled: Option<&str>) -> crate::attributes::Attributes {
+/// for privacy, `sip.to`, `sip.trunk`): reserved keys, so the participant
+/// cannot change them; each value cut to fit the attributes' bounds.
+fn call_attributes(tx: &Transaction, dialled: Option<&str>, trunk: &str) -> crate::attributes::Attributes {
     let fit = |v: &str| v.chars().filter(|c| !c.is_control()).take(256).collect::<String>();
     let mut attributes = crate::attributes::Attributes::new();
     if let Ok(c) = tx.original.call_id_header() {
@@ -38,6 +39,7 @@ fn call_attributes(tx: &Transaction, dialled: Option<&str>) -> crate::attributes
     if let Some(to) = dialled {
         attributes.insert("sip.to".to_owned(), fit(to));
     }
+    attributes.insert("sip.trunk".to_owned(), fit(trunk));
     attributes
 }
 
@@ -64,12 +66,34 @@ impl Edge {
     /// answer or the refusal's status; a CANCEL meanwhile leaves nothing behind.
     pub(super) async fn invite(self: Arc<Self>, mut tx: Transaction, source: SocketAddr) {
         let user = tx.original.uri.auth.as_ref().map(|a| a.user.clone());
-        let Some(room) = status::room_of(user.as_deref(), &self.room_prefix) else {
+        let (trunk, room) = match self.trunks.admit(&tx.original, source.ip(), crate::auth::unix_now()) {
+            Admission::Call(trunk) => {
+                let room = match &trunk.room {
+                    Some(room) => Some(room.clone()),
+                    None => status::room_of(user.as_deref(), &trunk.room_prefix),
+                };
+                (trunk.name.clone(), room)
+            }
+            Admission::Challenge(headers) => {
+                crate::metrics::sip_refused("challenge");
+                tracing::debug!(%source, "SIP INVITE challenged (401)");
+                tx.reply_with(StatusCode::Unauthorized, headers, None).await.ok();
+                return;
+            }
+            Admission::Refuse { code, reason, why } => {
+                crate::metrics::sip_refused(reason);
+                let from = tx.original.from_header().ok().and_then(|f| f.uri().ok()).map(|u| u.to_string());
+                tracing::info!(%source, ?from, number = ?user, status = u16::from(code.clone()), reason = why, "SIP INVITE refused");
+                tx.reply(code).await.ok();
+                return;
+            }
+        };
+        let Some(room) = room else {
             tx.reply(StatusCode::NotFound).await.ok();
             return;
         };
         let (identity, name) = identity(&tx, source);
-        let attributes = call_attributes(&tx, user.as_deref());
+        let attributes = call_attributes(&tx, user.as_deref(), &trunk);
         let sdp = String::from_utf8(tx.original.body.clone()).unwrap_or_default();
         let dialog =
             match self.dialogs.get_or_create_server_invite(&tx, self.states(), None, Some(self.contact.clone())) {
@@ -131,7 +155,7 @@ impl Edge {
             self.hang_up(&dialog.id());
             return;
         }
-        tracing::info!(%room, participant = id, %identity, "SIP caller joined");
+        tracing::info!(%room, participant = id, %identity, %trunk, "SIP caller joined");
         self.watch(state, events, id, dialog).await;
     }
 

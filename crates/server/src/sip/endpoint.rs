@@ -14,7 +14,6 @@ use rsipstack::sip::{Header, HeadersExt, Method, StatusCode, Uri, headers::Conte
 use rsipstack::transaction::{Endpoint, TransactionReceiver};
 use rsipstack::transport::{TransportLayer, udp::UdpConnection};
 
-use crate::cidr::Cidr;
 use crate::room::{LeaveReason, Room};
 use crate::session::sessions::Sessions;
 use crate::sync::lock;
@@ -34,8 +33,8 @@ pub(crate) struct Edge {
     pub(super) dialogs: DialogLayer,
     /// The Contact of tutti's answers.
     pub(super) contact: Uri,
-    pub(super) room_prefix: String,
-    trusted: Vec<Cidr>,
+    /// Who may call: `[[sip.trunks]]`, then `[sip] trusted`.
+    pub(super) trunks: super::trunks::Trunks,
     /// The joined calls, by dialog id: whoever takes one out makes it leave.
     pub(super) calls: Mutex<HashMap<String, Call>>,
     /// The callers' keys towards a `[sip] keypad` sequence.
@@ -70,29 +69,17 @@ impl Edge {
         let contact = Uri::try_from(contact.as_str()).map_err(|e| format!("sip.public_address: {e}"))?;
         let dialogs = DialogLayer::new(endpoint.inner.clone());
         let (states, state_rx) = dialogs.new_dialog_state_channel();
-        // Validated at load: a bad entry cannot be here.
-        let trusted = crate::cidr::parse_all(&cfg.trusted).unwrap_or_default();
-        if trusted.is_empty() {
-            tracing::warn!(listen = %bound, "SIP: [sip] trusted is empty: every call is refused with 403");
+        let trunks = super::trunks::Trunks::new(&cfg);
+        if trunks.is_empty() {
+            tracing::warn!(listen = %bound, "SIP: no [[sip.trunks]] and [sip] trusted is empty: every call is refused with 403");
         }
         if session.cfg.rtp_in.trusted.is_empty() {
             tracing::warn!("SIP: [rtp_in] trusted is empty: calls carry plain RTP, so every call is refused with 403");
         }
         // Validated at load, as `trusted`.
         let keys = Mutex::new(super::sequences::Sequences::new(cfg.keypad_map().unwrap_or_default()));
-        let edge = Self {
-            session,
-            keys,
-            dialogs,
-            contact,
-            room_prefix: cfg.room_prefix,
-            trusted,
-            calls: Mutex::default(),
-            states,
-            endpoint,
-            cancel,
-            bound,
-        };
+        let edge =
+            Self { session, keys, dialogs, contact, trunks, calls: Mutex::default(), states, endpoint, cancel, bound };
         Ok((Arc::new(edge), state_rx))
     }
 
@@ -130,9 +117,9 @@ impl Edge {
     async fn requests(self: Arc<Self>, mut incoming: TransactionReceiver) {
         while let Some(mut tx) = incoming.recv().await {
             let source = tx.connection.as_ref().and_then(|c| c.get_remote_addr()).and_then(|a| a.get_socketaddr().ok());
-            let Some(source) = source.filter(|s| crate::cidr::any_contains(&self.trusted, s.ip())) else {
+            let Some(source) = source.filter(|s| self.trunks.knows(s.ip())) else {
                 crate::metrics::sip_refused("source");
-                tracing::info!(?source, method = %tx.original.method, "SIP request refused: not from a [sip] trusted network");
+                tracing::info!(?source, method = %tx.original.method, "SIP request refused: not from a trunk's networks");
                 if tx.original.method != Method::Ack {
                     tokio::spawn(async move { tx.reply(StatusCode::Forbidden).await.ok() });
                 }

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! UDP datagram ─► rsipstack (parse, transactions, dialogs; a malformed one is dropped there)
-//!   ─► source in `[sip] trusted`? else 403 (tutti_sip_refused_total{reason="source"})
-//!   ─► OPTIONS: 200 │ INVITE: 100 Trying, then the ONE join (Sessions::join, a plain
+//!   ─► source in a trunk's networks (`[[sip.trunks]]`, `[sip] trusted`)? else 403
+//!      (tutti_sip_refused_total{reason="source"})
+//!   ─► OPTIONS: 200 │ INVITE: the trunk (`trunks`: its number, else 404; its digest
+//!      credentials, else 401 then 403), 100 Trying, then the ONE join (Sessions::join, a plain
 //!      RTP/AVP Opus offer: the `[rtp_in]` path) ─► 200 OK with its answer, or the
 //!      refusal as a SIP status (`status`) │ CANCEL before the answer: 487, the
 //!      participant (if it joined meanwhile) leaves
@@ -22,5 +24,6 @@ mod endpoint;
 mod keypad;
 mod sequences;
 mod status;
+mod trunks;
 
 pub(crate) use endpoint::Edge;
