@@ -106,7 +106,7 @@ for l in $(seq 0 $((lanes - 1))); do
     sleep 7
 done
 
-echo "t,node,rss_bytes,fds,threads,participants,redis_keys" >"$out/samples.csv"
+echo "t,node,rss_bytes,fds,threads,participants,redis_keys,redis_leases,redis_memory" >"$out/samples.csv"
 restarted=
 restart_t=
 while :; do
@@ -114,9 +114,12 @@ while :; do
     [ "$now" -lt "$end" ] || break
     t=$((now - t0))
     keys=$(redis-cli -p "$redis_port" dbsize 2>/dev/null || echo NA)
+    # Live rooms' leases (a released room keeps a small epoch hash for a day: keys grow with new room names).
+    leases=$(redis-cli -p "$redis_port" --scan --pattern 'tutti:lease:*' 2>/dev/null | wc -l)
+    memory=$(redis-cli -p "$redis_port" info memory 2>/dev/null | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
     for ip in "${nodes[@]}"; do
         m="$ip:$metrics"
-        echo "$t,${ip##*.},$(metric "$m" process_resident_memory_bytes),$(metric "$m" process_open_fds),$(metric "$m" process_threads),$(metric "$m" tutti_mix_participants),$keys" >>"$out/samples.csv"
+        echo "$t,${ip##*.},$(metric "$m" process_resident_memory_bytes),$(metric "$m" process_open_fds),$(metric "$m" process_threads),$(metric "$m" tutti_mix_participants),$keys,$leases,${memory:-NA}" >>"$out/samples.csv"
     done
     if [ -z "$restarted" ] && [ "$t" -ge "$restart_at" ]; then
         restarted=1
@@ -149,6 +152,8 @@ for ip in "${nodes[@]}"; do
 done
 awk -F, -v from="$warmup" 'NR > 1 && $1 >= from && $7 != "NA" { if (!seen) { seen = 1; k0 = $7; a = $7; b = $7 } k1 = $7; if ($7 < a) a = $7; if ($7 > b) b = $7 }
     END { printf "redis keys: %d after warm-up, %d at the end (min %d, max %d)\n", k0, k1, a, b }' "$out/samples.csv"
+awk -F, -v from="$warmup" 'NR > 1 && $1 >= from && $8 != "" { if (!seen) { seen = 1; l0 = $8; m0 = $9 } l1 = $8; m1 = $9 }
+    END { printf "redis leases (live rooms): %d after warm-up, %d at the end; used memory %.1f → %.1f MiB\n", l0, l1, m0 / 1048576, m1 / 1048576 }' "$out/samples.csv"
 python3 - "$out/runs" <<'EOF'
 import json, os, sys
 d = sys.argv[1]
