@@ -236,6 +236,7 @@ impl Server {
             let number = u64::from(cluster.node_number());
             media.start_ids_at((number << tutti_cluster::NODE_NUMBER_SHIFT) + 1);
             tracing::info!(node = cluster.node_id(), number, api_url = %cfg.cluster.api_url, "cluster mode: this node joined");
+            outputs.set_node(cluster.node_id());
             Some(cluster)
         } else {
             None

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Ws, auth_config, call, minter, refused, start_with};
+use common::{Ws, auth_config, call, hold_music_dir, minter, refused, start_with};
 use serde_json::json;
 use tutti_client::{JoinAs, Requester, ToneClient, run_for, run_until};
 use tutti_server::auth::Grant;
@@ -22,13 +22,14 @@ const HOLD_HZ: f32 = 330.0;
 /// Well above a mixed tone's residue, well below a present one (≈0.2 amplitude).
 const HEARD: f32 = 0.05;
 
-fn sounds_dir() -> std::path::PathBuf {
-    let (hold, _) = tutti_server::outputs::ogg::tone_file(HOLD_HZ, 100).expect("tone file");
-    let dir = std::env::temp_dir().join(format!("tutti-moderated-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    std::fs::write(dir.join("hold.opus"), hold).expect("write");
-    dir
+/// A server with tokens and the hold music (a tone of [`HOLD_HZ`]), and the music's directory.
+fn with_hold_music(tag: &str) -> (tokio::runtime::Runtime, tutti_server::Server, std::path::PathBuf) {
+    let dir = hold_music_dir(tag, HOLD_HZ);
+    let mut cfg = auth_config(SECRET);
+    cfg.playback.dir = dir.display().to_string();
+    cfg.playback.hold_music = "hold.opus".to_owned();
+    let (rt, server) = start_with(cfg);
+    (rt, server, dir)
 }
 
 fn muted_in_listing(api: std::net::SocketAddr, token: &str, room: &str, id: u64) -> bool {
@@ -39,11 +40,7 @@ fn muted_in_listing(api: std::net::SocketAddr, token: &str, room: &str, id: u64)
 
 #[test]
 fn guests_wait_muted_with_hold_music_until_the_moderator_comes_and_the_room_ends_when_they_go() {
-    let dir = sounds_dir();
-    let mut cfg = auth_config(SECRET);
-    cfg.playback.dir = dir.display().to_string();
-    cfg.playback.hold_music = "hold.opus".to_owned();
-    let (_rt, server) = start_with(cfg);
+    let (_rt, server, dir) = with_hold_music("moderated-wait");
     let api = server.http_addr();
     let mint = minter(SECRET);
     let admin = mint(Grant::admin("ops"));
@@ -115,5 +112,61 @@ fn guests_wait_muted_with_hold_music_until_the_moderator_comes_and_the_room_ends
     let guest_url = format!("/v1/rooms/panel/participants/{}", guest.id);
     let r = call(api, &guest_t, "PATCH", &guest_url, r#"{"muted":false}"#);
     assert_eq!(r.status, 200, "open, the guest may unmute: {}", r.body);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A moderator moved to a breakout room (`POST …/move`) leaves its room
+/// and arrives in the other, as a leave and a join would: the room it left
+/// holds its guests again (the hold music, not each other), and the room it
+/// arrives in, waiting, opens. Before, a move was no leave or join for
+/// moderation: the old room stayed open without a moderator, the new one
+/// kept waiting with one.
+#[test]
+fn a_moderator_moved_to_another_room_leaves_one_waiting_and_opens_the_other() {
+    let (_rt, server, dir) = with_hold_music("moderated-move");
+    let api = server.http_addr();
+    let mint = minter(SECRET);
+    let admin = mint(Grant::admin("*"));
+    for id in ["plenary", "breakout"] {
+        let body = json!({"id": id, "wait_for_moderator": true}).to_string();
+        assert_eq!(call(api, &admin, "POST", "/v1/rooms", &body).status, 201);
+    }
+    let guest = |room: &str, who: &str, freq: f32| {
+        let t = mint(Grant::participant(room, who));
+        ToneClient::join_as(api, &Requester::token(&t), room, freq, JoinAs::Whip).expect("guest")
+    };
+    // The host (an admin of every room) opens the plenary for ann and cy; bo waits in the breakout.
+    let host_t = mint(Grant { admin: true, ..Grant::participant("*", "host") });
+    let mut host = ToneClient::join_as(api, &Requester::token(&host_t), "plenary", 990.0, JoinAs::Whip).expect("host");
+    let (mut ann, mut cy, mut bo) =
+        (guest("plenary", "ann", 440.0), guest("plenary", "cy", 550.0), guest("breakout", "bo", 660.0));
+    let open =
+        run_until(&mut [&mut host, &mut ann, &mut cy, &mut bo], Instant::now() + Duration::from_secs(20), |cs| {
+            let since = Instant::now() - Duration::from_millis(500);
+            cs[1].hears(550.0, since) > HEARD && cs[3].hears(HOLD_HZ, since) > HEARD
+        });
+    assert!(open, "ann hears cy in the open plenary, bo the hold music in the breakout");
+
+    // The host moves to the breakout.
+    let r =
+        call(api, &admin, "POST", &format!("/v1/rooms/plenary/participants/{}/move", host.id), r#"{"to":"breakout"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let moved = Instant::now();
+    run_for(&mut [&mut host, &mut ann, &mut cy, &mut bo], Duration::from_millis(2500));
+    let after = moved + Duration::from_millis(1000);
+    let (ann_cy, ann_hold) = (ann.hears(550.0, after), ann.hears(HOLD_HZ, after));
+    let (bo_host, bo_hold) = (bo.hears(990.0, after), bo.hears(HOLD_HZ, after));
+    eprintln!(
+        "after the move: ann hears cy {ann_cy:.3}, hold {ann_hold:.3}; bo hears the host {bo_host:.3}, hold {bo_hold:.3}"
+    );
+    assert!(ann_cy < 0.01 && ann_hold > HEARD, "the plenary waits again: ann hears cy {ann_cy:.3}, hold {ann_hold:.3}");
+    // Opened: the music stopped and bo is unmuted (it heard the host while held too).
+    assert!(bo_hold < 0.01, "the breakout opened: bo hears the hold music {bo_hold:.3}");
+    assert!(!muted_in_listing(api, &admin, "breakout", bo.id), "bo is unmuted in the opened breakout");
+    let waiting = |room: &str| {
+        let r = call(api, &admin, "GET", &format!("/v1/rooms/{room}"), "");
+        serde_json::from_str::<serde_json::Value>(&r.body).expect("JSON")["room"]["waiting"].clone()
+    };
+    assert_eq!((waiting("plenary"), waiting("breakout")), (json!(true), json!(false)));
     let _ = std::fs::remove_dir_all(&dir);
 }

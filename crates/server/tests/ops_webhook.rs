@@ -102,6 +102,7 @@ fn events() -> Vec<WebhookEvent> {
                 duration_seconds: 2.5,
                 reason: "stopped".into(),
                 error: None,
+                node: None,
             },
         },
         WebhookEvent::RoomFinished { room: "demo".into() },

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{Ws, create_room, http, start_with, test_config};
-use ops_tools::{ensure_tool, packets, read_pages, run, temp_dir};
+use ops_tools::{decode_ogg, ensure_tool, ffprobe_reads_opus, onset_of, run, temp_dir};
 use tutti_client::{JoinAs, ToneClient, run_until};
 
 const JSON: Option<&str> = Some("application/json");
@@ -34,20 +34,6 @@ fn talk(api: SocketAddr, room: &str, freqs: &[f32], frames: u64) -> Vec<ToneClie
         refs.iter().map(|c| c.heard.len()).collect::<Vec<_>>()
     );
     clients
-}
-
-/// The PCM of an Ogg/Opus file (pre-skip removed), decoded with libopus.
-fn decode_ogg(path: &std::path::Path) -> Vec<f32> {
-    let data = std::fs::read(path).expect("the recording");
-    let pages = read_pages(&data).expect("well-formed Ogg pages");
-    let mut dec = opus::Decoder::new(48_000, opus::Channels::Mono).expect("a decoder");
-    let mut pcm = Vec::new();
-    for p in &packets(&pages)[2..] {
-        let mut out = [0f32; 960];
-        let n = dec.decode_float(p, &mut out, false).expect("every packet decodes");
-        pcm.extend_from_slice(&out[..n]);
-    }
-    pcm.split_off(312.min(pcm.len()))
 }
 
 #[test]
@@ -455,12 +441,6 @@ fn ffmpeg_receives_a_live_rooms_mix_through_rtp_out() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Seconds into `pcm` (48 kHz) of the first 20 ms window where `freq` is
-/// heard (amplitude over `floor`), if any.
-fn onset_of(pcm: &[f32], freq: f32, floor: f32) -> Option<f64> {
-    pcm.chunks(960).position(|w| w.len() == 960 && tutti_mix::goertzel(w, freq) > floor).map(|i| i as f64 * 0.02)
-}
-
 /// A recording per speaker, with real peers: alice talks from the start,
 /// bob a second later; the room's mix and one file per speaker come out,
 /// each read by Debian's `ffprobe`, and the sidecar's offsets put each
@@ -500,23 +480,10 @@ fn a_per_speaker_recording_leaves_a_file_per_speaker_placed_on_the_rooms_timelin
     assert_eq!(tracks.len(), 2, "a file per speaker: {sidecar}");
 
     // Every file is Ogg/Opus that ffprobe reads; the writers close them within a moment.
-    let ffprobe = ensure_tool("ffprobe", "ffmpeg");
     let mix_file = dir.join(sidecar["mix"]["file"].as_str().expect("the mix's file"));
     let files: Vec<std::path::PathBuf> =
         tracks.iter().map(|t| dir.join(t["file"].as_str().expect("file"))).chain([mix_file.clone()]).collect();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while files.iter().any(|f| {
-        read_pages(&std::fs::read(f).unwrap_or_default()).map_or(true, |p| p.last().is_none_or(|p| p.flags & 4 == 0))
-    }) && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for f in &files {
-        let mut cmd = std::process::Command::new(&ffprobe);
-        cmd.args(["-v", "error", "-show_entries", "stream=codec_name", "-of", "csv=p=0"]).arg(f);
-        let out = run(&mut cmd, "ffprobe", Duration::from_secs(20)).unwrap_or_else(|e| panic!("ffprobe: {e}"));
-        assert!(out.contains("opus"), "ffprobe reads {}: {out}", f.display());
-    }
+    ffprobe_reads_opus(&files);
 
     // Each speaker's first voiced frame, placed by the sidecar, against the mix.
     let mix = decode_ogg(&mix_file);

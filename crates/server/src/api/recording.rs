@@ -23,6 +23,7 @@ use super::access::{self as cluster, Access};
 use super::schema::{ErrorBody, shapes};
 use super::state::ApiState;
 use crate::auth::Grant;
+use crate::cluster::control::{self, Control};
 use crate::outputs::{OutputError, PerSpeaker};
 use crate::refusal::{Refusal, Refused};
 use crate::room::Room;
@@ -225,6 +226,10 @@ pub(super) async fn start(
     };
     check_quota(&api).await?;
     let body = api.outputs.start_recording_with(&state, per_speaker).map_err(output_error)?;
+    // A spread room: every other node records its own speakers on this recording's timeline.
+    if let Some(at) = api.outputs.speakers_timeline(&state) {
+        control::publish(api.node.dir.as_ref(), &state.id, &Control::record_speakers(at));
+    }
     Ok((StatusCode::CREATED, axum::Json(public(body))).into_response())
 }
 
@@ -272,7 +277,13 @@ pub(super) async fn stop(State(api): State<Arc<ApiState>>, req: RoomRequest) -> 
         Ok(state) => state,
         Err(elsewhere) => return Ok(elsewhere),
     };
-    let rec = api.outputs.stop_recording(&state).map_err(output_error)?;
+    let rec = api.outputs.stop_recording(&state);
+    // A spread room: the other nodes close their speakers' files too (also
+    // when this node's recording ended by itself: theirs may still run).
+    if matches!(&rec, Ok(r) if r.tracks.is_some()) || matches!(rec, Err(OutputError::RecordingNotFound(_))) {
+        control::publish(api.node.dir.as_ref(), &state.id, &Control::StopSpeakers);
+    }
+    let rec = rec.map_err(output_error)?;
     // The writer closes the file on its own thread; wait here without blocking a worker.
     let deadline = Instant::now() + STOP_WAIT;
     let outcome = loop {

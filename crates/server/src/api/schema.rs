@@ -169,14 +169,18 @@ pub(crate) mod shapes {
         dropped_frames: Option<u64>,
         /// `DELETE` only: the writer is still closing the file.
         finishing: Option<bool>,
-        /// With `per_speaker`: each speaker's file so far (`{participant, file, bytes}`).
+        /// With `per_speaker`: each speaker's file so far (`{participant, node, file, bytes}`).
         tracks: Option<Vec<TrackState>>,
+        /// A node recording its speakers for a spread room's recording started on another node (no `file`: no mix here).
+        node: Option<String>,
     }
 
     /// A speaker's file of a per-speaker recording.
     #[derive(ToSchema)]
     pub(crate) struct TrackState {
         participant: u64,
+        /// In a cluster, the node whose recordings directory holds the file.
+        node: Option<String>,
         file: String,
         bytes: u64,
     }

@@ -1,5 +1,6 @@
 //! Room-wide control across the nodes of a spread room: a change applied
-//! here to this node's copy of a room (`PATCH /v1/rooms/{room}`, a ban) is
+//! here to this node's copy of a room (`PATCH /v1/rooms/{room}`, a ban, a
+//! per-speaker recording started or stopped) is
 //! told to every other node hosting the room, which applies it to its own
 //! copy; a node that joins a room's span says so, so that the others read
 //! the span at once rather than at their next refresh.
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tutti_cluster::{Cluster, ControlMessage, RoomSpread};
 
 use super::node::Node;
+use crate::outputs::SpeakersTimeline;
 use crate::room::RoomUpdate;
 
 /// What one node tells the other nodes of a room's span to apply.
@@ -44,6 +46,15 @@ pub(crate) enum Control {
     Joined,
     /// `DELETE /v1/rooms/{room}`: every node closes its copy.
     Close,
+    /// `POST …/recording` with `per_speaker`: every node records its own
+    /// speakers, on the sender's timeline (same file names, same zero tick).
+    RecordSpeakers { started_ms: u64, zero_tick: u64, only: Option<Vec<u64>> },
+    /// `DELETE …/recording`: every node closes its speakers' files and writes its sidecar.
+    StopSpeakers,
+    /// Whether the sender has a moderator of the room now (sent when that
+    /// changes, and to a node that joins the room): a moderator on any node
+    /// opens a waiting room, the last one gone applies `on_moderator_leave`.
+    Moderators { present: bool },
 }
 
 impl Control {
@@ -54,7 +65,15 @@ impl Control {
             Self::Ban { .. } => "ban",
             Self::Joined => "joined",
             Self::Close => "close",
+            Self::RecordSpeakers { .. } => "record_speakers",
+            Self::StopSpeakers => "stop_speakers",
+            Self::Moderators { .. } => "moderators",
         }
+    }
+
+    /// Tells the other nodes to record their speakers on `at`.
+    pub(crate) fn record_speakers(at: SpeakersTimeline) -> Self {
+        Self::RecordSpeakers { started_ms: at.started_ms, zero_tick: at.zero_tick, only: at.only }
     }
 }
 
@@ -88,6 +107,12 @@ pub(crate) fn apply(node: &Node, msg: &ControlMessage) -> Option<&'static str> {
     };
     if control == Control::Joined {
         node.span_wake.notify_one();
+        // The newcomer learns that a moderator is here (it hears of later changes as they come).
+        if let Ok(room) = node.rooms.get(&msg.room)
+            && room.has_moderator_here()
+        {
+            publish(node.dir.as_ref(), &msg.room, &Control::Moderators { present: true });
+        }
         return Some(control.kind());
     }
     let room = node.rooms.get(&msg.room).ok().filter(|r| !r.is_handed_over() && !r.is_closed())?;
@@ -127,6 +152,19 @@ pub(crate) fn apply(node: &Node, msg: &ControlMessage) -> Option<&'static str> {
                 return None;
             }
         },
+        Control::RecordSpeakers { started_ms, zero_tick, only } => {
+            let at = SpeakersTimeline { started_ms: *started_ms, zero_tick: *zero_tick, only: only.clone() };
+            if let Err(e) = node.outputs.start_speakers_here(&room, &at) {
+                tracing::warn!(room = %msg.room, origin = %msg.origin, error = %e, "per-speaker recording from another node refused");
+                return None;
+            }
+        }
+        Control::StopSpeakers => {
+            let tracks = node.outputs.stop_speakers_here(&room)?;
+            // The files close on their writers' threads; the sidecar is written off the async threads.
+            tokio::task::spawn_blocking(move || tracks.stop(None));
+        }
+        Control::Moderators { present } => node.rooms.moderator_elsewhere(&room, &msg.origin, *present),
         Control::Joined => {}
     }
     tracing::info!(room = %msg.room, origin = %msg.origin, kind = control.kind(), "room control from another node applied");
@@ -170,6 +208,9 @@ mod tests {
             Control::Ban { key: "id:mallory".into(), seconds: 60 },
             Control::Joined,
             Control::Close,
+            Control::RecordSpeakers { started_ms: 1_795_912_398_123, zero_tick: 89_795_619_906, only: Some(vec![7]) },
+            Control::StopSpeakers,
+            Control::Moderators { present: true },
         ];
         for c in all {
             let json = serde_json::to_value(&c).expect("encodes");

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use tutti_cluster::{Cluster, RoomSpread};
 
+use super::control::{self, Control};
 use super::locks::RoomGuard;
 use super::node::Node;
 use super::roster::{self, Roster};
@@ -109,6 +110,8 @@ fn relay_events(cluster: Cluster, room: &Arc<Room>, roster: Arc<Roster>) {
     // Read only where rooms may spread (an unread subscriber would hold the channel's messages).
     let mut data = spread.then(|| room.subscribe_data());
     let weak = Arc::downgrade(room);
+    // Whether the other nodes were last told that a moderator is here.
+    let mut moderator_told = false;
     tokio::spawn(async move {
         loop {
             let batch = tokio::select! {
@@ -141,6 +144,20 @@ fn relay_events(cluster: Cluster, room: &Arc<Room>, roster: Arc<Roster>) {
                         batch.events.iter().any(|e| matches!(e, RoomEvent::RoomClosed | RoomEvent::Shutdown { .. }));
                     if spread {
                         roster::note_batch(&roster, &name, &batch);
+                        // This node's first moderator came, or its last one went: the other nodes hear of it.
+                        let members_changed = batch.events.iter().any(|e| {
+                            matches!(
+                                e,
+                                RoomEvent::Joined { .. } | RoomEvent::Left { .. } | RoomEvent::AttributesChanged { .. }
+                            )
+                        });
+                        if members_changed
+                            && let Some(here) = weak.upgrade().map(|r| r.has_moderator_here())
+                            && here != moderator_told
+                        {
+                            moderator_told = here;
+                            control::publish(Some(&cluster), &name, &Control::Moderators { present: here });
+                        }
                     }
                     if let Some(json) = batch.local_json() {
                         cluster.publish_event(&name, String::from_utf8_lossy(&json).into_owned());

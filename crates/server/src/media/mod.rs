@@ -235,6 +235,10 @@ impl MediaHandle {
         if let Some(m) = mesh.as_mut() {
             m.set_tick_base(tick_base);
         }
+        if let Some(o) = &cfg.outputs {
+            // Per-speaker recordings' sidecars number ticks so: alike on every node.
+            o.set_tick_base(tick_base);
+        }
         let mesh_control = mesh.as_ref().map(mesh::Mesh::control);
         let shared = Arc::new(io::IoShared {
             rooms: rooms.clone(),

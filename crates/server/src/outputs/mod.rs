@@ -31,7 +31,7 @@ pub mod webhook;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Config;
@@ -172,6 +172,27 @@ pub(crate) struct Outputs {
     watched: Mutex<HashSet<RoomKey>>,
     /// Frames the recorders' queues refused (counted here, on push).
     dropped: AtomicU64,
+    /// This node's id in a cluster (set once at start): events, webhooks
+    /// and sidecars say which node has which file.
+    node: OnceLock<String>,
+    /// The clock's tick 0 in ticks since the Unix epoch (set at start):
+    /// every node numbers the same instant alike.
+    tick_base: AtomicU64,
+    /// Speakers' files this node records for a recording started on
+    /// another node of a spread room (no mix: that node records it).
+    node_tracks: Mutex<HashMap<RoomKey, Arc<tracks::Tracks>>>,
+}
+
+/// Where a per-speaker recording's files go on the room's timeline: what
+/// the node that started it tells the other nodes of a spread room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SpeakersTimeline {
+    /// When the recording started (its files' names), Unix milliseconds.
+    pub(crate) started_ms: u64,
+    /// The timeline's zero, in ticks since the Unix epoch (as every node numbers them).
+    pub(crate) zero_tick: u64,
+    /// Only these participants (`None`: everyone who speaks).
+    pub(crate) only: Option<Vec<u64>>,
 }
 
 impl Outputs {
@@ -191,7 +212,32 @@ impl Outputs {
             forwarders: Mutex::new(HashMap::new()),
             watched: Mutex::new(HashSet::new()),
             dropped: AtomicU64::new(0),
+            node: OnceLock::new(),
+            tick_base: AtomicU64::new(0),
+            node_tracks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Names this node (cluster mode; once, at start).
+    pub(crate) fn set_node(&self, id: &str) {
+        let _ = self.node.set(id.to_owned());
+    }
+
+    /// Sets the clock's tick 0 in ticks since the Unix epoch (the media
+    /// plane's, at start).
+    pub(crate) fn set_tick_base(&self, base: u64) {
+        self.tick_base.store(base, Ordering::Relaxed);
+    }
+
+    fn node(&self) -> Option<String> {
+        self.node.get().cloned()
+    }
+
+    /// Where a recording's tracks sit: `zero_tick` in ticks since the Unix epoch (`None`: the room's next tick).
+    fn timeline(&self, zero_tick: Option<u64>) -> tracks::Timeline {
+        let tick_base = self.tick_base.load(Ordering::Relaxed);
+        let zero_tick = zero_tick.map(|t| t.saturating_sub(tick_base));
+        tracks::Timeline { zero_tick, tick_base, node: self.node() }
     }
 
     /// As `cfg` asks (validated already); the webhook senders' tasks run on `runtime`.
@@ -279,8 +325,11 @@ impl Outputs {
         let done = Arc::new(AtomicBool::new(false));
         let counted = Arc::new(AtomicU64::new(0));
         let on_finish = {
-            let (room, done, counted, webhooks) = (room.clone(), done.clone(), counted.clone(), self.webhooks.clone());
-            Box::new(move |f: &RecordingFinished| finished(&room, f, &done, &counted, webhooks.as_deref()))
+            let (room, done, counted, webhooks, node) =
+                (room.clone(), done.clone(), counted.clone(), self.webhooks.clone(), self.node());
+            Box::new(move |f: &RecordingFinished| {
+                finished(&room, f, &done, &counted, webhooks.as_deref(), node.as_deref());
+            })
         };
         let recorder = Recorder::start(&room.id, started, cfg, Some(on_finish))
             .map_err(|e| OutputError::Internal(e.to_string()))?;
@@ -300,14 +349,7 @@ impl Outputs {
                     PerSpeaker::Only(ids) => Some(ids),
                     _ => None,
                 };
-                // Each track's file tells the room and the webhooks when it closes, as the mix's does.
-                let (room2, webhooks) = (room.clone(), self.webhooks.clone());
-                let finish: tracks::FinishFor = Arc::new(move || {
-                    let (room, webhooks) = (room2.clone(), webhooks.clone());
-                    let (done, counted) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-                    Box::new(move |f: &RecordingFinished| finished(&room, f, &done, &counted, webhooks.as_deref()))
-                });
-                Some(tracks::Tracks::start(room, cfg, started, only, finish))
+                Some(tracks::Tracks::start(room, cfg, started, only, self.track_finish(room), self.timeline(None)))
             }
         };
         let rec = Recording {
@@ -327,6 +369,53 @@ impl Outputs {
         Ok(state)
     }
 
+    /// What makes each speaker's file tell the room and the webhooks when it closes, as the mix's does.
+    fn track_finish(&self, room: &Arc<Room>) -> tracks::FinishFor {
+        let (room, webhooks, node) = (room.clone(), self.webhooks.clone(), self.node());
+        Arc::new(move || {
+            let (room, webhooks, node) = (room.clone(), webhooks.clone(), node.clone());
+            let (done, counted) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+            Box::new(move |f: &RecordingFinished| {
+                finished(&room, f, &done, &counted, webhooks.as_deref(), node.as_deref());
+            })
+        })
+    }
+
+    /// The timeline of `room`'s per-speaker recording, if one runs here.
+    pub(crate) fn speakers_timeline(&self, room: &Room) -> Option<SpeakersTimeline> {
+        let recs = lock(&self.recordings);
+        let rec = recs.get(&room.key)?;
+        let (zero_tick, only) = rec.tracks.as_ref()?.timeline();
+        let started_ms = rec.started.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        Some(SpeakersTimeline { started_ms, zero_tick, only })
+    }
+
+    /// Records this node's speakers of `room` on the timeline of a
+    /// per-speaker recording another node of the spread room started (the
+    /// same file names and zero tick, this node's own directory, quotas,
+    /// events and webhooks), on the current tokio runtime.
+    pub(crate) fn start_speakers_here(&self, room: &Arc<Room>, at: &SpeakersTimeline) -> Result<(), OutputError> {
+        let cfg = self.recording.as_ref().ok_or(OutputError::RecordingDisabled)?;
+        let mut here = lock(&self.node_tracks);
+        if here.contains_key(&room.key) || lock(&self.recordings).contains_key(&room.key) {
+            return Err(OutputError::RecordingActive(room.id.clone()));
+        }
+        let started = UNIX_EPOCH + Duration::from_millis(at.started_ms);
+        let only = at.only.as_ref().map(|o| o.iter().copied().collect());
+        let timeline = self.timeline(Some(at.zero_tick));
+        let tracks = tracks::Tracks::start(room, cfg, started, only, self.track_finish(room), timeline);
+        here.insert(room.key, tracks);
+        tracing::info!(room = %room.id, zero_tick = at.zero_tick, "recording this node's speakers for another node's recording");
+        Ok(())
+    }
+
+    /// Ends [`Outputs::start_speakers_here`]'s recording of `room`: the
+    /// caller stops it ([`tracks::Tracks::stop`], which writes this node's
+    /// sidecar) off the async threads.
+    pub(crate) fn stop_speakers_here(&self, room: &Room) -> Option<Arc<tracks::Tracks>> {
+        lock(&self.node_tracks).remove(&room.key)
+    }
+
     /// Stops recording `room`: the caller waits for the writer with
     /// [`Recording::recorder`] (`outcome`), off the media threads.
     pub(crate) fn stop_recording(&self, room: &Room) -> Result<Recording, OutputError> {
@@ -340,8 +429,14 @@ impl Outputs {
     }
 
     /// The state of `room`'s recording, if it has one.
+    /// Without one, the speakers' files this node records for another node's recording.
     pub(crate) fn recording_state(&self, room: &Room) -> Option<serde_json::Value> {
-        lock(&self.recordings).get(&room.key).map(Recording::state)
+        if let Some(state) = lock(&self.recordings).get(&room.key).map(Recording::state) {
+            return Some(state);
+        }
+        lock(&self.node_tracks)
+            .get(&room.key)
+            .map(|t| serde_json::json!({ "active": true, "file": null, "node": self.node(), "tracks": t.state() }))
     }
 
     /// Starts forwarding `room`'s mix to `dest` (which the allow-list must contain).
@@ -448,10 +543,16 @@ impl Outputs {
         for (room, dest) in ended {
             tracing::info!(%room, %dest, "rtp_out ended with its room");
         }
-        if !finished_tracks.is_empty() {
+        // Another node's recording of a room closed here: this node's files close, its sidecar is written.
+        let ended_here: Vec<Arc<tracks::Tracks>> =
+            lock(&self.node_tracks).extract_if(|_, t| t.room_closed()).map(|(_, t)| t).collect();
+        if !finished_tracks.is_empty() || !ended_here.is_empty() {
             tokio::task::spawn_blocking(move || {
                 for r in &finished_tracks {
                     r.finish_tracks();
+                }
+                for t in &ended_here {
+                    t.stop(None);
                 }
             });
         }
@@ -487,8 +588,18 @@ impl Outputs {
     /// included. For shutdown, after the rooms were closed.
     pub(crate) async fn shutdown(&self, timeout: Duration, webhooks_timeout: Duration) {
         let recs: Vec<Recording> = lock(&self.recordings).drain().map(|(_, r)| r).collect();
+        let here: Vec<Arc<tracks::Tracks>> = lock(&self.node_tracks).drain().map(|(_, t)| t).collect();
         lock(&self.forwarders).clear();
         self.active.store(0, Ordering::Relaxed);
+        if !here.is_empty() {
+            let _ = tokio::task::spawn_blocking(move || {
+                for t in &here {
+                    t.stop(None);
+                    t.wait(timeout);
+                }
+            })
+            .await;
+        }
         if !recs.is_empty() {
             for r in &recs {
                 r.recorder.stop();
@@ -541,6 +652,7 @@ fn finished(
     done: &AtomicBool,
     counted: &AtomicU64,
     webhooks: Option<&WebhookSender>,
+    node: Option<&str>,
 ) {
     let file = f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let reason = f.reason.code();
@@ -556,11 +668,14 @@ fn finished(
         bytes: f.bytes,
         duration_seconds: f.duration.as_secs_f64(),
         reason,
+        node: node.map(str::to_owned),
     });
     count_bytes(counted, f.bytes);
     m::recording_finished(reason);
     if let Some(w) = webhooks {
-        w.send(&WebhookEvent::RecordingFinished { room: f.room.clone(), recording: f.into() });
+        let mut recording: webhook::RecordingInfo = f.into();
+        recording.node = node.map(str::to_owned);
+        w.send(&WebhookEvent::RecordingFinished { room: f.room.clone(), recording });
     }
     done.store(true, Ordering::Relaxed);
 }

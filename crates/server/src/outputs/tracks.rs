@@ -12,7 +12,9 @@
 //! ```
 //!
 //! The zero of the timeline is the room's tick when the recording started;
-//! a file's offset is where its first frame goes. Between frames a
+//! a file's offset is where its first frame goes. The sidecar numbers ticks
+//! from the Unix epoch (20 ms each), as every node of a cluster does, so a
+//! spread room's nodes, each recording its own speakers, share one timeline. Between frames a
 //! recorder fills the silence with concealment packets (as the mix's does),
 //! so a file's own time keeps the room's. A speaker is recorded while the
 //! mixer selects them (the room's `max_speakers` loudest): in a room where
@@ -52,6 +54,8 @@ pub(crate) struct Tracks {
     started: SystemTime,
     /// The room's tick at the start: the timeline's zero.
     zero_tick: u64,
+    /// This node's tick 0 in ticks since the Unix epoch.
+    tick_base: u64,
     /// Only these participants (none: everyone who speaks).
     only: Option<HashSet<u64>>,
     tracks: Mutex<HashMap<u64, Track>>,
@@ -60,6 +64,19 @@ pub(crate) struct Tracks {
     stopped: tokio::sync::watch::Sender<bool>,
     /// Speakers past [`MAX_TRACKS`], not recorded.
     refused: AtomicU64,
+    /// This node's id in a cluster: named beside each file and in the sidecar.
+    node: Option<String>,
+}
+
+/// Where a recording's tracks sit: the timeline, and this node.
+pub(crate) struct Timeline {
+    /// The zero, in this node's room ticks (`None`: the room's next tick;
+    /// another node's recording gives its own, translated).
+    pub(crate) zero_tick: Option<u64>,
+    /// This node's tick 0 in ticks since the Unix epoch (the sidecar's numbering).
+    pub(crate) tick_base: u64,
+    /// This node's id in a cluster.
+    pub(crate) node: Option<String>,
 }
 
 /// What makes each track's finish callback (the room's events, webhooks, metrics).
@@ -67,23 +84,26 @@ pub(crate) type FinishFor = Arc<dyn Fn() -> OnFinish + Send + Sync>;
 
 impl Tracks {
     /// Starts recording `room`'s speakers (those of `only`, if given) from
-    /// its next tick, on the current tokio runtime.
+    /// its next tick (or `at`'s zero), on the current tokio runtime.
     pub(crate) fn start(
         room: &Arc<Room>,
         cfg: &RecordingConfig,
         started: SystemTime,
         only: Option<HashSet<u64>>,
         on_finish: FinishFor,
+        at: Timeline,
     ) -> Arc<Self> {
         let tracks = Arc::new(Self {
             room: Arc::clone(room),
             cfg: cfg.clone(),
             started,
-            zero_tick: room.last_tick() + 1,
+            zero_tick: at.zero_tick.unwrap_or_else(|| room.last_tick() + 1),
+            tick_base: at.tick_base,
             only,
             tracks: Mutex::new(HashMap::new()),
             stopped: tokio::sync::watch::channel(false).0,
             refused: AtomicU64::new(0),
+            node: at.node,
         });
         // Internal: not one of the room's `limits.speaker_feeds_per_room`.
         if let Some(mut feed) = room.subscribe_speaker_frames(usize::MAX) {
@@ -148,7 +168,7 @@ impl Tracks {
     }
 
     /// Stops every track and writes the sidecar (`mix`: the mix's file and
-    /// its first tick, when it has one). Returns the sidecar's file name.
+    /// its first tick, this node's, when it has one). Returns the sidecar's file name.
     /// Its disk I/O is small; the caller runs it off the async threads.
     pub(crate) fn stop(&self, mix: Option<(&str, u64)>) -> Option<String> {
         self.stopped.send_replace(true);
@@ -162,10 +182,11 @@ impl Tracks {
             .map(|(id, t)| {
                 serde_json::json!({
                     "participant": id,
+                    "node": self.node,
                     "identity": t.identity,
                     "name": t.name,
                     "file": t.file,
-                    "first_tick": t.first_tick,
+                    "first_tick": t.first_tick + self.tick_base,
                     "offset_seconds": offset(t.first_tick),
                 })
             })
@@ -174,10 +195,13 @@ impl Tracks {
         drop(tracks);
         let sidecar = serde_json::json!({
             "room": self.room.id,
+            "node": self.node,
             "started_at": self.started.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "zero_tick": self.zero_tick,
+            "zero_tick": self.zero_tick + self.tick_base,
             "tick_seconds": TICK_SECONDS,
-            "mix": mix.map(|(file, tick)| serde_json::json!({ "file": file, "first_tick": tick, "offset_seconds": offset(tick) })),
+            "mix": mix.map(|(file, tick)| {
+                serde_json::json!({ "file": file, "first_tick": tick + self.tick_base, "offset_seconds": offset(tick) })
+            }),
             "tracks": list,
             "speakers_not_recorded": self.refused.load(Ordering::Relaxed),
         });
@@ -196,10 +220,28 @@ impl Tracks {
         let tracks = lock(&self.tracks);
         let mut list: Vec<serde_json::Value> = tracks
             .iter()
-            .map(|(id, t)| serde_json::json!({ "participant": id, "file": t.file, "bytes": t.recorder.stats().bytes }))
+            .map(|(id, t)| {
+                serde_json::json!({ "participant": id, "node": self.node, "file": t.file, "bytes": t.recorder.stats().bytes })
+            })
             .collect();
         list.sort_by_key(|t| t["participant"].as_u64());
         serde_json::Value::from(list)
+    }
+
+    /// Whether its room was closed (deleted, or every participant gone).
+    pub(crate) fn room_closed(&self) -> bool {
+        self.room.is_closed()
+    }
+
+    /// The timeline's zero (in ticks since the Unix epoch) and the
+    /// participants recorded (`None`: everyone who speaks): what another
+    /// node records its own speakers by.
+    pub(crate) fn timeline(&self) -> (u64, Option<Vec<u64>>) {
+        let mut only: Option<Vec<u64>> = self.only.as_ref().map(|o| o.iter().copied().collect());
+        if let Some(o) = &mut only {
+            o.sort_unstable();
+        }
+        (self.zero_tick + self.tick_base, only)
     }
 
     /// Waits (up to `timeout`, blocking) for every track's file to be closed.

@@ -166,6 +166,9 @@ pub struct RecordingInfo {
     /// What went wrong, when `reason` is `error`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// In a cluster, the node whose recordings directory holds the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// A file played into a room, as the `playback_*` events describe it.
@@ -800,6 +803,7 @@ impl From<&super::recording::RecordingFinished> for RecordingInfo {
                 super::recording::StopReason::Error(e) => Some(e.clone()),
                 _ => None,
             },
+            node: None,
         }
     }
 }

@@ -68,7 +68,15 @@ pub(crate) enum RoomEvent {
         error: Option<String>,
     },
     /// A recording ended (`reason`: `stopped`, `limit`, `error`) and its file is closed.
-    RecordingFinished { file: String, bytes: u64, duration_seconds: f64, reason: &'static str },
+    RecordingFinished {
+        file: String,
+        bytes: u64,
+        duration_seconds: f64,
+        reason: &'static str,
+        /// In a cluster, the node whose recordings directory holds the file.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
     /// A file started playing into the room (`purpose`: `announcement` or
     /// `hold`; enter and leave sounds are not told).
     PlaybackStarted {

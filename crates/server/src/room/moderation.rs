@@ -1,5 +1,7 @@
 //! A room's moderation options and state (the rules are `waiting`'s).
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 use super::member::Member;
@@ -40,6 +42,8 @@ pub(crate) struct Waiting {
     pub(crate) options: Moderation,
     /// Held: no moderator has joined since the room started waiting.
     pub(crate) waiting: bool,
+    /// The other nodes of a spread room that say they have a moderator.
+    pub(crate) elsewhere: HashSet<String>,
 }
 
 /// Whether `member` is a moderator.

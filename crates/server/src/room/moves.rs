@@ -32,6 +32,7 @@ use std::time::Instant;
 use tutti_mix::ParticipantId;
 use tutti_rtc::PeerId;
 
+use super::moderation::is_moderator;
 use super::{Effect, LeaveReason, Room, RoomError, RoomEvent, Rooms};
 use crate::sync::lock;
 
@@ -87,6 +88,7 @@ impl Rooms {
             (m.is_stereo(pid), m.seat_of(pid).unwrap_or(0))
         });
         from.remove(ParticipantId(id));
+        let was_moderator = is_moderator(&member);
         // Put back as it was when the new room refuses it after all.
         let original = member.clone();
         let back = |original: super::Member| {
@@ -110,6 +112,11 @@ impl Rooms {
         member.talking = false;
         member.hand = false;
         member.deaf = false;
+        // For moderation, a move is a leave of the old room and a join of the
+        // new one: held there on arrival while it waits for its moderator.
+        let moderator = is_moderator(&member);
+        let held = !member.muted && to.joins_muted(moderator);
+        member.muted |= held;
         let listen_only = member.listen_only;
         let muted = member.muted;
         let seat = to.seat_for(id, &identity, &mut member.attributes);
@@ -156,6 +163,13 @@ impl Rooms {
         to.sounds_on_join(members);
         from.publish(RoomEvent::Left { id, reason: LeaveReason::MovedRoom.as_str() });
         to.publish(RoomEvent::Joined { id, name: name.clone(), attributes });
+        if held {
+            to.publish(RoomEvent::Muted { id, muted: true });
+        }
+        if was_moderator && from.after_moderator_left() {
+            lock(&self.unmoderated).push((from.id.clone(), from.key));
+        }
+        to.after_join(moderator);
         tracing::info!(from = %from.id, to = %to.id, participant = id, listen_only, "participant moved");
         Ok((MoveOutcome { speak: !listen_only, name }, io.map(|io| Effect::Rehome { peer: PeerId(id), io })))
     }

@@ -98,7 +98,7 @@ pub(crate) struct Rooms {
     pub(super) replaced: Mutex<Vec<Effect>>,
     /// Rooms whose last moderator left, set to end then, for the session
     /// layer to close ([`Rooms::take_unmoderated`]).
-    unmoderated: Mutex<Vec<(String, RoomKey)>>,
+    pub(super) unmoderated: Mutex<Vec<(String, RoomKey)>>,
     /// What new rooms play (`[playback]`: limit and sounds).
     pub(super) playback: RwLock<playback::Defaults>,
     /// The last [`DEPARTED_KEPT`] participants that left (oldest first), so
@@ -402,6 +402,15 @@ impl Rooms {
         room.sounds_on_join(members);
         room.after_join(moderator);
         Ok((name, gate, attributes))
+    }
+
+    /// Another node of spread `room` (`node`) has a moderator now, or no
+    /// longer ([`Room`]'s `moderator_elsewhere`): a room to end is closed by
+    /// the session layer, as after a moderator's leave here.
+    pub(crate) fn moderator_elsewhere(&self, room: &Room, node: &str, present: bool) {
+        if room.moderator_elsewhere(node, present) {
+            lock(&self.unmoderated).push((room.id.clone(), room.key));
+        }
     }
 
     /// Removes participant `id` from `room`. `Ok(None)` when its peer was not

@@ -18,6 +18,12 @@
 //! ([`Rooms::add_member`]) holds or opens, a leave ([`Rooms::leave`])
 //! notes that the last moderator went; the session layer carries out an
 //! `end` (the room's peers are closed there).
+//!
+//! In a room spread over nodes, each node says whether it has a moderator
+//! (the cluster layer sends it as a control message when that changes, and
+//! again to a node that joins the room); a moderator on any node counts
+//! ([`Rooms::moderator_elsewhere`]): one there opens the room here, and the
+//! last one gone anywhere applies `on_moderator_leave` here too.
 
 use tutti_mix::ParticipantId;
 
@@ -37,9 +43,33 @@ impl Room {
         lock(&self.waiting).waiting
     }
 
-    /// Whether a moderator is in the room now.
+    /// Whether a moderator is in the room now: here, or on another node of a spread room.
     pub(crate) fn has_moderator(&self) -> bool {
+        self.has_moderator_here() || !lock(&self.waiting).elsewhere.is_empty()
+    }
+
+    /// Whether one of this node's participants is a moderator.
+    pub(crate) fn has_moderator_here(&self) -> bool {
         lock(&self.members).values().any(is_moderator)
+    }
+
+    /// Another node of a spread room (`node`) says whether it has a
+    /// moderator: the first one opens a waiting room; the last one gone
+    /// (none here either) applies `on_moderator_leave`. Whether the room is
+    /// to end now (as [`Room::after_moderator_left`]).
+    pub(super) fn moderator_elsewhere(&self, node: &str, present: bool) -> bool {
+        let changed = {
+            let mut w = lock(&self.waiting);
+            if present { w.elsewhere.insert(node.to_owned()) } else { w.elsewhere.remove(node) }
+        };
+        match (changed, present) {
+            (false, _) => false,
+            (true, true) => {
+                self.open();
+                false
+            }
+            (true, false) => self.after_moderator_left(),
+        }
     }
 
     /// Sets the room's moderation options (at creation, or an admin's

@@ -225,6 +225,11 @@ pub fn cluster_node(
     id: &str,
     redis: &tutti_client::redis::RedisServer,
 ) -> (tokio::runtime::Runtime, Server) {
+    start_with(cluster_node_config(ip, id, redis))
+}
+
+/// The config [`cluster_node`] starts a node with (free ports on `ip`).
+pub fn cluster_node_config(ip: [u8; 4], id: &str, redis: &tutti_client::redis::RedisServer) -> Config {
     let any = SocketAddr::from((ip, 0));
     let http_port = std::net::TcpListener::bind(any).and_then(|l| l.local_addr()).expect("a port").port();
     let media_port = std::net::UdpSocket::bind(any).and_then(|s| s.local_addr()).expect("a port").port();
@@ -244,12 +249,45 @@ pub fn cluster_node(
     // Debug builds on a busy machine tick slowly: a 20 ms budget would count the node full.
     cfg.cluster.tick_budget_seconds = 1.0;
     cfg.cluster.capacity = 100;
-    start_with(cfg)
+    cfg
 }
 
-/// Creates `room` (the JSON `body`) through the first of `apis` once every
-/// node answers, and returns the index of the node that holds it.
-pub fn cluster_room(apis: &[SocketAddr], admin: &str, room: &str, body: &str) -> usize {
+/// A join of `room` placed on the [`cluster_node`] at `api`: a WHIP offer
+/// with a redirect ticket carrying `grants` (`{"room", "speak", "listen",
+/// "admin"}`), as a node sending the join there would mint it.
+pub fn join_placed(
+    api: SocketAddr,
+    room: &str,
+    identity: &str,
+    grants: &serde_json::Value,
+    freq: f32,
+) -> tutti_client::ToneClient {
+    use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
+    let path = format!("/v1/rooms/{room}/participants");
+    let key = TicketKey::new(&derive_key(MOVE_SECRET.as_bytes(), TICKET_PURPOSE), 30);
+    let ticket =
+        key.mint(room, identity, grants.clone(), ("POST", &path), tutti_server::auth::unix_now()).expect("a ticket").0;
+    let (mut client, offer) = tutti_client::ToneClient::offer(freq).expect("an offer");
+    let as_ticket = format!("{path}?ticket={ticket}");
+    let r = tutti_client::request_as(
+        api,
+        &tutti_client::Requester::default(),
+        "POST",
+        &as_ticket,
+        Some("application/sdp"),
+        offer.as_bytes(),
+    )
+    .expect("the join answers");
+    assert_eq!(r.status, 201, "{identity} joins on {api}: {}", r.body);
+    client.location = r.header("location").unwrap_or_default().to_owned();
+    let id = client.location.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    client.accept_answer(&r.body, id).expect("the answer");
+    client
+}
+
+/// Once every node of `apis` answers, `create` is tried (every 200 ms, for
+/// 15 s at most) until it gives a value (an error: what it was answered).
+fn when_nodes_answer<T>(apis: &[SocketAddr], admin: &str, mut create: impl FnMut() -> Result<T, String>) -> T {
     use tutti_client::{Requester, request_as};
     let as_admin = Requester::token(admin);
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -258,17 +296,48 @@ pub fn cluster_room(apis: &[SocketAddr], admin: &str, room: &str, body: &str) ->
             .iter()
             .all(|api| request_as(*api, &as_admin, "GET", "/v1/node", None, b"").is_ok_and(|r| r.status == 200));
         if up {
-            let r = request_as(apis[0], &as_admin, "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
-                .expect("API");
-            // Made here (201), or placed on another node (307 to it).
-            if r.status == 201 || r.status == 307 {
-                break;
+            match create() {
+                Ok(made) => return made,
+                Err(answer) => assert!(Instant::now() < deadline, "no node took the room: {answer}"),
             }
-            assert!(Instant::now() < deadline, "no node took the room: {} {}", r.status, r.body);
         }
         assert!(Instant::now() < deadline, "the nodes did not start");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Creates a room with its options (the JSON `body`) once every node of
+/// `apis` answers: through the first, following its `307` to the node the
+/// directory places the room on (so that node makes it with the body).
+/// Returns the index of the node that holds it.
+pub fn cluster_room_made(apis: &[SocketAddr], admin: &str, body: &str) -> usize {
+    use tutti_client::{Requester, request_following};
+    let as_admin = Requester::token(admin);
+    let json = Some("application/json");
+    when_nodes_answer(apis, admin, || {
+        let (r, at, _) =
+            request_following(apis[0], &as_admin, "POST", "/v1/rooms", json, body.as_bytes(), 2).expect("API");
+        match r.status {
+            201 => Ok(apis.iter().position(|a| *a == at).unwrap_or_else(|| panic!("{at} is not ours"))),
+            _ => Err(format!("{} {}", r.status, r.body)),
+        }
+    })
+}
+
+/// Creates `room` (the JSON `body`) through the first of `apis` once every
+/// node answers, and returns the index of the node that holds it.
+pub fn cluster_room(apis: &[SocketAddr], admin: &str, room: &str, body: &str) -> usize {
+    use tutti_client::{Requester, request_as};
+    let as_admin = Requester::token(admin);
+    when_nodes_answer(apis, admin, || {
+        let r = request_as(apis[0], &as_admin, "POST", "/v1/rooms", Some("application/json"), body.as_bytes())
+            .expect("API");
+        // Made here (201), or placed on another node (307 to it).
+        match r.status {
+            201 | 307 => Ok(()),
+            _ => Err(format!("{} {}", r.status, r.body)),
+        }
+    });
     // The node a GET names (whichever node answers it), by its id.
     let r = request_as(apis[0], &as_admin, "GET", &format!("/v1/rooms/{room}"), None, b"").expect("API");
     let body: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
@@ -279,4 +348,15 @@ pub fn cluster_room(apis: &[SocketAddr], admin: &str, room: &str, body: &str) ->
         serde_json::from_str::<serde_json::Value>(&r.body).unwrap_or_default()["node"].as_str().map(str::to_owned)
     };
     apis.iter().position(|a| id(a).as_deref() == Some(owner.as_str())).unwrap_or_else(|| panic!("{owner} is not ours"))
+}
+
+/// A fresh directory of its own (`tag`: tests run side by side) holding
+/// `hold.opus`, a tone of `hz` for `playback.hold_music`.
+pub fn hold_music_dir(tag: &str, hz: f32) -> std::path::PathBuf {
+    let (hold, _) = tutti_server::outputs::ogg::tone_file(hz, 100).expect("tone file");
+    let dir = std::env::temp_dir().join(format!("tutti-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("hold.opus"), hold).expect("write");
+    dir
 }

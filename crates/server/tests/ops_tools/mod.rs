@@ -130,3 +130,42 @@ pub fn tone_frames(freq: f32, frames: usize) -> Vec<Vec<u8>> {
         })
         .collect()
 }
+
+/// The PCM of an Ogg/Opus file (pre-skip removed), decoded with libopus.
+pub fn decode_ogg(path: &std::path::Path) -> Vec<f32> {
+    let data = std::fs::read(path).expect("the recording");
+    let pages = read_pages(&data).expect("well-formed Ogg pages");
+    let mut dec = opus::Decoder::new(48_000, opus::Channels::Mono).expect("a decoder");
+    let mut pcm = Vec::new();
+    for p in &packets(&pages)[2..] {
+        let mut out = [0f32; 960];
+        let n = dec.decode_float(p, &mut out, false).expect("every packet decodes");
+        pcm.extend_from_slice(&out[..n]);
+    }
+    pcm.split_off(312.min(pcm.len()))
+}
+
+/// Seconds into `pcm` (48 kHz) of the first 20 ms window where `freq` is
+/// heard (amplitude over `floor`), if any.
+pub fn onset_of(pcm: &[f32], freq: f32, floor: f32) -> Option<f64> {
+    pcm.chunks(960).position(|w| w.len() == 960 && tutti_mix::goertzel(w, freq) > floor).map(|i| i as f64 * 0.02)
+}
+
+/// Waits (up to 5 s) for every one of `files` to be closed (its last Ogg
+/// page ends the stream), then checks that Debian's `ffprobe` reads each as Opus.
+pub fn ffprobe_reads_opus(files: &[PathBuf]) {
+    let ffprobe = ensure_tool("ffprobe", "ffmpeg");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while files.iter().any(|f| {
+        read_pages(&std::fs::read(f).unwrap_or_default()).map_or(true, |p| p.last().is_none_or(|p| p.flags & 4 == 0))
+    }) && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for f in files {
+        let mut cmd = Command::new(&ffprobe);
+        cmd.args(["-v", "error", "-show_entries", "stream=codec_name", "-of", "csv=p=0"]).arg(f);
+        let out = run(&mut cmd, "ffprobe", Duration::from_secs(20)).unwrap_or_else(|e| panic!("ffprobe: {e}"));
+        assert!(out.contains("opus"), "ffprobe reads {}: {out}", f.display());
+    }
+}
