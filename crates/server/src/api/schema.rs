@@ -171,6 +171,8 @@ pub(crate) mod shapes {
         finishing: Option<bool>,
         /// With `per_speaker`: each speaker's file so far (`{participant, file, bytes}`).
         tracks: Option<Vec<TrackState>>,
+        /// 2: a spatial room's stereo render; 1: mono.
+        channels: Option<u8>,
     }
 
     /// A speaker's file of a per-speaker recording.
@@ -218,5 +220,7 @@ pub(crate) mod shapes {
         bytes: u64,
         /// Sends that failed.
         failed: u64,
+        /// 2: a spatial room's stereo render as stereo Opus; 1: mono.
+        channels: u8,
     }
 }
