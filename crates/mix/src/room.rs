@@ -103,6 +103,8 @@ pub struct Room {
     stereo_out: Delivery,
     /// Participants marked stereo ([`Room::set_stereo`]), sources and remotes not counted.
     stereo_members: usize,
+    /// Outputs taking the stereo render ([`Room::set_stereo_outputs`]).
+    stereo_outputs: usize,
     /// How the last tick served the listeners.
     mode: MixMode,
     /// Ticks of mix in a row with exactly one speaker (for `mix_hold_ticks`).
@@ -154,6 +156,7 @@ impl Room {
             stereo_listener: None,
             stereo_out: Delivery::Nothing,
             stereo_members: 0,
+            stereo_outputs: 0,
             mode: MixMode::Silent,
             alone_for: 0,
             recent: Vec::with_capacity(PRIME_FRAMES + 1),
@@ -274,11 +277,12 @@ impl Room {
     }
 
     /// What a stereo listener of a spatial room who is not a selected
-    /// speaker is sent after the last tick (the same as
-    /// [`Room::listener_delivery`] in a room that is not spatial, or
-    /// without stereo listeners).
+    /// speaker (or a stereo output, [`Room::set_stereo_outputs`]) is sent
+    /// after the last tick: the same as [`Room::listener_delivery`] in a
+    /// room that is not spatial, or with neither stereo listeners nor
+    /// stereo outputs.
     pub fn stereo_listener_delivery(&self) -> &Delivery {
-        if self.cfg.spatial && self.stereo_members > 0 { &self.stereo_out } else { &self.listener_out }
+        if self.renders_stereo() { &self.stereo_out } else { &self.listener_out }
     }
 
     /// How the last tick served the listeners.

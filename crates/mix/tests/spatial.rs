@@ -151,6 +151,40 @@ fn a_lone_talker_is_heard_from_their_seat_and_forwarded_without_stereo_listeners
     assert_eq!(room.mode(), MixMode::Forward(talker.id), "mono listeners only: forwarded again");
 }
 
+/// A stereo output (a recording, an RTP forwarder) makes a spatial room
+/// encode its stereo render with no stereo listener in it: a lone talker is
+/// mixed at their seat, not forwarded; without outputs, forwarded again.
+#[test]
+fn a_stereo_output_takes_the_stereo_render_without_stereo_listeners() {
+    let pool = MixPool::new(1).expect("pool");
+    let mut room = Room::new(RoomConfig { spatial: true, ..Default::default() }).expect("room");
+    let mut talker = ToneParticipant::new(1, 440.0);
+    room.add_participant(talker.id).expect("join");
+    room.set_seat(talker.id, -MAX_SEAT).expect("seat");
+    room.add_participant(tutti_mix::ParticipantId(2)).expect("a mono listener");
+    room.set_stereo_outputs(1);
+    let mut ear = StereoEar::new();
+    let mut last = None;
+    for tick in 0..60 {
+        let packet = talker.next_packet(0.2);
+        room.push_packet(talker.id, packet).expect("push");
+        last = Some(room.tick(&pool, tick));
+        ear.receive(room.stereo_listener_delivery().payload());
+    }
+    assert_eq!(room.mode(), MixMode::Mix, "mixed at their seat, not forwarded");
+    assert_eq!(last.expect("ticks ran").encodes, 2, "the mono and the stereo render");
+    let (l, r) = (tail(&ear.left, 0.5), tail(&ear.right, 0.5));
+    assert!(db(goertzel(l, 440.0), goertzel(r, 440.0)) >= 6.0, "heard from the left");
+    room.set_stereo_outputs(0);
+    for tick in 60..100 {
+        let packet = talker.next_packet(if tick % 20 < 3 { 0.0 } else { 0.2 });
+        room.push_packet(talker.id, packet).expect("push");
+        room.tick(&pool, tick);
+    }
+    assert_eq!(room.mode(), MixMode::Forward(talker.id), "no stereo output: forwarded again");
+    assert_eq!(room.stereo_listener_delivery(), room.listener_delivery());
+}
+
 fn frame(values: &[f32]) -> Pcm {
     let mut pcm = [0.0; FRAME_SAMPLES];
     for (i, x) in pcm.iter_mut().enumerate() {

@@ -52,6 +52,16 @@ impl Room {
         Ok(())
     }
 
+    /// How many outputs of the room (a recording, an RTP forwarder) take
+    /// its stereo render, from the next tick: while any does, a spatial
+    /// room renders and encodes the stereo listeners' stream even with no
+    /// stereo listener in it (one encode, shared by all of them and the
+    /// stereo listeners; [`Room::stereo_listener_delivery`]), and a lone
+    /// speaker is mixed at their seat rather than forwarded.
+    pub fn set_stereo_outputs(&mut self, outputs: usize) {
+        self.stereo_outputs = outputs;
+    }
+
     /// Whether a participant is marked stereo ([`Room::set_stereo`]).
     pub fn is_stereo(&self, id: ParticipantId) -> bool {
         self.participant(id).is_ok_and(|p| p.stereo)
@@ -64,7 +74,7 @@ impl Room {
 
     /// Whether this tick renders in stereo for anyone.
     pub(super) fn renders_stereo(&self) -> bool {
-        self.cfg.spatial && self.stereo_members > 0
+        self.cfg.spatial && (self.stereo_members > 0 || self.stereo_outputs > 0)
     }
 
     /// Places the selected speakers not placed yet, in selection order,

@@ -176,6 +176,9 @@ pub(crate) struct StartRecording {
     /// participant ids: those), with a sidecar placing them on the room's timeline.
     #[schema(value_type = Option<Object>)]
     per_speaker: Option<serde_json::Value>,
+    /// A spatial room's mix in two channels (its stereo render's packets);
+    /// default `recording.stereo` (true). Mono in a room that is not spatial.
+    stereo: Option<bool>,
 }
 
 /// Starts recording the room (admin of the room): its mix, and with
@@ -225,7 +228,7 @@ pub(super) async fn start(
         }
     };
     check_quota(&api).await?;
-    let body = api.outputs.start_recording_with(&state, per_speaker).map_err(output_error)?;
+    let body = api.outputs.start_recording_with(&state, per_speaker, start.stereo).map_err(output_error)?;
     // A spread room: every other node records its own speakers on this recording's timeline.
     if let Some(at) = api.outputs.speakers_timeline(&state) {
         control::publish(api.node.dir.as_ref(), &state.id, &Control::record_speakers(at));

@@ -34,6 +34,10 @@ pub(super) fn routes() -> Router<Arc<ApiState>> {
 struct StartRtpOut {
     /// `host:port` of the receiver, an IP address (no names: the allow-list is by address).
     address: String,
+    /// A spatial room's mix as stereo Opus (its stereo render's packets,
+    /// `stereo=1` in the SDP); default `rtp_out.stereo` (true). Mono in a
+    /// room that is not spatial.
+    stereo: Option<bool>,
 }
 
 /// Forwards the room's mix as RTP/Opus to an address in `rtp_out.allowed` (admin of the room).
@@ -71,7 +75,7 @@ pub(super) async fn start(
     if dest.ip().is_unspecified() || dest.ip().is_multicast() || dest.port() == 0 {
         return Err(output_error(OutputError::BadValue(format!("{dest} is not a unicast address with a port"))));
     }
-    let body = api.outputs.start_rtp_out(&state, dest).map_err(output_error)?;
+    let body = api.outputs.start_rtp_out(&state, dest, req.stereo).map_err(output_error)?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 

@@ -173,6 +173,8 @@ pub(crate) mod shapes {
         tracks: Option<Vec<TrackState>>,
         /// A node recording its speakers for a spread room's recording started on another node (no `file`: no mix here).
         node: Option<String>,
+        /// 2: a spatial room's stereo render; 1: mono.
+        channels: Option<u8>,
     }
 
     /// A speaker's file of a per-speaker recording.
@@ -222,5 +224,7 @@ pub(crate) mod shapes {
         bytes: u64,
         /// Sends that failed.
         failed: u64,
+        /// 2: a spatial room's stereo render as stereo Opus; 1: mono.
+        channels: u8,
     }
 }

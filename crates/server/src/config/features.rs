@@ -24,6 +24,11 @@ pub struct RecordingSettings {
     pub max_duration_seconds: f64,
     /// Frames queued to a recording's writer thread (50 = 1 s); beyond: dropped, counted, concealed.
     pub queue_frames: usize,
+    /// Whether a spatial room is recorded in stereo (two channels: the
+    /// stereo render's packets, no extra encode) unless the request says
+    /// `stereo`; a room that is not spatial when the recording starts is
+    /// recorded in mono.
+    pub stereo: bool,
 }
 
 impl Default for RecordingSettings {
@@ -35,6 +40,7 @@ impl Default for RecordingSettings {
             dir_max_bytes: 10 * 1024 * 1024 * 1024,
             max_duration_seconds: 14_400.0,
             queue_frames: 500,
+            stereo: true,
         }
     }
 }
@@ -185,12 +191,22 @@ impl RtpOutSettings {
 }
 
 /// Forwarding a room's mix as plain RTP (`POST /v1/rooms/{room}/rtp_out`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RtpOutSettings {
     /// Networks a stream may be sent to (`"127.0.0.0/8"`, `"10.1.2.3/32"`,
     /// `"fd00::/8"`); empty = RTP out disabled (403 `rtp_out_disabled`).
     pub allowed: Vec<String>,
+    /// Whether a spatial room's mix is forwarded as stereo Opus (the stereo
+    /// render's packets, `stereo=1` in the SDP) unless the request says
+    /// `stereo`; a room that is not spatial when forwarding starts is sent mono.
+    pub stereo: bool,
+}
+
+impl Default for RtpOutSettings {
+    fn default() -> Self {
+        Self { allowed: Vec::new(), stereo: true }
+    }
 }
 
 /// Plain RTP/AVP participants: a SIP gateway (FreeSWITCH, Asterisk) or

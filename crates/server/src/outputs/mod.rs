@@ -34,6 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+
 use crate::Config;
 use crate::cidr::Cidr;
 use crate::metrics::outputs as m;
@@ -93,6 +95,34 @@ pub(crate) struct Recording {
     first_tick: AtomicU64,
     /// A file per speaker, when asked for.
     pub(crate) tracks: Option<Arc<tracks::Tracks>>,
+    /// A stereo recording (two channels): it takes the room's stereo render.
+    stereo: Option<StereoTap>,
+}
+
+/// While it lives, its room encodes its stereo render for an output, which
+/// takes those packets ([`RoomMix::stereo_feed`]): no encode of its own.
+struct StereoTap(Arc<Room>);
+
+impl StereoTap {
+    /// A tap on `room` when `stereo` is asked for and the room is spatial
+    /// (a room that is not spatial has no stereo render: its output is mono).
+    fn on(room: &Arc<Room>, stereo: bool) -> Option<Self> {
+        (stereo && room.is_spatial()).then(|| {
+            room.take_stereo(true);
+            Self(room.clone())
+        })
+    }
+}
+
+impl Drop for StereoTap {
+    fn drop(&mut self) {
+        self.0.take_stereo(false);
+    }
+}
+
+/// What an output takes of `mix`: the stereo render's packets or the listeners'.
+fn feed_of(mix: &RoomMix, stereo: bool) -> &Bytes {
+    if stereo { &mix.stereo_feed().payload } else { &mix.listeners.payload }
 }
 
 /// Which speakers a room recording gives a file of their own.
@@ -128,6 +158,7 @@ impl Recording {
             "frames": s.frames,
             "gap_frames": s.gap_frames,
             "dropped_frames": s.dropped,
+            "channels": if self.stereo.is_some() { 2 } else { 1 },
             "tracks": self.tracks.as_ref().map(|t| t.state()),
         })
     }
@@ -141,6 +172,8 @@ pub(crate) struct Forward {
     sdp: String,
     /// Packets and failures already counted in the metrics.
     counted: (u64, u64),
+    /// A stereo stream: it takes the room's stereo render.
+    stereo: Option<StereoTap>,
 }
 
 impl Forward {
@@ -155,13 +188,24 @@ impl Forward {
             "packets": s.packets,
             "bytes": s.bytes,
             "failed": s.failed,
+            "channels": if self.stereo.is_some() { 2 } else { 1 },
         })
     }
+}
+
+/// Whether a spatial room's outputs are stereo unless their request says.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stereo {
+    recording: bool,
+    rtp_out: bool,
 }
 
 /// Every room's recordings and forwarders, and the webhook sender.
 pub(crate) struct Outputs {
     recording: Option<RecordingConfig>,
+    /// Whether recordings and RTP out of a spatial room are stereo unless
+    /// their request says (`[recording] stereo`, `[rtp_out] stereo`).
+    stereo: Stereo,
     networks: Vec<Cidr>,
     webhooks: Option<Arc<WebhookSender>>,
     /// Recordings plus forwarders: the clock's fast path when zero.
@@ -205,6 +249,7 @@ impl Outputs {
     fn with(recording: Option<RecordingConfig>, networks: Vec<Cidr>, webhooks: Option<Arc<WebhookSender>>) -> Self {
         Self {
             recording,
+            stereo: Stereo::default(),
             networks,
             webhooks,
             active: AtomicUsize::new(0),
@@ -257,7 +302,8 @@ impl Outputs {
             tracing::info!(urls = cfg.webhooks.urls.len(), "webhooks on");
             Some(Arc::new(sender))
         };
-        Ok(Self::with(recording, networks, webhooks))
+        let stereo = Stereo { recording: cfg.recording.stereo, rtp_out: cfg.rtp_out.stereo };
+        Ok(Self { stereo, ..Self::with(recording, networks, webhooks) })
     }
 
     /// Whether rooms may be recorded.
@@ -280,11 +326,11 @@ impl Outputs {
             if !recs.is_empty() {
                 for mix in mixes {
                     // An empty payload is a DTX pause: the recorder conceals the gap by tick.
-                    if let Some(r) = recs.get(&mix.key)
-                        && !mix.listeners.payload.is_empty()
-                    {
+                    let Some(r) = recs.get(&mix.key) else { continue };
+                    let payload = feed_of(mix, r.stereo.is_some());
+                    if !payload.is_empty() {
                         let _ = r.first_tick.compare_exchange(u64::MAX, mix.tick, Ordering::Relaxed, Ordering::Relaxed);
-                        if r.recorder.push(mix.tick, mix.listeners.payload.clone()) == PushOutcome::Dropped {
+                        if r.recorder.push(mix.tick, payload.clone()) == PushOutcome::Dropped {
                             self.dropped.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -294,10 +340,10 @@ impl Outputs {
         let mut fwds = lock(&self.forwarders);
         if !fwds.is_empty() {
             for mix in mixes {
-                if let Some(f) = fwds.get_mut(&mix.key)
-                    && !mix.listeners.payload.is_empty()
-                {
-                    let _ = f.fwd.send(mix.tick, &mix.listeners.payload);
+                let Some(f) = fwds.get_mut(&mix.key) else { continue };
+                let payload = feed_of(mix, f.stereo.is_some());
+                if !payload.is_empty() {
+                    let _ = f.fwd.send(mix.tick, payload);
                 }
             }
         }
@@ -306,15 +352,17 @@ impl Outputs {
     /// Starts recording `room`: the file is opened by its writer thread;
     /// frames flow from the next tick (the first join's, in an empty room).
     pub(crate) fn start_recording(&self, room: &Arc<Room>) -> Result<serde_json::Value, OutputError> {
-        self.start_recording_with(room, PerSpeaker::Off)
+        self.start_recording_with(room, PerSpeaker::Off, None)
     }
 
     /// [`Outputs::start_recording`], with a file per speaker as `per_speaker`
-    /// asks (see `tracks`): started on the current tokio runtime.
+    /// asks (see `tracks`): started on the current tokio runtime. `stereo`
+    /// (default `[recording] stereo`): a spatial room's mix in two channels.
     pub(crate) fn start_recording_with(
         &self,
         room: &Arc<Room>,
         per_speaker: PerSpeaker,
+        stereo: Option<bool>,
     ) -> Result<serde_json::Value, OutputError> {
         let cfg = self.recording.as_ref().ok_or(OutputError::RecordingDisabled)?;
         // The thread starts outside the lock the clock takes every tick.
@@ -331,7 +379,10 @@ impl Outputs {
                 finished(&room, f, &done, &counted, webhooks.as_deref(), node.as_deref());
             })
         };
-        let recorder = Recorder::start(&room.id, started, cfg, Some(on_finish))
+        let stereo = StereoTap::on(room, stereo.unwrap_or(self.stereo.recording));
+        let channels = if stereo.is_some() { 2 } else { 1 };
+        let mix_cfg = RecordingConfig { channels, ..cfg.clone() };
+        let recorder = Recorder::start(&room.id, started, &mix_cfg, Some(on_finish))
             .map_err(|e| OutputError::Internal(e.to_string()))?;
         let file = recorder.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut recs = lock(&self.recordings);
@@ -361,6 +412,7 @@ impl Outputs {
             counted,
             first_tick: AtomicU64::new(u64::MAX),
             tracks,
+            stereo,
         };
         let state = rec.state();
         recs.insert(room.key, rec);
@@ -439,8 +491,15 @@ impl Outputs {
             .map(|t| serde_json::json!({ "active": true, "file": null, "node": self.node(), "tracks": t.state() }))
     }
 
-    /// Starts forwarding `room`'s mix to `dest` (which the allow-list must contain).
-    pub(crate) fn start_rtp_out(&self, room: &Arc<Room>, dest: SocketAddr) -> Result<serde_json::Value, OutputError> {
+    /// Starts forwarding `room`'s mix to `dest` (which the allow-list must
+    /// contain); `stereo` (default `[rtp_out] stereo`): a spatial room's mix
+    /// as stereo Opus.
+    pub(crate) fn start_rtp_out(
+        &self,
+        room: &Arc<Room>,
+        dest: SocketAddr,
+        stereo: Option<bool>,
+    ) -> Result<serde_json::Value, OutputError> {
         if self.networks.is_empty() {
             return Err(OutputError::RtpOutDisabled);
         }
@@ -451,7 +510,9 @@ impl Outputs {
         if lock(&self.forwarders).contains_key(&room.key) {
             return Err(OutputError::RtpOutActive(room.id.clone()));
         }
-        let fwd = RtpForwarder::new(RtpOutConfig::new(dest)).map_err(|e| match e {
+        let stereo = StereoTap::on(room, stereo.unwrap_or(self.stereo.rtp_out));
+        let rtp = RtpOutConfig { stereo: stereo.is_some(), ..RtpOutConfig::new(dest) };
+        let fwd = RtpForwarder::new(rtp).map_err(|e| match e {
             crate::outputs::rtp_out::RtpOutError::Socket(e) => {
                 OutputError::Internal(format!("cannot open a socket: {e}"))
             }
@@ -459,7 +520,7 @@ impl Outputs {
         })?;
         let sdp = fwd.sdp(&format!("tutti room {}", room.id));
         tracing::info!(room = %room.id, %dest, ssrc = fwd.ssrc(), "rtp_out started");
-        let f = Forward { room: room.clone(), fwd, dest, sdp, counted: (0, 0) };
+        let f = Forward { room: room.clone(), fwd, dest, sdp, counted: (0, 0), stereo };
         let state = f.state();
         let mut fwds = lock(&self.forwarders);
         if fwds.contains_key(&room.key) {

@@ -37,7 +37,7 @@ pub struct RtpOutConfig {
     pub payload_type: u8,
     /// The SSRC; `None`: random.
     pub ssrc: Option<u32>,
-    /// Whether the stream is stereo (`a=fmtp` `stereo=1`); tutti's mix is mono.
+    /// Whether the stream is stereo (`a=fmtp` `stereo=1`): a spatial room's stereo render.
     pub stereo: bool,
 }
 

@@ -77,6 +77,8 @@ pub(super) struct Mixing {
     /// The participants who asked for stereo (a spatial room's stereo
     /// render), sorted.
     stereo: Arc<[u64]>,
+    /// Outputs (recordings, RTP forwarders) taking the stereo render.
+    stereo_outputs: usize,
     /// Whisper channels (see `whisper`).
     pub(super) whispers: super::whisper::Whispers,
 }
@@ -183,8 +185,9 @@ pub(crate) struct RoomMix {
     /// The feed of each whisper channel whose speaker talks this tick (the
     /// room plus the channel), for its members who are not selected speakers.
     pub(crate) channels: Vec<(u64, Feed)>,
-    /// A spatial room with stereo listeners: their feed (the stereo render)
-    /// and who they are (sorted ids); the others get `listeners`.
+    /// A spatial room with stereo listeners or stereo outputs: their feed
+    /// (the stereo render) and the listeners (sorted ids); the others get
+    /// `listeners`.
     pub(crate) stereo: Option<(Feed, Arc<[u64]>)>,
 }
 
@@ -237,6 +240,13 @@ impl RoomMix {
         &self.listeners
     }
 
+    /// What a stereo output (a recording, an RTP forwarder) takes: the
+    /// stereo render's packets, encoded once for everyone who takes them,
+    /// or the listeners' mono ones while the room is not spatial.
+    pub(crate) fn stereo_feed(&self) -> &Feed {
+        self.stereo.as_ref().map_or(&self.listeners, |(feed, _)| feed)
+    }
+
     /// Nobody is sent anything this tick (a silent room between its DTX frames).
     pub(crate) fn sends_nothing(&self) -> bool {
         self.listeners.payload.is_empty()
@@ -258,6 +268,7 @@ impl Room {
                 playbacks: Default::default(),
                 deaf: Arc::from([]),
                 stereo: Arc::from([]),
+                stereo_outputs: 0,
                 whispers: Default::default(),
             }),
             inbox: Mutex::new(Vec::new()),
@@ -531,6 +542,15 @@ impl Room {
         true
     }
 
+    /// One more output (`on`) or one fewer takes the room's stereo render
+    /// (see [`RoomMix::stereo_feed`]), from the next tick.
+    pub(crate) fn take_stereo(&self, on: bool) {
+        let mut m = lock(&self.mixing);
+        m.stereo_outputs = if on { m.stereo_outputs + 1 } else { m.stereo_outputs.saturating_sub(1) };
+        let outputs = m.stereo_outputs;
+        m.mixer.set_stereo_outputs(outputs);
+    }
+
     /// Seats a participant (its `tutti.seat` attribute changed).
     pub(crate) fn set_seat(&self, id: u64, seat: i8) {
         let _ = lock(&self.mixing).mixer.set_seat(ParticipantId(id), seat);
@@ -652,7 +672,7 @@ impl Room {
             deaf: m.deaf.clone(),
             channels: m.mixer.channel_deliveries().map(|(c, d)| (c.0, feed(d, None, Some(c.0)))).collect(),
             whisper: whisper.clone(),
-            stereo: (m.mixer.config().spatial && !m.stereo.is_empty())
+            stereo: (m.mixer.config().spatial && (!m.stereo.is_empty() || m.stereo_outputs > 0))
                 .then(|| (feed(m.mixer.stereo_listener_delivery(), None, None), m.stereo.clone())),
         };
         if report.whisper_encodes > 0 {
