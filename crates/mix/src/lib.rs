@@ -154,6 +154,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod binaural;
 mod codec;
 mod config;
 mod dsp;
