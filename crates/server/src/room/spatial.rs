@@ -47,9 +47,11 @@ impl<'de> Deserialize<'de> for SpatialMode {
                 Ok(on.into())
             }
             fn visit_str<E: de::Error>(self, name: &str) -> Result<SpatialMode, E> {
+                // "true" and "false" too: an override (`--set`, the
+                // environment) is text, typed like the default ("off").
                 match name {
-                    "off" => Ok(SpatialMode::Off),
-                    "panned" => Ok(SpatialMode::Panned),
+                    "off" | "false" => Ok(SpatialMode::Off),
+                    "panned" | "true" => Ok(SpatialMode::Panned),
                     "binaural" => Ok(SpatialMode::Binaural),
                     _ => Err(E::invalid_value(de::Unexpected::Str(name), &self)),
                 }
@@ -85,6 +87,7 @@ mod tests {
         assert_eq!(read("true").expect("true"), SpatialMode::Panned);
         assert_eq!(read("false").expect("false"), SpatialMode::Off);
         assert_eq!(read(r#""binaural""#).expect("binaural"), SpatialMode::Binaural);
+        assert_eq!(read(r#""true""#).expect("an override's text"), SpatialMode::Panned);
         let err = read(r#""hrtf""#).expect_err("unknown").to_string();
         assert!(err.contains(r#""panned" or "binaural""#), "{err}");
         assert_eq!(serde_json::to_string(&SpatialMode::Binaural).expect("json"), r#""binaural""#);
