@@ -24,6 +24,15 @@ const HOUR: Duration = Duration::from_secs(3600);
 const WAIT: Duration = Duration::from_secs(10);
 const ROOM: &str = "attrs";
 
+/// A server with tokens on (this file's secret), and the key to mint them.
+fn start_authed() -> (tokio::runtime::Runtime, tutti_server::Server, Auth) {
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = SECRET.to_owned();
+    let (rt, server) = start_with(cfg);
+    (rt, server, Auth::new(SECRET).expect("secret"))
+}
+
 fn with(grant: Grant, pairs: &[(&str, &str)]) -> Grant {
     let attributes = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     Grant { attributes, ..grant }
@@ -205,12 +214,8 @@ fn webhooks_carry_a_participants_attributes() {
 /// kept), told to the room as `attributes_changed`.
 #[test]
 fn a_room_switched_to_spatial_seats_everyone_in_it() {
-    let mut cfg = test_config();
-    cfg.auth.disabled = false;
-    cfg.auth.secret = SECRET.to_owned();
-    let (_rt, server) = start_with(cfg);
+    let (_rt, server, auth) = start_authed();
     let api = server.http_addr();
-    let auth = Auth::new(SECRET).expect("secret");
     let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
     let admin = mint(Grant::admin("host"));
     let r = call(api, &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"{ROOM}"}}"#));
@@ -239,12 +244,8 @@ fn a_room_switched_to_spatial_seats_everyone_in_it() {
 /// themselves; a mode that does not exist is refused and changes nothing.
 #[test]
 fn a_room_switched_to_binaural_keeps_its_peers_hearing_each_other() {
-    let mut cfg = test_config();
-    cfg.auth.disabled = false;
-    cfg.auth.secret = SECRET.to_owned();
-    let (_rt, server) = start_with(cfg);
+    let (_rt, server, auth) = start_authed();
     let api = server.http_addr();
-    let auth = Auth::new(SECRET).expect("secret");
     let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
     let admin = mint(Grant::admin("host"));
     let r = call(api, &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"{ROOM}","spatial":"panned"}}"#));
