@@ -52,7 +52,7 @@ pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, SpeakerFeed};
 pub(crate) use rooms::{Effect, Joiner, Rooms, clean_name, valid_room_id};
-pub(crate) use spatial::SpatialMode;
+pub use spatial::SpatialMode;
 pub(crate) use stage::{CarriedStage, RoomUpdate};
 pub(crate) use voice::{ParticipantVoice, double_option, parse_noise_suppression};
 

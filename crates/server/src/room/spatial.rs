@@ -12,7 +12,7 @@ use utoipa::openapi::{RefOr, Schema};
 /// Written `true` (panned), `false` (off) or by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum SpatialMode {
+pub enum SpatialMode {
     /// Every voice from the middle, one mono render.
     #[default]
     Off,
@@ -24,7 +24,7 @@ pub(crate) enum SpatialMode {
 
 impl SpatialMode {
     /// Whether speakers sit on seats (panned or binaural).
-    pub(crate) fn is_spatial(self) -> bool {
+    pub fn is_spatial(self) -> bool {
         self != Self::Off
     }
 }
