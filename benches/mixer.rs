@@ -22,7 +22,8 @@
 //!
 //! The spatial figures (`cargo bench --bench mixer -- spatial` runs them
 //! alone): a spatial room of 500 and of 1,000, 10 % talking, against the
-//! same room mono, ticks alternated; `spatial.md` holds them.
+//! same room mono, ticks alternated, panned and binaural (`-- binaural`
+//! runs the binaural case alone); `spatial.md` holds them.
 //!
 //! The voice figures (`cargo bench --bench mixer -- voice` runs them alone)
 //! price noise suppression (RNNoise) and loudness normalisation: one room of
@@ -352,9 +353,10 @@ const SPATIAL_N: [usize; 2] = [500, 1_000];
 /// Alternated ticks per spatial case (after 50 warm-up ticks each).
 const SPATIAL_ROUNDS: usize = 400;
 
-/// A room of `n`: spatial or not, every `stereo_every`-th participant asking for stereo.
-fn spatial_room(n: usize, spatial: bool, stereo_every: usize) -> Room {
-    let mut room = Room::new(RoomConfig { spatial, ..RoomConfig::default() }).expect("room");
+/// A room of `n`: spatial (binaural or panned) or not, every
+/// `stereo_every`-th participant asking for stereo.
+fn spatial_room(n: usize, spatial: bool, binaural: bool, stereo_every: usize) -> Room {
+    let mut room = Room::new(RoomConfig { spatial, binaural, ..RoomConfig::default() }).expect("room");
     for i in 0..n {
         let id = ParticipantId(i as u64);
         room.add_participant(id).expect("join");
@@ -386,18 +388,21 @@ fn push_levels(room: &mut Room, frames: &Frames, n: usize, t: u64, level: impl F
 
 /// The spatial figures (`cargo bench --bench mixer -- spatial`): a tick of
 /// a spatial room against the same room mono, alternated tick by tick, on
-/// each pool size of [`pool_threads`].
-fn bench_spatial(frames: &Frames) {
+/// each pool size of [`pool_threads`], for each of `modes` (binaural or panned).
+fn bench_spatial(frames: &Frames, modes: &[bool]) {
     let mut lines = vec![
-        "| room | stereo listeners | pool threads | mono, ms/tick | spatial, ms/tick | spatial / mono | µs per participant (spatial) | encodes per tick (mono → spatial) |".to_owned(),
-        "|---|---|---:|---:|---:|---:|---:|---|".to_owned(),
+        "| room | mode | stereo listeners | pool threads | mono, ms/tick | spatial, ms/tick | spatial / mono | µs per participant (spatial) | encodes per tick (mono → spatial) |".to_owned(),
+        "|---|---|---|---:|---:|---:|---:|---:|---|".to_owned(),
     ];
     for threads in pool_threads() {
         let pool = MixPool::new(threads).expect("pool");
         for n in SPATIAL_N {
-            for (who, every) in [("all", 1), ("half", 2)] {
-                let mono = std::cell::RefCell::new(spatial_room(n, false, every));
-                let spatial = std::cell::RefCell::new(spatial_room(n, true, every));
+            for (&binaural, (who, every)) in
+                modes.iter().flat_map(|b| std::iter::repeat(b).zip([("all", 1), ("half", 2)]))
+            {
+                let mode = if binaural { "binaural" } else { "panned" };
+                let mono = std::cell::RefCell::new(spatial_room(n, false, false, every));
+                let spatial = std::cell::RefCell::new(spatial_room(n, true, binaural, every));
                 let t = std::cell::Cell::new(0u64);
                 let step = |room: &std::cell::RefCell<Room>| {
                     let mut room = room.borrow_mut();
@@ -418,7 +423,7 @@ fn bench_spatial(frames: &Frames) {
                 );
                 let (e_mono, e_spatial) = encodes.get();
                 lines.push(format!(
-                    "| {n}, 10 % talking | {who} | {threads} | {m_mono:.3} | {m_spatial:.3} | {:.2}x | {:.2} | {e_mono} → {e_spatial} |",
+                    "| {n}, 10 % talking | {mode} | {who} | {threads} | {m_mono:.3} | {m_spatial:.3} | {:.2}x | {:.2} | {e_mono} → {e_spatial} |",
                     m_spatial / m_mono,
                     m_spatial * 1e3 / n as f64
                 ));
@@ -1071,9 +1076,12 @@ fn main() {
     if std::env::args().any(|a| a.contains("voice")) {
         bench_voice(&mut c, &frames);
     }
-    // The spatial figures too: `cargo bench --bench mixer -- spatial`.
+    // The spatial figures too: `cargo bench --bench mixer -- spatial`
+    // (panned and binaural), `-- binaural` (binaural alone).
     if std::env::args().any(|a| a.contains("spatial")) {
-        bench_spatial(&frames);
+        bench_spatial(&frames, &[false, true]);
+    } else if std::env::args().any(|a| a.contains("binaural")) {
+        bench_spatial(&frames, &[true]);
     }
     c.final_summary();
     // The paired figures run unless a filter that excludes them was given.

@@ -82,9 +82,10 @@ enum RoomsCommand {
         /// Everyone but a moderator joins muted.
         #[arg(long)]
         join_muted: bool,
-        /// Speakers on seats, heard in stereo by the clients that ask for it (docs/features/spatial.md).
-        #[arg(long)]
-        spatial: bool,
+        /// Speakers on seats, heard in stereo by the clients that ask for it (docs/features/spatial.md):
+        /// `--spatial` (panned), `--spatial binaural` (for headphones).
+        #[arg(long, num_args = 0..=1, default_missing_value = "panned", value_parser = ["off", "panned", "binaural"])]
+        spatial: Option<String>,
     },
     /// Sends a data message to everyone in a room (or to `--to` participants), as the backend.
     Send {
@@ -274,7 +275,7 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
             put(&mut body, "wait_for_moderator", wait_for_moderator.then_some(json!(true)));
             put(&mut body, "on_moderator_leave", on_moderator_leave.as_ref().map(|o| json!(o)));
             put(&mut body, "join_muted", join_muted.then_some(json!(true)));
-            put(&mut body, "spatial", spatial.then_some(json!(true)));
+            put(&mut body, "spatial", spatial.as_ref().map(|mode| json!(mode)));
             let r = api.call("POST", "/v1/rooms", Some(&body))?;
             if json {
                 return print_json(&r.body);

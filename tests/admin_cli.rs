@@ -211,7 +211,15 @@ fn an_admin_manages_rooms_and_participants_with_the_cli() {
     )))
     .expect("JSON");
     assert_eq!((&json["waiting"], &json["moderation"]["on_moderator_leave"]), (&json!(true), &json!("end")), "{json}");
-    assert_eq!(json["spatial"], json!(true), "{json}");
+    assert_eq!((&json["spatial"], &json["spatial_mode"]), (&json!(true), &json!("panned")), "{json}");
+    let json: Value = serde_json::from_str(&ok(tutti(
+        &served,
+        admin,
+        None,
+        &["rooms", "create", "headphones", "--spatial", "binaural", "--json"],
+    )))
+    .expect("JSON");
+    assert_eq!((&json["spatial"], &json["spatial_mode"]), (&json!(true), &json!("binaural")), "{json}");
 
     // Lock shows in the table; delete removes the room.
     let out = ok(tutti(&served, admin, None, &["rooms", "lock", ROOM]));

@@ -120,6 +120,11 @@ pub struct RoomConfig {
     /// the participants who asked for it ([`crate::Room::set_stereo`]), in
     /// mono (the stereo render's channels averaged) for the others. Default off.
     pub spatial: bool,
+    /// With `spatial`, the stereo render is binaural: each seat through a
+    /// dummy head's impulse responses (for headphones) rather than panned.
+    /// The mono render stays the stereo one's downmix, at the panned level
+    /// (within 1 dB). Default off.
+    pub binaural: bool,
 }
 
 /// Ticks between two DTX frames sent to a listener while nobody speaks (400 ms).
@@ -150,6 +155,7 @@ impl Default for RoomConfig {
             loudness: false,
             loudness_target_dbfs: DEFAULT_LOUDNESS_TARGET_DBFS,
             spatial: false,
+            binaural: false,
         }
     }
 }

@@ -105,6 +105,12 @@
 //! at most K+2 encodes a tick. Whisper channels' mixes stay mono.
 //! `tests/spatial.rs` checks the render per channel.
 //!
+//! The stereo render is panned (constant power), or with
+//! [`RoomConfig::binaural`] each seat's voices go through a dummy head's
+//! impulse responses (`binaural.rs`: summed per seat, then one FIR per
+//! occupied seat and ear, O(K)); `tests/binaural.rs` checks the interaural
+//! level and delay, N-minus-self and the mono level through real Opus.
+//!
 //! ## Voice processing
 //!
 //! Only the selected speakers' voices are processed, so the cost is O(K):
@@ -154,6 +160,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod binaural;
 mod codec;
 mod config;
 mod dsp;

@@ -45,6 +45,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::binaural::Binaural;
 use crate::codec::Encoder;
 use crate::config::RoomConfig;
 use crate::dsp::Limiter;
@@ -105,6 +106,8 @@ pub struct Room {
     stereo_members: usize,
     /// Outputs taking the stereo render ([`Room::set_stereo_outputs`]).
     stereo_outputs: usize,
+    /// A binaural room's per-seat filters and renders (made at the first tick that needs them).
+    binaural: Option<Box<Binaural>>,
     /// How the last tick served the listeners.
     mode: MixMode,
     /// Ticks of mix in a row with exactly one speaker (for `mix_hold_ticks`).
@@ -157,6 +160,7 @@ impl Room {
             stereo_out: Delivery::Nothing,
             stereo_members: 0,
             stereo_outputs: 0,
+            binaural: None,
             mode: MixMode::Silent,
             alone_for: 0,
             recent: Vec::with_capacity(PRIME_FRAMES + 1),

@@ -4,39 +4,12 @@
 
 mod common;
 
-use common::{ToneParticipant, tail};
+use common::{StereoEar, ToneParticipant, tail};
 use proptest::prelude::*;
 use tutti_mix::{
     FRAME_SAMPLES, Limiter, MAX_SEAT, MixMode, MixPool, Pcm, Room, RoomConfig, Stereo, accumulate_scaled, goertzel,
     mono_gain,
 };
-
-/// A client that decodes what it is sent in stereo, as a browser that asked for it does.
-struct StereoEar {
-    decoder: opus::Decoder,
-    left: Vec<f32>,
-    right: Vec<f32>,
-}
-
-impl StereoEar {
-    fn new() -> Self {
-        Self {
-            decoder: opus::Decoder::new(48_000, opus::Channels::Stereo).expect("decoder"),
-            left: vec![],
-            right: vec![],
-        }
-    }
-
-    fn receive(&mut self, payload: &[u8]) {
-        let mut both = [0.0f32; 2 * FRAME_SAMPLES];
-        let n = self.decoder.decode_float(payload, &mut both, false).expect("the stereo mix decodes");
-        assert_eq!(n, FRAME_SAMPLES);
-        for frame in both.chunks_exact(2) {
-            self.left.push(frame[0]);
-            self.right.push(frame[1]);
-        }
-    }
-}
 
 fn db(a: f32, b: f32) -> f32 {
     20.0 * (a / b).log10()

@@ -97,4 +97,5 @@ pub use config::{
     RoomDefaults, RtpInConfig, RtpOutSettings, TrunkConfig, WebhookSettings,
 };
 pub use media::MediaStats;
+pub use room::SpatialMode;
 pub use server::{API_THREAD_NICE, DrainEnd, Resources, Server, ServerError, api_runtime, lower_thread_priority};

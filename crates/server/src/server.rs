@@ -108,7 +108,8 @@ fn room_defaults(cfg: &Config) -> tutti_mix::RoomConfig {
         // Validated with the config: "auto", "on" or "off".
         noise_suppression: tutti_mix::NoiseSuppression::parse(&cfg.room.noise_suppression).unwrap_or_default(),
         loudness: cfg.room.loudness,
-        spatial: cfg.room.spatial,
+        spatial: cfg.room.spatial.is_spatial(),
+        binaural: cfg.room.spatial == crate::room::SpatialMode::Binaural,
         loudness_target_dbfs: cfg.room.loudness_target_dbfs as f32,
         ..tutti_mix::RoomConfig::default()
     }

@@ -24,6 +24,15 @@ const HOUR: Duration = Duration::from_secs(3600);
 const WAIT: Duration = Duration::from_secs(10);
 const ROOM: &str = "attrs";
 
+/// A server with tokens on (this file's secret), and the key to mint them.
+fn start_authed() -> (tokio::runtime::Runtime, tutti_server::Server, Auth) {
+    let mut cfg = test_config();
+    cfg.auth.disabled = false;
+    cfg.auth.secret = SECRET.to_owned();
+    let (rt, server) = start_with(cfg);
+    (rt, server, Auth::new(SECRET).expect("secret"))
+}
+
 fn with(grant: Grant, pairs: &[(&str, &str)]) -> Grant {
     let attributes = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     Grant { attributes, ..grant }
@@ -205,12 +214,8 @@ fn webhooks_carry_a_participants_attributes() {
 /// kept), told to the room as `attributes_changed`.
 #[test]
 fn a_room_switched_to_spatial_seats_everyone_in_it() {
-    let mut cfg = test_config();
-    cfg.auth.disabled = false;
-    cfg.auth.secret = SECRET.to_owned();
-    let (_rt, server) = start_with(cfg);
+    let (_rt, server, auth) = start_authed();
     let api = server.http_addr();
-    let auth = Auth::new(SECRET).expect("secret");
     let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
     let admin = mint(Grant::admin("host"));
     let r = call(api, &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"{ROOM}"}}"#));
@@ -231,4 +236,46 @@ fn a_room_switched_to_spatial_seats_everyone_in_it() {
     assert_eq!(attributes(&listed(api, &admin, bob.id)["attributes"]), set(&[("tutti.seat", "-3")]), "bob's own kept");
     let told = ws.wait_for(WAIT, |v| v["type"] == "attributes_changed" && v["id"] == alice.id);
     assert_eq!(attributes(&told["attributes"]), set(&[("tutti.seat", &alice_seat)]));
+}
+
+/// A room switched to binaural at run time (`"spatial":"binaural"`, beside
+/// `true`/`false`): the summary says the mode, everyone is seated, the
+/// peers (mono WebRTC clients) go on hearing each other and not
+/// themselves; a mode that does not exist is refused and changes nothing.
+#[test]
+fn a_room_switched_to_binaural_keeps_its_peers_hearing_each_other() {
+    let (_rt, server, auth) = start_authed();
+    let api = server.http_addr();
+    let mint = |g: Grant| auth.mint(&g, HOUR, unix_now()).expect("mint");
+    let admin = mint(Grant::admin("host"));
+    let r = call(api, &admin, "POST", "/v1/rooms", &format!(r#"{{"id":"{ROOM}","spatial":"panned"}}"#));
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.body.contains(r#""spatial":true,"spatial_mode":"panned""#), "{}", r.body);
+    let alice_t = mint(Grant::participant(ROOM, "alice"));
+    let bob_t = mint(Grant::participant(ROOM, "bob"));
+    let mut alice =
+        ToneClient::join_as(api, &Requester::token(&alice_t), ROOM, 440.0, JoinAs::Whip).expect("alice joins");
+    let mut bob = ToneClient::join_as(api, &Requester::token(&bob_t), ROOM, 660.0, JoinAs::Whip).expect("bob joins");
+
+    let r = call(api, &admin, "PATCH", &format!("/v1/rooms/{ROOM}"), r#"{"spatial":"binaural"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(r#""spatial":true,"spatial_mode":"binaural""#), "{}", r.body);
+    let r = call(api, &admin, "GET", &format!("/v1/rooms/{ROOM}"), "");
+    assert!(r.body.contains(r#""spatial_mode":"binaural""#), "{}", r.body);
+    assert!(attributes(&listed(api, &admin, alice.id)["attributes"]).contains_key("tutti.seat"), "seated");
+
+    let since = Instant::now();
+    let heard = run_until(&mut [&mut alice, &mut bob], since + Duration::from_secs(20), |cs| {
+        cs[0].hears(660.0, since) > 0.05 && cs[1].hears(440.0, since) > 0.05
+    });
+    assert!(heard, "alice hears bob {}, bob hears alice {}", alice.hears(660.0, since), bob.hears(440.0, since));
+    assert!(alice.hears(440.0, since) < 0.02, "alice hears herself: {}", alice.hears(440.0, since));
+
+    let r = call(api, &admin, "PATCH", &format!("/v1/rooms/{ROOM}"), r#"{"spatial":"hrtf"}"#);
+    refused(&r, 400, "bad_json", "an unknown spatial mode");
+    assert!(r.body.contains("binaural"), "the error names the modes: {}", r.body);
+    let r = call(api, &admin, "GET", &format!("/v1/rooms/{ROOM}"), "");
+    assert!(r.body.contains(r#""spatial_mode":"binaural""#), "unchanged: {}", r.body);
+    let r = call(api, &admin, "PATCH", &format!("/v1/rooms/{ROOM}"), r#"{"spatial":false}"#);
+    assert!(r.body.contains(r#""spatial":false,"spatial_mode":"off""#), "{}", r.body);
 }

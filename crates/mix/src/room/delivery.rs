@@ -7,6 +7,7 @@ use bytes::Bytes;
 use crate::ParticipantId;
 #[cfg(doc)]
 use crate::Room;
+use crate::binaural::Binaural;
 use crate::codec::Encoder;
 use crate::dsp::{Limiter, Pcm, mix_minus};
 use crate::spatial::{Stereo, minus_scaled, mono_gain};
@@ -81,6 +82,8 @@ pub(super) struct Stream {
 pub(super) struct Render<'a> {
     pub(super) mono: &'a Pcm,
     pub(super) stereo: Option<&'a Stereo>,
+    /// The binaural render's seats, when `stereo` is binaural.
+    pub(super) binaural: Option<&'a Binaural>,
 }
 
 #[derive(Debug)]
@@ -110,16 +113,20 @@ impl Stream {
         match render.stereo {
             Some(stereo) if self.encoder.is_stereo() => {
                 let mut mix = stereo.clone();
-                if let Some((own, seat)) = own {
-                    stereo.minus(own, seat, &mut mix);
+                match (own, render.binaural) {
+                    (Some((own, seat)), Some(binaural)) => binaural.minus(stereo, own, seat, &mut mix),
+                    (Some((own, seat)), None) => stereo.minus(own, seat, &mut mix),
+                    (None, _) => {}
                 }
                 self.limiter.process_pair(&mut mix.left, &mut mix.right);
                 self.payload = self.encoder.encode_stereo(&mix);
             }
             _ => {
                 let mut mix = *render.mono;
-                if let Some((own, seat)) = own {
-                    minus_scaled(render.mono, own, mono_gain(seat), &mut mix);
+                match (own, render.binaural) {
+                    (Some((own, seat)), Some(binaural)) => binaural.minus_mono(render.mono, own, seat, &mut mix),
+                    (Some((own, seat)), None) => minus_scaled(render.mono, own, mono_gain(seat), &mut mix),
+                    (None, _) => {}
                 }
                 self.limiter.process(&mut mix);
                 self.payload = self.encoder.encode(&mix);

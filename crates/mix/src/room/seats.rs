@@ -13,6 +13,12 @@ impl Room {
         self.cfg.spatial = on;
     }
 
+    /// Renders the room's stereo binaurally or panned (see
+    /// [`crate::RoomConfig::binaural`]); takes effect at the next tick.
+    pub fn set_binaural(&mut self, on: bool) {
+        self.cfg.binaural = on;
+    }
+
     /// Seats a participant (−[`MAX_SEAT`] far left to +[`MAX_SEAT`] far
     /// right). A selected speaker moves at the next tick, to this seat or,
     /// when another selected speaker holds it, the nearest free one.

@@ -131,6 +131,7 @@ impl Room {
         let selected_hearing = self.selected.iter().filter(|s| !s.source).count();
         let others = (self.len() - self.sources - self.remotes).saturating_sub(selected_hearing + whisper_listeners);
 
+        let mut rendered_binaural = false;
         match mode {
             MixMode::Silent => {
                 dtx += if dtx_due { others } else { 0 };
@@ -233,6 +234,12 @@ impl Room {
                 }
                 let mut total = [0.0f32; FRAME_SAMPLES];
                 let mut stereo = stereo_on.then(Stereo::default);
+                // A binaural render sums the voices per seat, then filters each seat.
+                let mut binaural =
+                    (stereo_on && self.cfg.binaural).then(|| &mut **self.binaural.get_or_insert_with(Box::default));
+                if let Some(binaural) = &mut binaural {
+                    binaural.begin();
+                }
                 let mut own: Vec<(Option<&Pcm>, bool)> = Vec::with_capacity(self.selected.len());
                 for (n, sel) in self.selected.iter().enumerate() {
                     let (s, i) = self.index[&sel.id];
@@ -242,19 +249,24 @@ impl Room {
                         && !whispers(n)
                     {
                         let seat = sel.seat.unwrap_or(0);
-                        match &mut stereo {
-                            Some(stereo) => stereo.add(pcm, seat),
-                            None if spatial => accumulate_scaled(&mut total, pcm, mono_gain(seat)),
-                            None => accumulate(&mut total, pcm),
+                        match (&mut stereo, &mut binaural) {
+                            (Some(_), Some(binaural)) => binaural.add(pcm, seat),
+                            (Some(stereo), None) => stereo.add(pcm, seat),
+                            (None, _) if spatial => accumulate_scaled(&mut total, pcm, mono_gain(seat)),
+                            (None, _) => accumulate(&mut total, pcm),
                         }
                     }
                     own.push((pcm, handled(n)));
+                }
+                if let (Some(stereo), Some(binaural)) = (&mut stereo, &mut binaural) {
+                    binaural.render(stereo);
                 }
                 // The mono render is the stereo one's downmix (one pass, not K).
                 if let Some(stereo) = &stereo {
                     stereo.downmix(&mut total);
                 }
-                let render = Render { mono: &total, stereo: stereo.as_ref() };
+                rendered_binaural = binaural.is_some();
+                let render = Render { mono: &total, stereo: stereo.as_ref(), binaural: binaural.as_deref() };
                 let listener = &mut self.listener;
                 let stereo_listener = if stereo_on { self.stereo_listener.as_mut() } else { None };
                 let stereo_encoded = stereo_listener.is_some();
@@ -333,6 +345,9 @@ impl Room {
         }
         if mode != MixMode::Mix {
             self.stereo_out = self.listener_out.clone();
+        }
+        if !rendered_binaural && let Some(binaural) = &mut self.binaural {
+            binaural.quiet();
         }
         self.mode = mode;
         let mut whisper_encodes = 0;

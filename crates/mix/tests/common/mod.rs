@@ -91,3 +91,30 @@ pub fn tail(heard: &[f32], seconds: f32) -> &[f32] {
     let n = (seconds * 48_000.0) as usize;
     &heard[heard.len().saturating_sub(n)..]
 }
+
+/// A client that decodes what it is sent in stereo, as a browser that asked for it does.
+pub struct StereoEar {
+    decoder: opus::Decoder,
+    pub left: Vec<f32>,
+    pub right: Vec<f32>,
+}
+
+impl StereoEar {
+    pub fn new() -> Self {
+        Self {
+            decoder: opus::Decoder::new(48_000, opus::Channels::Stereo).expect("decoder"),
+            left: vec![],
+            right: vec![],
+        }
+    }
+
+    pub fn receive(&mut self, payload: &[u8]) {
+        let mut both = [0.0f32; 2 * FRAME_SAMPLES];
+        let n = self.decoder.decode_float(payload, &mut both, false).expect("the stereo mix decodes");
+        assert_eq!(n, FRAME_SAMPLES);
+        for frame in both.chunks_exact(2) {
+            self.left.push(frame[0]);
+            self.right.push(frame[1]);
+        }
+    }
+}

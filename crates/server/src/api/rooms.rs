@@ -44,8 +44,9 @@ pub(crate) struct CreateRoom {
     on_moderator_leave: Option<crate::room::OnModeratorLeave>,
     /// Everyone but a moderator joins muted.
     join_muted: Option<bool>,
-    /// Speakers on seats, heard in stereo by clients that ask for it (docs/features/spatial.md); default: `room.spatial`.
-    spatial: Option<bool>,
+    /// Speakers on seats, heard in stereo by clients that ask for it (docs/features/spatial.md):
+    /// `true` or `"panned"`, `"binaural"` (for headphones), `false` or `"off"`; default: `room.spatial`.
+    spatial: Option<crate::room::SpatialMode>,
 }
 
 /// A room's moderation options as a request changes them (each `None`: as it is).
@@ -79,6 +80,8 @@ pub(crate) struct RoomSummary {
     waiting: bool,
     /// Speakers sit on seats, heard in stereo by clients that ask for it.
     spatial: bool,
+    /// How: `off`, `panned` or `binaural` (docs/features/spatial.md).
+    spatial_mode: crate::room::SpatialMode,
     /// The node holding the room (cluster mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<String>,
@@ -94,6 +97,7 @@ pub(crate) fn summary(api: &ApiState, room: &Room) -> RoomSummary {
         moderation: room.moderation(),
         waiting: room.is_waiting(),
         spatial: room.is_spatial(),
+        spatial_mode: room.spatial_mode(),
         node: api.node.dir.as_ref().map(|c| c.node_id().to_owned()),
     }
 }
@@ -170,8 +174,8 @@ pub(crate) async fn create_room(
     if moderation != room.moderation() {
         room.set_moderation(moderation);
     }
-    if let Some(on) = req.spatial {
-        room.set_spatial(on);
+    if let Some(mode) = req.spatial {
+        room.set_spatial(mode);
     }
     if record {
         api.outputs.start_recording(&room).map_err(super::recording::output_error)?;

@@ -47,7 +47,8 @@ pub(crate) struct UpdateRoom {
     /// Everyone but a moderator joins muted.
     join_muted: Option<bool>,
     /// Speakers on seats, heard in stereo by clients that ask for it (docs/features/spatial.md).
-    spatial: Option<bool>,
+    /// `true` or `"panned"`, `"binaural"` (for headphones), `false` or `"off"`.
+    spatial: Option<crate::room::SpatialMode>,
 }
 
 /// Changes a room (admin of the room): lock, size, speaker limit, mute-all, voice processing.
@@ -106,8 +107,8 @@ pub(crate) async fn update_room(
     if moderation != state.moderation() {
         state.set_moderation(moderation);
     }
-    if let Some(on) = req.spatial {
-        state.set_spatial(on);
+    if let Some(mode) = req.spatial {
+        state.set_spatial(mode);
     }
     let mut body = serde_json::to_value(rooms::summary(&api, &state)).unwrap_or_default();
     body["muted"] = muted.into();

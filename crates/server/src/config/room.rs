@@ -44,9 +44,11 @@ pub struct RoomDefaults {
     pub loudness: bool,
     /// Spatial rooms: each speaker sits on a seat of an arc, heard there by
     /// the participants whose client asks for stereo (the others get the
-    /// same render in mono). Per room at creation and at run time (PATCH);
-    /// see docs/features/spatial.md.
-    pub spatial: bool,
+    /// same render in mono): `false` (off), `true` or "panned" (panned
+    /// seats), "binaural" (seats through a dummy head's impulse responses,
+    /// for headphones). Per room at creation and at run time (PATCH); see
+    /// docs/features/spatial.md.
+    pub spatial: crate::room::SpatialMode,
     /// The level loudness normalisation aims for: RMS of active speech, in dBFS, −40 to −6.
     pub loudness_target_dbfs: f64,
 }
@@ -64,7 +66,7 @@ impl Default for RoomDefaults {
             empty_timeout_seconds: 300.0,
             noise_suppression: "auto".to_owned(),
             loudness: false,
-            spatial: false,
+            spatial: crate::room::SpatialMode::Off,
             loudness_target_dbfs: f64::from(tutti_mix::DEFAULT_LOUDNESS_TARGET_DBFS),
         }
     }

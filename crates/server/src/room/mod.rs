@@ -34,6 +34,7 @@ mod registry;
 #[allow(clippy::module_inception)]
 mod room;
 mod rooms;
+mod spatial;
 mod stage;
 mod voice;
 mod waiting;
@@ -51,6 +52,7 @@ pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
 pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, SpeakerFeed};
 pub(crate) use rooms::{Effect, Joiner, Rooms, clean_name, valid_room_id};
+pub use spatial::SpatialMode;
 pub(crate) use stage::{CarriedStage, RoomUpdate};
 pub(crate) use voice::{ParticipantVoice, double_option, parse_noise_suppression};
 

@@ -13,6 +13,7 @@ use tutti_rtc::Contributor;
 
 use super::event::{EventBatch, Outbox, RoomEvent};
 use super::member::Member;
+use super::spatial::SpatialMode;
 use super::stage::Stage;
 use crate::sync::lock;
 
@@ -506,16 +507,29 @@ impl Room {
         lock(&self.mixing).mixer.config().spatial
     }
 
-    /// Turns the room's spatial rendering on or off; on, every participant's
+    /// The room's spatial mode: off, panned or binaural.
+    pub(crate) fn spatial_mode(&self) -> SpatialMode {
+        let m = lock(&self.mixing);
+        match (m.mixer.config().spatial, m.mixer.config().binaural) {
+            (false, _) => SpatialMode::Off,
+            (true, false) => SpatialMode::Panned,
+            (true, true) => SpatialMode::Binaural,
+        }
+    }
+
+    /// Sets the room's spatial mode; turned on, every participant's
     /// `tutti.seat` attribute says where it sits (their `attributes_changed`
     /// events tell the room). Returns whether it changed.
-    pub(crate) fn set_spatial(&self, on: bool) -> bool {
+    pub(crate) fn set_spatial(&self, mode: SpatialMode) -> bool {
+        let on = mode.is_spatial();
         {
             let mut m = lock(&self.mixing);
-            if m.mixer.config().spatial == on {
-                return false;
-            }
+            let was = (m.mixer.config().spatial, m.mixer.config().binaural);
+            m.mixer.set_binaural(mode == SpatialMode::Binaural);
             m.mixer.set_spatial(on);
+            if was.0 == on {
+                return was.1 != m.mixer.config().binaural;
+            }
         }
         if on {
             // One lock at a time (whisper changes take the mixer's, then the
