@@ -105,6 +105,9 @@ fn the_kubernetes_config_map_and_environment_are_a_valid_tutti_config() {
         .map(|name| {
             let value = match name {
                 "ADVERTISE" => "10.0.0.7:4000".to_owned(),
+                // "$(NODE_IP):8080" and ":9464", as Kubernetes expands them (checked below).
+                "HTTP" => "10.0.0.7:8080".to_owned(),
+                "METRICS" => "10.0.0.7:9464".to_owned(),
                 "LOG_FORMAT" => "json".to_owned(),
                 // From the Secret tutti-redis (cluster mode; unused while redis_url is empty).
                 "CLUSTER_REDIS_PASSWORD" => "a password".to_owned(),
@@ -121,6 +124,14 @@ fn the_kubernetes_config_map_and_environment_are_a_valid_tutti_config() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(cfg.advertise, "10.0.0.7:4000");
     assert_eq!(cfg.log.format, "json");
+    // The API and /metrics listen on the node's own address, not on every
+    // address the node has (the pod is on the host network).
+    for (name, port) in [("TUTTI_HTTP", 8080), ("TUTTI_METRICS", 9464)] {
+        let set = format!("- name: {name}\n              value: \"$(NODE_IP):{port}\"");
+        assert!(deployment.contains(&set), "the Deployment sets {name} to the node's address: {set}");
+    }
+    assert_eq!(cfg.http.to_string(), "10.0.0.7:8080", "the API's address");
+    assert_eq!(cfg.metrics, "10.0.0.7:9464", "/metrics' address");
 }
 
 /// The raw manifests hold no secret value (nobody applies a committed
