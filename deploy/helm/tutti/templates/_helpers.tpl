@@ -130,9 +130,6 @@ helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+
 {{- if and $v.cluster.secret (lt (len $v.cluster.secret) 32) -}}
 {{- fail "cluster.secret: at least 32 bytes" -}}
 {{- end -}}
-{{- if and $v.cluster.secret (eq $v.cluster.secret $v.auth.secret) -}}
-{{- fail "cluster.secret is auth.secret: give the cluster its own secret, so that whoever can mint tokens cannot sign node records or read the node-to-node media" -}}
-{{- end -}}
 {{- if lt $replicas 2 -}}
 {{- fail (printf "cluster.enabled with replicas=%d: a cluster needs 2 pods at least, so that a draining pod can hand its rooms to another" $replicas) -}}
 {{- end -}}
