@@ -162,7 +162,7 @@ helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+
 {{- fail "config.auth.secret would sit in a ConfigMap: use auth.secret or existingSecret" -}}
 {{- end -}}
 {{- if hasKey $v.config "cluster" -}}
-{{- range $key, $instead := dict "redis_url" "cluster.redisUrl" "redis_password" "cluster.redisPassword (or existingSecret)" "secret" "cluster.secret (or existingSecret)" "api_url" "cluster.apiUrl" "media_addr" "cluster.mediaAddr" "node_id" "nothing: each pod is named after itself" -}}
+{{- range $key, $instead := dict "redis_url" "cluster.redisUrl" "redis_password" "cluster.redisPassword (or existingSecret)" "secret" "cluster.secret (or existingSecret)" "previous_secrets" "extraEnv: TUTTI_CLUSTER_PREVIOUS_SECRETS from a Secret" "api_url" "cluster.apiUrl" "media_addr" "cluster.mediaAddr" "node_id" "nothing: each pod is named after itself" -}}
 {{- if hasKey (default dict $v.config.cluster) $key -}}
 {{- fail (printf "config.cluster.%s is set by the chart: use %s" $key $instead) -}}
 {{- end -}}
