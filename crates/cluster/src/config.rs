@@ -45,6 +45,15 @@ pub struct ClusterConfig {
     /// Meant for the environment (`TUTTI_CLUSTER_SECRET`). The server falls
     /// back to its `auth.secret`, with a warning, when it is empty.
     pub secret: String,
+    /// Earlier (or coming) cluster secrets, each at least 32 bytes, whose
+    /// signatures this node also accepts — records, tickets, control
+    /// messages, room configs, rosters and events — and whose mesh keys
+    /// also open node-to-node media; this node signs and seals with
+    /// [`secret`](Self::secret) only. Rolls a new secret out without a
+    /// split: list it here on every node, then make it the secret (the
+    /// old one listed here), then drop the old one (docs/security.md).
+    /// Meant for the environment (`TUTTI_CLUSTER_PREVIOUS_SECRETS`, comma-separated).
+    pub previous_secrets: Vec<String>,
     /// A PEM file of the certificate authorities a `rediss://` server's
     /// certificate must chain to (a self-signed Redis); empty = the
     /// system's roots. Needs a `rediss://` URL.
@@ -132,6 +141,7 @@ impl Default for ClusterConfig {
             redis_url: String::new(),
             redis_password: String::new(),
             secret: String::new(),
+            previous_secrets: Vec::new(),
             redis_ca_file: String::new(),
             node_id: String::new(),
             api_url: String::new(),
@@ -167,6 +177,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("redis_url", &url)
             .field("redis_password", &password)
             .field("secret", &if self.secret.is_empty() { "(none)" } else { "(set)" })
+            .field("previous_secrets", &format!("({} set)", self.previous_secrets.len()))
             .field("redis_ca_file", &self.redis_ca_file)
             .field("node_id", &self.node_id)
             .field("api_url", &self.api_url)
@@ -214,6 +225,9 @@ impl ClusterConfig {
         }
         if !self.secret.is_empty() && self.secret.len() < 32 {
             return bad("secret", "must be at least 32 bytes, or empty to use auth.secret");
+        }
+        if self.previous_secrets.iter().any(|s| s.len() < 32) {
+            return bad("previous_secrets", "every one must be at least 32 bytes (the secrets a roll replaces)");
         }
         if !self.redis_ca_file.is_empty() && !self.tls() {
             return bad("redis_ca_file", "is for TLS: the redis_url must start with rediss://");

@@ -39,10 +39,9 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use ring::hmac;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{CONTROL_PURPOSE, derive_key, fresh_nonce, is_nonce, open_signed, seal_signed};
+use crate::record::{CONTROL_PURPOSE, KeyRing, derive_key, fresh_nonce, is_nonce, open_signed, seal_signed};
 
 /// Longest control message accepted.
 pub const MAX_CONTROL_BYTES: usize = 8192;
@@ -116,12 +115,18 @@ impl ControlRefusal {
 
 /// Signs and opens control messages.
 pub(crate) struct ControlKey {
-    key: hmac::Key,
+    key: KeyRing,
 }
 
 impl ControlKey {
     pub fn new(secret: &[u8]) -> Self {
-        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, CONTROL_PURPOSE)) }
+        Self { key: KeyRing::derived(secret, CONTROL_PURPOSE) }
+    }
+
+    /// Also accepts messages signed under `secret` (a previous cluster secret).
+    pub fn also_accept(mut self, secret: &[u8]) -> Self {
+        self.key.accept(&derive_key(secret, CONTROL_PURPOSE));
+        self
     }
 
     /// A fresh message for `room` at `epoch` from `origin`, sent at `now_ms`.
@@ -138,7 +143,7 @@ impl ControlKey {
     }
 
     pub fn sign(&self, msg: &ControlMessage) -> Option<String> {
-        let wire = seal_signed(&self.key, &serde_json::to_vec(msg).ok()?);
+        let wire = seal_signed(self.key.signer(), &serde_json::to_vec(msg).ok()?);
         (wire.len() <= MAX_CONTROL_BYTES).then_some(wire)
     }
 
@@ -215,7 +220,7 @@ mod tests {
         // Another cluster's secret, or the same secret's key of another purpose.
         let other = ControlKey::new(b"another cluster's secret, 32 b..");
         assert_eq!(other.open(&sealed(&key)), Err(ControlRefusal::BadTag));
-        let ticket_key = ControlKey { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(SECRET, "cluster-ticket")) };
+        let ticket_key = ControlKey { key: KeyRing::derived(SECRET, "cluster-ticket") };
         assert_eq!(ticket_key.open(&sealed(&key)), Err(ControlRefusal::BadTag));
     }
 

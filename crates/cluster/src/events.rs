@@ -114,6 +114,11 @@ impl Relay {
     ) -> Result<(Self, RelayQueues), ClusterError> {
         let key_prefix = config.key_prefix.as_str();
         let max_age_ms = config.node_ttl_ms();
+        // Events signed under a previous secret (a roll) are accepted too.
+        let events_key = config
+            .previous_secrets
+            .iter()
+            .fold(PartsKey::new(secret, EVENT_PURPOSE), |k, old| k.also_accept(old.as_bytes()));
         let client = config.redis_client(true)?;
         let counters = Arc::new(EventCounters::default());
         let resubscribe = Arc::new(AtomicBool::new(false));
@@ -149,7 +154,7 @@ impl Relay {
             watchers: Mutex::new(HashMap::new()),
             resubscribe,
             counters,
-            key: PartsKey::new(secret, EVENT_PURPOSE),
+            key: events_key,
             max_age_ms,
             warned_refused: AtomicBool::new(false),
         };

@@ -65,6 +65,42 @@ pub fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
     key
 }
 
+/// The key one purpose signs with (from `cluster.secret`) and the keys it
+/// also accepts (from `cluster.previous_secrets`, while a new secret rolls
+/// out): a signature verifies under any of them, and only the first signs.
+pub(crate) struct KeyRing {
+    sign: hmac::Key,
+    accept: Vec<hmac::Key>,
+}
+
+impl KeyRing {
+    /// A ring of the one key `key` (already derived for its purpose).
+    pub fn new(key: &[u8]) -> Self {
+        Self { sign: hmac::Key::new(hmac::HMAC_SHA256, key), accept: Vec::new() }
+    }
+
+    /// A ring of the key of `purpose` derived from `secret`.
+    pub fn derived(secret: &[u8], purpose: &str) -> Self {
+        Self::new(&derive_key(secret, purpose))
+    }
+
+    /// Also accepts signatures under `key` (already derived for the purpose).
+    pub fn accept(&mut self, key: &[u8]) {
+        self.accept.push(hmac::Key::new(hmac::HMAC_SHA256, key));
+    }
+
+    /// The key that signs.
+    pub fn signer(&self) -> &hmac::Key {
+        &self.sign
+    }
+
+    /// Whether `tag` is the HMAC of `message` under one of the keys (each
+    /// compared in constant time).
+    pub fn verifies(&self, message: &[u8], tag: &[u8]) -> bool {
+        std::iter::once(&self.sign).chain(&self.accept).any(|k| hmac::verify(k, message, tag).is_ok())
+    }
+}
+
 /// `base64url(payload) "." base64url(HMAC-SHA256(key, payload))`: the
 /// shape of tickets and control messages.
 pub(crate) fn seal_signed(key: &hmac::Key, payload: &[u8]) -> String {
@@ -77,7 +113,7 @@ pub(crate) fn seal_signed(key: &hmac::Key, payload: &[u8]) -> String {
 /// else `malformed` (too long, not two base64url parts, not the JSON) or
 /// `bad_tag`.
 pub(crate) fn open_signed<T: serde::de::DeserializeOwned, E>(
-    key: &hmac::Key,
+    key: &KeyRing,
     token: &str,
     max_bytes: usize,
     (malformed, bad_tag): (E, E),
@@ -87,7 +123,7 @@ pub(crate) fn open_signed<T: serde::de::DeserializeOwned, E>(
         .flatten()
         .and_then(|(payload, tag)| Some((URL_SAFE_NO_PAD.decode(payload).ok()?, URL_SAFE_NO_PAD.decode(tag).ok()?)));
     let Some((payload, tag)) = payload else { return Err(malformed) };
-    if hmac::verify(key, &payload, &tag).is_err() {
+    if !key.verifies(&payload, &tag) {
         return Err(bad_tag);
     }
     serde_json::from_slice(&payload).map_err(|_| malformed)
@@ -107,12 +143,18 @@ pub(crate) fn is_nonce(s: &str) -> bool {
 
 /// Signs and checks node records.
 pub(crate) struct RecordKey {
-    key: hmac::Key,
+    key: KeyRing,
 }
 
 impl RecordKey {
     pub fn new(secret: &[u8]) -> Self {
-        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, NODE_RECORD_PURPOSE)) }
+        Self { key: KeyRing::derived(secret, NODE_RECORD_PURPOSE) }
+    }
+
+    /// Also accepts records signed under `secret` (a previous cluster secret).
+    pub fn also_accept(mut self, secret: &[u8]) -> Self {
+        self.key.accept(&derive_key(secret, NODE_RECORD_PURPOSE));
+        self
     }
 
     fn message<'a>(id: &str, value: impl Fn(&str) -> Option<&'a str>) -> Option<Vec<u8>> {
@@ -140,7 +182,7 @@ impl RecordKey {
     pub fn sign(&self, id: &str, fields: &[(&str, String)]) -> String {
         let message =
             Self::message(id, |k| fields.iter().find(|(f, _)| *f == k).map(|(_, v)| v.as_str())).unwrap_or_default();
-        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &message).as_ref())
+        URL_SAFE_NO_PAD.encode(hmac::sign(self.key.signer(), &message).as_ref())
     }
 
     /// The `at_sig` of a record with `fields` signed at `at_ms` (Unix ms,
@@ -154,7 +196,7 @@ impl RecordKey {
             _ => fields.iter().find(|(f, _)| *f == k).map(|(_, v)| v.as_str()),
         };
         let message = Self::message_at(id, value).unwrap_or_default();
-        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &message).as_ref())
+        URL_SAFE_NO_PAD.encode(hmac::sign(self.key.signer(), &message).as_ref())
     }
 
     fn message_at<'a>(id: &str, value: impl Fn(&str) -> Option<&'a str>) -> Option<Vec<u8>> {
@@ -177,14 +219,14 @@ impl RecordKey {
         }
         let Some(sig) = record.get("at_sig").and_then(|s| URL_SAFE_NO_PAD.decode(s).ok()) else { return false };
         let Some(message) = Self::message_at(id, |k| record.get(k).map(String::as_str)) else { return false };
-        hmac::verify(&self.key, &message, &sig).is_ok()
+        self.key.verifies(&message, &sig)
     }
 
     /// Whether `record` (a `node:<id>` hash as read) carries a valid `sig`.
     pub fn verify(&self, id: &str, record: &HashMap<String, String>) -> bool {
         let Some(sig) = record.get("sig").and_then(|s| URL_SAFE_NO_PAD.decode(s).ok()) else { return false };
         let Some(message) = Self::message(id, |k| record.get(k).map(String::as_str)) else { return false };
-        hmac::verify(&self.key, &message, &sig).is_ok()
+        self.key.verifies(&message, &sig)
     }
 }
 
@@ -202,12 +244,19 @@ impl RecordKey {
 /// - the entries of a node's roster of a room (parts: room, node, id,
 ///   summary; purpose [`ROSTER_PURPOSE`], see `roster`).
 pub(crate) struct PartsKey {
-    key: hmac::Key,
+    key: KeyRing,
+    purpose: &'static str,
 }
 
 impl PartsKey {
-    pub fn new(secret: &[u8], purpose: &str) -> Self {
-        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &derive_key(secret, purpose)) }
+    pub fn new(secret: &[u8], purpose: &'static str) -> Self {
+        Self { key: KeyRing::derived(secret, purpose), purpose }
+    }
+
+    /// Also accepts signatures under `secret` (a previous cluster secret).
+    pub fn also_accept(mut self, secret: &[u8]) -> Self {
+        self.key.accept(&derive_key(secret, self.purpose));
+        self
     }
 
     fn message(parts: &[&[u8]]) -> Vec<u8> {
@@ -221,13 +270,13 @@ impl PartsKey {
 
     /// The signature of `parts`.
     pub fn sign(&self, parts: &[&[u8]]) -> String {
-        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, &Self::message(parts)).as_ref())
+        URL_SAFE_NO_PAD.encode(hmac::sign(self.key.signer(), &Self::message(parts)).as_ref())
     }
 
     /// Whether `sig` is the signature of `parts`.
     pub fn verify(&self, parts: &[&[u8]], sig: &str) -> bool {
         let Ok(sig) = URL_SAFE_NO_PAD.decode(sig) else { return false };
-        hmac::verify(&self.key, &Self::message(parts), &sig).is_ok()
+        self.key.verifies(&Self::message(parts), &sig)
     }
 }
 
@@ -243,6 +292,28 @@ mod tests {
 
     fn fields() -> Vec<(&'static str, String)> {
         SIGNED_FIELDS.iter().chain(&OPTIONAL_SIGNED_FIELDS).map(|f| (*f, format!("value of {f}"))).collect()
+    }
+
+    #[test]
+    fn a_previous_secret_is_accepted_but_never_signs() {
+        let (old, new) = (b"the old cluster secret, 32 bytes", b"the new cluster secret, 32 bytes");
+        let record = |key: &RecordKey| -> HashMap<String, String> {
+            let mut r: HashMap<String, String> = fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            r.insert("sig".into(), key.sign("node-1", &fields()));
+            r
+        };
+        let rolled = RecordKey::new(new).also_accept(old);
+        assert!(rolled.verify("node-1", &record(&RecordKey::new(old))), "signed under the old secret");
+        assert!(rolled.verify("node-1", &record(&RecordKey::new(new))), "signed under its own");
+        assert!(RecordKey::new(new).verify("node-1", &record(&rolled)), "it signs under the new one");
+        assert!(!RecordKey::new(old).verify("node-1", &record(&rolled)), "not under the old one");
+        let stranger = RecordKey::new(b"an unrelated cluster secret, 32b");
+        assert!(!rolled.verify("node-1", &record(&stranger)), "an unrelated secret is refused");
+        // Every purpose keeps its own key under each secret.
+        let parts: &[&[u8]] = &[b"room", b"config"];
+        let configs = PartsKey::new(new, ROOM_CONFIG_PURPOSE).also_accept(old);
+        assert!(configs.verify(parts, &PartsKey::new(old, ROOM_CONFIG_PURPOSE).sign(parts)));
+        assert!(!configs.verify(parts, &PartsKey::new(old, EVENT_PURPOSE).sign(parts)), "another purpose's key");
     }
 
     #[test]

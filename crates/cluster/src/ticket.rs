@@ -15,11 +15,10 @@
 //! [`Cluster::verify_ticket`](crate::Cluster::verify_ticket) adds single use
 //! through Redis.
 
-use ring::hmac;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TicketError;
-use crate::record::{fresh_nonce, is_nonce, open_signed, seal_signed};
+use crate::record::{KeyRing, fresh_nonce, is_nonce, open_signed, seal_signed};
 
 /// Longest ticket accepted (a bound on what a client can make us parse).
 pub const MAX_TICKET_BYTES: usize = 4096;
@@ -47,7 +46,7 @@ pub struct TicketClaims {
 
 /// Signs and checks tickets with the cluster's shared secret.
 pub struct TicketKey {
-    key: hmac::Key,
+    key: KeyRing,
     ttl_seconds: u64,
 }
 
@@ -60,7 +59,14 @@ impl std::fmt::Debug for TicketKey {
 impl TicketKey {
     /// A key from the shared secret; tickets live `ttl_seconds`.
     pub fn new(secret: &[u8], ttl_seconds: u64) -> Self {
-        Self { key: hmac::Key::new(hmac::HMAC_SHA256, secret), ttl_seconds }
+        Self { key: KeyRing::new(secret), ttl_seconds }
+    }
+
+    /// Also accepts tickets signed with `secret` (a key as [`new`](Self::new)
+    /// takes it, from a previous cluster secret); new ones are signed with the first.
+    pub fn also_accept(mut self, secret: &[u8]) -> Self {
+        self.key.accept(secret);
+        self
     }
 
     /// Lifetime of the tickets this key mints.
@@ -89,7 +95,7 @@ impl TicketKey {
             nonce,
         };
         let json = serde_json::to_vec(&claims).map_err(|e| TicketError::Encode(e.to_string()))?;
-        let ticket = seal_signed(&self.key, &json);
+        let ticket = seal_signed(self.key.signer(), &json);
         if ticket.len() > MAX_TICKET_BYTES {
             return Err(TicketError::Encode(format!("ticket of {} bytes exceeds {MAX_TICKET_BYTES}", ticket.len())));
         }

@@ -259,6 +259,10 @@ struct PeerSession {
 /// session, replay, then the tag, then parses the body.
 pub struct Opener {
     key: RoomKey,
+    /// The room's keys under previous cluster secrets (a roll of the
+    /// secret): a peer session that does not open under `key` may open
+    /// under one of these, and keeps that key.
+    accepted: Vec<RoomKey>,
     /// This node: its own datagrams (looped back) are refused.
     local: NodeId,
     peers: HashMap<NodeId, Option<PeerSession>>,
@@ -274,7 +278,35 @@ impl Opener {
     /// An opener for the room of `key`, accepting the given peers.
     pub fn new(key: RoomKey, local: NodeId, peers: impl IntoIterator<Item = NodeId>) -> Self {
         let peers = peers.into_iter().filter(|&p| p != local).map(|p| (p, None)).collect();
-        Self { key, local, peers }
+        Self { key, accepted: Vec::new(), local, peers }
+    }
+
+    /// Also opens peer sessions sealed under `key` (the same room and epoch
+    /// under a previous cluster secret); others are ignored.
+    pub fn also_accept(mut self, key: RoomKey) -> Self {
+        if (key.room, key.epoch) == (self.key.room, self.key.epoch) {
+            self.accepted.push(key);
+        }
+        self
+    }
+
+    /// The key of `header`'s new session: under this room's key, else the
+    /// first accepted one that opens the datagram (tried on a copy: only a
+    /// session's first datagram, and only while a roll lists other keys).
+    fn session_key(&self, header: &Header, datagram: &[u8]) -> Result<LessSafeKey, DropReason> {
+        let key = self.key.sender_key(header.sender, header.session);
+        if self.accepted.is_empty() {
+            return Ok(key);
+        }
+        let opens = |key: &LessSafeKey| {
+            let mut copy = datagram.to_vec();
+            let (head, sealed) = copy.split_at_mut(HEADER_BYTES);
+            key.open_in_place(nonce(header.tick, header.part), Aad::from(&*head), sealed).is_ok()
+        };
+        std::iter::once(key)
+            .chain(self.accepted.iter().map(|k| k.sender_key(header.sender, header.session)))
+            .find(opens)
+            .ok_or(DropReason::Auth)
     }
 
     /// The room and epoch this opener is for.
@@ -303,10 +335,15 @@ impl Opener {
         if header.epoch != self.key.epoch {
             return Err(DropReason::WrongEpoch);
         }
+        let index = Window::index(header.tick, header.part).ok_or(DropReason::Replay)?;
+        let known = match self.peers.get(&header.sender) {
+            None => return Err(DropReason::Unknown),
+            Some(slot) => slot.as_ref().is_some_and(|s| header.session <= s.session),
+        };
+        let mut new_key = if known { None } else { Some(self.session_key(header, datagram)?) };
         let Some(slot) = self.peers.get_mut(&header.sender) else {
             return Err(DropReason::Unknown);
         };
-        let index = Window::index(header.tick, header.part).ok_or(DropReason::Replay)?;
         let mut fresh_session = None;
         let (key, window) = match slot {
             Some(s) if header.session == s.session => {
@@ -317,11 +354,8 @@ impl Opener {
             }
             Some(s) if header.session < s.session => return Err(DropReason::StaleSession),
             _ => {
-                fresh_session = Some(PeerSession {
-                    session: header.session,
-                    key: self.key.sender_key(header.sender, header.session),
-                    window: Window::default(),
-                });
+                let Some(key) = new_key.take() else { return Err(DropReason::Auth) };
+                fresh_session = Some(PeerSession { session: header.session, key, window: Window::default() });
                 let s = fresh_session.as_mut().map(|s| (&s.key, &mut s.window));
                 s.ok_or(DropReason::Auth)?
             }
@@ -379,6 +413,32 @@ mod tests {
         assert_eq!(m.candidates, cs);
         assert_eq!(m.summary, Summary { participants: 40, talking: 3, candidates: 3 });
         assert_eq!((m.header.tick, m.header.part, m.header.parts), (5, 0, 1));
+    }
+
+    #[test]
+    fn during_a_roll_a_session_sealed_under_a_previous_secret_opens_and_keeps_its_key() {
+        let (old, new) = (b"the old cluster secret, 32 bytes", b"the new cluster secret, 32 bytes");
+        let room = RoomId::from_name("standup");
+        let (a, b) = (NodeId(1), NodeId(2));
+        let mut out = Vec::new();
+        // B still seals under the old secret; A opens under the new one, the old one accepted.
+        let mut sealer = Sealer::new(&RoomKey::derive(old, room, 7), a, 1000);
+        sealer.seal_tick(1, Summary::default(), &[cand(1, 40)], &mut out).unwrap();
+        let mut plain = Opener::new(RoomKey::derive(new, room, 7), b, [a]);
+        assert_eq!(open(&mut plain, &out[0]), Err(DropReason::Auth), "without the old secret listed");
+        let mut rolling = Opener::new(RoomKey::derive(new, room, 7), b, [a]).also_accept(RoomKey::derive(old, room, 7));
+        assert_eq!(open(&mut rolling, &out[0]).unwrap().candidates.len(), 1);
+        sealer.seal_tick(2, Summary::default(), &[], &mut out).unwrap();
+        assert!(open(&mut rolling, &out[0]).is_ok(), "the session keeps the key that opened it");
+        // Its own secret still opens; an unrelated one, or another epoch's key, does not.
+        let mut current = Sealer::new(&RoomKey::derive(new, room, 7), a, 2000);
+        current.seal_tick(1, Summary::default(), &[], &mut out).unwrap();
+        assert!(open(&mut rolling, &out[0]).is_ok());
+        let mut stranger = Sealer::new(&RoomKey::derive(b"an unrelated cluster secret, 32b", room, 7), a, 3000);
+        stranger.seal_tick(1, Summary::default(), &[], &mut out).unwrap();
+        assert_eq!(open(&mut rolling, &out[0]), Err(DropReason::Auth));
+        let other_epoch = Opener::new(RoomKey::derive(new, room, 7), b, [a]).also_accept(RoomKey::derive(old, room, 8));
+        assert!(other_epoch.accepted.is_empty(), "a key of another room or epoch is not taken");
     }
 
     #[test]

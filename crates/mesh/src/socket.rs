@@ -137,6 +137,8 @@ pub struct MeshSocket {
     /// never a nonce reused under one key.
     session: u64,
     secret: Vec<u8>,
+    /// Previous cluster secrets (a roll): their room keys open peers' media too.
+    previous: Vec<Vec<u8>>,
     sealers: HashMap<RoomId, Sealer>,
     datagrams: Vec<Vec<u8>>,
     addrs: Vec<SocketAddr>,
@@ -176,6 +178,7 @@ impl MeshSocket {
             node,
             session,
             secret: secret.to_vec(),
+            previous: Vec::new(),
             sealers: HashMap::new(),
             datagrams: Vec::new(),
             addrs: Vec::new(),
@@ -196,6 +199,13 @@ impl MeshSocket {
         self.socket.local_addr()
     }
 
+    /// Also opens the datagrams of rooms joined from now on when sealed
+    /// under `secret` (a previous cluster secret, while a new one rolls
+    /// out); this node seals under the secret it was bound with only.
+    pub fn also_accept(&mut self, secret: &[u8]) {
+        self.previous.push(secret.to_vec());
+    }
+
     /// Joins (or updates) a room at `epoch` with its other nodes. Same
     /// epoch: the peer set is replaced, peers kept keep their replay state.
     /// New epoch: new keys, fresh state. This node in `peers` is ignored.
@@ -209,7 +219,12 @@ impl MeshSocket {
                 r.peers = peers;
             }
             _ => {
-                let opener = Opener::new(RoomKey::derive(&self.secret, room, epoch), self.node, ids);
+                let opener = self
+                    .previous
+                    .iter()
+                    .fold(Opener::new(RoomKey::derive(&self.secret, room, epoch), self.node, ids), |o, old| {
+                        o.also_accept(RoomKey::derive(old, room, epoch))
+                    });
                 rooms.insert(room, RoomState { opener, peers });
                 let sealer = Sealer::new(&RoomKey::derive(&self.secret, room, epoch), self.node, self.session);
                 self.session += 1;

@@ -125,14 +125,20 @@ fn bind_mesh(cfg: &Config, cluster: &tutti_cluster::ClusterConfig) -> Result<cra
     let advertised = cluster.media_addr.parse::<SocketAddr>().map_or(cfg.media.ip(), |a| a.ip());
     let secret = cluster_secret(cfg);
     let id = &cluster.node_id;
-    if let Ok(bind) = cluster.mesh_addr.parse::<SocketAddr>() {
-        return Mesh::bind(bind, id, secret, advertised).map_err(io_err(format!("binding cluster.mesh_addr {bind}")));
+    let mut mesh = if let Ok(bind) = cluster.mesh_addr.parse::<SocketAddr>() {
+        Mesh::bind(bind, id, secret, advertised).map_err(io_err(format!("binding cluster.mesh_addr {bind}")))?
+    } else {
+        let first = SocketAddr::new(advertised, 0);
+        Mesh::bind(first, id, secret, advertised).or_else(|_| {
+            let second = SocketAddr::new(cfg.media.ip(), 0);
+            Mesh::bind(second, id, secret, advertised).map_err(io_err(format!("binding the mesh socket at {second}")))
+        })?
+    };
+    // During a roll of the secret, media sealed under a previous one opens too.
+    for old in &cluster.previous_secrets {
+        mesh.also_accept(old.as_bytes());
     }
-    let first = SocketAddr::new(advertised, 0);
-    Mesh::bind(first, id, secret, advertised).or_else(|_| {
-        let second = SocketAddr::new(cfg.media.ip(), 0);
-        Mesh::bind(second, id, secret, advertised).map_err(io_err(format!("binding the mesh socket at {second}")))
-    })
+    Ok(mesh)
 }
 
 /// The root of the cluster's keys (records, tickets, control, the mesh):

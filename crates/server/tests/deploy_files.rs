@@ -105,9 +105,14 @@ fn the_kubernetes_config_map_and_environment_are_a_valid_tutti_config() {
         .map(|name| {
             let value = match name {
                 "ADVERTISE" => "10.0.0.7:4000".to_owned(),
+                // "$(NODE_IP):8080" and ":9464", as Kubernetes expands them (checked below).
+                "HTTP" => "10.0.0.7:8080".to_owned(),
+                "METRICS" => "10.0.0.7:9464".to_owned(),
                 "LOG_FORMAT" => "json".to_owned(),
                 // From the Secret tutti-redis (cluster mode; unused while redis_url is empty).
                 "CLUSTER_REDIS_PASSWORD" => "a password".to_owned(),
+                // From the Secret tutti-auth, which the operator creates.
+                "AUTH_SECRET" => "0123456789abcdef0123456789abcdef".to_owned(),
                 other => panic!("a TUTTI_{other} the test does not know: add it"),
             };
             (format!("TUTTI_{name}"), value)
@@ -119,4 +124,33 @@ fn the_kubernetes_config_map_and_environment_are_a_valid_tutti_config() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(cfg.advertise, "10.0.0.7:4000");
     assert_eq!(cfg.log.format, "json");
+    // The API and /metrics listen on the node's own address, not on every
+    // address the node has (the pod is on the host network).
+    for (name, port) in [("TUTTI_HTTP", 8080), ("TUTTI_METRICS", 9464)] {
+        let set = format!("- name: {name}\n              value: \"$(NODE_IP):{port}\"");
+        assert!(deployment.contains(&set), "the Deployment sets {name} to the node's address: {set}");
+    }
+    assert_eq!(cfg.http.to_string(), "10.0.0.7:8080", "the API's address");
+    assert_eq!(cfg.metrics, "10.0.0.7:9464", "/metrics' address");
+}
+
+/// The raw manifests hold no secret value (nobody applies a committed
+/// placeholder), and a pod cannot start without the auth secret: the server
+/// never generates an admin token and prints it to the pod's log.
+#[test]
+fn the_kubernetes_manifests_commit_no_secret_and_require_the_auth_secret() {
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/k8s")).expect("deploy/k8s") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(
+            !text.lines().any(|l| l.trim() == "kind: Secret"),
+            "{} commits a Secret: create it with kubectl create secret instead",
+            path.display()
+        );
+    }
+    let deployment = read("deploy/k8s/deployment.yaml");
+    let auth = deployment.split("- name: TUTTI_AUTH_SECRET").nth(1).expect("the Deployment sets TUTTI_AUTH_SECRET");
+    let auth: String = auth.lines().take(6).collect::<Vec<_>>().join("\n");
+    assert!(auth.contains("name: tutti-auth") && auth.contains("key: secret"), "from the Secret tutti-auth: {auth}");
+    assert!(!auth.contains("optional: true"), "the auth secret is not optional: {auth}");
 }

@@ -57,9 +57,20 @@ impl Cluster {
             .set_max_delay(Duration::from_millis(500));
         let con = ConnectionManager::new_lazy_with_config(client, manager_config).map_err(ClusterError::from_redis)?;
         let (fenced_tx, fenced_rx) = mpsc::channel(FENCED_CHANNEL_CAPACITY);
-        let tickets =
+        let mut tickets =
             TicketKey::new(&derive_key(ticket_secret, TICKET_PURPOSE), config.ticket_ttl_seconds.ceil() as u64);
-        let records = RecordKey::new(ticket_secret);
+        let mut records = RecordKey::new(ticket_secret);
+        let mut configs = PartsKey::new(ticket_secret, ROOM_CONFIG_PURPOSE);
+        let mut roster_key = PartsKey::new(ticket_secret, ROSTER_PURPOSE);
+        let mut control = ControlKey::new(ticket_secret);
+        // During a roll of the secret: signatures under the others are accepted too.
+        for old in config.previous_secrets.iter().map(String::as_bytes) {
+            tickets = tickets.also_accept(&derive_key(old, TICKET_PURPOSE));
+            records = records.also_accept(old);
+            configs = configs.also_accept(old);
+            roster_key = roster_key.also_accept(old);
+            control = control.also_accept(old);
+        }
         let (relay, queues) = Relay::new(&config, &node_id, op, ticket_secret)?;
         let relay = Arc::new(relay);
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_CAPACITY);
@@ -71,9 +82,9 @@ impl Cluster {
             scripts: Scripts::new(),
             tickets,
             records,
-            configs: PartsKey::new(ticket_secret, ROOM_CONFIG_PURPOSE),
-            roster_key: PartsKey::new(ticket_secret, ROSTER_PURPOSE),
-            control: ControlKey::new(ticket_secret),
+            configs,
+            roster_key,
+            control,
             number: AtomicU32::new(0),
             spanned: Mutex::new(HashMap::new()),
             control_tx,

@@ -172,6 +172,12 @@ pub(crate) struct Mesh {
 }
 
 impl Mesh {
+    /// Also opens media sealed under `secret` (a previous cluster secret) in
+    /// the rooms joined from now on.
+    pub(crate) fn also_accept(&mut self, secret: &[u8]) {
+        self.socket.also_accept(secret);
+    }
+
     /// Binds the node's mesh socket at `bind` for node `node_id`, sealing
     /// with keys derived from `secret`; `publish_ip` replaces an unspecified
     /// bound IP in the address other nodes are told ([`Mesh::addr`]).
