@@ -115,6 +115,7 @@ impl Binaural {
 
     /// Renders every seat with a voice this frame or a tail from the last
     /// one into `out` (the sum of the seats' renders).
+    #[allow(clippy::needless_range_loop)] // five per-seat arrays, indexed by seat
     pub fn render(&mut self, out: &mut Stereo) {
         *out = Stereo::default();
         for n in 0..SEATS {

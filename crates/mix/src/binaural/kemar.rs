@@ -6,6 +6,7 @@ pub(super) const TAPS: usize = 128;
 
 /// Left and right impulse responses of seats -4 (far left) to 4 (far right).
 #[rustfmt::skip]
+#[allow(clippy::excessive_precision)] // the table keeps what the script computed
 pub(super) static HRIR: [[[f32; TAPS]; 2]; 9] = [
     // seat -4
     [

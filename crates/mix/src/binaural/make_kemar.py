@@ -123,6 +123,7 @@ def main():
     print()
     print("/// Left and right impulse responses of seats -4 (far left) to 4 (far right).")
     print("#[rustfmt::skip]")
+    print("#[allow(clippy::excessive_precision)] // the table keeps what the script computed")
     print(f"pub(super) static HRIR: [[[f32; TAPS]; 2]; {2 * MAX_SEAT + 1}] = [")
     for seat, (left, right) in zip(range(-MAX_SEAT, MAX_SEAT + 1), out):
         print(f"    // seat {seat}")

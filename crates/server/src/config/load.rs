@@ -70,6 +70,9 @@ fn collect_leaves(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
+/// Settings whose value is a word (a mode) and may also be `true`/`false`.
+const BOOL_OR_WORD: &[&str] = &["room.spatial"];
+
 /// Lays `over` on `base`, refusing keys `base` does not have.
 fn merge(base: &mut toml::Table, over: toml::Table, prefix: &str, origin: &str) -> Result<(), ConfigError> {
     for (k, v) in over {
@@ -81,6 +84,12 @@ fn merge(base: &mut toml::Table, over: toml::Table, prefix: &str, origin: &str) 
                 return Err(parse_err(origin, format!("'{path}' is a section ([{path}]), not a value")));
             }
             (Some(toml::Value::Float(slot)), toml::Value::Integer(i)) => *slot = i as f64,
+            // A mode that was once an on/off switch: `true`/`false` still say on and off.
+            (Some(slot @ toml::Value::String(_)), toml::Value::Boolean(on))
+                if BOOL_OR_WORD.contains(&path.as_str()) =>
+            {
+                *slot = toml::Value::String(on.to_string());
+            }
             (Some(slot), v) => {
                 if std::mem::discriminant(slot) != std::mem::discriminant(&v) {
                     let want = slot.type_str();

@@ -27,6 +27,21 @@ fn the_sample_config_is_the_defaults() {
 }
 
 #[test]
+fn room_spatial_takes_a_switch_or_a_mode() {
+    use crate::room::SpatialMode;
+    for (text, want) in [
+        ("[room]\nspatial = true\n", SpatialMode::Panned),
+        ("[room]\nspatial = false\n", SpatialMode::Off),
+        ("[room]\nspatial = \"binaural\"\n", SpatialMode::Binaural),
+    ] {
+        assert_eq!(load_text(text, &[], &[]).expect(text).room.spatial, want, "{text}");
+    }
+    let set = load_text("", &[], &[("room.spatial", "true")]).expect("--set room.spatial=true");
+    assert_eq!(set.room.spatial, SpatialMode::Panned);
+    assert!(load_text("[room]\nspatial = 3\n", &[], &[]).is_err(), "a number is neither");
+}
+
+#[test]
 fn breakout_create_rooms_is_off_unless_set() {
     assert!(!Config::default().breakout.create_rooms);
     let on = load_text("[breakout]\ncreate_rooms = true\n", &[], &[]).expect("loads");
