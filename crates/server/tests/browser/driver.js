@@ -107,11 +107,24 @@ async function until(page, what, fn, arg) {
   }
 }
 
-/** Median over `ms` of the received track's FFT magnitude (dB) at each frequency. */
-function tones(page, freqs, ms) {
+/**
+ * Median over `ms` of the received track's FFT magnitude (dB) at each
+ * frequency: the page's own analyser, or (`element`, a selector) one made
+ * on what that media element plays.
+ */
+function tones(page, freqs, ms, element) {
   return page.evaluate(
-    async ({ freqs, ms }) => {
-      const an = window.tuttiDebug.remoteAnalyser;
+    async ({ freqs, ms, element }) => {
+      let an = element ? null : window.tuttiDebug.remoteAnalyser;
+      if (element) {
+        const ctx = new AudioContext();
+        await ctx.resume();
+        an = ctx.createAnalyser();
+        an.fftSize = 8192;
+        an.smoothingTimeConstant = 0;
+        ctx.createMediaStreamSource(document.querySelector(element).srcObject).connect(an);
+        await new Promise((r) => setTimeout(r, 500));
+      }
       if (!an) return null;
       const bins = new Float32Array(an.frequencyBinCount);
       const hz = an.context.sampleRate / an.fftSize;
@@ -132,9 +145,10 @@ function tones(page, freqs, ms) {
       freqs.forEach((f, i) => {
         out[f] = median(samples[i]);
       });
+      if (element) an.context.close();
       return out;
     },
-    { freqs, ms },
+    { freqs, ms, element },
   );
 }
 

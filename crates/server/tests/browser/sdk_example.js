@@ -12,7 +12,7 @@
 // them: `done` (what each page showed) or `failed`.
 'use strict';
 
-const { emit, log, launch, until } = require('./driver.js');
+const { emit, log, launch, until, tones } = require('./driver.js');
 
 const cfg = JSON.parse(process.argv[2]);
 
@@ -29,44 +29,6 @@ const shown = (page) => page.evaluate(() => ({
   error: document.getElementById('error').hidden ? '' : document.getElementById('error').textContent,
   people: [...document.querySelectorAll('#people li')].map((li) => li.textContent),
 }));
-
-/** Median over `ms` of the FFT magnitude (dB) at each frequency of what the page's <audio> element plays. */
-function played(page, freqs, ms) {
-  return page.evaluate(
-    async ({ freqs, ms }) => {
-      const ctx = new AudioContext();
-      await ctx.resume();
-      const src = ctx.createMediaStreamSource(document.querySelector('audio').srcObject);
-      const an = ctx.createAnalyser();
-      an.fftSize = 8192;
-      an.smoothingTimeConstant = 0;
-      src.connect(an);
-      const bins = new Float32Array(an.frequencyBinCount);
-      const hz = ctx.sampleRate / an.fftSize;
-      const samples = freqs.map(() => []);
-      await new Promise((r) => setTimeout(r, 500));
-      const end = performance.now() + ms;
-      while (performance.now() < end) {
-        an.getFloatFrequencyData(bins);
-        freqs.forEach((f, i) => {
-          const k = Math.round(f / hz);
-          let m = -Infinity;
-          for (let j = k - 2; j <= k + 2; j++) m = Math.max(m, bins[j]);
-          samples[i].push(Number.isFinite(m) ? m : -200);
-        });
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      const median = (a) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
-      const out = {};
-      freqs.forEach((f, i) => {
-        out[f] = median(samples[i]);
-      });
-      ctx.close();
-      return out;
-    },
-    { freqs, ms },
-  );
-}
 
 /** The docs' snippet: joins on load, logs names on every change. */
 async function docSnippet(browser) {
@@ -92,7 +54,7 @@ async function docSnippet(browser) {
   while (!logged.some((l) => l.includes(cfg.docTalker)) && Date.now() < end) {
     await new Promise((r) => setTimeout(r, 100));
   }
-  const levels = await played(page, cfg.docTones, 2000);
+  const levels = await tones(page, cfg.docTones, 2000, 'audio');
   await page.close();
   return { logged, errors, levels };
 }
