@@ -43,6 +43,20 @@ fn sidecar_in(dir: &Path) -> (String, serde_json::Value) {
 
 #[test]
 fn a_per_speaker_recording_in_a_spread_room_records_each_nodes_speakers_on_one_timeline() {
+    both_nodes_record(false);
+}
+
+/// The other node starts hosting the room (its first participant joins)
+/// only after the recording started: the owner tells it then, and it
+/// records its speaker on the same timeline. Before, it recorded nothing.
+#[test]
+fn a_node_that_joins_a_spread_room_after_its_recording_started_records_its_speakers_too() {
+    both_nodes_record(true);
+}
+
+/// Alice on the room's owner, Bob on the other node (joined before the
+/// recording starts, or with `late` after it), each node recording its own.
+fn both_nodes_record(late: bool) {
     let redis = RedisServer::start();
     let dirs = [temp_dir("spread-rec-a"), temp_dir("spread-rec-b")];
     let nodes: Vec<_> = [([127, 0, 0, 2], "rec-a"), ([127, 0, 0, 3], "rec-b")]
@@ -63,19 +77,26 @@ fn a_per_speaker_recording_in_a_spread_room_records_each_nodes_speakers_on_one_t
     // Alice on the owner talks from the start; Bob on the other node a second into the recording.
     let talker = serde_json::json!({"room": ROOM, "speak": true, "listen": true});
     let mut alice = join_placed(apis[owner], ROOM, "alice", &talker, 440.0);
+    let as_admin = Requester::token(&admin);
+    let recording = format!("/v1/rooms/{ROOM}/recording");
+    let start = || {
+        let body = br#"{"per_speaker": true}"#;
+        let r = request_as(apis[owner], &as_admin, "POST", &recording, Some("application/json"), body).expect("API");
+        assert_eq!(r.status, 201, "{}", r.body);
+    };
+    if late {
+        run_until(&mut [&mut alice], Instant::now() + Duration::from_secs(10), |cs| cs[0].connected);
+        start();
+    }
     let mut bob = join_placed(apis[other], ROOM, "bob", &talker, 660.0);
     bob.talking = false;
     let up = run_until(&mut [&mut alice, &mut bob], Instant::now() + Duration::from_secs(20), |cs| {
         cs[1].hears(440.0, Instant::now() - Duration::from_millis(500)) > 0.05
     });
     assert!(up, "bob, on the other node, hears alice");
-
-    let as_admin = Requester::token(&admin);
-    let recording = format!("/v1/rooms/{ROOM}/recording");
-    let r =
-        request_as(apis[owner], &as_admin, "POST", &recording, Some("application/json"), br#"{"per_speaker": true}"#)
-            .expect("API");
-    assert_eq!(r.status, 201, "{}", r.body);
+    if !late {
+        start();
+    }
     run_for(&mut [&mut alice, &mut bob], Duration::from_millis(1000));
     bob.talking = true;
     run_for(&mut [&mut alice, &mut bob], Duration::from_millis(1500));

@@ -107,11 +107,15 @@ pub(crate) fn apply(node: &Node, msg: &ControlMessage) -> Option<&'static str> {
     };
     if control == Control::Joined {
         node.span_wake.notify_one();
-        // The newcomer learns that a moderator is here (it hears of later changes as they come).
-        if let Ok(room) = node.rooms.get(&msg.room)
-            && room.has_moderator_here()
-        {
-            publish(node.dir.as_ref(), &msg.room, &Control::Moderators { present: true });
+        // The newcomer learns that a moderator is here (it hears of later changes as they come),
+        // and records its speakers for a per-speaker recording this node started.
+        if let Ok(room) = node.rooms.get(&msg.room) {
+            if room.has_moderator_here() {
+                publish(node.dir.as_ref(), &msg.room, &Control::Moderators { present: true });
+            }
+            if let Some(at) = node.outputs.speakers_timeline(&room) {
+                publish(node.dir.as_ref(), &msg.room, &Control::record_speakers(at));
+            }
         }
         return Some(control.kind());
     }

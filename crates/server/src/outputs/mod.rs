@@ -449,7 +449,11 @@ impl Outputs {
     pub(crate) fn start_speakers_here(&self, room: &Arc<Room>, at: &SpeakersTimeline) -> Result<(), OutputError> {
         let cfg = self.recording.as_ref().ok_or(OutputError::RecordingDisabled)?;
         let mut here = lock(&self.node_tracks);
-        if here.contains_key(&room.key) || lock(&self.recordings).contains_key(&room.key) {
+        if here.contains_key(&room.key) {
+            // Told again (another node joined the room): recording already.
+            return Ok(());
+        }
+        if lock(&self.recordings).contains_key(&room.key) {
             return Err(OutputError::RecordingActive(room.id.clone()));
         }
         let started = UNIX_EPOCH + Duration::from_millis(at.started_ms);
