@@ -107,6 +107,23 @@ fn free_udp_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
+/// A port for baresip's `sip_listen` on `ip`: it binds UDP and TCP there
+/// and TLS on the next port, so all of them must be free (a clash once
+/// failed a test with "SIP/TLS transport failed: Address already in use").
+fn free_sip_port(ip: &str) -> u16 {
+    for _ in 0..100 {
+        let port = free_udp_port();
+        let Some(next) = port.checked_add(1) else { continue };
+        let free = std::net::TcpListener::bind((ip, port)).is_ok()
+            && std::net::TcpListener::bind((ip, next)).is_ok()
+            && UdpSocket::bind((ip, port)).is_ok();
+        if free {
+            return port;
+        }
+    }
+    panic!("no port with its next one free on {ip}")
+}
+
 /// Where baresip calls from (its SIP and RTP address) and what its account
 /// line adds (digest credentials, `;auth_user=…;auth_pass=…`).
 struct Caller<'a> {
@@ -155,7 +172,7 @@ impl Baresip {
              module sndfile.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
              module_app account.so\nmodule_app menu.so\n",
             ip = caller.ip,
-            port = free_udp_port(),
+            port = free_sip_port(caller.ip),
             cons = cons_port,
             tone = dir.join("tone.wav").display(),
             dumps = dumps.display(),
