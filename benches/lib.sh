@@ -4,7 +4,8 @@
 #   bench_ports               sets $http and $media (TUTTI_BENCH_HTTP_PORT,
 #                             TUTTI_BENCH_MEDIA_PORT), exits when $http is taken
 #   start_server LOG BIN ARGS…  `BIN serve` on them, auth off and no per-address
-#                             join limit (every client is 127.0.0.1), plus ARGS;
+#                             join limit (every client is 127.0.0.1), metrics off
+#                             (or on BENCH_METRICS), plus ARGS;
 #                             waits for /healthz (at most 10 s); sets $server (the
 #                             background job) and $server_pid (the tutti process)
 #   stop_server               stops it
@@ -18,7 +19,7 @@ bench_ports() {
 start_server() { # LOG BIN [serve args…]
     local log=$1 bin=$2
     shift 2
-    ("$bin" serve --http "$http" --media "$media" --metrics off \
+    ("$bin" serve --http "$http" --media "$media" --metrics "${BENCH_METRICS:-off}" \
         --set auth.disabled=true --set limits.join_rate_per_second=0 "$@" >"$log" 2>&1) &
     server=$!
     for _ in $(seq 100); do

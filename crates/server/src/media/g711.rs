@@ -286,10 +286,56 @@ impl Transcoder {
     pub(crate) fn send(&mut self, opus: &[u8], out: &mut [u8; NARROW_FRAME]) -> Option<()> {
         self.decoder.decode(opus, &mut self.wide).ok()?;
         self.down.process(&self.wide, &mut self.narrow);
-        for (o, s) in out.iter_mut().zip(&self.narrow) {
+        self.encode_narrow(&self.narrow, out);
+        Some(())
+    }
+
+    /// 20 ms at 8 kHz as 160 bytes of the leg's G.711 (a table lookup per sample).
+    pub(crate) fn encode_narrow(&self, narrow: &[f32; NARROW_FRAME], out: &mut [u8; NARROW_FRAME]) {
+        for (o, s) in out.iter_mut().zip(narrow) {
             *o = encode(self.codec, *s);
         }
-        Some(())
+    }
+}
+
+/// A room's listener mix at 8 kHz, decoded and resampled once per tick for
+/// every G.711 leg of the room on this thread that hears it (a selected
+/// speaker hears its own mix without itself, transcoded by its own
+/// [`Transcoder`]). A hundred phone listeners cost one Opus decode and one
+/// resampling, not a hundred; each leg's G.711 encode stays its own (a
+/// table lookup per sample, and PCMU and PCMA legs may share the room).
+pub(crate) struct SharedNarrow {
+    decoder: Decoder,
+    down: Downsampler,
+    wide: Box<Pcm>,
+    narrow: [f32; NARROW_FRAME],
+    /// The tick `narrow` holds, and whether it decoded.
+    tick: Option<(u64, bool)>,
+}
+
+impl SharedNarrow {
+    pub(crate) fn new() -> Result<Self, TranscoderError> {
+        Ok(Self {
+            decoder: Decoder::new()?,
+            down: Downsampler::new(),
+            wide: Box::new([0.0; FRAME_SAMPLES]),
+            narrow: [0.0; NARROW_FRAME],
+            tick: None,
+        })
+    }
+
+    /// The listener mix of `tick` (its Opus payload `opus`) at 8 kHz: decoded
+    /// on the first call of the tick, the same samples after; `None` when it
+    /// does not decode.
+    pub(crate) fn of(&mut self, tick: u64, opus: &[u8]) -> Option<&[f32; NARROW_FRAME]> {
+        if self.tick.is_none_or(|(t, _)| t != tick) {
+            let ok = self.decoder.decode(opus, &mut self.wide).is_ok();
+            if ok {
+                self.down.process(&self.wide, &mut self.narrow);
+            }
+            self.tick = Some((tick, ok));
+        }
+        self.tick.is_some_and(|(_, ok)| ok).then_some(&self.narrow)
     }
 }
 
@@ -405,6 +451,33 @@ mod tests {
         assert!(leg.send(&[0x10, 0, 0], &mut out).is_none(), "40 ms, not a 20 ms frame: nothing sent");
         let wide: Vec<f32> = heard[800..].iter().flat_map(|s| [*s; FACTOR]).collect();
         assert!(tutti_mix::goertzel(&wide, 600.0) > 0.2, "{}", tutti_mix::goertzel(&wide, 600.0));
+    }
+
+    #[test]
+    fn legs_hearing_the_listener_mix_share_one_decode_and_send_what_their_own_would() {
+        // A caller's frames are the room's Opus stream; PCMU and PCMA legs hear it.
+        let mut caller = Transcoder::new(Codec::Pcmu).expect("a leg");
+        let tone: Vec<u8> = sine(600.0, 8_000.0, 160 * 25, 0.3).iter().map(|s| encode(Codec::Pcmu, *s)).collect();
+        let mut stream = Vec::new();
+        for (i, packet) in tone.chunks(160).enumerate() {
+            caller.receive(160 * i as u32, packet, |f| stream.push(f.payload));
+        }
+        let mut own = [Transcoder::new(Codec::Pcmu).expect("a leg"), Transcoder::new(Codec::Pcma).expect("a leg")];
+        let legs = [Transcoder::new(Codec::Pcmu).expect("a leg"), Transcoder::new(Codec::Pcma).expect("a leg")];
+        let mut shared = SharedNarrow::new().expect("a decoder");
+        for (tick, opus) in stream.iter().enumerate() {
+            for (leg, own) in legs.iter().zip(own.iter_mut()) {
+                let (mut a, mut b) = ([0u8; NARROW_FRAME], [0u8; NARROW_FRAME]);
+                own.send(opus, &mut a).expect("decodes");
+                // Asked by each leg of the tick: decoded on the first ask only.
+                leg.encode_narrow(shared.of(tick as u64, opus).expect("decodes"), &mut b);
+                assert_eq!(a, b, "tick {tick}: a leg's own transcode and the shared one differ");
+            }
+        }
+        // Asked again for a tick it holds, it does not decode again (a
+        // payload that would not decode changes nothing); a new tick does.
+        assert!(shared.of(24, &[0x10, 0, 0]).is_some());
+        assert!(shared.of(25, &[0x10, 0, 0]).is_none(), "40 ms, not a 20 ms frame");
     }
 
     /// What one leg costs per 20 ms both ways (printed; run with `--nocapture`).

@@ -50,7 +50,7 @@ use tutti_rtc::plain::{Codec, KeyEvent, RtpParseError, TelephoneEvents, parse_rt
 use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
-use super::g711::{NARROW_FRAME, Transcoder};
+use super::g711::{NARROW_FRAME, SharedNarrow, Transcoder};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
 use crate::metrics;
 use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
@@ -217,6 +217,8 @@ struct PlainThread {
     /// Which participant a packet's source is, and where each one's mix goes.
     sources: Sources,
     by_room: HashMap<RoomKey, Vec<PeerId>>,
+    /// Per room with G.711 legs here: its listener mix at 8 kHz, made once a tick for all of them.
+    narrow: HashMap<RoomKey, SharedNarrow>,
     inbox: Inboxes,
     stats: MuxStats,
     last_stats: MuxStats,
@@ -266,6 +268,7 @@ pub(crate) fn spawn(
             peers: HashMap::new(),
             sources: Sources::default(),
             by_room: HashMap::new(),
+            narrow: HashMap::new(),
             inbox: Inboxes::default(),
             stats: MuxStats::default(),
             last_stats: MuxStats::default(),
@@ -408,6 +411,7 @@ impl PlainThread {
             list.retain(|p| *p != id);
             if list.is_empty() {
                 self.by_room.remove(&old.key);
+                self.narrow.remove(&old.key);
             }
         }
         self.by_room.entry(room.key).or_default().push(id);
@@ -422,6 +426,7 @@ impl PlainThread {
             list.retain(|p| *p != id);
             if list.is_empty() {
                 self.by_room.remove(&peer.room.key);
+                self.narrow.remove(&peer.room.key);
             }
         }
         Some(peer)
@@ -456,6 +461,24 @@ impl PlainThread {
                 let mut narrow = [0u8; NARROW_FRAME];
                 let payload = match peer.g711.as_mut() {
                     None => &feed.payload[..],
+                    // The listener mix: decoded and resampled once for every G.711 leg of the room.
+                    Some(g711) if std::ptr::eq(feed, &mix.listeners) => {
+                        let shared = match self.narrow.entry(mix.key) {
+                            std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+                            std::collections::hash_map::Entry::Vacant(e) => {
+                                SharedNarrow::new().ok().map(|s| e.insert(s))
+                            }
+                        };
+                        let pcm = match shared {
+                            Some(shared) => shared.of(mix.tick, &feed.payload),
+                            None => None,
+                        };
+                        match pcm {
+                            Some(pcm) => g711.encode_narrow(pcm, &mut narrow),
+                            None => continue,
+                        }
+                        &narrow[..]
+                    }
                     Some(g711) => match g711.send(&feed.payload, &mut narrow) {
                         Some(()) => &narrow[..],
                         None => continue,
