@@ -1124,3 +1124,86 @@ fn a_trunk_refuses_a_wrong_password_a_stranger_and_a_number_it_does_not_take() {
     assert!(refused(&server, "number") >= 1.0, "the number counted");
     rt.block_on(server.shutdown());
 }
+
+/// Presses `keys` on baresip's UDP console (each held 200 ms, then released:
+/// sent as RFC 4733), running `webrtc` meanwhile.
+fn press_on_baresip(baresip: &Baresip, keys: &str, webrtc: &mut ToneClient) {
+    let console = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    for key in keys.bytes() {
+        for datagram in [&[key][..], &[0x04]] {
+            console.send_to(datagram, ("127.0.0.1", baresip.cons_port)).expect("send a key");
+            let mut refs = [&mut *webrtc];
+            run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
+        }
+    }
+}
+
+/// Runs `webrtc` until baresip's call is answered (its log says so), up to 10 s.
+fn answered(baresip: &Baresip, webrtc: &mut ToneClient) -> bool {
+    let mut refs = [webrtc];
+    run_until(&mut refs, Instant::now() + Duration::from_secs(10), |_| baresip.log().contains("established"));
+    baresip.log().contains("established")
+}
+
+/// RMS of what baresip heard (sndfile's decoded dump), and the amplitude of 440 Hz in all of it.
+fn heard_energy(baresip: &Baresip) -> (f32, f32) {
+    let dumps = baresip.dir.join("dumps");
+    let dump = std::fs::read_dir(&dumps)
+        .expect("the dump directory")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("dec"))
+        .unwrap_or_else(|| panic!("no decoded dump\nbaresip:\n{}", baresip.log()));
+    let mut r = hound::WavReader::open(&dump).expect("a WAV");
+    let all: Vec<f32> = r.samples::<i16>().map(|s| f32::from(s.unwrap_or(0)) / 32768.0).collect();
+    let rms = (all.iter().map(|x| x * x).sum::<f32>() / all.len().max(1) as f32).sqrt();
+    let seconds = all.len() as f32 / r.spec().sample_rate as f32;
+    (rms, wav_tone(&dump, 440.0, seconds))
+}
+
+/// PIN dispatch with real baresip over PCMU: a wrong PIN (twice, by RFC
+/// 4733) hears the spoken prompts and gets a BYE, never in the roster; the
+/// right PIN joins the room, hears its talker and is heard.
+#[test]
+fn baresip_enters_a_pin_wrong_then_right_and_joins_its_room() {
+    let mut cfg = sip_config("127.0.0.0/8");
+    cfg.sip.pin = true;
+    cfg.sip.pins = vec!["4711=standup".into()];
+    cfg.sip.pin_attempts = 2;
+    cfg.sip.pin_digit_timeout_seconds = 5;
+    let (rt, server, api, sip, mut webrtc) = room_with_talker_on(cfg, "standup");
+
+    // Wrong, twice: "enter", "not valid", "enter", "not valid", "goodbye", BYE.
+    let wrong = Baresip::dial(sip, "conference", "g711.so", "PCMU/8000", 8_000, 60, &LOCAL);
+    assert!(answered(&wrong, &mut webrtc), "a PIN call is answered at once:\n{}", wrong.log());
+    press_on_baresip(&wrong, "12#", &mut webrtc);
+    press_on_baresip(&wrong, "99#", &mut webrtc);
+    let mut most = 0;
+    let end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < end && !wrong.log().contains("session closed") {
+        most = most.max(roster(api, "standup").len());
+        let mut refs = [&mut webrtc];
+        run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
+    }
+    assert!(wrong.log().contains("session closed"), "tutti hangs up after the tries:\n{}", wrong.log());
+    assert_eq!(most, 1, "a caller without the right PIN is never a participant");
+    let m = server.metrics_addr().expect("test servers export metrics");
+    let pin_refused = scrape(m).get(&series("tutti_sip_refused_total", &[("reason", "pin")])).copied();
+    assert_eq!(pin_refused, Some(1.0), "the hang-up is counted");
+    let (rms, room440) = heard_energy(&wrong);
+    eprintln!("the wrong PIN's caller heard RMS {rms:.4}, 440 Hz {room440:.4}");
+    assert!(rms > 0.01, "the caller hears the spoken prompts (RMS {rms})");
+    assert!(room440 < 0.01, "and never the room ({room440})");
+    drop(wrong);
+
+    // Right: it joins, hears the room's 440 Hz, and the WebRTC participant hears its 600 Hz.
+    let call_seconds = 22;
+    let mut right = Baresip::dial(sip, "conference", "g711.so", "PCMU/8000", 8_000, call_seconds, &LOCAL);
+    assert!(answered(&right, &mut webrtc), "{}", right.log());
+    assert_eq!(roster(api, "standup").len(), 1, "answered, not yet a participant");
+    press_on_baresip(&right, "4711#", &mut webrtc);
+    let names = wait_roster(api, "standup", Duration::from_secs(12), |n| n.len() == 2);
+    assert_eq!(names.len(), 2, "the right PIN joins its room: {names:?}\nbaresip:\n{}", right.log());
+    talks_both_ways(&mut right, &mut webrtc, call_seconds, "the PIN caller");
+    rt.block_on(server.shutdown());
+}

@@ -191,6 +191,21 @@ impl Sessions {
         Ok(Some(offer))
     }
 
+    /// A call's offer checked as its join would check it (plain RTP allowed
+    /// from `client` and to the offer's address), and the address that
+    /// answers it: for a call answered before it joins a room (the SIP
+    /// edge's PIN entry).
+    pub(crate) fn lobby_offer(&self, sdp: &str, client: IpAddr) -> Refused<(PlainOffer, std::net::SocketAddr)> {
+        let offer = self
+            .plain_offer(sdp, client)?
+            .ok_or_else(|| Refusal::bad_request("bad_sdp", "the offer is not plain RTP/AVP audio"))?;
+        let (local, _) = self
+            .media
+            .plain_rtp()
+            .ok_or_else(|| rtp_in_forbidden("plain RTP/AVP offers are not allowed on this server".into()))?;
+        Ok((offer, local))
+    }
+
     /// Joins `room` as a plain RTP participant. Returns (participant id, SDP answer).
     fn join_plain(&self, room: &Arc<Room>, offer: PlainOffer, name: &str, grant: &Grant) -> Refused<(u64, String)> {
         let (local, io) = self
