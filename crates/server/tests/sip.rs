@@ -1166,6 +1166,19 @@ fn heard_energy(baresip: &Baresip) -> (f32, f32) {
 /// right PIN joins the room, hears its talker and is heard.
 #[test]
 fn baresip_enters_a_pin_wrong_then_right_and_joins_its_room() {
+    pin_wrong_then_right("g711.so", "PCMU/8000", 8_000, "the PCMU caller");
+}
+
+/// The same over Opus (the prompts' frames sent as they are).
+#[test]
+fn baresip_over_opus_enters_a_pin_wrong_then_right() {
+    pin_wrong_then_right("opus.so", "opus/48000/2", 48_000, "the Opus caller");
+}
+
+/// baresip with codec `module` offering `codecs` at `rate` Hz enters a wrong
+/// PIN twice (prompts heard, BYE, never a participant), then the right one
+/// (joins, talks both ways); `who` names it in the messages.
+fn pin_wrong_then_right(module: &str, codecs: &str, rate: u32, who: &str) {
     let mut cfg = sip_config("127.0.0.0/8");
     cfg.sip.pin = true;
     cfg.sip.pins = vec!["4711=standup".into()];
@@ -1174,7 +1187,7 @@ fn baresip_enters_a_pin_wrong_then_right_and_joins_its_room() {
     let (rt, server, api, sip, mut webrtc) = room_with_talker_on(cfg, "standup");
 
     // Wrong, twice: "enter", "not valid", "enter", "not valid", "goodbye", BYE.
-    let wrong = Baresip::dial(sip, "conference", "g711.so", "PCMU/8000", 8_000, 60, &LOCAL);
+    let wrong = Baresip::dial(sip, "conference", module, codecs, rate, 60, &LOCAL);
     assert!(answered(&wrong, &mut webrtc), "a PIN call is answered at once:\n{}", wrong.log());
     press_on_baresip(&wrong, "12#", &mut webrtc);
     press_on_baresip(&wrong, "99#", &mut webrtc);
@@ -1191,19 +1204,19 @@ fn baresip_enters_a_pin_wrong_then_right_and_joins_its_room() {
     let pin_refused = scrape(m).get(&series("tutti_sip_refused_total", &[("reason", "pin")])).copied();
     assert_eq!(pin_refused, Some(1.0), "the hang-up is counted");
     let (rms, room440) = heard_energy(&wrong);
-    eprintln!("the wrong PIN's caller heard RMS {rms:.4}, 440 Hz {room440:.4}");
+    eprintln!("{who} with a wrong PIN heard RMS {rms:.4}, 440 Hz {room440:.4}");
     assert!(rms > 0.01, "the caller hears the spoken prompts (RMS {rms})");
     assert!(room440 < 0.01, "and never the room ({room440})");
     drop(wrong);
 
     // Right: it joins, hears the room's 440 Hz, and the WebRTC participant hears its 600 Hz.
     let call_seconds = 22;
-    let mut right = Baresip::dial(sip, "conference", "g711.so", "PCMU/8000", 8_000, call_seconds, &LOCAL);
+    let mut right = Baresip::dial(sip, "conference", module, codecs, rate, call_seconds, &LOCAL);
     assert!(answered(&right, &mut webrtc), "{}", right.log());
     assert_eq!(roster(api, "standup").len(), 1, "answered, not yet a participant");
     press_on_baresip(&right, "4711#", &mut webrtc);
     let names = wait_roster(api, "standup", Duration::from_secs(12), |n| n.len() == 2);
     assert_eq!(names.len(), 2, "the right PIN joins its room: {names:?}\nbaresip:\n{}", right.log());
-    talks_both_ways(&mut right, &mut webrtc, call_seconds, "the PIN caller");
+    talks_both_ways(&mut right, &mut webrtc, call_seconds, who);
     rt.block_on(server.shutdown());
 }
