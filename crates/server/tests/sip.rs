@@ -1200,9 +1200,8 @@ fn pin_wrong_then_right(module: &str, codecs: &str, rate: u32, who: &str) {
     }
     assert!(wrong.log().contains("session closed"), "tutti hangs up after the tries:\n{}", wrong.log());
     assert_eq!(most, 1, "a caller without the right PIN is never a participant");
-    let m = server.metrics_addr().expect("test servers export metrics");
-    let pin_refused = scrape(m).get(&series("tutti_sip_refused_total", &[("reason", "pin")])).copied();
-    assert_eq!(pin_refused, Some(1.0), "the hang-up is counted");
+    // At least: the metrics are the test process's, and the other codec's test may count too.
+    assert!(refused(&server, "pin") >= 1.0, "the hang-up is counted");
     let (rms, room440) = heard_energy(&wrong);
     eprintln!("{who} with a wrong PIN heard RMS {rms:.4}, 440 Hz {room440:.4}");
     assert!(rms > 0.01, "the caller hears the spoken prompts (RMS {rms})");

@@ -80,7 +80,7 @@ impl Lobby {
                         }
                     },
                 };
-                let [ssrc, seq, ts] = super::plain::random_u32s();
+                let [ssrc, seq, ts] = random_u32s();
                 let leg = Leg {
                     payload_type: offer.payload_type,
                     frame_samples: offer.codec.clock_rate() / 50,
@@ -169,6 +169,15 @@ impl Lobby {
         self.next = playing.then(|| (at + FRAME).max(now));
         sent
     }
+}
+
+/// A new RTP stream's SSRC, first sequence number and timestamp offset (a
+/// lobby leg's, and a plain RTP participant's).
+pub(super) fn random_u32s() -> [u32; 3] {
+    let mut b = [0u8; 12];
+    // Without randomness the stream still works; only its SSRC/offsets are predictable.
+    let _ = getrandom::fill(&mut b);
+    [0, 4, 8].map(|i| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]))
 }
 
 /// What a command changed, for the thread's routing of packets.

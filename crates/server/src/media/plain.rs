@@ -52,7 +52,7 @@ use tutti_rtc::{MuxStats, PeerId};
 use super::command::{IoCommand, IoCounters, IoHandle};
 use super::g711::{NARROW_FRAME, Transcoder};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
-use super::lobby::{Change, Lobby, LobbyCommand};
+use super::lobby::{Change, Lobby, LobbyCommand, random_u32s};
 use crate::metrics;
 use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
@@ -292,13 +292,6 @@ pub(crate) fn spawn(
     })?;
     tracing::info!(%bound, "plain RTP (rtp_in) socket open: no encryption, trusted networks only");
     Ok((io, handle, thread))
-}
-
-pub(super) fn random_u32s() -> [u32; 3] {
-    let mut b = [0u8; 12];
-    // Without randomness the stream still works; only its SSRC/offsets are predictable.
-    let _ = getrandom::fill(&mut b);
-    [0, 4, 8].map(|i| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]))
 }
 
 impl PlainThread {

@@ -164,7 +164,7 @@ impl Sessions {
     /// `None` when `sdp` is not a plain RTP/AVP offer (a WebRTC one goes its
     /// usual way). Otherwise the parsed offer, if plain RTP is allowed from
     /// `client` and to the offer's address.
-    fn plain_offer(&self, sdp: &str, client: IpAddr) -> Refused<Option<PlainOffer>> {
+    pub(super) fn plain_offer(&self, sdp: &str, client: IpAddr) -> Refused<Option<PlainOffer>> {
         if !is_plain_offer(sdp) {
             return Ok(None);
         }
@@ -189,21 +189,6 @@ impl Sessions {
             )));
         }
         Ok(Some(offer))
-    }
-
-    /// A call's offer checked as its join would check it (plain RTP allowed
-    /// from `client` and to the offer's address), and the address that
-    /// answers it: for a call answered before it joins a room (the SIP
-    /// edge's PIN entry).
-    pub(crate) fn lobby_offer(&self, sdp: &str, client: IpAddr) -> Refused<(PlainOffer, std::net::SocketAddr)> {
-        let offer = self
-            .plain_offer(sdp, client)?
-            .ok_or_else(|| Refusal::bad_request("bad_sdp", "the offer is not plain RTP/AVP audio"))?;
-        let (local, _) = self
-            .media
-            .plain_rtp()
-            .ok_or_else(|| rtp_in_forbidden("plain RTP/AVP offers are not allowed on this server".into()))?;
-        Ok((offer, local))
     }
 
     /// Joins `room` as a plain RTP participant. Returns (participant id, SDP answer).

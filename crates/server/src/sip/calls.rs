@@ -111,7 +111,7 @@ impl Edge {
         let mut handling = dialog.clone();
         tokio::spawn(async move { handling.handle(&mut tx).await.ok() });
         if pin {
-            let caller = super::pin::Caller { sdp, source, identity, name, attributes, trunk };
+            let caller = Caller { sdp, source, identity, name, attributes, trunk };
             return self.pin_call(dialog, caller).await;
         }
 
@@ -191,6 +191,16 @@ impl Edge {
             dialog.bye().await.ok();
         }
     }
+}
+
+/// Who called, for the join once the PIN is right.
+pub(super) struct Caller {
+    pub(super) sdp: String,
+    pub(super) source: SocketAddr,
+    pub(super) identity: String,
+    pub(super) name: String,
+    pub(super) attributes: crate::attributes::Attributes,
+    pub(super) trunk: String,
 }
 
 /// A call's join: into its room wherever it is located, plain RTP from the caller's address.

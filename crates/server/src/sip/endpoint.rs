@@ -40,7 +40,7 @@ pub(crate) struct Edge {
     /// The callers' keys towards a `[sip] keypad` sequence.
     pub(super) keys: Mutex<super::sequences::Sequences>,
     /// Dispatch by PIN: the PINs, the prompts, the calls entering one.
-    pub(super) pin: super::pin::PinDesk,
+    pub(super) pin: super::desk::PinDesk,
     states: DialogStateSender,
     endpoint: Endpoint,
     cancel: CancellationToken,
@@ -80,7 +80,7 @@ impl Edge {
         }
         // Validated at load, as `trusted`.
         let keys = Mutex::new(super::sequences::Sequences::new(cfg.keypad_map().unwrap_or_default()));
-        let pin = super::pin::PinDesk::new(&cfg)?;
+        let pin = super::desk::PinDesk::new(&cfg)?;
         let edge = Self {
             session,
             keys,

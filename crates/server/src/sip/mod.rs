@@ -22,6 +22,7 @@
 //! (rsipstack, pinned in the workspace's Cargo.toml).
 
 mod calls;
+mod desk;
 mod endpoint;
 mod keypad;
 mod pin;
