@@ -211,14 +211,19 @@ impl Baresip {
 
     /// The amplitudes of 440 Hz and 600 Hz in the last 3 s of what baresip heard (sndfile's decoded dump).
     fn heard(&self) -> (f32, f32) {
+        let dump = self.dump();
+        (wav_tone(&dump, 440.0, 3.0), wav_tone(&dump, 600.0, 3.0))
+    }
+
+    /// sndfile's decoded dump: what baresip heard.
+    fn dump(&self) -> std::path::PathBuf {
         let dumps = self.dir.join("dumps");
-        let dump = std::fs::read_dir(&dumps)
+        std::fs::read_dir(&dumps)
             .expect("the dump directory")
             .flatten()
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().contains("dec"))
-            .unwrap_or_else(|| panic!("no decoded dump in {}\nbaresip:\n{}", dumps.display(), self.log()));
-        (wav_tone(&dump, 440.0, 3.0), wav_tone(&dump, 600.0, 3.0))
+            .unwrap_or_else(|| panic!("no decoded dump in {}\nbaresip:\n{}", dumps.display(), self.log()))
     }
 }
 
@@ -1147,13 +1152,7 @@ fn answered(baresip: &Baresip, webrtc: &mut ToneClient) -> bool {
 
 /// RMS of what baresip heard (sndfile's decoded dump), and the amplitude of 440 Hz in all of it.
 fn heard_energy(baresip: &Baresip) -> (f32, f32) {
-    let dumps = baresip.dir.join("dumps");
-    let dump = std::fs::read_dir(&dumps)
-        .expect("the dump directory")
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().contains("dec"))
-        .unwrap_or_else(|| panic!("no decoded dump\nbaresip:\n{}", baresip.log()));
+    let dump = baresip.dump();
     let mut r = hound::WavReader::open(&dump).expect("a WAV");
     let all: Vec<f32> = r.samples::<i16>().map(|s| f32::from(s.unwrap_or(0)) / 32768.0).collect();
     let rms = (all.iter().map(|x| x * x).sum::<f32>() / all.len().max(1) as f32).sqrt();
