@@ -211,14 +211,19 @@ impl Baresip {
 
     /// The amplitudes of 440 Hz and 600 Hz in the last 3 s of what baresip heard (sndfile's decoded dump).
     fn heard(&self) -> (f32, f32) {
+        let dump = self.dump();
+        (wav_tone(&dump, 440.0, 3.0), wav_tone(&dump, 600.0, 3.0))
+    }
+
+    /// sndfile's decoded dump: what baresip heard.
+    fn dump(&self) -> std::path::PathBuf {
         let dumps = self.dir.join("dumps");
-        let dump = std::fs::read_dir(&dumps)
+        std::fs::read_dir(&dumps)
             .expect("the dump directory")
             .flatten()
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().contains("dec"))
-            .unwrap_or_else(|| panic!("no decoded dump in {}\nbaresip:\n{}", dumps.display(), self.log()));
-        (wav_tone(&dump, 440.0, 3.0), wav_tone(&dump, 600.0, 3.0))
+            .unwrap_or_else(|| panic!("no decoded dump in {}\nbaresip:\n{}", dumps.display(), self.log()))
     }
 }
 
@@ -1122,5 +1127,94 @@ fn a_trunk_refuses_a_wrong_password_a_stranger_and_a_number_it_does_not_take() {
     assert!(refused(&server, "credentials") >= 2.0, "the raw and baresip wrong credentials counted");
     assert!(refused(&server, "source") >= 1.0, "the stranger counted");
     assert!(refused(&server, "number") >= 1.0, "the number counted");
+    rt.block_on(server.shutdown());
+}
+
+/// Presses `keys` on baresip's UDP console (each held 200 ms, then released:
+/// sent as RFC 4733), running `webrtc` meanwhile.
+fn press_on_baresip(baresip: &Baresip, keys: &str, webrtc: &mut ToneClient) {
+    let console = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    for key in keys.bytes() {
+        for datagram in [&[key][..], &[0x04]] {
+            console.send_to(datagram, ("127.0.0.1", baresip.cons_port)).expect("send a key");
+            let mut refs = [&mut *webrtc];
+            run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
+        }
+    }
+}
+
+/// Runs `webrtc` until baresip's call is answered (its log says so), up to 10 s.
+fn answered(baresip: &Baresip, webrtc: &mut ToneClient) -> bool {
+    let mut refs = [webrtc];
+    run_until(&mut refs, Instant::now() + Duration::from_secs(10), |_| baresip.log().contains("established"));
+    baresip.log().contains("established")
+}
+
+/// RMS of what baresip heard (sndfile's decoded dump), and the amplitude of 440 Hz in all of it.
+fn heard_energy(baresip: &Baresip) -> (f32, f32) {
+    let dump = baresip.dump();
+    let mut r = hound::WavReader::open(&dump).expect("a WAV");
+    let all: Vec<f32> = r.samples::<i16>().map(|s| f32::from(s.unwrap_or(0)) / 32768.0).collect();
+    let rms = (all.iter().map(|x| x * x).sum::<f32>() / all.len().max(1) as f32).sqrt();
+    let seconds = all.len() as f32 / r.spec().sample_rate as f32;
+    (rms, wav_tone(&dump, 440.0, seconds))
+}
+
+/// PIN dispatch with real baresip over PCMU: a wrong PIN (twice, by RFC
+/// 4733) hears the spoken prompts and gets a BYE, never in the roster; the
+/// right PIN joins the room, hears its talker and is heard.
+#[test]
+fn baresip_enters_a_pin_wrong_then_right_and_joins_its_room() {
+    pin_wrong_then_right("g711.so", "PCMU/8000", 8_000, "the PCMU caller");
+}
+
+/// The same over Opus (the prompts' frames sent as they are).
+#[test]
+fn baresip_over_opus_enters_a_pin_wrong_then_right() {
+    pin_wrong_then_right("opus.so", "opus/48000/2", 48_000, "the Opus caller");
+}
+
+/// baresip with codec `module` offering `codecs` at `rate` Hz enters a wrong
+/// PIN twice (prompts heard, BYE, never a participant), then the right one
+/// (joins, talks both ways); `who` names it in the messages.
+fn pin_wrong_then_right(module: &str, codecs: &str, rate: u32, who: &str) {
+    let mut cfg = sip_config("127.0.0.0/8");
+    cfg.sip.pin = true;
+    cfg.sip.pins = vec!["4711=standup".into()];
+    cfg.sip.pin_attempts = 2;
+    cfg.sip.pin_digit_timeout_seconds = 5;
+    let (rt, server, api, sip, mut webrtc) = room_with_talker_on(cfg, "standup");
+
+    // Wrong, twice: "enter", "not valid", "enter", "not valid", "goodbye", BYE.
+    let wrong = Baresip::dial(sip, "conference", module, codecs, rate, 60, &LOCAL);
+    assert!(answered(&wrong, &mut webrtc), "a PIN call is answered at once:\n{}", wrong.log());
+    press_on_baresip(&wrong, "12#", &mut webrtc);
+    press_on_baresip(&wrong, "99#", &mut webrtc);
+    let mut most = 0;
+    let end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < end && !wrong.log().contains("session closed") {
+        most = most.max(roster(api, "standup").len());
+        let mut refs = [&mut webrtc];
+        run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
+    }
+    assert!(wrong.log().contains("session closed"), "tutti hangs up after the tries:\n{}", wrong.log());
+    assert_eq!(most, 1, "a caller without the right PIN is never a participant");
+    // At least: the metrics are the test process's, and the other codec's test may count too.
+    assert!(refused(&server, "pin") >= 1.0, "the hang-up is counted");
+    let (rms, room440) = heard_energy(&wrong);
+    eprintln!("{who} with a wrong PIN heard RMS {rms:.4}, 440 Hz {room440:.4}");
+    assert!(rms > 0.01, "the caller hears the spoken prompts (RMS {rms})");
+    assert!(room440 < 0.01, "and never the room ({room440})");
+    drop(wrong);
+
+    // Right: it joins, hears the room's 440 Hz, and the WebRTC participant hears its 600 Hz.
+    let call_seconds = 22;
+    let mut right = Baresip::dial(sip, "conference", module, codecs, rate, call_seconds, &LOCAL);
+    assert!(answered(&right, &mut webrtc), "{}", right.log());
+    assert_eq!(roster(api, "standup").len(), 1, "answered, not yet a participant");
+    press_on_baresip(&right, "4711#", &mut webrtc);
+    let names = wait_roster(api, "standup", Duration::from_secs(12), |n| n.len() == 2);
+    assert_eq!(names.len(), 2, "the right PIN joins its room: {names:?}\nbaresip:\n{}", right.log());
+    talks_both_ways(&mut right, &mut webrtc, call_seconds, who);
     rt.block_on(server.shutdown());
 }

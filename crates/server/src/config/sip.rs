@@ -40,6 +40,21 @@ pub struct SipConfig {
     /// `["*6=mute", "*7=hand"]`; empty = keys do nothing (every key is
     /// still a `keypad` event to the room's sockets).
     pub keypad: Vec<String>,
+    /// Calls on `trusted` (and on trunks that do not say otherwise) enter
+    /// a PIN by keypad to choose their room, instead of naming it.
+    pub pin: bool,
+    /// The PINs and their rooms, each `"<PIN>=<room>"` (1 to 16 digits).
+    /// Environment: comma-separated.
+    pub pins: Vec<String>,
+    /// Tries at the PIN before tutti says goodbye and hangs up.
+    pub pin_attempts: u32,
+    /// Seconds to wait for each key of a PIN (and for the first after the
+    /// prompt); a try that runs out counts as a wrong one.
+    pub pin_digit_timeout_seconds: u64,
+    /// A directory of prompts replacing the built-in ones (`enter.opus`,
+    /// `invalid.opus`, `joining.opus`, `goodbye.opus`: Ogg/Opus, 20 ms
+    /// frames); a missing file is the built-in one. Empty = built-in only.
+    pub prompts: String,
 }
 
 /// One inbound trunk (`[[sip.trunks]]`): a carrier's SBC, a PBX.
@@ -67,6 +82,9 @@ pub struct TrunkConfig {
     pub room: String,
     /// Put before the number to name the room; absent = `[sip] room_prefix`.
     pub room_prefix: Option<String>,
+    /// Its calls enter a PIN (`[sip] pins`) to choose their room; absent =
+    /// `[sip] pin`.
+    pub pin: Option<bool>,
 }
 
 impl Default for TrunkConfig {
@@ -80,6 +98,7 @@ impl Default for TrunkConfig {
             numbers: Vec::new(),
             room: String::new(),
             room_prefix: None,
+            pin: None,
         }
     }
 }
@@ -124,6 +143,9 @@ impl TrunkConfig {
         if !self.room.is_empty() && !crate::room::valid_room_id(&self.room) {
             return Err(format!("trunk '{name}': room '{}' is not a valid room id", self.room));
         }
+        if !self.room.is_empty() && self.pin == Some(true) {
+            return Err(format!("trunk '{name}': set a fixed `room` or `pin = true`, not both"));
+        }
         Ok(())
     }
 }
@@ -140,6 +162,9 @@ pub enum KeyAction {
 /// Longest keypad sequence.
 const MAX_SEQUENCE: usize = 8;
 
+/// Longest PIN.
+pub const MAX_PIN: usize = 16;
+
 impl Default for SipConfig {
     fn default() -> Self {
         Self {
@@ -151,6 +176,11 @@ impl Default for SipConfig {
             realm: "tutti".to_owned(),
             trunks: Vec::new(),
             keypad: vec!["*6=mute".to_owned(), "*7=hand".to_owned()],
+            pin: false,
+            pins: Vec::new(),
+            pin_attempts: 3,
+            pin_digit_timeout_seconds: 10,
+            prompts: String::new(),
         }
     }
 }
@@ -192,7 +222,30 @@ impl SipConfig {
         Ok(map)
     }
 
-    /// Checks `trusted`, `trunks`, `realm`, `public_address` and `keypad`.
+    /// The PIN map: each PIN and its room (see `pins`).
+    pub fn pin_map(&self) -> Result<Vec<(String, String)>, String> {
+        let mut map: Vec<(String, String)> = Vec::new();
+        for entry in &self.pins {
+            let (pin, room) =
+                entry.split_once('=').ok_or_else(|| "each entry must be <PIN>=<room>, like 4711=standup".to_owned())?;
+            let pin = pin.trim();
+            // The PIN itself is a secret: not repeated in the message.
+            if pin.is_empty() || pin.len() > MAX_PIN || !pin.chars().all(|c| c.is_ascii_digit()) {
+                return Err(format!("the PIN for room '{}' must be 1 to {MAX_PIN} digits 0-9", room.trim()));
+            }
+            let room = room.trim();
+            if !crate::room::valid_room_id(room) {
+                return Err(format!("'{room}' (after a PIN) is not a valid room id"));
+            }
+            if map.iter().any(|(p, _)| p == pin) {
+                return Err(format!("two entries have the same PIN (one is for room '{room}')"));
+            }
+            map.push((pin.to_owned(), room.to_owned()));
+        }
+        Ok(map)
+    }
+
+    /// Checks `trusted`, `trunks`, `realm`, `public_address`, `keypad` and the PIN settings.
     pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
         crate::cidr::parse_all(&self.trusted).map_err(|m| ("sip.trusted", m))?;
         let mut names = Vec::new();
@@ -204,6 +257,20 @@ impl SipConfig {
             return Err(("sip.realm", "must be a name without quotes or backslashes, like \"tutti\"".into()));
         }
         self.keypad_map().map_err(|m| ("sip.keypad", m))?;
+        self.pin_map().map_err(|m| ("sip.pins", m))?;
+        let asks_pin = self.pin || self.trunks.iter().any(|t| t.pin == Some(true));
+        if asks_pin && self.pins.is_empty() {
+            return Err((
+                "sip.pins",
+                "calls enter a PIN (`pin = true`) but no PIN is set: add \"<PIN>=<room>\"".into(),
+            ));
+        }
+        if !(1..=10).contains(&self.pin_attempts) {
+            return Err(("sip.pin_attempts", "must be 1 to 10".into()));
+        }
+        if !(1..=60).contains(&self.pin_digit_timeout_seconds) {
+            return Err(("sip.pin_digit_timeout_seconds", "must be 1 to 60".into()));
+        }
         let host = self.public_address.trim();
         if host.contains(char::is_whitespace) || host.contains(['<', '>', ';', '@']) {
             return Err(("sip.public_address", "must be a host or host:port, like 203.0.113.7:5060".into()));

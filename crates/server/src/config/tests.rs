@@ -218,6 +218,29 @@ fn the_sip_edge_is_off_and_set_from_the_environment() {
 }
 
 #[test]
+fn sip_pins_load_and_bad_ones_are_named_without_the_pin() {
+    let sip = load_text("", &[("TUTTI_SIP_PIN", "true"), ("TUTTI_SIP_PINS", "4711=standup, 0815 = board")], &[])
+        .expect("loads")
+        .sip;
+    assert!(sip.pin);
+    assert_eq!(sip.pin_map().expect("valid"), [("4711".into(), "standup".into()), ("0815".into(), "board".into())]);
+    let err = |r: Result<Config, ConfigError>| r.expect_err("refused").to_string();
+    for bad in ["4711", "47a1=standup", "=standup", "12345678901234567=standup", "4711=bad room", "1=a,1=b"] {
+        let e = err(load_text("", &[("TUTTI_SIP_PINS", bad)], &[]));
+        assert!(e.contains("sip.pins"), "{bad}: {e}");
+        assert!(!e.contains("47a1") && !e.contains("1234567890"), "a PIN is never repeated: {e}");
+    }
+    assert!(err(load_text("[sip]\npin = true\n", &[], &[])).contains("no PIN is set"));
+    let trunk = "[sip]\npins = [\"1=a\"]\n[[sip.trunks]]\nname = \"t\"\nnetworks = [\"10.0.0.0/8\"]\n";
+    assert!(load_text(&format!("{trunk}pin = true\n"), &[], &[]).expect("loads").sip.trunks[0].pin == Some(true));
+    assert!(err(load_text(&format!("{trunk}pin = true\nroom = \"x\"\n"), &[], &[])).contains("not both"));
+    assert!(err(load_text("[sip]\npin_attempts = 0\n", &[], &[])).contains("sip.pin_attempts"));
+    assert!(
+        err(load_text("[sip]\npin_digit_timeout_seconds = 0\n", &[], &[])).contains("sip.pin_digit_timeout_seconds")
+    );
+}
+
+#[test]
 fn sip_trunks_load_from_the_file_and_bad_ones_are_named() {
     let text = "[sip]\nrealm = \"example\"\n\n[[sip.trunks]]\nname = \"carrier\"\nnetworks = [\"192.0.2.0/24\"]\n\
                 username = \"acme\"\npassword = \"s3cret\"\nnumbers = [\"4711\"]\nroom_prefix = \"\"\n\n\

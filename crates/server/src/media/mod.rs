@@ -17,6 +17,7 @@ mod command;
 mod g711;
 mod io;
 mod keys;
+mod lobby;
 pub(crate) mod mesh;
 mod plain;
 mod shed;
@@ -36,6 +37,7 @@ use crate::room::{Effect, Rooms};
 use crate::sync::lock;
 use command::{IoCommand, IoHandle};
 pub(crate) use keys::Keypress;
+pub(crate) use lobby::LobbyCommand;
 pub(crate) use plain::KeysRefused;
 
 /// Keypresses queued for their reader at most (more are dropped, logged).
@@ -379,6 +381,12 @@ impl MediaHandle {
         let Some(p) = &self.plain else { return false };
         let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events } = offer;
         p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, listen_only })
+    }
+
+    /// Tells the plain RTP thread's lobby (legs answered, in no room yet:
+    /// `lobby`). False when plain RTP is off or its thread is gone.
+    pub(crate) fn lobby(&self, cmd: LobbyCommand) -> bool {
+        self.plain.as_ref().is_some_and(|p| p.lobby(cmd))
     }
 
     /// The keys plain RTP legs press (RFC 4733), for one reader: the first

@@ -52,6 +52,7 @@ use tutti_rtc::{MuxStats, PeerId};
 use super::command::{IoCommand, IoCounters, IoHandle};
 use super::g711::{NARROW_FRAME, SharedNarrow, Transcoder};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
+use super::lobby::{Change, Lobby, LobbyCommand, random_u32s};
 use crate::metrics;
 use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
@@ -115,6 +116,7 @@ type Legs = Arc<std::sync::Mutex<HashMap<PeerId, Leg>>>;
 /// How the API reaches the `rtp-in` thread.
 pub(crate) struct PlainHandle {
     add: Sender<NewPlain>,
+    lobby: Sender<LobbyCommand>,
     /// Keys to send, by leg (bounded by `legs`: one request per leg at a time).
     keys: Sender<(PeerId, Vec<u8>)>,
     legs: Legs,
@@ -137,6 +139,13 @@ impl PlainHandle {
         } else {
             lock(&self.legs).remove(&id);
         }
+        ok
+    }
+
+    /// Tells the lobby (see [`super::lobby`]). False when the thread is gone.
+    pub(crate) fn lobby(&self, cmd: LobbyCommand) -> bool {
+        let ok = self.lobby.send(cmd).is_ok();
+        let _ = self.wake.write(1);
         ok
     }
 
@@ -206,6 +215,9 @@ struct PlainThread {
     socket: UdpSocket,
     rx: Receiver<IoCommand>,
     adds: Receiver<NewPlain>,
+    lobby_rx: Receiver<LobbyCommand>,
+    /// Calls answered but in no room yet (their PIN): keys and prompts only.
+    lobby: Lobby,
     keys: Receiver<(PeerId, Vec<u8>)>,
     legs: Legs,
     /// Where keypresses go (never waited on).
@@ -247,11 +259,12 @@ pub(crate) fn spawn(
     );
     let (tx, rx) = mpsc::channel();
     let (add, adds) = mpsc::channel();
+    let (lobby, lobby_rx) = mpsc::channel();
     let (keys_tx, keys) = mpsc::channel();
     let legs = Legs::default();
     let counters = Arc::new(IoCounters::default());
     let io = IoHandle { tx, wake: wake.clone(), counters: counters.clone() };
-    let handle = PlainHandle { add, keys: keys_tx, legs: legs.clone(), wake: wake.clone(), bound, io: index };
+    let handle = PlainHandle { add, lobby, keys: keys_tx, legs: legs.clone(), wake: wake.clone(), bound, io: index };
     let thread = std::thread::Builder::new().name("rtp-in".into()).spawn(move || {
         crate::priority::media_thread(thread_nice);
         PlainThread {
@@ -259,6 +272,8 @@ pub(crate) fn spawn(
             socket,
             rx,
             adds,
+            lobby_rx,
+            lobby: Lobby::default(),
             keys,
             legs,
             pressed,
@@ -282,18 +297,19 @@ pub(crate) fn spawn(
     Ok((io, handle, thread))
 }
 
-fn random_u32s() -> [u32; 3] {
-    let mut b = [0u8; 12];
-    // Without randomness the stream still works; only its SSRC/offsets are predictable.
-    let _ = getrandom::fill(&mut b);
-    [0, 4, 8].map(|i| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]))
-}
-
 impl PlainThread {
     fn run(&mut self) {
         loop {
             self.wait();
             let now = Instant::now();
+            // Before the adds: a call leaves the lobby before it joins, on the same address.
+            while let Ok(cmd) = self.lobby_rx.try_recv() {
+                match self.lobby.command(cmd, now) {
+                    Some(Change::Added(id, o)) => self.sources.add(id, o.remote, o.comedia, o.ssrc),
+                    Some(Change::Removed(id)) => self.sources.remove(id),
+                    None => {}
+                }
+            }
             while let Ok(p) = self.adds.try_recv() {
                 self.add(p, now);
             }
@@ -306,6 +322,9 @@ impl PlainThread {
                 break;
             }
             self.receive(now);
+            let sources = &self.sources;
+            self.stats.datagrams_out +=
+                self.lobby.play(Instant::now(), &self.socket, &mut self.buf, |id| sources.send_to(id));
             self.inbox.flush();
             if now >= self.next_timeout_check {
                 self.next_timeout_check = now + TIMEOUT_CHECK;
@@ -318,7 +337,7 @@ impl PlainThread {
     }
 
     fn wait(&self) {
-        let timeout = nix::sys::time::TimeSpec::from_duration(IDLE_WAIT);
+        let timeout = nix::sys::time::TimeSpec::from_duration(self.lobby.wait(Instant::now(), IDLE_WAIT));
         let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
         let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
         let _ = ppoll(&mut [socket, wake], Some(timeout), None);
@@ -536,6 +555,14 @@ impl PlainThread {
             self.stats.unrouted += 1;
             return;
         };
+        if self.lobby.has(id) {
+            if let Some(press) = self.lobby.packet(id, rtp.payload_type, rtp.timestamp, rtp.payload)
+                && self.pressed.try_send(press).is_err()
+            {
+                tracing::debug!(peer = %id, "lobby keypress dropped: its queue is full");
+            }
+            return;
+        }
         let Some(peer) = self.peers.get_mut(&id) else { return };
         peer.last_heard = now;
         if let Some((pt, keys, _)) = peer.events.as_mut()

@@ -164,7 +164,7 @@ impl Sessions {
     /// `None` when `sdp` is not a plain RTP/AVP offer (a WebRTC one goes its
     /// usual way). Otherwise the parsed offer, if plain RTP is allowed from
     /// `client` and to the offer's address.
-    fn plain_offer(&self, sdp: &str, client: IpAddr) -> Refused<Option<PlainOffer>> {
+    pub(super) fn plain_offer(&self, sdp: &str, client: IpAddr) -> Refused<Option<PlainOffer>> {
         if !is_plain_offer(sdp) {
             return Ok(None);
         }

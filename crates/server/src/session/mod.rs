@@ -22,6 +22,7 @@ pub(crate) mod data;
 pub(crate) mod grants;
 pub(crate) mod join;
 pub(crate) mod keys;
+pub(crate) mod lobby;
 pub(crate) mod members;
 pub(crate) mod moves;
 pub(crate) mod resumes;

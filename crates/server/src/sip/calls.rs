@@ -66,13 +66,13 @@ impl Edge {
     /// answer or the refusal's status; a CANCEL meanwhile leaves nothing behind.
     pub(super) async fn invite(self: Arc<Self>, mut tx: Transaction, source: SocketAddr) {
         let user = tx.original.uri.auth.as_ref().map(|a| a.user.clone());
-        let (trunk, room) = match self.trunks.admit(&tx.original, source.ip(), crate::auth::unix_now()) {
+        let (trunk, room, pin) = match self.trunks.admit(&tx.original, source.ip(), crate::auth::unix_now()) {
             Admission::Call(trunk) => {
                 let room = match &trunk.room {
                     Some(room) => Some(room.clone()),
                     None => status::room_of(user.as_deref(), &trunk.room_prefix),
                 };
-                (trunk.name.clone(), room)
+                (trunk.name.clone(), room, trunk.pin)
             }
             Admission::Challenge(headers) => {
                 crate::metrics::sip_refused("challenge");
@@ -88,7 +88,8 @@ impl Edge {
                 return;
             }
         };
-        let Some(room) = room else {
+        // A PIN call's room comes from its PIN (`pin`).
+        let Some(room) = room.or_else(|| pin.then(String::new)) else {
             tx.reply(StatusCode::NotFound).await.ok();
             return;
         };
@@ -109,15 +110,13 @@ impl Edge {
         tx.send_trying().await.ok();
         let mut handling = dialog.clone();
         tokio::spawn(async move { handling.handle(&mut tx).await.ok() });
+        if pin {
+            let caller = Caller { sdp, source, identity, name, attributes, trunk };
+            return self.pin_call(dialog, caller).await;
+        }
 
         let grant = Grant { attributes, ..Grant::participant(room.as_str(), identity.as_str()) };
-        let request = JoinRequest {
-            room: &room,
-            grant: &grant,
-            client: source.ip(),
-            place: Place::Locate { ticketed: false },
-            plain: true,
-        };
+        let request = join_request(&room, &grant, source);
         let offer = || {
             if sdp.trim().is_empty() {
                 return Err(Refusal::bad_request("bad_sdp", "an INVITE without SDP is not taken yet"));
@@ -161,7 +160,13 @@ impl Edge {
 
     /// Until the call ends: the participant removed by tutti (kick, room
     /// deleted, media timeout) gets a BYE.
-    async fn watch(&self, room: Arc<Room>, mut events: Receiver<Arc<EventBatch>>, id: u64, dialog: InviteDialog) {
+    pub(super) async fn watch(
+        &self,
+        room: Arc<Room>,
+        mut events: Receiver<Arc<EventBatch>>,
+        id: u64,
+        dialog: InviteDialog,
+    ) {
         let ended = dialog.cancel_token().clone();
         loop {
             let gone = tokio::select! {
@@ -188,8 +193,23 @@ impl Edge {
     }
 }
 
+/// Who called, for the join once the PIN is right.
+pub(super) struct Caller {
+    pub(super) sdp: String,
+    pub(super) source: SocketAddr,
+    pub(super) identity: String,
+    pub(super) name: String,
+    pub(super) attributes: crate::attributes::Attributes,
+    pub(super) trunk: String,
+}
+
+/// A call's join: into its room wherever it is located, plain RTP from the caller's address.
+pub(super) fn join_request<'a>(room: &'a str, grant: &'a Grant, source: SocketAddr) -> JoinRequest<'a> {
+    JoinRequest { room, grant, client: source.ip(), place: Place::Locate { ticketed: false }, plain: true }
+}
+
 /// Refuses an INVITE (its dialog ends).
-fn refuse(dialog: &InviteDialog, code: StatusCode, why: &str) {
+pub(super) fn refuse(dialog: &InviteDialog, code: StatusCode, why: &str) {
     tracing::info!(status = u16::from(code.clone()), reason = why, "SIP call refused");
     dialog.reject(Some(code), None).ok();
 }

@@ -39,6 +39,8 @@ pub(crate) struct Edge {
     pub(super) calls: Mutex<HashMap<String, Call>>,
     /// The callers' keys towards a `[sip] keypad` sequence.
     pub(super) keys: Mutex<super::sequences::Sequences>,
+    /// Dispatch by PIN: the PINs, the prompts, the calls entering one.
+    pub(super) pin: super::desk::PinDesk,
     states: DialogStateSender,
     endpoint: Endpoint,
     cancel: CancellationToken,
@@ -78,8 +80,20 @@ impl Edge {
         }
         // Validated at load, as `trusted`.
         let keys = Mutex::new(super::sequences::Sequences::new(cfg.keypad_map().unwrap_or_default()));
-        let edge =
-            Self { session, keys, dialogs, contact, trunks, calls: Mutex::default(), states, endpoint, cancel, bound };
+        let pin = super::desk::PinDesk::new(&cfg)?;
+        let edge = Self {
+            session,
+            keys,
+            pin,
+            dialogs,
+            contact,
+            trunks,
+            calls: Mutex::default(),
+            states,
+            endpoint,
+            cancel,
+            bound,
+        };
         Ok((Arc::new(edge), state_rx))
     }
 

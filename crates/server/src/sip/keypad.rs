@@ -35,6 +35,10 @@ impl Edge {
     /// Participant `id` pressed `key`: the room is told, and a completed
     /// sequence does its action.
     pub(super) fn key(&self, id: u64, key: char) {
+        // A call entering its PIN (`pin`): its keys are the PIN's.
+        if self.pin.key(id, key) {
+            return;
+        }
         let Some(room) = self.session.rooms.room_of(id) else { return };
         self.session.keypress(&room, id, key);
         let Some(action) = lock(&self.keys).press(id, key, Instant::now()) else { return };
@@ -57,7 +61,8 @@ impl Edge {
         let Some(dialog) = self.dialogs.match_dialog(tx) else {
             return StatusCode::CallTransactionDoesNotExist;
         };
-        let Some(id) = lock(&self.calls).get(&dialog.id().to_string()).map(|c| c.id) else {
+        let dialog = dialog.id().to_string();
+        let Some(id) = lock(&self.calls).get(&dialog).map(|c| c.id).or_else(|| self.pin.leg_of(&dialog)) else {
             return StatusCode::CallTransactionDoesNotExist;
         };
         let content_type = tx

@@ -11,6 +11,8 @@
 //!      participant (if it joined meanwhile) leaves
 //!   ─► keys (RFC 4733 on the call's RTP, read by the `rtp-in` thread; SIP INFO):
 //!      a `keypad` event to the room, and the `[sip] keypad` map's actions (`keypad`)
+//!   ─► a trunk with `pin`: answered at once, spoken prompts, the keys make a PIN
+//!      (`pin`, `pins`); the right one joins its room, after the tries a BYE
 //!   ─► BYE from the caller: the participant leaves; the participant removed by
 //!      tutti (kick, room deleted, media timeout): BYE to the caller
 //! ```
@@ -20,8 +22,11 @@
 //! (rsipstack, pinned in the workspace's Cargo.toml).
 
 mod calls;
+mod desk;
 mod endpoint;
 mod keypad;
+mod pin;
+mod pins;
 mod sequences;
 mod status;
 mod trunks;
