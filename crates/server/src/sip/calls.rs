@@ -10,6 +10,7 @@ use rsipstack::sip::{Header, HeadersExt, StatusCode, headers::ContentType};
 use rsipstack::transaction::Transaction;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
+use super::cluster::Routed;
 use super::endpoint::{Call, Edge};
 use super::status;
 use super::trunks::Admission;
@@ -92,6 +93,11 @@ impl Edge {
             tx.reply(StatusCode::NotFound).await.ok();
             return;
         };
+        let here = match self.route(&mut tx, &room, user.as_deref()).await {
+            Routed::Answered => return,
+            Routed::Here(room) => Some(room),
+            Routed::Single => None,
+        };
         let (identity, name) = identity(&tx, source);
         let attributes = call_attributes(&tx, user.as_deref(), &trunk);
         let sdp = String::from_utf8(tx.original.body.clone()).unwrap_or_default();
@@ -115,7 +121,7 @@ impl Edge {
             room: &room,
             grant: &grant,
             client: source.ip(),
-            place: Place::Locate { ticketed: false },
+            place: here.as_ref().map_or(Place::Locate { ticketed: false }, Place::Given),
             plain: true,
         };
         let offer = || {
