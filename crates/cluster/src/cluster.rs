@@ -86,6 +86,9 @@ struct Inner {
     last_nodes: Mutex<HashSet<String>>,
     /// Another live node seen with this node's number at the last scan.
     number_clash: Mutex<Option<String>>,
+    /// This node's SIP address (`host:port`), once its SIP edge is bound
+    /// (see [`Cluster::set_sip_addr`]); empty without one.
+    sip_addr: Mutex<String>,
 }
 
 impl Drop for Inner {

@@ -11,7 +11,7 @@
 //! ```text
 //! nodes               set of node ids (for enumeration; stale ids cleaned on read)
 //! node:<id>           hash api_url media_addr state participants capacity cpu
-//!                     tick_p99_seconds mesh_addr number sig at at_sig placements joins; rewritten
+//!                     tick_p99_seconds mesh_addr number sip_addr sig at at_sig placements joins; rewritten
 //!                     every heartbeat (MULTI: HSET + PEXPIRE node_ttl + SADD). Gone = dead:
 //!                     Redis' clock decides; `at` (Unix ms) must also be within node_ttl of
 //!                     the reader's clock (a replayed record is ignored: keep clocks in sync).

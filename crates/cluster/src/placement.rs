@@ -53,6 +53,9 @@ pub struct NodeInfo {
     pub api_url: String,
     /// The media address clients of this node reach.
     pub media_addr: String,
+    /// Where its SIP edge takes calls (`host:port`, the host of its SIP
+    /// Contact); empty: no SIP edge (or a node from before SIP).
+    pub sip_addr: String,
     /// Serving or draining.
     pub state: NodeState,
     /// The load of its last heartbeat.
@@ -163,6 +166,7 @@ mod tests {
             id: id.into(),
             api_url: format!("http://{id}"),
             media_addr: String::new(),
+            sip_addr: String::new(),
             state: NodeState::Serving,
             load: Load { participants, ..Load::default() },
             capacity: 100,

@@ -54,7 +54,7 @@ pub(crate) const SIGNED_FIELDS: [&str; 7] =
 /// Fields covered when present, after [`SIGNED_FIELDS`]: a record of a node
 /// from before they existed verifies without them, and one that has them
 /// cannot lose them (the signature would no longer verify).
-pub(crate) const OPTIONAL_SIGNED_FIELDS: [&str; 2] = ["mesh_addr", "number"];
+pub(crate) const OPTIONAL_SIGNED_FIELDS: [&str; 3] = ["mesh_addr", "number", "sip_addr"];
 
 /// The key for one purpose, derived from the shared secret:
 /// `HMAC-SHA256(key = secret, message = "tutti v1 " + purpose)`.
@@ -368,6 +368,29 @@ mod tests {
         changed.insert("api_url".into(), "http://evil.example".into());
         changed.insert("at_sig".into(), key.sign_at("node-1", &fields(), at));
         assert!(!key.verify_fresh("node-1", &changed, at, 5_000), "a field changed");
+    }
+
+    #[test]
+    fn the_sip_address_is_signed_when_present() {
+        let key = RecordKey::new(b"0123456789abcdef0123456789abcdef");
+        let signed = |fields: &[(&str, String)]| -> HashMap<String, String> {
+            let mut record: HashMap<String, String> =
+                fields.iter().map(|(f, v)| ((*f).to_owned(), v.clone())).collect();
+            record.insert("sig".into(), key.sign("n", fields));
+            record
+        };
+        let with = signed(&fields());
+        assert!(key.verify("n", &with));
+        // Where calls are redirected: changed or dropped by a writer to Redis, the record is ignored.
+        let mut moved = with.clone();
+        moved.insert("sip_addr".into(), "198.51.100.7:5060".into());
+        assert!(!key.verify("n", &moved), "a SIP address changed");
+        let mut dropped = with.clone();
+        dropped.remove("sip_addr");
+        assert!(!key.verify("n", &dropped), "a SIP address dropped");
+        // A node without a SIP edge (or from before it) publishes none and verifies.
+        let without: Vec<_> = fields().into_iter().filter(|(f, _)| *f != "sip_addr").collect();
+        assert!(key.verify("n", &signed(&without)));
     }
 
     #[test]

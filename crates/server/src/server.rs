@@ -285,6 +285,14 @@ impl Server {
             let fallback = cfg.advertise_addr(media_addr).ip();
             let (edge, states) = crate::sip::Edge::bind(session.clone(), fallback).await.map_err(ServerError::Setup)?;
             let addr = edge.addr();
+            // In a cluster its address goes in this node's signed record (calls are redirected here).
+            if let Some(cluster) = &node.dir {
+                cluster.set_sip_addr(edge.sip_addr());
+                let cluster = cluster.clone();
+                tasks.push(tokio::spawn(async move {
+                    cluster.heartbeat().await.ok();
+                }));
+            }
             tasks.push(tokio::spawn(edge.serve(states, stopped.clone())));
             Some(addr)
         } else {

@@ -1218,3 +1218,203 @@ fn pin_wrong_then_right(module: &str, codecs: &str, rate: u32, who: &str) {
     talks_both_ways(&mut right, &mut webrtc, call_seconds, who);
     rt.block_on(server.shutdown());
 }
+
+/// Two cluster nodes in this process (a real redis-server) on 127.0.0.21
+/// and 127.0.0.22, each with the SIP edge on its own address, taking SIP
+/// and RTP from loopback; rooms spread as `spread` says.
+fn sip_cluster(
+    redis: &tutti_client::redis::RedisServer,
+    spread: tutti_cluster::RoomSpread,
+) -> Vec<(tokio::runtime::Runtime, tutti_server::Server)> {
+    [([127, 0, 0, 21], "sip-a"), ([127, 0, 0, 22], "sip-b")]
+        .iter()
+        .map(|(ip, id)| {
+            let mut cfg = common::cluster_node_config(*ip, id, redis);
+            cfg.cluster.room_spread = spread;
+            cfg.rtp_in.trusted = vec!["127.0.0.0/8".into()];
+            cfg.sip.enabled = true;
+            cfg.sip.listen = SocketAddr::from((*ip, 0));
+            cfg.sip.trusted = vec!["127.0.0.0/8".into()];
+            start_with(cfg)
+        })
+        .collect()
+}
+
+/// The names in room `id`'s roster as the node at `api` lists it (all its nodes' participants).
+fn cluster_roster(api: SocketAddr, admin: &str, id: &str) -> Vec<String> {
+    let r = common::call(api, admin, "GET", &format!("/v1/rooms/{id}"), "");
+    let body: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+    let names = body["room"]["participants"].as_array().or(body["participants"].as_array()).cloned();
+    names.unwrap_or_default().iter().filter_map(|p| p["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// The participants hosted on the node at `api` (`GET /v1/node`).
+fn hosted_participants(api: SocketAddr, admin: &str) -> u64 {
+    let r = common::call(api, admin, "GET", "/v1/node", "");
+    let node: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+    node["participants"].as_u64().unwrap_or_else(|| panic!("GET /v1/node: {} {}", r.status, r.body))
+}
+
+/// The room `standup` made on one of two SIP cluster nodes (its index
+/// returned), a WebRTC talker (440 Hz) joined on that node, and an admin token.
+fn cluster_room_with_talker(nodes: &[(tokio::runtime::Runtime, tutti_server::Server)]) -> (usize, ToneClient, String) {
+    let apis: Vec<SocketAddr> = nodes.iter().map(|(_, s)| s.http_addr()).collect();
+    let admin =
+        nodes[0].1.mint_token(&tutti_server::auth::Grant::admin("ops"), Duration::from_secs(600)).expect("a token");
+    let owner = common::cluster_room_made(&apis, &admin, r#"{"id":"standup"}"#);
+    let grants = serde_json::json!({"room": "standup", "speak": true, "listen": true});
+    let talker = common::join_placed(apis[owner], "standup", "talker", &grants, 440.0);
+    (owner, talker, admin)
+}
+
+/// Waits up to 10 s (running `talker`) for `ok` on the roster as the node at `api` lists it.
+fn wait_in_cluster(
+    api: SocketAddr,
+    admin: &str,
+    talker: &mut ToneClient,
+    ok: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let names = cluster_roster(api, admin, "standup");
+        if ok(&names) || Instant::now() > end {
+            return names;
+        }
+        let mut refs = [&mut *talker];
+        run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
+    }
+}
+
+/// baresip calls the node of a two-node SIP cluster (rooms spread as
+/// `spread`) that does not hold room `standup`: the room lists the caller
+/// (on the room's node, which lists every node's participants), the node
+/// called hosts `hosted_there` participants, and the caller talks both ways
+/// with the room's WebRTC talker (on the room's node).
+fn call_the_node_without_the_room(spread: tutti_cluster::RoomSpread, hosted_there: u64, who: &str) {
+    let redis = tutti_client::redis::RedisServer::start();
+    let nodes = sip_cluster(&redis, spread);
+    let (owner, mut talker, admin) = cluster_room_with_talker(&nodes);
+    let other = 1 - owner;
+    let api = nodes[owner].1.http_addr();
+    let sip = nodes[other].1.sip_addr().expect("the SIP edge is on");
+    let call_seconds: u32 = 10;
+    let mut baresip = Baresip::dial(sip, "standup", "opus.so", "opus/48000/2", 48_000, call_seconds, &LOCAL);
+    let names = wait_in_cluster(api, &admin, &mut talker, |n| n.iter().any(|n| n == "caller"));
+    assert!(names.iter().any(|n| n == "caller"), "the room lists {who}: {names:?}\n{}", baresip.log());
+    let there = hosted_participants(nodes[other].1.http_addr(), &admin);
+    assert_eq!(there, hosted_there, "participants on the node called, with {who}");
+    talks_both_ways(&mut baresip, &mut talker, call_seconds, who);
+    for (rt, server) in nodes {
+        rt.block_on(server.shutdown());
+    }
+}
+
+#[test]
+fn in_a_cluster_a_call_to_the_node_without_the_room_is_redirected_to_its_node_and_talks() {
+    // 302 to the room's node (its signed record's SIP address); baresip follows it.
+    call_the_node_without_the_room(tutti_cluster::RoomSpread::Off, 0, "the redirected caller");
+}
+
+#[test]
+fn in_a_cluster_whose_rooms_spread_a_call_joins_the_room_on_the_node_it_reached() {
+    // Hosted where it arrived (that node joins the room's span); the halves meet over the mesh.
+    call_the_node_without_the_room(tutti_cluster::RoomSpread::WhenFull, 1, "the caller on the other node");
+}
+
+/// Kamailio (Debian's, installed when missing) on 127.0.0.23 with the
+/// documented configuration (deploy/kamailio/kamailio.cfg, unchanged) and a
+/// dispatcher list naming `nodes`; its log file is `dir/kamailio.log`.
+struct Kamailio {
+    child: std::process::Child,
+    addr: SocketAddr,
+    dir: std::path::PathBuf,
+}
+
+impl Kamailio {
+    fn start(nodes: &[SocketAddr]) -> Self {
+        let kamailio = tutti_client::process::ensure_debian_package("/usr/sbin/kamailio", "kamailio");
+        let dir = temp_dir("kamailio");
+        let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kamailio/kamailio.cfg");
+        let list: String = nodes.iter().map(|n| format!("1 sip:{n}\n")).collect();
+        std::fs::write(dir.join("dispatcher.list"), list).expect("write the dispatcher list");
+        let addr = SocketAddr::from(([127, 0, 0, 23], free_sip_port("127.0.0.23")));
+        let child = Command::new(kamailio)
+            .arg("-f")
+            .arg(&cfg)
+            .args(["-DD", "-E", "-n", "2", "-Y"])
+            .arg(&dir)
+            .args(["-A", &format!("LISTEN=udp:{addr}")])
+            .args(["-A", &format!("DISPATCHER_LIST=\"{}\"", dir.join("dispatcher.list").display())])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("kamailio.log")).expect("a log file"))
+            .spawn()
+            .expect("kamailio starts");
+        Self { child, addr, dir }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("kamailio.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Kamailio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_call_through_kamailios_dispatcher_reaches_the_rooms_node_and_talks() {
+    let redis = tutti_client::redis::RedisServer::start();
+    let nodes = sip_cluster(&redis, tutti_cluster::RoomSpread::Off);
+    let (owner, mut talker, admin) = cluster_room_with_talker(&nodes);
+    let api = nodes[owner].1.http_addr();
+    let sips: Vec<SocketAddr> = nodes.iter().map(|(_, s)| s.sip_addr().expect("the SIP edge is on")).collect();
+    let kamailio = Kamailio::start(&sips);
+
+    // Kamailio is up once it answers an OPTIONS of its own (it probes the nodes with OPTIONS too).
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let local = socket.local_addr().expect("addr");
+    let up = (0..25).any(|i| {
+        let call = format!("kamailio-up-{i}");
+        let probe = request("OPTIONS", &format!("sip:{}", kamailio.addr), local, &call, "");
+        socket.send_to(probe.as_bytes(), kamailio.addr).expect("send");
+        statuses(&socket, &call, Duration::from_millis(400)).contains(&200)
+    });
+    assert!(up, "Kamailio answers OPTIONS\n{}", kamailio.log());
+
+    // INVITEs of the test's own until the Call-ID's hash picks the node without the
+    // room: Kamailio follows its 302, and the room's node answers 200.
+    let other = sips[1 - owner].to_string();
+    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
+    let offer = offer("opus/48000/2", rtp.local_addr().expect("bound").port());
+    let ruri = format!("sip:standup@{}", kamailio.addr);
+    let redirected = (0..32).find_map(|i| {
+        let call = format!("kamailio-{i}");
+        let answered = ask(&socket, kamailio.addr, "INVITE", &ruri, &call, &offer);
+        let dispatched = format!("call {call}@test for standup to tutti node sip:{other}");
+        kamailio.log().contains(&dispatched).then_some((call, answered))
+    });
+    let (call, answered) = redirected.unwrap_or_else(|| panic!("no INVITE went to {other}\n{}", kamailio.log()));
+    assert_eq!(answered.last(), Some(&200), "{call}: {answered:?}\n{}", kamailio.log());
+    let followed = format!("call {call}@test for standup follows tutti's 302 to sip:standup@{}", sips[owner]);
+    assert!(kamailio.log().contains(&followed), "Kamailio followed the 302\n{}", kamailio.log());
+
+    // baresip calls Kamailio: whichever node the hash picks, the call ends up on the room's node.
+    let call_seconds: u32 = 10;
+    let mut baresip = Baresip::dial(kamailio.addr, "standup", "opus.so", "opus/48000/2", 48_000, call_seconds, &LOCAL);
+    let names = wait_in_cluster(api, &admin, &mut talker, |n| n.iter().any(|n| n == "caller"));
+    let logs = || format!("baresip:\n{}\nkamailio:\n{}", baresip.log(), kamailio.log());
+    assert!(names.iter().any(|n| n == "caller"), "the caller is in the room: {names:?}\n{}", logs());
+    let picked = kamailio.log().lines().rfind(|l| l.contains("to tutti node")).map(str::to_owned);
+    eprintln!("Kamailio: {picked:?} (the room is on {})", sips[owner]);
+    talks_both_ways(&mut baresip, &mut talker, call_seconds, "the caller through Kamailio");
+    drop(kamailio);
+    for (rt, server) in nodes {
+        rt.block_on(server.shutdown());
+    }
+}

@@ -100,6 +100,7 @@ impl Cluster {
             tasks: Mutex::new(Vec::new()),
             last_nodes: Mutex::new(HashSet::new()),
             number_clash: Mutex::new(None),
+            sip_addr: Mutex::new(String::new()),
         });
         let cluster = Cluster { inner };
         // A wrong password or certificate does not mend itself: say so at

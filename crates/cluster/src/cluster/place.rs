@@ -123,9 +123,13 @@ impl Cluster {
             record.insert(k, v);
         }
         let remote = |node_id: String| match self.read_node(&node_id, &record) {
-            Record::Node(n) => {
-                Ok(Placement::Remote(Owner { node_id, epoch, api_url: n.api_url, media_addr: n.media_addr }))
-            }
+            Record::Node(n) => Ok(Placement::Remote(Owner {
+                node_id,
+                epoch,
+                api_url: n.api_url,
+                media_addr: n.media_addr,
+                sip_addr: n.sip_addr,
+            })),
             Record::Gone | Record::Rejected => Err(ClusterError::Untrusted(format!(
                 "room '{room}' is leased to node '{node_id}', whose registry record is not signed with the cluster's key"
             ))),
@@ -183,7 +187,9 @@ impl Cluster {
         let h: HashMap<String, String> =
             self.run(async move { redis::cmd("HGETALL").arg(node_key).query_async(&mut con).await }).await?;
         Ok(match self.read_node(node, &h) {
-            Record::Node(n) => Some(Owner { node_id: n.id, epoch, api_url: n.api_url, media_addr: n.media_addr }),
+            Record::Node(n) => {
+                Some(Owner { node_id: n.id, epoch, api_url: n.api_url, media_addr: n.media_addr, sip_addr: n.sip_addr })
+            }
             Record::Gone | Record::Rejected => None,
         })
     }
@@ -230,6 +236,7 @@ impl Cluster {
             epoch,
             api_url: self.inner.cfg.api_url.clone(),
             media_addr: self.inner.cfg.media_addr.clone(),
+            sip_addr: lock(&self.inner.sip_addr).clone(),
         }
     }
 
@@ -270,6 +277,7 @@ impl Cluster {
                         epoch,
                         api_url: n.api_url.clone(),
                         media_addr: n.media_addr.clone(),
+                        sip_addr: n.sip_addr.clone(),
                     })
                 });
                 out.push(RoomEntry {

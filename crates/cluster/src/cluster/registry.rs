@@ -37,6 +37,7 @@ fn parse_node(id: &str, h: &HashMap<String, String>) -> Option<NodeInfo> {
         id: id.to_owned(),
         api_url: h.get("api_url")?.clone(),
         media_addr: h.get("media_addr").cloned().unwrap_or_default(),
+        sip_addr: h.get("sip_addr").cloned().unwrap_or_default(),
         state: NodeState::parse(h.get("state")?)?,
         load: Load {
             participants: num("participants") as u32,
@@ -73,6 +74,15 @@ impl Cluster {
     /// reported by the registry scan ([`Cluster::nodes`]).
     pub fn node_number(&self) -> u32 {
         self.inner.number.load(Relaxed)
+    }
+
+    /// Publishes this node's SIP address (`host:port`: the host and port of
+    /// its SIP Contact) in its signed record, from the next heartbeat on:
+    /// other nodes redirect calls to a room this node holds there
+    /// (`302 Moved Temporarily`). Set by the server once its SIP edge is
+    /// bound (its port may be chosen by the system).
+    pub fn set_sip_addr(&self, addr: String) {
+        *lock(&self.inner.sip_addr) = addr;
     }
 
     pub(super) async fn take_number(&self) -> Result<u32, ClusterError> {
@@ -207,6 +217,10 @@ impl Cluster {
         }
         if number != 0 {
             fields.push(("number", number.to_string()));
+        }
+        let sip_addr = lock(&inner.sip_addr).clone();
+        if !sip_addr.is_empty() {
+            fields.push(("sip_addr", sip_addr));
         }
         let sig = inner.records.sign(&inner.node_id, &fields);
         let at = super::unix_now_ms();

@@ -29,11 +29,15 @@ impl Cluster {
     pub async fn span_node(&self, room: &str, number: u32) -> Result<Option<Owner>, ClusterError> {
         let Some(span) = self.spans(&[room.to_owned()]).await?.pop() else { return Ok(None) };
         let epoch = span.lease.as_ref().map(|(_, e)| *e);
-        Ok(span
-            .members
-            .into_iter()
-            .find(|m| m.number == Some(number) && epoch.is_none_or(|e| e == m.epoch))
-            .map(|m| Owner { node_id: m.node_id, epoch: m.epoch, api_url: m.api_url, media_addr: String::new() }))
+        Ok(span.members.into_iter().find(|m| m.number == Some(number) && epoch.is_none_or(|e| e == m.epoch)).map(|m| {
+            Owner {
+                node_id: m.node_id,
+                epoch: m.epoch,
+                api_url: m.api_url,
+                media_addr: String::new(),
+                sip_addr: String::new(),
+            }
+        }))
     }
 
     /// Where a join of `room` goes, by `room_spread` (see [`RoomSpread`]).
@@ -123,6 +127,7 @@ impl Cluster {
             epoch: owner.epoch,
             api_url: target.api_url.clone(),
             media_addr: target.media_addr.clone(),
+            sip_addr: target.sip_addr.clone(),
         }))
     }
 

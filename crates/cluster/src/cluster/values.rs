@@ -16,6 +16,9 @@ pub struct Owner {
     pub api_url: String,
     /// The owner's media address.
     pub media_addr: String,
+    /// The owner's SIP address (`host:port`), where a call to the room is
+    /// redirected; empty when it has no SIP edge.
+    pub sip_addr: String,
 }
 
 /// Where a room lives after [`Cluster::place`](crate::Cluster::place) or [`Cluster::claim`](crate::Cluster::claim).

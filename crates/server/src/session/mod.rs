@@ -16,8 +16,10 @@
 //! sockets), `grants` (what a grant may see and do), `sessions` (the
 //! state); then what acts on it: `join`, `members` (leave, kick, ban,
 //! changes), `moves` (breakouts), `rooms` (create, change, delete, reap,
-//! drain), `keys` (a phone leg's keypad, both ways).
+//! drain), `keys` (a phone leg's keypad, both ways), `calls` (where a phone
+//! call's room is in a cluster, before its INVITE is answered).
 
+pub(crate) mod calls;
 pub(crate) mod data;
 pub(crate) mod grants;
 pub(crate) mod join;

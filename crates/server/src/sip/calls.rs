@@ -10,6 +10,7 @@ use rsipstack::sip::{Header, HeadersExt, StatusCode, headers::ContentType};
 use rsipstack::transaction::Transaction;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
+use super::cluster::Routed;
 use super::endpoint::{Call, Edge};
 use super::status;
 use super::trunks::Admission;
@@ -93,6 +94,11 @@ impl Edge {
             tx.reply(StatusCode::NotFound).await.ok();
             return;
         };
+        let here = match self.route(&mut tx, &room, user.as_deref()).await {
+            Routed::Answered => return,
+            Routed::Here(room) => Some(room),
+            Routed::Single => None,
+        };
         let (identity, name) = identity(&tx, source);
         let attributes = call_attributes(&tx, user.as_deref(), &trunk);
         let sdp = String::from_utf8(tx.original.body.clone()).unwrap_or_default();
@@ -116,7 +122,11 @@ impl Edge {
         }
 
         let grant = Grant { attributes, ..Grant::participant(room.as_str(), identity.as_str()) };
-        let request = join_request(&room, &grant, source);
+        // Here when the room spreads to this node (`route`), else wherever it is.
+        let request = JoinRequest {
+            place: here.as_ref().map_or(Place::Locate { ticketed: false }, Place::Given),
+            ..join_request(&room, &grant, source)
+        };
         let offer = || {
             if sdp.trim().is_empty() {
                 return Err(Refusal::bad_request("bad_sdp", "an INVITE without SDP is not taken yet"));

@@ -5,7 +5,8 @@
 //!   ─► source in a trunk's networks (`[[sip.trunks]]`, `[sip] trusted`)? else 403
 //!      (tutti_sip_refused_total{reason="source"})
 //!   ─► OPTIONS: 200 │ INVITE: the trunk (`trunks`: its number, else 404; its digest
-//!      credentials, else 401 then 403), 100 Trying, then the ONE join (Sessions::join, a plain
+//!      credentials, else 401 then 403); in a cluster, the room's node (`cluster`: hosted
+//!      here, else 302 to the node holding it), 100 Trying, then the ONE join (Sessions::join, a plain
 //!      RTP/AVP Opus offer: the `[rtp_in]` path) ─► 200 OK with its answer, or the
 //!      refusal as a SIP status (`status`) │ CANCEL before the answer: 487, the
 //!      participant (if it joined meanwhile) leaves
@@ -22,6 +23,7 @@
 //! (rsipstack, pinned in the workspace's Cargo.toml).
 
 mod calls;
+mod cluster;
 mod desk;
 mod endpoint;
 mod keypad;
