@@ -46,10 +46,12 @@ pub(super) struct Trunk {
     pub(super) room: Option<String>,
     /// Put before the number to name the room.
     pub(super) room_prefix: String,
+    /// SRTP for its calls.
+    pub(super) srtp: crate::config::SrtpMode,
 }
 
 impl Trunk {
-    fn new(cfg: &TrunkConfig, default_prefix: &str) -> Self {
+    fn new(cfg: &TrunkConfig, sip: &SipConfig) -> Self {
         Self {
             name: cfg.name.trim().to_owned(),
             // Validated at load: a bad entry cannot be here.
@@ -62,7 +64,8 @@ impl Trunk {
                 .collect(),
             numbers: cfg.numbers.iter().map(|n| n.trim().to_owned()).collect(),
             room: (!cfg.room.is_empty()).then(|| cfg.room.clone()),
-            room_prefix: cfg.room_prefix.clone().unwrap_or_else(|| default_prefix.to_owned()),
+            room_prefix: cfg.room_prefix.clone().unwrap_or_else(|| sip.room_prefix.clone()),
+            srtp: cfg.srtp.unwrap_or(sip.srtp),
         }
     }
 
@@ -94,11 +97,11 @@ pub(super) struct Trunks {
 
 impl Trunks {
     pub(super) fn new(cfg: &SipConfig) -> Self {
-        let mut list: Vec<Trunk> = cfg.trunks.iter().map(|t| Trunk::new(t, &cfg.room_prefix)).collect();
+        let mut list: Vec<Trunk> = cfg.trunks.iter().map(|t| Trunk::new(t, cfg)).collect();
         if !cfg.trusted.is_empty() {
             let trusted =
                 TrunkConfig { name: TRUSTED.to_owned(), networks: cfg.trusted.clone(), ..TrunkConfig::default() };
-            list.push(Trunk::new(&trusted, &cfg.room_prefix));
+            list.push(Trunk::new(&trusted, cfg));
         }
         let rng = ring::rand::SystemRandom::new();
         // The system's random source failing at start leaves no safe nonce key: a fixed
