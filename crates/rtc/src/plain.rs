@@ -450,7 +450,7 @@ impl KeyEvent {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -635,18 +635,22 @@ mod tests {
         }
     }
 
+    /// A seeded xorshift: the random inputs of this crate's unit tests.
+    pub(crate) fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     /// Seeded random bytes and mutations of valid inputs (the stable
     /// counterpart of the `plain_rtp` fuzz target): no panic, and what
     /// parses is consistent.
     #[test]
     fn random_and_mutated_inputs_never_panic() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         let mut valid = Vec::new();
         write_rtp(&mut valid, 111, false, 1, 960, 7, &[0xF8; 40]);
         for round in 0..20_000 {
