@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(offer) = PlainOffer::parse(&text) {
         assert!(offer.remote.port() > 0 && offer.codec.fits(offer.payload_type), "{offer:?}");
         assert!(!offer.remote.ip().is_unspecified());
-        let answer = offer.answer("192.0.2.1:4002".parse().expect("an address"), 1);
+        let answer = offer.answer("192.0.2.1:4002".parse().expect("an address"), 1, None);
         assert!(answer.contains(&format!("m=audio 4002 RTP/AVP {}", offer.payload_type)));
     }
 });

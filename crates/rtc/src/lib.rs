@@ -58,6 +58,7 @@ mod mux;
 mod peer;
 pub mod plain;
 mod reception;
+pub mod sdes;
 pub mod srtp;
 pub mod stun;
 pub mod tcp;

@@ -1,4 +1,4 @@
-//! Plain RTP/AVP audio (no ICE, no DTLS, no SRTP): the SDP offer a SIP
+//! Plain RTP/AVP audio (no ICE, no DTLS): the SDP offer a SIP
 //! gateway (FreeSWITCH, Asterisk) or `ffmpeg` sends, the answer, and the
 //! RTP packets themselves (RFC 3550 header, Opus payload per RFC 7587, or
 //! G.711 PCMU/PCMA per RFC 3551 when the offer has no Opus).
@@ -8,6 +8,13 @@
 //!   ─► PlainOffer::parse ─► { remote 10.0.0.5:40000, payload type 111 }
 //! answer c=IN IP4 <server> / m=audio <server port> RTP/AVP 111 / a=rtpmap:111 opus/48000/2
 //! ```
+//!
+//! An offer may carry SDES keys for SRTP (RFC 4568 `a=crypto`, read by
+//! [`crate::sdes`]): `RTP/SAVP` must, `RTP/AVP` may ("best effort"); the
+//! first line tutti takes, in the offer's order, is [`PlainOffer::crypto`],
+//! answered with a key of tutti's own ([`PlainOffer::answer`] with
+//! [`crate::sdes::Sdes`]). An `RTP/AVP` offer whose lines tutti cannot take
+//! is plain RTP.
 //!
 //! Pure functions, no sockets and no clock; nothing here panics on input.
 //! Plain RTP carries no encryption and no authentication: whoever can send
@@ -24,9 +31,12 @@ pub const RTP_HEADER_BYTES: usize = 12;
 /// Why a plain RTP/AVP offer was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlainSdpError {
-    /// No `m=audio … RTP/AVP …` line.
-    #[error("no m=audio line with the RTP/AVP profile")]
+    /// No `m=audio … RTP/AVP …` (or `RTP/SAVP`) line.
+    #[error("no m=audio line with the RTP/AVP or RTP/SAVP profile")]
     NoAudio,
+    /// An `RTP/SAVP` offer without an `a=crypto` line tutti takes (why the first was not).
+    #[error("an RTP/SAVP offer needs an a=crypto line tutti takes: {0}")]
+    NoCrypto(String),
     /// The `m=audio` line is malformed or has port 0.
     #[error("the m=audio line is malformed or has port 0: {0}")]
     BadMedia(String),
@@ -93,7 +103,8 @@ impl Codec {
     }
 }
 
-/// A plain RTP/AVP offer: where the participant receives, its codec and payload type.
+/// A plain RTP/AVP (or SDES RTP/SAVP) offer: where the participant
+/// receives, its codec and payload type, its SRTP key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlainOffer {
     /// The address and port the participant receives RTP on (`c=` and `m=audio`).
@@ -118,6 +129,11 @@ pub struct PlainOffer {
     /// for Opus, 8000 Hz for G.711), else at the other; `None` when it
     /// offers neither.
     pub events: Option<TelephoneEvents>,
+    /// The profile is `RTP/SAVP` (SRTP required by the offerer).
+    pub savp: bool,
+    /// The first `a=crypto` line of the audio section tutti takes, if any:
+    /// the call's RTP is SRTP with it (always for `RTP/SAVP`).
+    pub crypto: Option<crate::sdes::Crypto>,
 }
 
 /// The telephone-event payload type of a call and its clock rate.
@@ -130,14 +146,23 @@ pub struct TelephoneEvents {
 }
 
 /// Whether an SDP offer is a plain RTP/AVP one: its first `m=audio` line
-/// uses the `RTP/AVP` profile (a WebRTC offer says `UDP/TLS/RTP/SAVPF`).
+/// uses the `RTP/AVP` or the SDES `RTP/SAVP` profile (a WebRTC offer says
+/// `UDP/TLS/RTP/SAVPF`).
 pub fn is_plain_offer(sdp: &str) -> bool {
     sdp.lines()
         .map(str::trim)
         .find(|l| l.starts_with("m=audio"))
         .and_then(|l| l.split_whitespace().nth(2))
-        .is_some_and(|proto| proto.eq_ignore_ascii_case("RTP/AVP"))
+        .is_some_and(plain_profile)
 }
+
+/// `RTP/AVP` or `RTP/SAVP`, any case.
+fn plain_profile(proto: &str) -> bool {
+    proto.eq_ignore_ascii_case("RTP/AVP") || proto.eq_ignore_ascii_case("RTP/SAVP")
+}
+
+/// At most this many `a=crypto` lines of an offer are read.
+const MAX_CRYPTO_LINES: usize = 16;
 
 fn connection(line: &str) -> Result<IpAddr, PlainSdpError> {
     // c=IN IP4 10.0.0.5 (a multicast "/ttl" suffix is not for us).
@@ -169,6 +194,8 @@ impl PlainOffer {
         let mut media: Option<AudioSection> = None;
         let (mut in_audio, mut seen_m) = (false, false);
         let mut ssrc = None;
+        let (mut savp, mut crypto, mut crypto_lines) = (false, None, 0);
+        let mut crypto_refused: Option<crate::sdes::CryptoError> = None;
         for line in sdp.lines().map(str::trim) {
             if let Some(m_line) = line.strip_prefix("m=") {
                 seen_m = true;
@@ -178,7 +205,8 @@ impl PlainOffer {
                     continue;
                 }
                 let f: Vec<&str> = m_line.split_whitespace().collect();
-                if f.first() == Some(&"audio") && f.get(2).is_some_and(|p| p.eq_ignore_ascii_case("RTP/AVP")) {
+                if f.first() == Some(&"audio") && f.get(2).is_some_and(|p| plain_profile(p)) {
+                    savp = f[2].eq_ignore_ascii_case("RTP/SAVP");
                     let bad = || PlainSdpError::BadMedia(line.to_owned());
                     // "40000" or "40000/2" (a port count; the first port is ours).
                     let port: u16 = f[1].split('/').next().unwrap_or("").parse().map_err(|_| bad())?;
@@ -209,6 +237,18 @@ impl PlainOffer {
                 }
                 continue;
             }
+            if in_audio && let Some(value) = line.strip_prefix("a=crypto:") {
+                crypto_lines += 1;
+                if crypto.is_none() && crypto_lines <= MAX_CRYPTO_LINES {
+                    match crate::sdes::Crypto::parse(value) {
+                        Ok(c) => crypto = Some(c),
+                        Err(e) => {
+                            crypto_refused.get_or_insert(e);
+                        }
+                    }
+                }
+                continue;
+            }
             if in_audio
                 && ssrc.is_none()
                 && let Some(rest) = line.strip_prefix("a=ssrc:")
@@ -226,6 +266,10 @@ impl PlainOffer {
             }
         }
         let (port, fmts, media_c, maps) = media.ok_or(PlainSdpError::NoAudio)?;
+        if savp && crypto.is_none() {
+            let why = crypto_refused.map_or_else(|| "it has none".to_owned(), |e| e.to_string());
+            return Err(PlainSdpError::NoCrypto(why));
+        }
         let ip = media_c.or(session_c).ok_or_else(|| PlainSdpError::BadConnection("no c= line".to_owned()))?;
         let codecs = || fmts.iter().filter_map(|&pt| Some((Codec::of(pt, &maps)?, pt)));
         let (codec, payload_type) =
@@ -245,14 +289,18 @@ impl PlainOffer {
             comedia: session_active || media_active,
             ssrc,
             events,
+            savp,
+            crypto,
         })
     }
 
     /// The answer: receive on `local` (the server's address and port), the
     /// codec on the offered payload type, 20 ms frames, send and receive; and the
     /// offer's telephone-event payload type, when it has one (digits 0-9,
-    /// `*`, `#`, A-D: events 0-15).
-    pub fn answer(&self, local: SocketAddr, session_id: u64) -> String {
+    /// `*`, `#`, A-D: events 0-15); with `srtp` (its `local` key made for
+    /// the offer's [`PlainOffer::crypto`]), the offer's profile and tutti's
+    /// `a=crypto` line.
+    pub fn answer(&self, local: SocketAddr, session_id: u64, srtp: Option<&crate::sdes::Sdes>) -> String {
         let ip = local.ip();
         let kind = if ip.is_ipv4() { "IP4" } else { "IP6" };
         let pt = self.payload_type;
@@ -266,10 +314,14 @@ impl PlainOffer {
             Codec::Opus => format!("a=fmtp:{pt} minptime=10;useinbandfec=1\r\n"),
             Codec::Pcmu | Codec::Pcma => String::new(),
         };
+        let (profile, crypto) = match srtp {
+            Some(s) => (if self.savp { "RTP/SAVP" } else { "RTP/AVP" }, format!("a=crypto:{}\r\n", s.local.to_value())),
+            None => ("RTP/AVP", String::new()),
+        };
         format!(
             "v=0\r\no=tutti {session_id} 1 IN {kind} {ip}\r\ns=tutti\r\nc=IN {kind} {ip}\r\nt=0 0\r\n\
-             m=audio {port} RTP/AVP {formats}\r\na=rtpmap:{pt} {map}\r\n\
-             {fmtp}{events}a=ptime:20\r\na=sendrecv\r\n",
+             m=audio {port} {profile} {formats}\r\na=rtpmap:{pt} {map}\r\n\
+             {fmtp}{events}{crypto}a=ptime:20\r\na=sendrecv\r\n",
             port = local.port(),
             map = self.codec.rtpmap(),
         )
@@ -398,7 +450,7 @@ impl KeyEvent {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -410,7 +462,7 @@ mod tests {
              a=rtpmap:101 telephone-event/8000\r\na=rtpmap:102 telephone-event/48000\r\n",
         );
         assert_eq!(both.events, Some(TelephoneEvents { payload_type: 102, rate: 48_000 }), "48000 preferred");
-        let answer = both.answer("10.1.2.3:5000".parse().expect("addr"), 7);
+        let answer = both.answer("10.1.2.3:5000".parse().expect("addr"), 7, None);
         assert!(answer.contains("m=audio 5000 RTP/AVP 111 102\r\n"), "{answer}");
         assert!(answer.contains("a=rtpmap:102 telephone-event/48000\r\na=fmtp:102 0-15\r\n"), "{answer}");
         let narrow =
@@ -420,7 +472,7 @@ mod tests {
         let unlisted =
             parse("m=audio 4000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\n");
         assert_eq!(unlisted.events, None);
-        assert!(!unlisted.answer("10.1.2.3:5000".parse().expect("addr"), 7).contains("telephone-event"));
+        assert!(!unlisted.answer("10.1.2.3:5000".parse().expect("addr"), 7, None).contains("telephone-event"));
 
         let ev = KeyEvent::parse(&[10, 0x80 | 10, 0x03, 0x20]).expect("a key");
         assert_eq!((ev.key(), ev.end, ev.volume, ev.duration), ('*', true, 10, 800));
@@ -441,7 +493,7 @@ mod tests {
         let phone = parse("m=audio 4000 RTP/AVP 8 0 101\r\na=rtpmap:101 telephone-event/8000\r\n");
         assert_eq!((phone.codec, phone.payload_type), (Codec::Pcma, 8));
         assert_eq!(phone.events, Some(TelephoneEvents { payload_type: 101, rate: 8_000 }));
-        let answer = phone.answer(local, 1);
+        let answer = phone.answer(local, 1, None);
         assert!(answer.contains("m=audio 5000 RTP/AVP 8 101\r\na=rtpmap:8 PCMA/8000\r\n"), "{answer}");
         assert!(answer.contains("a=rtpmap:101 telephone-event/8000\r\n") && !answer.contains("fmtp:8"), "{answer}");
         // PCMU first; G.711 keeps its own clock's events even when 48000 ones are offered too.
@@ -450,7 +502,7 @@ mod tests {
              a=rtpmap:102 telephone-event/48000\r\na=rtpmap:101 telephone-event/8000\r\n",
         );
         assert_eq!((pcmu.codec, pcmu.payload_type, pcmu.events.map(|e| e.rate)), (Codec::Pcmu, 0, Some(8_000)));
-        assert!(pcmu.answer(local, 1).contains("RTP/AVP 0 101\r\na=rtpmap:0 PCMU/8000\r\n"));
+        assert!(pcmu.answer(local, 1, None).contains("RTP/AVP 0 101\r\na=rtpmap:0 PCMU/8000\r\n"));
         // Opus wins wherever it is in the list.
         let both = parse("m=audio 4000 RTP/AVP 0 8 111\r\na=rtpmap:111 opus/48000/2\r\n");
         assert_eq!((both.codec, both.payload_type), (Codec::Opus, 111));
@@ -476,9 +528,11 @@ mod tests {
                 comedia: false,
                 ssrc: None,
                 events: None,
+                savp: false,
+                crypto: None,
             }
         );
-        let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7);
+        let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7, None);
         assert!(answer.contains("c=IN IP4 10.1.2.3\r\n"), "{answer}");
         assert!(answer.contains("m=audio 5000 RTP/AVP 97\r\n"), "{answer}");
         assert!(answer.contains("a=rtpmap:97 opus/48000/2\r\n"), "{answer}");
@@ -491,7 +545,7 @@ mod tests {
         let offer = PlainOffer::parse(sdp).expect("parses");
         assert_eq!(offer.remote, "[fd00::5]:4002".parse::<SocketAddr>().expect("addr"));
         assert_eq!(offer.payload_type, 111);
-        assert!(offer.answer("[fd00::1]:6000".parse().expect("addr"), 1).contains("c=IN IP6 fd00::1"));
+        assert!(offer.answer("[fd00::1]:6000".parse().expect("addr"), 1, None).contains("c=IN IP6 fd00::1"));
     }
 
     #[test]
@@ -520,6 +574,46 @@ mod tests {
     }
 
     #[test]
+    fn sdes_offers_take_the_first_line_tutti_takes_and_are_answered_with_its_own_key() {
+        let key = "WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz";
+        let base = "v=0\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\n";
+        let parse = |m: &str| PlainOffer::parse(&format!("{base}{m}"));
+        let savp = format!(
+            "m=audio 4000 RTP/SAVP 0\r\na=crypto:1 F8_128_HMAC_SHA1_80 inline:{key}\r\n\
+             a=crypto:2 AES_CM_128_HMAC_SHA1_32 inline:{key}\r\na=crypto:3 AES_CM_128_HMAC_SHA1_80 inline:{key}\r\n"
+        );
+        assert!(is_plain_offer(&format!("{base}{savp}")));
+        let offer = parse(&savp).expect("parses");
+        let taken = offer.crypto.expect("a line taken");
+        assert!(offer.savp);
+        assert_eq!((taken.tag, taken.profile), (2, crate::SrtpProfile::Aes128CmHmacSha1_32), "the first it takes");
+        let sdes = crate::sdes::Sdes { remote: taken, local: crate::sdes::Crypto::fresh(&taken).expect("random") };
+        let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 1, Some(&sdes));
+        assert!(answer.contains("m=audio 5000 RTP/SAVP 0\r\n"), "{answer}");
+        let ours = answer.lines().find_map(|l| l.strip_prefix("a=crypto:")).expect("a crypto line");
+        assert!(ours.starts_with("2 AES_CM_128_HMAC_SHA1_32 inline:") && !ours.contains(key), "{answer}");
+        assert_eq!(crate::sdes::Crypto::parse(ours), Ok(sdes.local));
+        // RTP/SAVP with no line tutti takes: refused, saying why.
+        let refused =
+            parse(&format!("m=audio 4000 RTP/SAVP 0\r\na=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{key}|1:4\r\n"));
+        assert!(matches!(&refused, Err(PlainSdpError::NoCrypto(why)) if why.contains("MKI")), "{refused:?}");
+        assert!(matches!(parse("m=audio 4000 RTP/SAVP 0\r\n"), Err(PlainSdpError::NoCrypto(_))));
+        // RTP/AVP with crypto (best effort): SRTP when a line is taken, plain RTP otherwise.
+        let best = parse(&format!("m=audio 4000 RTP/AVP 0\r\na=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{key}\r\n"));
+        let best = best.expect("parses");
+        assert!(!best.savp && best.crypto.is_some());
+        let sdes = crate::sdes::Sdes { remote: taken, local: taken };
+        assert!(best.answer("10.1.2.3:5000".parse().expect("addr"), 1, Some(&sdes)).contains("RTP/AVP 0\r\n"));
+        let odd = parse("m=audio 4000 RTP/AVP 0\r\na=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:short\r\n");
+        assert_eq!(odd.expect("parses").crypto, None, "plain RTP");
+        // Another section's line is not the audio's.
+        let other = parse(&format!(
+            "m=audio 4000 RTP/AVP 0\r\nm=video 5000 RTP/SAVP 96\r\na=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{key}\r\n"
+        ));
+        assert_eq!(other.expect("parses").crypto, None);
+    }
+
+    #[test]
     fn bad_offers_name_what_is_wrong() {
         let webrtc = "v=0\nm=audio 9 UDP/TLS/RTP/SAVPF 111\nc=IN IP4 0.0.0.0\na=rtpmap:111 opus/48000/2\n";
         assert!(!is_plain_offer(webrtc));
@@ -541,18 +635,22 @@ mod tests {
         }
     }
 
+    /// A seeded xorshift: the random inputs of this crate's unit tests.
+    pub(crate) fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     /// Seeded random bytes and mutations of valid inputs (the stable
     /// counterpart of the `plain_rtp` fuzz target): no panic, and what
     /// parses is consistent.
     #[test]
     fn random_and_mutated_inputs_never_panic() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         let mut valid = Vec::new();
         write_rtp(&mut valid, 111, false, 1, 960, 7, &[0xF8; 40]);
         for round in 0..20_000 {

@@ -94,7 +94,7 @@ mod sync;
 
 pub use config::{
     AuthConfig, AuthKey, Config, ConfigError, DEV_SECRET, LOOPBACK_ORIGINS, Limits, LogConfig, RecordingSettings,
-    RoomDefaults, RtpInConfig, RtpOutSettings, TrunkConfig, WebhookSettings,
+    RoomDefaults, RtpInConfig, RtpOutSettings, SrtpMode, TrunkConfig, WebhookSettings,
 };
 pub use media::MediaStats;
 pub use room::SpatialMode;

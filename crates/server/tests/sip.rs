@@ -33,6 +33,15 @@
 //! (no Opus offered, 30 ms packets) is answered PCMA, heard by the WebRTC
 //! participant, gets 160-byte packets holding the room's tone, and its
 //! `*6` (telephone-event/8000) mutes it.
+//!
+//! SRTP: a trunk with `srtp = "require"` refuses a plain offer with 488
+//! (its `Warning` saying what to offer) and takes baresip with
+//! `mediaenc=srtp-mand` (RTP/SAVP, SDES `a=crypto`); while that call is up
+//! 10,000 garbage datagrams hit the SIP port (random bytes, truncated and
+//! mangled INVITEs, 32 KB headers, INVITEs with garbage SDP), after which
+//! OPTIONS is answered, the call talks both ways (the WebRTC participant
+//! hears baresip, baresip's last seconds hold the room's tone), no SRTP
+//! packet failed, and nothing panicked.
 
 mod common;
 mod ops_tools;
@@ -169,7 +178,7 @@ impl Baresip {
              ausrc_srate {rate}\nausrc_channels 1\nauplay_srate {rate}\nauplay_channels 1\n\
              rtp_ports 30000-30100\nopus_stereo no\nopus_sprop_stereo no\nsnd_path {dumps}\n\
              module_path /usr/lib/baresip/modules\nmodule aufile.so\nmodule aubridge.so\nmodule {module}\n\
-             module sndfile.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
+             module sndfile.so\nmodule srtp.so\nmodule cons.so\ncons_listen 127.0.0.1:{cons}\n\
              module_app account.so\nmodule_app menu.so\n",
             ip = caller.ip,
             port = free_sip_port(caller.ip),
@@ -472,6 +481,47 @@ fn raw_caller(cfg: Config, id: &str) -> (tokio::runtime::Runtime, tutti_server::
     (rt, server, socket)
 }
 
+/// Sends `count` garbage datagrams to `sip` from `socket`, in turn: random
+/// bytes, a truncated INVITE to `ruri`, an INVITE with bytes changed, one
+/// with a 32 KB header, and a well-formed INVITE (its own Call-ID) whose
+/// SDP is garbage.
+fn send_garbage(socket: &UdpSocket, sip: SocketAddr, ruri: &str, count: usize) {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let local = socket.local_addr().expect("bound");
+    let good = request("INVITE", ruri, local, "g", &offer("opus/48000/2", 4));
+    for i in 0..count {
+        let len = (next() % 1400) as usize;
+        let datagram: Vec<u8> = match i % 5 {
+            0 => (0..len).map(|_| next() as u8).collect(),
+            1 => good.as_bytes()[..len.min(good.len())].to_vec(),
+            2 => {
+                let mut b = good.clone().into_bytes();
+                for _ in 0..8 {
+                    let at = (next() as usize) % b.len();
+                    b[at] = next() as u8;
+                }
+                b
+            }
+            3 => good
+                .replacen("Max-Forwards: 70\r\n", &format!("X-Huge: {}\r\nMax-Forwards: 70\r\n", "h".repeat(32_000)), 1)
+                .into_bytes(),
+            _ => {
+                let sdp: String = (0..len % 300)
+                    .map(|_| char::from(b"v=0\r\nmc a:/RTP/SAVP crypto 0123456789"[(next() % 37) as usize]))
+                    .collect();
+                request("INVITE", ruri, local, &format!("junk{i}"), &sdp).into_bytes()
+            }
+        };
+        let _ = socket.send_to(&datagram, sip);
+    }
+}
+
 #[test]
 fn options_answered_strangers_refused_and_garbage_survived() {
     let (rt, server, socket) = raw_caller(sip_config("127.0.0.0/8"), "lobby");
@@ -488,30 +538,7 @@ fn options_answered_strangers_refused_and_garbage_survived() {
     assert_eq!(roster(api, "lobby").len(), 0, "no participant is left behind");
 
     // Garbage: random bytes, truncated and broken SIP; the endpoint answers on.
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let good = request("INVITE", &ruri, socket.local_addr().expect("bound"), "g", &offer("opus/48000/2", 4));
-    for i in 0..600 {
-        let len = (next() % 1400) as usize;
-        let datagram: Vec<u8> = match i % 3 {
-            0 => (0..len).map(|_| next() as u8).collect(),
-            1 => good.as_bytes()[..len.min(good.len())].to_vec(),
-            _ => {
-                let mut b = good.clone().into_bytes();
-                for _ in 0..8 {
-                    let at = (next() as usize) % b.len();
-                    b[at] = next() as u8;
-                }
-                b
-            }
-        };
-        let _ = socket.send_to(&datagram, sip);
-    }
+    send_garbage(&socket, sip, &ruri, 600);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(ask(&socket, sip, "OPTIONS", &ruri, "probe2", ""), vec![200], "OPTIONS answered after garbage");
     rt.block_on(server.shutdown());
@@ -1417,4 +1444,82 @@ fn a_call_through_kamailios_dispatcher_reaches_the_rooms_node_and_talks() {
     for (rt, server) in nodes {
         rt.block_on(server.shutdown());
     }
+}
+
+/// Settings with one trunk that requires SRTP: `secure`, from loopback,
+/// no credentials (`[sip] trusted` names no loopback address).
+fn srtp_trunk_config() -> Config {
+    let mut cfg = sip_config("10.0.0.0/8");
+    cfg.sip.trunks = vec![tutti_server::TrunkConfig {
+        name: "secure".into(),
+        networks: vec!["127.0.0.0/8".into()],
+        srtp: Some(tutti_server::SrtpMode::Require),
+        ..tutti_server::TrunkConfig::default()
+    }];
+    cfg
+}
+
+/// Panics anywhere in this process since [`count_panics`] was first called.
+static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts every panic from now on (a server task's too, which would not fail a test by itself).
+fn count_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            previous(info);
+        }));
+    });
+}
+
+#[test]
+fn a_trunk_requiring_srtp_takes_baresip_with_srtp_through_a_garbage_flood_and_refuses_plain_offers() {
+    count_panics();
+    let (rt, server, api, sip, mut webrtc) = room_with_talker_on(srtp_trunk_config(), "vault");
+    let ruri = format!("sip:vault@{sip}");
+
+    // A plain offer to the trunk: 488, saying what to offer; nobody joins.
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let local = socket.local_addr().expect("bound");
+    let plain = request("INVITE", &ruri, local, "plain", &offer("opus/48000/2", free_udp_port()));
+    socket.send_to(plain.as_bytes(), sip).expect("send");
+    let refusal = final_response(&socket, "plain", Duration::from_secs(3)).expect("a final answer");
+    assert!(refusal.starts_with("SIP/2.0 488"), "a plain offer to a trunk that requires SRTP: {refusal}");
+    assert!(header(&refusal, "Warning", "").contains("requires SRTP"), "{refusal}");
+    assert!(refused(&server, "media") >= 1.0, "the refusal is counted");
+
+    // baresip with mandatory SDES SRTP (RTP/SAVP, a=crypto): answered, and the call talks.
+    let call_seconds = 20;
+    let caller = Caller { ip: "127.0.0.1", account: ";mediaenc=srtp-mand" };
+    let mut baresip = Baresip::dial(sip, "vault", "opus.so", "opus/48000/2", 48_000, call_seconds, &caller);
+    let names = wait_roster(api, "vault", Duration::from_secs(6), |n| n.len() == 2);
+    assert_eq!(names.len(), 2, "the SRTP caller joins: {names:?}\nbaresip:\n{}", baresip.log());
+    let (attributes, listed) = caller_attributes(api, "vault");
+    assert_eq!(attributes["sip.trunk"], "secure", "{listed}");
+    let before = hears_600(&mut webrtc);
+    assert!(before > 0.05, "the WebRTC participant hears the SRTP caller: {before}\nbaresip:\n{}", baresip.log());
+
+    // 10,000 garbage datagrams on the SIP port while the call is up (from a socket of their own).
+    let flood = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    send_garbage(&flood, sip, &ruri, 10_000);
+    // The endpoint still answers, and the call still talks both ways (judged on what came after the flood).
+    // (The flood's 2,000 INVITEs are answered first: give the endpoint time to work through them.)
+    let flooded = Instant::now();
+    let answered = (0..20).any(|i| ask(&socket, sip, "OPTIONS", &ruri, &format!("after{i}"), "") == [200]);
+    eprintln!("OPTIONS answered {:?} after the flood", flooded.elapsed());
+    assert!(answered, "OPTIONS answered after the flood");
+    let mut refs = [&mut webrtc];
+    run_until(&mut refs, Instant::now() + Duration::from_secs(2), |_| false);
+    assert_eq!(roster(api, "vault").len(), 2, "the call is still up after the flood");
+    talks_both_ways(&mut baresip, &mut webrtc, call_seconds, "the SRTP caller after the flood");
+    if let Some(m) = server.metrics_addr() {
+        let s = scrape(m);
+        let failed = s.get(&series("tutti_rtp_in_rejected_total", &[("reason", "srtp")])).copied().unwrap_or(0.0);
+        assert_eq!(failed, 0.0, "every packet of baresip's authenticated");
+    }
+    assert_eq!(PANICS.load(std::sync::atomic::Ordering::Relaxed), 0, "no panic in the server");
+    rt.block_on(server.shutdown());
 }

@@ -35,7 +35,7 @@ pub use features::{
 };
 pub use limits::Limits;
 pub use room::RoomDefaults;
-pub use sip::{DIGESTS, KeyAction, MAX_PIN, SipConfig, TrunkConfig};
+pub use sip::{DIGESTS, KeyAction, MAX_PIN, SipConfig, SrtpMode, TrunkConfig};
 
 /// Server settings. `Config::default()` is what `tutti serve` runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

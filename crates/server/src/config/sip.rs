@@ -30,6 +30,9 @@ pub struct SipConfig {
     pub trusted: Vec<String>,
     /// The realm of the digest challenges of trunks with credentials.
     pub realm: String,
+    /// SRTP with SDES keys (`a=crypto`) for the calls of trunks that do not
+    /// say (and of `trusted`): `off`, `allow` (the default) or `require`.
+    pub srtp: SrtpMode,
     /// Inbound trunks (`[[sip.trunks]]`): who may call (source networks,
     /// digest credentials), which numbers, and into which room.
     pub trunks: Vec<TrunkConfig>,
@@ -85,6 +88,23 @@ pub struct TrunkConfig {
     /// Its calls enter a PIN (`[sip] pins`) to choose their room; absent =
     /// `[sip] pin`.
     pub pin: Option<bool>,
+    /// SRTP for its calls; absent = `[sip] srtp`.
+    pub srtp: Option<SrtpMode>,
+}
+
+/// Whether a call's media is SRTP keyed by SDES (RFC 4568 `a=crypto`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SrtpMode {
+    /// Plain RTP only: an `RTP/SAVP` offer is refused (488); the `a=crypto`
+    /// lines of an `RTP/AVP` one are ignored.
+    Off,
+    /// SRTP when the offer has a key tutti takes, else plain RTP (an
+    /// `RTP/SAVP` offer without one: 488).
+    #[default]
+    Allow,
+    /// SRTP only: an offer without a key tutti takes is refused (488).
+    Require,
 }
 
 impl Default for TrunkConfig {
@@ -99,6 +119,7 @@ impl Default for TrunkConfig {
             room: String::new(),
             room_prefix: None,
             pin: None,
+            srtp: None,
         }
     }
 }
@@ -174,6 +195,7 @@ impl Default for SipConfig {
             room_prefix: String::new(),
             trusted: Vec::new(),
             realm: "tutti".to_owned(),
+            srtp: SrtpMode::Allow,
             trunks: Vec::new(),
             keypad: vec!["*6=mute".to_owned(), "*7=hand".to_owned()],
             pin: false,

@@ -287,3 +287,15 @@ fn a_loopback_origin_may_take_any_port_and_no_other_host_may() {
             && !origin_matches("https://app.example", "https://app.example:8443")
     );
 }
+
+#[test]
+fn sip_srtp_is_allowed_by_default_and_set_for_all_or_per_trunk() {
+    use super::SrtpMode;
+    assert_eq!(Config::default().sip.srtp, SrtpMode::Allow);
+    let text = "[[sip.trunks]]\nname = \"t\"\nnetworks = [\"10.0.0.0/8\"]\nsrtp = \"require\"\n\n\
+                [[sip.trunks]]\nname = \"u\"\nnetworks = [\"10.0.0.0/8\"]\n";
+    let sip = load_text(text, &[("TUTTI_SIP_SRTP", "off")], &[]).expect("loads").sip;
+    assert_eq!((sip.srtp, sip.trunks[0].srtp, sip.trunks[1].srtp), (SrtpMode::Off, Some(SrtpMode::Require), None));
+    let err = load_text("[sip]\nsrtp = \"maybe\"\n", &[], &[]).expect_err("refused").to_string();
+    assert!(err.contains("maybe") && err.contains("require"), "the modes are named: {err}");
+}

@@ -20,6 +20,7 @@ mod keys;
 mod lobby;
 pub(crate) mod mesh;
 mod plain;
+mod plain_srtp;
 mod shed;
 mod socket;
 mod tcp;
@@ -376,11 +377,20 @@ impl MediaHandle {
         id: tutti_rtc::PeerId,
         room: Arc<crate::room::Room>,
         offer: tutti_rtc::plain::PlainOffer,
+        srtp: Option<tutti_rtc::sdes::Sdes>,
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events } = offer;
-        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, listen_only })
+        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events, .. } = offer;
+        let srtp = match srtp.map(|s| plain_srtp::Srtp::new(&s)) {
+            None => None,
+            Some(Ok(s)) => Some(Box::new(s)),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "SRTP contexts not made: the participant is not added");
+                return false;
+            }
+        };
+        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, srtp, listen_only })
     }
 
     /// Tells the plain RTP thread's lobby (legs answered, in no room yet:

@@ -1,5 +1,6 @@
 //! The `rtp-in` thread: plain RTP/AVP participants (SIP gateways, ffmpeg),
-//! no ICE, no DTLS, no SRTP, on a UDP socket of their own.
+//! no ICE, no DTLS, on a UDP socket of their own; SRTP when their offer
+//! carried SDES keys (a SIP call's `a=crypto`: [`super::plain_srtp`]).
 //!
 //! ```text
 //! API join (RTP/AVP offer, trusted) ─► Rooms::join_plain ─► PlainHandle::add ─► this thread
@@ -22,7 +23,8 @@
 //! of that IP not heard yet, ties that address to it, and its mix goes
 //! there; when the offer announces its SSRC (`a=ssrc:`), only a packet of
 //! that SSRC latches, so another process on the gateway's address cannot
-//! take the participant over. The offered address always wins: a packet from it undoes a latch
+//! take the participant over. An SRTP leg's packet must authenticate
+//! before it counts as heard or latches. The offered address always wins: a packet from it undoes a latch
 //! for good. Packets from any other address, RTCP, other payload types
 //! (comfort noise) and malformed packets are dropped and counted.
 //!
@@ -46,13 +48,14 @@ use bytes::Bytes;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tutti_mix::{Packet, ParticipantId};
-use tutti_rtc::plain::{Codec, KeyEvent, RtpParseError, TelephoneEvents, parse_rtp, write_rtp};
+use tutti_rtc::plain::{Codec, KeyEvent, RTP_HEADER_BYTES, RtpParseError, TelephoneEvents, parse_rtp, write_rtp};
 use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
 use super::g711::{NARROW_FRAME, SharedNarrow, Transcoder};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
 use super::lobby::{Change, Lobby, LobbyCommand, random_u32s};
+use super::plain_srtp::{Srtp, outgoing};
 use crate::metrics;
 use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
@@ -79,6 +82,8 @@ pub(crate) struct NewPlain {
     pub(crate) payload_type: u8,
     /// The telephone-event payload type its offer named, if any.
     pub(crate) events: Option<TelephoneEvents>,
+    /// Its SRTP (SDES keys), if its offer had them.
+    pub(crate) srtp: Option<Box<Srtp>>,
     /// Its speak right, as the room sets it (an admin may grant or revoke it).
     pub(crate) listen_only: crate::room::ListenOnly,
 }
@@ -197,6 +202,8 @@ struct Peer {
     last_tick: Option<u64>,
     /// Its telephone-event payload type, the keys it pressed, the keys it is sent.
     events: Option<(u8, KeysIn, KeysOut)>,
+    /// Its SRTP, both ways (`None`: plain RTP).
+    srtp: Option<Box<Srtp>>,
 }
 
 /// Packets and participants counted since the last publish.
@@ -208,6 +215,8 @@ struct Tally {
     malformed: u64,
     payload_type: u64,
     rtcp: u64,
+    /// SRTP packets that did not authenticate, replayed or too old.
+    srtp: u64,
 }
 
 struct PlainThread {
@@ -389,6 +398,7 @@ impl PlainThread {
                 ts_offset,
                 last_tick: None,
                 events: p.events.map(|e| (e.payload_type, KeysIn::default(), KeysOut::new(e.rate))),
+                srtp: p.srtp,
             },
         );
     }
@@ -505,7 +515,8 @@ impl PlainThread {
                 };
                 peer.seq = peer.seq.wrapping_add(1);
                 write_rtp(&mut self.buf, peer.payload_type, marker, peer.seq, ts, peer.ssrc, payload);
-                match self.socket.send_to(&self.buf, to) {
+                let Some(datagram) = outgoing(peer.srtp.as_deref_mut(), &self.buf) else { continue };
+                match self.socket.send_to(datagram, to) {
                     Ok(n) => {
                         self.stats.datagrams_out += 1;
                         self.stats.bytes_out += n as u64;
@@ -534,11 +545,52 @@ impl PlainThread {
             };
             self.stats.datagrams_in += 1;
             self.stats.bytes_in += n as u64;
-            self.packet(from, &buf[..n], now);
+            self.packet(from, &mut buf[..n], now);
         }
     }
 
-    fn packet(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
+    fn packet(&mut self, from: SocketAddr, data: &mut [u8], now: Instant) {
+        // The header is in the clear (SRTP too): whose packet is it?
+        if data.len() < RTP_HEADER_BYTES || data[0] >> 6 != 2 {
+            self.tally.malformed += 1;
+            return;
+        }
+        if (200..=204).contains(&data[1]) {
+            self.tally.rtcp += 1;
+            return;
+        }
+        let ssrc = u32::from_be_bytes([data[8], data[9], data[10], data[11]]);
+        let Some(id) = self.sources.peek(from, ssrc) else {
+            self.tally.source += 1;
+            self.stats.unrouted += 1;
+            return;
+        };
+        if self.lobby.has(id) {
+            // A call entering its PIN (plain RTP): its keys only.
+            let Ok(rtp) = parse_rtp(data) else {
+                self.tally.malformed += 1;
+                return;
+            };
+            self.sources.source(from, ssrc);
+            if let Some(press) = self.lobby.packet(id, rtp.payload_type, rtp.timestamp, rtp.payload)
+                && self.pressed.try_send(press).is_err()
+            {
+                tracing::debug!(peer = %id, "lobby keypress dropped: its queue is full");
+            }
+            return;
+        }
+        let Some(peer) = self.peers.get_mut(&id) else { return };
+        // An SRTP leg's packet authenticates first: a forged one neither latches nor is heard.
+        let data: &[u8] = match peer.srtp.as_mut() {
+            None => data,
+            Some(srtp) => match srtp.open(data) {
+                Ok(len) => &data[..len],
+                Err(_) => {
+                    self.tally.srtp += 1;
+                    return;
+                }
+            },
+        };
         let rtp = match parse_rtp(data) {
             Ok(rtp) => rtp,
             Err(RtpParseError::Rtcp) => {
@@ -550,20 +602,7 @@ impl PlainThread {
                 return;
             }
         };
-        let Some(id) = self.sources.source(from, rtp.ssrc) else {
-            self.tally.source += 1;
-            self.stats.unrouted += 1;
-            return;
-        };
-        if self.lobby.has(id) {
-            if let Some(press) = self.lobby.packet(id, rtp.payload_type, rtp.timestamp, rtp.payload)
-                && self.pressed.try_send(press).is_err()
-            {
-                tracing::debug!(peer = %id, "lobby keypress dropped: its queue is full");
-            }
-            return;
-        }
-        let Some(peer) = self.peers.get_mut(&id) else { return };
+        self.sources.source(from, ssrc);
         peer.last_heard = now;
         if let Some((pt, keys, _)) = peer.events.as_mut()
             && rtp.payload_type == *pt
@@ -646,7 +685,13 @@ impl PlainThread {
             change,
             t.received,
             t.sent,
-            &[("source", t.source), ("malformed", t.malformed), ("payload_type", t.payload_type), ("rtcp", t.rtcp)],
+            &[
+                ("source", t.source),
+                ("malformed", t.malformed),
+                ("payload_type", t.payload_type),
+                ("rtcp", t.rtcp),
+                ("srtp", t.srtp),
+            ],
         );
         let s = self.stats;
         if s == self.last_stats {
@@ -674,7 +719,8 @@ fn send_key(
     for _ in 0..key.repeats {
         peer.seq = peer.seq.wrapping_add(1);
         write_rtp(buf, pt, key.marker, peer.seq, key.start, peer.ssrc, &key.event.to_bytes());
-        if let Ok(n) = socket.send_to(buf, to) {
+        let Some(datagram) = outgoing(peer.srtp.as_deref_mut(), buf) else { continue };
+        if let Ok(n) = socket.send_to(datagram, to) {
             stats.datagrams_out += 1;
             stats.bytes_out += n as u64;
         }
@@ -740,23 +786,34 @@ impl Sources {
         }
     }
 
-    /// The participant a packet from `from` belongs to, latching it if the
-    /// rules allow (its SSRC `ssrc` must be the one the offer announced,
-    /// when it did); `None`: nobody's (dropped).
-    fn source(&mut self, from: SocketAddr, ssrc: u32) -> Option<PeerId> {
+    /// The participant a packet from `from` with SSRC `ssrc` would belong
+    /// to, changing nothing (see [`Sources::source`]).
+    fn peek(&self, from: SocketAddr, ssrc: u32) -> Option<PeerId> {
         if let Some(&id) = self.by_addr.get(&from) {
-            let s = self.peers.get(&id)?;
-            if !s.heard || (s.latched.is_some() && from == s.offered) {
-                self.hear(id, from);
-            }
             return Some(id);
         }
         // Another address: only a comedia participant's, the only one of
         // that IP not heard yet (two would be a guess).
         let &[id] = self.waiting.get(&from.ip())?.as_slice() else { return None };
-        let s = self.peers.get_mut(&id)?;
+        let s = self.peers.get(&id)?;
         if s.ssrc.is_some_and(|want| want != ssrc) {
             return None;
+        }
+        Some(id)
+    }
+
+    /// The participant a packet from `from` belongs to, latching it if the
+    /// rules allow (its SSRC `ssrc` must be the one the offer announced,
+    /// when it did); `None`: nobody's (dropped).
+    fn source(&mut self, from: SocketAddr, ssrc: u32) -> Option<PeerId> {
+        let id = self.peek(from, ssrc)?;
+        let known = self.by_addr.contains_key(&from);
+        let s = self.peers.get_mut(&id)?;
+        if known {
+            if !s.heard || (s.latched.is_some() && from == s.offered) {
+                self.hear(id, from);
+            }
+            return Some(id);
         }
         s.latched = Some(from);
         self.by_addr.insert(from, id);

@@ -692,13 +692,13 @@ pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&
         describe_counter!(
             RTP_IN_REJECTED,
             Unit::Count,
-            "Plain RTP refused by reason: forbidden (join), source, malformed, payload_type, rtcp (packets)."
+            "Plain RTP refused by reason: forbidden (join), source, malformed, payload_type, rtcp, srtp (packets)."
         );
         // Every series present from the start (at 0).
         metrics::gauge!(RTP_IN_PARTICIPANTS).increment(0.0);
         metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(0);
         metrics::counter!(RTP_IN_PACKETS_SENT).increment(0);
-        for reason in ["forbidden", "source", "malformed", "payload_type", "rtcp"] {
+        for reason in ["forbidden", "source", "malformed", "payload_type", "rtcp", "srtp"] {
             metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(0);
         }
     });

@@ -145,7 +145,8 @@ impl Sessions {
 }
 
 // RTP in: joining with a plain RTP/AVP Opus offer (a SIP gateway such as
-// FreeSWITCH or Asterisk, or ffmpeg): no ICE, no DTLS, no SRTP.
+// FreeSWITCH or Asterisk, or ffmpeg): no ICE, no DTLS; SRTP when the offer
+// carries SDES keys (`a=crypto`, RTP/SAVP), answered with a key of our own.
 //
 // Plain RTP has no encryption and no authentication, so it is refused
 // (403 `rtp_in_forbidden`) unless `[rtp_in] trusted` lists the networks
@@ -197,6 +198,21 @@ impl Sessions {
             .media
             .plain_rtp()
             .ok_or_else(|| rtp_in_forbidden("plain RTP/AVP offers are not allowed on this server".into()))?;
+        // SDES: a fresh key of ours for the offer's (never logged).
+        let srtp = match offer.crypto {
+            Some(remote) => {
+                let local = tutti_rtc::sdes::Crypto::fresh(&remote).map_err(|e| {
+                    tracing::error!(error = %e, "no random bytes for an SRTP key");
+                    Refusal::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no_randomness",
+                        "no SRTP key could be made: try again",
+                    )
+                })?;
+                Some(tutti_rtc::sdes::Sdes { remote, local })
+            }
+            None => None,
+        };
         self.admit(room, grant, name)?;
         let peer = self.media.reserve_id();
         let listen_only = !grant.speak;
@@ -210,12 +226,12 @@ impl Sessions {
             attributes: grant.attributes.clone(),
         };
         let (id, listen_only) = self.rooms.join_plain(room, joiner)?;
-        if !self.media.add_plain(peer, room.clone(), offer, listen_only) {
+        if !self.media.add_plain(peer, room.clone(), offer, srtp, listen_only) {
             // The plain RTP thread is gone (shutting down): undo the join.
             let _ = self.rooms.leave(room, id, crate::room::LeaveReason::Failed);
             return Err(Refusal::shutting_down());
         }
-        tracing::info!(room = %room.id, participant = id, remote = %offer.remote, pt = offer.payload_type, comedia = offer.comedia, "plain RTP participant answered");
-        Ok((id, offer.answer(local, id)))
+        tracing::info!(room = %room.id, participant = id, remote = %offer.remote, pt = offer.payload_type, comedia = offer.comedia, srtp = srtp.is_some(), "plain RTP participant answered");
+        Ok((id, offer.answer(local, id, srtp.as_ref())))
     }
 }

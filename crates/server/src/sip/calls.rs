@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rsipstack::dialog::dialog::DialogState;
 use rsipstack::dialog::invite_dialog::InviteDialog;
-use rsipstack::sip::{Header, HeadersExt, StatusCode, headers::ContentType};
+use rsipstack::sip::{Header, HeadersExt, StatusCode, headers::ContentType, headers::Warning};
 use rsipstack::transaction::Transaction;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
@@ -67,13 +67,13 @@ impl Edge {
     /// answer or the refusal's status; a CANCEL meanwhile leaves nothing behind.
     pub(super) async fn invite(self: Arc<Self>, mut tx: Transaction, source: SocketAddr) {
         let user = tx.original.uri.auth.as_ref().map(|a| a.user.clone());
-        let (trunk, room, pin) = match self.trunks.admit(&tx.original, source.ip(), crate::auth::unix_now()) {
+        let (trunk, room, pin, srtp) = match self.trunks.admit(&tx.original, source.ip(), crate::auth::unix_now()) {
             Admission::Call(trunk) => {
                 let room = match &trunk.room {
                     Some(room) => Some(room.clone()),
                     None => status::room_of(user.as_deref(), &trunk.room_prefix),
                 };
-                (trunk.name.clone(), room, trunk.pin)
+                (trunk.name.clone(), room, trunk.pin, trunk.srtp)
             }
             Admission::Challenge(headers) => {
                 crate::metrics::sip_refused("challenge");
@@ -102,6 +102,26 @@ impl Edge {
         let (identity, name) = identity(&tx, source);
         let attributes = call_attributes(&tx, user.as_deref(), &trunk);
         let sdp = String::from_utf8(tx.original.body.clone()).unwrap_or_default();
+        // The PIN lobby plays and reads plain RTP only (no SRTP keys there yet).
+        let srtp_in_lobby = pin && room.is_empty() && (sdp.contains("RTP/SAVP") || sdp.contains("a=crypto"));
+        let sdp = match super::srtp::apply(srtp, &sdp) {
+            Ok(_) if srtp_in_lobby => {
+                let why = "a call that enters a PIN takes plain RTP (RTP/AVP) only";
+                crate::metrics::sip_refused("media");
+                tracing::info!(%source, %trunk, reason = why, "SIP INVITE refused (488)");
+                let warning = Header::Warning(Warning::new(format!("399 tutti \"{why}\"")));
+                tx.reply_with(StatusCode::NotAcceptableHere, vec![warning], None).await.ok();
+                return;
+            }
+            Ok(sdp) => sdp.into_owned(),
+            Err(why) => {
+                crate::metrics::sip_refused("media");
+                tracing::info!(%source, %trunk, reason = why, "SIP INVITE refused (488)");
+                let warning = Header::Warning(Warning::new(format!("399 tutti \"{why}\"")));
+                tx.reply_with(StatusCode::NotAcceptableHere, vec![warning], None).await.ok();
+                return;
+            }
+        };
         let dialog =
             match self.dialogs.get_or_create_server_invite(&tx, self.states(), None, Some(self.contact.clone())) {
                 Ok(d) => d,

@@ -5,9 +5,9 @@
 //!   ─► source in a trunk's networks (`[[sip.trunks]]`, `[sip] trusted`)? else 403
 //!      (tutti_sip_refused_total{reason="source"})
 //!   ─► OPTIONS: 200 │ INVITE: the trunk (`trunks`: its number, else 404; its digest
-//!      credentials, else 401 then 403); in a cluster, the room's node (`cluster`: hosted
-//!      here, else 302 to the node holding it), 100 Trying, then the ONE join (Sessions::join, a plain
-//!      RTP/AVP Opus offer: the `[rtp_in]` path) ─► 200 OK with its answer, or the
+//!      credentials, else 401 then 403), its `srtp` mode (`srtp`: else 488); in a cluster,
+//!      the room's node (`cluster`: hosted here, else 302 to the node holding it), 100 Trying,
+//!      then the ONE join (Sessions::join, a plain RTP/AVP or SDES RTP/SAVP offer: the `[rtp_in]` path) ─► 200 OK with its answer, or the
 //!      refusal as a SIP status (`status`) │ CANCEL before the answer: 487, the
 //!      participant (if it joined meanwhile) leaves
 //!   ─► keys (RFC 4733 on the call's RTP, read by the `rtp-in` thread; SIP INFO):
@@ -30,6 +30,7 @@ mod keypad;
 mod pin;
 mod pins;
 mod sequences;
+mod srtp;
 mod status;
 mod trunks;
 

@@ -48,10 +48,12 @@ pub(super) struct Trunk {
     pub(super) room_prefix: String,
     /// Its calls enter a PIN to choose their room (`sip/pin.rs`).
     pub(super) pin: bool,
+    /// SRTP for its calls.
+    pub(super) srtp: crate::config::SrtpMode,
 }
 
 impl Trunk {
-    fn new(cfg: &TrunkConfig, default_prefix: &str, default_pin: bool) -> Self {
+    fn new(cfg: &TrunkConfig, sip: &SipConfig) -> Self {
         Self {
             name: cfg.name.trim().to_owned(),
             // Validated at load: a bad entry cannot be here.
@@ -64,8 +66,9 @@ impl Trunk {
                 .collect(),
             numbers: cfg.numbers.iter().map(|n| n.trim().to_owned()).collect(),
             room: (!cfg.room.is_empty()).then(|| cfg.room.clone()),
-            room_prefix: cfg.room_prefix.clone().unwrap_or_else(|| default_prefix.to_owned()),
-            pin: cfg.pin.unwrap_or(default_pin),
+            room_prefix: cfg.room_prefix.clone().unwrap_or_else(|| sip.room_prefix.clone()),
+            pin: cfg.pin.unwrap_or(sip.pin),
+            srtp: cfg.srtp.unwrap_or(sip.srtp),
         }
     }
 
@@ -97,11 +100,11 @@ pub(super) struct Trunks {
 
 impl Trunks {
     pub(super) fn new(cfg: &SipConfig) -> Self {
-        let mut list: Vec<Trunk> = cfg.trunks.iter().map(|t| Trunk::new(t, &cfg.room_prefix, cfg.pin)).collect();
+        let mut list: Vec<Trunk> = cfg.trunks.iter().map(|t| Trunk::new(t, cfg)).collect();
         if !cfg.trusted.is_empty() {
             let trusted =
                 TrunkConfig { name: TRUSTED.to_owned(), networks: cfg.trusted.clone(), ..TrunkConfig::default() };
-            list.push(Trunk::new(&trusted, &cfg.room_prefix, cfg.pin));
+            list.push(Trunk::new(&trusted, cfg));
         }
         let rng = ring::rand::SystemRandom::new();
         // The system's random source failing at start leaves no safe nonce key: a fixed
