@@ -25,7 +25,7 @@ impl Sessions {
         if !self.media.lobby(LobbyCommand::Add(leg, offer)) {
             return Err(Refusal::shutting_down());
         }
-        Ok((leg.0, offer.answer(local, leg.0)))
+        Ok((leg.0, offer.answer(local, leg.0, None)))
     }
 
     /// Plays `prompt` to lobby leg `leg`, from its start.
