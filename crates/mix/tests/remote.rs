@@ -837,3 +837,43 @@ fn a_local_talker_seated_from_outside_is_played_from_its_first_frame_a_tick_late
         }
     }
 }
+
+/// A source kept local (a node's hold music in a spread room): heard on its
+/// own node, on a seat the selection across nodes leaves free, and never one
+/// of the node's candidates (so no other node plays it over its own).
+#[test]
+fn a_source_kept_local_is_heard_here_and_never_a_candidate() {
+    let pool = MixPool::new(1).expect("pool");
+    let mut room = Room::new(RoomConfig::default()).expect("room");
+    let mut listener = ToneParticipant::new(1, 300.0);
+    room.add_participant(listener.id).expect("join");
+    let source = ParticipantId(1 << 52);
+    room.add_source(source).expect("source");
+    room.keep_local(source, true).expect("in room");
+    assert!(room.keep_local(ParticipantId(99), true).is_err(), "an unknown id is told");
+    room.fill_free_seats(true);
+    let mut file = ToneParticipant::new(source.0, 900.0);
+    let mut out = Vec::new();
+    for t in 0..50 {
+        let packet = listener.next_packet(0.0);
+        room.push_packet(listener.id, packet).expect("in room");
+        room.push_packet(source, file.next_packet(0.2)).expect("source");
+        // Nobody selected across the nodes: the seats are free.
+        room.set_selection(Some(Vec::new()));
+        room.tick(&pool, t);
+        listener.receive(&room);
+        room.candidates(2, &mut out);
+        assert!(out.iter().all(|c| c.id != source), "tick {t}: kept local, yet a candidate");
+        // Once sounding, seated at every tick (not every other one).
+        let seated = room.speaker_frames().any(|(id, _, _)| id == source);
+        assert!(seated || t < 5, "tick {t}: kept local, and not heard");
+    }
+    let heard = tail(&listener.heard, 0.4);
+    assert!(goertzel(heard, 900.0) > 0.05, "the listener hears it: {}", goertzel(heard, 900.0));
+    // Not kept local any more: a candidate again, ranked above everyone.
+    room.keep_local(source, false).expect("in room");
+    room.push_packet(source, file.next_packet(0.2)).expect("source");
+    room.tick(&pool, 50);
+    room.candidates(2, &mut out);
+    assert_eq!(out.first().map(|c| (c.id, c.rank)), Some((source, u16::MAX)));
+}

@@ -111,6 +111,7 @@ impl Room {
             source,
             remote,
             feed: remote.then(Box::default),
+            local: false,
             channel: None,
             seat: default_seat(&id.0.to_le_bytes()),
             stereo: false,

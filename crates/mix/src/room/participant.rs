@@ -107,6 +107,9 @@ pub(super) struct Participant {
     pub(super) remote: bool,
     /// A remote's frame for the next tick (`Some` for remotes only).
     pub(super) feed: Option<Box<RemoteFeed>>,
+    /// Heard on this node only: never one of its candidates for the
+    /// selection across nodes ([`Room::keep_local`]).
+    pub(super) local: bool,
     /// Their whisper channel, and whether they whisper in it (else they listen).
     pub(super) channel: Option<(ChannelId, bool)>,
     /// Their seat in a spatial room, as preferred ([`Room::set_seat`]).

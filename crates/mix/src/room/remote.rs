@@ -94,6 +94,16 @@ impl Room {
         }
     }
 
+    /// Keeps a participant or source (`on`) out of this node's candidates
+    /// ([`Room::candidates`]): it is heard here only, on a seat the selection
+    /// across nodes leaves free ([`Room::fill_free_seats`]), as when the room
+    /// is this node's alone. A room's hold music: each node plays it to its
+    /// own held participants, and never twice over to another node's.
+    pub fn keep_local(&mut self, id: ParticipantId, on: bool) -> Result<(), MixError> {
+        self.participant_mut(id)?.local = on;
+        Ok(())
+    }
+
     /// The selection set from outside ([`Room::set_selection`]), if any.
     pub fn selection(&self) -> Option<&[ParticipantId]> {
         self.external.as_deref()
@@ -109,7 +119,7 @@ impl Room {
     /// speaker whose hold ran out is left out, so that the selection
     /// across nodes lets them go). A participant whose level this tick is
     /// at or above the silence threshold ([`crate::RoomConfig::silence_level`])
-    /// is left out unless selected. A whisperer of a channel is never a
+    /// is left out unless selected, as is one kept here ([`Room::keep_local`]). A whisperer of a channel is never a
     /// candidate: a channel lives on one node (its members are this room's
     /// own participants), so a whisperer's frames never leave the node and
     /// no other node mixes, records or announces them; their channel hears
@@ -119,7 +129,7 @@ impl Room {
         out.clear();
         let silence = self.cfg.silence_level;
         for p in self.shards.iter().flat_map(|s| &s.members) {
-            if p.remote || p.muted || p.channel.is_some_and(|(_, whispers)| whispers) {
+            if p.remote || p.muted || p.local || p.channel.is_some_and(|(_, whispers)| whispers) {
                 continue;
             }
             // A seat given to a local talker for this tick only is not the
@@ -173,9 +183,21 @@ impl Room {
             }
         }
         self.external = Some(ids);
-        // Free seats: this room's own talkers not named, loudest first (the
-        // shards' candidates of this tick: talking, unmuted, unseated).
         self.filled.clear();
+        // Free seats: first those kept here ([`Room::keep_local`]: never named
+        // across nodes) who sit already and still sound, so that they keep
+        // their seat from tick to tick;
+        if self.fill {
+            for sel in &self.selected {
+                let kept = self.participant(sel.id).is_ok_and(|p| p.local && p.talking && !p.muted);
+                if chosen.len() < k && kept && !chosen.contains(&sel.id) {
+                    chosen.push(sel.id);
+                    self.filled.push(sel.id);
+                }
+            }
+        }
+        // then this room's own talkers not named, loudest first (the
+        // shards' candidates of this tick: talking, unmuted, unseated).
         while self.fill && chosen.len() < k {
             let fresh = self
                 .shards

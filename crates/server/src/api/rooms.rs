@@ -161,7 +161,16 @@ pub(crate) async fn create_room(
         (None, None) if api.node.dir.is_some() => format!("room-{:08x}", getrandom::u32().unwrap_or_default()),
         (None, None) => api.rooms.fresh_name(),
     };
-    let room = match api.session.create_room(&id, req.max_participants, req.max_speakers, ticket_room.is_some()).await?
+    let given = req.wait_for_moderator.is_some() || req.on_moderator_leave.is_some() || req.join_muted.is_some();
+    let options = crate::cluster::options::RoomOptions {
+        spatial: req.spatial,
+        moderation: given
+            .then(|| moderation_of(Default::default(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted)),
+    };
+    let room = match api
+        .session
+        .create_room(&id, req.max_participants, req.max_speakers, options, ticket_room.is_some())
+        .await?
     {
         Placed::Here(room) => room,
         Placed::Elsewhere(owner) => {
@@ -170,13 +179,6 @@ pub(crate) async fn create_room(
             return cluster::redirect_room(&api, &owner, &id, &target, extra.as_deref(), (&grant, None));
         }
     };
-    let moderation = moderation_of(room.moderation(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted);
-    if moderation != room.moderation() {
-        room.set_moderation(moderation);
-    }
-    if let Some(mode) = req.spatial {
-        room.set_spatial(mode);
-    }
     if record {
         api.outputs.start_recording(&room).map_err(super::recording::output_error)?;
     }

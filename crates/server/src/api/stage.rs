@@ -100,16 +100,17 @@ pub(crate) async fn update_room(
         mute_all: req.mute_all,
         noise_suppression: req.noise_suppression.clone(),
         loudness: req.loudness,
+        options: crate::cluster::options::RoomOptions {
+            spatial: req.spatial,
+            moderation: (req.wait_for_moderator.is_some()
+                || req.on_moderator_leave.is_some()
+                || req.join_muted.is_some())
+            .then(|| {
+                rooms::moderation_of(state.moderation(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted)
+            }),
+        },
     };
     let muted = api.session.update_room(&state, &change)?;
-    let moderation =
-        rooms::moderation_of(state.moderation(), req.wait_for_moderator, req.on_moderator_leave, req.join_muted);
-    if moderation != state.moderation() {
-        state.set_moderation(moderation);
-    }
-    if let Some(mode) = req.spatial {
-        state.set_spatial(mode);
-    }
     let mut body = serde_json::to_value(rooms::summary(&api, &state)).unwrap_or_default();
     body["muted"] = muted.into();
     body["voice"] = serde_json::to_value(state.room_voice(noise_suppression, req.loudness)).unwrap_or_default(); // sound

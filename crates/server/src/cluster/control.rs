@@ -1,5 +1,6 @@
 //! Room-wide control across the nodes of a spread room: a change applied
-//! here to this node's copy of a room (`PATCH /v1/rooms/{room}`, a ban, a
+//! here to this node's copy of a room (`PATCH /v1/rooms/{room}`, its
+//! spatial mode and moderation options included, a ban, a
 //! per-speaker recording started or stopped) is
 //! told to every other node hosting the room, which applies it to its own
 //! copy; a node that joins a room's span says so, so that the others read
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use tutti_cluster::{Cluster, ControlMessage, RoomSpread};
 
 use super::node::Node;
+use super::options::RoomOptions;
 use crate::outputs::SpeakersTimeline;
 use crate::room::RoomUpdate;
 
@@ -55,6 +57,9 @@ pub(crate) enum Control {
     /// changes, and to a node that joins the room): a moderator on any node
     /// opens a waiting room, the last one gone applies `on_moderator_leave`.
     Moderators { present: bool },
+    /// The room's spatial mode and moderation options: set by a `PATCH` on
+    /// the sender, or (both given) its copy's, told to a node that joined.
+    Options(RoomOptions),
 }
 
 impl Control {
@@ -68,6 +73,7 @@ impl Control {
             Self::RecordSpeakers { .. } => "record_speakers",
             Self::StopSpeakers => "stop_speakers",
             Self::Moderators { .. } => "moderators",
+            Self::Options(_) => "options",
         }
     }
 
@@ -107,9 +113,11 @@ pub(crate) fn apply(node: &Node, msg: &ControlMessage) -> Option<&'static str> {
     };
     if control == Control::Joined {
         node.span_wake.notify_one();
-        // The newcomer learns that a moderator is here (it hears of later changes as they come),
+        // The newcomer learns the room's options as they are now (a PATCH after its creation)
+        // and that a moderator is here (it hears of later changes as they come),
         // and records its speakers for a per-speaker recording this node started.
         if let Ok(room) = node.rooms.get(&msg.room) {
+            publish(node.dir.as_ref(), &msg.room, &Control::Options(RoomOptions::of(&room)));
             if room.has_moderator_here() {
                 publish(node.dir.as_ref(), &msg.room, &Control::Moderators { present: true });
             }
@@ -169,6 +177,7 @@ pub(crate) fn apply(node: &Node, msg: &ControlMessage) -> Option<&'static str> {
             tokio::task::spawn_blocking(move || tracks.stop(None));
         }
         Control::Moderators { present } => node.rooms.moderator_elsewhere(&room, &msg.origin, *present),
+        Control::Options(options) => options.apply(&room),
         Control::Joined => {}
     }
     tracing::info!(room = %msg.room, origin = %msg.origin, kind = control.kind(), "room control from another node applied");
@@ -196,7 +205,7 @@ pub(crate) async fn run(node: Arc<Node>, cluster: Cluster, mut stop: tokio::sync
 
 #[cfg(test)]
 mod tests {
-    use super::Control;
+    use super::{Control, RoomOptions};
 
     #[test]
     fn control_bodies_round_trip_and_name_their_kind() {
@@ -215,6 +224,7 @@ mod tests {
             Control::RecordSpeakers { started_ms: 1_795_912_398_123, zero_tick: 89_795_619_906, only: Some(vec![7]) },
             Control::StopSpeakers,
             Control::Moderators { present: true },
+            Control::Options(RoomOptions { spatial: Some(crate::room::SpatialMode::Panned), moderation: None }),
         ];
         for c in all {
             let json = serde_json::to_value(&c).expect("encodes");

@@ -118,7 +118,7 @@ async fn hand_over(
 
 /// The stored config (JSON) the room's new node hosts it with: what its
 /// creator gave (fields this node does not know kept as they are), its
-/// limits as they stand now, and its lock, bans and participants as
+/// limits and options (spatial mode, moderation) as they stand now, and its lock, bans and participants as
 /// `handover` (see [`crate::room::CarriedStage`]).
 fn carried_config(node: &Node, room: &Room, stored: Option<&str>, until: u64) -> String {
     let mut config = stored
@@ -126,6 +126,7 @@ fn carried_config(node: &Node, room: &Room, stored: Option<&str>, until: u64) ->
         .unwrap_or_default();
     config.insert("max_participants".into(), room.max_participants().into());
     config.insert("max_speakers".into(), room.max_speakers().into());
+    super::options::RoomOptions::of(room).write_into(&mut config);
     let stage = node.rooms.carry_stage(room, until, std::time::Instant::now(), crate::auth::unix_now());
     config.insert("handover".into(), serde_json::to_value(stage).unwrap_or_default());
     serde_json::Value::Object(config).to_string()

@@ -11,23 +11,33 @@ use tutti_cluster::{Cluster, RoomSpread};
 use super::control::{self, Control};
 use super::locks::RoomGuard;
 use super::node::Node;
+use super::options::RoomOptions;
 use super::roster::{self, Roster};
 use crate::refusal::Refused;
-use crate::room::{CarriedStage, Room, RoomError, RoomEvent, Rooms};
+use crate::room::{CarriedStage, Moderation, Room, RoomError, RoomEvent, Rooms, SpatialMode};
 
 /// The config a room's creator gave, as stored in the directory (JSON);
 /// fields missing or unreadable take the defaults. A drain's hand-over
-/// writes the room's current limits and its lock and bans into it.
+/// writes the room's current limits, options, lock and bans into it.
 #[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 pub(crate) struct StoredConfig {
     pub(crate) max_participants: Option<usize>,
     pub(crate) max_speakers: Option<usize>,
+    /// The spatial mode its creator gave (else the node's `[room] spatial`).
+    pub(crate) spatial: Option<SpatialMode>,
+    /// The moderation options its creator gave.
+    pub(crate) moderation: Option<Moderation>,
     pub(crate) handover: Option<CarriedStage>,
 }
 
 impl StoredConfig {
     pub(crate) fn parse(json: Option<&str>) -> Self {
         json.and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
+    }
+
+    /// The room options it carries ([`RoomOptions`]).
+    pub(crate) fn options(&self) -> RoomOptions {
+        RoomOptions { spatial: self.spatial, moderation: self.moderation }
     }
 }
 
@@ -49,7 +59,7 @@ pub(crate) fn host(
             if node.media.has_mesh() && cluster.config().room_spread != RoomSpread::Off {
                 // A room that may spread: the other nodes' events for this one (its
                 // roster is written once it spreads: `spans`).
-                roster::relay_span_events(cluster.clone(), &r, node.cfg.limits.data_max_bytes);
+                roster::relay_span_events(cluster.clone(), &r, node.roster.clone(), node.cfg.limits.data_max_bytes);
             }
             Ok(r)
         }

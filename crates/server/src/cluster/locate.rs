@@ -110,6 +110,11 @@ async fn locate(node: &Node, room: &str, ticketed: bool, stay_if_hosted: bool) -
             let config = StoredConfig::parse(stored.as_deref());
             let fresh = node.rooms.get(room).is_err();
             let state = host(node, cluster, room, config.max_participants, config.max_speakers, false)?;
+            // Its spatial mode and moderation as its creator (or a drain) stored them: a room
+            // that waits for its moderator holds this node's first guest from its arrival.
+            if fresh {
+                config.options().apply(&state);
+            }
             // Handed over by a draining node: its lock and bans come with it.
             if fresh && let Some(carried) = &config.handover {
                 node.rooms.restore_stage(&state, carried, Instant::now(), unix_now());

@@ -37,7 +37,8 @@
 //! room only, expiring when the original one does.
 //!
 //! The files, from the bottom: `node` (this node and what it keeps),
-//! `locks`, `nodes` (the other nodes), `roster`, `tickets`; then what acts
+//! `locks`, `nodes` (the other nodes), `options` (a room's options that
+//! travel), `roster`, `tickets`; then what acts
 //! on a [`node::Node`]: `hosting`, `locate`, `control`, `spans`, `load`,
 //! `handover` (the drain).
 
@@ -50,6 +51,7 @@ pub(crate) mod locate;
 pub(crate) mod locks;
 pub(crate) mod node;
 pub(crate) mod nodes;
+pub(crate) mod options;
 pub(crate) mod roster;
 pub(crate) mod spans;
 pub(crate) mod tickets;

@@ -319,7 +319,7 @@ pub(crate) async fn participants(dir: Option<&Cluster>, roster: &Roster, room: &
 /// its epoch (read again, at most every [`SPAN_RECHECK`], when an unknown
 /// node speaks), about participants of that node (their ids carry its
 /// number).
-pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>, max_data_bytes: usize) {
+pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>, roster: Arc<Roster>, max_data_bytes: usize) {
     let room = Arc::clone(room);
     tokio::spawn(async move {
         let mut events = match cluster.watch(&room.id).await {
@@ -334,6 +334,8 @@ pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>, max_data_byt
         // Only to notice the room's end (its batches go to the sockets by themselves).
         let mut closes = room.subscribe();
         let mut every = tokio::time::interval(Duration::from_secs(1));
+        // The seats asked of the rosters, and how often (see `seats_from_rosters`).
+        let mut asked: HashMap<u64, u8> = HashMap::new();
         loop {
             let event = tokio::select! {
                 e = events.recv() => e,
@@ -346,6 +348,7 @@ pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>, max_data_byt
                     if room.is_closed() || room.is_handed_over() {
                         break;
                     }
+                    seats_from_rosters(&cluster, &roster, &room, &mut asked).await;
                     continue;
                 }
             };
@@ -379,10 +382,45 @@ pub(crate) fn relay_span_events(cluster: Cluster, room: &Arc<Room>, max_data_byt
             let relayed = crate::room::relayed_events(&event.event, theirs);
             crate::metrics::span_events(true, relayed.len() as u64);
             if !relayed.is_empty() {
+                // A spatial room seats their participants where their node does.
+                room.note_remote_seats(&relayed);
                 room.publish_relayed(relayed);
             }
         }
     });
+}
+
+/// Times a participant's seat is asked of the rosters before it is left
+/// where this node's mixer puts it (its node gives it none).
+const SEAT_ASKS: u8 = 5;
+
+/// The seats of the other nodes' participants in `room`'s mixer that no
+/// event told (they joined before this node hosted the room), read from
+/// their rosters ([`others`]): at most one read per call (the relay's
+/// second), and only while such a participant is unseated (each asked
+/// [`SEAT_ASKS`] times at most; `asked` is bounded like the seats).
+async fn seats_from_rosters(cluster: &Cluster, roster: &Roster, room: &Room, asked: &mut HashMap<u64, u8>) {
+    let unseated: Vec<u64> =
+        room.unseated_remotes().into_iter().filter(|id| asked.get(id).is_none_or(|n| *n < SEAT_ASKS)).collect();
+    if unseated.is_empty() {
+        return;
+    }
+    if asked.len() >= crate::room::MAX_REMOTE_SEATS {
+        asked.clear();
+    }
+    for id in unseated {
+        *asked.entry(id).or_default() += 1;
+    }
+    let entries = others(Some(cluster), roster, room).await;
+    let read: Vec<(u64, i8)> = entries
+        .iter()
+        .filter_map(|e| {
+            let seat = e["attributes"][crate::attributes::SEAT].as_str()?;
+            let one = crate::attributes::Attributes::from([(crate::attributes::SEAT.to_owned(), seat.to_owned())]);
+            Some((e["id"].as_u64()?, crate::attributes::seat_of(&one)?))
+        })
+        .collect();
+    room.note_seats_read(&read);
 }
 
 #[cfg(test)]

@@ -66,6 +66,11 @@ fn a_stored_config_is_read_back_and_bad_ones_take_the_defaults() {
     assert_eq!((c.max_participants, c.max_speakers), (Some(7), Some(2)));
     let c = StoredConfig::parse(Some(r#"{"max_participants":7,"max_speakers":null,"later":1}"#));
     assert_eq!((c.max_participants, c.max_speakers), (Some(7), None));
+    let c = StoredConfig::parse(Some(r#"{"spatial":"binaural","moderation":{"wait_for_moderator":true}}"#));
+    let options = c.options();
+    assert_eq!(options.spatial, Some(crate::room::SpatialMode::Binaural));
+    assert!(options.moderation.is_some_and(|m| m.wait_for_moderator && !m.join_muted), "{options:?}");
+    assert!(StoredConfig::parse(Some(r#"{"max_participants":7}"#)).options().is_empty());
     assert_eq!(StoredConfig::parse(Some("not json")), StoredConfig::default());
     assert_eq!(StoredConfig::parse(None), StoredConfig::default());
 }

@@ -413,8 +413,14 @@ impl Mesh {
                         RemoteState { id, last_selected: t }
                     });
                     remote.last_selected = t;
-                    if !m.contains(remote.id) && m.add_remote(remote.id).is_err() {
-                        continue;
+                    if !m.contains(remote.id) {
+                        if m.add_remote(remote.id).is_err() {
+                            continue;
+                        }
+                        // Seated where its own node seats it, when told (`Room::note_remote_seats`).
+                        if let Some(seat) = local.remote_seat(participant) {
+                            let _ = m.set_seat(remote.id, seat);
+                        }
                     }
                     ids.push(remote.id);
                 }

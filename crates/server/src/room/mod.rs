@@ -31,6 +31,7 @@ mod plain;
 pub(crate) mod playback;
 mod playing;
 mod registry;
+mod remote_seats;
 #[allow(clippy::module_inception)]
 mod room;
 mod rooms;
@@ -50,6 +51,7 @@ pub(crate) use member::{Admin, LeaveReason, ListenOnly, Member};
 pub(crate) use moderation::{MODERATOR_ATTRIBUTE, Moderation, OnModeratorLeave};
 pub(crate) use plain::PlainJoiner;
 pub(crate) use registry::Claim;
+pub(crate) use remote_seats::MAX_REMOTE_SEATS;
 pub(crate) use room::{Inboxes, MovedTo, REMOTE_ID_BASE, Room, RoomKey, RoomMix, SpeakerFeed};
 pub(crate) use rooms::{Effect, Joiner, Rooms, clean_name, valid_room_id};
 pub use spatial::SpatialMode;

@@ -95,14 +95,17 @@ impl Room {
     /// Other nodes host this room too (`true`), or no longer (`false`), as
     /// the node's span reader finds. Its participants are then not the
     /// whole room: the hold music (one participant alone) stops, and starts
-    /// again when the room is this node's alone with one participant here.
-    /// Its playbacks are heard on every node (the mixer sends them as
-    /// candidates).
+    /// again when the room is this node's alone with one participant here;
+    /// a room waiting for its moderator keeps it (every node plays it to its
+    /// own held participants). Its playbacks are heard on every node (the
+    /// mixer sends them as candidates), its hold music only here.
     pub(crate) fn set_spread(&self, spread: bool) {
         if self.spread.swap(spread, std::sync::atomic::Ordering::Relaxed) == spread {
             return;
         }
-        let events = if spread {
+        let events = if spread && self.is_waiting() {
+            Vec::new()
+        } else if spread {
             self.stop_purpose(Purpose::Hold, "joined")
         } else if self.len() == 1 {
             self.start_sound(Purpose::Hold).into_iter().collect()
@@ -117,7 +120,7 @@ impl Room {
     pub(super) fn hold_music(&self, on: bool) {
         let events = if on {
             self.start_sound(Purpose::Hold).into_iter().collect()
-        } else if self.len() != 1 {
+        } else if self.len() != 1 || self.is_spread() {
             self.stop_purpose(Purpose::Hold, "joined")
         } else {
             Vec::new()
@@ -165,6 +168,8 @@ impl Room {
         if self.is_closed() || self.is_handed_over() {
             return None;
         }
+        // Read before the mixing lock (the waiting state has a lock of its own).
+        let waiting = purpose == Purpose::Hold && self.is_waiting();
         let mut guard = lock(&self.mixing);
         let m = &mut *guard;
         let sounds = &m.playbacks.defaults.sounds;
@@ -180,8 +185,9 @@ impl Room {
             }
             _ => m.playbacks.playing(purpose).is_some(),
         };
-        // Hold music is for one participant alone in the room: never while other nodes host it.
-        if (busy || self.is_spread()) && purpose == Purpose::Hold {
+        // Hold music is for one participant alone in the room, or those held until a
+        // moderator comes: never while other nodes host it, unless the room waits.
+        if (busy || (self.is_spread() && !waiting)) && purpose == Purpose::Hold {
             return None;
         }
         let a = if busy {

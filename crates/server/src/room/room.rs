@@ -116,7 +116,9 @@ pub(crate) struct Room {
     /// Participants of other nodes in the mixer (a spread room): the
     /// mixer's id ([`REMOTE_ID_BASE`] and up) to the participant's real
     /// (cluster) id, set by the mesh glue as it adds and removes them.
-    remote_names: Mutex<HashMap<u64, u64>>,
+    pub(super) remote_names: Mutex<HashMap<u64, u64>>,
+    /// Other nodes' participants' seats, by real id (see `remote_seats`).
+    pub(super) remote_seats: Mutex<HashMap<u64, i8>>,
     /// Data messages, for the room's sockets (see `data`).
     data: broadcast::Sender<Arc<super::data::DataMessage>>,
     /// Whether it waits for its moderator, and what it does when they leave (see `waiting`).
@@ -286,6 +288,7 @@ impl Room {
             speaker_frames: broadcast::channel(SPEAKER_FEED_TICKS).0,
             speaker_feeds: Arc::new(AtomicUsize::new(0)),
             remote_names: Mutex::new(HashMap::new()),
+            remote_seats: Mutex::new(HashMap::new()),
             data: super::data::channel(),
             waiting: Mutex::new(Default::default()),
             last_tick: AtomicU64::new(0),

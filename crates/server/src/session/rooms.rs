@@ -12,6 +12,7 @@ use super::sessions::Sessions;
 use crate::cluster::control::{self, Control};
 use crate::cluster::hosting::{host, release};
 use crate::cluster::node::unavailable;
+use crate::cluster::options::RoomOptions;
 use crate::refusal::Refused;
 use crate::room::{Room, RoomError, RoomUpdate};
 
@@ -33,17 +34,22 @@ pub(crate) struct RoomChange {
     // sound: the room's voice processing ("auto" | "on" | "off").
     pub(crate) noise_suppression: Option<String>,
     pub(crate) loudness: Option<bool>,
+    /// Spatial mode and moderation options (each `None`: as they are).
+    pub(crate) options: RoomOptions,
 }
 
 impl Sessions {
-    /// Creates room `id` (its creator's limits). In cluster mode the room
+    /// Creates room `id` (its creator's limits and `options`). In cluster mode the room
     /// is placed on the lighter of two nodes (claimed here when the request
     /// was redirected here: `ticketed`); one placed elsewhere is not made here.
+    /// The options go in the room's stored config: a node that hosts it
+    /// later (a spread room) applies them too.
     pub(crate) async fn create_room(
         &self,
         id: &str,
         max_participants: Option<usize>,
         max_speakers: Option<usize>,
+        options: RoomOptions,
         ticketed: bool,
     ) -> Refused<Placed> {
         let room = match &self.node.dir {
@@ -57,8 +63,11 @@ impl Sessions {
                 if !crate::room::valid_room_id(id) {
                     return Err(RoomError::BadRoomId.into());
                 }
-                let config = serde_json::json!({ "max_participants": max_participants, "max_speakers": max_speakers })
-                    .to_string();
+                let mut config = serde_json::Map::new();
+                config.insert("max_participants".into(), max_participants.into());
+                config.insert("max_speakers".into(), max_speakers.into());
+                options.write_into(&mut config);
+                let config = serde_json::Value::Object(config).to_string();
                 let placement =
                     if ticketed { c.claim(id, Some(&config)).await } else { c.place(id, Some(&config)).await };
                 match placement.map_err(|e| unavailable(&e))? {
@@ -69,6 +78,7 @@ impl Sessions {
                 }
             }
         };
+        options.apply(&room);
         self.outputs.watch(&room);
         Ok(Placed::Here(room))
     }
@@ -103,8 +113,9 @@ impl Sessions {
     }
 
     /// Changes a room hosted here (lock, size, speaker limit, mute-all,
-    /// voice processing); the other nodes of a spread room apply it to
-    /// their copies (their own participants). How many `mute_all` muted.
+    /// voice processing, spatial mode, moderation); the other nodes of a
+    /// spread room apply it to their copies (their own participants). How
+    /// many `mute_all` muted.
     pub(crate) fn update_room(&self, state: &Room, change: &RoomChange) -> Refused<usize> {
         let was_locked = state.is_locked();
         let update = RoomUpdate {
@@ -124,6 +135,10 @@ impl Sessions {
             loudness: change.loudness,
         };
         control::publish(self.node.dir.as_ref(), &state.id, &control);
+        if !change.options.is_empty() {
+            change.options.apply(state);
+            control::publish(self.node.dir.as_ref(), &state.id, &Control::Options(change.options));
+        }
         match change.locked {
             Some(true) if !was_locked => crate::metrics::stage_action("lock"),
             Some(false) if was_locked => crate::metrics::stage_action("unlock"),

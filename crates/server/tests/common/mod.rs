@@ -262,12 +262,26 @@ pub fn join_placed(
     grants: &serde_json::Value,
     freq: f32,
 ) -> tutti_client::ToneClient {
+    join_placed_offering(api, room, identity, grants, freq, |offer| offer)
+}
+
+/// [`join_placed`] with the client's offer changed by `edit` first (e.g.
+/// asking for stereo Opus).
+pub fn join_placed_offering(
+    api: SocketAddr,
+    room: &str,
+    identity: &str,
+    grants: &serde_json::Value,
+    freq: f32,
+    edit: impl FnOnce(String) -> String,
+) -> tutti_client::ToneClient {
     use tutti_cluster::{TICKET_PURPOSE, TicketKey, derive_key};
     let path = format!("/v1/rooms/{room}/participants");
     let key = TicketKey::new(&derive_key(MOVE_SECRET.as_bytes(), TICKET_PURPOSE), 30);
     let ticket =
         key.mint(room, identity, grants.clone(), ("POST", &path), tutti_server::auth::unix_now()).expect("a ticket").0;
     let (mut client, offer) = tutti_client::ToneClient::offer(freq).expect("an offer");
+    let offer = edit(offer);
     let as_ticket = format!("{path}?ticket={ticket}");
     let r = tutti_client::request_as(
         api,

@@ -250,6 +250,11 @@ pub(super) fn start(
     let id = ParticipantId(NEXT_ID.fetch_add(1, Ordering::Relaxed));
     // Ids are fresh; the only failure is libopus out of memory, which a source never needs here.
     mixer.add_source(id).map_err(|_| PlaybackError::Closed(room.to_owned()))?;
+    if purpose == Purpose::Hold {
+        // Each node of a spread room plays its own hold music to its held
+        // participants: never sent to another node (which would hear it twice).
+        let _ = mixer.keep_local(id, true);
+    }
     // Its CSRC while it plays (RFC 6465): a value of its own.
     sources.insert(id, 0x7000_0000 | (id.0 as u32 & 0x0FFF_FFFF));
     let active = Active { id, clip, purpose, looping, next: 0, seq: 0, pushed: 0, loops: 0, ended: None };
