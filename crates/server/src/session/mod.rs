@@ -16,9 +16,11 @@
 //! sockets), `grants` (what a grant may see and do), `sessions` (the
 //! state); then what acts on it: `join`, `members` (leave, kick, ban,
 //! changes), `moves` (breakouts), `rooms` (create, change, delete, reap,
-//! drain), `keys` (a phone leg's keypad, both ways).
+//! drain), `keys` (a phone leg's keypad, both ways), `dialout` (the seam
+//! through which the API has the SIP edge place a call).
 
 pub(crate) mod data;
+pub(crate) mod dialout;
 pub(crate) mod grants;
 pub(crate) mod join;
 pub(crate) mod keys;

@@ -161,7 +161,13 @@ impl Edge {
 
     /// Until the call ends: the participant removed by tutti (kick, room
     /// deleted, media timeout) gets a BYE.
-    async fn watch(&self, room: Arc<Room>, mut events: Receiver<Arc<EventBatch>>, id: u64, dialog: InviteDialog) {
+    pub(super) async fn watch(
+        &self,
+        room: Arc<Room>,
+        mut events: Receiver<Arc<EventBatch>>,
+        id: u64,
+        dialog: InviteDialog,
+    ) {
         let ended = dialog.cancel_token().clone();
         loop {
             let gone = tokio::select! {

@@ -13,6 +13,9 @@
 //!      a `keypad` event to the room, and the `[sip] keypad` map's actions (`keypad`)
 //!   ─► BYE from the caller: the participant leaves; the participant removed by
 //!      tutti (kick, room deleted, media timeout): BYE to the caller
+//! dial-out (`dialout`): the API asks through the session layer's seam
+//!   (`session::dialout`), registered by this edge at its start; the callee's
+//!   answer joins through the same join, and the call is watched the same way
 //! ```
 //!
 //! Everything runs on the API's tokio runtime; nothing here touches a media
@@ -20,10 +23,12 @@
 //! (rsipstack, pinned in the workspace's Cargo.toml).
 
 mod calls;
+mod dialout;
 mod endpoint;
 mod keypad;
 mod sequences;
 mod status;
 mod trunks;
 
+pub(crate) use dialout::offer_dial_out;
 pub(crate) use endpoint::Edge;
