@@ -88,8 +88,9 @@ pub(crate) struct CallPlaced {
     id: Option<u64>,
 }
 
-/// A call that was not answered.
-#[derive(Debug, Serialize, ToSchema)]
+/// A call that was not answered: the error body (`code`, `message`) with
+/// the SIP status and the Call-ID.
+#[derive(Debug, Serialize)]
 pub(crate) struct CallFailedBody {
     /// `callee_busy` (486, 600), `callee_declined` (603, 403), `no_answer`
     /// (408, 480, 487: nobody answered in time), `call_failed` (another).
@@ -118,11 +119,11 @@ pub(crate) struct CallFailedBody {
         (status = 401, description = "`token_missing`, `token_invalid`, `token_expired`, `bad_ticket`", body = ErrorBody),
         (status = 403, description = "`forbidden` (not an admin of the room)", body = ErrorBody),
         (status = 404, description = "`room_not_found`", body = ErrorBody),
-        (status = 409, description = "`wait`: `callee_busy` (486, 600), `callee_declined` (603, 403), `call_failed`", body = CallFailedBody),
+        (status = 409, description = "`wait`: `callee_busy` (486, 600), `callee_declined` (603, 403), `call_failed`; the body also carries `sip_status` (the SIP final status, 0: none) and `call_id`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`too_many_calls`: the trunk's `max_calls` or the room's `[sip] max_calls_per_room` are up", body = ErrorBody),
         (status = 503, description = "`sip_off` (no SIP edge), `rtp_in_off`, `shutting_down`, `cluster_unavailable`", body = ErrorBody),
-        (status = 504, description = "`wait`: `no_answer` (408, 480, 487: not answered within the ringing timeout)", body = CallFailedBody),
+        (status = 504, description = "`wait`: `no_answer` (408, 480, 487: not answered within the ringing timeout); also `sip_status`, `call_id`", body = ErrorBody),
     ),
 )]
 pub(crate) async fn dial(
