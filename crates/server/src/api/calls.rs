@@ -28,7 +28,7 @@ use super::body::{body, json};
 use super::schema::ErrorBody;
 use super::state::ApiState;
 use crate::refusal::{Refusal, Refused};
-use crate::session::dialout::{DialOutcome, DialRequest};
+use crate::session::dialer::{DialOutcome, DialRequest};
 
 /// The routes.
 pub(super) fn routes() -> Router<Arc<ApiState>> {

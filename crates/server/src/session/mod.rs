@@ -20,6 +20,7 @@
 //! through which the API has the SIP edge place a call).
 
 pub(crate) mod data;
+pub(crate) mod dialer;
 pub(crate) mod dialout;
 pub(crate) mod grants;
 pub(crate) mod join;

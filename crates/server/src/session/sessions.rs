@@ -36,7 +36,7 @@ pub(crate) struct Sessions {
     /// WebSocket-joined participants a new socket may resume.
     pub(crate) resumes: Arc<Resumes>,
     /// What places dial-out calls: the SIP edge, once it started (`dialout`).
-    pub(crate) dialer: std::sync::OnceLock<Arc<dyn super::dialout::Dialer>>,
+    pub(crate) dialer: std::sync::OnceLock<Arc<dyn super::dialer::Dialer>>,
 }
 
 impl Sessions {

@@ -34,7 +34,8 @@ use crate::auth::Grant;
 use crate::config::OutboundConfig;
 use crate::refusal::{Refusal, Refused};
 use crate::room::{LeaveReason, RoomEvent, clean_name};
-use crate::session::dialout::{DialOutcome, DialRequest, Dialer, Dialling, failure_code};
+use crate::session::dialer::{DialOutcome, DialRequest, Dialer, Dialling};
+use crate::session::dialout::failure_code;
 use crate::session::join::{JoinRequest, Joined, Offer, Place};
 use crate::sync::lock;
 
