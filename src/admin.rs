@@ -100,6 +100,29 @@ enum RoomsCommand {
         #[arg(long)]
         to: Vec<u64>,
     },
+    /// Calls a phone into a room through an outbound SIP trunk (dial-out).
+    Call {
+        /// The room's id.
+        #[arg(value_parser = room_id)]
+        room: String,
+        /// Whom: a SIP URI (`sip:alice@192.0.2.20`) or a number.
+        to: String,
+        /// The `[[sip.outbound]]` trunk.
+        #[arg(long)]
+        trunk: String,
+        /// The callee's name in the room (default: TO).
+        #[arg(long)]
+        name: Option<String>,
+        /// Keypad digits sent once it answers.
+        #[arg(long)]
+        digits: Option<String>,
+        /// Seconds it may ring (default 30).
+        #[arg(long)]
+        ringing_timeout: Option<u64>,
+        /// Wait for the answer (at most the API's request timeout).
+        #[arg(long)]
+        wait: bool,
+    },
     /// Deletes a room: everyone in it is disconnected.
     Delete {
         /// The room's id.
@@ -294,6 +317,21 @@ pub fn rooms(args: &RoomsArgs) -> anyhow::Result<()> {
             }
             let sent = parse(&r)?;
             println!("sent to room {room}: {} socket(s) on its node", text(&sent["sockets"]));
+        }
+        RoomsCommand::Call { room, to, trunk, name, digits, ringing_timeout, wait } => {
+            let mut body = json!({ "to": to, "trunk": trunk, "wait": wait });
+            put(&mut body, "name", name.as_ref().map(|n| json!(n)));
+            put(&mut body, "digits", digits.as_ref().map(|d| json!(d)));
+            put(&mut body, "ringing_timeout_seconds", ringing_timeout.map(|t| json!(t)));
+            let r = api.call("POST", &format!("/v1/rooms/{room}/calls"), Some(&body))?;
+            if json {
+                return print_json(&r.body);
+            }
+            let call = parse(&r)?;
+            match call["id"].as_u64() {
+                Some(id) => println!("call {} answered: participant {id} of room {room}", text(&call["call_id"])),
+                None => println!("call {} is ringing (room {room} tells the rest)", text(&call["call_id"])),
+            }
         }
         RoomsCommand::Delete { room } => {
             api.call("DELETE", &format!("/v1/rooms/{room}"), None)?;

@@ -284,6 +284,7 @@ impl Server {
         let sip = if cfg.sip.enabled {
             let fallback = cfg.advertise_addr(media_addr).ip();
             let (edge, states) = crate::sip::Edge::bind(session.clone(), fallback).await.map_err(ServerError::Setup)?;
+            crate::sip::offer_dial_out(&edge);
             let addr = edge.addr();
             // In a cluster its address goes in this node's signed record (calls are redirected here).
             if let Some(cluster) = &node.dir {

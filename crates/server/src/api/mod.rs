@@ -17,6 +17,7 @@
 
 mod access;
 mod body;
+mod calls;
 mod client;
 mod cors;
 mod data;
@@ -109,6 +110,7 @@ pub(crate) fn router(api: Arc<ApiState>) -> Router {
         .merge(playback::routes())
         .merge(moves::routes())
         .merge(dtmf::routes())
+        .merge(calls::routes())
         .merge(whisper::routes())
         .merge(data::routes())
         .merge(node::routes())

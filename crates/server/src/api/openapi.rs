@@ -89,6 +89,7 @@ impl Modify for Security {
         super::playback::set_sounds,
         super::moves::move_participant,
         super::dtmf::send_dtmf,
+        super::calls::dial,
         super::whisper::open,
         super::whisper::list,
         super::whisper::change,

@@ -8,7 +8,8 @@
 //! `Config` and its top-level keys are here; each part in its own file:
 //! the sections `[room]` (`room`), `[limits]` (`limits`), `[auth]` and
 //! `[cors]` (`access`), the features' sections (`features`: recording,
-//! playback, whisper, breakout, webhooks, RTP out and in); `[sip]` (`sip`); the layers
+//! playback, whisper, breakout, webhooks, RTP out and in); `[sip]` (`sip`, its
+//! `[[sip.outbound]]` in `outbound`); the layers
 //! (`load`), the checks (`validate`) and what a refusal says (`error`).
 
 mod access;
@@ -16,6 +17,7 @@ mod error;
 mod features;
 mod limits;
 mod load;
+mod outbound;
 mod room;
 mod sip;
 #[cfg(test)]
@@ -34,6 +36,7 @@ pub use features::{
     WhisperSettings,
 };
 pub use limits::Limits;
+pub use outbound::OutboundConfig;
 pub use room::RoomDefaults;
 pub use sip::{DIGESTS, KeyAction, MAX_PIN, SipConfig, SrtpMode, TrunkConfig};
 

@@ -36,6 +36,10 @@ pub struct SipConfig {
     /// Inbound trunks (`[[sip.trunks]]`): who may call (source networks,
     /// digest credentials), which numbers, and into which room.
     pub trunks: Vec<TrunkConfig>,
+    /// Outbound trunks (`[[sip.outbound]]`): where dial-out calls go.
+    pub outbound: Vec<super::outbound::OutboundConfig>,
+    /// Dial-out calls up at once (ringing or answered) into one room; more are 429.
+    pub max_calls_per_room: usize,
     /// What keys a caller presses do, each `"<keys>=<action>"`: the keys
     /// (1 to 8 of `0`-`9`, `*`, `#`, `A`-`D`, pressed within 3 s of each
     /// other) and the action: `mute` (mute toggle: unmutes only a caller
@@ -197,6 +201,8 @@ impl Default for SipConfig {
             realm: "tutti".to_owned(),
             srtp: SrtpMode::Allow,
             trunks: Vec::new(),
+            outbound: Vec::new(),
+            max_calls_per_room: 20,
             keypad: vec!["*6=mute".to_owned(), "*7=hand".to_owned()],
             pin: false,
             pins: Vec::new(),
@@ -267,12 +273,19 @@ impl SipConfig {
         Ok(map)
     }
 
-    /// Checks `trusted`, `trunks`, `realm`, `public_address`, `keypad` and the PIN settings.
+    /// Checks `trusted`, `trunks`, `outbound`, `realm`, `public_address`, `keypad` and the PIN settings.
     pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
         crate::cidr::parse_all(&self.trusted).map_err(|m| ("sip.trusted", m))?;
         let mut names = Vec::new();
         for trunk in &self.trunks {
             trunk.check(&mut names).map_err(|m| ("sip.trunks", m))?;
+        }
+        let mut names = Vec::new();
+        for trunk in &self.outbound {
+            trunk.check(&mut names).map_err(|m| ("sip.outbound", m))?;
+        }
+        if self.max_calls_per_room == 0 {
+            return Err(("sip.max_calls_per_room", "must be at least 1".into()));
         }
         if self.realm.trim().is_empty() || self.realm.contains(['"', '\\']) || self.realm.chars().any(char::is_control)
         {

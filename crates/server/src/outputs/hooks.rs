@@ -14,7 +14,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::Outputs;
 use crate::metrics::outputs as m;
-use crate::outputs::webhook::{ParticipantInfo, PlaybackInfo, WebhookEvent, WebhookSender};
+use crate::outputs::webhook::{CallInfo, ParticipantInfo, PlaybackInfo, WebhookEvent, WebhookSender};
 use crate::room::{Room, RoomEvent};
 use crate::sync::lock;
 
@@ -113,6 +113,22 @@ pub(crate) async fn watch(outputs: Arc<Outputs>, room: Arc<Room>, sender: Arc<We
                 RoomEvent::PlaybackFinished { id: pid, file } => {
                     let playback = PlaybackInfo { id: *pid, file: file.clone(), purpose: None, looping: None };
                     sender.send(&WebhookEvent::PlaybackFinished { room: id.clone(), playback });
+                }
+                RoomEvent::CallRinging { call_id, to } => {
+                    let call = CallInfo { to: Some(to.clone()), ..CallInfo::new(call_id) };
+                    sender.send(&WebhookEvent::CallRinging { room: id.clone(), call });
+                }
+                RoomEvent::CallAnswered { call_id, id: pid } => {
+                    let call = CallInfo { id: Some(*pid), ..CallInfo::new(call_id) };
+                    sender.send(&WebhookEvent::CallAnswered { room: id.clone(), call });
+                }
+                RoomEvent::CallFailed { call_id, sip_status, code, reason } => {
+                    let call = CallInfo {
+                        sip_status: Some(*sip_status),
+                        code: Some((*code).to_owned()),
+                        ..CallInfo::new(call_id)
+                    };
+                    sender.send(&WebhookEvent::CallFailed { room: id.clone(), call, reason: reason.clone() });
                 }
                 RoomEvent::RoomClosed => finished = true,
                 _ => {}

@@ -186,6 +186,32 @@ pub struct PlaybackInfo {
     pub looping: Option<bool>,
 }
 
+/// A dial-out call, as the `call_*` events describe it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallInfo {
+    /// The call's SIP Call-ID (the answer of `POST /v1/rooms/{room}/calls`).
+    pub call_id: String,
+    /// Whom it calls (`call_ringing`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The callee's participant id (`call_answered`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// The final SIP status, 0 when none came (`call_failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sip_status: Option<u16>,
+    /// `callee_busy`, `callee_declined`, `no_answer` or `call_failed` (`call_failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl CallInfo {
+    /// Call `call_id`, nothing else told.
+    pub fn new(call_id: &str) -> Self {
+        Self { call_id: call_id.to_owned(), to: None, id: None, sip_status: None, code: None }
+    }
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WebhookEvent {
@@ -252,11 +278,34 @@ pub enum WebhookEvent {
         /// Which.
         playback: PlaybackInfo,
     },
+    /// A dial-out call rings.
+    CallRinging {
+        /// The room.
+        room: String,
+        /// Which call, to whom.
+        call: CallInfo,
+    },
+    /// A dial-out call was answered: the callee joined.
+    CallAnswered {
+        /// The room.
+        room: String,
+        /// Which call, and the callee's participant id.
+        call: CallInfo,
+    },
+    /// A dial-out call was not answered.
+    CallFailed {
+        /// The room.
+        room: String,
+        /// Which call, its SIP status and code.
+        call: CallInfo,
+        /// Why, for a person.
+        reason: String,
+    },
 }
 
 impl WebhookEvent {
     /// The `event` field: `room_started`, `room_finished`, `participant_joined`, `participant_left`,
-    /// `participant_attributes_changed`, `recording_finished`, `playback_started`, `playback_stopped`, `playback_finished`.
+    /// `participant_attributes_changed`, `recording_finished`, `playback_started`, `playback_stopped`, `playback_finished`, `call_ringing`, `call_answered`, `call_failed`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::RoomStarted { .. } => "room_started",
@@ -268,6 +317,9 @@ impl WebhookEvent {
             Self::PlaybackStarted { .. } => "playback_started",
             Self::PlaybackStopped { .. } => "playback_stopped",
             Self::PlaybackFinished { .. } => "playback_finished",
+            Self::CallRinging { .. } => "call_ringing",
+            Self::CallAnswered { .. } => "call_answered",
+            Self::CallFailed { .. } => "call_failed",
         }
     }
 
@@ -287,6 +339,8 @@ impl WebhookEvent {
             recording: Option<&'a RecordingInfo>,
             #[serde(skip_serializing_if = "Option::is_none")]
             playback: Option<&'a PlaybackInfo>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            call: Option<&'a CallInfo>,
         }
         let mut b = Body {
             event: self.name(),
@@ -297,6 +351,7 @@ impl WebhookEvent {
             reason: None,
             recording: None,
             playback: None,
+            call: None,
         };
         match self {
             Self::RoomStarted { room } | Self::RoomFinished { room } => b.room = room,
@@ -321,6 +376,15 @@ impl WebhookEvent {
             Self::PlaybackStopped { room, playback, reason } => {
                 b.room = room;
                 b.playback = Some(playback);
+                b.reason = Some(reason);
+            }
+            Self::CallRinging { room, call } | Self::CallAnswered { room, call } => {
+                b.room = room;
+                b.call = Some(call);
+            }
+            Self::CallFailed { room, call, reason } => {
+                b.room = room;
+                b.call = Some(call);
                 b.reason = Some(reason);
             }
         }

@@ -102,6 +102,13 @@ pub(crate) enum RoomEvent {
     /// A phone caller pressed a key (`0`-`9`, `*`, `#`, `A`-`D`), by
     /// RFC 4733 or SIP INFO.
     Keypad { id: u64, digit: char },
+    /// A dial-out call (`POST /v1/rooms/{room}/calls`) rings at `to`.
+    CallRinging { call_id: String, to: String },
+    /// A dial-out call was answered: the callee is participant `id`.
+    CallAnswered { call_id: String, id: u64 },
+    /// A dial-out call was not answered: the SIP status (0: none came),
+    /// `code` (`callee_busy`, `callee_declined`, `no_answer`, `call_failed`) and why.
+    CallFailed { call_id: String, sip_status: u16, code: &'static str, reason: String },
 }
 
 /// The kinds of event a subscriber may choose (the others are always sent:
@@ -166,6 +173,10 @@ impl EventKinds {
             }
             // Few (a person presses them), and what a caller keys may be an app's input.
             RoomEvent::Keypad { .. } => return true,
+            // Few, and who is being called is the room's business.
+            RoomEvent::CallRinging { .. } | RoomEvent::CallAnswered { .. } | RoomEvent::CallFailed { .. } => {
+                return true;
+            }
         };
         self.0 & (1 << bit) != 0
     }

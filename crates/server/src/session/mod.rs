@@ -17,10 +17,13 @@
 //! state); then what acts on it: `join`, `members` (leave, kick, ban,
 //! changes), `moves` (breakouts), `rooms` (create, change, delete, reap,
 //! drain), `keys` (a phone leg's keypad, both ways), `calls` (where a phone
-//! call's room is in a cluster, before its INVITE is answered).
+//! call's room is in a cluster, before its INVITE is answered), `dialout`
+//! (the seam through which the API has the SIP edge place a call).
 
 pub(crate) mod calls;
 pub(crate) mod data;
+pub(crate) mod dialer;
+pub(crate) mod dialout;
 pub(crate) mod grants;
 pub(crate) mod join;
 pub(crate) mod keys;

@@ -35,6 +35,8 @@ pub(crate) struct Sessions {
     pub(crate) data: KeyedLimiter<(u64, u64)>,
     /// WebSocket-joined participants a new socket may resume.
     pub(crate) resumes: Arc<Resumes>,
+    /// What places dial-out calls: the SIP edge, once it started (`dialout`).
+    pub(crate) dialer: std::sync::OnceLock<Arc<dyn super::dialer::Dialer>>,
 }
 
 impl Sessions {
@@ -48,6 +50,7 @@ impl Sessions {
             media: node.media.clone(),
             outputs: node.outputs.clone(),
             resumes: Arc::default(),
+            dialer: std::sync::OnceLock::new(),
             auth_on,
             node,
             cfg,

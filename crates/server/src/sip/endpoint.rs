@@ -30,7 +30,7 @@ pub(super) struct Call {
 /// The SIP edge of a server: bound at start, served until the server stops.
 pub(crate) struct Edge {
     pub(super) session: Arc<Sessions>,
-    pub(super) dialogs: DialogLayer,
+    pub(super) dialogs: Arc<DialogLayer>,
     /// The Contact of tutti's answers.
     pub(super) contact: Uri,
     /// Who may call: `[[sip.trunks]]`, then `[sip] trusted`.
@@ -69,7 +69,7 @@ impl Edge {
             .build();
         let contact = format!("sip:tutti@{}", cfg.contact(fallback, bound));
         let contact = Uri::try_from(contact.as_str()).map_err(|e| format!("sip.public_address: {e}"))?;
-        let dialogs = DialogLayer::new(endpoint.inner.clone());
+        let dialogs = Arc::new(DialogLayer::new(endpoint.inner.clone()));
         let (states, state_rx) = dialogs.new_dialog_state_channel();
         let trunks = super::trunks::Trunks::new(&cfg);
         if trunks.is_empty() {
@@ -131,7 +131,10 @@ impl Edge {
     async fn requests(self: Arc<Self>, mut incoming: TransactionReceiver) {
         while let Some(mut tx) = incoming.recv().await {
             let source = tx.connection.as_ref().and_then(|c| c.get_remote_addr()).and_then(|a| a.get_socketaddr().ok());
-            let Some(source) = source.filter(|s| self.trunks.knows(s.ip())) else {
+            // A dial-out's callee may be outside every trunk's networks: within its dialog it is known.
+            let in_dialog = tx.original.to_header().ok().and_then(|t| t.tag().ok().flatten()).is_some();
+            let dialled = || in_dialog && self.dialogs.match_dialog(&tx).is_some();
+            let Some(source) = source.filter(|s| self.trunks.knows(s.ip()) || dialled()) else {
                 crate::metrics::sip_refused("source");
                 tracing::info!(?source, method = %tx.original.method, "SIP request refused: not from a trunk's networks");
                 if tx.original.method != Method::Ack {
@@ -139,7 +142,6 @@ impl Edge {
                 }
                 continue;
             };
-            let in_dialog = tx.original.to_header().ok().and_then(|t| t.tag().ok().flatten()).is_some();
             if in_dialog && tx.original.method == Method::Info {
                 let code = self.info(&tx);
                 tokio::spawn(async move { tx.reply(code).await.ok() });
@@ -180,27 +182,32 @@ impl Edge {
     /// forgotten, and its participant, if still here, leaves.
     async fn ends(self: Arc<Self>, mut states: DialogStateReceiver) {
         while let Some(state) = states.recv().await {
-            match state {
-                DialogState::Terminated(id, reason) => {
-                    tracing::debug!(dialog = %id, ?reason, "SIP dialog ended");
-                    self.dialogs.remove_dialog(&id);
-                    self.hang_up(&id);
-                }
-                // A keep-alive within the call (some PBXs send them): 200. (Its channel
-                // holds 4: the send does not wait.)
-                DialogState::Options(_, _, handle) => {
-                    handle.reply(StatusCode::OK).await.ok();
-                }
-                // A re-INVITE or UPDATE: hold, resume, a refresh.
-                DialogState::Updated(id, request, handle) => {
-                    let (code, body) = self.reoffer(&id, &request.body);
-                    let headers = body.as_ref().map(|_| vec![Header::ContentType(ContentType::new("application/sdp"))]);
-                    handle.respond(code, headers, body).await.ok();
-                }
-                // Others (REFER; INFO is taken before the dialog sees it) are not taken: dropping the handle
-                // answers 501 and the call goes on.
-                _ => {}
+            self.on_state(state).await;
+        }
+    }
+
+    /// One dialog's new state (an inbound call's, or a dial-out's: `dialout`).
+    pub(super) async fn on_state(&self, state: DialogState) {
+        match state {
+            DialogState::Terminated(id, reason) => {
+                tracing::debug!(dialog = %id, ?reason, "SIP dialog ended");
+                self.dialogs.remove_dialog(&id);
+                self.hang_up(&id);
             }
+            // A keep-alive within the call (some PBXs send them): 200. (Its channel
+            // holds 4: the send does not wait.)
+            DialogState::Options(_, _, handle) => {
+                handle.reply(StatusCode::OK).await.ok();
+            }
+            // A re-INVITE or UPDATE: hold, resume, a refresh.
+            DialogState::Updated(id, request, handle) => {
+                let (code, body) = self.reoffer(&id, &request.body);
+                let headers = body.as_ref().map(|_| vec![Header::ContentType(ContentType::new("application/sdp"))]);
+                handle.respond(code, headers, body).await.ok();
+            }
+            // Others (REFER; INFO is taken before the dialog sees it) are not taken: dropping the handle
+            // answers 501 and the call goes on.
+            _ => {}
         }
     }
 

@@ -16,6 +16,9 @@
 //!      (`pin`, `pins`); the right one joins its room, after the tries a BYE
 //!   ─► BYE from the caller: the participant leaves; the participant removed by
 //!      tutti (kick, room deleted, media timeout): BYE to the caller
+//! dial-out (`dialout`): the API asks through the session layer's seam
+//!   (`session::dialout`), registered by this edge at its start; the callee's
+//!   answer joins through the same join, and the call is watched the same way
 //! ```
 //!
 //! Everything runs on the API's tokio runtime; nothing here touches a media
@@ -25,6 +28,7 @@
 mod calls;
 mod cluster;
 mod desk;
+mod dialout;
 mod endpoint;
 mod keypad;
 mod pin;
@@ -34,4 +38,5 @@ mod srtp;
 mod status;
 mod trunks;
 
+pub(crate) use dialout::offer_dial_out;
 pub(crate) use endpoint::Edge;
