@@ -9,6 +9,10 @@
 #                             waits for /healthz (at most 10 s); sets $server (the
 #                             background job) and $server_pid (the tutti process)
 #   stop_server               stops it
+#   pion_media PREFIX         builds benches/pion's generator ($gen) and makes
+#                             its talkers' voice (PREFIX-voice.opus, $voice) and
+#                             4 s of low noise, about -60 dBFS (PREFIX-noise.opus,
+#                             $noise, for `-quiet noise`); needs Go, python3, opusenc
 
 bench_ports() {
     http=127.0.0.1:${TUTTI_BENCH_HTTP_PORT:-28080}
@@ -34,4 +38,17 @@ start_server() { # LOG BIN [serve args…]
 stop_server() {
     kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
+}
+
+pion_media() { # PREFIX
+    gen=benches/pion/pion-load voice=$1-voice.opus noise=$1-noise.opus
+    (cd benches/pion && go build -o pion-load .)
+    opusenc --quiet --framesize 20 --bitrate 32 examples/audio/alice.wav "$voice"
+    python3 -c '
+import random, struct, sys, wave
+random.seed(7)
+w = wave.open(sys.argv[1], "wb"); w.setnchannels(1); w.setsampwidth(2); w.setframerate(48000)
+w.writeframes(b"".join(struct.pack("<h", max(-32768, min(32767, int(random.gauss(0, 33))))) for _ in range(4 * 48000)))
+' "$1-noise.wav"
+    opusenc --quiet --framesize 20 --bitrate 32 "$1-noise.wav" "$noise"
 }

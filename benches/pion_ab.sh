@@ -30,18 +30,7 @@ done
 . benches/lib.sh
 bench_ports
 log=${TMPDIR:-/tmp}/tutti-pion
-gen=benches/pion/pion-load
-(cd benches/pion && go build -o pion-load .)
-voice=$log-voice.opus noise=$log-noise.opus
-opusenc --quiet --framesize 20 --bitrate 32 examples/audio/alice.wav "$voice"
-# 4 s of low noise (about -60 dBFS), for `-quiet noise`.
-python3 -c '
-import random, struct, sys, wave
-random.seed(7)
-w = wave.open(sys.argv[1], "wb"); w.setnchannels(1); w.setsampwidth(2); w.setframerate(48000)
-w.writeframes(b"".join(struct.pack("<h", max(-32768, min(32767, int(random.gauss(0, 33))))) for _ in range(4 * 48000)))
-' "$log-noise.wav"
-opusenc --quiet --framesize 20 --bitrate 32 "$log-noise.wav" "$noise"
+pion_media "$log"
 
 one_run() { # NAME 'CMD…' [extra pion-load args…]
     local name=$1 bin extra

@@ -226,18 +226,7 @@ EOF
 }
 
 pion_run() {
-    local gen=benches/pion/pion-load voice=$log/voice.opus noise=$log/noise.opus
-    [ -x "$gen" ] || (cd benches/pion && go build -o pion-load .)
-    [ -f "$voice" ] || opusenc --quiet --framesize 20 --bitrate 32 examples/audio/alice.wav "$voice"
-    if [ ! -f "$noise" ]; then
-        python3 -c '
-import random, struct, sys, wave
-random.seed(7)
-w = wave.open(sys.argv[1], "wb"); w.setnchannels(1); w.setsampwidth(2); w.setframerate(48000)
-w.writeframes(b"".join(struct.pack("<h", max(-32768, min(32767, int(random.gauss(0, 33))))) for _ in range(4 * 48000)))
-' "$log/noise48.wav"
-        opusenc --quiet --framesize 20 --bitrate 32 "$log/noise48.wav" "$noise"
-    fi
+    [ -n "${gen:-}" ] || pion_media "$log/pion"
     BENCH_METRICS=$metrics start_server "$log/server-pion.log" "$bin" --set limits.max_connections_per_address=100000
     "$gen" -url "http://$http" -pid "$server_pid" -opus "$voice" -noise "$noise" -quiet noise -n "$calls" \
         -talkers 0.1 -always -life "$((warmup + window))s" -warmup "${warmup}s" >"$log/pion.log" 2>&1 || true
