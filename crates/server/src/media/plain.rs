@@ -498,14 +498,8 @@ impl PlainThread {
                                 SharedNarrow::new().ok().map(|s| e.insert(s))
                             }
                         };
-                        let pcm = match shared {
-                            Some(shared) => shared.of(mix.tick, &feed.payload),
-                            None => None,
-                        };
-                        match pcm {
-                            Some(pcm) => g711.encode_narrow(pcm, &mut narrow),
-                            None => continue,
-                        }
+                        let Some(pcm) = shared.and_then(|s| s.of(mix.tick, &feed.payload)) else { continue };
+                        g711.encode_narrow(pcm, &mut narrow);
                         &narrow[..]
                     }
                     Some(g711) => match g711.send(&feed.payload, &mut narrow) {
@@ -806,15 +800,16 @@ impl Sources {
     /// rules allow (its SSRC `ssrc` must be the one the offer announced,
     /// when it did); `None`: nobody's (dropped).
     fn source(&mut self, from: SocketAddr, ssrc: u32) -> Option<PeerId> {
-        let id = self.peek(from, ssrc)?;
-        let known = self.by_addr.contains_key(&from);
-        let s = self.peers.get_mut(&id)?;
-        if known {
+        if let Some(&id) = self.by_addr.get(&from) {
+            let s = self.peers.get(&id)?;
             if !s.heard || (s.latched.is_some() && from == s.offered) {
                 self.hear(id, from);
             }
             return Some(id);
         }
+        // Another address: the comedia participant `peek` names, if any.
+        let id = self.peek(from, ssrc)?;
+        let s = self.peers.get_mut(&id)?;
         s.latched = Some(from);
         self.by_addr.insert(from, id);
         tracing::debug!(peer = %id, %from, offered = %s.offered, "plain RTP source latched (comedia)");
