@@ -1201,6 +1201,26 @@ fn baresip_over_opus_enters_a_pin_wrong_then_right() {
     pin_wrong_then_right("opus.so", "opus/48000/2", 48_000, "the Opus caller");
 }
 
+#[test]
+fn a_pin_call_offering_srtp_is_refused_with_488_saying_why() {
+    let mut cfg = sip_config("127.0.0.0/8");
+    cfg.sip.pin = true;
+    cfg.sip.pins = vec!["4711=standup".into()];
+    let (rt, server, socket) = raw_caller(cfg, "standup");
+    let sip = server.sip_addr().expect("the SIP edge is on");
+    let local = socket.local_addr().expect("bound");
+    // The number dialled names a room too: a PIN call still takes plain RTP only.
+    let savp = offer("opus/48000/2", free_udp_port()).replace("RTP/AVP", "RTP/SAVP")
+        + "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n";
+    let invite = request("INVITE", &format!("sip:conference@{sip}"), local, "savp-pin", &savp);
+    socket.send_to(invite.as_bytes(), sip).expect("send");
+    let refusal = final_response(&socket, "savp-pin", Duration::from_secs(3)).expect("a final answer");
+    assert!(refusal.starts_with("SIP/2.0 488"), "an SRTP offer to a PIN call: {refusal}");
+    assert!(header(&refusal, "Warning", "").contains("enters a PIN"), "{refusal}");
+    assert_eq!(roster(server.http_addr(), "standup").len(), 0, "nobody joined");
+    rt.block_on(server.shutdown());
+}
+
 /// baresip with codec `module` offering `codecs` at `rate` Hz enters a wrong
 /// PIN twice (prompts heard, BYE, never a participant), then the right one
 /// (joins, talks both ways); `who` names it in the messages.

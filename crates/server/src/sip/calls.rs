@@ -94,7 +94,8 @@ impl Edge {
             tx.reply(StatusCode::NotFound).await.ok();
             return;
         };
-        let here = match self.route(&mut tx, &room, user.as_deref()).await {
+        // A PIN call's room is not known yet: it is located when the PIN names it.
+        let here = match if pin { Routed::Single } else { self.route(&mut tx, &room, user.as_deref()).await } {
             Routed::Answered => return,
             Routed::Here(room) => Some(room),
             Routed::Single => None,
@@ -103,7 +104,7 @@ impl Edge {
         let attributes = call_attributes(&tx, user.as_deref(), &trunk);
         let sdp = String::from_utf8(tx.original.body.clone()).unwrap_or_default();
         // The PIN lobby plays and reads plain RTP only (no SRTP keys there yet).
-        let srtp_in_lobby = pin && room.is_empty() && (sdp.contains("RTP/SAVP") || sdp.contains("a=crypto"));
+        let srtp_in_lobby = pin && (sdp.contains("RTP/SAVP") || sdp.contains("a=crypto"));
         let sdp = match super::srtp::apply(srtp, &sdp) {
             Ok(_) if srtp_in_lobby => {
                 let why = "a call that enters a PIN takes plain RTP (RTP/AVP) only";
