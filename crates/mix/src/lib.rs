@@ -167,6 +167,7 @@ mod dsp;
 mod error;
 mod id;
 mod jitter;
+pub mod phone;
 mod pool;
 mod probe;
 mod room;
@@ -179,6 +180,7 @@ pub use dsp::{FRAME_SAMPLES, Limiter, Pcm, accumulate, goertzel, level_of, mix_m
 pub use error::MixError;
 pub use id::ParticipantId;
 pub use jitter::{JitterBuffer, JitterStats, MAX_PAYLOAD_BYTES, Packet, Playout, PushOutcome};
+pub use phone::{G711, InputCodec};
 pub use pool::MixPool;
 pub use probe::{Activity, DTX_FRAME, OpusMode, PacketInfo, inspect};
 pub use room::{

@@ -49,7 +49,7 @@ use crate::binaural::Binaural;
 use crate::codec::Encoder;
 use crate::config::RoomConfig;
 use crate::dsp::Limiter;
-use crate::jitter::Playout;
+use crate::phone::InputCodec;
 use crate::probe::DTX_FRAME;
 use crate::{MixError, ParticipantId};
 use channel::Channel;
@@ -230,15 +230,20 @@ impl Room {
     /// decode, no encode), in selection order, with their level: `None`
     /// when their frame was missing, concealed or could not be decoded.
     /// For feeds that must tell speakers apart (captions, agents).
-    pub fn speaker_frames(&self) -> impl Iterator<Item = (ParticipantId, u8, Option<&Bytes>)> {
+    /// A G.711 caller's frame is encoded to Opus here (once per frame).
+    pub fn speaker_frames(&mut self) -> impl Iterator<Item = (ParticipantId, u8, Option<&Bytes>)> {
+        for sel in &self.selected {
+            if let Some(&(s, i)) = self.index.get(&sel.id) {
+                let p = &mut self.shards[s].members[i];
+                if p.codec != InputCodec::Opus {
+                    p.opus_frame(false);
+                }
+            }
+        }
         self.selected.iter().filter_map(|sel| {
             let &(s, i) = self.index.get(&sel.id)?;
             let p = &self.shards[s].members[i];
-            let frame = match &p.pending {
-                Playout::Frame(f) => Some(&f.payload),
-                _ => None,
-            };
-            Some((sel.id, p.level, frame))
+            Some((sel.id, p.level, p.played_opus()))
         })
     }
 

@@ -8,6 +8,7 @@ use super::report::{ParticipantStats, VoiceStatus};
 use super::shard::Shard;
 use crate::config::{RoomConfig, SpeakerLimit};
 use crate::jitter::{JitterBuffer, Packet, Playout, PushOutcome};
+use crate::phone::InputCodec;
 use crate::spatial::default_seat;
 use crate::voice::NoiseSuppression;
 use crate::{MixError, ParticipantId};
@@ -113,6 +114,8 @@ impl Room {
             feed: remote.then(Box::default),
             local: false,
             channel: None,
+            codec: InputCodec::Opus,
+            reencoder: None,
             seat: default_seat(&id.0.to_le_bytes()),
             stereo: false,
         });
@@ -169,6 +172,21 @@ impl Room {
     /// suppresses noise for the first kind only.
     pub fn set_raw_source(&mut self, id: ParticipantId, raw: bool) -> Result<(), MixError> {
         self.participant_mut(id)?.raw_source = raw;
+        Ok(())
+    }
+
+    /// What a participant's frames are coded in (Opus unless set): a G.711
+    /// participant's frames are 160 bytes per 20 ms, decoded by the room
+    /// only while selected (see the `phone` module). Its decoder state
+    /// starts afresh. A remote's frames are always Opus.
+    pub fn set_input_codec(&mut self, id: ParticipantId, codec: InputCodec) -> Result<(), MixError> {
+        let p = self.participant_mut(id)?;
+        if p.remote || p.codec == codec {
+            return Ok(());
+        }
+        p.codec = codec;
+        p.dec = None;
+        p.reencoder = None;
         Ok(())
     }
 

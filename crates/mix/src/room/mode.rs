@@ -7,6 +7,7 @@ use super::delivery::MixMode;
 use super::participant::{DecodeState, apply_gain, processing};
 use crate::ParticipantId;
 use crate::dsp::FRAME_SAMPLES;
+use crate::phone::InputCodec;
 
 /// A frame this many dB under a speaker's smoothed loudness is a pause.
 const PAUSE_DB: f32 = 20.0;
@@ -21,6 +22,12 @@ impl Room {
         })
     }
 
+    /// Whether participant `id` sends Opus: a G.711 caller is mixed even
+    /// alone (its frame would have to be encoded anyway, and the mix is one encode).
+    fn opus_in(&self, id: ParticipantId) -> bool {
+        self.participant(id).is_ok_and(|p| p.codec == InputCodec::Opus)
+    }
+
     /// How this tick serves the listeners, from the selection just made
     /// (the room's speakers: whisperers are served by the whisper pass).
     pub(super) fn next_mode(&mut self, room_speakers: &[ParticipantId]) -> MixMode {
@@ -31,7 +38,7 @@ impl Room {
             // encoded even alone: forwarding would skip the processing. So
             // is one of a spatial room with stereo listeners: a forwarded
             // frame would be heard from the middle, not from their seat.
-            [only] if cfg.passthrough && !self.processed(*only) && !self.renders_stereo() => {
+            [only] if cfg.passthrough && !self.processed(*only) && self.opus_in(*only) && !self.renders_stereo() => {
                 // Switch in a pause: the listeners' decoders then change
                 // streams while there is nothing to hear.
                 let quiet = self
@@ -58,7 +65,7 @@ impl Room {
         let p = &mut self.shards[s].members[i];
         let dec = match &mut p.dec {
             Some(dec) => dec,
-            None => match DecodeState::new() {
+            None => match DecodeState::new(p.codec) {
                 Some(dec) => p.dec.insert(dec),
                 None => return 0,
             },

@@ -10,10 +10,11 @@ use super::channel::ChannelId;
 use crate::ParticipantId;
 #[cfg(doc)]
 use crate::Room;
-use crate::codec::Decoder;
+use crate::codec::{DecodeFailure, Decoder};
 use crate::config::RoomConfig;
 use crate::dsp::{FRAME_SAMPLES, Pcm, level_of};
 use crate::jitter::{Frame, JitterBuffer, Playout};
+use crate::phone::{InputCodec, NarrowDecoder, Reencoder};
 use crate::probe::{Activity, inspect};
 use crate::voice::{NoiseSuppression, NoiseSuppressor, Voice};
 
@@ -45,9 +46,41 @@ const DECODER_RESET_GAP_TICKS: u64 = 5;
 /// Largest per-participant gain accepted (+12 dB).
 pub const MAX_GAIN: f32 = 4.0;
 
+/// A participant's decoder, for the codec its frames are in.
+#[derive(Debug)]
+pub(super) enum FrameDecoder {
+    Opus(Decoder),
+    G711(Box<NarrowDecoder>),
+}
+
+impl FrameDecoder {
+    pub(super) fn reset(&mut self) {
+        match self {
+            Self::Opus(d) => d.reset(),
+            Self::G711(d) => d.reset(),
+        }
+    }
+
+    pub(super) fn decode(&mut self, payload: &[u8], out: &mut Pcm) -> Result<(), DecodeFailure> {
+        match self {
+            Self::Opus(d) => d.decode(payload, out),
+            Self::G711(d) => d.decode(payload, out),
+        }
+    }
+
+    /// A lost frame: Opus conceals (or decodes the next packet's FEC); G.711
+    /// repeats the last frame, fading.
+    pub(super) fn conceal(&mut self, next: Option<&[u8]>, out: &mut Pcm) {
+        match self {
+            Self::Opus(d) => d.conceal(next, out),
+            Self::G711(d) => d.conceal(out),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct DecodeState {
-    pub(super) decoder: Decoder,
+    pub(super) decoder: FrameDecoder,
     /// Post-gain samples of tick `decoded_at`.
     pub(super) pcm: Box<Pcm>,
     pub(super) decoded_at: Option<u64>,
@@ -112,6 +145,11 @@ pub(super) struct Participant {
     pub(super) local: bool,
     /// Their whisper channel, and whether they whisper in it (else they listen).
     pub(super) channel: Option<(ChannelId, bool)>,
+    /// What their frames are coded in ([`Room::set_input_codec`]).
+    pub(super) codec: InputCodec,
+    /// A G.711 participant's frames as Opus, where Opus must be sent on
+    /// (made at the first such frame).
+    pub(super) reencoder: Option<Box<Reencoder>>,
     /// Their seat in a spatial room, as preferred ([`Room::set_seat`]).
     pub(super) seat: i8,
     /// They take the stereo render in a spatial room ([`Room::set_stereo`]).
@@ -119,10 +157,13 @@ pub(super) struct Participant {
 }
 
 impl DecodeState {
-    pub(super) fn new() -> Option<Box<Self>> {
-        // Fails only when libopus cannot allocate: the participant is then
-        // not decoded this tick.
-        let decoder = Decoder::new().ok()?;
+    pub(super) fn new(codec: InputCodec) -> Option<Box<Self>> {
+        let decoder = match codec {
+            // Fails only when libopus cannot allocate: the participant is
+            // then not decoded this tick.
+            InputCodec::Opus => FrameDecoder::Opus(Decoder::new().ok()?),
+            InputCodec::G711(law) => FrameDecoder::G711(Box::new(NarrowDecoder::new(law))),
+        };
         Some(Box::new(Self { decoder, pcm: Box::new([0.0; FRAME_SAMPLES]), decoded_at: None }))
     }
 }
@@ -133,6 +174,30 @@ impl Participant {
     /// file played into the room is always heard.
     pub(super) fn rank(&self) -> f32 {
         if self.source { f32::INFINITY } else { self.loudness }
+    }
+
+    /// This tick's frame (`own`: the one it sent this tick, which a speaker
+    /// played a tick late holds back; else the one played) as Opus: as it
+    /// came, or a G.711 frame encoded (once per frame). `None` when there
+    /// is no frame, or its encoder cannot be made.
+    pub(super) fn opus_frame(&mut self, own: bool) -> Option<Bytes> {
+        let frame = if own { self.lagged.as_ref().unwrap_or(&self.pending) } else { &self.pending };
+        let Playout::Frame(f) = frame else { return None };
+        let InputCodec::G711(law) = self.codec else { return Some(f.payload.clone()) };
+        let reencoder = match &mut self.reencoder {
+            Some(r) => r,
+            None => self.reencoder.insert(Box::new(Reencoder::new(law).ok()?)),
+        };
+        reencoder.opus(f.timestamp, &f.payload)
+    }
+
+    /// The frame [`Participant::opus_frame`] made last, while it is this tick's played one.
+    pub(super) fn played_opus(&self) -> Option<&Bytes> {
+        let Playout::Frame(f) = &self.pending else { return None };
+        match self.codec {
+            InputCodec::Opus => Some(&f.payload),
+            InputCodec::G711(_) => self.reencoder.as_ref()?.encoded(f.timestamp),
+        }
     }
 
     /// Decodes this tick's frame once: the samples, with the participant's
@@ -151,7 +216,7 @@ impl Participant {
         }
         let dec = match &mut self.dec {
             Some(dec) => dec,
-            None => self.dec.insert(DecodeState::new()?),
+            None => self.dec.insert(DecodeState::new(self.codec)?),
         };
         // A fresh decoder needs no reset. A stale one is reset for a selected
         // speaker (heard), once, just before the frame that ends the gap; a

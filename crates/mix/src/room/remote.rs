@@ -125,7 +125,7 @@ impl Room {
     /// no other node mixes, records or announces them; their channel hears
     /// them on a seat the selection across nodes leaves free
     /// ([`Room::fill_free_seats`]). One pass over the participants, no decode.
-    pub fn candidates(&self, extra: usize, out: &mut Vec<LocalCandidate>) {
+    pub fn candidates(&mut self, extra: usize, out: &mut Vec<LocalCandidate>) {
         out.clear();
         let silence = self.cfg.silence_level;
         for p in self.shards.iter().flat_map(|s| &s.members) {
@@ -160,11 +160,10 @@ impl Room {
         }
         out.sort_unstable_by(order);
         for c in out.iter_mut() {
-            let Ok(p) = self.participant(c.id) else { continue };
-            // This tick's own frame (a speaker played a tick late holds it back).
-            if let Playout::Frame(f) = p.lagged.as_ref().unwrap_or(&p.pending) {
-                c.frame = Some(f.payload.clone());
-            }
+            let Ok(p) = self.participant_mut(c.id) else { continue };
+            // This tick's own frame (a speaker played a tick late holds it
+            // back), as Opus (a G.711 caller's encoded here: K + extra at most).
+            c.frame = p.opus_frame(true);
         }
     }
 

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use tutti_rtc::PeerId;
 use tutti_rtc::plain::{Codec, PlainOffer, write_rtp};
 
-use super::g711::{NARROW_FRAME, Transcoder};
+use tutti_mix::phone::NARROW_FRAME;
+
+use super::g711::Transcoder;
 use super::keys::{Keypress, KeysIn};
 use crate::room::playback::Clip;
 

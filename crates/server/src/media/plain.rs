@@ -47,12 +47,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use tutti_mix::phone::NARROW_FRAME;
 use tutti_mix::{Packet, ParticipantId};
 use tutti_rtc::plain::{Codec, KeyEvent, RTP_HEADER_BYTES, RtpParseError, TelephoneEvents, parse_rtp, write_rtp};
 use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
-use super::g711::{NARROW_FRAME, SharedNarrow, Transcoder};
+use super::g711::{SharedNarrow, Transcoder, input_codec};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
 use super::lobby::{Change, Lobby, LobbyCommand, random_u32s};
 use super::plain_srtp::{Srtp, outgoing};
@@ -379,6 +380,8 @@ impl PlainThread {
                 }
             },
         };
+        // The room decodes a G.711 caller's frames itself (while it is selected).
+        p.room.set_input_codec(ParticipantId(p.id.0), input_codec(p.codec));
         let [ssrc, seq, ts_offset] = random_u32s();
         self.sources.add(p.id, p.remote, p.comedia, p.ssrc);
         self.by_room.entry(p.room.key).or_default().push(p.id);
@@ -432,6 +435,9 @@ impl PlainThread {
         let Some(peer) = self.peers.get_mut(&id) else { return };
         if peer.room.key == room.key {
             return;
+        }
+        if let Some(g711) = &peer.g711 {
+            room.set_input_codec(ParticipantId(id.0), g711.input_codec());
         }
         let old = std::mem::replace(&mut peer.room, room.clone());
         // The new room learns its SSRC from its next packet.
@@ -625,7 +631,7 @@ impl PlainThread {
         self.stats.audio_in += 1;
         self.tally.received += 1;
         if let Some(g711) = peer.g711.as_mut() {
-            // Transcoded into the room's Opus, 20 ms at a time, on its 48 kHz clock.
+            // Into the room as 20 ms frames of its G.711 bytes, on the room's 48 kHz clock.
             let (room, inbox) = (&peer.room, &mut self.inbox);
             let whole = g711.receive(rtp.timestamp, rtp.payload, |f| {
                 let packet = Packet {

@@ -470,6 +470,12 @@ impl Room {
         lock(&self.inbox).append(batch);
     }
 
+    /// What a participant's frames are coded in (a G.711 phone leg's are
+    /// decoded by the mixer; Opus unless set).
+    pub(crate) fn set_input_codec(&self, id: ParticipantId, codec: tutti_mix::InputCodec) {
+        let _ = lock(&self.mixing).mixer.set_input_codec(id, codec);
+    }
+
     /// Records the SSRC a participant's packets carry (when it first sends,
     /// or changes it): the CSRC it is named by while it speaks.
     pub(crate) fn set_source(&self, id: ParticipantId, ssrc: u32) {
@@ -698,6 +704,7 @@ impl Room {
         // Only while a feed listens: one Vec of reference-counted frames per tick.
         if self.speaker_feeds.load(Ordering::Relaxed) > 0 {
             // A whisper is for its channel: not in the room's feed.
+            let m = &mut *m;
             let frames: Vec<(u64, u8, Bytes)> = m
                 .mixer
                 .speaker_frames()
