@@ -57,6 +57,7 @@ mod media;
 mod mux;
 mod peer;
 pub mod plain;
+pub mod plain_rtcp;
 mod reception;
 pub mod sdes;
 pub mod srtp;

@@ -44,7 +44,7 @@ mod numbering;
 mod receive;
 mod restart;
 mod retire;
-mod rtcp;
+pub(crate) mod rtcp;
 mod send;
 mod timers;
 

@@ -134,6 +134,32 @@ pub struct PlainOffer {
     /// The first `a=crypto` line of the audio section tutti takes, if any:
     /// the call's RTP is SRTP with it (always for `RTP/SAVP`).
     pub crypto: Option<crate::sdes::Crypto>,
+    /// Where it receives RTCP: its RTP port (`a=rtcp-mux`, RFC 5761), the
+    /// port `a=rtcp:` names (RFC 3605), or else the RTP port plus one.
+    pub rtcp: RtcpPort,
+}
+
+/// Where a plain leg receives RTCP, beside its RTP address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RtcpPort {
+    /// The RTP port plus one (RFC 3550 §11).
+    #[default]
+    Next,
+    /// The RTP port itself (`a=rtcp-mux`).
+    Mux,
+    /// This port (`a=rtcp:<port>`).
+    Port(u16),
+}
+
+impl RtcpPort {
+    /// Its RTCP address, for RTP to `rtp` (the offered or latched address).
+    pub fn of(self, rtp: SocketAddr) -> SocketAddr {
+        match self {
+            Self::Next => SocketAddr::new(rtp.ip(), rtp.port().wrapping_add(1)),
+            Self::Mux => rtp,
+            Self::Port(p) => SocketAddr::new(rtp.ip(), p),
+        }
+    }
 }
 
 /// The telephone-event payload type of a call and its clock rate.
@@ -196,6 +222,7 @@ impl PlainOffer {
         let mut ssrc = None;
         let (mut savp, mut crypto, mut crypto_lines) = (false, None, 0);
         let mut crypto_refused: Option<crate::sdes::CryptoError> = None;
+        let mut rtcp = RtcpPort::Next;
         for line in sdp.lines().map(str::trim) {
             if let Some(m_line) = line.strip_prefix("m=") {
                 seen_m = true;
@@ -249,6 +276,18 @@ impl PlainOffer {
                 }
                 continue;
             }
+            if in_audio && line == "a=rtcp-mux" {
+                rtcp = RtcpPort::Mux;
+                continue;
+            }
+            if in_audio
+                && rtcp == RtcpPort::Next
+                && let Some(rest) = line.strip_prefix("a=rtcp:")
+                && let Some(Ok(port @ 1..)) = rest.split_whitespace().next().map(str::parse::<u16>)
+            {
+                rtcp = RtcpPort::Port(port);
+                continue;
+            }
             if in_audio
                 && ssrc.is_none()
                 && let Some(rest) = line.strip_prefix("a=ssrc:")
@@ -291,6 +330,7 @@ impl PlainOffer {
             events,
             savp,
             crypto,
+            rtcp,
         })
     }
 
@@ -318,10 +358,16 @@ impl PlainOffer {
             Some(s) => (if self.savp { "RTP/SAVP" } else { "RTP/AVP" }, format!("a=crypto:{}\r\n", s.local.to_value())),
             None => ("RTP/AVP", String::new()),
         };
+        // Our RTCP comes in on our RTP port (one socket for everything).
+        let rtcp = if self.rtcp == RtcpPort::Mux {
+            "a=rtcp-mux\r\n".to_owned()
+        } else {
+            format!("a=rtcp:{}\r\n", local.port())
+        };
         format!(
             "v=0\r\no=tutti {session_id} 1 IN {kind} {ip}\r\ns=tutti\r\nc=IN {kind} {ip}\r\nt=0 0\r\n\
              m=audio {port} {profile} {formats}\r\na=rtpmap:{pt} {map}\r\n\
-             {fmtp}{events}{crypto}a=ptime:20\r\na=sendrecv\r\n",
+             {fmtp}{events}{crypto}{rtcp}a=ptime:20\r\na=sendrecv\r\n",
             port = local.port(),
             map = self.codec.rtpmap(),
         )
@@ -506,6 +552,17 @@ pub(crate) mod tests {
         // Opus wins wherever it is in the list.
         let both = parse("m=audio 4000 RTP/AVP 0 8 111\r\na=rtpmap:111 opus/48000/2\r\n");
         assert_eq!((both.codec, both.payload_type), (Codec::Opus, 111));
+        // RTCP: the next port, the one a=rtcp names, or muxed; our answer says where ours comes in.
+        let port = |sdp: &str| parse(&format!("m=audio 4000 RTP/AVP 0\r\n{sdp}")).rtcp;
+        let rtp: SocketAddr = "10.0.0.5:4000".parse().expect("an address");
+        let addr = |s: &str| s.parse::<SocketAddr>().expect("an address");
+        assert_eq!(port("").of(rtp), addr("10.0.0.5:4001"));
+        assert_eq!(port("a=rtcp:4011 IN IP4 10.0.0.5\r\n").of(rtp), addr("10.0.0.5:4011"));
+        assert_eq!(port("a=rtcp:0\r\n"), RtcpPort::Next, "port 0 is no port");
+        let mux = parse("m=audio 4000 RTP/AVP 0\r\na=rtcp:4011\r\na=rtcp-mux\r\n");
+        assert_eq!(mux.rtcp.of(rtp), rtp);
+        assert!(mux.answer(local, 1, None).contains("a=rtcp-mux\r\n"));
+        assert!(pcmu.answer(local, 1, None).contains(&format!("a=rtcp:{}\r\n", local.port())));
         // A static type mapped to something else is not G.711.
         let odd = PlainOffer::parse(&format!("{base}m=audio 4000 RTP/AVP 0\r\na=rtpmap:0 G729/8000\r\n"));
         assert_eq!(odd, Err(PlainSdpError::NoCodec));
@@ -530,6 +587,7 @@ pub(crate) mod tests {
                 events: None,
                 savp: false,
                 crypto: None,
+                rtcp: RtcpPort::Next,
             }
         );
         let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7, None);

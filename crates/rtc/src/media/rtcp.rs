@@ -47,14 +47,14 @@ pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(5);
 /// The first report goes out this soon after the first packet (RFC 3550
 /// §6.2 halves the first interval; a receiver learns the RTP–NTP mapping
 /// early).
-pub(super) const FIRST_REPORT: Duration = Duration::from_secs(1);
+pub(crate) const FIRST_REPORT: Duration = Duration::from_secs(1);
 
 /// Seconds from the NTP epoch (1900) to the Unix epoch (1970).
 const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
 
 /// The NTP timestamp (RFC 3550 §4: seconds since 1900, 32.32 fixed point)
 /// of `now`, from an (instant, wall-clock time) pair taken together.
-pub(super) fn ntp_time(wall: (Instant, SystemTime), now: Instant) -> u64 {
+pub(crate) fn ntp_time(wall: (Instant, SystemTime), now: Instant) -> u64 {
     let t = wall.1 + now.saturating_duration_since(wall.0);
     let since_unix = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let secs = since_unix.as_secs().wrapping_add(NTP_UNIX_OFFSET);

@@ -381,7 +381,7 @@ impl MediaHandle {
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events, .. } = offer;
+        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events, rtcp, .. } = offer;
         let srtp = match srtp.map(|s| plain_srtp::Srtp::new(&s)) {
             None => None,
             Some(Ok(s)) => Some(Box::new(s)),
@@ -390,7 +390,7 @@ impl MediaHandle {
                 return false;
             }
         };
-        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, srtp, listen_only })
+        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, srtp, listen_only, rtcp })
     }
 
     /// Tells the plain RTP thread's lobby (legs answered, in no room yet:

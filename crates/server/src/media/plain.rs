@@ -49,7 +49,10 @@ use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tutti_mix::phone::NARROW_FRAME;
 use tutti_mix::{Packet, ParticipantId};
-use tutti_rtc::plain::{Codec, KeyEvent, RTP_HEADER_BYTES, RtpParseError, TelephoneEvents, parse_rtp, write_rtp};
+use tutti_rtc::plain::{
+    Codec, KeyEvent, RTP_HEADER_BYTES, RtcpPort, RtpParseError, TelephoneEvents, parse_rtp, write_rtp,
+};
+use tutti_rtc::plain_rtcp::PlainReports;
 use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
@@ -87,6 +90,8 @@ pub(crate) struct NewPlain {
     pub(crate) srtp: Option<Box<Srtp>>,
     /// Its speak right, as the room sets it (an admin may grant or revoke it).
     pub(crate) listen_only: crate::room::ListenOnly,
+    /// Where its RTCP goes, beside where its RTP goes.
+    pub(crate) rtcp: RtcpPort,
 }
 
 /// Why keys were not sent to a leg.
@@ -205,6 +210,10 @@ struct Peer {
     events: Option<(u8, KeysIn, KeysOut)>,
     /// Its SRTP, both ways (`None`: plain RTP).
     srtp: Option<Box<Srtp>>,
+    /// Its RTCP (plain RTP legs; an SRTP leg sends and reads none: SRTCP is
+    /// not done), and the port it goes to.
+    rtcp: Option<Box<PlainReports>>,
+    rtcp_port: RtcpPort,
 }
 
 /// Packets and participants counted since the last publish.
@@ -216,6 +225,9 @@ struct Tally {
     malformed: u64,
     payload_type: u64,
     rtcp: u64,
+    /// RTCP reports read, and sent.
+    rtcp_in: u64,
+    rtcp_out: u64,
     /// SRTP packets that did not authenticate, replayed or too old.
     srtp: u64,
 }
@@ -401,6 +413,8 @@ impl PlainThread {
                 ts_offset,
                 last_tick: None,
                 events: p.events.map(|e| (e.payload_type, KeysIn::default(), KeysOut::new(e.rate))),
+                rtcp: p.srtp.is_none().then(|| Box::new(PlainReports::new(ssrc, p.codec.clock_rate(), "tutti"))),
+                rtcp_port: p.rtcp,
                 srtp: p.srtp,
             },
         );
@@ -469,6 +483,7 @@ impl PlainThread {
 
     /// Sends each participant its feed of each room's mix.
     fn deliver(&mut self, mixes: &[RoomMix]) {
+        let now = Instant::now();
         for mix in mixes {
             let Some(ids) = self.by_room.get(&mix.key) else { continue };
             for id in ids {
@@ -481,6 +496,11 @@ impl PlainThread {
                 {
                     let pt = *pt;
                     send_key(&self.socket, &mut self.buf, peer, pt, key, to, &mut self.stats);
+                }
+                if let Some(report) = peer.rtcp.as_mut().and_then(|r| r.due(now))
+                    && self.socket.send_to(&report, peer.rtcp_port.of(to)).is_ok()
+                {
+                    self.tally.rtcp_out += 1;
                 }
                 let feed = mix.feed_for(ParticipantId(id.0));
                 if feed.payload.is_empty() {
@@ -522,6 +542,9 @@ impl PlainThread {
                         self.stats.bytes_out += n as u64;
                         self.stats.audio_out += 1;
                         self.tally.sent += 1;
+                        if let Some(r) = peer.rtcp.as_mut() {
+                            r.on_sent(payload.len(), ts, now);
+                        }
                     }
                     Err(_) => {
                         // Buffer full, or an ICMP unreachable from an earlier send: this frame is lost.
@@ -556,7 +579,7 @@ impl PlainThread {
             return;
         }
         if (200..=204).contains(&data[1]) {
-            self.tally.rtcp += 1;
+            self.rtcp(from, data, now);
             return;
         }
         let ssrc = u32::from_be_bytes([data[8], data[9], data[10], data[11]]);
@@ -630,6 +653,9 @@ impl PlainThread {
         }
         self.stats.audio_in += 1;
         self.tally.received += 1;
+        if let Some(r) = peer.rtcp.as_mut() {
+            r.on_received(rtp.ssrc, rtp.seq, rtp.timestamp, now);
+        }
         if let Some(g711) = peer.g711.as_mut() {
             // Into the room as 20 ms frames of its G.711 bytes, on the room's 48 kHz clock.
             let (room, inbox) = (&peer.room, &mut self.inbox);
@@ -654,6 +680,30 @@ impl PlainThread {
             level: None,
         };
         self.inbox.push(&peer.room, pid, packet);
+    }
+
+    /// An RTCP packet: read when it comes from where a plain leg's RTCP
+    /// goes (symmetric RTCP, as its RTP) and names the leg's SSRC as its
+    /// sender; else dropped and counted. Never counts as hearing the leg.
+    fn rtcp(&mut self, from: SocketAddr, data: &[u8], now: Instant) {
+        let ssrc = u32::from_be_bytes([data[4], data[5], data[6], data[7]]);
+        // Its RTP address is the same (rtcp-mux) or the port before; it must
+        // come from where we send the leg's RTCP, with the leg's SSRC.
+        let by = |addr: SocketAddr| self.sources.by_addr.get(&addr).copied();
+        let leg = by(from).or_else(|| by(SocketAddr::new(from.ip(), from.port().wrapping_sub(1))));
+        let read = leg.and_then(|id| {
+            let to = self.sources.send_to(id)?;
+            let p = self.peers.get_mut(&id)?;
+            if p.rtcp_port.of(to) != from || p.their_ssrc != Some(ssrc) {
+                return None;
+            }
+            p.rtcp.as_mut().map(|r| r.on_rtcp(data, now))
+        });
+        if read == Some(true) {
+            self.tally.rtcp_in += 1;
+        } else {
+            self.tally.rtcp += 1;
+        }
     }
 
     /// Removes participants nothing arrived from for the peer timeout (like
@@ -685,6 +735,7 @@ impl PlainThread {
             change,
             t.received,
             t.sent,
+            (t.rtcp_in, t.rtcp_out),
             &[
                 ("source", t.source),
                 ("malformed", t.malformed),

@@ -176,6 +176,9 @@ pub const RTP_IN_PARTICIPANTS: &str = "tutti_rtp_in_participants";
 pub const RTP_IN_PACKETS_RECEIVED: &str = "tutti_rtp_in_packets_received_total";
 /// Plain RTP packets sent to plain RTP participants (their mix), counter.
 pub const RTP_IN_PACKETS_SENT: &str = "tutti_rtp_in_packets_sent_total";
+/// RTCP reports on plain RTP legs, by `direction`: `in` (a leg's sender or
+/// receiver report read), `out` (tutti's sender report sent), counter.
+pub const RTP_IN_RTCP_REPORTS: &str = "tutti_rtp_in_rtcp_reports_total";
 /// Plain RTP refused, by `reason`: `forbidden` (a join from an untrusted
 /// network, or with plain RTP off), `source` (a packet from an address no
 /// participant has), `malformed` (also a G.711 payload over 120 ms),
@@ -246,6 +249,7 @@ pub const NAMES: &[&str] = &[
     RTP_IN_PARTICIPANTS,
     RTP_IN_PACKETS_RECEIVED,
     RTP_IN_PACKETS_SENT,
+    RTP_IN_RTCP_REPORTS,
     RTP_IN_REJECTED,
     SIP_REFUSED,
 ];
@@ -679,7 +683,13 @@ pub fn media(last: &mut MuxStats, now: MuxStats) {
 /// packets taken and sent, and packets refused by reason. Registers the
 /// series on first use; a handful of lookups per call (once per loop turn,
 /// not per packet).
-pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&'static str, u64)]) {
+pub fn rtp_in(
+    participants_change: i64,
+    received: u64,
+    sent: u64,
+    (rtcp_in, rtcp_out): (u64, u64),
+    rejected: &[(&'static str, u64)],
+) {
     if handles().is_none() {
         return;
     }
@@ -690,6 +700,11 @@ pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&
         describe_counter!(RTP_IN_PACKETS_RECEIVED, Unit::Count, "Plain RTP audio packets taken into rooms.");
         describe_counter!(RTP_IN_PACKETS_SENT, Unit::Count, "Plain RTP packets sent to plain RTP participants.");
         describe_counter!(
+            RTP_IN_RTCP_REPORTS,
+            Unit::Count,
+            "RTCP reports on plain RTP legs, read (in) and sent (out)."
+        );
+        describe_counter!(
             RTP_IN_REJECTED,
             Unit::Count,
             "Plain RTP refused by reason: forbidden (join), source, malformed, payload_type, rtcp, srtp (packets)."
@@ -698,6 +713,9 @@ pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&
         metrics::gauge!(RTP_IN_PARTICIPANTS).increment(0.0);
         metrics::counter!(RTP_IN_PACKETS_RECEIVED).increment(0);
         metrics::counter!(RTP_IN_PACKETS_SENT).increment(0);
+        for direction in ["in", "out"] {
+            metrics::counter!(RTP_IN_RTCP_REPORTS, "direction" => direction).increment(0);
+        }
         for reason in ["forbidden", "source", "malformed", "payload_type", "rtcp", "srtp"] {
             metrics::counter!(RTP_IN_REJECTED, "reason" => reason).increment(0);
         }
@@ -710,6 +728,11 @@ pub fn rtp_in(participants_change: i64, received: u64, sent: u64, rejected: &[(&
     }
     if sent > 0 {
         metrics::counter!(RTP_IN_PACKETS_SENT).increment(sent);
+    }
+    for (direction, n) in [("in", rtcp_in), ("out", rtcp_out)] {
+        if n > 0 {
+            metrics::counter!(RTP_IN_RTCP_REPORTS, "direction" => direction).increment(n);
+        }
     }
     for &(reason, n) in rejected {
         if n > 0 {
