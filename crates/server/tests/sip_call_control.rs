@@ -25,6 +25,21 @@ fn rtp_socket() -> (UdpSocket, u16) {
     (rtp, port)
 }
 
+/// SIP settings whose callers may stay silent for a minute (they only listen).
+fn quiet_callers() -> tutti_server::Config {
+    let mut cfg = sip_config("127.0.0.0/8");
+    cfg.peer_timeout_seconds = 60.0;
+    cfg
+}
+
+/// The test's SIP socket (reads wait 100 ms) and its address.
+fn sip_socket() -> (UdpSocket, SocketAddr) {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let local = socket.local_addr().expect("bound");
+    (socket, local)
+}
+
 /// Runs `talker` for `d`; the RTP packets each of `sockets` received meanwhile.
 fn count(talker: &mut ToneClient, sockets: &[&UdpSocket], d: Duration) -> Vec<usize> {
     let end = Instant::now() + d;
@@ -70,8 +85,7 @@ fn answered(socket: &UdpSocket, sip: SocketAddr, message: &str, seq: u32, method
 
 #[test]
 fn a_session_timer_refresh_keeps_the_call_and_without_one_tutti_sends_bye() {
-    let mut cfg = sip_config("127.0.0.0/8");
-    cfg.peer_timeout_seconds = 60.0;
+    let mut cfg = quiet_callers();
     cfg.sip.min_session_expires_seconds = 2;
     let (rt, server, socket) = raw_caller(cfg, "timer");
     let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
@@ -118,12 +132,8 @@ fn a_session_timer_refresh_keeps_the_call_and_without_one_tutti_sends_bye() {
 
 #[test]
 fn a_late_offer_gets_tuttis_offer_and_the_mix_after_the_ack() {
-    let mut cfg = sip_config("127.0.0.0/8");
-    cfg.peer_timeout_seconds = 60.0;
-    let (rt, server, api, sip, mut talker) = room_with_talker_on(cfg, "late");
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
-    let local = socket.local_addr().expect("bound");
+    let (rt, server, api, sip, mut talker) = room_with_talker_on(quiet_callers(), "late");
+    let (socket, local) = sip_socket();
     let (rtp, port) = rtp_socket();
 
     // No SDP: tutti's offer in the 200, the answer in the ACK.
@@ -151,12 +161,8 @@ fn a_late_offer_gets_tuttis_offer_and_the_mix_after_the_ack() {
 
 #[test]
 fn a_reinvite_to_a_new_port_moves_the_mix_there() {
-    let mut cfg = sip_config("127.0.0.0/8");
-    cfg.peer_timeout_seconds = 60.0;
-    let (rt, server, api, sip, mut talker) = room_with_talker_on(cfg, "moves");
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
-    let local = socket.local_addr().expect("bound");
+    let (rt, server, api, sip, mut talker) = room_with_talker_on(quiet_callers(), "moves");
+    let (socket, local) = sip_socket();
     let ((first, a), (second, b)) = (rtp_socket(), rtp_socket());
     let (_, to) = call(&socket, sip, "moves", "mv", "", &offer("opus/48000/2", a));
     assert_eq!(wait_roster(api, "moves", Duration::from_secs(3), |n| n.len() == 2).len(), 2);
