@@ -5,16 +5,23 @@
 //! the room's mix reaches the caller), a re-INVITE moving the caller's
 //! media to a new port (the mix follows) and a hold longer than the peer
 //! timeout (the call stays, bounded by `[sip] hold_timeout_seconds`).
+//! And a real peer: SIPp (Debian's `sip-tester`) runs
+//! `tests/sipp/session_timer.xml`, refreshing, then waiting for tutti's BYE.
 
 mod common;
+mod ops_tools;
 
 use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::sip::{
-    final_response, header, in_dialog, in_dialog_with, next_request, offer, raw_caller, receive, reinvite, request,
-    room_with_talker_on, roster, sip_config, wait_roster,
+    final_response, free_udp_port, header, in_dialog, in_dialog_with, next_request, offer, raw_caller, receive,
+    reinvite, request, room_with_talker_on, roster, sip_config, wait_roster,
 };
+use common::{create_room, start_with};
+use ops_tools::{ensure_tool, temp_dir};
 use tutti_client::ToneClient;
 
 /// A new non-blocking RTP socket on loopback and its port.
@@ -213,5 +220,48 @@ fn a_hold_longer_than_the_peer_timeout_keeps_the_call_until_the_hold_timeout() {
     let bye = next_request(&socket, "BYE", Duration::from_secs(4)).expect("BYE after the hold timeout");
     assert!(since.elapsed() >= Duration::from_secs(4), "not before the hold timeout: {:?}", since.elapsed());
     assert_eq!(header(&bye, "Call-ID", "i"), "hd@test", "{bye}");
+    rt.block_on(server.shutdown());
+}
+
+#[test]
+fn sipp_refreshes_its_session_timer_stays_past_it_and_gets_bye_when_it_stops() {
+    let sipp = ensure_tool("sipp", "sip-tester");
+    let mut cfg = quiet_callers();
+    cfg.sip.min_session_expires_seconds = 2;
+    let (rt, server) = start_with(cfg);
+    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
+    create_room(api, "sipp");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sipp/session_timer.xml");
+    let dir = temp_dir("sipp-timer");
+    let (port, media) = (free_udp_port().to_string(), free_udp_port().to_string());
+    let mut child = Command::new(sipp)
+        .current_dir(&dir)
+        .arg("-sf")
+        .arg(&scenario)
+        .args(["-s", "sipp", &sip.to_string(), "-i", "127.0.0.1", "-p", &port, "-mp", &media])
+        .args(["-m", "1", "-timeout", "20", "-timeout_error", "-nostdin", "-trace_err", "-trace_logs"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sipp starts");
+    let logs = || {
+        let files = std::fs::read_dir(&dir).into_iter().flatten().flatten();
+        files.map(|f| std::fs::read_to_string(f.path()).unwrap_or_default()).collect::<Vec<_>>().join("\n")
+    };
+    // Past the first 3 s interval, refreshed: still in.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(roster(api, "sipp").len(), 1, "SIPp's refreshed call goes on\n{}", logs());
+    let end = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("sipp runs") {
+            break status;
+        }
+        if Instant::now() > end {
+            child.kill().ok();
+            panic!("SIPp did not finish\n{}", logs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "SIPp's scenario (refreshes, then tutti's BYE) failed: {status}\n{}", logs());
+    assert!(wait_roster(api, "sipp", Duration::from_secs(2), |n| n.is_empty()).is_empty(), "the caller left");
     rt.block_on(server.shutdown());
 }

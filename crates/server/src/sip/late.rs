@@ -48,7 +48,8 @@ impl Edge {
     /// BYE saying why here).
     pub(super) async fn late_offer(&self, dialog: &InviteDialog, mut headers: Vec<Header>) -> Option<(String, String)> {
         let Some((local, _)) = self.session.media.plain_rtp() else {
-            super::calls::refuse(dialog, rsipstack::sip::StatusCode::NotAcceptableHere, "plain RTP is off");
+            tracing::info!("SIP INVITE without SDP refused (488): plain RTP is off");
+            dialog.reject(Some(rsipstack::sip::StatusCode::NotAcceptableHere), None).ok();
             return None;
         };
         let offer = offer(local, crate::auth::unix_now());

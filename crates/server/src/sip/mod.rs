@@ -15,7 +15,7 @@
 //!   ─► a trunk with `pin`: answered at once, spoken prompts, the keys make a PIN
 //!      (`pin`, `pins`); the right one joins its room, after the tries a BYE
 //!   ─► no SDP in the INVITE (`late`): tutti's offer in the 200, the ACK's answer joins
-//!   ─► `Session-Expires` (`timers`): 422 below the minimum; a refresh (re-INVITE, UPDATE)
+//!   ─► `Session-Expires` (`timers`, `expiry`): 422 below the minimum; a refresh (re-INVITE, UPDATE)
 //!      keeps the call, none by the expiry is a BYE │ a re-offer's new address or hold
 //!      (`moves`): a command to the `rtp-in` thread
 //!   ─► BYE from the caller: the participant leaves; the participant removed by
@@ -34,6 +34,7 @@ mod cluster;
 mod desk;
 mod dialout;
 mod endpoint;
+mod expiry;
 mod keypad;
 mod late;
 mod moves;

@@ -17,14 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rsipstack::dialog::invite_dialog::InviteDialog;
-use rsipstack::sip::{Header, HeadersExt, Request, StatusCode, StatusCodeKind};
-use rsipstack::transaction::Transaction;
+use rsipstack::sip::{Header, HeadersExt, Request};
 use tokio::sync::Notify;
-
-use super::endpoint::Edge;
-use crate::room::LeaveReason;
-use crate::sync::lock;
 
 /// Who refreshes the session (RFC 4028's `refresher` parameter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +100,7 @@ impl SessionTimer {
 
     /// How long a turn of the timer waits: to the expiry less min(32 s, interval / 3)
     /// for the caller's refresh, half the interval before tutti's own.
-    fn turn(&self) -> Duration {
+    pub(super) fn turn(&self) -> Duration {
         match self.refresher {
             Refresher::Uac => Duration::from_secs(self.seconds - (self.seconds / 3).min(32)),
             Refresher::Uas => Duration::from_secs(self.seconds.div_ceil(2)),
@@ -114,78 +108,14 @@ impl SessionTimer {
     }
 }
 
-/// An INVITE's interval was too short (answered 422).
-pub(super) struct TooShort;
-
 /// The 422's header: tutti's minimum.
 pub(super) fn min_se(min: u64) -> Header {
     Header::Other("Min-SE".into(), min.to_string())
 }
 
-/// The running session timers, by dialog id.
+/// The running session timers, by dialog id, each with its refresh signal.
 #[derive(Default)]
-pub(super) struct Timers(Mutex<HashMap<String, (SessionTimer, Arc<Notify>)>>);
-
-impl Edge {
-    /// The INVITE's session timer (`[sip] session_expires_seconds`,
-    /// `min_session_expires_seconds`); `Err` when it asks for too short an
-    /// interval: answered 422 here.
-    pub(super) async fn session_timer(&self, tx: &mut Transaction) -> Result<Option<SessionTimer>, TooShort> {
-        let cfg = &self.session.cfg.sip;
-        match negotiate(&tx.original, cfg.session_expires_seconds, cfg.min_session_expires_seconds) {
-            Asked::Nothing => Ok(None),
-            Asked::Timer(t) => Ok(Some(t)),
-            Asked::TooSmall(min) => {
-                tracing::info!(min, "SIP INVITE's Session-Expires below the minimum: 422");
-                tx.reply_with(StatusCode::SessionIntervalTooSmall, vec![min_se(min)], None).await.ok();
-                Err(TooShort)
-            }
-        }
-    }
-
-    /// A re-INVITE or UPDATE within call `dialog`: a refresh. The headers of its answer.
-    pub(super) fn refreshed(&self, dialog: &str) -> Vec<Header> {
-        match lock(&self.timers.0).get(dialog) {
-            Some((timer, refreshed)) => {
-                refreshed.notify_one();
-                timer.headers()
-            }
-            None => Vec::new(),
-        }
-    }
-
-    /// Runs call `dialog`'s session timer until the call ends or expires
-    /// (then BYE, and participant `id` leaves).
-    pub(super) async fn run_timer(&self, timer: SessionTimer, dialog: InviteDialog, id: u64) {
-        let key = dialog.id().to_string();
-        let refreshed = Arc::new(Notify::new());
-        lock(&self.timers.0).insert(key.clone(), (timer, refreshed.clone()));
-        let ended = dialog.cancel_token().clone();
-        let why = loop {
-            tokio::select! {
-                _ = ended.cancelled() => break None,
-                _ = refreshed.notified() => continue,
-                _ = tokio::time::sleep(timer.turn()) => {}
-            }
-            if timer.refresher == Refresher::Uac {
-                break Some("no refresh (re-INVITE or UPDATE) came within the session interval");
-            }
-            match dialog.update(Some(timer.headers()), None).await {
-                Ok(Some(r)) if r.status_code.kind() == StatusCodeKind::Successful => {}
-                _ => break Some("tutti's refresh (UPDATE) was not answered 2xx"),
-            }
-        };
-        lock(&self.timers.0).remove(&key);
-        let Some(why) = why else { return };
-        let call = lock(&self.calls).remove(&key);
-        if let Some(call) = call {
-            lock(&self.keys).forget(call.id);
-            tracing::info!(room = %call.room.id, participant = id, seconds = timer.seconds, reason = why, "SIP session timer expired: BYE");
-            self.session.leave(&call.room, call.id, LeaveReason::TimedOut);
-            dialog.bye().await.ok();
-        }
-    }
-}
+pub(super) struct Timers(pub(super) Mutex<HashMap<String, (SessionTimer, Arc<Notify>)>>);
 
 #[cfg(test)]
 mod tests {
