@@ -51,43 +51,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{create_room, room, scrape, series, start_with, test_config};
+use common::sip::{
+    ask, final_response, free_udp_port, header, in_dialog, next_request, offer, raw_caller, receive, reinvite, request,
+    room_with_talker, room_with_talker_on, roster, sip_config, statuses, wait_roster,
+};
+use common::{create_room, room, scrape, series, start_with};
 use ops_tools::{ensure_tool, temp_dir};
 use tutti_client::{JoinAs, ToneClient, run_until};
 use tutti_server::Config;
-
-/// Test settings with the SIP edge on a loopback port, trusting loopback
-/// for SIP (`sip_trusted`) and for the callers' RTP.
-fn sip_config(sip_trusted: &str) -> Config {
-    let mut cfg = test_config();
-    cfg.rtp_in.trusted = vec!["127.0.0.0/8".into()];
-    cfg.sip.enabled = true;
-    cfg.sip.listen = "127.0.0.1:0".parse().expect("addr");
-    cfg.sip.trusted = vec![sip_trusted.into()];
-    cfg
-}
-
-/// The names of the room's participants.
-fn roster(api: SocketAddr, id: &str) -> Vec<String> {
-    room(api, id)["participants"]
-        .as_array()
-        .expect("participants")
-        .iter()
-        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
-/// Waits up to `within` for `ok` on the room's roster.
-fn wait_roster(api: SocketAddr, id: &str, within: Duration, ok: impl Fn(&[String]) -> bool) -> Vec<String> {
-    let end = Instant::now() + within;
-    loop {
-        let names = roster(api, id);
-        if ok(&names) || Instant::now() > end {
-            return names;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// A mono WAV at `rate` Hz of `seconds` of `freq` Hz at amplitude 0.3.
 fn write_tone(path: &Path, freq: f32, seconds: u32, rate: u32) {
@@ -110,10 +81,6 @@ fn wav_tone(path: &Path, freq: f32, seconds: f32) -> f32 {
     let n = ((seconds * spec.sample_rate as f32) as usize).min(all.len());
     // goertzel reads at 48 kHz: scale the frequency to the file's rate.
     tutti_mix::goertzel(&all[all.len() - n..], freq * 48_000.0 / spec.sample_rate as f32)
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
 /// A port for baresip's `sip_listen` on `ip`: it binds UDP and TCP there
@@ -274,24 +241,6 @@ fn talks_both_ways(baresip: &mut Baresip, webrtc: &mut ToneClient, call_seconds:
     assert!(mix600 < 0.01, "{who} hears itself at {mix600}");
 }
 
-/// A server with the SIP edge, room `id` and a WebRTC participant in it
-/// playing 440 Hz; the API's and the SIP edge's addresses.
-fn room_with_talker(id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, SocketAddr, SocketAddr, ToneClient) {
-    room_with_talker_on(sip_config("127.0.0.0/8"), id)
-}
-
-/// [`room_with_talker`] on a server with `cfg`.
-fn room_with_talker_on(
-    cfg: Config,
-    id: &str,
-) -> (tokio::runtime::Runtime, tutti_server::Server, SocketAddr, SocketAddr, ToneClient) {
-    let (rt, server) = start_with(cfg);
-    let (api, sip) = (server.http_addr(), server.sip_addr().expect("the SIP edge is on"));
-    create_room(api, id);
-    let webrtc = ToneClient::join(api, id, 440.0, JoinAs::Whip).expect("a WebRTC participant joins");
-    (rt, server, api, sip, webrtc)
-}
-
 #[test]
 fn baresip_dials_a_room_hears_its_talker_and_hangs_up() {
     let (rt, server, api, sip, mut webrtc) = room_with_talker("standup");
@@ -375,110 +324,6 @@ fn baresip_with_pcmu_only_talks_with_the_room() {
     // Transcoded from and to PCMU (8 kHz) at its leg.
     talks_both_ways(&mut baresip, &mut webrtc, call_seconds, "the PCMU caller");
     rt.block_on(server.shutdown());
-}
-
-/// A SIP request from the test's UDP socket.
-fn request(method: &str, ruri: &str, local: SocketAddr, call: &str, sdp: &str) -> String {
-    let ctype = if sdp.is_empty() { String::new() } else { "Content-Type: application/sdp\r\n".to_owned() };
-    format!(
-        "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call};rport\r\nMax-Forwards: 70\r\n\
-         From: <sip:probe@{ip}>;tag=t{call}\r\nTo: <{ruri}>\r\nCall-ID: {call}@test\r\nCSeq: 1 {method}\r\n\
-         Contact: <sip:probe@{local}>\r\n{ctype}Content-Length: {len}\r\n\r\n{sdp}",
-        ip = local.ip(),
-        len = sdp.len(),
-    )
-}
-
-/// The status codes of the responses to `call` within `within` (the last one final).
-fn statuses(socket: &UdpSocket, call: &str, within: Duration) -> Vec<u16> {
-    let end = Instant::now() + within;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while Instant::now() < end {
-        let Ok(n) = socket.recv(&mut buf) else { continue };
-        let text = String::from_utf8_lossy(&buf[..n]);
-        if !text.contains(&format!("Call-ID: {call}@test")) && !text.contains(&format!("i: {call}@test")) {
-            continue;
-        }
-        if let Some(code) = text.strip_prefix("SIP/2.0 ").and_then(|t| t.get(..3)).and_then(|c| c.parse().ok()) {
-            got.push(code);
-            if code >= 200 {
-                break;
-            }
-        }
-    }
-    got
-}
-
-/// The first message within `within` that `want` takes.
-fn receive(socket: &UdpSocket, within: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
-    let end = Instant::now() + within;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < end {
-        let Ok(n) = socket.recv(&mut buf) else { continue };
-        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if want(&text) {
-            return Some(text);
-        }
-    }
-    None
-}
-
-/// The next request `method` tutti sends (a BYE), within `within`.
-fn next_request(socket: &UdpSocket, method: &str, within: Duration) -> Option<String> {
-    receive(socket, within, |text| text.starts_with(&format!("{method} ")))
-}
-
-/// A header's value in a SIP message (full name or compact form).
-fn header<'a>(msg: &'a str, name: &str, compact: &str) -> &'a str {
-    msg.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim().eq_ignore_ascii_case(name) || k.trim().eq_ignore_ascii_case(compact)).then_some(v.trim())
-        })
-        .unwrap_or_default()
-}
-
-/// The final response to `call`'s INVITE, whole.
-fn final_response(socket: &UdpSocket, call: &str, within: Duration) -> Option<String> {
-    receive(socket, within, |text| {
-        text.starts_with("SIP/2.0 ")
-            && !text.starts_with("SIP/2.0 1")
-            && header(text, "Call-ID", "i") == format!("{call}@test")
-            && header(text, "CSeq", "").ends_with("INVITE")
-    })
-}
-
-/// The in-dialog request `method` (CSeq `seq`) of `call` after a 200 whose To carries tutti's tag.
-fn in_dialog(method: &str, local: SocketAddr, call: &str, to: &str, seq: u32) -> String {
-    format!(
-        "{method} sip:tutti@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call}{method}{seq};rport\r\n\
-         Max-Forwards: 70\r\nFrom: <sip:probe@{ip}>;tag=t{call}\r\nTo: {to}\r\nCall-ID: {call}@test\r\n\
-         CSeq: {seq} {method}\r\nContent-Length: 0\r\n\r\n",
-        ip = local.ip(),
-    )
-}
-
-fn ask(socket: &UdpSocket, to: SocketAddr, method: &str, ruri: &str, call: &str, sdp: &str) -> Vec<u16> {
-    let local = socket.local_addr().expect("bound");
-    socket.send_to(request(method, ruri, local, call, sdp).as_bytes(), to).expect("send");
-    statuses(socket, call, Duration::from_secs(3))
-}
-
-fn offer(codec: &str, port: u16) -> String {
-    format!(
-        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
-         m=audio {port} RTP/AVP 96\r\na=rtpmap:96 {codec}\r\n"
-    )
-}
-
-/// A server (`cfg`), a room `id`, and the test's UDP socket (the caller).
-fn raw_caller(cfg: Config, id: &str) -> (tokio::runtime::Runtime, tutti_server::Server, UdpSocket) {
-    let (rt, server) = start_with(cfg);
-    create_room(server.http_addr(), id);
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
-    (rt, server, socket)
 }
 
 /// Sends `count` garbage datagrams to `sip` from `socket`, in turn: random
@@ -634,16 +479,6 @@ fn a_silent_caller_times_out_and_gets_bye() {
     assert_eq!(header(&bye, "Call-ID", "i"), "mute@test", "{bye}");
     assert!(roster(api, "quiet").is_empty(), "the timed-out caller left");
     rt.block_on(server.shutdown());
-}
-
-/// A re-INVITE of `call` (CSeq `seq`) carrying `sdp`.
-fn reinvite(local: SocketAddr, call: &str, to: &str, seq: u32, sdp: &str) -> String {
-    let head = in_dialog("INVITE", local, call, to, seq);
-    let head = head.trim_end_matches("Content-Length: 0\r\n\r\n");
-    format!(
-        "{head}Contact: <sip:probe@{local}>\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
-        sdp.len()
-    )
 }
 
 #[test]

@@ -62,6 +62,17 @@ pub struct SipConfig {
     /// `invalid.opus`, `joining.opus`, `goodbye.opus`: Ogg/Opus, 20 ms
     /// frames); a missing file is the built-in one. Empty = built-in only.
     pub prompts: String,
+    /// The session interval (RFC 4028) tutti asks for when a caller that
+    /// supports session timers names none: the caller refreshes the call
+    /// within it, else tutti ends it.
+    pub session_expires_seconds: u64,
+    /// The shortest session interval tutti takes (`Min-SE`): a caller's
+    /// shorter one is answered 422. RFC 4028 says 90; lower is for tests.
+    pub min_session_expires_seconds: u64,
+    /// How long a held call (`a=sendonly`, `a=inactive`, `c=` 0.0.0.0)
+    /// stays without any RTP before it is ended: its media timeout while
+    /// held, instead of `peer_timeout_seconds`.
+    pub hold_timeout_seconds: u64,
 }
 
 /// One inbound trunk (`[[sip.trunks]]`): a carrier's SBC, a PBX.
@@ -209,6 +220,9 @@ impl Default for SipConfig {
             pin_attempts: 3,
             pin_digit_timeout_seconds: 10,
             prompts: String::new(),
+            session_expires_seconds: 1800,
+            min_session_expires_seconds: 90,
+            hold_timeout_seconds: 7200,
         }
     }
 }
@@ -305,6 +319,15 @@ impl SipConfig {
         }
         if !(1..=60).contains(&self.pin_digit_timeout_seconds) {
             return Err(("sip.pin_digit_timeout_seconds", "must be 1 to 60".into()));
+        }
+        if !(1..=86_400).contains(&self.min_session_expires_seconds) {
+            return Err(("sip.min_session_expires_seconds", "must be 1 to 86400 (RFC 4028 says 90)".into()));
+        }
+        if !(self.min_session_expires_seconds..=86_400).contains(&self.session_expires_seconds) {
+            return Err(("sip.session_expires_seconds", "must be min_session_expires_seconds to 86400".into()));
+        }
+        if !(1..=86_400).contains(&self.hold_timeout_seconds) {
+            return Err(("sip.hold_timeout_seconds", "must be 1 to 86400".into()));
         }
         let host = self.public_address.trim();
         if host.contains(char::is_whitespace) || host.contains(['<', '>', ';', '@']) {

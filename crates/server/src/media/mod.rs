@@ -39,7 +39,7 @@ use crate::sync::lock;
 use command::{IoCommand, IoHandle};
 pub(crate) use keys::Keypress;
 pub(crate) use lobby::LobbyCommand;
-pub(crate) use plain::KeysRefused;
+pub(crate) use plain::{KeysRefused, Steer};
 
 /// Keypresses queued for their reader at most (more are dropped, logged).
 const KEYPRESS_QUEUE: usize = 256;
@@ -410,6 +410,12 @@ impl MediaHandle {
     pub(crate) fn send_keys(&self, id: u64, keys: &str) -> Result<Duration, KeysRefused> {
         let p = self.plain.as_ref().ok_or(KeysRefused::NotALeg(id))?;
         p.send_keys(tutti_rtc::PeerId(id), keys)
+    }
+
+    /// Steers plain RTP leg `id` (its call moved its media, held or
+    /// resumed: `plain::Steer`). False when plain RTP is off or its queue full.
+    pub(crate) fn steer(&self, id: u64, steer: Steer) -> bool {
+        self.plain.as_ref().is_some_and(|p| p.steer(tutti_rtc::PeerId(id), steer))
     }
 
     /// Whether this node runs a mesh (cluster mode).

@@ -94,6 +94,20 @@ pub(crate) struct NewPlain {
     pub(crate) rtcp: RtcpPort,
 }
 
+/// A change to a running leg, from its call's signalling (a re-INVITE or UPDATE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Steer {
+    /// Its media moved (a new `c=`/`m=` address): its mix goes there, and
+    /// packets from there are its own (latching starts over).
+    Remote(SocketAddr),
+    /// Held (`Some(bound)`: it sends nothing; removed only when silent
+    /// this long) or resumed (`None`: the peer timeout again, counted from now).
+    Hold(Option<Duration>),
+}
+
+/// Steering commands queued for the thread at most (one per re-offer).
+const STEERS: usize = 1024;
+
 /// Why keys were not sent to a leg.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum KeysRefused {
@@ -130,6 +144,7 @@ pub(crate) struct PlainHandle {
     lobby: Sender<LobbyCommand>,
     /// Keys to send, by leg (bounded by `legs`: one request per leg at a time).
     keys: Sender<(PeerId, Vec<u8>)>,
+    steer: std::sync::mpsc::SyncSender<(PeerId, Steer)>,
     legs: Legs,
     wake: Arc<EventFd>,
     /// The bound socket's address.
@@ -156,6 +171,13 @@ impl PlainHandle {
     /// Tells the lobby (see [`super::lobby`]). False when the thread is gone.
     pub(crate) fn lobby(&self, cmd: LobbyCommand) -> bool {
         let ok = self.lobby.send(cmd).is_ok();
+        let _ = self.wake.write(1);
+        ok
+    }
+
+    /// Steers leg `id` (see [`Steer`]). False when the queue is full or the thread is gone.
+    pub(crate) fn steer(&self, id: PeerId, steer: Steer) -> bool {
+        let ok = self.steer.try_send((id, steer)).is_ok();
         let _ = self.wake.write(1);
         ok
     }
@@ -199,6 +221,8 @@ struct Peer {
     g711: Option<Box<Transcoder>>,
     listen_only: crate::room::ListenOnly,
     last_heard: Instant,
+    /// Held by its call: removed when silent this long instead of the peer timeout.
+    held: Option<Duration>,
     /// The SSRC its packets carry, once seen.
     their_ssrc: Option<u32>,
     ssrc: u32,
@@ -241,6 +265,7 @@ struct PlainThread {
     /// Calls answered but in no room yet (their PIN): keys and prompts only.
     lobby: Lobby,
     keys: Receiver<(PeerId, Vec<u8>)>,
+    steers: Receiver<(PeerId, Steer)>,
     legs: Legs,
     /// Where keypresses go (never waited on).
     pressed: tokio::sync::mpsc::Sender<Keypress>,
@@ -283,10 +308,12 @@ pub(crate) fn spawn(
     let (add, adds) = mpsc::channel();
     let (lobby, lobby_rx) = mpsc::channel();
     let (keys_tx, keys) = mpsc::channel();
+    let (steer, steers) = mpsc::sync_channel(STEERS);
     let legs = Legs::default();
     let counters = Arc::new(IoCounters::default());
     let io = IoHandle { tx, wake: wake.clone(), counters: counters.clone() };
-    let handle = PlainHandle { add, lobby, keys: keys_tx, legs: legs.clone(), wake: wake.clone(), bound, io: index };
+    let handle =
+        PlainHandle { add, lobby, keys: keys_tx, steer, legs: legs.clone(), wake: wake.clone(), bound, io: index };
     let thread = std::thread::Builder::new().name("rtp-in".into()).spawn(move || {
         crate::priority::media_thread(thread_nice);
         PlainThread {
@@ -297,6 +324,7 @@ pub(crate) fn spawn(
             lobby_rx,
             lobby: Lobby::default(),
             keys,
+            steers,
             legs,
             pressed,
             wake,
@@ -339,6 +367,9 @@ impl PlainThread {
                 if let Some((_, _, out)) = self.peers.get_mut(&id).and_then(|p| p.events.as_mut()) {
                     out.push(&keys);
                 }
+            }
+            while let Ok((id, steer)) = self.steers.try_recv() {
+                self.steer(id, steer, now);
             }
             if !self.commands() {
                 break;
@@ -407,6 +438,7 @@ impl PlainThread {
                 g711,
                 listen_only: p.listen_only,
                 last_heard: now,
+                held: None,
                 their_ssrc: None,
                 ssrc,
                 seq: seq as u16,
@@ -437,6 +469,19 @@ impl PlainThread {
             }
         }
         true
+    }
+
+    /// A leg's call moved its media or held it (see [`Steer`]).
+    fn steer(&mut self, id: PeerId, steer: Steer, now: Instant) {
+        let Some(peer) = self.peers.get_mut(&id) else { return };
+        match steer {
+            Steer::Remote(to) => self.sources.repoint(id, to),
+            Steer::Hold(bound) => {
+                peer.held = bound;
+                peer.last_heard = now;
+            }
+        }
+        tracing::debug!(room = %peer.room.id, peer = %id, ?steer, "plain RTP leg steered");
     }
 
     /// A participant was moved to another room (a breakout): its packets
@@ -712,7 +757,7 @@ impl PlainThread {
         let silent: Vec<PeerId> = self
             .peers
             .iter()
-            .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > self.peer_timeout)
+            .filter(|(_, p)| now.saturating_duration_since(p.last_heard) > p.held.unwrap_or(self.peer_timeout))
             .map(|(id, _)| *id)
             .collect();
         for id in silent {
@@ -826,6 +871,17 @@ impl Sources {
             }
         }
         self.unwait(id, s.offered.ip());
+    }
+
+    /// `id`'s media moved to `to`: the old addresses are forgotten, `to`
+    /// is its offered address (comedia latches anew).
+    fn repoint(&mut self, id: PeerId, to: SocketAddr) {
+        let Some(s) = self.peers.get(&id) else { return };
+        if s.offered != to {
+            let (comedia, ssrc) = (s.comedia, s.ssrc);
+            self.remove(id);
+            self.add(id, to, comedia, ssrc);
+        }
     }
 
     fn unwait(&mut self, id: PeerId, ip: IpAddr) {

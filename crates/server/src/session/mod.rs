@@ -27,6 +27,7 @@ pub(crate) mod dialout;
 pub(crate) mod grants;
 pub(crate) mod join;
 pub(crate) mod keys;
+pub(crate) mod legs;
 pub(crate) mod lobby;
 pub(crate) mod members;
 pub(crate) mod moves;

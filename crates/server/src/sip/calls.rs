@@ -123,6 +123,7 @@ impl Edge {
                 return;
             }
         };
+        let Ok(timer) = self.session_timer(&mut tx).await else { return };
         let dialog =
             match self.dialogs.get_or_create_server_invite(&tx, self.states(), None, Some(self.contact.clone())) {
                 Ok(d) => d,
@@ -141,6 +142,15 @@ impl Edge {
             let caller = Caller { sdp, source, identity, name, attributes, trunk };
             return self.pin_call(dialog, caller).await;
         }
+        let timer_headers = timer.map(|t| t.headers()).unwrap_or_default();
+        // Late offer (`late`): tutti offers in the 200, the caller answers in its ACK.
+        let late = if sdp.trim().is_empty() {
+            let Some(late) = self.late_offer(&dialog, timer_headers.clone()).await else { return };
+            Some(late)
+        } else {
+            None
+        };
+        let sdp = late.as_ref().map_or(sdp, |(answer, _)| answer.clone());
 
         let grant = Grant { attributes, ..Grant::participant(room.as_str(), identity.as_str()) };
         // Here when the room spreads to this node (`route`), else wherever it is.
@@ -157,6 +167,10 @@ impl Edge {
         let joined = self.session.join(request, offer).await;
         let (id, answer) = match joined {
             Ok(Joined::Here { id, answer }) => (id, answer),
+            Ok(Joined::Elsewhere(_)) if late.is_some() => {
+                return self.end_late(&dialog, "the room is on another node").await;
+            }
+            Err(r) if late.is_some() => return self.end_late(&dialog, &r.message).await,
             Ok(Joined::Elsewhere(_)) => {
                 return refuse(&dialog, StatusCode::TemporarilyUnavailable, "the room is on another node");
             }
@@ -169,6 +183,10 @@ impl Edge {
                 return refuse(&dialog, status::for_refusal(&r), &r.message);
             }
         };
+        let answer = match &late {
+            Some((_, offer)) => super::late::same_origin(&answer, offer),
+            None => answer,
+        };
         let Ok(state) = self.session.rooms.get(&room) else { return };
         // Subscribed before the answer: a removal from now on is seen.
         let events = state.subscribe();
@@ -179,13 +197,20 @@ impl Edge {
             self.hang_up(&dialog.id());
             return;
         }
-        let headers = vec![Header::ContentType(ContentType::new("application/sdp"))];
-        if let Err(e) = dialog.accept(Some(headers), Some(answer.into_bytes())) {
+        let mut headers = timer_headers;
+        headers.push(Header::ContentType(ContentType::new("application/sdp")));
+        if late.is_none()
+            && let Err(e) = dialog.accept(Some(headers), Some(answer.into_bytes()))
+        {
             tracing::info!(error = %e, "SIP answer not sent");
             self.hang_up(&dialog.id());
             return;
         }
-        tracing::info!(%room, participant = id, %identity, %trunk, "SIP caller joined");
+        tracing::info!(%room, participant = id, %identity, %trunk, late_offer = late.is_some(), "SIP caller joined");
+        if let Some(timer) = timer {
+            let (edge, dialog) = (self.clone(), dialog.clone());
+            tokio::spawn(async move { edge.run_timer(timer, dialog, id).await });
+        }
         self.watch(state, events, id, dialog).await;
     }
 

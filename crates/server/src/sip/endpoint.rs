@@ -41,6 +41,8 @@ pub(crate) struct Edge {
     pub(super) keys: Mutex<super::sequences::Sequences>,
     /// Dispatch by PIN: the PINs, the prompts, the calls entering one.
     pub(super) pin: super::desk::PinDesk,
+    /// The calls' session timers (`timers`).
+    pub(super) timers: super::timers::Timers,
     states: DialogStateSender,
     endpoint: Endpoint,
     cancel: CancellationToken,
@@ -89,6 +91,7 @@ impl Edge {
             contact,
             trunks,
             calls: Mutex::default(),
+            timers: Default::default(),
             states,
             endpoint,
             cancel,
@@ -202,8 +205,11 @@ impl Edge {
             // A re-INVITE or UPDATE: hold, resume, a refresh.
             DialogState::Updated(id, request, handle) => {
                 let (code, body) = self.reoffer(&id, &request.body);
-                let headers = body.as_ref().map(|_| vec![Header::ContentType(ContentType::new("application/sdp"))]);
-                handle.respond(code, headers, body).await.ok();
+                let mut headers = self.refreshed(&id.to_string());
+                if body.is_some() {
+                    headers.push(Header::ContentType(ContentType::new("application/sdp")));
+                }
+                handle.respond(code, Some(headers), body).await.ok();
             }
             // Others (REFER; INFO is taken before the dialog sees it) are not taken: dropping the handle
             // answers 501 and the call goes on.
@@ -234,8 +240,12 @@ impl Edge {
             return (StatusCode::OK, Some(call.answer.clone().into_bytes()));
         }
         let direction = answer_direction(&offer);
-        call.answer = redirect(&call.answer, direction);
         let held = direction != "sendrecv";
+        if let Err(why) = self.follow(call.id, &offer, held) {
+            tracing::info!(room = %call.room.id, participant = call.id, reason = why, "SIP re-offer refused (488)");
+            return (StatusCode::NotAcceptableHere, None);
+        }
+        call.answer = redirect(&call.answer, direction);
         if let Err(r) = self.session.set_muted(&call.room, call.id, held) {
             tracing::info!(participant = call.id, reason = %r.message, "SIP hold/resume: mute not changed");
         }

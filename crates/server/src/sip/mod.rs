@@ -14,6 +14,10 @@
 //!      a `keypad` event to the room, and the `[sip] keypad` map's actions (`keypad`)
 //!   ─► a trunk with `pin`: answered at once, spoken prompts, the keys make a PIN
 //!      (`pin`, `pins`); the right one joins its room, after the tries a BYE
+//!   ─► no SDP in the INVITE (`late`): tutti's offer in the 200, the ACK's answer joins
+//!   ─► `Session-Expires` (`timers`, `expiry`): 422 below the minimum; a refresh (re-INVITE, UPDATE)
+//!      keeps the call, none by the expiry is a BYE │ a re-offer's new address or hold
+//!      (`moves`): a command to the `rtp-in` thread
 //!   ─► BYE from the caller: the participant leaves; the participant removed by
 //!      tutti (kick, room deleted, media timeout): BYE to the caller
 //! dial-out (`dialout`): the API asks through the session layer's seam
@@ -30,12 +34,16 @@ mod cluster;
 mod desk;
 mod dialout;
 mod endpoint;
+mod expiry;
 mod keypad;
+mod late;
+mod moves;
 mod pin;
 mod pins;
 mod sequences;
 mod srtp;
 mod status;
+mod timers;
 mod trunks;
 
 pub(crate) use dialout::offer_dial_out;
