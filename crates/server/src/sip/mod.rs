@@ -27,6 +27,7 @@
 
 mod calls;
 mod cluster;
+mod connections;
 mod desk;
 mod dialout;
 mod endpoint;
