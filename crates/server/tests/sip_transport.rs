@@ -6,7 +6,8 @@
 //!   port) and, with a self-signed certificate made here (rcgen) as its
 //!   `sip_cafile`, `…;transport=tls` on `[sip] tls_listen`: each call talks
 //!   both ways (the WebRTC talker hears baresip's 600 Hz, baresip's dump
-//!   holds the room's 440 Hz).
+//!   holds the room's 440 Hz). A raw INVITE over TCP is answered on its
+//!   connection, the 200's Contact saying `transport=tcp`.
 //! - A trunk with `challenge = "proxy"`: a raw INVITE gets 407 with
 //!   `Proxy-Authenticate`; baresip answers it (Proxy-Authorization) and
 //!   talks; with a wrong password it gets 403, counted as `credentials`.
@@ -383,4 +384,40 @@ fn dial_out_answers_a_407_with_the_trunks_credentials() {
 #[test]
 fn dial_out_over_tcp_answers_a_challenge_and_is_answered() {
     dial_through_a_challenge(407, "tcp", "t1");
+}
+
+#[test]
+fn an_invite_over_tcp_is_answered_on_its_connection_with_a_tcp_contact() {
+    use std::io::Write;
+    let (rt, server, api, sip, _webrtc) = room_with_talker("standup");
+    let mut stream = TcpStream::connect(sip).expect("connects");
+    let local = stream.local_addr().expect("bound");
+    let sdp = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+               m=audio 40990 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n";
+    let invite = format!(
+        "INVITE sip:standup@{sip};transport=tcp SIP/2.0\r\nVia: SIP/2.0/TCP {local};branch=z9hG4bKtcpinv1\r\n\
+         Max-Forwards: 70\r\nFrom: \"phone\" <sip:phone@{local}>;tag=ti1\r\nTo: <sip:standup@{sip}>\r\n\
+         Call-ID: tcp-invite\r\nCSeq: 1 INVITE\r\nContact: <sip:phone@{local};transport=tcp>\r\n\
+         Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
+        sdp.len()
+    );
+    stream.write_all(invite.as_bytes()).expect("send");
+    stream.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let mut got = String::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut buf = vec![0u8; 4096];
+    while !got.contains("SIP/2.0 200") && Instant::now() < end {
+        if let Ok(n) = stream.read(&mut buf) {
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    let ok = got
+        .split("SIP/2.0 ")
+        .find(|r| r.starts_with("200"))
+        .unwrap_or_else(|| panic!("no 200 on the connection: {got}"));
+    let contact = ok.lines().find(|l| l.to_ascii_lowercase().starts_with("contact:")).expect("a Contact");
+    assert!(contact.to_ascii_lowercase().contains("transport=tcp"), "{contact}");
+    assert!(contact.contains(&sip.port().to_string()), "{contact}");
+    assert_eq!(wait_roster(api, "standup", Duration::from_secs(3), |n| n.len() == 2).len(), 2, "the caller joined");
+    rt.block_on(server.shutdown());
 }
