@@ -93,8 +93,9 @@ mod sip;
 mod sync;
 
 pub use config::{
-    AuthConfig, AuthKey, Config, ConfigError, DEV_SECRET, LOOPBACK_ORIGINS, Limits, LogConfig, OutboundConfig,
-    RecordingSettings, RoomDefaults, RtpInConfig, RtpOutSettings, SrtpMode, TrunkConfig, WebhookSettings,
+    AuthConfig, AuthKey, Challenge, Config, ConfigError, DEV_SECRET, LOOPBACK_ORIGINS, Limits, LogConfig,
+    OutboundConfig, RecordingSettings, RoomDefaults, RtpInConfig, RtpOutSettings, SrtpMode, TrunkConfig,
+    WebhookSettings,
 };
 pub use media::MediaStats;
 pub use room::SpatialMode;

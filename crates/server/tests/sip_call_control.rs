@@ -10,18 +10,20 @@
 
 mod common;
 mod ops_tools;
+#[path = "common/sip.rs"]
+mod sip_common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::sip::{
+use common::{create_room, start_with};
+use ops_tools::{ensure_tool, temp_dir};
+use sip_common::{
     final_response, free_udp_port, header, in_dialog, in_dialog_with, next_request, offer, raw_caller, receive,
     reinvite, request, room_with_talker_on, roster, sip_config, wait_roster,
 };
-use common::{create_room, start_with};
-use ops_tools::{ensure_tool, temp_dir};
 use tutti_client::ToneClient;
 
 /// A new non-blocking RTP socket on loopback and its port.

@@ -38,7 +38,7 @@ pub use features::{
 pub use limits::Limits;
 pub use outbound::OutboundConfig;
 pub use room::RoomDefaults;
-pub use sip::{DIGESTS, KeyAction, MAX_PIN, SipConfig, SrtpMode, TrunkConfig};
+pub use sip::{Challenge, DIGESTS, KeyAction, MAX_PIN, SipConfig, SrtpMode, TrunkConfig};
 
 /// Server settings. `Config::default()` is what `tutti serve` runs with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -18,7 +18,8 @@ pub struct OutboundConfig {
     pub name: String,
     /// `host:port` the INVITEs are sent to (a proxy, an SBC, a phone).
     pub address: String,
-    /// `udp` (the only transport today).
+    /// `udp`, `tcp` or `tls` (the trunk's certificate is checked against the
+    /// system's roots and the host of `address`).
     pub transport: String,
     /// Digest credentials answered to a 401 or 407 (both or neither).
     pub username: String,
@@ -72,9 +73,9 @@ impl OutboundConfig {
         if port.is_none() {
             return Err(format!("outbound trunk '{name}': `address` must be host:port, like \"192.0.2.10:5060\""));
         }
-        if !self.transport.eq_ignore_ascii_case("udp") {
+        if !["udp", "tcp", "tls"].iter().any(|t| self.transport.eq_ignore_ascii_case(t)) {
             return Err(format!(
-                "outbound trunk '{name}': transport '{}' is not supported; only \"udp\" is today",
+                "outbound trunk '{name}': transport '{}' is not one of \"udp\", \"tcp\", \"tls\"",
                 self.transport
             ));
         }
@@ -121,7 +122,7 @@ mod tests {
         assert_eq!((from_file.outbound[0].transport.as_str(), from_file.outbound[0].max_calls), ("udp", 10));
         assert_eq!(from_file.outbound[0].caller(), "tutti");
         let bad = [
-            (OutboundConfig { transport: "tcp".into(), ..trunk() }, "only \"udp\""),
+            (OutboundConfig { transport: "sctp".into(), ..trunk() }, "\"tls\""),
             (OutboundConfig { address: "192.0.2.10".into(), ..trunk() }, "host:port"),
             (OutboundConfig { address: ":5060".into(), ..trunk() }, "host:port"),
             (OutboundConfig { username: "u".into(), ..trunk() }, "both"),

@@ -14,6 +14,21 @@ pub struct SipConfig {
     pub enabled: bool,
     /// UDP address of the SIP endpoint.
     pub listen: SocketAddr,
+    /// Take SIP over TCP too, on the same address as `listen`.
+    pub tcp: bool,
+    /// The address of SIP over TLS (`sips`), like `0.0.0.0:5061`; empty = off.
+    /// Needs `tls_cert` and `tls_key`.
+    pub tls_listen: String,
+    /// The TLS certificate chain (PEM file) of `tls_listen`.
+    pub tls_cert: String,
+    /// The TLS private key (PEM file, PKCS#8, PKCS#1 or SEC1) of `tls_listen`.
+    pub tls_key: String,
+    /// TCP and TLS connections open at once (all peers); more are closed at
+    /// once (logged, `tutti_sip_refused_total{reason="connections"}`).
+    pub max_connections: usize,
+    /// A TCP or TLS connection that carries nothing for this long is closed
+    /// (a TLS handshake must end within 10 s).
+    pub connection_idle_seconds: u64,
     /// The host (and port) put in Contact headers; empty = the first
     /// `advertise` address's IP (else the media address's), with the
     /// `listen` port. Behind NAT: the address callers reach.
@@ -105,6 +120,20 @@ pub struct TrunkConfig {
     pub pin: Option<bool>,
     /// SRTP for its calls; absent = `[sip] srtp`.
     pub srtp: Option<SrtpMode>,
+    /// How calls are challenged: `www` (401, `WWW-Authenticate`) or `proxy`
+    /// (407, `Proxy-Authenticate`, answered with `Proxy-Authorization`).
+    pub challenge: Challenge,
+}
+
+/// The status and headers of a trunk's digest challenge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Challenge {
+    /// 401 with `WWW-Authenticate`; the answer in `Authorization`.
+    #[default]
+    Www,
+    /// 407 with `Proxy-Authenticate`; the answer in `Proxy-Authorization`.
+    Proxy,
 }
 
 /// Whether a call's media is SRTP keyed by SDES (RFC 4568 `a=crypto`).
@@ -135,6 +164,7 @@ impl Default for TrunkConfig {
             room_prefix: None,
             pin: None,
             srtp: None,
+            challenge: Challenge::Www,
         }
     }
 }
@@ -206,6 +236,12 @@ impl Default for SipConfig {
         Self {
             enabled: false,
             listen: SocketAddr::from(([0, 0, 0, 0], 5060)),
+            tcp: true,
+            tls_listen: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            max_connections: 256,
+            connection_idle_seconds: 120,
             public_address: String::new(),
             room_prefix: String::new(),
             trusted: Vec::new(),
@@ -236,6 +272,31 @@ impl SipConfig {
         }
         let ip = if bound.ip().is_unspecified() { fallback } else { bound.ip() };
         SocketAddr::new(ip, bound.port()).to_string()
+    }
+
+    /// The TLS address, if SIP over TLS is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_listen.trim().parse().ok()
+    }
+
+    /// Checks the TCP and TLS settings (the files are read at start).
+    fn check_streams(&self) -> Result<(), (&'static str, String)> {
+        if !self.tls_listen.trim().is_empty() && self.tls_addr().is_none() {
+            return Err(("sip.tls_listen", "must be an address and port, like \"0.0.0.0:5061\"".into()));
+        }
+        if self.tls_addr().is_some() && (self.tls_cert.trim().is_empty() || self.tls_key.trim().is_empty()) {
+            return Err((
+                "sip.tls_cert",
+                "SIP over TLS (tls_listen) needs `tls_cert` and `tls_key` (PEM files)".into(),
+            ));
+        }
+        if !(1..=65_536).contains(&self.max_connections) {
+            return Err(("sip.max_connections", "must be 1 to 65536".into()));
+        }
+        if !(5..=3_600).contains(&self.connection_idle_seconds) {
+            return Err(("sip.connection_idle_seconds", "must be 5 to 3600".into()));
+        }
+        Ok(())
     }
 
     /// The keypad map: each sequence and its action (see `keypad`).
@@ -329,10 +390,43 @@ impl SipConfig {
         if !(1..=86_400).contains(&self.hold_timeout_seconds) {
             return Err(("sip.hold_timeout_seconds", "must be 1 to 86400".into()));
         }
+        self.check_streams()?;
         let host = self.public_address.trim();
         if host.contains(char::is_whitespace) || host.contains(['<', '>', ';', '@']) {
             return Err(("sip.public_address", "must be a host or host:port, like 203.0.113.7:5060".into()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Challenge, SipConfig};
+
+    /// What `[sip]` from `text` says: `Ok`, or the key and the message.
+    fn checked(text: &str) -> Result<SipConfig, String> {
+        let cfg: SipConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        cfg.check().map(|()| cfg).map_err(|(key, m)| format!("{key}: {m}"))
+    }
+
+    #[test]
+    fn tcp_is_on_tls_needs_its_files_and_a_trunk_may_challenge_as_a_proxy() {
+        let defaults = checked("").expect("the defaults");
+        assert!(defaults.tcp && defaults.tls_addr().is_none());
+        let tls = checked("tls_listen = \"0.0.0.0:5061\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n").expect("TLS");
+        assert_eq!(tls.tls_addr().map(|a| a.port()), Some(5061));
+        let bad = [
+            ("tls_listen = \"0.0.0.0:5061\"\n", "sip.tls_cert"),
+            ("tls_listen = \"tls-port\"\n", "sip.tls_listen"),
+            ("max_connections = 0\n", "sip.max_connections"),
+            ("connection_idle_seconds = 1\n", "sip.connection_idle_seconds"),
+        ];
+        for (text, key) in bad {
+            let message = checked(text).expect_err(text);
+            assert!(message.starts_with(key), "{text}: {message}");
+        }
+        let trunk = "[[trunks]]\nname = \"pbx\"\nnetworks = [\"10.0.0.0/8\"]\nchallenge = \"proxy\"\n";
+        assert_eq!(checked(trunk).expect("a proxy trunk").trunks[0].challenge, Challenge::Proxy);
+        assert!(checked(&trunk.replace("proxy", "basic")).is_err());
     }
 }

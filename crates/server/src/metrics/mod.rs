@@ -758,7 +758,7 @@ pub fn sip_refused(reason: &'static str) {
         metrics::describe_counter!(
             SIP_REFUSED,
             Unit::Count,
-            "SIP requests refused by reason: source (untrusted network), media (no Opus or G.711: 488), join (refused join)."
+            "SIP requests (and TCP/TLS connections) refused by reason: source (untrusted network), challenge, credentials, number, media (488), join (refused join), connections ([sip] max_connections open)."
         );
     });
     metrics::counter!(SIP_REFUSED, "reason" => reason).increment(1);

@@ -75,10 +75,10 @@ impl Edge {
                 };
                 (trunk.name.clone(), room, trunk.pin, trunk.srtp)
             }
-            Admission::Challenge(headers) => {
+            Admission::Challenge(code, headers) => {
                 crate::metrics::sip_refused("challenge");
-                tracing::debug!(%source, "SIP INVITE challenged (401)");
-                tx.reply_with(StatusCode::Unauthorized, headers, None).await.ok();
+                tracing::debug!(%source, status = u16::from(code.clone()), "SIP INVITE challenged");
+                tx.reply_with(code, headers, None).await.ok();
                 return;
             }
             Admission::Refuse { code, reason, why } => {
@@ -124,15 +124,19 @@ impl Edge {
             }
         };
         let Ok(timer) = self.session_timer(&mut tx).await else { return };
-        let dialog =
-            match self.dialogs.get_or_create_server_invite(&tx, self.states(), None, Some(self.contact.clone())) {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::info!(error = %e, "SIP INVITE without a dialog");
-                    tx.reply(StatusCode::CallTransactionDoesNotExist).await.ok();
-                    return;
-                }
-            };
+        let dialog = match self.dialogs.get_or_create_server_invite(
+            &tx,
+            self.states(),
+            None,
+            Some(self.contact_on(tx.connection.as_ref())),
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::info!(error = %e, "SIP INVITE without a dialog");
+                tx.reply(StatusCode::CallTransactionDoesNotExist).await.ok();
+                return;
+            }
+        };
         // 100 Trying before the join (the caller stops retransmitting), then the
         // transaction waits for the ACK or a CANCEL (487).
         tx.send_trying().await.ok();

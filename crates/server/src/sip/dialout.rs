@@ -216,10 +216,10 @@ impl Edge {
             caller_display_name: (!trunk.from_name.is_empty()).then(|| trunk.from_name.clone()),
             caller,
             callee: callee.clone(),
-            destination: Some(destination.into()),
+            destination: Some(super::streams::destination(destination, &trunk.transport)),
             content_type: Some("application/sdp".into()),
             offer: Some(offer.clone().into_bytes()),
-            contact: self.contact.clone(),
+            contact: self.contact_for(super::streams::transport(&trunk.transport)),
             credential,
             call_id: Some(call_id.clone()),
             ..InviteOption::default()

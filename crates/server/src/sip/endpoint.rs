@@ -43,14 +43,16 @@ pub(crate) struct Edge {
     pub(super) pin: super::desk::PinDesk,
     /// The calls' session timers (`timers`).
     pub(super) timers: super::timers::Timers,
+    /// The TCP and TLS listeners (`streams`).
+    pub(super) streams: super::streams::Streams,
     states: DialogStateSender,
-    endpoint: Endpoint,
+    pub(super) endpoint: Endpoint,
     cancel: CancellationToken,
     bound: SocketAddr,
 }
 
 impl Edge {
-    /// Binds `[sip] listen` (UDP). The Contact host is `public_address`,
+    /// Binds `[sip] listen` (UDP; TCP and TLS: `streams`). The Contact host is `public_address`,
     /// else `fallback` (the advertised media IP) with the bound port.
     pub(crate) async fn bind(
         session: Arc<Sessions>,
@@ -62,8 +64,13 @@ impl Edge {
             .await
             .map_err(|e| format!("sip.listen {}: {e}", cfg.listen))?;
         let bound = udp.get_addr().get_socketaddr().map_err(|e| format!("sip.listen {}: {e}", cfg.listen))?;
+        let streams = super::streams::Streams::bind(&cfg, bound).await?;
         let transport = TransportLayer::new(cancel.clone());
+        transport.set_stream_idle_timeout(std::time::Duration::from_secs(cfg.connection_idle_seconds));
         transport.add_transport(udp.into());
+        if let Some(tls) = super::streams::client_tls(&cfg) {
+            transport.set_tls_config(tls);
+        }
         let endpoint = rsipstack::EndpointBuilder::new()
             .with_cancel_token(cancel.clone())
             .with_transport_layer(transport)
@@ -92,6 +99,7 @@ impl Edge {
             trunks,
             calls: Mutex::default(),
             timers: Default::default(),
+            streams,
             states,
             endpoint,
             cancel,
@@ -118,12 +126,14 @@ impl Edge {
                 return;
             }
         };
-        tracing::info!(listen = %self.bound, contact = %self.contact, "SIP edge is serving");
+        let (tcp, tls) = (self.streams.tcp_addr, self.streams.tls_addr);
+        tracing::info!(listen = %self.bound, ?tcp, ?tls, contact = %self.contact, "SIP edge is serving");
         tokio::select! {
             _ = self.endpoint.serve() => {}
             _ = self.clone().requests(incoming) => {}
             _ = self.clone().ends(states) => {}
             _ = self.clone().keypresses() => {}
+            _ = self.clone().accept_streams(self.cancel.clone()) => {}
             _ = stop.wait_for(|s| *s) => {}
         }
         self.cancel.cancel();

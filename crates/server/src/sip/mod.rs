@@ -1,7 +1,7 @@
 //! The SIP edge: a control plane beside the HTTP API (docs/features/sip.md).
 //!
 //! ```text
-//! UDP datagram ─► rsipstack (parse, transactions, dialogs; a malformed one is dropped there)
+//! UDP datagram, TCP or TLS connection (`streams`: bounded, strangers closed) ─► rsipstack (parse, transactions, dialogs; a malformed one is dropped there)
 //!   ─► source in a trunk's networks (`[[sip.trunks]]`, `[sip] trusted`)? else 403
 //!      (tutti_sip_refused_total{reason="source"})
 //!   ─► OPTIONS: 200 │ INVITE: the trunk (`trunks`: its number, else 404; its digest
@@ -31,6 +31,7 @@
 
 mod calls;
 mod cluster;
+mod connections;
 mod desk;
 mod dialout;
 mod endpoint;
@@ -43,6 +44,7 @@ mod pins;
 mod sequences;
 mod srtp;
 mod status;
+mod streams;
 mod timers;
 mod trunks;
 

@@ -6,9 +6,10 @@
 //! the trunk: of those at the source taking the number (else of all at the
 //! source), the one the credentials' user names, else the first
 //! the trunk has credentials:
-//!   no Authorization for our realm ─► 401 + WWW-Authenticate (reason "challenge")
+//!   no Authorization (or Proxy-Authorization) for our realm ─► 401 + WWW-Authenticate,
+//!   or with `challenge = "proxy"` 407 + Proxy-Authenticate (reason "challenge")
 //!   a nonce we did not make, another user, a wrong response ─► 403 (reason "credentials")
-//!   a nonce of ours, too old ─► 401 stale=true (reason "challenge")
+//!   a nonce of ours, too old ─► 401 (407) stale=true (reason "challenge")
 //! no trunk at the source takes the number ─► 404 (reason "number")
 //! ─► the call, on that trunk
 //! ```
@@ -22,7 +23,7 @@ use std::net::IpAddr;
 
 use rsipstack::sip::headers::auth::Algorithm;
 use rsipstack::sip::headers::typed::Authorization;
-use rsipstack::sip::{DigestGenerator, Header, HeadersExt, Request, StatusCode};
+use rsipstack::sip::{DigestGenerator, Header, Request, StatusCode};
 
 use crate::cidr::Cidr;
 use crate::config::{SipConfig, TrunkConfig};
@@ -50,6 +51,8 @@ pub(super) struct Trunk {
     pub(super) pin: bool,
     /// SRTP for its calls.
     pub(super) srtp: crate::config::SrtpMode,
+    /// 407 and `Proxy-Authenticate` rather than 401 and `WWW-Authenticate`.
+    proxy: bool,
 }
 
 impl Trunk {
@@ -69,6 +72,7 @@ impl Trunk {
             room_prefix: cfg.room_prefix.clone().unwrap_or_else(|| sip.room_prefix.clone()),
             pin: cfg.pin.unwrap_or(sip.pin),
             srtp: cfg.srtp.unwrap_or(sip.srtp),
+            proxy: cfg.challenge == crate::config::Challenge::Proxy,
         }
     }
 
@@ -85,8 +89,9 @@ impl Trunk {
 pub(super) enum Admission<'a> {
     /// Take the call on this trunk.
     Call(&'a Trunk),
-    /// Answer 401 with these `WWW-Authenticate` headers.
-    Challenge(Vec<Header>),
+    /// Answer with this status (401, or 407 for a `proxy` trunk) and these
+    /// `WWW-Authenticate` (`Proxy-Authenticate`) headers.
+    Challenge(StatusCode, Vec<Header>),
     /// Refuse with this status; `reason` is the metric's label.
     Refuse { code: StatusCode, reason: &'static str, why: &'static str },
 }
@@ -132,7 +137,7 @@ impl Trunks {
         }
         let number = request.uri.auth.as_ref().map(|a| a.user.as_str());
         let taking: Vec<&Trunk> = at_source.iter().copied().filter(|t| t.takes(number)).collect();
-        let credentials = authorization(request).filter(|a| a.realm == self.realm);
+        let credentials = authorization(request, &self.realm);
         // Several trunks at one source: the one the credentials name, else the first. A
         // number no trunk takes is told (404) only to a caller that authenticated.
         let pick = |among: &[&'a Trunk]| -> Option<&'a Trunk> {
@@ -200,10 +205,14 @@ impl Trunks {
                     "Digest realm=\"{}\", nonce=\"{nonce}\", algorithm={algorithm}, qop=\"auth\"{stale}",
                     self.realm
                 );
-                Header::WwwAuthenticate(rsipstack::sip::headers::WwwAuthenticate::new(value))
+                match trunk.proxy {
+                    true => Header::ProxyAuthenticate(rsipstack::sip::headers::ProxyAuthenticate::new(value)),
+                    false => Header::WwwAuthenticate(rsipstack::sip::headers::WwwAuthenticate::new(value)),
+                }
             })
             .collect();
-        Admission::Challenge(headers)
+        let code = if trunk.proxy { StatusCode::ProxyAuthenticationRequired } else { StatusCode::Unauthorized };
+        Admission::Challenge(code, headers)
     }
 
     fn nonce(&self, source: IpAddr, now: u64) -> String {
@@ -232,10 +241,21 @@ fn refuse(code: StatusCode, reason: &'static str, why: &'static str) -> Admissio
 
 /// The request's `Authorization`, parsed by the stack (which spells
 /// RFC 8760's `SHA-256` as `SHA256`).
-fn authorization(request: &Request) -> Option<Authorization> {
-    let value = request.authorization_header()?.value().to_owned();
-    let value = value.replace("SHA-256", "SHA256").replace("sha-256", "SHA256");
-    Authorization::parse(&value).ok()
+/// `Proxy-Authorization` (the answer to a 407) is read as well, for `realm`.
+fn authorization(request: &Request, realm: &str) -> Option<Authorization> {
+    request
+        .headers
+        .iter()
+        .filter_map(|h| match h {
+            Header::Authorization(a) => Some(a.value()),
+            Header::ProxyAuthorization(a) => Some(a.value()),
+            _ => None,
+        })
+        .filter_map(|value| {
+            let value = value.replace("SHA-256", "SHA256").replace("sha-256", "SHA256");
+            Authorization::parse(&value).ok()
+        })
+        .find(|a| a.realm == realm)
 }
 
 /// Equal, in a time that does not depend on where they differ.
@@ -310,7 +330,7 @@ mod tests {
     }
 
     fn nonce_of(a: &Admission<'_>) -> String {
-        let Admission::Challenge(headers) = a else { panic!("not a challenge") };
+        let Admission::Challenge(_, headers) = a else { panic!("not a challenge") };
         let value = headers[0].to_string();
         let start = value.find("nonce=\"").expect("a nonce") + 7;
         value[start..].split('"').next().expect("closed").to_owned()
@@ -319,9 +339,28 @@ mod tests {
     fn outcome(a: &Admission<'_>) -> String {
         match a {
             Admission::Call(t) => format!("call {}", t.name),
-            Admission::Challenge(h) => format!("401 x{}", h.len()),
+            Admission::Challenge(code, h) => format!("{} x{}", u16::from(code.clone()), h.len()),
             Admission::Refuse { code, reason, .. } => format!("{} {reason}", u16::from(code.clone())),
         }
+    }
+
+    #[test]
+    fn a_proxy_trunk_challenges_with_407_and_reads_proxy_authorization() {
+        let proxy = TrunkConfig { challenge: crate::config::Challenge::Proxy, ..carrier() };
+        let trunks = Trunks::new(&config(vec![proxy]));
+        let at: IpAddr = "192.0.2.7".parse().expect("ip");
+        let challenge = trunks.admit(&invite("4711", None), at, 9);
+        assert_eq!(outcome(&challenge), "407 x2");
+        let Admission::Challenge(_, headers) = &challenge else { panic!("{}", outcome(&challenge)) };
+        assert!(headers.iter().all(|h| matches!(h, Header::ProxyAuthenticate(_))), "{headers:?}");
+        let good = answer("acme", "s3cret", &nonce_of(&challenge), "MD5", "4711");
+        let as_proxy = |a: &str| {
+            let text = invite("4711", Some(a.to_owned())).to_string().replace("Authorization:", "Proxy-Authorization:");
+            Request::try_from(text.as_str()).expect("a request")
+        };
+        assert_eq!(outcome(&trunks.admit(&as_proxy(&good), at, 10)), "call carrier");
+        let wrong = answer("acme", "guess", &nonce_of(&challenge), "MD5", "4711");
+        assert_eq!(outcome(&trunks.admit(&as_proxy(&wrong), at, 10)), "403 credentials");
     }
 
     #[test]
@@ -355,7 +394,7 @@ mod tests {
         let other: IpAddr = "192.0.2.8".parse().expect("ip");
         assert_eq!(outcome(&trunks.admit(&invite("4711", good()), other, now)), "403 credentials");
         let late = trunks.admit(&invite("4711", good()), at, now + NONCE_SECONDS + 1);
-        let Admission::Challenge(headers) = &late else { panic!("{}", outcome(&late)) };
+        let Admission::Challenge(_, headers) = &late else { panic!("{}", outcome(&late)) };
         assert!(headers[0].to_string().contains("stale=true"), "{}", headers[0]);
         // A forged nonce.
         let forged = answer("acme", "s3cret", &format!("{now:x}.00"), "MD5", "4711");
@@ -367,7 +406,7 @@ mod tests {
         let trunks = Trunks::new(&config(vec![TrunkConfig { digest: vec!["md5".into()], ..carrier() }]));
         let at: IpAddr = "192.0.2.7".parse().expect("ip");
         let challenge = trunks.admit(&invite("4711", None), at, 9);
-        let Admission::Challenge(headers) = &challenge else { panic!("{}", outcome(&challenge)) };
+        let Admission::Challenge(_, headers) = &challenge else { panic!("{}", outcome(&challenge)) };
         assert_eq!(headers.len(), 1);
         assert!(headers[0].to_string().contains("algorithm=MD5"), "{}", headers[0]);
         let nonce = nonce_of(&challenge);

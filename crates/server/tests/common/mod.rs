@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 use tutti_client::{Response, request};
 use tutti_server::{Config, Server};
 
-pub mod sip;
-
 pub fn http(addr: SocketAddr, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> Response {
     request(addr, method, path, content_type, body).expect("the API answers")
 }
