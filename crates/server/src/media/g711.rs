@@ -1,5 +1,6 @@
 //! G.711 legs (PCMU, PCMA: a phone, a PBX or a carrier trunk that offers
-//! no Opus), transcoded on the `rtp-in` thread that carries the leg's RTP:
+//! no Opus), and G.722 legs through [`super::g722`], transcoded on the
+//! `rtp-in` thread that carries the leg's RTP:
 //!
 //! ```text
 //! in:  G.711 8 kHz (any whole number of samples: 20 ms, 30 ms… joined and cut into 20 ms)
@@ -11,10 +12,16 @@
 //! PCM); the mixing core knows nothing of G.711. No allocation per packet
 //! but the Opus packet handed to the room (as for any leg); no I/O here.
 //!
-//! The resampling filter: one 192-tap low-pass (Blackman-windowed sinc,
-//! cut-off 3.7 kHz at 48 kHz), used as 6 phases of 32 taps to go up and
+//! The resampling filter ([`super::resample`]): a 192-tap low-pass,
+//! cut-off 3.7 kHz at 48 kHz, used as 6 phases of 32 taps to go up and
 //! whole to go down. Images and aliases from 6 kHz up are at least 60 dB
-//! down (the unit test's bound); the telephone band (300 to 3400 Hz) passes.
+//! down; the telephone band (300 to 3400 Hz) passes.
+//!
+//! A G.722 leg is the same transcoder with [`super::g722`]'s codec and its
+//! 16 kHz resampler in place of the table and the 8 kHz one (its RTP clock
+//! is 8 kHz too: one byte per tick, 160 bytes per 20 ms). A leg that was
+//! offered comfort noise (RFC 3389) sends [`super::comfort`]'s noise to the
+//! room from a CN packet until its next audio packet, made at the leg's rate.
 
 use std::sync::LazyLock;
 
@@ -22,86 +29,16 @@ use bytes::Bytes;
 use tutti_mix::{Decoder, Encoder, EncoderConfig, FRAME_SAMPLES, Pcm, level_of};
 use tutti_rtc::plain::Codec;
 
+use super::comfort::ComfortNoise;
+use super::g722::{G722In, G722Out, WIDE_FRAME};
+use super::resample::{Downsampler, TO_8K, TO_16K, Upsampler};
+
 /// 48 kHz samples per 8 kHz sample.
 const FACTOR: usize = 6;
-/// 8 kHz samples per 20 ms frame.
+/// 8 kHz samples (and G.711 or G.722 bytes) per 20 ms frame.
 pub(crate) const NARROW_FRAME: usize = FRAME_SAMPLES / FACTOR;
-/// Taps of the low-pass filter (at 48 kHz).
-const TAPS: usize = 192;
-/// Taps per phase when going up.
-const PHASE_TAPS: usize = TAPS / FACTOR;
-/// Most 8 kHz samples one packet may carry (120 ms): a longer payload is refused.
+/// Most bytes one packet may carry (120 ms): a longer payload is refused.
 const MAX_PACKET_SAMPLES: usize = 960;
-
-/// The low-pass filter, unity gain at 0 Hz.
-static FILTER: LazyLock<[f32; TAPS]> = LazyLock::new(|| {
-    let cutoff = 3_700.0 / 48_000.0;
-    let mid = (TAPS - 1) as f64 / 2.0;
-    let mut h = [0f64; TAPS];
-    for (i, tap) in h.iter_mut().enumerate() {
-        let t = i as f64 - mid;
-        let sinc = if t == 0.0 {
-            2.0 * cutoff
-        } else {
-            (2.0 * std::f64::consts::PI * cutoff * t).sin() / (std::f64::consts::PI * t)
-        };
-        let x = 2.0 * std::f64::consts::PI * i as f64 / (TAPS - 1) as f64;
-        *tap = sinc * (0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos());
-    }
-    let sum: f64 = h.iter().sum();
-    h.map(|v| (v / sum) as f32)
-});
-
-/// 8 kHz to 48 kHz, one 20 ms frame at a time, keeping the history across frames.
-pub(crate) struct Upsampler {
-    /// The last `PHASE_TAPS - 1` input samples, then the frame's.
-    buf: [f32; PHASE_TAPS - 1 + NARROW_FRAME],
-}
-
-impl Upsampler {
-    pub(crate) fn new() -> Self {
-        Self { buf: [0.0; PHASE_TAPS - 1 + NARROW_FRAME] }
-    }
-
-    /// Resamples one frame of 160 samples into `out` (960).
-    pub(crate) fn process(&mut self, input: &[f32; NARROW_FRAME], out: &mut Pcm) {
-        let h = &*FILTER;
-        self.buf[PHASE_TAPS - 1..].copy_from_slice(input);
-        for m in 0..NARROW_FRAME {
-            for p in 0..FACTOR {
-                let mut acc = 0.0;
-                for k in 0..PHASE_TAPS {
-                    acc += h[k * FACTOR + p] * self.buf[PHASE_TAPS - 1 + m - k];
-                }
-                out[m * FACTOR + p] = acc * FACTOR as f32;
-            }
-        }
-        self.buf.copy_within(NARROW_FRAME.., 0);
-    }
-}
-
-/// 48 kHz to 8 kHz: low-pass, then every 6th sample.
-pub(crate) struct Downsampler {
-    /// The last `TAPS - 1` input samples, then the frame's.
-    buf: Box<[f32; TAPS - 1 + FRAME_SAMPLES]>,
-}
-
-impl Downsampler {
-    pub(crate) fn new() -> Self {
-        Self { buf: Box::new([0.0; TAPS - 1 + FRAME_SAMPLES]) }
-    }
-
-    /// Resamples one frame of 960 samples into `out` (160).
-    pub(crate) fn process(&mut self, input: &Pcm, out: &mut [f32; NARROW_FRAME]) {
-        let h = &*FILTER;
-        self.buf[TAPS - 1..].copy_from_slice(input);
-        for (m, o) in out.iter_mut().enumerate() {
-            let end = TAPS - 1 + m * FACTOR;
-            *o = h.iter().zip(self.buf[end + 1 - TAPS..=end].iter().rev()).map(|(a, b)| a * b).sum();
-        }
-        self.buf.copy_within(FRAME_SAMPLES.., 0);
-    }
-}
 
 /// µ-law byte to linear (ITU-T G.711), as a 256-entry table.
 static ULAW: LazyLock<[i16; 256]> = LazyLock::new(|| {
@@ -191,15 +128,21 @@ pub(crate) struct RoomFrame {
     pub(crate) timestamp: u32,
 }
 
-/// One G.711 leg's transcoding, both ways.
+/// What a leg's bytes are: G.711 (a table per byte, the 8 kHz resampler) or
+/// G.722 (its codec and the 16 kHz resampler, each way with its own state).
+enum Narrow {
+    G711 { up: Upsampler, down: Downsampler },
+    G722 { decode: Box<G722In>, encode: Box<G722Out> },
+}
+
+/// One G.711 or G.722 leg's transcoding, both ways.
 pub(crate) struct Transcoder {
     codec: Codec,
     encoder: Encoder,
     decoder: Decoder,
-    up: Upsampler,
-    down: Downsampler,
-    /// 8 kHz samples received and not yet a whole frame.
-    pending: [f32; NARROW_FRAME],
+    narrow_codec: Narrow,
+    /// Bytes received (one per 8 kHz tick) and not yet a whole frame.
+    pending: [u8; NARROW_FRAME],
     pending_len: usize,
     /// The timestamp (8 kHz) the next received sample should have.
     next_ts: Option<u32>,
@@ -207,11 +150,15 @@ pub(crate) struct Transcoder {
     seq: u16,
     next_frame: Option<u32>,
     wide: Box<Pcm>,
-    narrow: [f32; NARROW_FRAME],
+    narrow: [f32; WIDE_FRAME],
+    /// Comfort noise (RFC 3389) since a CN packet, until the next audio
+    /// packet, and the timestamp of its next frame.
+    noise: ComfortNoise,
+    noise_ts: u32,
 }
 
 impl Transcoder {
-    /// A leg of `codec` (PCMU or PCMA). Its Opus encoder: voice, mono, no
+    /// A leg of `codec` (PCMU, PCMA or G.722). Its Opus encoder: voice, mono, no
     /// in-band FEC (the packets go straight into the room, nothing is
     /// lost), complexity 1: this encode is most of a phone leg's cost, and
     /// at 1 SILK quantises without delayed decision, about half the time of
@@ -219,31 +166,42 @@ impl Transcoder {
     /// the `rtp-in` thread), for a source that is 8 kHz G.711 anyway.
     pub(crate) fn new(codec: Codec) -> Result<Self, TranscoderError> {
         let cfg = EncoderConfig { complexity: 1, bitrate_bps: 32_000, inband_fec: false, ..EncoderConfig::default() };
+        let narrow_codec = match codec {
+            Codec::G722 => Narrow::G722 { decode: Box::new(G722In::new()), encode: Box::new(G722Out::new()) },
+            _ => Narrow::G711 { up: Upsampler::new(&TO_8K), down: Downsampler::new(&TO_8K) },
+        };
         Ok(Self {
             codec,
             encoder: Encoder::new(&cfg)?,
             decoder: Decoder::new()?,
-            up: Upsampler::new(),
-            down: Downsampler::new(),
-            pending: [0.0; NARROW_FRAME],
+            narrow_codec,
+            pending: [0; NARROW_FRAME],
             pending_len: 0,
             next_ts: None,
             seq: 0,
             next_frame: None,
             wide: Box::new([0.0; FRAME_SAMPLES]),
-            narrow: [0.0; NARROW_FRAME],
+            narrow: [0.0; WIDE_FRAME],
+            noise: ComfortNoise::new(),
+            noise_ts: 0,
         })
     }
 
-    /// Takes one received G.711 payload (8 kHz `timestamp`); calls `frame`
+    /// The rate of the samples [`Self::encode_narrow`] takes: 8000 (G.711) or 16000 (G.722).
+    pub(crate) fn rate(&self) -> u32 {
+        if self.codec == Codec::G722 { 16_000 } else { 8_000 }
+    }
+
+    /// Takes one received payload (8 kHz `timestamp`); calls `frame`
     /// for each whole 20 ms frame it completes (none, one or more). A
     /// payload that does not follow the last one (a loss, a new talkspurt)
     /// drops the part frame before it. False when the payload is empty or
-    /// longer than 120 ms (dropped).
+    /// longer than 120 ms (dropped). It ends comfort noise.
     pub(crate) fn receive(&mut self, timestamp: u32, payload: &[u8], mut frame: impl FnMut(RoomFrame)) -> bool {
         if payload.is_empty() || payload.len() > MAX_PACKET_SAMPLES {
             return false;
         }
+        self.noise.stop();
         if self.next_ts != Some(timestamp) {
             self.pending_len = 0;
         }
@@ -263,20 +221,33 @@ impl Transcoder {
     }
 
     fn push(&mut self, bytes: &[u8]) {
-        for (slot, b) in self.pending[self.pending_len..].iter_mut().zip(bytes) {
-            *slot = decode(self.codec, *b);
-        }
+        self.pending[self.pending_len..self.pending_len + bytes.len()].copy_from_slice(bytes);
         self.pending_len += bytes.len();
     }
 
     fn encode_pending(&mut self, timestamp: u32) -> RoomFrame {
         self.pending_len = 0;
+        match &mut self.narrow_codec {
+            Narrow::G711 { up, .. } => {
+                let narrow: &mut [f32; NARROW_FRAME] =
+                    (&mut self.narrow[..NARROW_FRAME]).try_into().expect("160 of 320");
+                for (slot, b) in narrow.iter_mut().zip(&self.pending) {
+                    *slot = decode(self.codec, *b);
+                }
+                up.process(narrow, &mut self.wide);
+            }
+            Narrow::G722 { decode, .. } => decode.decode(&self.pending, &mut self.wide),
+        }
+        self.room_frame(timestamp)
+    }
+
+    /// `wide` as the room's next frame, at `timestamp`.
+    fn room_frame(&mut self, timestamp: u32) -> RoomFrame {
         // Frames lost before this one (up to a second's) leave their sequence
         // numbers unused, as the lost packets of an Opus leg would.
         let lost = self.next_frame.map_or(0, |n| timestamp.wrapping_sub(n) / NARROW_FRAME as u32);
         self.seq = self.seq.wrapping_add(1).wrapping_add(if lost < 50 { lost as u16 } else { 0 });
         self.next_frame = Some(timestamp.wrapping_add(NARROW_FRAME as u32));
-        self.up.process(&self.pending, &mut self.wide);
         RoomFrame {
             payload: self.encoder.encode(&self.wide),
             level: level_of(&self.wide[..]),
@@ -285,61 +256,116 @@ impl Transcoder {
         }
     }
 
-    /// The leg's 20 ms of the room (an Opus payload) as 160 G.711 bytes in
-    /// `out`; `None` when the payload does not decode (then nothing is sent).
+    /// Takes a comfort noise packet (RFC 3389; 8 kHz `timestamp`): the leg
+    /// makes noise at its level from then on, a frame per
+    /// [`Self::comfort_noise`], until its next audio packet. False when the
+    /// payload is empty (dropped).
+    pub(crate) fn comfort(&mut self, timestamp: u32, payload: &[u8]) -> bool {
+        if !self.noise.start(payload) {
+            return false;
+        }
+        self.noise_ts = timestamp;
+        self.pending_len = 0;
+        self.next_ts = None;
+        true
+    }
+
+    /// One 20 ms frame of comfort noise for the room (one per tick), when
+    /// the last packet was a CN one; `None` otherwise.
+    pub(crate) fn comfort_noise(&mut self) -> Option<RoomFrame> {
+        // Made at the leg's rate and resampled as its audio is: noise in the phone's band.
+        match &mut self.narrow_codec {
+            Narrow::G711 { up, .. } => {
+                let narrow = &mut self.narrow[..NARROW_FRAME];
+                if !self.noise.fill(narrow) {
+                    return None;
+                }
+                up.process(narrow, &mut self.wide);
+            }
+            Narrow::G722 { decode, .. } => {
+                if !self.noise.fill(&mut self.narrow) {
+                    return None;
+                }
+                decode.upsample(&self.narrow, &mut self.wide);
+            }
+        }
+        let ts = self.noise_ts;
+        self.noise_ts = ts.wrapping_add(NARROW_FRAME as u32);
+        Some(self.room_frame(ts))
+    }
+
+    /// The leg's 20 ms of the room (an Opus payload) as 160 bytes of its
+    /// codec in `out`; `None` when the payload does not decode (then nothing is sent).
     pub(crate) fn send(&mut self, opus: &[u8], out: &mut [u8; NARROW_FRAME]) -> Option<()> {
         self.decoder.decode(opus, &mut self.wide).ok()?;
-        self.down.process(&self.wide, &mut self.narrow);
-        self.encode_narrow(&self.narrow, out);
+        match &mut self.narrow_codec {
+            Narrow::G711 { down, .. } => {
+                down.process(&self.wide, &mut self.narrow[..NARROW_FRAME]);
+                let narrow = self.narrow;
+                self.encode_narrow(&narrow[..NARROW_FRAME], out);
+            }
+            Narrow::G722 { encode, .. } => encode.encode(&self.wide, out),
+        }
         Some(())
     }
 
-    /// 20 ms at 8 kHz as 160 bytes of the leg's G.711 (a table lookup per sample).
-    pub(crate) fn encode_narrow(&self, narrow: &[f32; NARROW_FRAME], out: &mut [u8; NARROW_FRAME]) {
-        for (o, s) in out.iter_mut().zip(narrow) {
-            *o = encode(self.codec, *s);
+    /// 20 ms at [`Self::rate`] (160 or 320 samples) as 160 bytes of the leg's
+    /// codec: G.711 a table lookup per sample, G.722 its encoder.
+    pub(crate) fn encode_narrow(&mut self, narrow: &[f32], out: &mut [u8; NARROW_FRAME]) {
+        match &mut self.narrow_codec {
+            Narrow::G711 { .. } => {
+                for (o, s) in out.iter_mut().zip(narrow) {
+                    *o = encode(self.codec, *s);
+                }
+            }
+            Narrow::G722 { encode, .. } => encode.encode_16k(narrow, out),
         }
     }
 }
 
-/// A room's listener mix at 8 kHz, decoded and resampled once per tick for
-/// every G.711 leg of the room on this thread that hears it (a selected
-/// speaker hears its own mix without itself, transcoded by its own
-/// [`Transcoder`]). A hundred phone listeners cost one Opus decode and one
-/// resampling, not a hundred; each leg's G.711 encode stays its own (a
-/// table lookup per sample, and PCMU and PCMA legs may share the room).
+/// A room's listener mix at 8 kHz (for its G.711 legs) or 16 kHz (G.722),
+/// decoded and resampled once per tick for every such leg of the room on
+/// this thread that hears it (a selected speaker hears its own mix without
+/// itself, transcoded by its own [`Transcoder`]). A hundred phone listeners
+/// cost one Opus decode and one resampling per rate, not a hundred; each
+/// leg's encode stays its own (a table lookup per sample for G.711, PCMU
+/// and PCMA legs may share the room; G.722's ADPCM has state per leg).
 pub(crate) struct SharedNarrow {
     decoder: Decoder,
     down: Downsampler,
     wide: Box<Pcm>,
-    narrow: [f32; NARROW_FRAME],
+    narrow: [f32; WIDE_FRAME],
+    frame: usize,
     /// The tick `narrow` holds, and whether it decoded.
     tick: Option<(u64, bool)>,
 }
 
 impl SharedNarrow {
-    pub(crate) fn new() -> Result<Self, TranscoderError> {
+    /// The listener mix at `rate` (8000 or 16000, a leg's [`Transcoder::rate`]).
+    pub(crate) fn new(rate: u32) -> Result<Self, TranscoderError> {
+        let filter = if rate == 16_000 { &TO_16K } else { &TO_8K };
         Ok(Self {
             decoder: Decoder::new()?,
-            down: Downsampler::new(),
+            down: Downsampler::new(filter),
             wide: Box::new([0.0; FRAME_SAMPLES]),
-            narrow: [0.0; NARROW_FRAME],
+            narrow: [0.0; WIDE_FRAME],
+            frame: filter.frame(),
             tick: None,
         })
     }
 
-    /// The listener mix of `tick` (its Opus payload `opus`) at 8 kHz: decoded
+    /// The listener mix of `tick` (its Opus payload `opus`) at the rate: decoded
     /// on the first call of the tick, the same samples after; `None` when it
     /// does not decode.
-    pub(crate) fn of(&mut self, tick: u64, opus: &[u8]) -> Option<&[f32; NARROW_FRAME]> {
+    pub(crate) fn of(&mut self, tick: u64, opus: &[u8]) -> Option<&[f32]> {
         if self.tick.is_none_or(|(t, _)| t != tick) {
             let ok = self.decoder.decode(opus, &mut self.wide).is_ok();
             if ok {
-                self.down.process(&self.wide, &mut self.narrow);
+                self.down.process(&self.wide, &mut self.narrow[..self.frame]);
             }
             self.tick = Some((tick, ok));
         }
-        self.tick.is_some_and(|(_, ok)| ok).then_some(&self.narrow)
+        self.tick.is_some_and(|(_, ok)| ok).then_some(&self.narrow[..self.frame])
     }
 }
 
@@ -347,14 +373,7 @@ impl SharedNarrow {
 mod tests {
     use super::*;
 
-    /// RMS of a signal, in dB.
-    fn db(x: &[f32]) -> f32 {
-        10.0 * (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).log10()
-    }
-
-    fn sine(freq: f32, rate: f32, n: usize, amp: f32) -> Vec<f32> {
-        (0..n).map(|i| amp * (std::f32::consts::TAU * freq * i as f32 / rate).sin()).collect()
-    }
+    use crate::media::resample::tests::{db, sine};
 
     #[test]
     fn g711_tables_match_the_standard_and_round_trip_a_tone_within_half_a_db() {
@@ -376,49 +395,6 @@ mod tests {
                 let (a, b) = (db(&tone), db(&back));
                 assert!((a - b).abs() < 0.5, "{codec:?} at {amp}: {a} dB in, {b} dB out");
             }
-        }
-    }
-
-    /// Runs `input` through the up-sampler, frame by frame.
-    fn up(input: &[f32]) -> Vec<f32> {
-        let mut u = Upsampler::new();
-        let mut out = Vec::new();
-        for f in input.chunks_exact(NARROW_FRAME) {
-            let mut wide = [0.0; FRAME_SAMPLES];
-            u.process(f.try_into().expect("a frame"), &mut wide);
-            out.extend_from_slice(&wide);
-        }
-        out
-    }
-
-    fn down(input: &[f32]) -> Vec<f32> {
-        let mut d = Downsampler::new();
-        let mut out = Vec::new();
-        for f in input.chunks_exact(FRAME_SAMPLES) {
-            let mut narrow = [0.0; NARROW_FRAME];
-            d.process(f.try_into().expect("a frame"), &mut narrow);
-            out.extend_from_slice(&narrow);
-        }
-        out
-    }
-
-    #[test]
-    fn the_resampler_passes_1_khz_and_rejects_6_khz() {
-        // Down: 1 kHz passes within 0.5 dB, 6 kHz (which would alias to 2 kHz) is 60 dB down.
-        let (pass, reject) = (sine(1_000.0, 48_000.0, 48_000, 0.5), sine(6_000.0, 48_000.0, 48_000, 0.5));
-        let (p, r) = (down(&pass), down(&reject));
-        let settled = |x: &[f32]| x[800..].to_vec();
-        assert!((db(&settled(&p)) - db(&pass)).abs() < 0.5, "1 kHz: {} dB of {}", db(&p), db(&pass));
-        assert!(db(&settled(&r)) - db(&reject) < -60.0, "6 kHz leaks at {} dB", db(&settled(&r)) - db(&reject));
-        // Up: 1 kHz passes within 0.5 dB, and its images (7 kHz, 9 kHz) are 60 dB down.
-        let narrow = sine(1_000.0, 8_000.0, 8_000, 0.5);
-        let wide = up(&narrow);
-        let w = &wide[4_800..];
-        assert!((db(w) - db(&narrow)).abs() < 0.5, "1 kHz: {} dB of {}", db(w), db(&narrow));
-        let at = |f: f32| tutti_mix::goertzel(w, f);
-        assert!(at(1_000.0) > 0.45, "{}", at(1_000.0));
-        for image in [7_000.0, 9_000.0] {
-            assert!(at(image) < 0.0005, "image at {image} Hz: {}", at(image));
         }
     }
 
@@ -467,10 +443,10 @@ mod tests {
             caller.receive(160 * i as u32, packet, |f| stream.push(f.payload));
         }
         let mut own = [Transcoder::new(Codec::Pcmu).expect("a leg"), Transcoder::new(Codec::Pcma).expect("a leg")];
-        let legs = [Transcoder::new(Codec::Pcmu).expect("a leg"), Transcoder::new(Codec::Pcma).expect("a leg")];
-        let mut shared = SharedNarrow::new().expect("a decoder");
+        let mut legs = [Transcoder::new(Codec::Pcmu).expect("a leg"), Transcoder::new(Codec::Pcma).expect("a leg")];
+        let mut shared = SharedNarrow::new(8_000).expect("a decoder");
         for (tick, opus) in stream.iter().enumerate() {
-            for (leg, own) in legs.iter().zip(own.iter_mut()) {
+            for (leg, own) in legs.iter_mut().zip(own.iter_mut()) {
                 let (mut a, mut b) = ([0u8; NARROW_FRAME], [0u8; NARROW_FRAME]);
                 own.send(opus, &mut a).expect("decodes");
                 // Asked by each leg of the tick: decoded on the first ask only.
@@ -482,6 +458,72 @@ mod tests {
         // payload that would not decode changes nothing); a new tick does.
         assert!(shared.of(24, &[0x10, 0, 0]).is_some());
         assert!(shared.of(25, &[0x10, 0, 0]).is_none(), "40 ms, not a 20 ms frame");
+    }
+
+    #[test]
+    fn a_cn_packet_makes_frames_at_its_level_until_the_next_audio_packet() {
+        for codec in [Codec::Pcmu, Codec::G722] {
+            let mut leg = Transcoder::new(codec).expect("a leg");
+            assert!(leg.comfort_noise().is_none(), "no CN packet yet: no noise");
+            assert!(!leg.comfort(8_000, &[]), "an empty CN payload is dropped");
+            assert!(leg.comfort(8_000, &[40]), "-40 dBov");
+            let frames: Vec<RoomFrame> = (0..10).filter_map(|_| leg.comfort_noise()).collect();
+            let levels: Vec<u8> = frames.iter().map(|f| f.level).collect();
+            assert_eq!(frames.len(), 10, "{codec:?}: a frame per tick until the next audio packet");
+            let starts: Vec<u32> = frames.iter().take(3).map(|f| f.timestamp).collect();
+            assert_eq!(starts, [8_000, 8_160, 8_320], "on the CN packet's clock");
+            assert!(frames.windows(2).all(|w| w[1].seq == w[0].seq.wrapping_add(1)));
+            assert!(levels[2..].iter().all(|l| (39..=41).contains(l)), "{codec:?}: {levels:?}");
+            // The room hears noise near that level (Opus keeps the band it codes).
+            let (mut decoder, mut pcm) = (Decoder::new().expect("a decoder"), [0.0; FRAME_SAMPLES]);
+            for f in &frames {
+                decoder.decode(&f.payload, &mut pcm).expect("decodes");
+            }
+            assert!((db(&pcm) + 40.0).abs() < 6.0, "{codec:?}: the room hears {} dB", db(&pcm));
+            // The next audio packet ends it.
+            assert!(leg.receive(9_600, &[0xFF; NARROW_FRAME], |_| {}));
+            assert!(leg.comfort_noise().is_none(), "{codec:?}: audio again, no noise");
+        }
+    }
+
+    #[test]
+    fn a_g722_leg_carries_a_tone_both_ways_and_shares_the_16_khz_listener_mix() {
+        // In: 20 ms G.722 packets of a 1 kHz tone become the room's Opus frames holding it.
+        let mut out = super::super::g722::G722Out::new();
+        let tone = sine(1_000.0, 48_000.0, 48_000, 0.3);
+        let mut packets = Vec::new();
+        for f in tone.chunks_exact(FRAME_SAMPLES) {
+            let mut bytes = [0u8; NARROW_FRAME];
+            out.encode(f.try_into().expect("a frame"), &mut bytes);
+            packets.push(bytes);
+        }
+        let mut leg = Transcoder::new(Codec::G722).expect("a leg");
+        assert_eq!(leg.rate(), 16_000);
+        let mut stream = Vec::new();
+        for (i, p) in packets.iter().enumerate() {
+            assert!(leg.receive(160 * i as u32, p, |f| stream.push(f)));
+        }
+        assert_eq!(stream.len(), 50, "one frame per 160 bytes");
+        assert!(stream.last().is_some_and(|f| f.level < 20), "a 0.3 tone is loud");
+        // Out: a leg's own transcode and the shared 16 kHz mix send the same bytes; they hold the tone.
+        let (mut own, mut shared_leg) =
+            (Transcoder::new(Codec::G722).expect("a leg"), Transcoder::new(Codec::G722).expect("a leg"));
+        let mut shared = SharedNarrow::new(16_000).expect("a decoder");
+        let mut heard = super::super::g722::G722In::new();
+        let mut wide = Vec::new();
+        for (tick, f) in stream.iter().enumerate() {
+            let (mut a, mut b) = ([0u8; NARROW_FRAME], [0u8; NARROW_FRAME]);
+            own.send(&f.payload, &mut a).expect("decodes");
+            let pcm = shared.of(tick as u64, &f.payload).expect("decodes");
+            assert_eq!(pcm.len(), 320, "16 kHz");
+            shared_leg.encode_narrow(pcm, &mut b);
+            assert_eq!(a, b, "tick {tick}: the shared 16 kHz mix and the leg's own differ");
+            let mut pcm = [0.0; FRAME_SAMPLES];
+            heard.decode(&a, &mut pcm);
+            wide.extend_from_slice(&pcm);
+        }
+        let at = tutti_mix::goertzel(&wide[24_000..], 1_000.0);
+        assert!(at > 0.2, "the G.722 leg hears the tone at {at}");
     }
 
     /// What one leg costs per 20 ms both ways (printed; run with `--nocapture`).

@@ -13,14 +13,17 @@
 //! ```
 
 mod clock;
+mod comfort;
 mod command;
 mod g711;
+mod g722;
 mod io;
 mod keys;
 mod lobby;
 pub(crate) mod mesh;
 mod plain;
 mod plain_srtp;
+mod resample;
 mod shed;
 mod socket;
 mod tcp;
@@ -381,7 +384,8 @@ impl MediaHandle {
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events, .. } = offer;
+        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events, comfort_noise, .. } =
+            offer;
         let srtp = match srtp.map(|s| plain_srtp::Srtp::new(&s)) {
             None => None,
             Some(Ok(s)) => Some(Box::new(s)),
@@ -390,7 +394,19 @@ impl MediaHandle {
                 return false;
             }
         };
-        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, srtp, listen_only })
+        p.add(plain::NewPlain {
+            id,
+            room,
+            remote,
+            comedia,
+            ssrc,
+            codec,
+            payload_type,
+            events,
+            comfort_noise,
+            srtp,
+            listen_only,
+        })
     }
 
     /// Tells the plain RTP thread's lobby (legs answered, in no room yet:
