@@ -59,8 +59,9 @@ use tutti_client::{JoinAs, ToneClient, run_until};
 use tutti_server::Config;
 
 use sip_common::{
-    Baresip, Caller, LOCAL, caller_attributes, free_sip_port, free_udp_port, hears_600, pin_wrong_then_right, refused,
-    room_with_talker, room_with_talker_on, roster, sip_config, talks_both_ways, wait_roster,
+    Baresip, Caller, LOCAL, call_in, caller_attributes, final_response, free_sip_port, free_udp_port, header,
+    hears_600, in_dialog, pin_wrong_then_right, receive, refused, request, room_with_talker, room_with_talker_on,
+    roster, sip_config, talks_both_ways, wait_roster,
 };
 
 #[test]
@@ -148,18 +149,6 @@ fn baresip_with_pcmu_only_talks_with_the_room() {
     rt.block_on(server.shutdown());
 }
 
-/// A SIP request from the test's UDP socket.
-fn request(method: &str, ruri: &str, local: SocketAddr, call: &str, sdp: &str) -> String {
-    let ctype = if sdp.is_empty() { String::new() } else { "Content-Type: application/sdp\r\n".to_owned() };
-    format!(
-        "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call};rport\r\nMax-Forwards: 70\r\n\
-         From: <sip:probe@{ip}>;tag=t{call}\r\nTo: <{ruri}>\r\nCall-ID: {call}@test\r\nCSeq: 1 {method}\r\n\
-         Contact: <sip:probe@{local}>\r\n{ctype}Content-Length: {len}\r\n\r\n{sdp}",
-        ip = local.ip(),
-        len = sdp.len(),
-    )
-}
-
 /// The status codes of the responses to `call` within `within` (the last one final).
 fn statuses(socket: &UdpSocket, call: &str, within: Duration) -> Vec<u16> {
     let end = Instant::now() + within;
@@ -181,53 +170,9 @@ fn statuses(socket: &UdpSocket, call: &str, within: Duration) -> Vec<u16> {
     got
 }
 
-/// The first message within `within` that `want` takes.
-fn receive(socket: &UdpSocket, within: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
-    let end = Instant::now() + within;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < end {
-        let Ok(n) = socket.recv(&mut buf) else { continue };
-        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-        if want(&text) {
-            return Some(text);
-        }
-    }
-    None
-}
-
 /// The next request `method` tutti sends (a BYE), within `within`.
 fn next_request(socket: &UdpSocket, method: &str, within: Duration) -> Option<String> {
     receive(socket, within, |text| text.starts_with(&format!("{method} ")))
-}
-
-/// A header's value in a SIP message (full name or compact form).
-fn header<'a>(msg: &'a str, name: &str, compact: &str) -> &'a str {
-    msg.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim().eq_ignore_ascii_case(name) || k.trim().eq_ignore_ascii_case(compact)).then_some(v.trim())
-        })
-        .unwrap_or_default()
-}
-
-/// The final response to `call`'s INVITE, whole.
-fn final_response(socket: &UdpSocket, call: &str, within: Duration) -> Option<String> {
-    receive(socket, within, |text| {
-        text.starts_with("SIP/2.0 ")
-            && !text.starts_with("SIP/2.0 1")
-            && header(text, "Call-ID", "i") == format!("{call}@test")
-            && header(text, "CSeq", "").ends_with("INVITE")
-    })
-}
-
-/// The in-dialog request `method` (CSeq `seq`) of `call` after a 200 whose To carries tutti's tag.
-fn in_dialog(method: &str, local: SocketAddr, call: &str, to: &str, seq: u32) -> String {
-    format!(
-        "{method} sip:tutti@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call}{method}{seq};rport\r\n\
-         Max-Forwards: 70\r\nFrom: <sip:probe@{ip}>;tag=t{call}\r\nTo: {to}\r\nCall-ID: {call}@test\r\n\
-         CSeq: {seq} {method}\r\nContent-Length: 0\r\n\r\n",
-        ip = local.ip(),
-    )
 }
 
 fn ask(socket: &UdpSocket, to: SocketAddr, method: &str, ruri: &str, call: &str, sdp: &str) -> Vec<u16> {
@@ -598,42 +543,6 @@ fn pump_all(
 /// The keys of the `keypad` events seen for participant `id`.
 fn keys_of(seen: &[serde_json::Value], id: u64) -> String {
     seen.iter().filter(|v| v["type"] == "keypad" && v["id"] == id).filter_map(|v| v["digit"].as_str()).collect()
-}
-
-/// Calls `room` at `sip` from `socket` (call `call`), offering a new RTP
-/// socket with `media` (the m=audio line's formats, then its attributes);
-/// acknowledges the 200. Returns the answer, its To, the RTP socket and the
-/// answer's media port.
-fn call_in(
-    socket: &UdpSocket,
-    sip: SocketAddr,
-    room: &str,
-    call: &str,
-    media: &str,
-) -> (String, String, UdpSocket, u16) {
-    let local = socket.local_addr().expect("bound");
-    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
-    let port = rtp.local_addr().expect("bound").port();
-    let sdp = format!(
-        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio {port} RTP/AVP {media}"
-    );
-    socket.send_to(request("INVITE", &format!("sip:{room}@{sip}"), local, call, &sdp).as_bytes(), sip).expect("send");
-    let ok = final_response(socket, call, Duration::from_secs(3)).expect("a final answer");
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
-    let to = header(&ok, "To", "t").to_owned();
-    socket.send_to(in_dialog("ACK", local, call, &to, 1).as_bytes(), sip).expect("send");
-    let port = media_port(&ok);
-    (ok, to, rtp, port)
-}
-
-/// The m=audio port of an answer.
-fn media_port(answer: &str) -> u16 {
-    answer
-        .lines()
-        .find_map(|l| l.strip_prefix("m=audio "))
-        .and_then(|l| l.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .expect("the answer's m=audio port")
 }
 
 /// An INFO of `call` carrying `body` as `content_type`.

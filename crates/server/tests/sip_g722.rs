@@ -10,15 +10,25 @@
 //! - PIN dispatch over G.722: a wrong PIN (twice, by RFC 4733) hears the
 //!   spoken prompts (transcoded to G.722) and gets a BYE, never a
 //!   participant; the right PIN joins the room and talks both ways.
+//!
+//! Comfort noise (RFC 3389), with a phone made in the test (raw SIP and
+//! RTP: Debian's baresip 1.0 sends no CN): its PCMA offer with `CN/8000`
+//! is answered with CN; after a second of A-law silence it sends one CN
+//! packet naming -30 dBov and then nothing, and the WebRTC participant
+//! hears noise near that level (the room's noise suppression off); its next audio packets (silence) end it.
 
 mod common;
 mod ops_tools;
 #[path = "common/sip.rs"]
 mod sip_common;
 
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use sip_common::{Baresip, LOCAL, pin_wrong_then_right, room_with_talker, roster, wav_tone};
+use sip_common::{
+    Baresip, LOCAL, call_in, in_dialog, pin_wrong_then_right, room_with_talker, room_with_talker_on, roster,
+    sip_config, wav_tone,
+};
 use tutti_client::{JoinAs, ToneClient, run_until};
 
 #[test]
@@ -64,4 +74,62 @@ fn baresip_over_g722_talks_with_the_room_both_ways_in_wideband() {
 #[test]
 fn baresip_over_g722_enters_a_pin_wrong_then_right() {
     pin_wrong_then_right("g722.so", "G722", 16_000, "the G.722 caller");
+}
+
+/// RMS of what `webrtc` heard over the last `seconds`.
+fn rms_heard(webrtc: &ToneClient, seconds: f32) -> f32 {
+    let pcm = webrtc.heard_since(Instant::now() - Duration::from_secs_f32(seconds));
+    (pcm.iter().map(|x| x * x).sum::<f32>() / pcm.len().max(1) as f32).sqrt()
+}
+
+#[test]
+fn a_phones_comfort_noise_is_heard_at_its_level_until_its_next_audio_packet() {
+    // The room's noise suppression (on for phones by default) would take
+    // the noise out in part: off here, so the level is the leg's.
+    let mut cfg = sip_config("127.0.0.0/8");
+    cfg.room.noise_suppression = "off".into();
+    let (rt, server, api, sip, mut webrtc) = room_with_talker_on(cfg, "quiet");
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let (ok, to, rtp, port) = call_in(&socket, sip, "quiet", "cn", "8 13\r\na=rtpmap:13 CN/8000\r\n");
+    assert!(ok.contains("RTP/AVP 8 13\r\n") && ok.contains("a=rtpmap:13 CN/8000\r\n"), "CN answered: {ok}");
+    let tutti = SocketAddr::from(([127, 0, 0, 1], port));
+    let (mut seq, mut ts) = (0u16, 0u32);
+    // `ticks` of 20 ms, sending `payload` on `pt` each tick (`None`: nothing), the WebRTC participant running.
+    let mut run = |ticks: u32, packet: Option<(u8, &[u8])>, webrtc: &mut ToneClient| {
+        for _ in 0..ticks {
+            if let Some((pt, payload)) = packet {
+                let mut p = vec![0x80, pt];
+                p.extend_from_slice(&seq.to_be_bytes());
+                p.extend_from_slice(&ts.to_be_bytes());
+                p.extend_from_slice(&0x0C0F_FEE0u32.to_be_bytes());
+                p.extend_from_slice(payload);
+                rtp.send_to(&p, tutti).expect("send");
+                seq = seq.wrapping_add(1);
+            }
+            ts = ts.wrapping_add(160);
+            let mut refs = [&mut *webrtc];
+            run_until(&mut refs, Instant::now() + Duration::from_millis(20), |_| false);
+        }
+    };
+    let silence = [0xD5u8; 160];
+    run(75, Some((8, &silence)), &mut webrtc);
+    assert_eq!(roster(api, "quiet").len(), 2, "the phone is in the room");
+    let quiet = rms_heard(&webrtc, 0.5);
+    // One CN packet: -30 dBov (RMS 0.032), then nothing for 1.5 s.
+    run(1, Some((13, &[30])), &mut webrtc);
+    run(75, None, &mut webrtc);
+    let noise = rms_heard(&webrtc, 1.0);
+    // Audio again (silence): the noise ends.
+    run(50, Some((8, &silence)), &mut webrtc);
+    let after = rms_heard(&webrtc, 0.5);
+    eprintln!(
+        "comfort noise: RMS {quiet:.4} in silence, {noise:.4} after CN at -30 dBov, {after:.4} after audio again"
+    );
+    assert!(quiet < 0.003, "A-law silence is quiet: {quiet}");
+    assert!((0.016..0.064).contains(&noise), "-30 dBov of noise (RMS 0.032 within 6 dB) heard at {noise}");
+    assert!(after < 0.003, "the next audio packet ends the noise: {after}");
+    let local = socket.local_addr().expect("bound");
+    socket.send_to(in_dialog("BYE", local, "cn", &to, 2).as_bytes(), sip).expect("send a BYE");
+    rt.block_on(server.shutdown());
 }

@@ -1,7 +1,8 @@
 //! Helpers of the SIP tests with real peers (`sip.rs`, `sip_g722.rs`):
 //! a server with the SIP edge and a WebRTC talker, baresip dialling it
 //! (its config, console keys, what it heard), the roster and the refusal
-//! counter, and the PIN scenario run over any codec. Not a module of
+//! counter, the PIN scenario run over any codec, and raw SIP requests
+//! from the test's UDP socket (a call in with an offer of the test's own). Not a module of
 //! `common` (it needs `ops_tools`): a test file takes it with
 //! `#[path = "common/sip.rs"] mod sip_common;` beside `mod common;` and
 //! `mod ops_tools;`.
@@ -334,4 +335,96 @@ pub fn pin_wrong_then_right(module: &str, codecs: &str, rate: u32, who: &str) {
     assert_eq!(names.len(), 2, "the right PIN joins its room: {names:?}\nbaresip:\n{}", right.log());
     talks_both_ways(&mut right, &mut webrtc, call_seconds, who);
     rt.block_on(server.shutdown());
+}
+
+/// A SIP request from the test's UDP socket.
+pub fn request(method: &str, ruri: &str, local: SocketAddr, call: &str, sdp: &str) -> String {
+    let ctype = if sdp.is_empty() { String::new() } else { "Content-Type: application/sdp\r\n".to_owned() };
+    format!(
+        "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call};rport\r\nMax-Forwards: 70\r\n\
+         From: <sip:probe@{ip}>;tag=t{call}\r\nTo: <{ruri}>\r\nCall-ID: {call}@test\r\nCSeq: 1 {method}\r\n\
+         Contact: <sip:probe@{local}>\r\n{ctype}Content-Length: {len}\r\n\r\n{sdp}",
+        ip = local.ip(),
+        len = sdp.len(),
+    )
+}
+
+/// The first message within `within` that `want` takes.
+pub fn receive(socket: &UdpSocket, within: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
+    let end = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while Instant::now() < end {
+        let Ok(n) = socket.recv(&mut buf) else { continue };
+        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if want(&text) {
+            return Some(text);
+        }
+    }
+    None
+}
+
+/// A header's value in a SIP message (full name or compact form).
+pub fn header<'a>(msg: &'a str, name: &str, compact: &str) -> &'a str {
+    msg.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim().eq_ignore_ascii_case(name) || k.trim().eq_ignore_ascii_case(compact)).then_some(v.trim())
+        })
+        .unwrap_or_default()
+}
+
+/// The final response to `call`'s INVITE, whole.
+pub fn final_response(socket: &UdpSocket, call: &str, within: Duration) -> Option<String> {
+    receive(socket, within, |text| {
+        text.starts_with("SIP/2.0 ")
+            && !text.starts_with("SIP/2.0 1")
+            && header(text, "Call-ID", "i") == format!("{call}@test")
+            && header(text, "CSeq", "").ends_with("INVITE")
+    })
+}
+
+/// The in-dialog request `method` (CSeq `seq`) of `call` after a 200 whose To carries tutti's tag.
+pub fn in_dialog(method: &str, local: SocketAddr, call: &str, to: &str, seq: u32) -> String {
+    format!(
+        "{method} sip:tutti@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK{call}{method}{seq};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:probe@{ip}>;tag=t{call}\r\nTo: {to}\r\nCall-ID: {call}@test\r\n\
+         CSeq: {seq} {method}\r\nContent-Length: 0\r\n\r\n",
+        ip = local.ip(),
+    )
+}
+
+/// Calls `room` at `sip` from `socket` (call `call`), offering a new RTP
+/// socket with `media` (the m=audio line's formats, then its attributes);
+/// acknowledges the 200. Returns the answer, its To, the RTP socket and the
+/// answer's media port.
+pub fn call_in(
+    socket: &UdpSocket,
+    sip: SocketAddr,
+    room: &str,
+    call: &str,
+    media: &str,
+) -> (String, String, UdpSocket, u16) {
+    let local = socket.local_addr().expect("bound");
+    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
+    let port = rtp.local_addr().expect("bound").port();
+    let sdp = format!(
+        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio {port} RTP/AVP {media}"
+    );
+    socket.send_to(request("INVITE", &format!("sip:{room}@{sip}"), local, call, &sdp).as_bytes(), sip).expect("send");
+    let ok = final_response(socket, call, Duration::from_secs(3)).expect("a final answer");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let to = header(&ok, "To", "t").to_owned();
+    socket.send_to(in_dialog("ACK", local, call, &to, 1).as_bytes(), sip).expect("send");
+    let port = media_port(&ok);
+    (ok, to, rtp, port)
+}
+
+/// The m=audio port of an answer.
+pub fn media_port(answer: &str) -> u16 {
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix("m=audio "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the answer's m=audio port")
 }
