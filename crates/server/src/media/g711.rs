@@ -301,8 +301,9 @@ impl Transcoder {
         match &mut self.narrow_codec {
             Narrow::G711 { down, .. } => {
                 down.process(&self.wide, &mut self.narrow[..NARROW_FRAME]);
-                let narrow = self.narrow;
-                self.encode_narrow(&narrow[..NARROW_FRAME], out);
+                for (o, s) in out.iter_mut().zip(&self.narrow[..NARROW_FRAME]) {
+                    *o = encode(self.codec, *s);
+                }
             }
             Narrow::G722 { encode, .. } => encode.encode(&self.wide, out),
         }

@@ -77,20 +77,25 @@ impl G722Out {
     /// Encodes 20 ms at 48 kHz (`pcm`, -1.0 to 1.0, clipped) into `out`.
     pub(crate) fn encode(&mut self, pcm: &Pcm, out: &mut [u8; G722_FRAME]) {
         self.down.process(pcm, &mut self.pcm);
-        let wide = self.pcm;
-        self.encode_16k(&wide, out);
+        encode_16k(&mut self.encoder, &mut self.samples, &self.pcm, out);
     }
 
     /// Encodes 20 ms at 16 kHz (320 samples, already resampled: a room's
     /// shared listener mix) into `out`.
     pub(crate) fn encode_16k(&mut self, pcm: &[f32], out: &mut [u8; G722_FRAME]) {
-        for (s, p) in self.samples.iter_mut().zip(pcm) {
-            *s = (p * 32_768.0).clamp(-32_768.0, 32_767.0) as i16;
-        }
-        let bytes = self.encoder.encode(&self.samples);
-        for (o, b) in out.iter_mut().zip(bytes.iter().chain(std::iter::repeat(&0))) {
-            *o = *b;
-        }
+        encode_16k(&mut self.encoder, &mut self.samples, pcm, out);
+    }
+}
+
+/// `pcm` (16 kHz, -1.0 to 1.0, clipped) through `encoder` into `out`, by way of `samples`.
+fn encode_16k(encoder: &mut Encoder, samples: &mut [i16; WIDE_FRAME], pcm: &[f32], out: &mut [u8; G722_FRAME]) {
+    for (s, p) in samples.iter_mut().zip(pcm) {
+        *s = (p * 32_768.0).clamp(-32_768.0, 32_767.0) as i16;
+    }
+    // The crate returns a new Vec: one allocation a frame (its API has no slice out).
+    let bytes = encoder.encode(samples);
+    for (o, b) in out.iter_mut().zip(bytes.iter().chain(std::iter::repeat(&0))) {
+        *o = *b;
     }
 }
 
