@@ -170,6 +170,7 @@ mod jitter;
 pub mod phone;
 mod pool;
 mod probe;
+pub mod resample;
 mod room;
 mod spatial;
 mod voice;

@@ -14,12 +14,7 @@
 //! the leg's thread encoded every caller's audio to Opus for the room
 //! (most of a phone leg's cost).
 //!
-//! The resampling filter: one 192-tap low-pass (Blackman-windowed sinc,
-//! cut-off 3.7 kHz at 48 kHz), used as 6 phases of 32 taps to go up and
-//! whole to go down. Images and aliases from 6 kHz up are at least 60 dB
-//! down (the unit test's bound); the telephone band (300 to 3400 Hz) passes.
-//! Hand-written: it runs per speaker and per room every 20 ms, and a fixed
-//! ratio needs nothing a resampling crate adds.
+//! The resampling is [`crate::resample`]'s 8 kHz filter (cut-off 3.7 kHz).
 
 use std::sync::LazyLock;
 
@@ -29,6 +24,7 @@ use crate::MixError;
 use crate::codec::{DecodeFailure, Encoder};
 use crate::config::EncoderConfig;
 use crate::dsp::{FRAME_SAMPLES, Pcm};
+use crate::resample::{TO_8K, Upsampler};
 
 /// What a participant's frames are coded in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,98 +65,8 @@ impl G711 {
     }
 }
 
-/// 48 kHz samples per 8 kHz sample.
-const FACTOR: usize = 6;
-/// 8 kHz samples per 20 ms frame.
-pub const NARROW_FRAME: usize = FRAME_SAMPLES / FACTOR;
-/// Taps of the low-pass filter (at 48 kHz).
-const TAPS: usize = 192;
-/// Taps per phase when going up.
-const PHASE_TAPS: usize = TAPS / FACTOR;
-
-/// The low-pass filter, unity gain at 0 Hz.
-static FILTER: LazyLock<[f32; TAPS]> = LazyLock::new(|| {
-    let cutoff = 3_700.0 / 48_000.0;
-    let mid = (TAPS - 1) as f64 / 2.0;
-    let mut h = [0f64; TAPS];
-    for (i, tap) in h.iter_mut().enumerate() {
-        let t = i as f64 - mid;
-        let sinc = if t == 0.0 {
-            2.0 * cutoff
-        } else {
-            (2.0 * std::f64::consts::PI * cutoff * t).sin() / (std::f64::consts::PI * t)
-        };
-        let x = 2.0 * std::f64::consts::PI * i as f64 / (TAPS - 1) as f64;
-        *tap = sinc * (0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos());
-    }
-    let sum: f64 = h.iter().sum();
-    h.map(|v| (v / sum) as f32)
-});
-
-/// 8 kHz to 48 kHz, one 20 ms frame at a time, keeping the history across frames.
-pub struct Upsampler {
-    /// The last `PHASE_TAPS - 1` input samples, then the frame's.
-    buf: [f32; PHASE_TAPS - 1 + NARROW_FRAME],
-}
-
-impl Default for Upsampler {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Upsampler {
-    /// One with no history (silence before).
-    pub fn new() -> Self {
-        Self { buf: [0.0; PHASE_TAPS - 1 + NARROW_FRAME] }
-    }
-
-    /// Resamples one frame of 160 samples into `out` (960).
-    pub fn process(&mut self, input: &[f32; NARROW_FRAME], out: &mut Pcm) {
-        let h = &*FILTER;
-        self.buf[PHASE_TAPS - 1..].copy_from_slice(input);
-        for m in 0..NARROW_FRAME {
-            for p in 0..FACTOR {
-                let mut acc = 0.0;
-                for k in 0..PHASE_TAPS {
-                    acc += h[k * FACTOR + p] * self.buf[PHASE_TAPS - 1 + m - k];
-                }
-                out[m * FACTOR + p] = acc * FACTOR as f32;
-            }
-        }
-        self.buf.copy_within(NARROW_FRAME.., 0);
-    }
-}
-
-/// 48 kHz to 8 kHz: low-pass, then every 6th sample.
-pub struct Downsampler {
-    /// The last `TAPS - 1` input samples, then the frame's.
-    buf: Box<[f32; TAPS - 1 + FRAME_SAMPLES]>,
-}
-
-impl Default for Downsampler {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Downsampler {
-    /// One with no history (silence before).
-    pub fn new() -> Self {
-        Self { buf: Box::new([0.0; TAPS - 1 + FRAME_SAMPLES]) }
-    }
-
-    /// Resamples one frame of 960 samples into `out` (160).
-    pub fn process(&mut self, input: &Pcm, out: &mut [f32; NARROW_FRAME]) {
-        let h = &*FILTER;
-        self.buf[TAPS - 1..].copy_from_slice(input);
-        for (m, o) in out.iter_mut().enumerate() {
-            let end = TAPS - 1 + m * FACTOR;
-            *o = h.iter().zip(self.buf[end + 1 - TAPS..=end].iter().rev()).map(|(a, b)| a * b).sum();
-        }
-        self.buf.copy_within(FRAME_SAMPLES.., 0);
-    }
-}
+/// 8 kHz samples (G.711 bytes) per 20 ms frame.
+pub const NARROW_FRAME: usize = FRAME_SAMPLES / 6;
 
 /// µ-law byte to linear (ITU-T G.711), as a 256-entry table.
 static ULAW: LazyLock<[i16; 256]> = LazyLock::new(|| {
@@ -235,7 +141,7 @@ pub(crate) struct NarrowDecoder {
 
 impl NarrowDecoder {
     pub(crate) fn new(law: G711) -> Self {
-        Self { law, up: Upsampler::new(), last: [0.0; NARROW_FRAME], narrow: [0.0; NARROW_FRAME] }
+        Self { law, up: Upsampler::new(&TO_8K), last: [0.0; NARROW_FRAME], narrow: [0.0; NARROW_FRAME] }
     }
 
     pub(crate) fn decode(&mut self, payload: &[u8], out: &mut Pcm) -> Result<(), DecodeFailure> {
@@ -283,7 +189,7 @@ impl Reencoder {
         let cfg = EncoderConfig { complexity: 1, bitrate_bps: 32_000, inband_fec: false, ..EncoderConfig::default() };
         Ok(Self {
             law,
-            up: Upsampler::new(),
+            up: Upsampler::new(&TO_8K),
             encoder: Encoder::new(&cfg)?,
             narrow: [0.0; NARROW_FRAME],
             wide: Box::new([0.0; FRAME_SAMPLES]),
@@ -332,7 +238,6 @@ impl std::fmt::Debug for Reencoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::goertzel;
 
     /// RMS of a signal, in dB.
     fn db(x: &[f32]) -> f32 {
@@ -363,49 +268,6 @@ mod tests {
                 let (a, b) = (db(&tone), db(&back));
                 assert!((a - b).abs() < 0.5, "{codec:?} at {amp}: {a} dB in, {b} dB out");
             }
-        }
-    }
-
-    /// Runs `input` through the up-sampler, frame by frame.
-    fn up(input: &[f32]) -> Vec<f32> {
-        let mut u = Upsampler::new();
-        let mut out = Vec::new();
-        for f in input.chunks_exact(NARROW_FRAME) {
-            let mut wide = [0.0; FRAME_SAMPLES];
-            u.process(f.try_into().expect("a frame"), &mut wide);
-            out.extend_from_slice(&wide);
-        }
-        out
-    }
-
-    fn down(input: &[f32]) -> Vec<f32> {
-        let mut d = Downsampler::new();
-        let mut out = Vec::new();
-        for f in input.chunks_exact(FRAME_SAMPLES) {
-            let mut narrow = [0.0; NARROW_FRAME];
-            d.process(f.try_into().expect("a frame"), &mut narrow);
-            out.extend_from_slice(&narrow);
-        }
-        out
-    }
-
-    #[test]
-    fn the_resampler_passes_1_khz_and_rejects_6_khz() {
-        // Down: 1 kHz passes within 0.5 dB, 6 kHz (which would alias to 2 kHz) is 60 dB down.
-        let (pass, reject) = (sine(1_000.0, 48_000.0, 48_000, 0.5), sine(6_000.0, 48_000.0, 48_000, 0.5));
-        let (p, r) = (down(&pass), down(&reject));
-        let settled = |x: &[f32]| x[800..].to_vec();
-        assert!((db(&settled(&p)) - db(&pass)).abs() < 0.5, "1 kHz: {} dB of {}", db(&p), db(&pass));
-        assert!(db(&settled(&r)) - db(&reject) < -60.0, "6 kHz leaks at {} dB", db(&settled(&r)) - db(&reject));
-        // Up: 1 kHz passes within 0.5 dB, and its images (7 kHz, 9 kHz) are 60 dB down.
-        let narrow = sine(1_000.0, 8_000.0, 8_000, 0.5);
-        let wide = up(&narrow);
-        let w = &wide[4_800..];
-        assert!((db(w) - db(&narrow)).abs() < 0.5, "1 kHz: {} dB of {}", db(w), db(&narrow));
-        let at = |f: f32| goertzel(w, f);
-        assert!(at(1_000.0) > 0.45, "{}", at(1_000.0));
-        for image in [7_000.0, 9_000.0] {
-            assert!(at(image) < 0.0005, "image at {image} Hz: {}", at(image));
         }
     }
 }

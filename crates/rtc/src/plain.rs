@@ -1,7 +1,8 @@
 //! Plain RTP/AVP audio (no ICE, no DTLS): the SDP offer a SIP
 //! gateway (FreeSWITCH, Asterisk) or `ffmpeg` sends, the answer, and the
 //! RTP packets themselves (RFC 3550 header, Opus payload per RFC 7587, or
-//! G.711 PCMU/PCMA per RFC 3551 when the offer has no Opus).
+//! G.722, else G.711 PCMU/PCMA per RFC 3551 when the offer has no Opus; RFC
+//! 3389 comfort noise beside G.711 and G.722).
 //!
 //! ```text
 //! offer  c=IN IP4 10.0.0.5 / m=audio 40000 RTP/AVP 111 / a=rtpmap:111 opus/48000/2
@@ -43,9 +44,9 @@ pub enum PlainSdpError {
     /// No `c=` line (session or media level), or one that is not an IP address.
     #[error("no usable c= connection address (an IPv4 or IPv6 literal, not 0.0.0.0): {0}")]
     BadConnection(String),
-    /// No payload type of the m= line is Opus (`opus/48000`), PCMU or PCMA.
+    /// No payload type of the m= line is Opus (`opus/48000`), G.722, PCMU or PCMA.
     #[error(
-        "no supported codec among the m=audio formats: offer Opus (a=rtpmap:<pt> opus/48000/2), PCMU (0) or PCMA (8)"
+        "no supported codec among the m=audio formats: offer Opus (a=rtpmap:<pt> opus/48000/2), G.722 (9), PCMU (0) or PCMA (8)"
     )]
     NoCodec,
 }
@@ -59,6 +60,10 @@ pub enum Codec {
     Pcmu,
     /// G.711 A-law at 8 kHz (RFC 3551 payload type 8): transcoded at the leg.
     Pcma,
+    /// G.722 at 16 kHz, 64 kbit/s (RFC 3551 payload type 9): transcoded at
+    /// the leg. Its RTP clock runs at 8000 Hz (RFC 3551 §4.5.2), so 20 ms
+    /// is 160 bytes and 160 clock ticks, as for G.711.
+    G722,
 }
 
 impl Codec {
@@ -66,7 +71,7 @@ impl Codec {
     pub fn clock_rate(self) -> u32 {
         match self {
             Self::Opus => 48_000,
-            Self::Pcmu | Self::Pcma => 8_000,
+            Self::Pcmu | Self::Pcma | Self::G722 => 8_000,
         }
     }
 
@@ -76,18 +81,19 @@ impl Codec {
             Self::Opus => "opus/48000/2",
             Self::Pcmu => "PCMU/8000",
             Self::Pcma => "PCMA/8000",
+            Self::G722 => "G722/8000",
         }
     }
 
     /// Whether payload type `pt` may carry it: a dynamic one (96 to 127),
-    /// or its static one (PCMU 0, PCMA 8).
+    /// or its static one (PCMU 0, PCMA 8, G.722 9).
     pub fn fits(self, pt: u8) -> bool {
-        (96..=127).contains(&pt) || matches!((self, pt), (Self::Pcmu, 0) | (Self::Pcma, 8))
+        (96..=127).contains(&pt) || matches!((self, pt), (Self::Pcmu, 0) | (Self::Pcma, 8) | (Self::G722, 9))
     }
 
     /// The codec payload type `pt` is in an offer with these `a=rtpmap`
-    /// lines (lowercased codecs): Opus on a dynamic type; PCMU and PCMA on
-    /// their static types 0 and 8 (no rtpmap needed) or a dynamic one.
+    /// lines (lowercased codecs): Opus on a dynamic type; PCMU, PCMA and
+    /// G.722 on their static types 0, 8 and 9 (no rtpmap needed) or a dynamic one.
     fn of(pt: u8, maps: &[(u8, String)]) -> Option<Self> {
         let map = maps.iter().find(|(p, _)| *p == pt).map(|(_, c)| c.as_str());
         match (pt, map) {
@@ -97,6 +103,9 @@ impl Codec {
             }
             (8, None | Some("pcma/8000" | "pcma/8000/1")) | (96..=127, Some("pcma/8000" | "pcma/8000/1")) => {
                 Some(Self::Pcma)
+            }
+            (9, None | Some("g722/8000" | "g722/8000/1")) | (96..=127, Some("g722/8000" | "g722/8000/1")) => {
+                Some(Self::G722)
             }
             _ => None,
         }
@@ -109,7 +118,8 @@ impl Codec {
 pub struct PlainOffer {
     /// The address and port the participant receives RTP on (`c=` and `m=audio`).
     pub remote: SocketAddr,
-    /// The codec answered: Opus when offered, else the first of PCMU and PCMA in the offer's order.
+    /// The codec answered: Opus when offered, else G.722 when offered
+    /// (wideband beats narrowband), else the first of PCMU and PCMA in the offer's order.
     pub codec: Codec,
     /// Its payload type in the offer.
     pub payload_type: u8,
@@ -137,6 +147,10 @@ pub struct PlainOffer {
     /// Where it receives RTCP: its RTP port (`a=rtcp-mux`, RFC 5761), the
     /// port `a=rtcp:` names (RFC 3605), or else the RTP port plus one.
     pub rtcp: RtcpPort,
+    /// The payload type of RFC 3389 comfort noise (`CN/8000`: the static 13,
+    /// or a dynamic one its rtpmap names) when the offer has it and the
+    /// codec answered runs at 8000 Hz (G.711, G.722); `None` otherwise.
+    pub comfort_noise: Option<u8>,
 }
 
 /// Where a plain leg receives RTCP, beside its RTP address.
@@ -213,7 +227,7 @@ impl PlainOffer {
     /// Parses a plain RTP/AVP offer: the first `m=audio` line with the
     /// `RTP/AVP` profile, its (or the session's) `c=` address, and its
     /// codec: the first payload type that `a=rtpmap` maps to `opus/48000`,
-    /// else the first PCMU or PCMA one in the offer's order.
+    /// else the first G.722 one, else the first PCMU or PCMA one in the offer's order.
     pub fn parse(sdp: &str) -> Result<Self, PlainSdpError> {
         let mut session_c = None;
         let (mut session_active, mut media_active) = (false, false);
@@ -311,8 +325,19 @@ impl PlainOffer {
         }
         let ip = media_c.or(session_c).ok_or_else(|| PlainSdpError::BadConnection("no c= line".to_owned()))?;
         let codecs = || fmts.iter().filter_map(|&pt| Some((Codec::of(pt, &maps)?, pt)));
-        let (codec, payload_type) =
-            codecs().find(|(c, _)| *c == Codec::Opus).or_else(|| codecs().next()).ok_or(PlainSdpError::NoCodec)?;
+        let first = |want: Codec| codecs().find(|(c, _)| *c == want);
+        let (codec, payload_type) = first(Codec::Opus)
+            .or_else(|| first(Codec::G722))
+            .or_else(|| codecs().next())
+            .ok_or(PlainSdpError::NoCodec)?;
+        let comfort_noise = (codec != Codec::Opus)
+            .then(|| {
+                fmts.iter().copied().find(|&pt| {
+                    let map = maps.iter().find(|(p, _)| *p == pt).map(|(_, c)| c.as_str());
+                    matches!((pt, map), (13, None | Some("cn/8000")) | (96..=127, Some("cn/8000")))
+                })
+            })
+            .flatten();
         let rates = if codec == Codec::Opus { [48_000, 8_000] } else { [8_000, 48_000] };
         let events = rates.into_iter().find_map(|rate| {
             let name = format!("telephone-event/{rate}");
@@ -331,6 +356,7 @@ impl PlainOffer {
             savp,
             crypto,
             rtcp,
+            comfort_noise,
         })
     }
 
@@ -344,15 +370,19 @@ impl PlainOffer {
         let ip = local.ip();
         let kind = if ip.is_ipv4() { "IP4" } else { "IP6" };
         let pt = self.payload_type;
-        let (formats, events) = match self.events {
+        let (mut formats, mut events) = match self.events {
             Some(TelephoneEvents { payload_type: te, rate }) => {
                 (format!("{pt} {te}"), format!("a=rtpmap:{te} telephone-event/{rate}\r\na=fmtp:{te} 0-15\r\n"))
             }
             None => (pt.to_string(), String::new()),
         };
+        if let Some(cn) = self.comfort_noise {
+            formats = format!("{formats} {cn}");
+            events = format!("{events}a=rtpmap:{cn} CN/8000\r\n");
+        }
         let fmtp = match self.codec {
             Codec::Opus => format!("a=fmtp:{pt} minptime=10;useinbandfec=1\r\n"),
-            Codec::Pcmu | Codec::Pcma => String::new(),
+            Codec::Pcmu | Codec::Pcma | Codec::G722 => String::new(),
         };
         let (profile, crypto) = match srtp {
             Some(s) => (if self.savp { "RTP/SAVP" } else { "RTP/AVP" }, format!("a=crypto:{}\r\n", s.local.to_value())),
@@ -568,6 +598,33 @@ pub(crate) mod tests {
         assert_eq!(odd, Err(PlainSdpError::NoCodec));
     }
 
+    #[test]
+    fn g722_beats_g711_but_not_opus_and_comfort_noise_is_answered_beside_them() {
+        let base = "v=0\r\nc=IN IP4 10.0.0.5\r\n";
+        let parse = |m: &str| PlainOffer::parse(&format!("{base}{m}")).expect("parses");
+        let local: SocketAddr = "10.1.2.3:5000".parse().expect("addr");
+        // A wideband phone: PCMU first, G.722 (static 9, no rtpmap needed), CN, keys.
+        let phone = parse("m=audio 4000 RTP/AVP 0 9 13 101\r\na=rtpmap:101 telephone-event/8000\r\n");
+        assert_eq!((phone.codec, phone.payload_type, phone.comfort_noise), (Codec::G722, 9, Some(13)));
+        assert_eq!(phone.events.map(|e| e.rate), Some(8_000), "G.722's RTP clock is 8000 Hz");
+        let answer = phone.answer(local, 1, None);
+        assert!(answer.contains("m=audio 5000 RTP/AVP 9 101 13\r\na=rtpmap:9 G722/8000\r\n"), "{answer}");
+        assert!(answer.contains("a=rtpmap:13 CN/8000\r\n"), "{answer}");
+        // On a dynamic type too; Opus still wins, and gets no CN/8000.
+        let dynamic = parse("m=audio 4000 RTP/AVP 8 98\r\na=rtpmap:98 G722/8000\r\n");
+        assert_eq!((dynamic.codec, dynamic.payload_type, dynamic.comfort_noise), (Codec::G722, 98, None));
+        let opus = parse("m=audio 4000 RTP/AVP 9 111 13\r\na=rtpmap:111 opus/48000/2\r\n");
+        assert_eq!((opus.codec, opus.comfort_noise), (Codec::Opus, None));
+        assert!(!opus.answer(local, 1, None).contains("CN/"));
+        // CN beside G.711, and a static 9 mapped to something else is not G.722.
+        let pcma = parse("m=audio 4000 RTP/AVP 8 13\r\na=rtpmap:13 CN/8000\r\n");
+        assert_eq!((pcma.codec, pcma.comfort_noise), (Codec::Pcma, Some(13)));
+        assert_eq!(
+            PlainOffer::parse(&format!("{base}m=audio 4000 RTP/AVP 9\r\na=rtpmap:9 G729/8000\r\n")),
+            Err(PlainSdpError::NoCodec)
+        );
+    }
+
     const FFMPEG_OFFER: &str = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=No Name\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
         a=tool:libavformat\r\nm=audio 40000 RTP/AVP 97\r\nb=AS:64\r\na=rtpmap:97 opus/48000/2\r\n\
         a=fmtp:97 sprop-stereo=0\r\n";
@@ -588,6 +645,7 @@ pub(crate) mod tests {
                 savp: false,
                 crypto: None,
                 rtcp: RtcpPort::Next,
+                comfort_noise: None,
             }
         );
         let answer = offer.answer("10.1.2.3:5000".parse().expect("addr"), 7, None);

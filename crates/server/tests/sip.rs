@@ -483,42 +483,6 @@ fn keys_of(seen: &[serde_json::Value], id: u64) -> String {
     seen.iter().filter(|v| v["type"] == "keypad" && v["id"] == id).filter_map(|v| v["digit"].as_str()).collect()
 }
 
-/// Calls `room` at `sip` from `socket` (call `call`), offering a new RTP
-/// socket with `media` (the m=audio line's formats, then its attributes);
-/// acknowledges the 200. Returns the answer, its To, the RTP socket and the
-/// answer's media port.
-fn call_in(
-    socket: &UdpSocket,
-    sip: SocketAddr,
-    room: &str,
-    call: &str,
-    media: &str,
-) -> (String, String, UdpSocket, u16) {
-    let local = socket.local_addr().expect("bound");
-    let rtp = UdpSocket::bind("127.0.0.1:0").expect("bind an RTP socket");
-    let port = rtp.local_addr().expect("bound").port();
-    let sdp = format!(
-        "v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio {port} RTP/AVP {media}"
-    );
-    socket.send_to(request("INVITE", &format!("sip:{room}@{sip}"), local, call, &sdp).as_bytes(), sip).expect("send");
-    let ok = final_response(socket, call, Duration::from_secs(3)).expect("a final answer");
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
-    let to = header(&ok, "To", "t").to_owned();
-    socket.send_to(in_dialog("ACK", local, call, &to, 1).as_bytes(), sip).expect("send");
-    let port = media_port(&ok);
-    (ok, to, rtp, port)
-}
-
-/// The m=audio port of an answer.
-fn media_port(answer: &str) -> u16 {
-    answer
-        .lines()
-        .find_map(|l| l.strip_prefix("m=audio "))
-        .and_then(|l| l.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .expect("the answer's m=audio port")
-}
-
 /// An INFO of `call` carrying `body` as `content_type`.
 fn info(local: SocketAddr, call: &str, to: &str, seq: u32, content_type: &str, body: &str) -> String {
     let head = in_dialog("INFO", local, call, to, seq);
@@ -774,36 +738,6 @@ fn a_trunk_refuses_a_wrong_password_a_stranger_and_a_number_it_does_not_take() {
     rt.block_on(server.shutdown());
 }
 
-/// Presses `keys` on baresip's UDP console (each held 200 ms, then released:
-/// sent as RFC 4733), running `webrtc` meanwhile.
-fn press_on_baresip(baresip: &Baresip, keys: &str, webrtc: &mut ToneClient) {
-    let console = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    for key in keys.bytes() {
-        for datagram in [&[key][..], &[0x04]] {
-            console.send_to(datagram, ("127.0.0.1", baresip.cons_port)).expect("send a key");
-            let mut refs = [&mut *webrtc];
-            run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
-        }
-    }
-}
-
-/// Runs `webrtc` until baresip's call is answered (its log says so), up to 10 s.
-fn answered(baresip: &Baresip, webrtc: &mut ToneClient) -> bool {
-    let mut refs = [webrtc];
-    run_until(&mut refs, Instant::now() + Duration::from_secs(10), |_| baresip.log().contains("established"));
-    baresip.log().contains("established")
-}
-
-/// RMS of what baresip heard (sndfile's decoded dump), and the amplitude of 440 Hz in all of it.
-fn heard_energy(baresip: &Baresip) -> (f32, f32) {
-    let dump = baresip.dump();
-    let mut r = hound::WavReader::open(&dump).expect("a WAV");
-    let all: Vec<f32> = r.samples::<i16>().map(|s| f32::from(s.unwrap_or(0)) / 32768.0).collect();
-    let rms = (all.iter().map(|x| x * x).sum::<f32>() / all.len().max(1) as f32).sqrt();
-    let seconds = all.len() as f32 / r.spec().sample_rate as f32;
-    (rms, wav_tone(&dump, 440.0, seconds))
-}
-
 /// PIN dispatch with real baresip over PCMU: a wrong PIN (twice, by RFC
 /// 4733) hears the spoken prompts and gets a BYE, never in the roster; the
 /// right PIN joins the room, hears its talker and is heard.
@@ -835,51 +769,6 @@ fn a_pin_call_offering_srtp_is_refused_with_488_saying_why() {
     assert!(refusal.starts_with("SIP/2.0 488"), "an SRTP offer to a PIN call: {refusal}");
     assert!(header(&refusal, "Warning", "").contains("enters a PIN"), "{refusal}");
     assert_eq!(roster(server.http_addr(), "standup").len(), 0, "nobody joined");
-    rt.block_on(server.shutdown());
-}
-
-/// baresip with codec `module` offering `codecs` at `rate` Hz enters a wrong
-/// PIN twice (prompts heard, BYE, never a participant), then the right one
-/// (joins, talks both ways); `who` names it in the messages.
-fn pin_wrong_then_right(module: &str, codecs: &str, rate: u32, who: &str) {
-    let mut cfg = sip_config("127.0.0.0/8");
-    cfg.sip.pin = true;
-    cfg.sip.pins = vec!["4711=standup".into()];
-    cfg.sip.pin_attempts = 2;
-    cfg.sip.pin_digit_timeout_seconds = 5;
-    let (rt, server, api, sip, mut webrtc) = room_with_talker_on(cfg, "standup");
-
-    // Wrong, twice: "enter", "not valid", "enter", "not valid", "goodbye", BYE.
-    let wrong = Baresip::dial(sip, "conference", module, codecs, rate, 60, &LOCAL);
-    assert!(answered(&wrong, &mut webrtc), "a PIN call is answered at once:\n{}", wrong.log());
-    press_on_baresip(&wrong, "12#", &mut webrtc);
-    press_on_baresip(&wrong, "99#", &mut webrtc);
-    let mut most = 0;
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end && !wrong.log().contains("session closed") {
-        most = most.max(roster(api, "standup").len());
-        let mut refs = [&mut webrtc];
-        run_until(&mut refs, Instant::now() + Duration::from_millis(200), |_| false);
-    }
-    assert!(wrong.log().contains("session closed"), "tutti hangs up after the tries:\n{}", wrong.log());
-    assert_eq!(most, 1, "a caller without the right PIN is never a participant");
-    // At least: the metrics are the test process's, and the other codec's test may count too.
-    assert!(refused(&server, "pin") >= 1.0, "the hang-up is counted");
-    let (rms, room440) = heard_energy(&wrong);
-    eprintln!("{who} with a wrong PIN heard RMS {rms:.4}, 440 Hz {room440:.4}");
-    assert!(rms > 0.01, "the caller hears the spoken prompts (RMS {rms})");
-    assert!(room440 < 0.01, "and never the room ({room440})");
-    drop(wrong);
-
-    // Right: it joins, hears the room's 440 Hz, and the WebRTC participant hears its 600 Hz.
-    let call_seconds = 22;
-    let mut right = Baresip::dial(sip, "conference", module, codecs, rate, call_seconds, &LOCAL);
-    assert!(answered(&right, &mut webrtc), "{}", right.log());
-    assert_eq!(roster(api, "standup").len(), 1, "answered, not yet a participant");
-    press_on_baresip(&right, "4711#", &mut webrtc);
-    let names = wait_roster(api, "standup", Duration::from_secs(12), |n| n.len() == 2);
-    assert_eq!(names.len(), 2, "the right PIN joins its room: {names:?}\nbaresip:\n{}", right.log());
-    talks_both_ways(&mut right, &mut webrtc, call_seconds, who);
     rt.block_on(server.shutdown());
 }
 

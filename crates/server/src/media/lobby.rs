@@ -73,7 +73,7 @@ impl Lobby {
             LobbyCommand::Add(id, offer) => {
                 let g711 = match offer.codec {
                     Codec::Opus => None,
-                    Codec::Pcmu | Codec::Pcma => match Transcoder::new(offer.codec) {
+                    Codec::Pcmu | Codec::Pcma | Codec::G722 => match Transcoder::new(offer.codec) {
                         Ok(t) => Some(Box::new(t)),
                         Err(e) => {
                             // It hears no prompt; its keys still work.

@@ -13,8 +13,10 @@
 //! ```
 
 mod clock;
+mod comfort;
 mod command;
 mod g711;
+mod g722;
 mod io;
 mod keys;
 mod lobby;
@@ -381,7 +383,17 @@ impl MediaHandle {
         listen_only: crate::room::ListenOnly,
     ) -> bool {
         let Some(p) = &self.plain else { return false };
-        let tutti_rtc::plain::PlainOffer { remote, codec, payload_type, comedia, ssrc, events, rtcp, .. } = offer;
+        let tutti_rtc::plain::PlainOffer {
+            remote,
+            codec,
+            payload_type,
+            comedia,
+            ssrc,
+            events,
+            comfort_noise,
+            rtcp,
+            ..
+        } = offer;
         let srtp = match srtp.map(|s| plain_srtp::Srtp::new(&s)) {
             None => None,
             Some(Ok(s)) => Some(Box::new(s)),
@@ -390,7 +402,20 @@ impl MediaHandle {
                 return false;
             }
         };
-        p.add(plain::NewPlain { id, room, remote, comedia, ssrc, codec, payload_type, events, srtp, listen_only, rtcp })
+        p.add(plain::NewPlain {
+            id,
+            room,
+            remote,
+            comedia,
+            ssrc,
+            codec,
+            payload_type,
+            events,
+            comfort_noise,
+            srtp,
+            listen_only,
+            rtcp,
+        })
     }
 
     /// Tells the plain RTP thread's lobby (legs answered, in no room yet:
@@ -491,5 +516,19 @@ impl MediaHandle {
         for io in self.io.iter() {
             io.send(IoCommand::Shutdown);
         }
+    }
+}
+
+/// Signals for the media modules' unit tests.
+#[cfg(test)]
+pub(crate) mod test_signal {
+    /// RMS of a signal, in dB.
+    pub(crate) fn db(x: &[f32]) -> f32 {
+        10.0 * (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).log10()
+    }
+
+    /// `n` samples of a sine of `freq` Hz at `rate`, amplitude `amp`.
+    pub(crate) fn sine(freq: f32, rate: f32, n: usize, amp: f32) -> Vec<f32> {
+        (0..n).map(|i| amp * (std::f32::consts::TAU * freq * i as f32 / rate).sin()).collect()
     }
 }

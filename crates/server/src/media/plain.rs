@@ -56,7 +56,7 @@ use tutti_rtc::plain_rtcp::PlainReports;
 use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
-use super::g711::{SharedNarrow, Transcoder, input_codec};
+use super::g711::{RoomFrame, SharedNarrow, Transcoder, input_codec};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
 use super::lobby::{Change, Lobby, LobbyCommand, random_u32s};
 use super::plain_srtp::{Srtp, outgoing};
@@ -86,6 +86,8 @@ pub(crate) struct NewPlain {
     pub(crate) payload_type: u8,
     /// The telephone-event payload type its offer named, if any.
     pub(crate) events: Option<TelephoneEvents>,
+    /// The comfort noise (RFC 3389) payload type its offer named, if any.
+    pub(crate) comfort_noise: Option<u8>,
     /// Its SRTP (SDES keys), if its offer had them.
     pub(crate) srtp: Option<Box<Srtp>>,
     /// Its speak right, as the room sets it (an admin may grant or revoke it).
@@ -217,8 +219,10 @@ struct Peer {
     payload_type: u8,
     /// The RTP clock's advance per 20 ms tick (960 for Opus, 160 for G.711).
     tick_samples: u32,
-    /// A G.711 leg's transcoding (`None`: Opus, carried as is).
+    /// A G.711 or G.722 leg's transcoding (`None`: Opus, carried as is).
     g711: Option<Box<Transcoder>>,
+    /// Its comfort noise payload type (a G.711 or G.722 leg's), if offered.
+    comfort_noise: Option<u8>,
     listen_only: crate::room::ListenOnly,
     last_heard: Instant,
     /// Held by its call: removed when silent this long instead of the peer timeout.
@@ -276,8 +280,9 @@ struct PlainThread {
     /// Which participant a packet's source is, and where each one's mix goes.
     sources: Sources,
     by_room: HashMap<RoomKey, Vec<PeerId>>,
-    /// Per room with G.711 legs here: its listener mix at 8 kHz, made once a tick for all of them.
-    narrow: HashMap<RoomKey, SharedNarrow>,
+    /// Per room and rate with G.711 (8 kHz) or G.722 (16 kHz) legs here: its
+    /// listener mix at that rate, made once a tick for all of them.
+    narrow: HashMap<(RoomKey, u32), SharedNarrow>,
     inbox: Inboxes,
     stats: MuxStats,
     last_stats: MuxStats,
@@ -413,7 +418,7 @@ impl PlainThread {
         }
         let g711 = match p.codec {
             Codec::Opus => None,
-            Codec::Pcmu | Codec::Pcma => match Transcoder::new(p.codec) {
+            Codec::Pcmu | Codec::Pcma | Codec::G722 => match Transcoder::new(p.codec) {
                 Ok(t) => Some(Box::new(t)),
                 Err(e) => {
                     tracing::warn!(room = %p.room.id, peer = %p.id, error = %e, "G.711 leg not set up: removed");
@@ -436,6 +441,7 @@ impl PlainThread {
                 payload_type: p.payload_type,
                 tick_samples: p.codec.clock_rate() / 50,
                 g711,
+                comfort_noise: p.comfort_noise,
                 listen_only: p.listen_only,
                 last_heard: now,
                 held: None,
@@ -505,7 +511,7 @@ impl PlainThread {
             list.retain(|p| *p != id);
             if list.is_empty() {
                 self.by_room.remove(&old.key);
-                self.narrow.remove(&old.key);
+                self.narrow.retain(|(room, _), _| *room != old.key);
             }
         }
         self.by_room.entry(room.key).or_default().push(id);
@@ -520,7 +526,7 @@ impl PlainThread {
             list.retain(|p| *p != id);
             if list.is_empty() {
                 self.by_room.remove(&peer.room.key);
-                self.narrow.remove(&peer.room.key);
+                self.narrow.retain(|(room, _), _| *room != peer.room.key);
             }
         }
         Some(peer)
@@ -533,6 +539,12 @@ impl PlainThread {
             let Some(ids) = self.by_room.get(&mix.key) else { continue };
             for id in ids {
                 let Some(peer) = self.peers.get_mut(id) else { continue };
+                // A leg in its comfort noise (RFC 3389) sends the room a frame of it each tick.
+                if !peer.listen_only.get()
+                    && let Some(frame) = peer.g711.as_mut().and_then(|t| t.comfort_noise())
+                {
+                    self.inbox.push(&peer.room, ParticipantId(id.0), room_packet(frame));
+                }
                 // A comedia participant not heard yet has nowhere to be sent to.
                 let Some(to) = self.sources.send_to(*id) else { continue };
                 let ts = peer.ts_offset.wrapping_add((mix.tick as u32).wrapping_mul(peer.tick_samples));
@@ -563,10 +575,10 @@ impl PlainThread {
                     None => &feed.payload[..],
                     // The listener mix: decoded and resampled once for every G.711 leg of the room.
                     Some(g711) if std::ptr::eq(feed, &mix.listeners) => {
-                        let shared = match self.narrow.entry(mix.key) {
+                        let shared = match self.narrow.entry((mix.key, g711.rate())) {
                             std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
                             std::collections::hash_map::Entry::Vacant(e) => {
-                                SharedNarrow::new().ok().map(|s| e.insert(s))
+                                SharedNarrow::new(g711.rate()).ok().map(|s| e.insert(s))
                             }
                         };
                         let Some(pcm) = shared.and_then(|s| s.of(mix.tick, &feed.payload)) else { continue };
@@ -683,7 +695,8 @@ impl PlainThread {
             }
             return;
         }
-        if rtp.payload_type != peer.payload_type {
+        let comfort = peer.comfort_noise == Some(rtp.payload_type);
+        if rtp.payload_type != peer.payload_type && !comfort {
             self.tally.payload_type += 1;
             return;
         }
@@ -704,15 +717,12 @@ impl PlainThread {
         if let Some(g711) = peer.g711.as_mut() {
             // Into the room as 20 ms frames of its G.711 bytes, on the room's 48 kHz clock.
             let (room, inbox) = (&peer.room, &mut self.inbox);
-            let whole = g711.receive(rtp.timestamp, rtp.payload, |f| {
-                let packet = Packet {
-                    seq: f.seq,
-                    timestamp: f.timestamp.wrapping_mul(6),
-                    payload: f.payload,
-                    level: Some(f.level),
-                };
-                inbox.push(room, pid, packet);
-            });
+            let whole = if comfort {
+                // Its noise goes to the room a frame per tick ([`Self::deliver`]) until its next audio packet.
+                g711.comfort(rtp.timestamp, rtp.payload)
+            } else {
+                g711.receive(rtp.timestamp, rtp.payload, |f| inbox.push(room, pid, room_packet(f)))
+            };
             if !whole {
                 self.tally.malformed += 1;
             }
@@ -799,6 +809,11 @@ impl PlainThread {
         metrics::media(&mut self.last_stats, s);
         *lock(&self.counters.mux) = s;
     }
+}
+
+/// A transcoded leg's frame as the room's packet, on the room's 48 kHz clock.
+fn room_packet(f: RoomFrame) -> Packet {
+    Packet { seq: f.seq, timestamp: f.timestamp.wrapping_mul(6), payload: f.payload, level: Some(f.level) }
 }
 
 /// Sends one tick's key packet (`repeats` times) to `to`, on the leg's

@@ -182,11 +182,11 @@ pub const RTP_IN_RTCP_REPORTS: &str = "tutti_rtp_in_rtcp_reports_total";
 /// Plain RTP refused, by `reason`: `forbidden` (a join from an untrusted
 /// network, or with plain RTP off), `source` (a packet from an address no
 /// participant has), `malformed` (also a G.711 payload over 120 ms),
-/// `payload_type` (not the answered codec's type: comfort noise), `rtcp`
+/// `payload_type` (not the answered codec's, keys' or comfort noise's type), `rtcp`
 /// (ignored); counter.
 pub const RTP_IN_REJECTED: &str = "tutti_rtp_in_rejected_total";
 /// SIP requests refused by the SIP edge, by `reason`: `source` (not from a
-/// `[sip] trusted` network), `media` (no Opus, PCMU or PCMA in the
+/// `[sip] trusted` network), `media` (no Opus, G.722, PCMU or PCMA in the
 /// offer, or no offer: 488), `join` (the join was refused: room not found, full, locked…); counter.
 pub const SIP_REFUSED: &str = "tutti_sip_refused_total";
 
@@ -758,7 +758,7 @@ pub fn sip_refused(reason: &'static str) {
         metrics::describe_counter!(
             SIP_REFUSED,
             Unit::Count,
-            "SIP requests (and TCP/TLS connections) refused by reason: source (untrusted network), challenge, credentials, number, media (488), join (refused join), connections ([sip] max_connections open)."
+            "SIP requests (and TCP/TLS connections) refused by reason: source (untrusted network), challenge, credentials, number, media (no Opus, G.722 or G.711: 488), join (refused join), connections ([sip] max_connections open)."
         );
     });
     metrics::counter!(SIP_REFUSED, "reason" => reason).increment(1);

@@ -152,7 +152,7 @@ impl Sessions {
 // (403 `rtp_in_forbidden`) unless `[rtp_in] trusted` lists the networks
 // of both the API client and the RTP address its offer names; a malformed
 // plain offer is 400 `bad_sdp`. The answer names the server's plain RTP
-// address and the codec it takes (Opus, else PCMA or PCMU: transcoded at
+// address and the codec it takes (Opus, else G.722, else PCMA or PCMU: transcoded at
 // the leg) on the offered payload type.
 
 fn rtp_in_forbidden(message: String) -> Refusal {

@@ -11,7 +11,7 @@ pub(super) fn for_refusal(r: &Refusal) -> StatusCode {
     match (r.status, r.code) {
         (Http::NOT_FOUND, _) => StatusCode::NotFound,
         (Http::FORBIDDEN, _) | (Http::UNAUTHORIZED, _) => StatusCode::Forbidden,
-        // The offer: no Opus, PCMU or PCMA, or not a plain RTP/AVP one.
+        // The offer: no Opus, G.722, PCMU or PCMA, or not a plain RTP/AVP one.
         (Http::BAD_REQUEST, _) | (Http::UNSUPPORTED_MEDIA_TYPE, _) => StatusCode::NotAcceptableHere,
         (Http::CONFLICT, _) => StatusCode::BusyHere,
         // Locked (may open again), or on another node of a cluster (no redirect yet).
