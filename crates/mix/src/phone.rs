@@ -238,15 +238,7 @@ impl std::fmt::Debug for Reencoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// RMS of a signal, in dB.
-    fn db(x: &[f32]) -> f32 {
-        10.0 * (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).log10()
-    }
-
-    fn sine(freq: f32, rate: f32, n: usize, amp: f32) -> Vec<f32> {
-        (0..n).map(|i| amp * (std::f32::consts::TAU * freq * i as f32 / rate).sin()).collect()
-    }
+    use crate::resample::tests::{db, sine};
 
     #[test]
     fn g711_tables_match_the_standard_and_round_trip_a_tone_within_half_a_db() {

@@ -115,15 +115,15 @@ impl Downsampler {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// RMS of a signal, in dB.
-    fn db(x: &[f32]) -> f32 {
+    pub(crate) fn db(x: &[f32]) -> f32 {
         10.0 * (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).log10()
     }
 
-    fn sine(freq: f32, rate: f32, n: usize, amp: f32) -> Vec<f32> {
+    pub(crate) fn sine(freq: f32, rate: f32, n: usize, amp: f32) -> Vec<f32> {
         (0..n).map(|i| amp * (std::f32::consts::TAU * freq * i as f32 / rate).sin()).collect()
     }
 
