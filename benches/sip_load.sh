@@ -15,6 +15,9 @@
 #   cargo build --release --bin tutti
 #   benches/sip_load.sh CALLS ROUNDS            # e.g. benches/sip_load.sh 200 2
 #   env: WINDOW=30 WARMUP=5 RATE=10 (calls set up per second) SIP_ONLY=1
+#        SIP_SET=key=value (one more --set for the SIP run's server, e.g.
+#        room.noise_suppression=off: phone callers are noise-suppressed by
+#        default, browsers are not)
 #
 # Needs sipp (sip-tester), Go, python3 and opusenc (opus-tools).
 # Loopback only; every loop is bounded.
@@ -175,7 +178,7 @@ EOF
     sink=$!
     BENCH_METRICS=$metrics start_server "$log/server-sip.log" "$bin" \
         --set sip.enabled=true --set "sip.listen=$sip" --set 'sip.trusted=["127.0.0.0/8"]' \
-        --set 'rtp_in.trusted=["127.0.0.0/8"]'
+        --set 'rtp_in.trusted=["127.0.0.0/8"]' ${SIP_SET:+--set "$SIP_SET"}
     curl -sf -X POST "http://$http/v1/rooms" -H 'content-type: application/json' -d '{"id":"phones"}' >/dev/null
     local common=(-s phones -i 127.0.0.1 -r "$rate" -rp 1000 -t u1 -nostdin -bg -trace_stat -fd 1
         -trace_err)
