@@ -48,21 +48,67 @@ pub enum G711 {
 impl G711 {
     /// One byte as a sample (-1.0 to 1.0).
     pub fn decode(self, byte: u8) -> f32 {
-        let table = match self {
-            Self::Pcmu => &*ULAW,
-            Self::Pcma => &*ALAW,
-        };
-        f32::from(table[usize::from(byte)]) / 32_768.0
+        self.decoding()[usize::from(byte)]
     }
 
     /// One sample (-1.0 to 1.0, clipped) as a byte.
     pub fn encode(self, sample: f32) -> u8 {
-        let s = (sample * 32_768.0).clamp(-32_768.0, 32_767.0) as i16;
-        match self {
-            Self::Pcmu => ulaw_of(s),
-            Self::Pcma => alaw_of(s),
+        self.encoding()[encode_index(sample)]
+    }
+
+    /// Bytes as samples, `out` as long as `bytes` (a table lookup each).
+    pub fn decode_into(self, bytes: &[u8], out: &mut [f32]) {
+        let table = self.decoding();
+        for (o, b) in out.iter_mut().zip(bytes) {
+            *o = table[usize::from(*b)];
         }
     }
+
+    /// Samples as bytes, `out` as long as `samples` (a table lookup each).
+    pub fn encode_into(self, samples: &[f32], out: &mut [u8]) {
+        let table = self.encoding();
+        for (o, s) in out.iter_mut().zip(samples) {
+            *o = table[encode_index(*s)];
+        }
+    }
+
+    fn decoding(self) -> &'static [f32; 256] {
+        match self {
+            Self::Pcmu => &ULAW_F,
+            Self::Pcma => &ALAW_F,
+        }
+    }
+
+    fn encoding(self) -> &'static [u8; ENCODE_TABLE] {
+        match self {
+            Self::Pcmu => &ULAW_ENC,
+            Self::Pcma => &ALAW_ENC,
+        }
+    }
+}
+
+/// Entries of an encoding table: a 16-bit sample's top 14 bits (µ-law
+/// reads 14 bits of it, A-law 13), so a lookup gives the exact G.711 code.
+const ENCODE_TABLE: usize = 1 << 14;
+
+/// Where a sample (-1.0 to 1.0, clipped) is in an encoding table.
+fn encode_index(sample: f32) -> usize {
+    let s = (sample * 32_768.0).clamp(-32_768.0, 32_767.0) as i16;
+    ((i32::from(s) >> 2) + (ENCODE_TABLE as i32 / 2)) as usize
+}
+
+/// Decoding tables as samples, and encoding tables by a sample's top 14 bits.
+static ULAW_F: LazyLock<[f32; 256]> = LazyLock::new(|| ULAW.map(|v| f32::from(v) / 32_768.0));
+static ALAW_F: LazyLock<[f32; 256]> = LazyLock::new(|| ALAW.map(|v| f32::from(v) / 32_768.0));
+static ULAW_ENC: LazyLock<Box<[u8; ENCODE_TABLE]>> = LazyLock::new(|| encoding_table(ulaw_of));
+static ALAW_ENC: LazyLock<Box<[u8; ENCODE_TABLE]>> = LazyLock::new(|| encoding_table(alaw_of));
+
+fn encoding_table(of: fn(i16) -> u8) -> Box<[u8; ENCODE_TABLE]> {
+    let mut t = Box::new([0u8; ENCODE_TABLE]);
+    for (i, code) in t.iter_mut().enumerate() {
+        *code = of(((i as i32 - ENCODE_TABLE as i32 / 2) << 2) as i16);
+    }
+    t
 }
 
 /// 8 kHz samples (G.711 bytes) per 20 ms frame.
@@ -148,9 +194,7 @@ impl NarrowDecoder {
         if payload.len() != NARROW_FRAME {
             return Err(DecodeFailure::WrongDuration);
         }
-        for (s, b) in self.last.iter_mut().zip(payload) {
-            *s = self.law.decode(*b);
-        }
+        self.law.decode_into(payload, &mut self.last);
         self.up.process(&self.last, out);
         Ok(())
     }
@@ -208,9 +252,7 @@ impl Reencoder {
         if payload.len() != NARROW_FRAME {
             return None;
         }
-        for (s, b) in self.narrow.iter_mut().zip(payload) {
-            *s = self.law.decode(*b);
-        }
+        self.law.decode_into(payload, &mut self.narrow);
         self.up.process(&self.narrow, &mut self.wide);
         let opus = self.encoder.encode(&self.wide);
         self.last = Some((timestamp, opus.clone()));
@@ -252,6 +294,11 @@ mod tests {
             if b != 0x7F {
                 assert_eq!(ulaw_of(ULAW[usize::from(b)]), b, "µ-law {b:#04x}");
             }
+        }
+        // The encoding tables give what the functions give, for every 16-bit sample.
+        for s in i16::MIN..=i16::MAX {
+            let x = f32::from(s) / 32_768.0;
+            assert_eq!((G711::Pcmu.encode(x), G711::Pcma.encode(x)), (ulaw_of(s), alaw_of(s)), "sample {s}");
         }
         for codec in [G711::Pcmu, G711::Pcma] {
             for amp in [0.5, 0.05, 0.005] {

@@ -170,9 +170,7 @@ impl Transcoder {
             Narrow::G711 { law, .. } => {
                 // As it came; its level from the decoded samples.
                 let narrow = &mut self.narrow[..NARROW_FRAME];
-                for (slot, b) in narrow.iter_mut().zip(&self.pending) {
-                    *slot = law.decode(*b);
-                }
+                law.decode_into(&self.pending, narrow);
                 let level = level_of(narrow);
                 self.room_frame(timestamp, Bytes::copy_from_slice(&self.pending), level)
             }
@@ -243,9 +241,7 @@ impl Transcoder {
         match &mut self.narrow_codec {
             Narrow::G711 { law, down } => {
                 down.process(&self.wide, &mut self.narrow[..NARROW_FRAME]);
-                for (o, s) in out.iter_mut().zip(&self.narrow[..NARROW_FRAME]) {
-                    *o = law.encode(*s);
-                }
+                law.encode_into(&self.narrow[..NARROW_FRAME], out);
             }
             Narrow::G722 { encode, .. } => encode.encode(&self.wide, out),
         }
@@ -256,11 +252,7 @@ impl Transcoder {
     /// codec: G.711 a table lookup per sample, G.722 its encoder.
     pub(crate) fn encode_narrow(&mut self, narrow: &[f32], out: &mut [u8; NARROW_FRAME]) {
         match &mut self.narrow_codec {
-            Narrow::G711 { law, .. } => {
-                for (o, s) in out.iter_mut().zip(narrow) {
-                    *o = law.encode(*s);
-                }
-            }
+            Narrow::G711 { law, .. } => law.encode_into(narrow, out),
             Narrow::G722 { encode, .. } => encode.encode_16k(narrow, out),
         }
     }
