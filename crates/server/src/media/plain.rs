@@ -44,7 +44,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tutti_mix::phone::NARROW_FRAME;
@@ -53,14 +53,13 @@ use tutti_rtc::plain::{
     Codec, KeyEvent, RTP_HEADER_BYTES, RtcpPort, RtpParseError, TelephoneEvents, parse_rtp, write_rtp,
 };
 use tutti_rtc::plain_rtcp::PlainReports;
-use tutti_rtc::{MuxStats, PeerId, Transmit};
+use tutti_rtc::{MuxStats, PeerId};
 
 use super::command::{IoCommand, IoCounters, IoHandle};
 use super::g711::{RoomFrame, SharedNarrow, Transcoder, input_codec};
 use super::keys::{KEY_PERIOD, KeyPacket, Keypress, KeysIn, KeysOut, MAX_KEYS};
 use super::lobby::{Change, Lobby, LobbyCommand, random_u32s};
 use super::plain_srtp::{Srtp, outgoing};
-use super::socket::{BATCH, BatchSocket, MAX_DATAGRAM};
 use crate::metrics;
 use crate::room::{Inboxes, LeaveReason, Room, RoomKey, RoomMix, Rooms};
 use crate::sync::lock;
@@ -264,12 +263,6 @@ struct Tally {
 struct PlainThread {
     rooms: Arc<Rooms>,
     socket: UdpSocket,
-    /// The same socket, read with `recvmmsg` and written with `sendmmsg`
-    /// (the mix of a tick goes out in batches of [`super::socket::BATCH`]);
-    /// `None` only while a read hands its datagrams on.
-    batch: Option<Box<BatchSocket>>,
-    /// This tick's audio datagrams, sent together at the end of [`PlainThread::deliver`].
-    out: Vec<Transmit>,
     rx: Receiver<IoCommand>,
     adds: Receiver<NewPlain>,
     lobby_rx: Receiver<LobbyCommand>,
@@ -328,12 +321,9 @@ pub(crate) fn spawn(
         PlainHandle { add, lobby, keys: keys_tx, steer, legs: legs.clone(), wake: wake.clone(), bound, io: index };
     let thread = std::thread::Builder::new().name("rtp-in".into()).spawn(move || {
         crate::priority::media_thread(thread_nice);
-        let batch = socket.try_clone().ok().map(|s| Box::new(BatchSocket::new(s)));
         PlainThread {
             rooms,
             socket,
-            batch,
-            out: Vec::new(),
             rx,
             adds,
             lobby_rx,
@@ -603,58 +593,28 @@ impl PlainThread {
                 peer.seq = peer.seq.wrapping_add(1);
                 write_rtp(&mut self.buf, peer.payload_type, marker, peer.seq, ts, peer.ssrc, payload);
                 let Some(datagram) = outgoing(peer.srtp.as_deref_mut(), &self.buf) else { continue };
-                self.out.push(Transmit { to, data: BytesMut::from(datagram), tcp: false });
-                self.stats.audio_out += 1;
-                self.tally.sent += 1;
-                if let Some(r) = peer.rtcp.as_mut() {
-                    r.on_sent(payload.len(), ts, now);
+                match self.socket.send_to(datagram, to) {
+                    Ok(n) => {
+                        self.stats.datagrams_out += 1;
+                        self.stats.bytes_out += n as u64;
+                        self.stats.audio_out += 1;
+                        self.tally.sent += 1;
+                        if let Some(r) = peer.rtcp.as_mut() {
+                            r.on_sent(payload.len(), ts, now);
+                        }
+                    }
+                    Err(_) => {
+                        // Buffer full, or an ICMP unreachable from an earlier send: this frame is lost.
+                        self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                        metrics::packets_out(0, 0, 1);
+                    }
                 }
             }
         }
-        self.flush();
-    }
-
-    /// Sends this tick's audio datagrams (`sendmmsg`, in batches); a refused
-    /// one is lost (buffer full), counted.
-    fn flush(&mut self) {
-        if self.out.is_empty() {
-            return;
-        }
-        let failed = match self.batch.as_mut() {
-            Some(batch) => batch.send(&self.out),
-            None => self.out.iter().filter(|t| self.socket.send_to(&t.data, t.to).is_err()).count() as u64,
-        };
-        let bytes: u64 = self.out.iter().map(|t| t.data.len() as u64).sum();
-        self.stats.datagrams_out += self.out.len() as u64 - failed;
-        self.stats.bytes_out += bytes;
-        if failed > 0 {
-            self.counters.send_errors.fetch_add(failed, Ordering::Relaxed);
-            metrics::packets_out(0, 0, failed);
-        }
-        self.out.clear();
     }
 
     /// Reads what is waiting, at most [`RECV_PER_TURN`] datagrams.
     fn receive(&mut self, now: Instant) {
-        let Some(mut batch) = self.batch.take() else { return self.receive_one_by_one(now) };
-        let mut buf = [0u8; MAX_DATAGRAM];
-        for _ in 0..RECV_PER_TURN / BATCH {
-            let n = batch.receive(|from, data| {
-                let len = data.len();
-                buf[..len].copy_from_slice(data);
-                self.stats.datagrams_in += 1;
-                self.stats.bytes_in += len as u64;
-                self.packet(from, &mut buf[..len], now);
-            });
-            if n < BATCH {
-                break;
-            }
-        }
-        self.batch = Some(batch);
-    }
-
-    /// [`Self::receive`] without `recvmmsg` (the socket could not be cloned).
-    fn receive_one_by_one(&mut self, now: Instant) {
         let mut buf = [0u8; 1500];
         for _ in 0..RECV_PER_TURN {
             let (n, from) = match self.socket.recv_from(&mut buf) {
